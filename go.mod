@@ -1,0 +1,5 @@
+module github.com/director/director
+
+go 1.26.8
+
+require github.com/dchest/siphash v1.2.3

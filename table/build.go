@@ -1,0 +1,441 @@
+package table
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+)
+
+// Table is a built forwarding table: what a director serves for one service.
+type Table struct {
+	Name     string // empty for tables read from GLB binaries
+	HashKey  Key
+	Binds    []Bind
+	Backends []Backend // config order; rows index into it
+	Rows     []Row     // Rows entries
+	// NoGoodRows counts rows with no active-or-filling healthy backend; their
+	// hops are the two best-ranked backends regardless. Built tables only.
+	NoGoodRows int
+}
+
+// Row names a row's two hops by index into Table.Backends.
+type Row struct{ Primary, Secondary uint32 }
+
+// AddrBytes is the address as GLB hashes it: 4 bytes for IPv4, 16 for IPv6.
+func AddrBytes(a netip.Addr) []byte {
+	if a.Is4() {
+		b := a.As4()
+		return b[:]
+	}
+	b := a.As16()
+	return b[:]
+}
+
+// Lookup returns the row a flow hash selects.
+func (t *Table) Lookup(hash uint64) (row int, primary, secondary Backend) {
+	row = int(hash & (Rows - 1))
+	r := t.Rows[row]
+	return row, t.Backends[r.Primary], t.Backends[r.Secondary]
+}
+
+// Build computes a table from its config.
+func Build(tc *TableConfig) (*Table, error) {
+	b, err := NewBuilder(tc)
+	if err != nil {
+		return nil, err
+	}
+	return b.Table(), nil
+}
+
+// BuildAll builds every table of a config.
+func BuildAll(c *Config) ([]*Table, error) {
+	out := make([]*Table, len(c.Tables))
+	for i := range c.Tables {
+		t, err := Build(&c.Tables[i])
+		if err != nil {
+			return nil, fmt.Errorf("tables[%d]: %w", i, err)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// Builder holds a table and the per-row state that lets one-backend changes
+// be applied in O(rows) rather than rebuilding every score.
+//
+// Each row's ranking R orders the non-inactive backends by ascending score
+// (ties, which need a 64-bit collision, by address). A row only depends on
+// three members of R: R[0], R[1] and the first good backend G. The primary is
+// G; the secondary is R[0] when G is not R[0] (the displaced backend keeps
+// its connections through second chance), otherwise R[1]. With no good
+// backend the hops stay R[0], R[1]. Under GLB's invariant of at most one
+// backend that is not active and healthy, this is exactly GLB's rule; with
+// more it avoids GLB's dead-primary bug (glb-director#77).
+type Builder struct {
+	cfg      TableConfig // Backends is owned by the builder
+	k0, k1   uint64
+	words    []addrWords
+	states   []sipState // per row: SipHash state after the row seed
+	ranks    []rank     // per row
+	workers  int
+	scratchQ []int32
+}
+
+// rank is the part of a row's ranking that decides its hops.
+type rank struct {
+	s0, s1, sg uint64
+	i0, i1, ig int32 // backend indices, none when absent
+}
+
+const none = -1
+
+// NewBuilder builds a table from scratch.
+func NewBuilder(tc *TableConfig) (*Builder, error) {
+	if err := checkBuildable(tc.Backends); err != nil {
+		return nil, err
+	}
+	b := &Builder{
+		cfg:     *tc,
+		states:  make([]sipState, Rows),
+		ranks:   make([]rank, Rows),
+		workers: runtime.GOMAXPROCS(0),
+	}
+	b.cfg.Backends = append([]Backend(nil), tc.Backends...)
+	b.k0, b.k1 = keyWords(tc.Seed)
+	b.words = make([]addrWords, len(b.cfg.Backends))
+	for i, be := range b.cfg.Backends {
+		b.words[i] = wordsFor(AddrBytes(be.IP))
+	}
+	b.parallel(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			b.states[r] = rowState(b.k0, b.k1, uint32(r))
+			b.rankRow(r)
+		}
+	})
+	return b, nil
+}
+
+func checkBuildable(bs []Backend) error {
+	if len(bs) == 0 {
+		return fmt.Errorf("no backends")
+	}
+	if len(bs) > MaxBackends {
+		return fmt.Errorf("%d backends, more than the limit of %d", len(bs), MaxBackends)
+	}
+	for _, be := range bs {
+		if be.State != StateInactive {
+			return nil
+		}
+	}
+	return fmt.Errorf("every backend is inactive")
+}
+
+// parallel runs f over row ranges on all CPUs.
+func (b *Builder) parallel(f func(lo, hi int)) {
+	n := b.workers
+	if n < 1 {
+		n = 1
+	}
+	var wg sync.WaitGroup
+	chunk := (Rows + n - 1) / n
+	for lo := 0; lo < Rows; lo += chunk {
+		hi := min(lo+chunk, Rows)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// before reports whether backend i with score si ranks ahead of j with sj.
+func (b *Builder) before(si uint64, i int32, sj uint64, j int32) bool {
+	if j == none {
+		return true
+	}
+	if si != sj {
+		return si < sj
+	}
+	return bytes.Compare(AddrBytes(b.cfg.Backends[i].IP), AddrBytes(b.cfg.Backends[j].IP)) < 0
+}
+
+// rankRow recomputes row r's rank from every backend.
+func (b *Builder) rankRow(r int) {
+	rk := rank{i0: none, i1: none, ig: none}
+	st := b.states[r]
+	for i := range b.cfg.Backends {
+		be := &b.cfg.Backends[i]
+		if be.State == StateInactive {
+			continue
+		}
+		s := b.words[i].score(st)
+		b.insert(&rk, s, int32(i), be.Good())
+	}
+	b.ranks[r] = rk
+}
+
+// insert adds backend i with score s to a rank.
+func (b *Builder) insert(rk *rank, s uint64, i int32, good bool) {
+	if b.before(s, i, rk.s0, rk.i0) {
+		rk.s1, rk.i1 = rk.s0, rk.i0
+		rk.s0, rk.i0 = s, i
+	} else if b.before(s, i, rk.s1, rk.i1) {
+		rk.s1, rk.i1 = s, i
+	}
+	if good && b.before(s, i, rk.sg, rk.ig) {
+		rk.sg, rk.ig = s, i
+	}
+}
+
+func (rk *rank) row() Row {
+	p, s := rk.i0, rk.i1
+	if rk.ig != none && rk.ig != rk.i0 {
+		p, s = rk.ig, rk.i0
+	}
+	if s == none {
+		s = p // a single backend is both hops
+	}
+	return Row{uint32(p), uint32(s)}
+}
+
+// Table returns a snapshot of the current table.
+func (b *Builder) Table() *Table {
+	t := &Table{
+		Name:     b.cfg.Name,
+		HashKey:  b.cfg.HashKey,
+		Binds:    append([]Bind(nil), b.cfg.Binds...),
+		Backends: append([]Backend(nil), b.cfg.Backends...),
+		Rows:     make([]Row, Rows),
+	}
+	for r := range b.ranks {
+		t.Rows[r] = b.ranks[r].row()
+		if b.ranks[r].ig == none {
+			t.NoGoodRows++
+		}
+	}
+	return t
+}
+
+// Config returns the config the builder's table currently reflects.
+func (b *Builder) Config() TableConfig {
+	c := b.cfg
+	c.Backends = append([]Backend(nil), b.cfg.Backends...)
+	c.Binds = append([]Bind(nil), b.cfg.Binds...)
+	return c
+}
+
+// shift renumbers rank indices at or after k by delta, for an insertion or
+// removal at position k of the backend list.
+func (b *Builder) shift(k int32, delta int32) {
+	b.parallel(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			rk := &b.ranks[r]
+			if rk.i0 >= k {
+				rk.i0 += delta
+			}
+			if rk.i1 >= k {
+				rk.i1 += delta
+			}
+			if rk.ig >= k {
+				rk.ig += delta
+			}
+		}
+	})
+}
+
+// admit ranks backend k into every row: O(rows) scores.
+func (b *Builder) admit(k int) {
+	be := b.cfg.Backends[k]
+	if be.State == StateInactive {
+		return
+	}
+	good := be.Good()
+	b.parallel(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			b.insert(&b.ranks[r], b.words[k].score(b.states[r]), int32(k), good)
+		}
+	})
+}
+
+// rerankWhere recomputes the rows where pick is true. Only rows where a
+// changed backend was R[0], R[1] or G need it: about 3/n of the rows, each
+// costing n scores, so O(rows) in all.
+func (b *Builder) rerankWhere(pick func(*rank) bool) {
+	b.parallel(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			if pick(&b.ranks[r]) {
+				b.rankRow(r)
+			}
+		}
+	})
+}
+
+// Insert adds a backend at position k of the backend list.
+func (b *Builder) Insert(k int, be Backend) error {
+	if k < 0 || k > len(b.cfg.Backends) {
+		return fmt.Errorf("insert position %d out of range", k)
+	}
+	if len(b.cfg.Backends) >= MaxBackends {
+		return fmt.Errorf("already %d backends, the limit", MaxBackends)
+	}
+	for _, o := range b.cfg.Backends {
+		if o.IP.Unmap() == be.IP.Unmap() {
+			return fmt.Errorf("backend %s already present", be.IP)
+		}
+	}
+	b.cfg.Backends = append(b.cfg.Backends[:k], append([]Backend{be}, b.cfg.Backends[k:]...)...)
+	b.words = append(b.words[:k], append([]addrWords{wordsFor(AddrBytes(be.IP))}, b.words[k:]...)...)
+	b.shift(int32(k), 1)
+	b.admit(k)
+	return nil
+}
+
+// Remove deletes the backend at position k.
+func (b *Builder) Remove(k int) error {
+	if k < 0 || k >= len(b.cfg.Backends) {
+		return fmt.Errorf("remove position %d out of range", k)
+	}
+	rest := append(append([]Backend(nil), b.cfg.Backends[:k]...), b.cfg.Backends[k+1:]...)
+	if err := checkBuildable(rest); err != nil {
+		return err
+	}
+	wasActive := b.cfg.Backends[k].State != StateInactive
+	b.cfg.Backends = rest
+	b.words = append(b.words[:k], b.words[k+1:]...)
+	kk := int32(k)
+	if wasActive {
+		// Mark the rows that ranked k with a sentinel before renumbering.
+		b.parallel(func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				rk := &b.ranks[r]
+				if rk.i0 == kk || rk.i1 == kk || rk.ig == kk {
+					rk.i0 = -2
+				}
+			}
+		})
+	}
+	b.shift(kk+1, -1)
+	if wasActive {
+		b.rerankWhere(func(rk *rank) bool { return rk.i0 == -2 })
+	}
+	return nil
+}
+
+// Set changes the state and health of the backend at position k.
+func (b *Builder) Set(k int, state State, healthy bool) error {
+	if k < 0 || k >= len(b.cfg.Backends) {
+		return fmt.Errorf("position %d out of range", k)
+	}
+	old := b.cfg.Backends[k]
+	nb := old
+	nb.State, nb.Healthy = state, healthy
+	all := append([]Backend(nil), b.cfg.Backends...)
+	all[k] = nb
+	if err := checkBuildable(all); err != nil {
+		return err
+	}
+	b.cfg.Backends[k] = nb
+	kk := int32(k)
+	switch {
+	case old.State == StateInactive && nb.State != StateInactive:
+		b.admit(k)
+	case old.State != StateInactive && nb.State == StateInactive:
+		b.rerankWhere(func(rk *rank) bool { return rk.i0 == kk || rk.i1 == kk || rk.ig == kk })
+	case !old.Good() && nb.Good():
+		b.parallel(func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				rk := &b.ranks[r]
+				if s := b.words[k].score(b.states[r]); b.before(s, kk, rk.sg, rk.ig) {
+					rk.sg, rk.ig = s, kk
+				}
+			}
+		})
+	case old.Good() && !nb.Good():
+		b.rerankWhere(func(rk *rank) bool { return rk.ig == kk })
+	}
+	return nil
+}
+
+// Update moves the builder to a new config of the same table. A change of
+// one backend (added, removed, or a new state or health) is applied
+// incrementally; anything else rebuilds. It reports whether it was
+// incremental. On error the builder is unchanged.
+func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
+	if err := checkBuildable(tc.Backends); err != nil {
+		return false, err
+	}
+	keepMeta := func() {
+		b.cfg.Name, b.cfg.HashKey = tc.Name, tc.HashKey
+		b.cfg.Binds = append([]Bind(nil), tc.Binds...)
+	}
+	if tc.Seed == b.cfg.Seed {
+		if op := singleChange(b.cfg.Backends, tc.Backends); op != nil {
+			if err := op(b); err != nil {
+				return false, err
+			}
+			keepMeta()
+			return true, nil
+		}
+	}
+	nb, err := NewBuilder(tc)
+	if err != nil {
+		return false, err
+	}
+	*b = *nb
+	return false, nil
+}
+
+func sameBackend(a, b Backend) bool {
+	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy
+}
+
+// singleChange returns the incremental operation turning old into new, or
+// nil when they differ by more than one backend.
+func singleChange(old, new []Backend) func(*Builder) error {
+	n := min(len(old), len(new))
+	k := 0
+	for k < n && sameBackend(old[k], new[k]) {
+		k++
+	}
+	switch len(new) - len(old) {
+	case 0:
+		if k == n {
+			return func(*Builder) error { return nil }
+		}
+		if old[k].IP != new[k].IP || !sameTail(old[k+1:], new[k+1:]) {
+			return nil
+		}
+		be := new[k]
+		return func(b *Builder) error {
+			b.cfg.Backends[k].Healthchecks = be.Healthchecks
+			return b.Set(k, be.State, be.Healthy)
+		}
+	case 1:
+		if !sameTail(old[k:], new[k+1:]) {
+			return nil
+		}
+		be := new[k]
+		return func(b *Builder) error { return b.Insert(k, be) }
+	case -1:
+		if !sameTail(old[k+1:], new[k:]) {
+			return nil
+		}
+		return func(b *Builder) error { return b.Remove(k) }
+	}
+	return nil
+}
+
+func sameTail(a, b []Backend) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !sameBackend(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,556 @@
+package table
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// GLB's binary format fixes these; configs are held to them so that every
+// accepted config can be written as a GLB table.
+const (
+	Rows        = 0x10000
+	MaxBackends = 256
+	MaxBinds    = 256
+)
+
+// Config is a forwarding-table config in GitHub GLB Director's JSON format.
+type Config struct {
+	Tables []TableConfig
+	// Warnings are accepted oddities worth an operator's glance.
+	Warnings []string
+}
+
+// TableConfig is one service: the addresses it answers on and the backends
+// behind it.
+type TableConfig struct {
+	Name     string // optional; unique within a config when present
+	HashKey  Key    // keys the per-packet flow hash
+	Seed     Key    // keys the rendezvous scores that build the rows
+	Binds    []Bind
+	Backends []Backend
+}
+
+// Key is a 16-byte secret. It formats as "<redacted>" so it cannot leak
+// through a log line or an error message by accident.
+type Key [16]byte
+
+func (Key) String() string               { return "<redacted>" }
+func (Key) GoString() string             { return "<redacted>" }
+func (Key) MarshalJSON() ([]byte, error) { return []byte(`"<redacted>"`), nil }
+
+// Bind is a destination a table answers on: an address or prefix, a
+// protocol and a port range.
+type Bind struct {
+	// Prefix keeps the address exactly as written (host bits included), as
+	// GLB's binary format does; matching masks it.
+	Prefix    netip.Prefix
+	Proto     Proto
+	PortStart uint16
+	PortEnd   uint16
+}
+
+func (b Bind) String() string {
+	addr := b.Prefix.Addr().String()
+	if b.Prefix.Bits() != b.Prefix.Addr().BitLen() {
+		addr = b.Prefix.String()
+	}
+	if b.Prefix.Addr().Is6() {
+		addr = "[" + addr + "]"
+	}
+	ports := strconv.Itoa(int(b.PortStart))
+	if b.PortEnd != b.PortStart {
+		ports += "-" + strconv.Itoa(int(b.PortEnd))
+	}
+	return fmt.Sprintf("%s %s:%s", b.Proto, addr, ports)
+}
+
+// Matches reports whether a packet to dst:port over proto is for this bind.
+func (b Bind) Matches(dst netip.Addr, proto Proto, port uint16) bool {
+	return proto == b.Proto && port >= b.PortStart && port <= b.PortEnd &&
+		dst.Is4() == b.Prefix.Addr().Is4() && b.Prefix.Masked().Contains(dst)
+}
+
+// Proto is an IP protocol number.
+type Proto uint8
+
+const (
+	ProtoTCP Proto = 6
+	ProtoUDP Proto = 17
+)
+
+func (p Proto) String() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	}
+	return "proto" + strconv.Itoa(int(p))
+}
+
+// ParseProto parses "tcp" or "udp".
+func ParseProto(s string) (Proto, error) {
+	switch s {
+	case "tcp":
+		return ProtoTCP, nil
+	case "udp":
+		return ProtoUDP, nil
+	}
+	return 0, fmt.Errorf("%q is not a protocol (want \"tcp\" or \"udp\")", s)
+}
+
+// Backend is a server behind a table.
+type Backend struct {
+	IP           netip.Addr
+	State        State
+	Healthy      bool
+	Healthchecks *Healthchecks // nil when absent
+}
+
+// Good reports whether the backend may be a primary: active or filling, and
+// healthy.
+func (b Backend) Good() bool {
+	return (b.State == StateActive || b.State == StateFilling) && b.Healthy
+}
+
+// Healthchecks is GLB's per-backend health-check block; glb-healthcheck
+// reads it, the table build does not.
+type Healthchecks struct {
+	HTTP    *int    `json:"http,omitempty"`
+	HTTPURI *string `json:"http_uri,omitempty"`
+	GUE     *int    `json:"gue,omitempty"`
+	FOU     *int    `json:"fou,omitempty"`
+	TCP     *int    `json:"tcp,omitempty"`
+}
+
+// State is a backend's administrative state.
+type State uint8
+
+const (
+	StateActive State = iota
+	StateFilling
+	StateDraining
+	StateInactive
+	// StateDrainingInactive comes only from GLB binary tables, whose format
+	// stores draining and inactive as the same value.
+	StateDrainingInactive
+)
+
+var stateNames = [...]string{"active", "filling", "draining", "inactive", "draining/inactive"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "state" + strconv.Itoa(int(s))
+}
+
+// ParseState parses a config state name.
+func ParseState(s string) (State, error) {
+	for i, n := range stateNames[:StateDrainingInactive] {
+		if s == n {
+			return State(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a state (want active, filling, draining or inactive)", s)
+}
+
+// SameAs compares states the way GLB's binary format can tell them apart.
+func (s State) SameAs(o State) bool {
+	if s == o {
+		return true
+	}
+	di := func(x State) bool { return x == StateDraining || x == StateInactive || x == StateDrainingInactive }
+	return (s == StateDrainingInactive || o == StateDrainingInactive) && di(s) && di(o)
+}
+
+// FieldError is one problem in a config, at a JSON path such as
+// tables[1].backends[3].ip.
+type FieldError struct {
+	Path string
+	Msg  string
+}
+
+func (e *FieldError) Error() string {
+	if e.Path == "" {
+		return e.Msg
+	}
+	return e.Path + ": " + e.Msg
+}
+
+// ErrorList is every problem found in a config, in input order.
+type ErrorList []*FieldError
+
+// maxReported bounds how many problems one error message lists.
+const maxReported = 50
+
+func (l ErrorList) Error() string {
+	var b strings.Builder
+	for i, e := range l {
+		if i == maxReported {
+			fmt.Fprintf(&b, "\n... and %d more problems", len(l)-maxReported)
+			break
+		}
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// LoadConfig reads and validates a config file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses and validates a GLB forwarding-table config. The error,
+// if any, is an ErrorList naming every problem with its JSON path.
+func ParseConfig(data []byte) (*Config, error) {
+	root, err := parseJSON(data)
+	if err != nil {
+		return nil, ErrorList{{Msg: "invalid JSON: " + err.Error()}}
+	}
+	p := &parser{}
+	c := p.config(root)
+	if len(p.errs) > 0 {
+		return nil, p.errs
+	}
+	c.Warnings = p.warns
+	return c, nil
+}
+
+type parser struct {
+	errs  ErrorList
+	warns []string
+}
+
+func (p *parser) fail(path, format string, args ...any) {
+	p.errs = append(p.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// object checks that v is an object with only the allowed keys, each once.
+func (p *parser) object(path string, v *jsonValue, allowed ...string) bool {
+	if v.kind != jsonObject {
+		p.fail(path, "%s is not an object", v.brief())
+		return false
+	}
+	for _, d := range v.dups {
+		p.fail(join(path, d), "appears more than once")
+	}
+outer:
+	for _, m := range v.members {
+		for _, a := range allowed {
+			if m.key == a {
+				continue outer
+			}
+		}
+		p.fail(join(path, m.key), "unknown field (allowed: %s)", strings.Join(allowed, ", "))
+	}
+	return true
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (p *parser) required(path string, v *jsonValue, key string, kind jsonKind) *jsonValue {
+	f := v.get(key)
+	if f == nil {
+		p.fail(join(path, key), "missing")
+		return nil
+	}
+	if f.kind != kind {
+		p.fail(join(path, key), "%s is not %s", f.brief(), kind)
+		return nil
+	}
+	return f
+}
+
+func (p *parser) config(root *jsonValue) *Config {
+	c := &Config{}
+	if !p.object("", root, "tables") {
+		return c
+	}
+	tables := p.required("", root, "tables", jsonArray)
+	if tables == nil {
+		return c
+	}
+	if len(tables.elems) == 0 {
+		p.fail("tables", "empty: a config needs at least one table")
+	}
+	names := map[string]int{}
+	for i, tv := range tables.elems {
+		path := fmt.Sprintf("tables[%d]", i)
+		t := p.table(path, tv)
+		if t.Name != "" {
+			if j, dup := names[t.Name]; dup {
+				p.fail(path+".name", "%q is already the name of tables[%d]", t.Name, j)
+			}
+			names[t.Name] = i
+		}
+		c.Tables = append(c.Tables, t)
+	}
+	return c
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func (p *parser) table(path string, v *jsonValue) TableConfig {
+	var t TableConfig
+	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends") {
+		return t
+	}
+	if n := v.get("name"); n != nil {
+		if n.kind != jsonString {
+			p.fail(path+".name", "%s is not a string", n.brief())
+		} else if !nameRE.MatchString(n.str) {
+			p.fail(path+".name", "%s is not a valid name (1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit)", n.brief())
+		} else {
+			t.Name = n.str
+		}
+	}
+	t.HashKey = p.key(path, v, "hash_key")
+	t.Seed = p.key(path, v, "seed")
+
+	if bv := p.required(path, v, "binds", jsonArray); bv != nil {
+		if len(bv.elems) == 0 {
+			p.fail(path+".binds", "empty: a table needs at least one bind")
+		}
+		if len(bv.elems) > MaxBinds {
+			p.fail(path+".binds", "%d binds, more than GLB's limit of %d", len(bv.elems), MaxBinds)
+		}
+		seen := map[Bind]int{}
+		for i, e := range bv.elems {
+			bp := fmt.Sprintf("%s.binds[%d]", path, i)
+			b, ok := p.bind(bp, e)
+			if !ok {
+				continue
+			}
+			if j, dup := seen[b]; dup {
+				p.fail(bp, "same bind as %s.binds[%d]", path, j)
+			}
+			seen[b] = i
+			t.Binds = append(t.Binds, b)
+		}
+	}
+
+	if bv := p.required(path, v, "backends", jsonArray); bv != nil {
+		if len(bv.elems) == 0 {
+			p.fail(path+".backends", "empty: a table needs at least one backend")
+		}
+		if len(bv.elems) > MaxBackends {
+			p.fail(path+".backends", "%d backends, more than GLB's limit of %d", len(bv.elems), MaxBackends)
+		}
+		seen := map[netip.Addr]int{}
+		allInactive := true
+		for i, e := range bv.elems {
+			bp := fmt.Sprintf("%s.backends[%d]", path, i)
+			b, ok := p.backend(bp, e)
+			if !ok {
+				allInactive = false // already an error; do not pile on
+				continue
+			}
+			if j, dup := seen[b.IP.Unmap()]; dup {
+				p.fail(bp+".ip", "%q is also %s.backends[%d]", b.IP, path, j)
+			}
+			seen[b.IP.Unmap()] = i
+			if b.State != StateInactive {
+				allInactive = false
+			}
+			t.Backends = append(t.Backends, b)
+		}
+		if allInactive && len(bv.elems) > 0 {
+			p.fail(path+".backends", "every backend is inactive: the table would have no rows to serve")
+		}
+	}
+	return t
+}
+
+// key parses a 32-hex-digit secret. Its value is never echoed.
+func (p *parser) key(path string, v *jsonValue, name string) Key {
+	var k Key
+	f := p.required(path, v, name, jsonString)
+	if f == nil {
+		return k
+	}
+	if len(f.str) != 32 {
+		p.fail(join(path, name), "must be exactly 32 hex digits, got %d characters (value not shown: it is a secret)", len(f.str))
+		return k
+	}
+	if _, err := hex.Decode(k[:], []byte(f.str)); err != nil {
+		p.fail(join(path, name), "must be exactly 32 hex digits, found a non-hex character (value not shown: it is a secret)")
+	}
+	return k
+}
+
+func (p *parser) bind(path string, v *jsonValue) (Bind, bool) {
+	var b Bind
+	if !p.object(path, v, "ip", "proto", "port", "port_start", "port_end") {
+		return b, false
+	}
+	before := len(p.errs)
+	if ipv := p.required(path, v, "ip", jsonString); ipv != nil {
+		pfx, err := parsePrefix(ipv.str)
+		if err != nil {
+			p.fail(path+".ip", "%s %v", ipv.brief(), err)
+		} else {
+			b.Prefix = pfx
+			if pfx.Masked().Addr() != pfx.Addr() {
+				p.warns = append(p.warns, fmt.Sprintf("%s.ip: %s has host bits set; it matches %s", path, ipv.brief(), pfx.Masked()))
+			}
+		}
+	}
+	if pv := p.required(path, v, "proto", jsonString); pv != nil {
+		proto, err := ParseProto(pv.str)
+		if err != nil {
+			p.fail(path+".proto", "%v", err)
+		}
+		b.Proto = proto
+	}
+	port, start, end := v.get("port"), v.get("port_start"), v.get("port_end")
+	switch {
+	case port != nil && (start != nil || end != nil):
+		p.fail(path, "has both port and port_start/port_end; use one")
+	case port != nil:
+		n, ok := p.port(path+".port", port)
+		b.PortStart, b.PortEnd = n, n
+		_ = ok
+	case start != nil || end != nil:
+		if start == nil {
+			p.fail(path+".port_start", "missing (port_end is set)")
+		}
+		if end == nil {
+			p.fail(path+".port_end", "missing (port_start is set)")
+		}
+		if start == nil || end == nil {
+			break
+		}
+		s, ok1 := p.port(path+".port_start", start)
+		e, ok2 := p.port(path+".port_end", end)
+		if ok1 && ok2 && s > e {
+			p.fail(path, "port_start %d is greater than port_end %d", s, e)
+		}
+		b.PortStart, b.PortEnd = s, e
+	default:
+		p.fail(path, "needs port, or port_start and port_end")
+	}
+	return b, len(p.errs) == before
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	addrPart, bitsPart, hasBits := strings.Cut(s, "/")
+	addr, err := netip.ParseAddr(addrPart)
+	if err != nil || addr.Zone() != "" {
+		return netip.Prefix{}, errors.New("is not an IP address or CIDR prefix")
+	}
+	bits := addr.BitLen()
+	if hasBits {
+		n, err := strconv.Atoi(bitsPart)
+		if err != nil || n < 0 || strings.HasPrefix(bitsPart, "+") {
+			return netip.Prefix{}, errors.New("has a malformed prefix length")
+		}
+		if n > addr.BitLen() {
+			return netip.Prefix{}, fmt.Errorf("has prefix length %d, longer than the %d bits of the address", n, addr.BitLen())
+		}
+		bits = n
+	}
+	return netip.PrefixFrom(addr, bits), nil
+}
+
+func (p *parser) port(path string, v *jsonValue) (uint16, bool) {
+	if v.kind != jsonNumber {
+		p.fail(path, "%s is not a number", v.brief())
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.num.String(), 10, 64)
+	if err != nil || n < 0 || n > 65535 {
+		p.fail(path, "%s is not a port (0-65535)", v.brief())
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+func (p *parser) backend(path string, v *jsonValue) (Backend, bool) {
+	var b Backend
+	if !p.object(path, v, "ip", "state", "healthy", "healthchecks") {
+		return b, false
+	}
+	before := len(p.errs)
+	if ipv := p.required(path, v, "ip", jsonString); ipv != nil {
+		addr, err := netip.ParseAddr(ipv.str)
+		if err != nil || addr.Zone() != "" {
+			p.fail(path+".ip", "%s is not an IP address", ipv.brief())
+		}
+		b.IP = addr
+	}
+	if sv := p.required(path, v, "state", jsonString); sv != nil {
+		s, err := ParseState(sv.str)
+		if err != nil {
+			p.fail(path+".state", "%v", err)
+		}
+		b.State = s
+	}
+	if hv := v.get("healthy"); hv == nil {
+		p.fail(path+".healthy", "missing (must be true or false; there is no default)")
+	} else if hv.kind != jsonBool {
+		p.fail(path+".healthy", "%s is not true or false", hv.brief())
+	} else {
+		b.Healthy = hv.boolean
+	}
+	if hc := v.get("healthchecks"); hc != nil {
+		b.Healthchecks = p.healthchecks(path+".healthchecks", hc)
+	}
+	return b, len(p.errs) == before
+}
+
+func (p *parser) healthchecks(path string, v *jsonValue) *Healthchecks {
+	h := &Healthchecks{}
+	if !p.object(path, v, "http", "http_uri", "gue", "fou", "tcp") {
+		return h
+	}
+	for _, m := range v.members {
+		if m.key == "http_uri" {
+			if m.val.kind != jsonString {
+				p.fail(join(path, m.key), "%s is not a string", m.val.brief())
+			} else {
+				s := m.val.str
+				h.HTTPURI = &s
+			}
+			continue
+		}
+		n, ok := p.port(join(path, m.key), m.val)
+		if !ok {
+			continue
+		}
+		port := int(n)
+		switch m.key {
+		case "http":
+			h.HTTP = &port
+		case "gue":
+			h.GUE = &port
+		case "fou":
+			h.FOU = &port
+		case "tcp":
+			h.TCP = &port
+		}
+	}
+	return h
+}

@@ -1,0 +1,122 @@
+package table
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// A specialised SipHash-2-4 for the table build. Every score of a row hashes
+// the same first 8-byte block (the row seed), so the state after that block
+// is computed once per row and shared by all of the row's backends. Tests
+// check it against github.com/dchest/siphash on every input shape it sees.
+
+type sipState struct{ v0, v1, v2, v3 uint64 }
+
+func newSip(k0, k1 uint64) sipState {
+	return sipState{
+		k0 ^ 0x736f6d6570736575,
+		k1 ^ 0x646f72616e646f6d,
+		k0 ^ 0x6c7967656e657261,
+		k1 ^ 0x7465646279746573,
+	}
+}
+
+func (s *sipState) round() {
+	s.v0 += s.v1
+	s.v1 = bits.RotateLeft64(s.v1, 13)
+	s.v1 ^= s.v0
+	s.v0 = bits.RotateLeft64(s.v0, 32)
+	s.v2 += s.v3
+	s.v3 = bits.RotateLeft64(s.v3, 16)
+	s.v3 ^= s.v2
+	s.v0 += s.v3
+	s.v3 = bits.RotateLeft64(s.v3, 21)
+	s.v3 ^= s.v0
+	s.v2 += s.v1
+	s.v1 = bits.RotateLeft64(s.v1, 17)
+	s.v1 ^= s.v2
+	s.v2 = bits.RotateLeft64(s.v2, 32)
+}
+
+// compress absorbs one little-endian 8-byte message word.
+func (s *sipState) compress(m uint64) {
+	s.v3 ^= m
+	s.round()
+	s.round()
+	s.v0 ^= m
+}
+
+func (s *sipState) finalize() uint64 {
+	s.v2 ^= 0xff
+	s.round()
+	s.round()
+	s.round()
+	s.round()
+	return s.v0 ^ s.v1 ^ s.v2 ^ s.v3
+}
+
+// keyWords splits a 16-byte SipHash key the way the reference does.
+func keyWords(k Key) (uint64, uint64) {
+	return binary.LittleEndian.Uint64(k[:8]), binary.LittleEndian.Uint64(k[8:])
+}
+
+// rowSeed is SipHash-2-4 over the 4-byte big-endian row number, as a
+// little-endian word (its 8 output bytes, which start every score message).
+func rowSeed(k0, k1 uint64, row uint32) uint64 {
+	s := newSip(k0, k1)
+	s.compress(4<<56 | uint64(bits.ReverseBytes32(row)))
+	return s.finalize()
+}
+
+// rowState is the SipHash state after absorbing the row seed: the shared
+// prefix of every score in that row.
+func rowState(k0, k1 uint64, row uint32) sipState {
+	s := newSip(k0, k1)
+	s.compress(rowSeed(k0, k1, row))
+	return s
+}
+
+// addrWords are a backend address's message words after the row seed,
+// including SipHash's final length block.
+type addrWords struct {
+	v6     bool
+	w1, w2 uint64 // IPv4: w1 is the final block. IPv6: the two address halves.
+}
+
+func wordsFor(b []byte) addrWords {
+	if len(b) == 4 {
+		return addrWords{w1: 12<<56 | uint64(binary.LittleEndian.Uint32(b))}
+	}
+	return addrWords{v6: true, w1: binary.LittleEndian.Uint64(b[:8]), w2: binary.LittleEndian.Uint64(b[8:])}
+}
+
+// score is GLB's rendezvous score: SipHash(seed, rowseed ‖ addr) read as a
+// big-endian integer.
+func (w *addrWords) score(s sipState) uint64 {
+	if w.v6 {
+		s.compress(w.w1)
+		s.compress(w.w2)
+		s.compress(24 << 56)
+	} else {
+		s.compress(w.w1)
+	}
+	return bits.ReverseBytes64(s.finalize())
+}
+
+// FlowHash is GLB's flow hash: SipHash-2-4 keyed with the table's hash_key
+// over the given bytes (by default the client address), as a little-endian
+// integer. The row is FlowHash & 0xffff.
+func FlowHash(key Key, data []byte) uint64 {
+	k0, k1 := keyWords(key)
+	s := newSip(k0, k1)
+	n := len(data)
+	for len(data) >= 8 {
+		s.compress(binary.LittleEndian.Uint64(data))
+		data = data[8:]
+	}
+	var last [8]byte
+	copy(last[:], data)
+	last[7] = byte(n)
+	s.compress(binary.LittleEndian.Uint64(last[:]))
+	return s.finalize()
+}
