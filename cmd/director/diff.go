@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/director/director/table"
+)
+
+func init() {
+	c := &command{
+		name: "diff", args: "OLD NEW [--json]",
+		summary: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
+			"shares before and after. Exit status 0: no change, 2: changes, 1: error.",
+	}
+	c.run = func(e *env, args []string) error {
+		fs := e.flags(c)
+		asJSON := fs.Bool("json", false, "print the diff as a JSON document")
+		pos, err := parse(fs, args, 2, 2)
+		if err != nil {
+			return err
+		}
+		old, err := table.Load(pos[0])
+		if err != nil {
+			return err
+		}
+		new, err := table.Load(pos[1])
+		if err != nil {
+			return err
+		}
+		d := table.Compare(old.Tables, new.Tables)
+		if *asJSON {
+			if err := writeJSON(e.stdout, d); err != nil {
+				return err
+			}
+		} else {
+			printDiff(e.stdout, d)
+		}
+		if d.Changed {
+			return exitCode(exitChanges)
+		}
+		return nil
+	}
+	register(c)
+}
+
+func sideString(s *table.BackendSide) string {
+	return s.State + "/" + health(s.Healthy)
+}
+
+func printDiff(w io.Writer, d *table.Diff) {
+	for i, td := range d.Tables {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "table %s: %s\n", td.Name, td.Status)
+		switch td.Status {
+		case table.StatusAdded:
+			fmt.Fprintf(w, "  fingerprint  (none) -> %s\n", table.ShortFingerprint(td.NewFingerprint))
+		case table.StatusRemoved:
+			fmt.Fprintf(w, "  fingerprint  %s -> (none)\n", table.ShortFingerprint(td.OldFingerprint))
+		default:
+			arrow := table.ShortFingerprint(td.OldFingerprint)
+			if td.NewFingerprint != td.OldFingerprint {
+				arrow += " -> " + table.ShortFingerprint(td.NewFingerprint)
+			} else {
+				arrow += " (same)"
+			}
+			fmt.Fprintf(w, "  fingerprint  %s\n", arrow)
+		}
+		if td.HashKeyChanged {
+			fmt.Fprintf(w, "  hash_key     changed (values not shown)\n")
+		}
+		for _, b := range td.BindsAdded {
+			fmt.Fprintf(w, "  + bind %s\n", b)
+		}
+		for _, b := range td.BindsRemoved {
+			fmt.Fprintf(w, "  - bind %s\n", b)
+		}
+		iw := 0
+		for _, bc := range td.Backends {
+			iw = maxInt(iw, len(bc.IP))
+		}
+		var changes []string
+		for _, bc := range td.Backends {
+			switch bc.Change {
+			case table.ChangeAdded:
+				changes = append(changes, fmt.Sprintf("  + %-*s %s", iw, bc.IP, sideString(bc.New)))
+			case table.ChangeRemoved:
+				changes = append(changes, fmt.Sprintf("  - %-*s %s", iw, bc.IP, sideString(bc.Old)))
+			case table.ChangeChanged:
+				changes = append(changes, fmt.Sprintf("  ~ %-*s %s -> %s", iw, bc.IP, sideString(bc.Old), sideString(bc.New)))
+			}
+		}
+		if len(changes) > 0 {
+			fmt.Fprintln(w, "  backends:")
+			fmt.Fprintln(w, "  "+strings.Join(changes, "\n  "))
+		}
+		if td.Status == table.StatusChanged || td.Status == table.StatusUnchanged {
+			r := td.Rows
+			minimal := "yes"
+			if !r.Minimal {
+				minimal = "no"
+			}
+			fmt.Fprintf(w, "  rows (of %d):\n", r.Total)
+			fmt.Fprintf(w, "    primary changed    %6d %s   minimal possible %d (minimal: %s)\n", r.PrimaryChanged, pct(r.PrimaryChanged), r.MinimalPrimaryMoves, minimal)
+			fmt.Fprintf(w, "    secondary changed  %6d %s\n", r.SecondaryChanged, pct(r.SecondaryChanged))
+			fmt.Fprintf(w, "    swapped            %6d %s\n", r.Swapped, pct(r.Swapped))
+			fmt.Fprintf(w, "    at risk            %6d %s   (old primary in neither new hop)\n", r.AtRisk, pct(r.AtRisk))
+		}
+		printShares(w, td)
+		for _, warn := range td.Warnings {
+			fmt.Fprintf(w, "  ! %s\n", warn)
+		}
+	}
+	if !d.Changed {
+		fmt.Fprintln(w, "\nno changes")
+	}
+}
+
+func printShares(w io.Writer, td table.TableDiff) {
+	max := 1
+	for _, bc := range td.Backends {
+		if bc.Old != nil {
+			max = maxInt(max, bc.Old.PrimaryRows)
+		}
+		if bc.New != nil {
+			max = maxInt(max, bc.New.PrimaryRows)
+		}
+	}
+	iw := 0
+	for _, bc := range td.Backends {
+		iw = maxInt(iw, len(bc.IP))
+	}
+	fmt.Fprintln(w, "  primary share, before -> after:")
+	for _, bc := range td.Backends {
+		var o, n int
+		if bc.Old != nil {
+			o = bc.Old.PrimaryRows
+		}
+		if bc.New != nil {
+			n = bc.New.PrimaryRows
+		}
+		line := fmt.Sprintf("    %-*s %s %s -> %s %s", iw, bc.IP, pct(o), bar(float64(o)/float64(max)), pct(n), bar(float64(n)/float64(max)))
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+}

@@ -1,0 +1,148 @@
+// Command director is a GLB-compatible L4 load-balancer director: it builds
+// GLB forwarding tables, shows and diffs them for review, and (later) runs
+// them in an XDP datapath.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// Exit statuses, part of the CLI contract (README, "Exit status").
+const (
+	exitOK      = 0
+	exitError   = 1
+	exitChanges = 2 // diff: the inputs differ
+)
+
+type command struct {
+	name    string
+	args    string // synopsis after the name
+	summary string
+	run     func(e *env, args []string) error
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// env is what a command may touch, injected so that tests can run commands
+// in-process and read what they print.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+// exitCode lets a command end with a status other than 0 or 1 without it
+// being reported as an error.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitError
+	}
+	name := args[0]
+	switch name {
+	case "-h", "--help", "-help":
+		name = "help"
+	case "--version", "-version":
+		name = "version"
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "director: unknown command %q (see 'director help')\n", name)
+		return exitError
+	}
+	err := c.run(e, args[1:])
+	var code exitCode
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "director: %s\n", line)
+	}
+	return exitError
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: director COMMAND [ARGS]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := commands[n]
+		first, _, _ := strings.Cut(c.summary, "\n")
+		fmt.Fprintf(w, "  %-8s %s\n", n, first)
+	}
+	fmt.Fprintln(w, "\n'director help COMMAND' describes one command.")
+}
+
+// flags makes a command's flag set; its errors are returned, not printed
+// and exited on, so that tests see them.
+func (e *env) flags(c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: director %s %s\n\n%s\n", c.name, c.args, c.summary)
+		if hasFlags(fs) {
+			fmt.Fprintln(e.stderr, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// parse parses flags that may come before, between or after positional
+// arguments (director build CONFIG -o FILE), and checks the count of
+// positional arguments.
+func parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %w", fs.Name(), err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] == "--" {
+			pos = append(pos, rest[1:]...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) < minPos || (maxPos >= 0 && len(pos) > maxPos) {
+		fs.Usage()
+		return nil, fmt.Errorf("%s: wrong number of arguments", fs.Name())
+	}
+	return pos, nil
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/director/director/table"
+)
+
+// showDoc is show's JSON document (README, "show --json").
+type showDoc struct {
+	Version  int           `json:"version"`
+	Source   string        `json:"source"` // "config" or "glb-binary"
+	Tables   []showTable   `json:"tables"`
+	Lookups  []lookupEntry `json:"lookups,omitempty"`
+	Warnings []string      `json:"warnings"`
+}
+
+type showTable struct {
+	Index       int           `json:"index"`
+	Name        string        `json:"name"`
+	Fingerprint string        `json:"fingerprint"`
+	Binds       []showBind    `json:"binds"`
+	Backends    []showBackend `json:"backends"`
+	NoGoodRows  int           `json:"no_good_rows"`
+}
+
+type showBind struct {
+	IP         string `json:"ip"`
+	PrefixBits int    `json:"prefix_bits"`
+	Proto      string `json:"proto"`
+	PortStart  uint16 `json:"port_start"`
+	PortEnd    uint16 `json:"port_end"`
+}
+
+type showBackend struct {
+	IP            string `json:"ip"`
+	State         string `json:"state"`
+	Healthy       bool   `json:"healthy"`
+	PrimaryRows   int    `json:"primary_rows"`
+	SecondaryRows int    `json:"secondary_rows"`
+}
+
+type lookupEntry struct {
+	Table     string `json:"table"`
+	Index     int    `json:"index"`
+	Client    string `json:"client"`
+	Row       int    `json:"row"`
+	Primary   string `json:"primary"`
+	Secondary string `json:"secondary"`
+}
+
+func init() {
+	c := &command{
+		name: "show", args: "CONFIG|FILE [--json] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
+		summary: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
+			"--lookup prints the row and hops a client address maps to (flow hash of the source address).",
+	}
+	c.run = func(e *env, args []string) error {
+		fs := e.flags(c)
+		asJSON := fs.Bool("json", false, "print a JSON document instead of text")
+		lookup := fs.String("lookup", "", "client `ADDR[:PORT]` to look up in every table (or those --to selects)")
+		to := fs.String("to", "", "only tables with a bind matching `VIP[:PORT]` (with --lookup)")
+		protoName := fs.String("proto", "tcp", "protocol for --to: tcp or udp")
+		pos, err := parse(fs, args, 1, 1)
+		if err != nil {
+			return err
+		}
+		proto, err := table.ParseProto(*protoName)
+		if err != nil {
+			return fmt.Errorf("show: --proto: %w", err)
+		}
+		src, err := table.Load(pos[0])
+		if err != nil {
+			return err
+		}
+		doc := showDoc{Version: 1, Source: "config", Warnings: append([]string{}, src.Warnings...)}
+		if src.Binary {
+			doc.Source = "glb-binary"
+		}
+		for i, t := range src.Tables {
+			doc.Tables = append(doc.Tables, describe(i, t))
+		}
+		if *lookup != "" {
+			if doc.Lookups, err = lookupAll(src.Tables, *lookup, *to, proto); err != nil {
+				return fmt.Errorf("show: %w", err)
+			}
+		} else if *to != "" {
+			return fmt.Errorf("show: --to needs --lookup")
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, doc)
+		}
+		if src.Config != nil {
+			warnAll(e, src.Config.Warnings) // table warnings are printed inline
+		}
+		printShow(e, src.Tables, &doc, *lookup != "")
+		return nil
+	}
+	register(c)
+}
+
+func describe(i int, t *table.Table) showTable {
+	st := showTable{Index: i, Name: t.Name, Fingerprint: table.Fingerprint(t), NoGoodRows: t.NoGoodRows}
+	prim, sec := make([]int, len(t.Backends)), make([]int, len(t.Backends))
+	for _, r := range t.Rows {
+		prim[r.Primary]++
+		sec[r.Secondary]++
+	}
+	for _, b := range t.Binds {
+		st.Binds = append(st.Binds, showBind{IP: b.Prefix.Addr().String(), PrefixBits: b.Prefix.Bits(),
+			Proto: b.Proto.String(), PortStart: b.PortStart, PortEnd: b.PortEnd})
+	}
+	for j, b := range t.Backends {
+		st.Backends = append(st.Backends, showBackend{IP: b.IP.String(), State: b.State.String(),
+			Healthy: b.Healthy, PrimaryRows: prim[j], SecondaryRows: sec[j]})
+	}
+	return st
+}
+
+// parseHostPort accepts ADDR, ADDR:PORT and [V6]:PORT.
+func parseHostPort(s string) (netip.Addr, uint16, bool, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), ap.Port(), true, nil
+	}
+	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, 0, false, fmt.Errorf("%q is not an address or address:port", s)
+	}
+	return a, 0, false, nil
+}
+
+func lookupAll(tables []*table.Table, client, to string, proto table.Proto) ([]lookupEntry, error) {
+	addr, _, _, err := parseHostPort(client)
+	if err != nil {
+		return nil, fmt.Errorf("--lookup: %w", err)
+	}
+	var vip netip.Addr
+	var vport uint16
+	var hasPort bool
+	if to != "" {
+		if vip, vport, hasPort, err = parseHostPort(to); err != nil {
+			return nil, fmt.Errorf("--to: %w", err)
+		}
+	}
+	var out []lookupEntry
+	for i, t := range tables {
+		if to != "" && !bindsMatch(t, vip, vport, hasPort, proto) {
+			continue
+		}
+		// The default hash: SipHash-2-4 keyed with hash_key over the client
+		// address. Ports only count when hash_fields say so (director config).
+		row, p, s := t.Lookup(table.FlowHash(t.HashKey, table.AddrBytes(addr)))
+		name := t.Name
+		if name == "" {
+			name = fmt.Sprintf("tables[%d]", i)
+		}
+		out = append(out, lookupEntry{Table: name, Index: i, Client: addr.String(), Row: row,
+			Primary: p.IP.String(), Secondary: s.IP.String()})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no table has a %s bind matching %s", proto, to)
+	}
+	return out, nil
+}
+
+func bindsMatch(t *table.Table, vip netip.Addr, port uint16, hasPort bool, proto table.Proto) bool {
+	for _, b := range t.Binds {
+		if hasPort && b.Matches(vip, proto, port) {
+			return true
+		}
+		if !hasPort && b.Matches(vip, proto, b.PortStart) {
+			return true
+		}
+	}
+	return false
+}
+
+func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
+	w := e.stdout
+	for i, st := range doc.Tables {
+		t := tables[i]
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s\n", tableLabel(t, i))
+		fmt.Fprintf(w, "  fingerprint  %s\n", table.ShortFingerprint(st.Fingerprint))
+		binds := make([]string, len(t.Binds))
+		for j, b := range t.Binds {
+			binds[j] = b.String()
+		}
+		fmt.Fprintf(w, "  binds        %s\n", strings.Join(binds, ", "))
+		fmt.Fprintf(w, "  backends     %s\n", backendSummary(t.Backends))
+		max := 1
+		for _, b := range st.Backends {
+			max = maxInt(max, b.PrimaryRows)
+		}
+		iw := ipWidth(t.Backends)
+		fmt.Fprintf(w, "  %-*s %-8s %-9s %-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", barWidth+14, "PRIMARY ROWS", "SECONDARY")
+		for _, b := range st.Backends {
+			fmt.Fprintf(w, "  %-*s %-8s %-9s %s %s %6d %s\n", iw, b.IP, b.State, health(b.Healthy),
+				bar(float64(b.PrimaryRows)/float64(max)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
+		}
+		for _, warn := range table.TableWarnings(t) {
+			fmt.Fprintf(w, "  ! %s\n", warn)
+		}
+	}
+	if lookups {
+		fmt.Fprintln(w)
+		for _, l := range doc.Lookups {
+			fmt.Fprintf(w, "lookup %s in %s: row %#04x, primary %s, secondary %s\n", l.Client, l.Table, l.Row, l.Primary, l.Secondary)
+		}
+	}
+}
+
+func backendSummary(bs []table.Backend) string {
+	counts := map[string]int{}
+	var order []string
+	unhealthy := 0
+	for _, b := range bs {
+		s := b.State.String()
+		if counts[s] == 0 {
+			order = append(order, s)
+		}
+		counts[s]++
+		if !b.Healthy {
+			unhealthy++
+		}
+	}
+	parts := make([]string, len(order))
+	for i, s := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[s], s)
+	}
+	h := "all healthy"
+	if unhealthy > 0 {
+		h = fmt.Sprintf("%d unhealthy", unhealthy)
+	}
+	return fmt.Sprintf("%d (%s), %s", len(bs), strings.Join(parts, ", "), h)
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// ipWidth is the width of the widest backend address, for aligned columns.
+func ipWidth(bs []table.Backend) int {
+	w := len("BACKEND")
+	for _, b := range bs {
+		w = maxInt(w, len(b.IP.String()))
+	}
+	return w
+}

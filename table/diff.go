@@ -1,0 +1,339 @@
+package table
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Diff is what changes between two sets of tables: the review an operator
+// reads before applying. Its JSON form is a documented, stable interface
+// (see README, "diff --json").
+type Diff struct {
+	Version int         `json:"version"` // of this document's schema
+	Changed bool        `json:"changed"`
+	Tables  []TableDiff `json:"tables"`
+}
+
+// DiffVersion is the schema version of Diff's JSON form.
+const DiffVersion = 1
+
+// TableDiff compares one table.
+type TableDiff struct {
+	Name   string `json:"name"` // the table's name, or "tables[i]"
+	Status string `json:"status"`
+	// OldIndex and NewIndex are positions in each side's table list, -1
+	// where the table is absent.
+	OldIndex       int             `json:"old_index"`
+	NewIndex       int             `json:"new_index"`
+	OldFingerprint string          `json:"old_fingerprint,omitempty"`
+	NewFingerprint string          `json:"new_fingerprint,omitempty"`
+	HashKeyChanged bool            `json:"hash_key_changed"`
+	BindsAdded     []string        `json:"binds_added"`
+	BindsRemoved   []string        `json:"binds_removed"`
+	Backends       []BackendChange `json:"backends"`
+	Rows           RowChanges      `json:"rows"`
+	Warnings       []string        `json:"warnings"`
+}
+
+// Table statuses.
+const (
+	StatusAdded     = "added"
+	StatusRemoved   = "removed"
+	StatusChanged   = "changed"
+	StatusUnchanged = "unchanged"
+)
+
+// RowChanges counts how rows moved.
+type RowChanges struct {
+	Total            int `json:"total"`
+	PrimaryChanged   int `json:"primary_changed"`
+	SecondaryChanged int `json:"secondary_changed"`
+	// Swapped rows exchanged primary and secondary.
+	Swapped int `json:"swapped"`
+	// AtRisk rows have an old primary that is in neither new hop: their
+	// established connections break even with second chance.
+	AtRisk int `json:"at_risk"`
+	// MinimalPrimaryMoves is the fewest primary changes that reach the new
+	// per-backend primary counts: the sum of every backend's gain.
+	MinimalPrimaryMoves int  `json:"minimal_primary_moves"`
+	Minimal             bool `json:"minimal"`
+	// NoGoodRows have no active-or-filling healthy backend in the new table.
+	NoGoodRows int `json:"no_good_rows"`
+}
+
+// BackendChange is one backend's membership, state and share across the
+// change.
+type BackendChange struct {
+	IP     string `json:"ip"`
+	Change string `json:"change"` // added, removed, changed, unchanged
+	// Old and New are nil where the backend is absent.
+	Old *BackendSide `json:"old"`
+	New *BackendSide `json:"new"`
+}
+
+// BackendSide is a backend as one side of a diff has it.
+type BackendSide struct {
+	State         string `json:"state"`
+	Healthy       bool   `json:"healthy"`
+	PrimaryRows   int    `json:"primary_rows"`
+	SecondaryRows int    `json:"secondary_rows"`
+}
+
+// Backend change kinds.
+const (
+	ChangeAdded     = "added"
+	ChangeRemoved   = "removed"
+	ChangeChanged   = "changed"
+	ChangeUnchanged = "unchanged"
+)
+
+// Compare diffs two sets of tables. Tables pair up by name when every table
+// on both sides has one, otherwise by position (GLB binaries carry no
+// names).
+func Compare(old, new []*Table) *Diff {
+	d := &Diff{Version: DiffVersion}
+	byName := allNamed(old) && allNamed(new)
+	used := make([]bool, len(new))
+	for i, o := range old {
+		j := -1
+		if byName {
+			for k, n := range new {
+				if n.Name == o.Name {
+					j = k
+				}
+			}
+		} else if i < len(new) {
+			j = i
+		}
+		var n *Table
+		if j >= 0 {
+			used[j] = true
+			n = new[j]
+		}
+		d.Tables = append(d.Tables, compareTable(label(o, n, i, j, byName), i, j, o, n))
+	}
+	for j, n := range new {
+		if !used[j] {
+			d.Tables = append(d.Tables, compareTable(label(nil, n, -1, j, byName), -1, j, nil, n))
+		}
+	}
+	for _, td := range d.Tables {
+		if td.Status != StatusUnchanged {
+			d.Changed = true
+		}
+	}
+	return d
+}
+
+func allNamed(ts []*Table) bool {
+	for _, t := range ts {
+		if t.Name == "" {
+			return false
+		}
+	}
+	return true
+}
+
+func label(o, n *Table, i, j int, byName bool) string {
+	switch {
+	case byName && o != nil:
+		return o.Name
+	case byName:
+		return n.Name
+	case n != nil && n.Name != "":
+		return n.Name
+	case o != nil && o.Name != "":
+		return o.Name
+	case i >= 0:
+		return fmt.Sprintf("tables[%d]", i)
+	}
+	return fmt.Sprintf("tables[%d]", j)
+}
+
+// counts returns each backend's primary and secondary row counts.
+func counts(t *Table) (prim, sec []int) {
+	prim = make([]int, len(t.Backends))
+	sec = make([]int, len(t.Backends))
+	for _, r := range t.Rows {
+		prim[r.Primary]++
+		sec[r.Secondary]++
+	}
+	return prim, sec
+}
+
+func sides(t *Table) map[netip.Addr]*BackendSide {
+	m := map[netip.Addr]*BackendSide{}
+	if t == nil {
+		return m
+	}
+	prim, sec := counts(t)
+	for i, b := range t.Backends {
+		m[b.IP] = &BackendSide{State: b.State.String(), Healthy: b.Healthy, PrimaryRows: prim[i], SecondaryRows: sec[i]}
+	}
+	return m
+}
+
+func compareTable(name string, i, j int, o, n *Table) TableDiff {
+	td := TableDiff{Name: name, OldIndex: i, NewIndex: j, BindsAdded: []string{}, BindsRemoved: []string{}, Warnings: []string{}}
+	td.Rows.Total = Rows
+	if o != nil {
+		td.OldFingerprint = Fingerprint(o)
+	}
+	if n != nil {
+		td.NewFingerprint = Fingerprint(n)
+	}
+
+	// Backends: the new table's order, then those only the old one had.
+	os, ns := sides(o), sides(n)
+	var order []Backend
+	if n != nil {
+		order = append(order, n.Backends...)
+	}
+	if o != nil {
+		for _, b := range o.Backends {
+			if ns[b.IP] == nil {
+				order = append(order, b)
+			}
+		}
+	}
+	for _, b := range order {
+		bc := BackendChange{IP: b.IP.String(), Old: os[b.IP], New: ns[b.IP]}
+		switch {
+		case bc.Old == nil:
+			bc.Change = ChangeAdded
+		case bc.New == nil:
+			bc.Change = ChangeRemoved
+		case !sameSide(o, n, b.IP):
+			bc.Change = ChangeChanged
+		default:
+			bc.Change = ChangeUnchanged
+		}
+		td.Backends = append(td.Backends, bc)
+	}
+
+	switch {
+	case o == nil:
+		td.Status = StatusAdded
+	case n == nil:
+		td.Status = StatusRemoved
+		td.Warnings = append(td.Warnings, "table removed: every flow to its binds stops being steered")
+	}
+	if o != nil && n != nil {
+		compareRows(&td, o, n)
+		td.HashKeyChanged = o.HashKey != n.HashKey
+		ob, nb := bindSet(o), bindSet(n)
+		for _, b := range n.Binds {
+			if !ob[b] {
+				td.BindsAdded = append(td.BindsAdded, b.String())
+			}
+		}
+		for _, b := range o.Binds {
+			if !nb[b] {
+				td.BindsRemoved = append(td.BindsRemoved, b.String())
+			}
+		}
+		td.Status = StatusUnchanged
+		changedBackends := false
+		for _, bc := range td.Backends {
+			if bc.Change != ChangeUnchanged {
+				changedBackends = true
+			}
+		}
+		if td.OldFingerprint != td.NewFingerprint || td.HashKeyChanged || changedBackends ||
+			len(td.BindsAdded)+len(td.BindsRemoved) > 0 {
+			td.Status = StatusChanged
+		}
+		if td.HashKeyChanged {
+			td.Warnings = append(td.Warnings, "hash_key changed: every flow hashes to a new row, so established connections can break")
+		}
+		if len(td.BindsRemoved) > 0 {
+			td.Warnings = append(td.Warnings, fmt.Sprintf("%d binds removed: traffic to them stops being steered", len(td.BindsRemoved)))
+		}
+		if td.Rows.AtRisk > 0 {
+			td.Warnings = append(td.Warnings, fmt.Sprintf("%d rows at risk: their old primary is in neither new hop, so their connections break even with second chance", td.Rows.AtRisk))
+		}
+	}
+	if n != nil {
+		td.Warnings = append(td.Warnings, TableWarnings(n)...)
+	}
+	return td
+}
+
+// TableWarnings are the safety warnings about a table on its own.
+func TableWarnings(t *Table) []string {
+	var w []string
+	var bad []string
+	for _, b := range t.Backends {
+		if b.State != StateActive || !b.Healthy {
+			if b.State == StateInactive {
+				continue
+			}
+			bad = append(bad, b.IP.String())
+		}
+	}
+	if len(bad) > 1 {
+		w = append(w, fmt.Sprintf("%d backends are not active and healthy (%v); GLB's safety rule allows at most one at a time", len(bad), bad))
+	}
+	if t.NoGoodRows > 0 {
+		w = append(w, fmt.Sprintf("%d rows have no active or filling healthy backend: they keep their two best-ranked backends, which may be down", t.NoGoodRows))
+	}
+	return w
+}
+
+func sameSide(o, n *Table, ip netip.Addr) bool {
+	var a, b Backend
+	for _, x := range o.Backends {
+		if x.IP == ip {
+			a = x
+		}
+	}
+	for _, x := range n.Backends {
+		if x.IP == ip {
+			b = x
+		}
+	}
+	return a.State.SameAs(b.State) && a.Healthy == b.Healthy
+}
+
+func bindSet(t *Table) map[Bind]bool {
+	m := map[Bind]bool{}
+	for _, b := range t.Binds {
+		m[b] = true
+	}
+	return m
+}
+
+func compareRows(td *TableDiff, o, n *Table) {
+	rc := &td.Rows
+	rc.NoGoodRows = n.NoGoodRows
+	for r := range n.Rows {
+		op, osec := o.Backends[o.Rows[r].Primary].IP, o.Backends[o.Rows[r].Secondary].IP
+		np, nsec := n.Backends[n.Rows[r].Primary].IP, n.Backends[n.Rows[r].Secondary].IP
+		if op != np {
+			rc.PrimaryChanged++
+		}
+		if osec != nsec {
+			rc.SecondaryChanged++
+		}
+		if op != np && op == nsec && osec == np {
+			rc.Swapped++
+		}
+		if op != np && op != nsec {
+			rc.AtRisk++
+		}
+	}
+	oldPrim := map[netip.Addr]int{}
+	for _, bc := range td.Backends {
+		if bc.Old != nil {
+			oldPrim[netip.MustParseAddr(bc.IP)] = bc.Old.PrimaryRows
+		}
+	}
+	for _, bc := range td.Backends {
+		if bc.New != nil {
+			if gain := bc.New.PrimaryRows - oldPrim[netip.MustParseAddr(bc.IP)]; gain > 0 {
+				rc.MinimalPrimaryMoves += gain
+			}
+		}
+	}
+	rc.Minimal = rc.PrimaryChanged == rc.MinimalPrimaryMoves
+}
