@@ -1,0 +1,234 @@
+package table
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const (
+	testKey  = "12345678901234561234567890123456"
+	testSeed = "34567890123456783456789012345678"
+)
+
+func TestParseExampleConfigs(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/configs/*.json")
+	if len(files) < 5 {
+		t.Fatalf("found %d example configs", len(files))
+	}
+	for _, f := range files {
+		if _, err := LoadConfig(f); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}
+
+func TestParseConfigValues(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"tables": [{"name": "api", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80},
+	            {"ip": "10.10.20.0/24", "proto": "udp", "port_start": 1000, "port_end": 2000},
+	            {"ip": "fdb4:98ce:52d4::42", "proto": "tcp", "port": 443}],
+	  "backends": [{"ip": "192.168.50.10", "state": "active", "healthy": true,
+	                "healthchecks": {"http": 80, "gue": 19523}},
+	               {"ip": "fd00::1", "state": "filling", "healthy": false}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := c.Tables[0]
+	if tc.Name != "api" || len(tc.Binds) != 3 || len(tc.Backends) != 2 {
+		t.Fatalf("parsed %+v", tc)
+	}
+	if b := tc.Binds[1]; b.Prefix.String() != "10.10.20.0/24" || b.Proto != ProtoUDP || b.PortStart != 1000 || b.PortEnd != 2000 {
+		t.Errorf("bind 1 = %+v", b)
+	}
+	if b := tc.Binds[2]; b.Prefix.Bits() != 128 || !b.Prefix.Addr().Is6() || b.PortStart != 443 || b.PortEnd != 443 {
+		t.Errorf("bind 2 = %+v", b)
+	}
+	if b := tc.Backends[1]; b.State != StateFilling || b.Healthy || b.IP.String() != "fd00::1" {
+		t.Errorf("backend 1 = %+v", b)
+	}
+	if h := tc.Backends[0].Healthchecks; h == nil || *h.HTTP != 80 || *h.GUE != 19523 {
+		t.Errorf("healthchecks = %+v", h)
+	}
+	if tc.HashKey[0] != 0x12 || tc.Seed[15] != 0x78 {
+		t.Errorf("keys not decoded")
+	}
+}
+
+// table wraps fragments into a one-table config for error tests.
+func cfg(table string) string { return `{"tables": [` + table + `]}` }
+
+func tbl(extra string) string {
+	return `{"hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}]` + extra + `}`
+}
+
+func goodBackends() string {
+	return `, "backends": [{"ip": "10.1.0.1", "state": "active", "healthy": true}]`
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	backends := func(bs ...string) string { return `, "backends": [` + strings.Join(bs, ",") + `]` }
+	for _, c := range []struct {
+		name, in string
+		want     []string // each must appear in the error
+	}{
+		{"not json", `{"tables": [`, []string{"invalid JSON: line 1"}},
+		{"trailing", `{"tables": []} x`, []string{"invalid JSON"}},
+		{"no tables", `{}`, []string{"tables: missing"}},
+		{"empty tables", `{"tables": []}`, []string{"tables: empty"}},
+		{"unknown top", `{"tables": [], "tabels": 1}`, []string{"tabels: unknown field"}},
+		{"table not object", `{"tables": [3]}`, []string{"tables[0]: 3 is not an object"}},
+		{"unknown table field", cfg(tbl(goodBackends() + `, "hash_fields": 1`)), []string{"tables[0].hash_fields: unknown field"}},
+		{"duplicate key", cfg(tbl(goodBackends() + `, "seed": "` + testSeed + `"`)), []string{"tables[0].seed: appears more than once"}},
+		{"bad backend ip", cfg(tbl(backends(`{"ip": "10.0.0.300", "state": "active", "healthy": true}`))),
+			[]string{`tables[0].backends[0].ip: "10.0.0.300" is not an IP address`}},
+		{"zone", cfg(tbl(backends(`{"ip": "fe80::1%eth0", "state": "active", "healthy": true}`))),
+			[]string{`tables[0].backends[0].ip: "fe80::1%eth0" is not an IP address`}},
+		{"missing healthy", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active"}`))),
+			[]string{"tables[0].backends[0].healthy: missing"}},
+		{"healthy string", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": "true"}`))),
+			[]string{`tables[0].backends[0].healthy: "true" is not true or false`}},
+		{"bad state", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "up", "healthy": true}`))),
+			[]string{`tables[0].backends[0].state: "up" is not a state`}},
+		{"duplicate backend", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true}`,
+			`{"ip": "10.1.0.2", "state": "active", "healthy": true}`, `{"ip": "10.1.0.1", "state": "draining", "healthy": true}`))),
+			[]string{`tables[0].backends[2].ip: "10.1.0.1" is also tables[0].backends[0]`}},
+		{"no backends", cfg(tbl(`, "backends": []`)), []string{"tables[0].backends: empty"}},
+		{"all inactive", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "inactive", "healthy": true}`))),
+			[]string{"tables[0].backends: every backend is inactive"}},
+		{"unknown backend field", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true, "weight": 3}`))),
+			[]string{"tables[0].backends[0].weight: unknown field"}},
+		{"bad healthcheck", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true, "healthchecks": {"http": 70000}}`))),
+			[]string{"tables[0].backends[0].healthchecks.http: 70000 is not a port"}},
+		{"short key", cfg(`{"hash_key": "1234", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}]` + goodBackends() + `}`),
+			[]string{"tables[0].hash_key: must be exactly 32 hex digits, got 4 characters"}},
+		{"non-hex seed", cfg(`{"hash_key": "` + testKey + `", "seed": "zz567890123456783456789012345678", "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}]` + goodBackends() + `}`),
+			[]string{"tables[0].seed: must be exactly 32 hex digits, found a non-hex character"}},
+		{"no binds", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": []` + goodBackends() + `}`),
+			[]string{"tables[0].binds: empty"}},
+		{"bad proto", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "sctp", "port": 80}]` + goodBackends() + `}`),
+			[]string{`tables[0].binds[0].proto: "sctp" is not a protocol`}},
+		{"port range", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 65536}]` + goodBackends() + `}`),
+			[]string{"tables[0].binds[0].port: 65536 is not a port"}},
+		{"port fraction", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80.5}]` + goodBackends() + `}`),
+			[]string{"tables[0].binds[0].port: 80.5 is not a port"}},
+		{"start after end", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port_start": 90, "port_end": 80}]` + goodBackends() + `}`),
+			[]string{"tables[0].binds[0]: port_start 90 is greater than port_end 80"}},
+		{"half range", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port_start": 90}]` + goodBackends() + `}`),
+			[]string{"tables[0].binds[0].port_end: missing"}},
+		{"no port", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "tcp"}]` + goodBackends() + `}`),
+			[]string{"tables[0].binds[0]: needs port"}},
+		{"long prefix", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.0/33", "proto": "tcp", "port": 80}]` + goodBackends() + `}`),
+			[]string{`tables[0].binds[0].ip: "10.0.0.0/33" has prefix length 33, longer than the 32 bits`}},
+		{"long v6 prefix", cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "fd00::/129", "proto": "tcp", "port": 80}]` + goodBackends() + `}`),
+			[]string{"has prefix length 129"}},
+		{"duplicate names", `{"tables": [` + strings.Replace(tbl(goodBackends()), "{", `{"name": "a",`, 1) + `,` +
+			strings.Replace(tbl(goodBackends()), "{", `{"name": "a",`, 1) + `]}`,
+			[]string{`tables[1].name: "a" is already the name of tables[0]`}},
+		{"bad name", cfg(strings.Replace(tbl(goodBackends()), "{", `{"name": "a b",`, 1)), []string{`tables[0].name: "a b" is not a valid name`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(c.in))
+			if err == nil {
+				t.Fatalf("accepted %s", c.in)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), testKey) || strings.Contains(err.Error(), testSeed) || strings.Contains(err.Error(), "zz5678") {
+				t.Errorf("error leaks a secret: %q", err)
+			}
+		})
+	}
+}
+
+func TestParseConfigReportsEveryProblem(t *testing.T) {
+	in := cfg(`{"hash_key": "x", "seed": "y", "binds": [{"ip": "nope", "proto": "tcp", "port": 1}],
+	  "backends": [{"ip": "10.0.0.300", "state": "active", "healthy": true}, {"ip": "10.0.0.2", "state": "on", "healthy": true}]}`)
+	_, err := ParseConfig([]byte(in))
+	var list ErrorList
+	if !asErrorList(err, &list) || len(list) != 5 {
+		t.Fatalf("want 5 problems, got %v", err)
+	}
+}
+
+func asErrorList(err error, l *ErrorList) bool {
+	el, ok := err.(ErrorList)
+	*l = el
+	return ok
+}
+
+func TestLimits(t *testing.T) {
+	var bs []string
+	for i := 0; i < MaxBackends+1; i++ {
+		bs = append(bs, `{"ip": "10.2.`+strconv.Itoa(i/256)+`.`+strconv.Itoa(i%256)+`", "state": "active", "healthy": true}`)
+	}
+	_, err := ParseConfig([]byte(cfg(tbl(`, "backends": [` + strings.Join(bs, ",") + `]`))))
+	if err == nil || !strings.Contains(err.Error(), "257 backends, more than GLB's limit of 256") {
+		t.Fatalf("257 backends: %v", err)
+	}
+	if _, err := ParseConfig([]byte(cfg(tbl(`, "backends": [` + strings.Join(bs[:256], ",") + `]`)))); err != nil {
+		t.Fatalf("256 backends: %v", err)
+	}
+	var binds []string
+	for i := 0; i < MaxBinds+1; i++ {
+		binds = append(binds, `{"ip": "10.0.0.1", "proto": "tcp", "port": `+strconv.Itoa(i+1)+`}`)
+	}
+	in := cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [` + strings.Join(binds, ",") + `]` + goodBackends() + `}`)
+	if _, err := ParseConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), "257 binds") {
+		t.Fatalf("257 binds: %v", err)
+	}
+}
+
+func TestHostBitsWarn(t *testing.T) {
+	c, err := ParseConfig([]byte(cfg(strings.Replace(tbl(goodBackends()), "10.0.0.1", "10.0.0.1/24", 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "host bits") {
+		t.Fatalf("warnings = %v", c.Warnings)
+	}
+}
+
+func TestKeyNeverFormats(t *testing.T) {
+	k := Key{1, 2, 3}
+	for _, s := range []string{k.String(), k.GoString()} {
+		if s != "<redacted>" {
+			t.Fatalf("key formatted as %q", s)
+		}
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	files, _ := filepath.Glob("../testdata/configs/*.json")
+	for _, p := range files {
+		if data, err := os.ReadFile(p); err == nil && len(data) < 4096 {
+			f.Add(data)
+		}
+	}
+	f.Add([]byte(`{"tables": [{"binds": [{"ip": "::/0", "port_start": 0, "port_end": 65535}]}]}`))
+	f.Add([]byte(`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		// Whatever parses must build and serialise.
+		tabs, err := BuildAll(c)
+		if err != nil {
+			t.Fatalf("accepted config does not build: %v", err)
+		}
+		var sb strings.Builder
+		if err := WriteGLB(&sb, tabs); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package table
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func buildCfg(t *testing.T, tc *TableConfig) *Table {
+	t.Helper()
+	tab, err := Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tab
+}
+
+func primaryRows(t *Table, ip netip.Addr) int {
+	n := 0
+	for _, r := range t.Rows {
+		if t.Backends[r.Primary].IP == ip {
+			n++
+		}
+	}
+	return n
+}
+
+func TestDiffDrain(t *testing.T) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tc := c.Tables[1] // three backends, one unhealthy
+	tc.Backends[1].Healthy = true
+	old := buildCfg(t, &tc)
+	drained := tc
+	drained.Backends = slices.Clone(tc.Backends)
+	drained.Backends[0].State = StateDraining
+	new := buildCfg(t, &drained)
+
+	d := Compare([]*Table{old}, []*Table{new})
+	if !d.Changed || len(d.Tables) != 1 {
+		t.Fatalf("diff = %+v", d)
+	}
+	td := d.Tables[0]
+	moved := primaryRows(old, tc.Backends[0].IP)
+	if td.Rows.PrimaryChanged != moved || td.Rows.Swapped != moved || td.Rows.AtRisk != 0 {
+		t.Fatalf("drain of a backend with %d primary rows: %+v", moved, td.Rows)
+	}
+	if !td.Rows.Minimal || td.Rows.MinimalPrimaryMoves != moved {
+		t.Fatalf("drain is minimal by construction: %+v", td.Rows)
+	}
+	if td.Backends[0].Change != ChangeChanged || td.Backends[0].New.State != "draining" || td.Backends[0].New.PrimaryRows != 0 {
+		t.Fatalf("backend change = %+v %+v", td.Backends[0], td.Backends[0].New)
+	}
+}
+
+func TestDiffRemoveIsAtRisk(t *testing.T) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tc := c.Tables[0]
+	old := buildCfg(t, &tc)
+	rm := tc
+	rm.Backends = slices.Delete(slices.Clone(tc.Backends), 0, 1)
+	new := buildCfg(t, &rm)
+	td := Compare([]*Table{old}, []*Table{new}).Tables[0]
+	// Removing a backend outright: its rows' connections have nowhere to
+	// go, which is why one drains first.
+	if want := primaryRows(old, tc.Backends[0].IP); td.Rows.AtRisk != want {
+		t.Fatalf("at risk %d, want the removed backend's %d primary rows", td.Rows.AtRisk, want)
+	}
+	if td.Backends[len(td.Backends)-1].Change != ChangeRemoved {
+		t.Fatalf("removed backend not listed last: %+v", td.Backends)
+	}
+	if !hasWarning(td, "rows at risk") {
+		t.Fatalf("no at-risk warning: %v", td.Warnings)
+	}
+}
+
+func TestDiffAddIsMinimal(t *testing.T) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tc := c.Tables[1]
+	tc.Backends[1].Healthy = true
+	old := buildCfg(t, &tc)
+	add := tc
+	add.Backends = append(slices.Clone(tc.Backends), Backend{IP: netip.MustParseAddr("192.168.60.9"), State: StateActive, Healthy: true})
+	new := buildCfg(t, &add)
+	td := Compare([]*Table{old}, []*Table{new}).Tables[0]
+	gained := primaryRows(new, netip.MustParseAddr("192.168.60.9"))
+	if td.Rows.PrimaryChanged != gained || !td.Rows.Minimal {
+		t.Fatalf("add: %+v, new backend took %d rows", td.Rows, gained)
+	}
+	if td.Rows.AtRisk != 0 {
+		t.Fatalf("adding a backend keeps the old primary as secondary, so nothing is at risk: %+v", td.Rows)
+	}
+}
+
+func TestDiffWarnings(t *testing.T) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tc := c.Tables[0]
+	old := buildCfg(t, &tc)
+	bad := tc
+	bad.HashKey[0] ^= 1
+	bad.Binds = tc.Binds[1:]
+	bad.Backends = slices.Clone(tc.Backends)
+	bad.Backends[0].Healthy = false // now two bad backends with the draining one
+	new := buildCfg(t, &bad)
+	td := Compare([]*Table{old}, []*Table{new}).Tables[0]
+	for _, w := range []string{"hash_key changed", "binds removed", "not active and healthy"} {
+		if !hasWarning(td, w) {
+			t.Errorf("no %q warning in %v", w, td.Warnings)
+		}
+	}
+	if !td.HashKeyChanged || len(td.BindsRemoved) != 1 {
+		t.Errorf("diff = %+v", td)
+	}
+}
+
+func TestDiffPairsTables(t *testing.T) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tabs, _ := BuildAll(c)
+	for i, n := range []string{"a", "b", "c"} {
+		tabs[i].Name = n
+	}
+	// By name: reordering tables is no change, dropping one is a removal.
+	d := Compare(tabs, []*Table{tabs[2], tabs[0], tabs[1]})
+	if d.Changed {
+		t.Fatalf("reordered named tables reported as changed")
+	}
+	d = Compare(tabs, []*Table{tabs[0], tabs[2]})
+	if !d.Changed || d.Tables[1].Status != StatusRemoved || d.Tables[1].Name != "b" {
+		t.Fatalf("removal: %+v", d.Tables)
+	}
+	d = Compare(tabs[:1], tabs)
+	if d.Tables[1].Status != StatusAdded || d.Tables[2].Status != StatusAdded {
+		t.Fatalf("additions: %+v", d.Tables)
+	}
+}
+
+func hasWarning(td TableDiff, s string) bool {
+	return slices.ContainsFunc(td.Warnings, func(w string) bool { return strings.Contains(w, s) })
+}

@@ -1,0 +1,250 @@
+package table
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// The structs below transcribe GLB's packed C structs (cli/main.c);
+// binary.Write lays Go structs out without padding, so they give an
+// independent encoding of the format to compare WriteGLB against.
+type glbHeader struct {
+	Magic                                        [4]byte
+	Version, NumTables, Entries, MaxBe, MaxBinds uint32
+}
+
+type glbBackendEntry struct {
+	Family        uint32
+	IP            [16]byte
+	State, Health uint16
+}
+
+type glbBindEntry struct {
+	Family                   uint32
+	IP                       [16]byte
+	Bits, PortStart, PortEnd uint16
+	Proto, Reserved          uint8
+}
+
+type glbRowEntry struct{ Primary, Secondary uint32 }
+
+// glbEncode writes what GLB's build-config writes for a config, with rows
+// from glbRow (GLB's rule over the reference SipHash).
+func glbEncode(t *testing.T, c *Config) []byte {
+	var buf bytes.Buffer
+	le := binary.LittleEndian
+	w := func(v any) {
+		if err := binary.Write(&buf, le, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w(glbHeader{[4]byte{'G', 'L', 'B', 'D'}, 2, uint32(len(c.Tables)), 65536, 256, 256})
+	addr := func(a netip.Addr) (uint32, [16]byte) {
+		var ip [16]byte
+		if a.Is4() {
+			v := a.As4()
+			copy(ip[:], v[:])
+			return 1, ip
+		}
+		return 2, a.As16()
+	}
+	for _, tc := range c.Tables {
+		w(uint32(len(tc.Backends)))
+		bes := make([]glbBackendEntry, 256)
+		for i, b := range tc.Backends {
+			f, ip := addr(b.IP)
+			st := map[State]uint16{StateFilling: 0, StateActive: 1, StateDraining: 2, StateInactive: 2}[b.State]
+			var h uint16
+			if b.Healthy {
+				h = 1
+			}
+			bes[i] = glbBackendEntry{f, ip, st, h}
+		}
+		w(bes)
+		w(uint32(len(tc.Binds)))
+		bis := make([]glbBindEntry, 256)
+		for i, b := range tc.Binds {
+			f, ip := addr(b.Prefix.Addr())
+			bis[i] = glbBindEntry{f, ip, uint16(b.Prefix.Bits()), b.PortStart, b.PortEnd, uint8(b.Proto), 0}
+		}
+		w(bis)
+		w(tc.HashKey)
+		rows := make([]glbRowEntry, Rows)
+		for r := range rows {
+			row := glbRow(tc.Seed, uint32(r), tc.Backends)
+			rows[r] = glbRowEntry{row.Primary, row.Secondary}
+		}
+		w(rows)
+	}
+	return buf.Bytes()
+}
+
+// glbCompatConfig keeps GLB's invariant (at most one backend not active and
+// healthy) and uses every field shape: IPv4 and IPv6 backends and binds,
+// prefixes, port ranges, an inactive backend, several tables.
+const glbCompatConfig = `{"tables": [
+ {"hash_key": "12345678901234561234567890123456", "seed": "34567890123456783456789012345678",
+  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80},
+            {"ip": "10.10.20.0/24", "proto": "udp", "port_start": 1000, "port_end": 2000},
+            {"ip": "fdb4:98ce:52d4::42", "proto": "tcp", "port": 443},
+            {"ip": "fdb4:98ce:52d4::/48", "proto": "udp", "port": 53}],
+  "backends": [{"ip": "192.168.50.10", "state": "active", "healthy": true},
+               {"ip": "192.168.50.11", "state": "active", "healthy": true},
+               {"ip": "fd00::12", "state": "active", "healthy": true},
+               {"ip": "192.168.50.13", "state": "draining", "healthy": true},
+               {"ip": "192.168.50.14", "state": "active", "healthy": true}]},
+ {"hash_key": "abcdefabcdefabcdefabcdefabcdef01", "seed": "0f0e0d0c0b0a09080706050403020100",
+  "binds": [{"ip": "10.10.30.1", "proto": "tcp", "port": 22}],
+  "backends": [{"ip": "192.168.60.1", "state": "active", "healthy": true},
+               {"ip": "192.168.60.2", "state": "active", "healthy": false},
+               {"ip": "192.168.60.3", "state": "active", "healthy": true}]},
+ {"hash_key": "00000000000000000000000000000001", "seed": "ffffffffffffffffffffffffffffffff",
+  "binds": [{"ip": "10.10.40.1", "proto": "tcp", "port": 8080}],
+  "backends": [{"ip": "192.168.70.1", "state": "inactive", "healthy": true},
+               {"ip": "192.168.70.2", "state": "active", "healthy": true},
+               {"ip": "192.168.70.3", "state": "filling", "healthy": true}]}
+]}`
+
+func TestWriteGLBIsByteIdentical(t *testing.T) {
+	c, err := ParseConfig([]byte(glbCompatConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := WriteGLB(&got, tabs); err != nil {
+		t.Fatal(err)
+	}
+	want := glbEncode(t, c)
+	if len(got.Bytes()) != len(want) {
+		t.Fatalf("wrote %d bytes, GLB writes %d", got.Len(), len(want))
+	}
+	if i := firstDiff(got.Bytes(), want); i >= 0 {
+		t.Fatalf("first difference at byte %d: %x, GLB %x", i, got.Bytes()[i], want[i])
+	}
+
+	// And a golden digest, so a change to both encoders at once still shows.
+	sum := sha256.Sum256(got.Bytes())
+	golden := filepath.Join("..", "testdata", "golden", "glb-compat.bin.sha256")
+	if *update {
+		os.MkdirAll(filepath.Dir(golden), 0o755)
+		os.WriteFile(golden, []byte(hex.EncodeToString(sum[:])+"\n"), 0o644)
+	}
+	wantSum, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./table -run GLB -update)", err)
+	}
+	if strings.TrimSpace(string(wantSum)) != hex.EncodeToString(sum[:]) {
+		t.Fatalf("GLB binary digest %x, golden %s", sum, wantSum)
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if i >= len(b) || a[i] != b[i] {
+			return i
+		}
+	}
+	if len(b) > len(a) {
+		return len(a)
+	}
+	return -1
+}
+
+func TestReadGLBRoundTrip(t *testing.T) {
+	c, err := ParseConfig([]byte(glbCompatConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, _ := BuildAll(c)
+	path := filepath.Join(t.TempDir(), "table.bin")
+	if err := WriteGLBFile(path, tabs); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*")); len(left) > 0 {
+		t.Fatalf("temporary files left behind: %v", left)
+	}
+	src, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !src.Binary || len(src.Tables) != len(tabs) {
+		t.Fatalf("read back %d tables (binary %v)", len(src.Tables), src.Binary)
+	}
+	for i, got := range src.Tables {
+		want := tabs[i]
+		if Fingerprint(got) != Fingerprint(want) || got.HashKey != want.HashKey {
+			t.Errorf("table %d: fingerprint or key differs after round trip", i)
+		}
+		if len(got.Binds) != len(want.Binds) {
+			t.Fatalf("table %d: %d binds, want %d", i, len(got.Binds), len(want.Binds))
+		}
+		for j := range want.Binds {
+			if got.Binds[j] != want.Binds[j] {
+				t.Errorf("table %d bind %d: %v, want %v", i, j, got.Binds[j], want.Binds[j])
+			}
+		}
+		for j, b := range want.Backends {
+			g := got.Backends[j]
+			if g.IP != b.IP || g.Healthy != b.Healthy || !g.State.SameAs(b.State) {
+				t.Errorf("table %d backend %d: %+v, want %+v", i, j, g, b)
+			}
+		}
+		if d := Compare([]*Table{want}, []*Table{got}); d.Changed {
+			t.Errorf("table %d: diff against its own binary reports changes: %+v", i, d.Tables[0])
+		}
+	}
+}
+
+func TestReadGLBRejectsCorruption(t *testing.T) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tabs, _ := BuildAll(c)
+	var buf bytes.Buffer
+	WriteGLB(&buf, tabs[:1])
+	good := buf.Bytes()
+	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	rowOff := glbHeaderSize + 4 + MaxBackends*glbBackendSize + 4 + MaxBinds*glbBindSize + 16
+	for name, data := range map[string][]byte{
+		"empty":       {},
+		"magic":       mod(func(b []byte) []byte { b[0] = 'X'; return b }),
+		"version":     mod(func(b []byte) []byte { b[4] = 3; return b }),
+		"truncated":   good[:len(good)-1],
+		"extra":       append(append([]byte(nil), good...), 0),
+		"table count": mod(func(b []byte) []byte { b[8] = 2; return b }),
+		"row index":   mod(func(b []byte) []byte { b[rowOff] = 200; return b }),
+		"family":      mod(func(b []byte) []byte { b[glbHeaderSize+4] = 9; return b }),
+		"state":       mod(func(b []byte) []byte { b[glbHeaderSize+4+20] = 7; return b }),
+		"no backends": mod(func(b []byte) []byte { b[glbHeaderSize] = 0; return b }),
+	} {
+		if _, err := ReadGLB(data); err == nil {
+			t.Errorf("%s: corrupt table accepted", name)
+		}
+	}
+	if _, err := ReadGLB(good); err != nil {
+		t.Fatalf("good table rejected: %v", err)
+	}
+}
+
+func FuzzReadGLB(f *testing.F) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tabs, _ := BuildAll(c)
+	var buf bytes.Buffer
+	WriteGLB(&buf, tabs[1:2])
+	f.Add(buf.Bytes()[:4096])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ReadGLB(data) // must not panic
+	})
+}
