@@ -3,8 +3,10 @@ package table
 import (
 	"bytes"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -77,6 +79,10 @@ type Builder struct {
 	cfg      TableConfig // Backends is owned by the builder
 	k0, k1   uint64
 	words    []addrWords
+	flags    []uint8 // per backend: flagActive, flagGood
+	v4idx    []int32  // ranked IPv4 backends
+	v4w      []uint64 // their final SipHash words, padded to vectorWidth
+	v6idx    []int32  // ranked IPv6 backends
 	states   []sipState // per row: SipHash state after the row seed
 	ranks    []rank     // per row
 	workers  int
@@ -90,6 +96,22 @@ type rank struct {
 }
 
 const none = -1
+
+const (
+	flagActive = 1 << iota // not inactive: ranked
+	flagGood               // active or filling, and healthy: may be primary
+)
+
+func flagsOf(be Backend) uint8 {
+	var f uint8
+	if be.State != StateInactive {
+		f |= flagActive
+	}
+	if be.Good() {
+		f |= flagGood
+	}
+	return f
+}
 
 // NewBuilder builds a table from scratch.
 func NewBuilder(tc *TableConfig) (*Builder, error) {
@@ -105,13 +127,17 @@ func NewBuilder(tc *TableConfig) (*Builder, error) {
 	b.cfg.Backends = append([]Backend(nil), tc.Backends...)
 	b.k0, b.k1 = keyWords(tc.Seed)
 	b.words = make([]addrWords, len(b.cfg.Backends))
+	b.flags = make([]uint8, len(b.cfg.Backends))
 	for i, be := range b.cfg.Backends {
 		b.words[i] = wordsFor(AddrBytes(be.IP))
+		b.flags[i] = flagsOf(be)
 	}
+	b.reindex()
 	b.parallel(func(lo, hi int) {
+		out := b.scratch()
 		for r := lo; r < hi; r++ {
 			b.states[r] = rowState(b.k0, b.k1, uint32(r))
-			b.rankRow(r)
+			b.rankRow(r, out)
 		}
 	})
 	return b, nil
@@ -120,9 +146,6 @@ func NewBuilder(tc *TableConfig) (*Builder, error) {
 func checkBuildable(bs []Backend) error {
 	if len(bs) == 0 {
 		return fmt.Errorf("no backends")
-	}
-	if len(bs) > MaxBackends {
-		return fmt.Errorf("%d backends, more than the limit of %d", len(bs), MaxBackends)
 	}
 	for _, be := range bs {
 		if be.State != StateInactive {
@@ -162,17 +185,65 @@ func (b *Builder) before(si uint64, i int32, sj uint64, j int32) bool {
 	return bytes.Compare(AddrBytes(b.cfg.Backends[i].IP), AddrBytes(b.cfg.Backends[j].IP)) < 0
 }
 
-// rankRow recomputes row r's rank from every backend.
-func (b *Builder) rankRow(r int) {
-	rk := rank{i0: none, i1: none, ig: none}
-	st := b.states[r]
-	for i := range b.cfg.Backends {
-		be := &b.cfg.Backends[i]
-		if be.State == StateInactive {
+// vectorWidth is how many IPv4 scores the vector path computes per step;
+// the IPv4 word list is padded to a multiple of it.
+const vectorWidth = 16
+
+// reindex splits the backends into IPv4 and IPv6 lists for rankRow. Called
+// whenever the backend list changes.
+func (b *Builder) reindex() {
+	b.v4idx, b.v6idx, b.v4w = b.v4idx[:0], b.v6idx[:0], b.v4w[:0]
+	for i := range b.words {
+		if b.flags[i]&flagActive == 0 {
 			continue
 		}
-		s := b.words[i].score(st)
-		b.insert(&rk, s, int32(i), be.Good())
+		if b.words[i].v6 {
+			b.v6idx = append(b.v6idx, int32(i))
+		} else {
+			b.v4idx = append(b.v4idx, int32(i))
+			b.v4w = append(b.v4w, b.words[i].w1)
+		}
+	}
+	for len(b.v4w)%vectorWidth != 0 {
+		b.v4w = append(b.v4w, 0) // padding; its scores are ignored
+	}
+}
+
+// scratch is a per-worker buffer for rankRow.
+func (b *Builder) scratch() []uint64 { return make([]uint64, len(b.v4w)) }
+
+// rankRow recomputes row r's rank from every ranked backend. This loop is
+// the whole cost of a full build: IPv4 scores are computed in bulk (vector
+// instructions where the CPU has them, two interleaved hashes otherwise) and
+// the rank is only touched when a score is among the best so far.
+func (b *Builder) rankRow(r int, out []uint64) {
+	rk := rank{s0: ^uint64(0), s1: ^uint64(0), sg: ^uint64(0), i0: none, i1: none, ig: none}
+	st := b.states[r]
+	consider := func(s uint64, i int32) {
+		good := b.flags[i]&flagGood != 0
+		if s <= rk.s1 || (good && s <= rk.sg) {
+			b.insert(&rk, s, i, good)
+		}
+	}
+	w := b.v4w
+	if haveVectorScores {
+		vectorScores(&st, w, out)
+		for j, i := range b.v4idx {
+			consider(bits.ReverseBytes64(out[j]), i)
+		}
+	} else {
+		j := 0
+		for ; j+1 < len(b.v4idx); j += 2 {
+			sa, sb := score2v4(st, w[j], w[j+1])
+			consider(sa, b.v4idx[j])
+			consider(sb, b.v4idx[j+1])
+		}
+		if j < len(b.v4idx) {
+			consider(b.words[b.v4idx[j]].score(st), b.v4idx[j])
+		}
+	}
+	for _, i := range b.v6idx {
+		consider(b.words[i].score(st), i)
 	}
 	b.ranks[r] = rk
 }
@@ -265,9 +336,10 @@ func (b *Builder) admit(k int) {
 // costing n scores, so O(rows) in all.
 func (b *Builder) rerankWhere(pick func(*rank) bool) {
 	b.parallel(func(lo, hi int) {
+		out := b.scratch()
 		for r := lo; r < hi; r++ {
 			if pick(&b.ranks[r]) {
-				b.rankRow(r)
+				b.rankRow(r, out)
 			}
 		}
 	})
@@ -278,16 +350,15 @@ func (b *Builder) Insert(k int, be Backend) error {
 	if k < 0 || k > len(b.cfg.Backends) {
 		return fmt.Errorf("insert position %d out of range", k)
 	}
-	if len(b.cfg.Backends) >= MaxBackends {
-		return fmt.Errorf("already %d backends, the limit", MaxBackends)
-	}
 	for _, o := range b.cfg.Backends {
 		if o.IP.Unmap() == be.IP.Unmap() {
 			return fmt.Errorf("backend %s already present", be.IP)
 		}
 	}
 	b.cfg.Backends = append(b.cfg.Backends[:k], append([]Backend{be}, b.cfg.Backends[k:]...)...)
-	b.words = append(b.words[:k], append([]addrWords{wordsFor(AddrBytes(be.IP))}, b.words[k:]...)...)
+	b.words = slices.Insert(b.words, k, wordsFor(AddrBytes(be.IP)))
+	b.flags = slices.Insert(b.flags, k, flagsOf(be))
+	b.reindex()
 	b.shift(int32(k), 1)
 	b.admit(k)
 	return nil
@@ -304,7 +375,9 @@ func (b *Builder) Remove(k int) error {
 	}
 	wasActive := b.cfg.Backends[k].State != StateInactive
 	b.cfg.Backends = rest
-	b.words = append(b.words[:k], b.words[k+1:]...)
+	b.words = slices.Delete(b.words, k, k+1)
+	b.flags = slices.Delete(b.flags, k, k+1)
+	b.reindex()
 	kk := int32(k)
 	if wasActive {
 		// Mark the rows that ranked k with a sentinel before renumbering.
@@ -338,6 +411,8 @@ func (b *Builder) Set(k int, state State, healthy bool) error {
 		return err
 	}
 	b.cfg.Backends[k] = nb
+	b.flags[k] = flagsOf(nb)
+	b.reindex()
 	kk := int32(k)
 	switch {
 	case old.State == StateInactive && nb.State != StateInactive:

@@ -491,3 +491,50 @@ func TestBackendOrderDoesNotMatter(t *testing.T) {
 		}
 	}
 }
+
+func TestVectorScoresMatchReference(t *testing.T) {
+	if !haveVectorScores {
+		t.Log("no vector unit on this CPU: the portable path is the only one")
+		return
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	for i := 0; i < 200; i++ {
+		var seed Key
+		for j := range seed {
+			seed[j] = byte(rng.Uint32())
+		}
+		k0, k1 := keyWords(seed)
+		row := uint32(rng.IntN(Rows))
+		st := rowState(k0, k1, row)
+		addrs := make([]netip.Addr, vectorWidth*(1+rng.IntN(3)))
+		w := make([]uint64, len(addrs))
+		for j := range addrs {
+			addrs[j] = netip.AddrFrom4([4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+			w[j] = wordsFor(AddrBytes(addrs[j])).w1
+		}
+		out := make([]uint64, len(w))
+		vectorScores(&st, w, out)
+		for j, a := range addrs {
+			if got, want := bits.ReverseBytes64(out[j]), refScore(seed, row, a); got != want {
+				t.Fatalf("lane %d: %#x, reference %#x", j, got, want)
+			}
+		}
+	}
+}
+
+func TestPortableAndVectorBuildsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	saved := haveVectorScores
+	defer func() { haveVectorScores = saved }()
+	for i := 0; i < 6; i++ {
+		tc := randomTable(rng, 1+rng.IntN(70), rng.IntN(10))
+		haveVectorScores = false
+		portable, err := Build(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		haveVectorScores = saved
+		fast, _ := Build(tc)
+		sameTable(t, fmt.Sprintf("table %d", i), fast, portable)
+	}
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/director/director/table"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+const cfgDir = "../../testdata/configs/"
+
+// runCmd runs the CLI in-process.
+func runCmd(args ...string) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+// TestGolden checks every read command's output against testdata/golden.
+// Regenerate with: go test ./cmd/director -run Golden -update
+func TestGolden(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "small.bin")
+	if _, e, code := runCmd("build", cfgDir+"small.json", "-o", bin); code != 0 {
+		t.Fatalf("build: %s", e)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"show-small", []string{"show", cfgDir + "small.json"}, 0},
+		{"show-medium", []string{"show", cfgDir + "medium.json"}, 0},
+		{"show-ipv6", []string{"show", cfgDir + "ipv6.json"}, 0},
+		{"show-glb-example", []string{"show", cfgDir + "glb-example.json"}, 0},
+		{"show-two-bad", []string{"show", cfgDir + "small-two-bad.json"}, 0},
+		{"show-medium-json", []string{"show", "--json", cfgDir + "medium.json"}, 0},
+		{"show-binary", []string{"show", bin}, 0},
+		{"show-lookup", []string{"show", cfgDir + "glb-example.json", "--lookup", "203.0.113.9:40000", "--to", "10.10.20.7:1500", "--proto", "udp"}, 0},
+		{"show-lookup-all", []string{"show", cfgDir + "medium.json", "--lookup", "2001:db8::7"}, 0},
+		{"show-lookup-json", []string{"show", "--json", cfgDir + "small.json", "--lookup", "198.51.100.1"}, 0},
+		{"diff-same", []string{"diff", cfgDir + "small.json", cfgDir + "small.json"}, 0},
+		{"diff-binary-same", []string{"diff", bin, cfgDir + "small.json"}, 0},
+		{"diff-draining", []string{"diff", cfgDir + "small.json", cfgDir + "small-draining.json"}, 2},
+		{"diff-unhealthy", []string{"diff", cfgDir + "small.json", cfgDir + "small-unhealthy.json"}, 2},
+		{"diff-added", []string{"diff", cfgDir + "small.json", cfgDir + "small-added.json"}, 2},
+		{"diff-removed", []string{"diff", bin, cfgDir + "small-removed.json"}, 2},
+		{"diff-two-bad", []string{"diff", cfgDir + "small-draining.json", cfgDir + "small-two-bad.json"}, 2},
+		{"diff-draining-json", []string{"diff", "--json", cfgDir + "small.json", cfgDir + "small-draining.json"}, 2},
+		{"diff-tables", []string{"diff", cfgDir + "medium.json", cfgDir + "small.json"}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, errOut, code := runCmd(c.args...)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, c.code, errOut)
+			}
+			got := out
+			if errOut != "" {
+				got += "--- stderr\n" + errOut
+			}
+			golden := filepath.Join("..", "..", "testdata", "golden", c.name+".txt")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, got)
+			}
+			if strings.Contains(c.name, "json") {
+				var v map[string]any
+				if err := json.Unmarshal([]byte(out), &v); err != nil {
+					t.Errorf("not JSON: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"tables": [{"hash_key": "12345678901234561234567890123456", "seed": "34567890123456783456789012345678",
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}],
+	  "backends": [{"ip": "10.0.0.2", "state": "active", "healthy": true},
+	               {"ip": "10.0.0.3", "state": "active", "healthy": true},
+	               {"ip": "10.0.0.4", "state": "active", "healthy": true},
+	               {"ip": "10.0.0.300", "state": "active", "healthy": true}]}]}`), 0o644)
+	out := filepath.Join(dir, "out.bin")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"show", bad}, `tables[0].backends[3].ip: "10.0.0.300" is not an IP address`},
+		{[]string{"build", bad, "-o", out}, `tables[0].backends[3].ip: "10.0.0.300" is not an IP address`},
+		{[]string{"diff", cfgDir + "small.json", bad}, `backends[3].ip`},
+		{[]string{"show", filepath.Join(dir, "missing.json")}, "no such file"},
+		{[]string{"build", cfgDir + "small.json"}, "-o FILE is required"},
+		{[]string{"build", cfgDir + "small.json", "-o", out, "--format", "xml"}, `--format "xml" unknown`},
+		{[]string{"show"}, "wrong number of arguments"},
+		{[]string{"show", cfgDir + "small.json", "--lookup", "nope"}, `"nope" is not an address`},
+		{[]string{"show", cfgDir + "small.json", "--lookup", "1.2.3.4", "--to", "9.9.9.9:1"}, "no table has a tcp bind matching 9.9.9.9:1"},
+		{[]string{"show", cfgDir + "small.json", "--bogus"}, "flag provided but not defined"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		stdout, stderr, code := runCmd(c.args...)
+		if code != 1 {
+			t.Errorf("%v: exit %d, want 1", c.args, code)
+		}
+		if !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: stderr %q does not contain %q", c.args, stderr, c.want)
+		}
+		if !strings.Contains(stderr, "director: ") {
+			t.Errorf("%v: stderr %q lacks the director: prefix", c.args, stderr)
+		}
+		if c.args[0] != "show" && stdout != "" && c.args[0] != "build" {
+			t.Errorf("%v: printed to stdout on error: %q", c.args, stdout)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("a failed build left %s behind", out)
+	}
+}
+
+func TestBuildWritesGLB(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.bin")
+	stdout, stderr, code := runCmd("build", cfgDir+"medium.json", "-o", out, "--format", "glb")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	src, err := table.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := table.Load(cfgDir + "medium.json")
+	if len(src.Tables) != 3 {
+		t.Fatalf("%d tables", len(src.Tables))
+	}
+	for i := range src.Tables {
+		fp := table.Fingerprint(src.Tables[i])
+		if fp != table.Fingerprint(cfg.Tables[i]) {
+			t.Errorf("table %d fingerprint differs between config and binary", i)
+		}
+		if !strings.Contains(stdout, table.ShortFingerprint(fp)) {
+			t.Errorf("build output lacks fingerprint %s:\n%s", table.ShortFingerprint(fp), stdout)
+		}
+	}
+	// build refuses a binary as input.
+	if _, stderr, code := runCmd("build", out, "-o", out+"2"); code != 1 || !strings.Contains(stderr, "already a GLB binary") {
+		t.Errorf("build of a binary: exit %d, %s", code, stderr)
+	}
+}
+
+func TestSecretsNeverPrinted(t *testing.T) {
+	data, _ := os.ReadFile(cfgDir + "medium.json")
+	var cfg struct {
+		Tables []struct {
+			HashKey string `json:"hash_key"`
+			Seed    string `json:"seed"`
+		} `json:"tables"`
+	}
+	json.Unmarshal(data, &cfg)
+	bin := filepath.Join(t.TempDir(), "m.bin")
+	runs := [][]string{
+		{"show", cfgDir + "medium.json"}, {"show", "--json", cfgDir + "medium.json"},
+		{"show", cfgDir + "medium.json", "--lookup", "10.0.0.1"},
+		{"diff", cfgDir + "medium.json", cfgDir + "small.json"}, {"diff", "--json", cfgDir + "medium.json", cfgDir + "small.json"},
+		{"build", cfgDir + "medium.json", "-o", bin}, {"show", bin},
+	}
+	for _, args := range runs {
+		out, errOut, _ := runCmd(args...)
+		for _, tc := range cfg.Tables {
+			for _, secret := range []string{tc.HashKey, tc.Seed} {
+				if strings.Contains(strings.ToLower(out+errOut), secret) {
+					t.Errorf("%v printed a secret", args)
+				}
+			}
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	out, _, code := runCmd("help")
+	if code != 0 {
+		t.Fatal(code)
+	}
+	for name := range commands {
+		if !strings.Contains(out, name) {
+			t.Errorf("help does not list %s", name)
+		}
+		o, _, code := runCmd("help", name)
+		if code != 0 || !strings.Contains(o, "usage: director "+name) {
+			t.Errorf("help %s: exit %d, %q", name, code, o)
+		}
+	}
+	if out, _, code := runCmd("version"); code != 0 || !strings.HasPrefix(out, "director ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
