@@ -76,17 +76,16 @@ func BuildAll(c *Config) ([]*Table, error) {
 // backend that is not active and healthy, this is exactly GLB's rule; with
 // more it avoids GLB's dead-primary bug (glb-director#77).
 type Builder struct {
-	cfg      TableConfig // Backends is owned by the builder
-	k0, k1   uint64
-	words    []addrWords
-	flags    []uint8 // per backend: flagActive, flagGood
-	v4idx    []int32  // ranked IPv4 backends
-	v4w      []uint64 // their final SipHash words, padded to vectorWidth
-	v6idx    []int32  // ranked IPv6 backends
-	states   []sipState // per row: SipHash state after the row seed
-	ranks    []rank     // per row
-	workers  int
-	scratchQ []int32
+	cfg     TableConfig // Backends is owned by the builder
+	k0, k1  uint64
+	words   []addrWords
+	flags   []uint8    // per backend: flagActive, flagGood
+	v4idx   []int32    // ranked IPv4 backends
+	v4w     []uint64   // their final SipHash words, padded to vectorWidth
+	v6idx   []int32    // ranked IPv6 backends
+	states  []sipState // per row: SipHash state after the row seed
+	ranks   []rank     // per row
+	workers int
 }
 
 // rank is the part of a row's ranking that decides its hops.
