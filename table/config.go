@@ -227,6 +227,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	p := &parser{}
 	c := p.config(root)
+	if len(p.errs) == 0 {
+		p.errs = append(p.errs, CheckBindOverlaps(c)...)
+	}
 	if len(p.errs) > 0 {
 		return nil, p.errs
 	}

@@ -1,0 +1,602 @@
+//go:build ignore
+
+/* director: GLB-compatible XDP load-balancer director.
+ *
+ * For each packet: parse Ethernet (one optional 802.1Q tag), IPv4 or IPv6,
+ * then TCP/UDP ports, or the flow quoted by an ICMP error, or an ICMP echo
+ * request. Look the destination up in the binds to find a table, hash the
+ * flow with the table's key, read one row, and encapsulate the packet in
+ * GUE with GLB's private hop list to the row's primary: XDP_TX. Anything
+ * else is passed to the stack untouched and counted by reason. */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "director.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Anchor the shared types so bpf2go can generate them. */
+const struct dir_config *unused_config __attribute__((unused));
+const struct dir_table *unused_table __attribute__((unused));
+const struct dir_bind_key *unused_bind_key __attribute__((unused));
+const struct dir_bind_val *unused_bind_val __attribute__((unused));
+const struct dir_counters *unused_counters __attribute__((unused));
+const struct dir_traffic *unused_traffic __attribute__((unused));
+const enum dir_counter *unused_counter __attribute__((unused));
+const enum dir_hash_field *unused_hash_field __attribute__((unused));
+const enum dir_family *unused_family __attribute__((unused));
+const enum dir_bind_kind *unused_bind_kind __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_config);
+} config SEC(".maps");
+
+struct bind_trie {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct dir_bind_key);
+	__type(value, struct dir_bind_val);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct bind_trie);
+} binds SEC(".maps");
+
+struct table_slot {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_table);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, DIR_MAX_TABLES);
+	__type(key, __u32);
+	__array(values, struct table_slot);
+} tables SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_counters);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DIR_MAX_TABLES);
+	__type(key, __u32);
+	__type(value, struct dir_traffic);
+} table_traffic SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DIR_MAX_TABLES * DIR_MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct dir_traffic);
+} backend_traffic SEC(".maps");
+
+#define ETH_P_8021Q_ 0x8100
+#define ETH_P_8021AD_ 0x88a8
+#define IPPROTO_ICMPV6_ 58
+#define ICMP_DEST_UNREACH_ 3
+#define ICMP_ECHO_ 8
+#define ICMPV6_PKT_TOOBIG_ 2
+#define ICMPV6_ECHO_REQUEST_ 128
+
+/* The flow a packet belongs to, seen from the client. */
+struct flow {
+	__u8 client[16];   /* source address of the client's packets */
+	__u8 vip[16];      /* destination: the bind address */
+	__be16 client_port;
+	__be16 vip_port;
+	__u8 proto;        /* bind protocol: TCP, UDP, or ICMP(v6) for echo */
+	__u8 family;
+};
+
+/* ---- SipHash-2-4 ---- */
+
+#define ROTL(x, b) (__u64)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                   \
+	do {                                                       \
+		v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32); \
+		v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;             \
+		v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;             \
+		v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32); \
+	} while (0)
+
+/* The message: at most source and destination IPv6 addresses and two
+ * ports, 36 bytes, zero-padded to whole words. */
+struct hashbuf {
+	__u64 w[5];
+};
+
+static __always_inline __u64 siphash(const __u8 key[16], const struct hashbuf *m, __u32 len)
+{
+	__u64 k0 = *(const __u64 *)key, k1 = *(const __u64 *)(key + 8);
+	__u64 v0 = k0 ^ 0x736f6d6570736575ULL;
+	__u64 v1 = k1 ^ 0x646f72616e646f6dULL;
+	__u64 v2 = k0 ^ 0x6c7967656e657261ULL;
+	__u64 v3 = k1 ^ 0x7465646279746573ULL;
+	__u64 last = (__u64)len << 56;
+
+#pragma unroll
+	for (int i = 0; i < 5; i++) {
+		__u64 w = m->w[i];
+		if ((__u32)(i * 8 + 8) > len) {
+			/* The final block: the tail bytes (the padding is zero)
+			 * and the length. */
+			w |= last;
+		}
+		v3 ^= w;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= w;
+		if ((__u32)(i * 8 + 8) > len)
+			break;
+	}
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* flow_hash is GLB's: SipHash over the enabled fields, concatenated in
+ * order: source address, destination address, source port, destination
+ * port, all in network byte order. */
+static __always_inline __u64 flow_hash(const __u8 key[16], const struct flow *f, __u8 fields)
+{
+	struct hashbuf m = {};
+	__u8 *b = (__u8 *)&m;
+	__u32 alen = f->family == DIR_FAMILY_IPV4 ? 4 : 16;
+	__u32 off = 0;
+
+	if (fields == DIR_HASH_SRC_ADDR) {
+		/* The default, on the fast path: no variable offsets. */
+		if (alen == 4) {
+			__builtin_memcpy(b, f->client, 4);
+			return siphash(key, &m, 4);
+		}
+		__builtin_memcpy(b, f->client, 16);
+		return siphash(key, &m, 16);
+	}
+	if (fields & DIR_HASH_SRC_ADDR) {
+		if (alen == 4)
+			__builtin_memcpy(b, f->client, 4);
+		else
+			__builtin_memcpy(b, f->client, 16);
+		off += alen;
+	}
+	if (fields & DIR_HASH_DST_ADDR) {
+		if (off > 16)
+			return 0;
+		if (alen == 4)
+			__builtin_memcpy(b + off, f->vip, 4);
+		else
+			__builtin_memcpy(b + off, f->vip, 16);
+		off += alen;
+	}
+	if (fields & DIR_HASH_SRC_PORT) {
+		if (off > 32)
+			return 0;
+		__builtin_memcpy(b + off, &f->client_port, 2);
+		off += 2;
+	}
+	if (fields & DIR_HASH_DST_PORT) {
+		if (off > 34)
+			return 0;
+		__builtin_memcpy(b + off, &f->vip_port, 2);
+		off += 2;
+	}
+	return siphash(key, &m, off);
+}
+
+/* ---- parsing ----
+ *
+ * Every read is checked against both the end of the IP packet (what the
+ * header says) and the end of the frame (what the verifier tracks). */
+#define OUTSIDE(p, n, ip_end, end) ((void *)(p) + (n) > (ip_end) || (void *)(p) + (n) > (end))
+
+static __always_inline int ports(void *p, void *ip_end, void *end, struct flow *f, int reversed)
+{
+	__be16 *pp = p;
+	if (OUTSIDE(pp, 4, ip_end, end))
+		return -1;
+	if (reversed) {
+		f->vip_port = pp[0];
+		f->client_port = pp[1];
+	} else {
+		f->client_port = pp[0];
+		f->vip_port = pp[1];
+	}
+	return 0;
+}
+
+/* parse_l4 fills f from a TCP or UDP header at l4, within the IP packet
+ * ending at ip_end. Returns 0 or a counter to pass with. */
+static __always_inline int parse_l4(__u8 proto, void *l4, void *ip_end, void *end, struct flow *f)
+{
+	if (proto == IPPROTO_TCP ? OUTSIDE(l4, 20, ip_end, end) : OUTSIDE(l4, 8, ip_end, end))
+		return DIR_C_PASS_MALFORMED;
+	f->proto = proto;
+	if (ports(l4, ip_end, end, f, 0))
+		return DIR_C_PASS_MALFORMED;
+	return 0;
+}
+
+static __always_inline int parse_ipv4(void *ip, void *end, struct flow *f, __u32 *ip_len, __u8 *icmp_echo)
+{
+	struct iphdr *iph = ip;
+	if ((void *)(iph + 1) > end)
+		return DIR_C_PASS_MALFORMED;
+	__u32 hl = iph->ihl * 4;
+	if (iph->version != 4 || hl < 20)
+		return DIR_C_PASS_MALFORMED;
+	__u32 tot = bpf_ntohs(iph->tot_len);
+	if (tot < hl || ip + tot > end)
+		return DIR_C_PASS_MALFORMED;
+	void *ip_end = ip + tot;
+	if (iph->frag_off & bpf_htons(0x3fff))
+		return DIR_C_PASS_FRAGMENT;
+	*ip_len = tot;
+	f->family = DIR_FAMILY_IPV4;
+	__builtin_memcpy(f->client, &iph->saddr, 4);
+	__builtin_memcpy(f->vip, &iph->daddr, 4);
+
+	void *l4 = ip + hl;
+	if (l4 > ip_end)
+		return DIR_C_PASS_MALFORMED;
+	if (iph->protocol == IPPROTO_TCP || iph->protocol == IPPROTO_UDP)
+		return parse_l4(iph->protocol, l4, ip_end, end, f);
+	if (iph->protocol != IPPROTO_ICMP)
+		return DIR_C_PASS_PROTO;
+
+	__u8 *icmp = l4;
+	if (OUTSIDE(icmp, 8, ip_end, end))
+		return DIR_C_PASS_MALFORMED;
+	if (icmp[0] == ICMP_ECHO_) {
+		f->proto = IPPROTO_ICMP;
+		*icmp_echo = 1;
+		return 0;
+	}
+	if (icmp[0] != ICMP_DEST_UNREACH_)
+		return DIR_C_PASS_PROTO;
+
+	/* The quoted packet went from the VIP to the client: steer by the
+	 * flow reversed. */
+	struct iphdr *q = (void *)(icmp + 8);
+	if (OUTSIDE(q, sizeof(*q), ip_end, end))
+		return DIR_C_PASS_MALFORMED;
+	__u32 qhl = q->ihl * 4;
+	if (q->version != 4 || qhl < 20)
+		return DIR_C_PASS_MALFORMED;
+	if (q->protocol != IPPROTO_TCP && q->protocol != IPPROTO_UDP)
+		return DIR_C_PASS_PROTO;
+	__builtin_memcpy(f->vip, &q->saddr, 4);
+	__builtin_memcpy(f->client, &q->daddr, 4);
+	f->proto = q->protocol;
+	if (ports((void *)q + qhl, ip_end, end, f, 1))
+		return DIR_C_PASS_MALFORMED;
+	return 0;
+}
+
+static __always_inline int ipv6_ext(__u8 nh)
+{
+	return nh == 0 || nh == 43 || nh == 60; /* hop-by-hop, routing, destination options */
+}
+
+static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32 *ip_len, __u8 *icmp_echo)
+{
+	struct ipv6hdr *ip6 = ip;
+	if ((void *)(ip6 + 1) > end)
+		return DIR_C_PASS_MALFORMED;
+	if (ip6->version != 6)
+		return DIR_C_PASS_MALFORMED;
+	__u32 tot = 40 + bpf_ntohs(ip6->payload_len);
+	if (ip + tot > end)
+		return DIR_C_PASS_MALFORMED;
+	void *ip_end = ip + tot;
+	*ip_len = tot;
+	f->family = DIR_FAMILY_IPV6;
+	__builtin_memcpy(f->client, &ip6->saddr, 16);
+	__builtin_memcpy(f->vip, &ip6->daddr, 16);
+
+	__u8 nh = ip6->nexthdr;
+	void *p = ip + 40;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (!ipv6_ext(nh))
+			break;
+		__u8 *h = p;
+		if (OUTSIDE(h, 2, ip_end, end))
+			return DIR_C_PASS_MALFORMED;
+		nh = h[0];
+		p += (h[1] + 1) * 8;
+	}
+	if (ipv6_ext(nh))
+		return DIR_C_PASS_IPV6_EXT;
+	if (nh == 44)
+		return DIR_C_PASS_FRAGMENT;
+	if (p > ip_end)
+		return DIR_C_PASS_MALFORMED;
+	if (nh == IPPROTO_TCP || nh == IPPROTO_UDP)
+		return parse_l4(nh, p, ip_end, end, f);
+	if (nh != IPPROTO_ICMPV6_)
+		return DIR_C_PASS_PROTO;
+
+	__u8 *icmp = p;
+	if (OUTSIDE(icmp, 8, ip_end, end))
+		return DIR_C_PASS_MALFORMED;
+	if (icmp[0] == ICMPV6_ECHO_REQUEST_) {
+		f->proto = IPPROTO_ICMPV6_;
+		*icmp_echo = 1;
+		return 0;
+	}
+	if (icmp[0] != ICMPV6_PKT_TOOBIG_)
+		return DIR_C_PASS_PROTO;
+	struct ipv6hdr *q = (void *)(icmp + 8);
+	if (OUTSIDE(q, sizeof(*q), ip_end, end))
+		return DIR_C_PASS_MALFORMED;
+	if (q->version != 6)
+		return DIR_C_PASS_MALFORMED;
+	if (q->nexthdr != IPPROTO_TCP && q->nexthdr != IPPROTO_UDP)
+		return DIR_C_PASS_PROTO;
+	__builtin_memcpy(f->vip, &q->saddr, 16);
+	__builtin_memcpy(f->client, &q->daddr, 16);
+	f->proto = q->nexthdr;
+	if (ports(q + 1, ip_end, end, f, 1))
+		return DIR_C_PASS_MALFORMED;
+	return 0;
+}
+
+/* lookup_bind returns the table slot for a flow, or -1. */
+static __always_inline int lookup_bind(const struct flow *f)
+{
+	__u32 zero = 0;
+	void *trie = bpf_map_lookup_elem(&binds, &zero);
+	if (!trie)
+		return -1;
+	struct dir_bind_key k = {};
+	k.prefixlen = 8 * (1 + sizeof(k.data));
+	k.kind = DIR_BIND_ADDR;
+	k.data[0] = f->proto;
+	k.data[1] = f->family;
+	__builtin_memcpy(&k.data[2], f->vip, 16);
+	struct dir_bind_val *g = bpf_map_lookup_elem(trie, &k);
+	if (!g)
+		return -1;
+	__be32 group = bpf_htonl(g->id);
+	__builtin_memset(&k.data, 0, sizeof(k.data));
+	k.kind = DIR_BIND_PORT;
+	__builtin_memcpy(&k.data[0], &group, 4);
+	__builtin_memcpy(&k.data[4], &f->vip_port, 2);
+	struct dir_bind_val *slot = bpf_map_lookup_elem(trie, &k);
+	if (!slot)
+		return -1;
+	return slot->id;
+}
+
+static __always_inline __u16 ipv4_csum(const void *hdr)
+{
+	const __u16 *p = hdr;
+	__u32 s = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		s += p[i];
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return ~s;
+}
+
+/* The encapsulation GLB's proxies expect, between the L2 header and the
+ * original IP packet. */
+struct encap {
+	struct iphdr ip;
+	__be16 sport, dport, len, check;  /* UDP */
+	__u8 gue_hlen;                    /* version 0, C 0, hlen in words */
+	__u8 gue_proto;
+	__be16 gue_flags;
+	__be16 private_type;
+	__u8 next_hop;
+	__u8 hop_count;
+	__be32 hops[DIR_MAX_HOPS - 1];    /* after the primary */
+} __attribute__((packed));
+
+static __always_inline void count(struct dir_counters *c, int i)
+{
+	if (i >= 0 && i < DIR_C_MAX)
+		c->c[i]++;
+}
+
+static __always_inline int pass(struct dir_counters *c, int reason)
+{
+	count(c, reason);
+	return XDP_PASS;
+}
+
+static __always_inline void traffic(void *map, __u32 key, __u64 bytes)
+{
+	struct dir_traffic *t = bpf_map_lookup_elem(map, &key);
+	if (t) {
+		t->packets++;
+		t->bytes += bytes;
+	}
+}
+
+/* encapsulate moves the L2 header of l2len bytes forward by the encap size
+ * and writes the GUE headers behind it. l2len is a constant at each call
+ * site so the copies are fixed-size. */
+static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
+				       __u32 l2len, __u32 ip_len, __u8 ip_family, __be32 hops[DIR_MAX_HOPS],
+				       __u32 nhops, __u16 sport)
+{
+	__u32 listed = nhops - 1;
+	__u32 esize = sizeof(struct encap) - 4 * (DIR_MAX_HOPS - 1 - listed);
+
+	if (bpf_xdp_adjust_head(ctx, -(int)esize))
+		return pass(c, DIR_C_ERR_ADJUST_HEAD);
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	/* Always true for a packet that parsed (it holds an IP header and at
+	 * least 8 more bytes); the check is for the verifier. */
+	if (data + l2len + sizeof(struct encap) > end) {
+		bpf_xdp_adjust_head(ctx, (int)esize);
+		return pass(c, DIR_C_ERR_BOUNDS);
+	}
+
+	/* Move the L2 header to the new front: it started esize bytes later,
+	 * and esize >= 40 > l2len, so the ranges do not overlap. New source
+	 * MAC: the frame's destination. New destination: the gateway. */
+	__u8 *eth = data;
+	__u8 *old = data + esize;
+	__builtin_memcpy(eth + 6, old, 6);
+	__builtin_memcpy(eth, cfg->gateway_mac, 6);
+	if (l2len == 18) {
+		__builtin_memcpy(eth + 12, old + 12, 4); /* the 802.1Q tag */
+		*(__be16 *)(eth + 16) = bpf_htons(ETH_P_IP);
+	} else {
+		*(__be16 *)(eth + 12) = bpf_htons(ETH_P_IP);
+	}
+
+	struct encap *e = data + l2len;
+	__u32 ipsz = esize + ip_len;
+	e->ip.version = 4;
+	e->ip.ihl = 5;
+	e->ip.tos = 0;
+	e->ip.tot_len = bpf_htons(ipsz);
+	e->ip.id = 0;
+	e->ip.frag_off = bpf_htons(0x4000);
+	e->ip.ttl = 64;
+	e->ip.protocol = IPPROTO_UDP;
+	e->ip.check = 0;
+	e->ip.saddr = cfg->src_ip;
+	e->ip.daddr = hops[0];
+	e->ip.check = ipv4_csum(&e->ip);
+	e->sport = bpf_htons(sport);
+	e->dport = bpf_htons(DIR_GUE_PORT);
+	e->len = bpf_htons(ipsz - sizeof(struct iphdr));
+	e->check = 0;
+	e->gue_hlen = 1 + listed;
+	e->gue_proto = ip_family == DIR_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
+	e->gue_flags = 0;
+	e->private_type = 0;
+	e->next_hop = 0;
+	e->hop_count = listed;
+	e->hops[0] = hops[1];
+	if (listed == 3) {
+		e->hops[1] = hops[2];
+		e->hops[2] = hops[3];
+	}
+	c->c[DIR_C_ENCAPSULATED]++;
+	c->c[DIR_C_ENCAP_BYTES] += l2len + ipsz;
+	return XDP_TX;
+}
+
+SEC("xdp")
+int director(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+
+	struct dir_counters *c = bpf_map_lookup_elem(&counters, &zero);
+	if (!c)
+		return XDP_PASS;
+	c->c[DIR_C_PROCESSED]++;
+
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return pass(c, DIR_C_PASS_MALFORMED);
+	__be16 proto = eth->h_proto;
+	__u32 l2len = sizeof(struct ethhdr);
+	if (proto == bpf_htons(ETH_P_8021Q_)) {
+		if (data + 18 > end)
+			return pass(c, DIR_C_PASS_MALFORMED);
+		proto = *(__be16 *)(data + 16);
+		l2len = 18;
+		if (proto == bpf_htons(ETH_P_8021Q_) || proto == bpf_htons(ETH_P_8021AD_))
+			return pass(c, DIR_C_PASS_VLAN);
+	} else if (proto == bpf_htons(ETH_P_8021AD_)) {
+		return pass(c, DIR_C_PASS_VLAN);
+	}
+
+	struct flow f = {};
+	__u32 ip_len = 0;
+	__u8 echo = 0;
+	int r;
+	if (proto == bpf_htons(ETH_P_IP))
+		r = parse_ipv4(data + l2len, end, &f, &ip_len, &echo);
+	else if (proto == bpf_htons(ETH_P_IPV6))
+		r = parse_ipv6(data + l2len, end, &f, &ip_len, &echo);
+	else
+		return pass(c, DIR_C_PASS_NOT_IP);
+	if (r)
+		return pass(c, r);
+
+	int slot = lookup_bind(&f);
+	if (slot < 0)
+		return pass(c, DIR_C_PASS_NO_BIND);
+
+	struct dir_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || !cfg->configured)
+		return pass(c, DIR_C_ERR_NO_CONFIG);
+	if (echo && !cfg->forward_icmp_echo)
+		return pass(c, DIR_C_PASS_ICMP_ECHO_OFF);
+
+	__u32 s = slot;
+	void *inner = bpf_map_lookup_elem(&tables, &s);
+	if (!inner)
+		return pass(c, DIR_C_ERR_NO_TABLE);
+	struct dir_table *t = bpf_map_lookup_elem(inner, &zero);
+	if (!t)
+		return pass(c, DIR_C_ERR_NO_TABLE);
+	c->c[DIR_C_MATCHED]++;
+
+	__be32 hops[DIR_MAX_HOPS] = {};
+	__u64 h = flow_hash(t->hash_key, &f, cfg->hash_fields);
+	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
+	hops[0] = row->hops[0];
+	hops[1] = row->hops[1];
+	__u32 primary = row->primary;
+	__u32 nhops = 2;
+	if (cfg->alt_hash_fields) {
+		__u64 h2 = flow_hash(t->hash_key, &f, cfg->alt_hash_fields);
+		struct dir_row *alt = &t->rows[h2 & DIR_ROW_MASK];
+		hops[2] = alt->hops[0];
+		hops[3] = alt->hops[1];
+		nhops = 4;
+	}
+
+	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
+	traffic(&table_traffic, stats, ip_len);
+	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
+
+	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);
+	if (l2len == 18)
+		return encapsulate(ctx, c, cfg, 18, ip_len, f.family, hops, nhops, sport);
+	return encapsulate(ctx, c, cfg, 14, ip_len, f.family, hops, nhops, sport);
+}
+
+/* An empty program that transmits every packet back: the baseline that
+ * benchmarks subtract. */
+SEC("xdp")
+int xdp_tx_baseline(struct xdp_md *ctx)
+{
+	return XDP_TX;
+}

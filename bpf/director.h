@@ -1,0 +1,142 @@
+/* Types shared by the XDP program and the Go control plane. This header is
+ * the single source of truth: bpf2go generates the Go types from it (-type),
+ * and tests check the sizes. Multi-byte fields marked __be are in network
+ * byte order; everything else is host order. */
+#ifndef DIRECTOR_H
+#define DIRECTOR_H
+
+#include <linux/types.h>
+
+#define DIR_ROWS         65536
+#define DIR_ROW_MASK     0xffff
+#define DIR_MAX_BACKENDS 256
+#define DIR_MAX_BINDS    256
+#define DIR_MAX_TABLES   64
+#define DIR_NAME_LEN     64
+#define DIR_GUE_PORT     19523
+#define DIR_MAX_HOPS     4
+
+/* hash_fields / alt_hash_fields bits: which packet fields feed the flow
+ * hash, concatenated in this order. */
+enum dir_hash_field {
+	DIR_HASH_SRC_ADDR = 1,
+	DIR_HASH_DST_ADDR = 2,
+	DIR_HASH_SRC_PORT = 4,
+	DIR_HASH_DST_PORT = 8,
+};
+
+/* The director's own settings: map "config", one entry. */
+struct dir_config {
+	__u8 gateway_mac[6];
+	__u8 hash_fields;      /* enum dir_hash_field bits; never 0 */
+	__u8 alt_hash_fields;  /* 0: no alternate hash */
+	__be32 src_ip;         /* outer IPv4 source */
+	__u8 forward_icmp_echo;
+	__u8 configured;       /* 0 until the control plane has written it */
+	__u8 pad[2];
+};
+
+/* Address families, as GLB numbers them. */
+enum dir_family {
+	DIR_FAMILY_IPV4 = 1,
+	DIR_FAMILY_IPV6 = 2,
+};
+
+struct dir_backend {
+	__u8 addr[16];   /* IPv4 in the first 4 bytes */
+	__u8 family;     /* enum dir_family */
+	__u8 state;      /* table.State */
+	__u8 healthy;
+	__u8 stat;       /* this backend's counter index in backend_traffic */
+};
+
+struct dir_bind {
+	__u8 addr[16];
+	__u8 family;
+	__u8 prefix_bits;
+	__u8 proto;
+	__u8 pad;
+	__u16 port_start;
+	__u16 port_end;
+};
+
+/* One row: both hops, ready to put on the wire, and their counter indices
+ * (dir_backend.stat), so per-backend counting needs no lookup by address. */
+struct dir_row {
+	__be32 hops[2];  /* primary, secondary */
+	__u16 primary;   /* counter index of hops[0] */
+	__u16 secondary; /* counter index of hops[1] */
+};
+
+/* A whole table is one map value, so a table is replaced by swapping one
+ * inner map: a packet sees the old table or the new one, never a mix. The
+ * backends and binds are kept so the control plane can read back exactly
+ * what the kernel holds. */
+struct dir_table {
+	__u8 hash_key[16];
+	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
+	__u32 stats_id;           /* index in table_traffic; stable across applies */
+	__u32 num_backends;
+	__u32 num_binds;
+	struct dir_backend backends[DIR_MAX_BACKENDS];
+	struct dir_bind binds[DIR_MAX_BINDS];
+	struct dir_row rows[DIR_ROWS];
+};
+
+/* Bind lookup is two longest-prefix matches in one LPM trie, so its cost
+ * does not grow with the number of binds:
+ *   DIR_BIND_ADDR: proto, family, destination address -> group
+ *   DIR_BIND_PORT: group, destination port             -> table slot
+ * Port ranges are stored as aligned port prefixes; a group holds the
+ * effective port map of its address prefix, more specific prefixes taking
+ * precedence. The whole trie is swapped at once on every apply. */
+enum dir_bind_kind {
+	DIR_BIND_ADDR = 0,
+	DIR_BIND_PORT = 1,
+	/* One entry per live table slot, so the control plane can tell from
+	 * this one atomically swapped map which tables are live. Never matched
+	 * by packets, whose lookups use the other kinds. */
+	DIR_BIND_TABLE = 2,
+};
+
+struct dir_bind_key {
+	__u32 prefixlen;  /* in bits, counted from kind */
+	__u8 kind;
+	__u8 data[19];    /* ADDR: proto, family, addr[16], 0. PORT: group (be32), port (be16), 0... */
+};
+
+struct dir_bind_val {
+	__u32 id;         /* ADDR: group. PORT: table slot */
+};
+
+/* Global counters: one per-CPU array entry of these. */
+enum dir_counter {
+	DIR_C_PROCESSED = 0,
+	DIR_C_MATCHED,
+	DIR_C_ENCAPSULATED,
+	DIR_C_ENCAP_BYTES,
+	DIR_C_PASS_NOT_IP,        /* not IPv4 or IPv6 */
+	DIR_C_PASS_VLAN,          /* QinQ or more than one tag */
+	DIR_C_PASS_MALFORMED,     /* truncated or inconsistent headers */
+	DIR_C_PASS_FRAGMENT,
+	DIR_C_PASS_IPV6_EXT,      /* too many IPv6 extension headers */
+	DIR_C_PASS_PROTO,         /* not TCP, UDP or a steered ICMP type */
+	DIR_C_PASS_ICMP_ECHO_OFF, /* echo to a VIP, forwarding switched off */
+	DIR_C_PASS_NO_BIND,
+	DIR_C_ERR_NO_CONFIG,
+	DIR_C_ERR_NO_TABLE,
+	DIR_C_ERR_ADJUST_HEAD,
+	DIR_C_ERR_BOUNDS,
+	DIR_C_MAX,
+};
+
+struct dir_counters {
+	__u64 c[DIR_C_MAX];
+};
+
+struct dir_traffic {
+	__u64 packets;
+	__u64 bytes;
+};
+
+#endif

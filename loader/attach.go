@@ -1,0 +1,163 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+)
+
+// Attachment is an interface the director's program is attached to.
+type Attachment struct {
+	Interface string `json:"interface"`
+	Mode      string `json:"mode"` // native or generic
+	LinkID    uint32 `json:"link_id"`
+	ProgramID uint32 `json:"program_id"`
+	Pin       string `json:"pin"`
+}
+
+// XDP attach modes.
+const (
+	ModeNative  = "native"
+	ModeGeneric = "generic"
+)
+
+func linkPin(dir, iface string) string { return filepath.Join(dir, pinLinks, iface) }
+
+// Attach attaches the director's program to iface in mode (native or
+// generic) through a pinned bpf_link, which outlives this process.
+// Attaching an interface that is already attached in the same mode is not
+// an error; in the other mode it is.
+func (d *Director) Attach(iface, mode string) (*Attachment, error) {
+	var flags link.XDPAttachFlags
+	switch mode {
+	case ModeNative:
+		flags = link.XDPDriverMode
+	case ModeGeneric:
+		flags = link.XDPGenericMode
+	default:
+		return nil, fmt.Errorf("mode %q: want native or generic", mode)
+	}
+	nl, err := netlink.LinkByName(iface)
+	if err != nil {
+		return nil, fmt.Errorf("interface %s: %w", iface, err)
+	}
+	unlock, err := lockDir(d.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	pin := linkPin(d.Dir, iface)
+	if a, err := readAttachment(pin, iface); err == nil {
+		if a.Mode != mode {
+			return nil, fmt.Errorf("%s is already attached in %s mode; detach it first", iface, a.Mode)
+		}
+		return a, nil
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: d.Prog, Interface: nl.Attrs().Index, Flags: flags})
+	if err != nil {
+		return nil, fmt.Errorf("attaching to %s in %s mode: %w", iface, mode, err)
+	}
+	defer l.Close()
+	if err := l.Pin(pin); err != nil {
+		return nil, fmt.Errorf("pinning link: %w", err)
+	}
+	os.Chmod(pin, 0o600)
+	return readAttachment(pin, iface)
+}
+
+// Detach removes the director from iface. Detaching an interface that is
+// not attached is not an error.
+func (d *Director) Detach(iface string) error {
+	unlock, err := lockDir(d.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return detachPinned(linkPin(d.Dir, iface))
+}
+
+func detachPinned(pin string) error {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", pin, err)
+	}
+	defer l.Close()
+	// With the pin gone, closing the last handle releases the link, which
+	// detaches the program.
+	return l.Unpin()
+}
+
+func readAttachment(pin, iface string) (*Attachment, error) {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return nil, err
+	}
+	a := &Attachment{Interface: iface, LinkID: uint32(info.ID), ProgramID: uint32(info.Program), Pin: pin, Mode: "unknown"}
+	if x := info.XDP(); x != nil {
+		if nl, err := netlink.LinkByIndex(int(x.Ifindex)); err == nil {
+			a.Interface = nl.Attrs().Name
+			if xdp := nl.Attrs().Xdp; xdp != nil {
+				switch xdp.AttachMode {
+				case 1: // XDP_ATTACHED_DRV
+					a.Mode = ModeNative
+				case 2: // XDP_ATTACHED_SKB
+					a.Mode = ModeGeneric
+				}
+			}
+		}
+	}
+	return a, nil
+}
+
+// Attachments lists the interfaces the director is attached to.
+func (d *Director) Attachments() ([]Attachment, error) {
+	entries, err := os.ReadDir(filepath.Join(d.Dir, pinLinks))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var out []Attachment
+	for _, e := range entries {
+		a, err := readAttachment(filepath.Join(d.Dir, pinLinks, e.Name()), e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Interface < out[j].Interface })
+	return out, nil
+}
+
+// updateLinks points every attached interface at prog, atomically per
+// interface (bpf_link update).
+func (d *Director) updateLinks(prog *ebpf.Program) error {
+	entries, err := os.ReadDir(filepath.Join(d.Dir, pinLinks))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		l, err := link.LoadPinnedLink(filepath.Join(d.Dir, pinLinks, e.Name()), nil)
+		if err != nil {
+			return err
+		}
+		err = l.Update(prog)
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("replacing the program on %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+// Package loader is everything of director that touches the kernel: it
+// loads the XDP program and its maps, pins them under a bpffs directory,
+// attaches and detaches interfaces, applies tables atomically, reads the
+// live state and counters back, and runs packets through the program.
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/director/director/bpf"
+)
+
+// DefaultBPFFS is where a director pins its objects unless told otherwise.
+const DefaultBPFFS = "/sys/fs/bpf/director"
+
+// Pin names inside the bpffs directory.
+const (
+	pinProgram = "prog"
+	pinLinks   = "links" // one pinned XDP link per interface
+)
+
+// ErrNotLoaded is returned when no director is pinned in the directory.
+var ErrNotLoaded = errors.New("no director is loaded there (run 'director load')")
+
+// Director is a loaded (or adopted) director: the program and its maps.
+type Director struct {
+	Dir  string
+	Prog *ebpf.Program
+	Maps bpf.DirectorMaps
+	spec *ebpf.CollectionSpec
+}
+
+// Close releases this process's handles; pinned objects stay.
+func (d *Director) Close() error {
+	if d == nil {
+		return nil
+	}
+	err := d.Maps.Close()
+	if d.Prog != nil {
+		err = errors.Join(err, d.Prog.Close())
+	}
+	return err
+}
+
+func collectionSpec() (*ebpf.CollectionSpec, error) {
+	spec, err := bpf.LoadDirector()
+	if err != nil {
+		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
+	}
+	for _, m := range spec.Maps {
+		if m.Name == bpf.DirectorMapTables || m.Name == bpf.DirectorMapBinds || m.Name == bpf.DirectorMapConfig ||
+			m.Name == bpf.DirectorMapCounters || m.Name == bpf.DirectorMapTableTraffic || m.Name == bpf.DirectorMapBackendTraffic {
+			m.Pinning = ebpf.PinByName
+		}
+	}
+	return spec, nil
+}
+
+// Load loads the director into dir, or adopts what is there. Maps that are
+// already pinned are reused, so tables and counters survive; a program that
+// differs from the pinned one replaces it atomically on every attached
+// interface. Load is idempotent.
+func Load(dir string) (*Director, error) {
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	spec, err := collectionSpec()
+	if err != nil {
+		return nil, err
+	}
+	var objs bpf.DirectorObjects
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("loading the XDP program: %+v", ve)
+		}
+		return nil, fmt.Errorf("loading the XDP program: %w", err)
+	}
+	objs.XdpTxBaseline.Close() // only benchmarks use it
+	d := &Director{Dir: dir, Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}
+	if err := d.installProgram(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := chmodPins(dir); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// installProgram pins d.Prog, replacing a pinned program of another
+// version on every attached link first, so no interface is ever without a
+// program.
+func (d *Director) installProgram() error {
+	path := filepath.Join(d.Dir, pinProgram)
+	old, err := ebpf.LoadPinnedProgram(path, nil)
+	if err == nil {
+		defer old.Close()
+		oi, err1 := old.Info()
+		ni, err2 := d.Prog.Info()
+		if err1 == nil && err2 == nil && oi.Tag == ni.Tag {
+			// Same program: keep the pinned one, whose ID interfaces use.
+			d.Prog.Close()
+			d.Prog, err = old.Clone()
+			return err
+		}
+		if err := d.updateLinks(d.Prog); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading pinned program: %w", err)
+	}
+	tmp := path + "_new" // bpffs forbids dots in names
+	os.Remove(tmp)
+	if err := d.Prog.Pin(tmp); err != nil {
+		return fmt.Errorf("pinning program: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("pinning program: %w", err)
+	}
+	return nil
+}
+
+// Open adopts a director pinned in dir.
+func Open(dir string) (*Director, error) {
+	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", dir, ErrNotLoaded)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", dir, err)
+	}
+	spec, err := collectionSpec()
+	if err != nil {
+		prog.Close()
+		return nil, err
+	}
+	d := &Director{Dir: dir, Prog: prog, spec: spec}
+	open := func(name string) *ebpf.Map {
+		if err != nil {
+			return nil
+		}
+		var m *ebpf.Map
+		m, err = ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			err = fmt.Errorf("opening pinned map %s: %w", name, err)
+		}
+		return m
+	}
+	d.Maps.Config = open(bpf.DirectorMapConfig)
+	d.Maps.Binds = open(bpf.DirectorMapBinds)
+	d.Maps.Tables = open(bpf.DirectorMapTables)
+	d.Maps.Counters = open(bpf.DirectorMapCounters)
+	d.Maps.TableTraffic = open(bpf.DirectorMapTableTraffic)
+	d.Maps.BackendTraffic = open(bpf.DirectorMapBackendTraffic)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Unload detaches every interface and removes every pin in dir. Unloading
+// what is not loaded is not an error.
+func Unload(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	links, _ := os.ReadDir(filepath.Join(dir, pinLinks))
+	for _, l := range links {
+		if err := detachPinned(filepath.Join(dir, pinLinks, l.Name())); err != nil {
+			unlock()
+			return err
+		}
+	}
+	unlock()
+	return os.RemoveAll(dir)
+}
+
+// ensureDir makes dir on a bpffs, mounting bpffs at /sys/fs/bpf if that is
+// where dir lives and nothing is mounted there.
+func ensureDir(dir string) error {
+	if !isBPFFS(filepath.Dir(dir)) {
+		if filepath.Dir(dir) == "/sys/fs/bpf" || filepath.Clean(dir) == "/sys/fs/bpf" {
+			if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
+				return fmt.Errorf("mounting bpffs at /sys/fs/bpf: %w", err)
+			}
+		}
+		if !isBPFFS(filepath.Dir(dir)) {
+			return fmt.Errorf("%s is not on a bpf filesystem (mount -t bpf bpf DIR)", filepath.Dir(dir))
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, pinLinks), 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+func isBPFFS(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && uint32(st.Type) == unix.BPF_FS_MAGIC
+}
+
+// chmodPins makes every pinned object readable and writable by root only.
+func chmodPins(dir string) error {
+	return filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o600)
+		if e.IsDir() {
+			mode = 0o700
+		}
+		return os.Chmod(p, mode)
+	})
+}
+
+// lockDir serialises changes to a director: an exclusive flock on the pin
+// directory itself (bpffs holds no regular files). The kernel drops it if
+// the process dies, so a killed apply never leaves it stuck.
+func lockDir(dir string) (unlock func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return func() {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
+}

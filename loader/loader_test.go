@@ -1,0 +1,87 @@
+package loader
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"unsafe"
+
+	"github.com/director/director/bpf"
+)
+
+// testDir gives a test its own pin directory under /sys/fs/bpf and
+// unloads everything in it when the test ends, pass or fail.
+func testDir(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("loader tests need root (CAP_BPF, CAP_NET_ADMIN): run them as root; CI does")
+	}
+	dir := filepath.Join("/sys/fs/bpf", "director-test-"+filepath.Base(t.TempDir()))
+	t.Cleanup(func() {
+		if err := Unload(dir); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return dir
+}
+
+func loadTest(t testing.TB) *Director {
+	t.Helper()
+	d, err := Load(testDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestLoadIsIdempotent(t *testing.T) {
+	d := loadTest(t)
+	d2, err := Load(d.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	i1, _ := d.Prog.Info()
+	i2, _ := d2.Prog.Info()
+	id1, _ := i1.ID()
+	id2, _ := i2.ID()
+	if id1 != id2 {
+		t.Fatalf("second load replaced the program (%d -> %d)", id1, id2)
+	}
+	// Every pin is root-only.
+	filepath.Walk(d.Dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", p, fi.Mode().Perm())
+		}
+		return nil
+	})
+	o, err := Open(d.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+}
+
+func TestSharedTypeSizes(t *testing.T) {
+	// Sizes fixed by director.h; a change there must show up here.
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"dir_config", unsafe.Sizeof(bpf.DirectorDirConfig{}), 16},
+		{"dir_backend", unsafe.Sizeof(bpf.DirectorDirBackend{}), 20},
+		{"dir_bind", unsafe.Sizeof(bpf.DirectorDirBind{}), 24},
+		{"dir_row", unsafe.Sizeof(bpf.DirectorDirRow{}), 12},
+		{"dir_bind_key", unsafe.Sizeof(bpf.DirectorDirBindKey{}), 24},
+		{"dir_table", unsafe.Sizeof(bpf.DirectorDirTable{}), 16 + 64 + 4 + 4 + 4 + 256*20 + 256*24 + 65536*12},
+		{"dir_counters", unsafe.Sizeof(bpf.DirectorDirCounters{}), 8 * uintptr(bpf.DirectorDirCounterDIR_C_MAX)},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s is %d bytes, want %d", c.name, c.got, c.want)
+		}
+	}
+	if int(bpf.DirectorDirCounterDIR_C_MAX) != len(CounterNames) {
+		t.Errorf("%d counter names for %d counters", len(CounterNames), bpf.DirectorDirCounterDIR_C_MAX)
+	}
+}

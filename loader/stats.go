@@ -1,0 +1,185 @@
+package loader
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/table"
+)
+
+// CounterNames are the global counters, in the datapath's order (enum
+// dir_counter in bpf/director.h; a test checks they agree).
+var CounterNames = []string{
+	"processed", "matched", "encapsulated", "encapsulated_bytes",
+	"pass_not_ip", "pass_vlan", "pass_malformed", "pass_fragment", "pass_ipv6_ext",
+	"pass_proto", "pass_icmp_echo_off", "pass_no_bind",
+	"error_no_config", "error_no_table", "error_adjust_head", "error_bounds",
+}
+
+// Traffic is packets and bytes (of the original IP packets).
+type Traffic struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Stats is every counter, summed over CPUs.
+type Stats struct {
+	Global map[string]uint64 `json:"global"`
+	Tables []TableStats      `json:"tables"`
+}
+
+// TableStats is one live table's traffic and its backends'.
+type TableStats struct {
+	Name     string         `json:"name"`
+	StatsID  int            `json:"stats_id"`
+	Traffic  Traffic        `json:"traffic"`
+	Backends []BackendStats `json:"backends"`
+}
+
+// BackendStats is what one backend was sent as primary.
+type BackendStats struct {
+	IP      string `json:"ip"`
+	State   string `json:"state"`
+	Healthy bool   `json:"healthy"`
+	Traffic
+}
+
+func possibleCPUs() int {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// GlobalCounters sums the global counters over CPUs.
+func (d *Director) GlobalCounters() ([]uint64, error) {
+	var per []bpf.DirectorDirCounters
+	if err := d.Maps.Counters.Lookup(uint32(0), &per); err != nil {
+		return nil, err
+	}
+	out := make([]uint64, len(CounterNames))
+	for _, c := range per {
+		for i := range out {
+			out[i] += c.C[i]
+		}
+	}
+	return out, nil
+}
+
+func (d *Director) traffic(m *ebpf.Map, key uint32) (Traffic, error) {
+	var per []bpf.DirectorDirTraffic
+	if err := m.Lookup(key, &per); err != nil {
+		return Traffic{}, err
+	}
+	var t Traffic
+	for _, p := range per {
+		t.Packets += p.Packets
+		t.Bytes += p.Bytes
+	}
+	return t, nil
+}
+
+// Stats reads every counter.
+func (d *Director) Stats() (*Stats, error) {
+	g, err := d.GlobalCounters()
+	if err != nil {
+		return nil, err
+	}
+	s := &Stats{Global: map[string]uint64{}, Tables: []TableStats{}}
+	for i, n := range CounterNames {
+		s.Global[n] = g[i]
+	}
+	live, err := d.Live()
+	if err != nil {
+		return nil, err
+	}
+	for i, lt := range live {
+		ts := TableStats{Name: lt.Table.Name, StatsID: lt.StatsID}
+		if ts.Name == "" {
+			ts.Name = fmt.Sprintf("tables[%d]", i)
+		}
+		if ts.Traffic, err = d.traffic(d.Maps.TableTraffic, uint32(lt.StatsID)); err != nil {
+			return nil, err
+		}
+		for j, b := range lt.Table.Backends {
+			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*DirMaxBackends+int(lt.Stat[j])))
+			if err != nil {
+				return nil, err
+			}
+			ts.Backends = append(ts.Backends, BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Traffic: tr})
+		}
+		s.Tables = append(s.Tables, ts)
+	}
+	return s, nil
+}
+
+func (d *Director) zero(m *ebpf.Map, key uint32) error {
+	return m.Put(key, make([]bpf.DirectorDirTraffic, possibleCPUs()))
+}
+
+// resetCounters zeroes the counters a table or backend starts using: a new
+// table's, and those of backends new to a table.
+func (d *Director) resetCounters(statsID int, old *LiveTable, t *table.Table, stat []uint8) error {
+	had := map[uint8]bool{}
+	if old == nil {
+		if err := d.zero(d.Maps.TableTraffic, uint32(statsID)); err != nil {
+			return err
+		}
+	} else {
+		for i, b := range old.Table.Backends {
+			_ = b
+			had[old.Stat[i]] = true
+		}
+	}
+	for i := range t.Backends {
+		if !had[stat[i]] {
+			if err := d.zero(d.Maps.BackendTraffic, uint32(statsID*DirMaxBackends+int(stat[i]))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// SetConfig writes the director's own settings. gateway is the resolved
+// gateway MAC.
+func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) error {
+	if len(gateway) != 6 {
+		return fmt.Errorf("gateway MAC %q is not an Ethernet address", gateway)
+	}
+	if !c.SrcIP.Is4() {
+		return fmt.Errorf("outbound source %s is not IPv4", c.SrcIP)
+	}
+	v := bpf.DirectorDirConfig{
+		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields),
+		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1,
+	}
+	copy(v.GatewayMac[:], gateway)
+	if c.ForwardICMPEcho {
+		v.ForwardIcmpEcho = 1
+	}
+	return d.Maps.Config.Put(uint32(0), &v)
+}
+
+// LiveConfig reads the director's settings back; ok is false before any
+// were written.
+func (d *Director) LiveConfig() (c table.DirectorConfig, gateway net.HardwareAddr, ok bool, err error) {
+	var v bpf.DirectorDirConfig
+	if err = d.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		return c, nil, false, err
+	}
+	if v.Configured == 0 {
+		return c, nil, false, nil
+	}
+	c.HashFields = table.HashFields(v.HashFields)
+	c.AltHashFields = table.HashFields(v.AltHashFields)
+	c.ForwardICMPEcho = v.ForwardIcmpEcho == 1
+	b := v.SrcIp
+	c.SrcIP = netip.AddrFrom4([4]byte{byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24)})
+	return c, net.HardwareAddr(v.GatewayMac[:]), true, nil
+}

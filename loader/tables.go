@@ -1,0 +1,529 @@
+package loader
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/table"
+)
+
+// MaxTables is how many tables can be live at once: half the slots, because
+// an apply writes every changed table into a free slot and switches all of
+// them with one swap of the bind map.
+const MaxTables = DirMaxTables / 2
+
+// Datapath limits, from director.h.
+const (
+	DirMaxTables   = 64
+	DirMaxBackends = 256
+)
+
+// LiveTable is a table as the kernel holds it.
+type LiveTable struct {
+	Slot    int
+	StatsID int
+	Table   *table.Table
+	// Stat is each backend's counter index (position in Table.Backends).
+	Stat []uint8
+}
+
+// Live reads every live table back from the kernel maps, in slot order.
+// What it returns is what packets are steered with.
+func (d *Director) Live() ([]LiveTable, error) {
+	slots, err := d.liveSlots()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LiveTable, 0, len(slots))
+	for _, s := range slots {
+		lt, err := d.readSlot(s)
+		if err != nil {
+			return nil, fmt.Errorf("reading table slot %d: %w", s, err)
+		}
+		out = append(out, *lt)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StatsID < out[j].StatsID })
+	return out, nil
+}
+
+// currentTrie opens the live bind trie, or returns nil when none is set.
+func (d *Director) currentTrie() (*ebpf.Map, error) {
+	var id ebpf.MapID
+	if err := d.Maps.Binds.Lookup(uint32(0), &id); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return ebpf.NewMapFromID(id)
+}
+
+// liveSlots lists the slots the live bind trie registers.
+func (d *Director) liveSlots() ([]int, error) {
+	trie, err := d.currentTrie()
+	if err != nil || trie == nil {
+		return nil, err
+	}
+	defer trie.Close()
+	var slots []int
+	var k bpf.DirectorDirBindKey
+	var v bpf.DirectorDirBindVal
+	it := trie.Iterate()
+	for it.Next(&k, &v) {
+		if k.Kind == uint8(bpf.DirectorDirBindKindDIR_BIND_TABLE) {
+			slots = append(slots, int(v.Id))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	sort.Ints(slots)
+	return slots, nil
+}
+
+func (d *Director) readSlot(slot int) (*LiveTable, error) {
+	var id ebpf.MapID
+	if err := d.Maps.Tables.Lookup(uint32(slot), &id); err != nil {
+		return nil, err
+	}
+	inner, err := ebpf.NewMapFromID(id)
+	if err != nil {
+		return nil, err
+	}
+	defer inner.Close()
+	var dt bpf.DirectorDirTable
+	if err := inner.Lookup(uint32(0), &dt); err != nil {
+		return nil, err
+	}
+	lt, err := decodeTable(&dt)
+	if err != nil {
+		return nil, err
+	}
+	lt.Slot = slot
+	return lt, nil
+}
+
+func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
+	switch family {
+	case uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV4):
+		return netip.AddrFrom4([4]byte(b[:4])), nil
+	case uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV6):
+		return netip.AddrFrom16(b), nil
+	}
+	return netip.Addr{}, fmt.Errorf("address family %d unknown", family)
+}
+
+func putAddr(a netip.Addr) (fam uint8, b [16]byte) {
+	if a.Is4() {
+		v := a.As4()
+		copy(b[:], v[:])
+		return uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV4), b
+	}
+	return uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV6), a.As16()
+}
+
+// encodeTable lays a table out as the datapath reads it. stat gives each
+// backend's counter index.
+func encodeTable(t *table.Table, statsID int, stat []uint8) (*bpf.DirectorDirTable, error) {
+	dt := new(bpf.DirectorDirTable)
+	dt.HashKey = t.HashKey
+	copy(dt.Name[:], t.Name)
+	dt.StatsId = uint32(statsID)
+	dt.NumBackends = uint32(len(t.Backends))
+	dt.NumBinds = uint32(len(t.Binds))
+	if len(t.Backends) > DirMaxBackends || len(t.Binds) > len(dt.Binds) {
+		return nil, errors.New("too many backends or binds")
+	}
+	hop := make([]uint32, len(t.Backends))
+	for i, b := range t.Backends {
+		fam, addr := putAddr(b.IP)
+		var healthy uint8
+		if b.Healthy {
+			healthy = 1
+		}
+		dt.Backends[i] = bpf.DirectorDirBackend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i]}
+		if b.IP.Is4() {
+			v := b.IP.As4()
+			hop[i] = nativeFromBE(v)
+		}
+	}
+	for i, b := range t.Binds {
+		fam, addr := putAddr(b.Prefix.Addr())
+		dt.Binds[i] = bpf.DirectorDirBind{Addr: addr, Family: fam, PrefixBits: uint8(b.Prefix.Bits()),
+			Proto: uint8(b.Proto), PortStart: b.PortStart, PortEnd: b.PortEnd}
+	}
+	for r, row := range t.Rows {
+		dt.Rows[r] = bpf.DirectorDirRow{
+			Hops:    [2]uint32{hop[row.Primary], hop[row.Secondary]},
+			Primary: uint16(stat[row.Primary]), Secondary: uint16(stat[row.Secondary]),
+		}
+	}
+	return dt, nil
+}
+
+// nativeFromBE gives the host-order uint32 whose memory holds the address
+// in network order, which is what the datapath copies onto the wire.
+func nativeFromBE(b [4]byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
+	if dt.NumBackends == 0 || dt.NumBackends > DirMaxBackends || int(dt.NumBinds) > len(dt.Binds) {
+		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
+	}
+	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows)}
+	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
+	lt := &LiveTable{StatsID: int(dt.StatsId), Table: t}
+	byStat := map[uint16]uint32{}
+	for i := 0; i < int(dt.NumBackends); i++ {
+		b := dt.Backends[i]
+		a, err := addrOf(b.Family, b.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("backend %d: %w", i, err)
+		}
+		t.Backends = append(t.Backends, table.Backend{IP: a, State: table.State(b.State), Healthy: b.Healthy == 1})
+		lt.Stat = append(lt.Stat, b.Stat)
+		byStat[uint16(b.Stat)] = uint32(i)
+	}
+	for i := 0; i < int(dt.NumBinds); i++ {
+		b := dt.Binds[i]
+		a, err := addrOf(b.Family, b.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("bind %d: %w", i, err)
+		}
+		t.Binds = append(t.Binds, table.Bind{Prefix: netip.PrefixFrom(a, int(b.PrefixBits)), Proto: table.Proto(b.Proto),
+			PortStart: b.PortStart, PortEnd: b.PortEnd})
+	}
+	for r := range t.Rows {
+		row := dt.Rows[r]
+		p, ok1 := byStat[row.Primary]
+		s, ok2 := byStat[row.Secondary]
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("corrupt table: row %#x names counter %d/%d of no backend", r, row.Primary, row.Secondary)
+		}
+		// The hops are what packets use: check they agree with the list.
+		if nativeFromBE(t.Backends[p].IP.As4()) != row.Hops[0] || nativeFromBE(t.Backends[s].IP.As4()) != row.Hops[1] {
+			return nil, fmt.Errorf("corrupt table: row %#x hops disagree with its backends", r)
+		}
+		t.Rows[r] = table.Row{Primary: p, Secondary: s}
+	}
+	return lt, nil
+}
+
+// CheckDatapath reports what the datapath cannot serve: more tables than
+// it has slots for, and IPv6 backends (GLB's GUE encapsulation carries IPv4
+// hops only; IPv6 clients and VIPs are fine).
+func CheckDatapath(tables []*table.Table) error {
+	var errs table.ErrorList
+	if len(tables) > MaxTables {
+		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables, more than the datapath's %d", len(tables), MaxTables)})
+	}
+	for i, t := range tables {
+		for j, b := range t.Backends {
+			if !b.IP.Is4() {
+				errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
+					Msg: fmt.Sprintf("%q is IPv6: GUE packets carry IPv4 hops only", b.IP)})
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// ApplyResult is what an apply did.
+type ApplyResult struct {
+	Tables   []LiveTable
+	Duration time.Duration
+}
+
+// Apply makes tables the live set. Every new or changed table is written
+// into a fresh map in a free slot; then a new bind trie, pointing at the new
+// slots, replaces the old one in a single map update: the commit point.
+// Packets see all the old tables or all the new ones. Slots no longer
+// referenced are cleared last. If the process dies at any point before the
+// commit, the previous tables keep serving; after it, the new ones do.
+//
+// Tables keep their counters across applies: a table is matched to a live
+// one by name when both have one, otherwise by position, and a backend by
+// address.
+func (d *Director) Apply(tables []*table.Table) (*ApplyResult, error) {
+	start := time.Now()
+	if err := CheckDatapath(tables); err != nil {
+		return nil, err
+	}
+	unlock, err := lockDir(d.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	live, err := d.Live()
+	if err != nil {
+		return nil, fmt.Errorf("reading live tables: %w", err)
+	}
+	used := map[int]bool{} // slots in use by live tables
+	statsUsed := map[int]bool{}
+	for _, lt := range live {
+		used[lt.Slot] = true
+		statsUsed[lt.StatsID] = true
+	}
+	match := matchTables(live, tables)
+
+	type plan struct {
+		slot, statsID int
+		stat          []uint8
+		write         bool
+	}
+	plans := make([]plan, len(tables))
+	newStatsIDs := map[int]bool{}
+	for i, t := range tables {
+		var p plan
+		var old *LiveTable
+		if j := match[i]; j >= 0 {
+			old = &live[j]
+			p.statsID = old.StatsID
+		} else {
+			p.statsID = -1
+		}
+		p.stat = assignStats(old, t)
+		if old != nil && sameTable(old, t, p.stat) {
+			p.slot = old.Slot
+		} else {
+			p.write = true
+			p.slot = -1
+		}
+		plans[i] = p
+	}
+	// Stats IDs for new tables: unused ones, counters zeroed.
+	for i := range plans {
+		if plans[i].statsID >= 0 {
+			newStatsIDs[plans[i].statsID] = true
+			continue
+		}
+		for id := 0; id < DirMaxTables; id++ {
+			if !statsUsed[id] && !newStatsIDs[id] {
+				plans[i].statsID = id
+				newStatsIDs[id] = true
+				break
+			}
+		}
+	}
+	// Fresh slots: neither live nor taken by this apply.
+	taken := map[int]bool{}
+	for k := range used {
+		taken[k] = true
+	}
+	for i := range plans {
+		if !plans[i].write {
+			continue
+		}
+		for s := 0; s < DirMaxTables; s++ {
+			if !taken[s] {
+				plans[i].slot = s
+				taken[s] = true
+				break
+			}
+		}
+		if plans[i].slot < 0 {
+			return nil, errors.New("no free table slot")
+		}
+	}
+
+	// Zero the counters of tables and backends that are new to their slot.
+	for i, p := range plans {
+		var old *LiveTable
+		if j := match[i]; j >= 0 {
+			old = &live[j]
+		}
+		if err := d.resetCounters(p.statsID, old, tables[i], p.stat); err != nil {
+			return nil, err
+		}
+	}
+
+	innerSpec := d.spec.Maps[bpf.DirectorMapTables].InnerMap
+	for i, p := range plans {
+		if !p.write {
+			continue
+		}
+		dt, err := encodeTable(tables[i], p.statsID, p.stat)
+		if err != nil {
+			return nil, fmt.Errorf("tables[%d]: %w", i, err)
+		}
+		inner, err := ebpf.NewMap(innerSpec)
+		if err != nil {
+			return nil, fmt.Errorf("creating table map: %w", err)
+		}
+		err = inner.Put(uint32(0), dt)
+		if err == nil {
+			err = d.Maps.Tables.Put(uint32(p.slot), inner)
+		}
+		inner.Close()
+		if err != nil {
+			return nil, fmt.Errorf("writing tables[%d]: %w", i, err)
+		}
+	}
+
+	// The commit: one new bind trie for all tables.
+	slots := make([]int, len(plans))
+	for i, p := range plans {
+		slots[i] = p.slot
+	}
+	if err := d.swapBinds(tables, slots); err != nil {
+		return nil, err
+	}
+
+	// Clear slots nothing points at any more.
+	keep := map[int]bool{}
+	for _, s := range slots {
+		keep[s] = true
+	}
+	for s := 0; s < DirMaxTables; s++ {
+		if !keep[s] {
+			if err := d.Maps.Tables.Delete(uint32(s)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return nil, fmt.Errorf("clearing slot %d: %w", s, err)
+			}
+		}
+	}
+	now, err := d.Live()
+	if err != nil {
+		return nil, err
+	}
+	return &ApplyResult{Tables: now, Duration: time.Since(start)}, nil
+}
+
+// matchTables pairs each new table with a live one: by name when all have
+// names, else by position. -1 where there is none.
+func matchTables(live []LiveTable, tables []*table.Table) []int {
+	match := make([]int, len(tables))
+	named := true
+	for _, lt := range live {
+		named = named && lt.Table.Name != ""
+	}
+	for _, t := range tables {
+		named = named && t.Name != ""
+	}
+	for i, t := range tables {
+		match[i] = -1
+		for j, lt := range live {
+			if (named && lt.Table.Name == t.Name) || (!named && j == i) {
+				match[i] = j
+			}
+		}
+	}
+	return match
+}
+
+// assignStats keeps each backend's counter index from the live table and
+// gives new backends free ones.
+func assignStats(old *LiveTable, t *table.Table) []uint8 {
+	stat := make([]uint8, len(t.Backends))
+	taken := map[uint8]bool{}
+	known := map[netip.Addr]uint8{}
+	if old != nil {
+		for i, b := range old.Table.Backends {
+			known[b.IP] = old.Stat[i]
+		}
+	}
+	assigned := make([]bool, len(t.Backends))
+	for i, b := range t.Backends {
+		if s, ok := known[b.IP]; ok && !taken[s] {
+			stat[i], assigned[i], taken[s] = s, true, true
+		}
+	}
+	next := 0
+	for i := range t.Backends {
+		if assigned[i] {
+			continue
+		}
+		for taken[uint8(next)] {
+			next++
+		}
+		stat[i] = uint8(next)
+		taken[uint8(next)] = true
+	}
+	return stat
+}
+
+func sameTable(old *LiveTable, t *table.Table, stat []uint8) bool {
+	o := old.Table
+	if o.Name != t.Name || o.HashKey != t.HashKey || len(o.Backends) != len(t.Backends) || len(o.Binds) != len(t.Binds) {
+		return false
+	}
+	for i := range t.Backends {
+		a, b := o.Backends[i], t.Backends[i]
+		if a.IP != b.IP || a.State != b.State || a.Healthy != b.Healthy || old.Stat[i] != stat[i] {
+			return false
+		}
+	}
+	for i := range t.Binds {
+		if o.Binds[i] != t.Binds[i] {
+			return false
+		}
+	}
+	for r := range t.Rows {
+		if o.Rows[r] != t.Rows[r] {
+			return false
+		}
+	}
+	return true
+}
+
+// swapBinds builds the bind trie for tables (tables[i] in slots[i]) and
+// makes it live in one update.
+func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
+	var refs []table.BindRef
+	for i, t := range tables {
+		for _, b := range t.Binds {
+			refs = append(refs, table.BindRef{Table: i, Bind: b})
+		}
+	}
+	trie, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapBinds].InnerMap)
+	if err != nil {
+		return fmt.Errorf("creating bind map: %w", err)
+	}
+	defer trie.Close()
+	for _, e := range table.CompileBinds(refs) {
+		k, v := bindEntry(e, slots)
+		if err := trie.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing bind entry: %w", err)
+		}
+	}
+	for _, s := range slots {
+		k := bpf.DirectorDirBindKey{Prefixlen: 8 + 8, Kind: uint8(bpf.DirectorDirBindKindDIR_BIND_TABLE)}
+		k.Data[0] = uint8(s)
+		if err := trie.Put(&k, &bpf.DirectorDirBindVal{Id: uint32(s)}); err != nil {
+			return fmt.Errorf("writing table registry: %w", err)
+		}
+	}
+	if err := d.Maps.Binds.Put(uint32(0), trie); err != nil {
+		return fmt.Errorf("switching to the new binds: %w", err)
+	}
+	return nil
+}
+
+func bindEntry(e table.BindEntry, slots []int) (bpf.DirectorDirBindKey, bpf.DirectorDirBindVal) {
+	var k bpf.DirectorDirBindKey
+	if !e.IsPort {
+		k.Kind = uint8(bpf.DirectorDirBindKindDIR_BIND_ADDR)
+		k.Prefixlen = 24 + uint32(e.Prefix.Bits())
+		fam, addr := putAddr(e.Prefix.Addr())
+		k.Data[0] = uint8(e.Proto)
+		k.Data[1] = fam
+		copy(k.Data[2:], addr[:])
+		return k, bpf.DirectorDirBindVal{Id: uint32(e.Group)}
+	}
+	k.Kind = uint8(bpf.DirectorDirBindKindDIR_BIND_PORT)
+	k.Prefixlen = 8 + 32 + uint32(e.PortBits)
+	k.Data[0], k.Data[1], k.Data[2], k.Data[3] = byte(e.Group>>24), byte(e.Group>>16), byte(e.Group>>8), byte(e.Group)
+	k.Data[4], k.Data[5] = byte(e.Port>>8), byte(e.Port)
+	return k, bpf.DirectorDirBindVal{Id: uint32(slots[e.Table])}
+}
