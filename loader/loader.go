@@ -66,7 +66,13 @@ func collectionSpec() (*ebpf.CollectionSpec, error) {
 // already pinned are reused, so tables and counters survive; a program that
 // differs from the pinned one replaces it atomically on every attached
 // interface. Load is idempotent.
+//
+// With dir "" it loads a private instance: nothing is pinned, and it lives
+// as long as this process holds it (replays and tests use this).
 func Load(dir string) (*Director, error) {
+	if dir == "" {
+		return loadPrivate()
+	}
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
@@ -100,6 +106,23 @@ func Load(dir string) (*Director, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+func loadPrivate() (*Director, error) {
+	spec, err := bpf.LoadDirector()
+	if err != nil {
+		return nil, err
+	}
+	var objs bpf.DirectorObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("loading the XDP program: %+v", ve)
+		}
+		return nil, fmt.Errorf("loading the XDP program: %w", err)
+	}
+	objs.XdpTxBaseline.Close()
+	return &Director{Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}, nil
 }
 
 // installProgram pins d.Prog, replacing a pinned program of another
@@ -238,6 +261,9 @@ func chmodPins(dir string) error {
 // directory itself (bpffs holds no regular files). The kernel drops it if
 // the process dies, so a killed apply never leaves it stuck.
 func lockDir(dir string) (unlock func(), err error) {
+	if dir == "" { // a private instance: this process is its only user
+		return func() {}, nil
+	}
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, err

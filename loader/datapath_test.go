@@ -1,0 +1,336 @@
+package loader
+
+import (
+	"bytes"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/table"
+	"github.com/director/director/table/model"
+)
+
+// testConfig has several tables, IPv4 and IPv6 VIPs, prefixes, port ranges
+// and a more specific bind of one table inside another's prefix.
+const testConfig = `{"tables": [
+ {"name": "web", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+  "binds": [{"ip": "10.20.0.1", "proto": "tcp", "port": 80}, {"ip": "10.20.0.1", "proto": "tcp", "port": 443},
+            {"ip": "fd00:20::1", "proto": "tcp", "port": 443}, {"ip": "10.20.0.0/24", "proto": "udp", "port_start": 1000, "port_end": 2000}],
+  "backends": [{"ip": "192.168.10.1", "state": "active", "healthy": true}, {"ip": "192.168.10.2", "state": "active", "healthy": true},
+               {"ip": "192.168.10.3", "state": "draining", "healthy": true}, {"ip": "192.168.10.4", "state": "active", "healthy": true},
+               {"ip": "192.168.10.5", "state": "filling", "healthy": true}, {"ip": "192.168.10.6", "state": "active", "healthy": true}]},
+ {"name": "dns", "hash_key": "ffeeddccbbaa99887766554433221100", "seed": "00000000000000000000000000000001",
+  "binds": [{"ip": "10.30.0.0/16", "proto": "udp", "port": 53}, {"ip": "10.30.0.0/16", "proto": "tcp", "port": 53}],
+  "backends": [{"ip": "192.168.20.1", "state": "active", "healthy": true}, {"ip": "192.168.20.2", "state": "active", "healthy": false},
+               {"ip": "192.168.20.3", "state": "active", "healthy": true}, {"ip": "192.168.20.4", "state": "active", "healthy": true}]},
+ {"name": "special", "hash_key": "0123456789abcdef0123456789abcdef", "seed": "fedcba9876543210fedcba9876543210",
+  "binds": [{"ip": "10.30.5.5", "proto": "tcp", "port_start": 1, "port_end": 65535}],
+  "backends": [{"ip": "192.168.30.1", "state": "active", "healthy": true}, {"ip": "192.168.30.2", "state": "active", "healthy": true}]},
+ {"name": "v6", "hash_key": "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf", "seed": "b0b1b2b3b4b5b6b7b8b9babbbcbdbebf",
+  "binds": [{"ip": "fd00:30::/64", "proto": "tcp", "port_start": 8000, "port_end": 8999}, {"ip": "fd00:30::/64", "proto": "udp", "port": 53}],
+  "backends": [{"ip": "192.168.40.1", "state": "active", "healthy": true}, {"ip": "192.168.40.2", "state": "active", "healthy": true},
+               {"ip": "192.168.40.3", "state": "active", "healthy": true}]}
+]}`
+
+func testTables(t testing.TB, cfg string) []*table.Table {
+	t.Helper()
+	c, err := table.ParseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tabs
+}
+
+// setup loads a private director with the test tables and config and the
+// model of the same.
+func setup(t testing.TB, dc table.DirectorConfig) (*Director, *model.Datapath) {
+	t.Helper()
+	d, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tabs := testTables(t, testConfig)
+	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Apply(tabs); err != nil {
+		t.Fatal(err)
+	}
+	return d, model.New(dc, pkt.GatewayMAC, tabs)
+}
+
+func directorConfig() table.DirectorConfig {
+	dc := table.DefaultDirectorConfig()
+	dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+	return dc
+}
+
+// gen makes varied frames: steered and not, every header shape the parser
+// handles, and broken ones.
+type gen struct{ rng *rand.Rand }
+
+var (
+	vips4 = []string{"10.20.0.1", "10.20.0.7", "10.30.1.2", "10.30.5.5", "10.40.0.1"}
+	vips6 = []string{"fd00:20::1", "fd00:30::5", "fd00:30::abcd", "fd00:31::1"}
+	ports = []uint16{53, 80, 443, 1000, 1500, 2000, 2001, 8000, 8500, 9000, 22}
+)
+
+func (g *gen) pick(s []string) netip.Addr { return netip.MustParseAddr(s[g.rng.IntN(len(s))]) }
+
+func (g *gen) client(v6 bool) netip.Addr {
+	if v6 {
+		var a [16]byte
+		a[0], a[1] = 0x20, 0x01
+		for i := 2; i < 16; i++ {
+			a[i] = byte(g.rng.Uint32())
+		}
+		return netip.AddrFrom16(a)
+	}
+	return netip.AddrFrom4([4]byte{byte(1 + g.rng.IntN(223)), byte(g.rng.Uint32()), byte(g.rng.Uint32()), byte(g.rng.Uint32())})
+}
+
+func (g *gen) port() uint16 {
+	if g.rng.IntN(4) == 0 {
+		return uint16(g.rng.Uint32())
+	}
+	return ports[g.rng.IntN(len(ports))]
+}
+
+func (g *gen) l4(proto uint8) []byte {
+	payload := make([]byte, g.rng.IntN(64))
+	if proto == 6 {
+		return pkt.TCP(uint16(1024+g.rng.IntN(60000)), g.port(), 0x10, payload)
+	}
+	return pkt.UDP(uint16(1024+g.rng.IntN(60000)), g.port(), payload)
+}
+
+// steered are destinations that binds match, so that a good share of the
+// generated traffic takes the encapsulation path.
+var steered = []struct {
+	vip   string
+	proto uint8
+	port  uint16
+}{
+	{"10.20.0.1", 6, 80}, {"10.20.0.1", 6, 443}, {"10.20.0.9", 17, 1500}, {"fd00:20::1", 6, 443},
+	{"10.30.7.7", 17, 53}, {"10.30.7.7", 6, 53}, {"10.30.5.5", 6, 53}, {"10.30.5.5", 6, 9999},
+	{"fd00:30::1234", 6, 8123}, {"fd00:30::9", 17, 53},
+}
+
+// steeredIP is a TCP or UDP packet that a bind matches.
+func (g *gen) steeredIP() []byte {
+	s := steered[g.rng.IntN(len(steered))]
+	vip := netip.MustParseAddr(s.vip)
+	payload := make([]byte, g.rng.IntN(200))
+	var l4 []byte
+	if s.proto == 6 {
+		l4 = pkt.TCP(uint16(1024+g.rng.IntN(60000)), s.port, 0x10, payload)
+	} else {
+		l4 = pkt.UDP(uint16(1024+g.rng.IntN(60000)), s.port, payload)
+	}
+	if vip.Is6() {
+		return pkt.IPv6(g.client(true), vip, s.proto, l4)
+	}
+	return pkt.IPv4(g.client(false), vip, s.proto, l4, pkt.V4Opts{})
+}
+
+func (g *gen) frame() []byte {
+	v6 := g.rng.IntN(3) == 0
+	var ip []byte
+	proto := []uint8{6, 17}[g.rng.IntN(2)]
+	switch kind := g.rng.IntN(20); {
+	case kind < 6: // traffic for the services
+		ip = g.steeredIP()
+	case kind < 10: // plain TCP/UDP, to VIPs and elsewhere
+		if v6 {
+			ip = pkt.IPv6(g.client(true), g.pick(vips6), proto, g.l4(proto))
+		} else {
+			ip = pkt.IPv4(g.client(false), g.pick(vips4), proto, g.l4(proto), pkt.V4Opts{})
+		}
+	case kind == 10: // IPv4 options
+		opts := bytes.Repeat([]byte{1}, 4*(1+g.rng.IntN(10))) // NOPs
+		ip = pkt.IPv4(g.client(false), g.pick(vips4), proto, g.l4(proto), pkt.V4Opts{Options: opts})
+	case kind == 11: // fragments
+		if v6 {
+			ip = pkt.IPv6(g.client(true), g.pick(vips6), proto, g.l4(proto), pkt.Ext{Type: 44, Body: make([]byte, 6)})
+		} else {
+			ip = pkt.IPv4(g.client(false), g.pick(vips4), proto, g.l4(proto), pkt.V4Opts{FragOff: []uint16{0x2000, 0x0010, 0x2100}[g.rng.IntN(3)]})
+		}
+	case kind == 12: // IPv6 extension headers, up to one too many
+		var exts []pkt.Ext
+		for i := 0; i < 1+g.rng.IntN(5); i++ {
+			exts = append(exts, pkt.Ext{Type: []uint8{0, 43, 60}[g.rng.IntN(3)], Body: make([]byte, g.rng.IntN(20))})
+		}
+		ip = pkt.IPv6(g.client(true), g.pick(vips6), proto, g.l4(proto), exts...)
+	case kind == 13 || kind == 14: // ICMP errors quoting a flow from a VIP
+		client := g.client(v6)
+		if v6 {
+			quoted := pkt.IPv6(g.pick(vips6), client, proto, g.l4(proto))
+			ip = pkt.IPv6(netip.MustParseAddr("2001:db8::1"), g.pick(vips6), 58, pkt.ICMP(2, 0, 1280, quoted[:48+g.rng.IntN(len(quoted)-47)]))
+		} else {
+			quoted := pkt.IPv4(g.pick(vips4), client, proto, g.l4(proto), pkt.V4Opts{})
+			code := []uint8{4, 3, 1}[g.rng.IntN(3)]
+			ip = pkt.IPv4(netip.MustParseAddr("198.51.100.1"), g.pick(vips4), 1, pkt.ICMP(3, code, 1400, quoted[:24+g.rng.IntN(len(quoted)-23)]), pkt.V4Opts{})
+		}
+	case kind == 15: // echo requests and other ICMP
+		typ := []uint8{8, 0, 11, 5}[g.rng.IntN(4)]
+		if v6 {
+			typ = []uint8{128, 129, 1, 3}[g.rng.IntN(4)]
+			ip = pkt.IPv6(g.client(true), g.pick(vips6), 58, pkt.ICMP(typ, 0, 0x00010001, make([]byte, g.rng.IntN(32))))
+		} else {
+			ip = pkt.IPv4(g.client(false), g.pick(vips4), 1, pkt.ICMP(typ, 0, 0x00010001, make([]byte, g.rng.IntN(32))), pkt.V4Opts{})
+		}
+	case kind == 16: // other protocols
+		if v6 {
+			ip = pkt.IPv6(g.client(true), g.pick(vips6), 47, make([]byte, 20))
+		} else {
+			ip = pkt.IPv4(g.client(false), g.pick(vips4), 50, make([]byte, 20), pkt.V4Opts{})
+		}
+	case kind == 17: // non-IP
+		return pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, 0x0806, make([]byte, 28))
+	default:
+		ip = pkt.IPv4(g.client(false), g.pick(vips4), proto, g.l4(proto), pkt.V4Opts{})
+	}
+	vlan := 0
+	if g.rng.IntN(8) == 0 {
+		vlan = 1 + g.rng.IntN(4094)
+	}
+	f := pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, vlan, pkt.EtherType(ip), ip)
+	switch g.rng.IntN(30) {
+	case 0: // Ethernet padding after the IP packet
+		f = append(f, make([]byte, 1+g.rng.IntN(20))...)
+	case 1: // QinQ
+		f = pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, 0x88a8, append([]byte{0, 5, 0x81, 0}, f[12:]...))
+	case 2: // a random byte corrupted
+		f[g.rng.IntN(len(f))] = byte(g.rng.Uint32())
+	case 3: // truncated
+		f = f[:g.rng.IntN(len(f)+1)]
+	}
+	return f
+}
+
+type tally struct {
+	counters       [model.NumCounters]uint64
+	tablePackets   map[int]uint64
+	backendPackets map[string]uint64
+}
+
+// compare runs frame through kernel and model; it returns a description of
+// any difference.
+func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
+	want := m.Process(frame)
+	if len(frame) < 14 {
+		return "" // BPF_PROG_RUN refuses these; no NIC delivers them either
+	}
+	verdict, out, err := d.Run(frame)
+	if err != nil {
+		return err.Error()
+	}
+	tl.counters[model.CounterProcessed]++
+	if want.Verdict == model.XDPTX {
+		tl.counters[model.CounterMatched]++
+		tl.counters[model.CounterEncapsulated]++
+		tl.counters[model.CounterEncapBytes] += uint64(want.OuterLen)
+		tl.tablePackets[want.Table]++
+		tl.backendPackets[want.Hops[0].String()]++
+	} else {
+		tl.counters[want.Reason]++
+	}
+	if int(verdict) != want.Verdict {
+		return fmt.Sprintf("verdict %d, model %d (reason %d)", verdict, want.Verdict, want.Reason)
+	}
+	if !bytes.Equal(out, want.Out) {
+		return fmt.Sprintf("output differs:\n kernel %s\n model  %s", hex.EncodeToString(out), hex.EncodeToString(want.Out))
+	}
+	return ""
+}
+
+func TestDatapathMatchesModel(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*table.DirectorConfig)
+		n    int
+	}{
+		{"default", func(*table.DirectorConfig) {}, 100000},
+		{"all-fields", func(dc *table.DirectorConfig) {
+			dc.HashFields = table.HashSrcAddr | table.HashDstAddr | table.HashSrcPort | table.HashDstPort
+		}, 10000},
+		{"alt-hash", func(dc *table.DirectorConfig) {
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+		}, 10000},
+		{"ports-only-echo-off", func(dc *table.DirectorConfig) {
+			dc.HashFields = table.HashDstPort | table.HashSrcPort
+			dc.ForwardICMPEcho = false
+		}, 10000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := c.n
+			if testing.Short() {
+				n /= 10
+			}
+			dc := directorConfig()
+			c.edit(&dc)
+			d, m := setup(t, dc)
+			g := &gen{rand.New(rand.NewPCG(uint64(n), 99))}
+			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}}
+			failures := 0
+			run := func(i int, f []byte) {
+				if diff := compare(d, m, f, tl); diff != "" {
+					failures++
+					if failures <= 5 {
+						t.Errorf("packet %d (%s): %s", i, hex.EncodeToString(f), diff)
+					}
+				}
+			}
+			for i := 0; i < n; i++ {
+				f := g.frame()
+				run(i, f)
+				if i%500 == 0 { // every truncation of some frames
+					for l := 0; l < len(f); l++ {
+						run(i, f[:l])
+					}
+				}
+			}
+			if failures > 0 {
+				t.Fatalf("%d of the packets differ", failures)
+			}
+			checkCounters(t, d, tl)
+		})
+	}
+}
+
+func checkCounters(t *testing.T, d *Director, tl *tally) {
+	t.Helper()
+	got, err := d.GlobalCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < model.NumCounters; i++ {
+		if got[i] != tl.counters[i] {
+			t.Errorf("counter %s = %d, model %d", CounterNames[i], got[i], tl.counters[i])
+		}
+	}
+	st, err := d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ts := range st.Tables {
+		if ts.Traffic.Packets != tl.tablePackets[i] {
+			t.Errorf("table %s: %d packets, model %d", ts.Name, ts.Traffic.Packets, tl.tablePackets[i])
+		}
+		for _, b := range ts.Backends {
+			if b.Packets != tl.backendPackets[b.IP] {
+				t.Errorf("backend %s: %d packets, model %d", b.IP, b.Packets, tl.backendPackets[b.IP])
+			}
+		}
+	}
+	t.Logf("counters: %v", got)
+}
