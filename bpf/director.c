@@ -600,3 +600,11 @@ int xdp_tx_baseline(struct xdp_md *ctx)
 {
 	return XDP_TX;
 }
+
+/* Passes everything: attached to the receiving end of a veth pair in tests
+ * so that it runs NAPI and accepts frames the director sends with XDP_TX. */
+SEC("xdp")
+int xdp_pass_all(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

@@ -143,6 +143,7 @@ const (
 	DirectorMapTableTraffic    = "table_traffic"
 	DirectorMapTables          = "tables"
 	DirectorProgDirector       = "director"
+	DirectorProgXdpPassAll     = "xdp_pass_all"
 	DirectorProgXdpTxBaseline  = "xdp_tx_baseline"
 	DirectorVarUnusedBindKey   = "unused_bind_key"
 	DirectorVarUnusedBindKind  = "unused_bind_kind"
@@ -199,6 +200,7 @@ type DirectorSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorProgramSpecs struct {
 	Director      *ebpf.ProgramSpec `ebpf:"director"`
+	XdpPassAll    *ebpf.ProgramSpec `ebpf:"xdp_pass_all"`
 	XdpTxBaseline *ebpf.ProgramSpec `ebpf:"xdp_tx_baseline"`
 }
 
@@ -290,12 +292,14 @@ type DirectorVariables struct {
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorPrograms struct {
 	Director      *ebpf.Program `ebpf:"director"`
+	XdpPassAll    *ebpf.Program `ebpf:"xdp_pass_all"`
 	XdpTxBaseline *ebpf.Program `ebpf:"xdp_tx_baseline"`
 }
 
 func (p *DirectorPrograms) Close() error {
 	return _DirectorClose(
 		p.Director,
+		p.XdpPassAll,
 		p.XdpTxBaseline,
 	)
 }

@@ -36,15 +36,15 @@ const testConfig = `{"tables": [
                {"ip": "192.168.40.3", "state": "active", "healthy": true}]}
 ]}`
 
-func testTables(t testing.TB, cfg string) []*table.Table {
-	t.Helper()
+// testTables builds a config; a bad one is a bug in the test itself.
+func testTables(_ testing.TB, cfg string) []*table.Table {
 	c, err := table.ParseConfig([]byte(cfg))
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	tabs, err := table.BuildAll(c)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return tabs
 }
@@ -333,4 +333,19 @@ func checkCounters(t *testing.T, d *Director, tl *tally) {
 		}
 	}
 	t.Logf("counters: %v", got)
+}
+
+func rngFor(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// clientOf returns the source address of an untagged IPv4 or IPv6 frame.
+func clientOf(f []byte) netip.Addr {
+	if f[12] == 0x86 {
+		return netip.AddrFrom16([16]byte(f[14+8 : 14+24]))
+	}
+	return netip.AddrFrom4([4]byte(f[14+12 : 14+16]))
+}
+
+// flowHashOf is the default flow hash: the client address.
+func flowHashOf(t *table.Table, client netip.Addr) uint64 {
+	return table.FlowHash(t.HashKey, table.AddrBytes(client))
 }

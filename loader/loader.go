@@ -96,6 +96,7 @@ func Load(dir string) (*Director, error) {
 		return nil, fmt.Errorf("loading the XDP program: %w", err)
 	}
 	objs.XdpTxBaseline.Close() // only benchmarks use it
+	objs.XdpPassAll.Close()    // only tests use it
 	d := &Director{Dir: dir, Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}
 	if err := d.installProgram(); err != nil {
 		d.Close()
@@ -122,6 +123,7 @@ func loadPrivate() (*Director, error) {
 		return nil, fmt.Errorf("loading the XDP program: %w", err)
 	}
 	objs.XdpTxBaseline.Close()
+	objs.XdpPassAll.Close()
 	return &Director{Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}, nil
 }
 

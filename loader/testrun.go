@@ -25,17 +25,20 @@ func run(p *ebpf.Program, frame []byte, repeat uint32) (uint32, []byte, error) {
 }
 
 // Baseline loads the empty XDP_TX program benchmarks compare against.
-func Baseline() (*ebpf.Program, error) {
-	var objs bpf.DirectorObjects
+func Baseline() (*ebpf.Program, error) { return helperProgram("xdp_tx_baseline") }
+
+// PassAll loads a program that passes every packet, for the receiving end
+// of a veth pair.
+func PassAll() (*ebpf.Program, error) { return helperProgram("xdp_pass_all") }
+
+func helperProgram(name string) (*ebpf.Program, error) {
 	spec, err := bpf.LoadDirector()
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return nil, err
+	ps, ok := spec.Programs[name]
+	if !ok {
+		return nil, fmt.Errorf("no program %s", name)
 	}
-	p := objs.XdpTxBaseline
-	objs.XdpTxBaseline = nil
-	objs.Close()
-	return p, nil
+	return ebpf.NewProgram(ps)
 }

@@ -359,7 +359,7 @@ func encapsulate(l2 []byte, gw [6]byte, src netip.Addr, hops []netip.Addr, sport
 		proto = 41
 	}
 	out = append(out, byte(1+listed), proto, 0, 0) // GUE: version 0, C 0, hlen; proto; flags
-	out = append(out, 0, 0, 0, byte(listed))      // GLB private: type 0, next hop 0, hop count
+	out = append(out, 0, 0, 0, byte(listed))       // GLB private: type 0, next hop 0, hop count
 	for _, h := range hops[1:] {
 		a := h.As4()
 		out = append(out, a[:]...)

@@ -1,0 +1,123 @@
+// Package testnet gives tests private network namespaces, veth pairs and
+// raw packet sockets. Everything it creates lives in a namespace that
+// disappears when the test's function returns, whether it passed or not.
+package testnet
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// InNetns runs f on an OS thread moved into a new network namespace. The
+// thread is never returned to the Go scheduler, so it exits when f returns
+// and the namespace, with every interface in it, goes with it.
+func InNetns(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // deliberately never unlocked
+		ns, err := netns.New()
+		if err != nil {
+			errc <- fmt.Errorf("creating a network namespace: %w", err)
+			return
+		}
+		defer ns.Close()
+		defer func() {
+			if r := recover(); r != nil {
+				errc <- fmt.Errorf("panic: %v", r)
+			}
+		}()
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// Veth creates a veth pair in the current namespace and sets both ends up.
+func Veth(a, b string) error {
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a, MTU: 1500}, PeerName: b}
+	if err := netlink.LinkAdd(v); err != nil {
+		return fmt.Errorf("creating veth %s/%s: %w", a, b, err)
+	}
+	for _, n := range []string{a, b} {
+		l, err := netlink.LinkByName(n)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Socket is an AF_PACKET socket on one interface.
+type Socket struct {
+	fd      int
+	ifindex int
+}
+
+// Listen opens a raw packet socket bound to iface.
+func Listen(iface string) (*Socket, error) {
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return nil, err
+	}
+	s := &Socket{fd: fd, ifindex: l.Attrs().Index}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: s.ifindex}); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// Close closes the socket.
+func (s *Socket) Close() error { return unix.Close(s.fd) }
+
+// Send transmits a whole frame out of the interface.
+func (s *Socket) Send(frame []byte) error {
+	return unix.Sendto(s.fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: s.ifindex, Halen: 6})
+}
+
+// ErrTimeout is returned by Recv when nothing matching arrived in time.
+var ErrTimeout = errors.New("timed out")
+
+// Recv returns the next frame received (not sent) on the interface for
+// which match is true, waiting at most timeout.
+func (s *Socket) Recv(timeout time.Duration, match func([]byte) bool) ([]byte, error) {
+	deadline := time.Now().Add(timeout)
+	buf := make([]byte, 65536)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, ErrTimeout
+		}
+		tv := unix.NsecToTimeval(left.Nanoseconds())
+		if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return nil, err
+		}
+		n, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		if match == nil || match(buf[:n]) {
+			return append([]byte(nil), buf[:n]...), nil
+		}
+	}
+}
