@@ -32,6 +32,7 @@ const enum dir_counter *unused_counter __attribute__((unused));
 const enum dir_hash_field *unused_hash_field __attribute__((unused));
 const enum dir_family *unused_family __attribute__((unused));
 const enum dir_bind_kind *unused_bind_kind __attribute__((unused));
+const struct dir_exact_key *unused_exact_key __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -50,10 +51,32 @@ struct bind_trie {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 1);
+	__uint(max_entries, DIR_BIND_GENS);
 	__type(key, __u32);
 	__array(values, struct bind_trie);
 } binds SEC(".maps");
+
+struct bind_exact_map {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct dir_exact_key);
+	__type(value, struct dir_bind_val);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, DIR_BIND_GENS);
+	__type(key, __u32);
+	__array(values, struct bind_exact_map);
+} bind_exact SEC(".maps");
+
+/* The live bind generation, 0 or 1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} bind_gen SEC(".maps");
 
 struct table_slot {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -132,23 +155,27 @@ static __always_inline __u64 siphash(const __u8 key[16], const struct hashbuf *m
 	__u64 v1 = k1 ^ 0x646f72616e646f6dULL;
 	__u64 v2 = k0 ^ 0x6c7967656e657261ULL;
 	__u64 v3 = k1 ^ 0x7465646279746573ULL;
-	__u64 last = (__u64)len << 56;
+	__u32 full = len / 8; /* whole words before the final block */
 
-#pragma unroll
-	for (int i = 0; i < 5; i++) {
+	/* A bounded loop rather than an unrolled one: this is the hot path's
+	 * biggest piece of code, and instruction cache is what it costs. */
+	for (__u32 i = 0; i < 4; i++) {
+		if (i >= full)
+			break;
 		__u64 w = m->w[i];
-		if ((__u32)(i * 8 + 8) > len) {
-			/* The final block: the tail bytes (the padding is zero)
-			 * and the length. */
-			w |= last;
-		}
 		v3 ^= w;
 		SIPROUND;
 		SIPROUND;
 		v0 ^= w;
-		if ((__u32)(i * 8 + 8) > len)
-			break;
 	}
+	/* The final block: the tail bytes (the padding is zero) and the length. */
+	__u64 w = ((__u64)len << 56);
+	if (full < 5)
+		w |= m->w[full];
+	v3 ^= w;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= w;
 	v2 ^= 0xff;
 	SIPROUND;
 	SIPROUND;
@@ -159,38 +186,34 @@ static __always_inline __u64 siphash(const __u8 key[16], const struct hashbuf *m
 
 /* flow_hash is GLB's: SipHash over the enabled fields, concatenated in
  * order: source address, destination address, source port, destination
- * port, all in network byte order. */
-static __always_inline __u64 flow_hash(const __u8 key[16], const struct flow *f, __u8 fields)
+ * port, all in network byte order. A subprogram, not inlined: it is called
+ * twice with the alternate hash, and code size is what costs here. */
+static __noinline __u64 flow_hash(const __u8 *key, const struct flow *f, __u32 fields)
 {
 	struct hashbuf m = {};
 	__u8 *b = (__u8 *)&m;
-	__u32 alen = f->family == DIR_FAMILY_IPV4 ? 4 : 16;
 	__u32 off = 0;
+	int v4 = f->family == DIR_FAMILY_IPV4;
 
-	if (fields == DIR_HASH_SRC_ADDR) {
-		/* The default, on the fast path: no variable offsets. */
-		if (alen == 4) {
-			__builtin_memcpy(b, f->client, 4);
-			return siphash(key, &m, 4);
-		}
-		__builtin_memcpy(b, f->client, 16);
-		return siphash(key, &m, 16);
-	}
 	if (fields & DIR_HASH_SRC_ADDR) {
-		if (alen == 4)
+		if (v4) {
 			__builtin_memcpy(b, f->client, 4);
-		else
+			off = 4;
+		} else {
 			__builtin_memcpy(b, f->client, 16);
-		off += alen;
+			off = 16;
+		}
 	}
 	if (fields & DIR_HASH_DST_ADDR) {
 		if (off > 16)
 			return 0;
-		if (alen == 4)
+		if (v4) {
 			__builtin_memcpy(b + off, f->vip, 4);
-		else
+			off += 4;
+		} else {
 			__builtin_memcpy(b + off, f->vip, 16);
-		off += alen;
+			off += 16;
+		}
 	}
 	if (fields & DIR_HASH_SRC_PORT) {
 		if (off > 32)
@@ -369,7 +392,24 @@ static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32
 static __always_inline int lookup_bind(const struct flow *f)
 {
 	__u32 zero = 0;
-	void *trie = bpf_map_lookup_elem(&binds, &zero);
+	__u32 *genp = bpf_map_lookup_elem(&bind_gen, &zero);
+	if (!genp)
+		return -1;
+	__u32 gen = *genp & (DIR_BIND_GENS - 1);
+
+	void *exact = bpf_map_lookup_elem(&bind_exact, &gen);
+	if (exact) {
+		struct dir_exact_key ek;
+		ek.proto = f->proto;
+		ek.family = f->family;
+		ek.port = f->vip_port;
+		__builtin_memcpy(ek.addr, f->vip, 16);
+		struct dir_bind_val *hit = bpf_map_lookup_elem(exact, &ek);
+		if (hit)
+			return hit->id;
+	}
+
+	void *trie = bpf_map_lookup_elem(&binds, &gen);
 	if (!trie)
 		return -1;
 	struct dir_bind_key k = {};
@@ -588,9 +628,7 @@ int director(struct xdp_md *ctx)
 	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
 
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);
-	if (l2len == 18)
-		return encapsulate(ctx, c, cfg, 18, ip_len, f.family, hops, nhops, sport);
-	return encapsulate(ctx, c, cfg, 14, ip_len, f.family, hops, nhops, sport);
+	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport);
 }
 
 /* An empty program that transmits every packet back: the baseline that

@@ -76,6 +76,7 @@ struct dir_table {
 	__u8 hash_key[16];
 	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
 	__u32 stats_id;           /* index in table_traffic; stable across applies */
+	__u32 index;              /* position in the applied config */
 	__u32 num_backends;
 	__u32 num_binds;
 	struct dir_backend backends[DIR_MAX_BACKENDS];
@@ -108,6 +109,24 @@ struct dir_bind_key {
 struct dir_bind_val {
 	__u32 id;         /* ADDR: group. PORT: table slot */
 };
+
+/* The fast path: binds to one address and one port (the common case) are
+ * also in a hash map, so most packets take one hash lookup instead of two
+ * trie walks. Its answer is always the trie's: a full-length prefix is the
+ * most specific match, and binds of different tables may not overlap at the
+ * same prefix. */
+struct dir_exact_key {
+	__u8 proto;
+	__u8 family;
+	__be16 port;
+	__u8 addr[16];
+};
+
+/* Bind maps come in two generations, each a trie and an exact map. An
+ * apply fills the inactive generation, then flips bind_gen: one 4-byte
+ * write moves every packet to the new binds (and so to the new tables) at
+ * once. */
+#define DIR_BIND_GENS 2
 
 /* Global counters: one per-CPU array entry of these. */
 enum dir_counter {

@@ -91,6 +91,14 @@ type DirectorDirCounters struct {
 	C [16]uint64
 }
 
+type DirectorDirExactKey struct {
+	_      structs.HostLayout
+	Proto  uint8
+	Family uint8
+	Port   uint16
+	Addr   [16]uint8
+}
+
 type DirectorDirFamily uint32
 
 const (
@@ -119,6 +127,7 @@ type DirectorDirTable struct {
 	HashKey     [16]uint8
 	Name        [64]uint8
 	StatsId     uint32
+	Index       uint32
 	NumBackends uint32
 	NumBinds    uint32
 	Backends    [256]DirectorDirBackend
@@ -137,6 +146,8 @@ type DirectorDirTraffic struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	DirectorMapBackendTraffic  = "backend_traffic"
+	DirectorMapBindExact       = "bind_exact"
+	DirectorMapBindGen         = "bind_gen"
 	DirectorMapBinds           = "binds"
 	DirectorMapConfig          = "config"
 	DirectorMapCounters        = "counters"
@@ -151,6 +162,7 @@ const (
 	DirectorVarUnusedConfig    = "unused_config"
 	DirectorVarUnusedCounter   = "unused_counter"
 	DirectorVarUnusedCounters  = "unused_counters"
+	DirectorVarUnusedExactKey  = "unused_exact_key"
 	DirectorVarUnusedFamily    = "unused_family"
 	DirectorVarUnusedHashField = "unused_hash_field"
 	DirectorVarUnusedTable     = "unused_table"
@@ -209,6 +221,8 @@ type DirectorProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorMapSpecs struct {
 	BackendTraffic *ebpf.MapSpec `ebpf:"backend_traffic"`
+	BindExact      *ebpf.MapSpec `ebpf:"bind_exact"`
+	BindGen        *ebpf.MapSpec `ebpf:"bind_gen"`
 	Binds          *ebpf.MapSpec `ebpf:"binds"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
@@ -226,6 +240,7 @@ type DirectorVariableSpecs struct {
 	UnusedConfig    *ebpf.VariableSpec `ebpf:"unused_config"`
 	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedCounters  *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedExactKey  *ebpf.VariableSpec `ebpf:"unused_exact_key"`
 	UnusedFamily    *ebpf.VariableSpec `ebpf:"unused_family"`
 	UnusedHashField *ebpf.VariableSpec `ebpf:"unused_hash_field"`
 	UnusedTable     *ebpf.VariableSpec `ebpf:"unused_table"`
@@ -253,6 +268,8 @@ func (o *DirectorObjects) Close() error {
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorMaps struct {
 	BackendTraffic *ebpf.Map `ebpf:"backend_traffic"`
+	BindExact      *ebpf.Map `ebpf:"bind_exact"`
+	BindGen        *ebpf.Map `ebpf:"bind_gen"`
 	Binds          *ebpf.Map `ebpf:"binds"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
@@ -263,6 +280,8 @@ type DirectorMaps struct {
 func (m *DirectorMaps) Close() error {
 	return _DirectorClose(
 		m.BackendTraffic,
+		m.BindExact,
+		m.BindGen,
 		m.Binds,
 		m.Config,
 		m.Counters,
@@ -281,6 +300,7 @@ type DirectorVariables struct {
 	UnusedConfig    *ebpf.Variable `ebpf:"unused_config"`
 	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedCounters  *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedExactKey  *ebpf.Variable `ebpf:"unused_exact_key"`
 	UnusedFamily    *ebpf.Variable `ebpf:"unused_family"`
 	UnusedHashField *ebpf.Variable `ebpf:"unused_hash_field"`
 	UnusedTable     *ebpf.Variable `ebpf:"unused_table"`

@@ -62,7 +62,7 @@ func setup(t testing.TB, dc table.DirectorConfig) (*Director, *model.Datapath) {
 	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Apply(tabs); err != nil {
+	if _, err := d.Apply(tabs, nil); err != nil {
 		t.Fatal(err)
 	}
 	return d, model.New(dc, pkt.GatewayMAC, tabs)

@@ -48,16 +48,19 @@ func (d *Director) Close() error {
 	return err
 }
 
+// pinnedMaps are the maps a director keeps across processes.
+var pinnedMaps = []string{
+	bpf.DirectorMapConfig, bpf.DirectorMapBinds, bpf.DirectorMapBindExact, bpf.DirectorMapBindGen,
+	bpf.DirectorMapTables, bpf.DirectorMapCounters, bpf.DirectorMapTableTraffic, bpf.DirectorMapBackendTraffic,
+}
+
 func collectionSpec() (*ebpf.CollectionSpec, error) {
 	spec, err := bpf.LoadDirector()
 	if err != nil {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
-	for _, m := range spec.Maps {
-		if m.Name == bpf.DirectorMapTables || m.Name == bpf.DirectorMapBinds || m.Name == bpf.DirectorMapConfig ||
-			m.Name == bpf.DirectorMapCounters || m.Name == bpf.DirectorMapTableTraffic || m.Name == bpf.DirectorMapBackendTraffic {
-			m.Pinning = ebpf.PinByName
-		}
+	for _, name := range pinnedMaps {
+		spec.Maps[name].Pinning = ebpf.PinByName
 	}
 	return spec, nil
 }
@@ -189,6 +192,8 @@ func Open(dir string) (*Director, error) {
 	}
 	d.Maps.Config = open(bpf.DirectorMapConfig)
 	d.Maps.Binds = open(bpf.DirectorMapBinds)
+	d.Maps.BindExact = open(bpf.DirectorMapBindExact)
+	d.Maps.BindGen = open(bpf.DirectorMapBindGen)
 	d.Maps.Tables = open(bpf.DirectorMapTables)
 	d.Maps.Counters = open(bpf.DirectorMapCounters)
 	d.Maps.TableTraffic = open(bpf.DirectorMapTableTraffic)

@@ -28,6 +28,7 @@ const (
 // LiveTable is a table as the kernel holds it.
 type LiveTable struct {
 	Slot    int
+	Index   int // position in the config it was applied from
 	StatsID int
 	Table   *table.Table
 	// Stat is each backend's counter index (position in Table.Backends).
@@ -49,14 +50,27 @@ func (d *Director) Live() ([]LiveTable, error) {
 		}
 		out = append(out, *lt)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].StatsID < out[j].StatsID })
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out, nil
+}
+
+// generation returns the live bind generation.
+func (d *Director) generation() (uint32, error) {
+	var gen uint32
+	if err := d.Maps.BindGen.Lookup(uint32(0), &gen); err != nil {
+		return 0, err
+	}
+	return gen % 2, nil
 }
 
 // currentTrie opens the live bind trie, or returns nil when none is set.
 func (d *Director) currentTrie() (*ebpf.Map, error) {
+	gen, err := d.generation()
+	if err != nil {
+		return nil, err
+	}
 	var id ebpf.MapID
-	if err := d.Maps.Binds.Lookup(uint32(0), &id); err != nil {
+	if err := d.Maps.Binds.Lookup(gen, &id); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil, nil
 		}
@@ -131,11 +145,12 @@ func putAddr(a netip.Addr) (fam uint8, b [16]byte) {
 
 // encodeTable lays a table out as the datapath reads it. stat gives each
 // backend's counter index.
-func encodeTable(t *table.Table, statsID int, stat []uint8) (*bpf.DirectorDirTable, error) {
+func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.DirectorDirTable, error) {
 	dt := new(bpf.DirectorDirTable)
 	dt.HashKey = t.HashKey
 	copy(dt.Name[:], t.Name)
 	dt.StatsId = uint32(statsID)
+	dt.Index = uint32(index)
 	dt.NumBackends = uint32(len(t.Backends))
 	dt.NumBinds = uint32(len(t.Binds))
 	if len(t.Backends) > DirMaxBackends || len(t.Binds) > len(dt.Binds) {
@@ -180,7 +195,7 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 	}
 	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows)}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
-	lt := &LiveTable{StatsID: int(dt.StatsId), Table: t}
+	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t}
 	byStat := map[uint16]uint32{}
 	for i := 0; i < int(dt.NumBackends); i++ {
 		b := dt.Backends[i]
@@ -246,16 +261,22 @@ type ApplyResult struct {
 }
 
 // Apply makes tables the live set. Every new or changed table is written
-// into a fresh map in a free slot; then a new bind trie, pointing at the new
-// slots, replaces the old one in a single map update: the commit point.
-// Packets see all the old tables or all the new ones. Slots no longer
-// referenced are cleared last. If the process dies at any point before the
-// commit, the previous tables keep serving; after it, the new ones do.
+// into a fresh map in a free slot; the binds pointing at the new slots are
+// written into the inactive bind generation; then one 4-byte write flips
+// the generation: the commit point. Packets see all the old tables or all
+// the new ones. Slots the live binds no longer reference are freed at the
+// start of the next apply, long after any packet that could have read the
+// old generation. If the process dies at any point before the commit, the
+// previous tables keep serving; after it, the new ones do.
 //
 // Tables keep their counters across applies: a table is matched to a live
 // one by name when both have one, otherwise by position, and a backend by
 // address.
-func (d *Director) Apply(tables []*table.Table) (*ApplyResult, error) {
+//
+// check, if not nil, runs under the apply lock with the live tables and
+// can refuse the apply (plans use it to insist on the state they were
+// reviewed against).
+func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) error) (*ApplyResult, error) {
 	start := time.Now()
 	if err := CheckDatapath(tables); err != nil {
 		return nil, err
@@ -269,6 +290,14 @@ func (d *Director) Apply(tables []*table.Table) (*ApplyResult, error) {
 	live, err := d.Live()
 	if err != nil {
 		return nil, fmt.Errorf("reading live tables: %w", err)
+	}
+	if check != nil {
+		if err := check(Tables(live)); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.freeSlots(live); err != nil {
+		return nil, err
 	}
 	used := map[int]bool{} // slots in use by live tables
 	statsUsed := map[int]bool{}
@@ -295,7 +324,7 @@ func (d *Director) Apply(tables []*table.Table) (*ApplyResult, error) {
 			p.statsID = -1
 		}
 		p.stat = assignStats(old, t)
-		if old != nil && sameTable(old, t, p.stat) {
+		if old != nil && sameTable(old, i, t, p.stat) {
 			p.slot = old.Slot
 		} else {
 			p.write = true
@@ -354,7 +383,7 @@ func (d *Director) Apply(tables []*table.Table) (*ApplyResult, error) {
 		if !p.write {
 			continue
 		}
-		dt, err := encodeTable(tables[i], p.statsID, p.stat)
+		dt, err := encodeTable(tables[i], i, p.statsID, p.stat)
 		if err != nil {
 			return nil, fmt.Errorf("tables[%d]: %w", i, err)
 		}
@@ -372,7 +401,7 @@ func (d *Director) Apply(tables []*table.Table) (*ApplyResult, error) {
 		}
 	}
 
-	// The commit: one new bind trie for all tables.
+	// The commit: the new binds for all tables, in one generation flip.
 	slots := make([]int, len(plans))
 	for i, p := range plans {
 		slots[i] = p.slot
@@ -380,24 +409,20 @@ func (d *Director) Apply(tables []*table.Table) (*ApplyResult, error) {
 	if err := d.swapBinds(tables, slots); err != nil {
 		return nil, err
 	}
-
-	// Clear slots nothing points at any more.
-	keep := map[int]bool{}
-	for _, s := range slots {
-		keep[s] = true
-	}
-	for s := 0; s < DirMaxTables; s++ {
-		if !keep[s] {
-			if err := d.Maps.Tables.Delete(uint32(s)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return nil, fmt.Errorf("clearing slot %d: %w", s, err)
-			}
-		}
-	}
 	now, err := d.Live()
 	if err != nil {
 		return nil, err
 	}
 	return &ApplyResult{Tables: now, Duration: time.Since(start)}, nil
+}
+
+// Tables returns the tables of a live set.
+func Tables(live []LiveTable) []*table.Table {
+	out := make([]*table.Table, len(live))
+	for i := range live {
+		out[i] = live[i].Table
+	}
+	return out
 }
 
 // matchTables pairs each new table with a live one: by name when all have
@@ -453,8 +478,11 @@ func assignStats(old *LiveTable, t *table.Table) []uint8 {
 	return stat
 }
 
-func sameTable(old *LiveTable, t *table.Table, stat []uint8) bool {
+func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
 	o := old.Table
+	if old.Index != index {
+		return false
+	}
 	if o.Name != t.Name || o.HashKey != t.HashKey || len(o.Backends) != len(t.Backends) || len(o.Binds) != len(t.Binds) {
 		return false
 	}
@@ -477,9 +505,31 @@ func sameTable(old *LiveTable, t *table.Table, stat []uint8) bool {
 	return true
 }
 
-// swapBinds builds the bind trie for tables (tables[i] in slots[i]) and
-// makes it live in one update.
+// freeSlots deletes every table slot the live binds do not reference:
+// leftovers of the previous apply, or of one that was killed.
+func (d *Director) freeSlots(live []LiveTable) error {
+	keep := map[int]bool{}
+	for _, lt := range live {
+		keep[lt.Slot] = true
+	}
+	for s := 0; s < DirMaxTables; s++ {
+		if !keep[s] {
+			if err := d.Maps.Tables.Delete(uint32(s)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("freeing slot %d: %w", s, err)
+			}
+		}
+	}
+	return nil
+}
+
+// swapBinds builds the bind maps for tables (tables[i] in slots[i]) in the
+// inactive generation and flips to it.
 func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
+	gen, err := d.generation()
+	if err != nil {
+		return err
+	}
+	next := 1 - gen
 	var refs []table.BindRef
 	for i, t := range tables {
 		for _, b := range t.Binds {
@@ -491,7 +541,20 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 		return fmt.Errorf("creating bind map: %w", err)
 	}
 	defer trie.Close()
+	exact, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapBindExact].InnerMap)
+	if err != nil {
+		return fmt.Errorf("creating bind map: %w", err)
+	}
+	defer exact.Close()
 	for _, e := range table.CompileBinds(refs) {
+		if e.Exact {
+			k := bpf.DirectorDirExactKey{Proto: uint8(e.Proto), Port: e.Port<<8 | e.Port>>8}
+			k.Family, k.Addr = putAddr(e.Prefix.Addr())
+			if err := exact.Put(&k, &bpf.DirectorDirBindVal{Id: uint32(slots[e.Table])}); err != nil {
+				return fmt.Errorf("writing bind entry: %w", err)
+			}
+			continue
+		}
 		k, v := bindEntry(e, slots)
 		if err := trie.Put(&k, &v); err != nil {
 			return fmt.Errorf("writing bind entry: %w", err)
@@ -504,7 +567,13 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 			return fmt.Errorf("writing table registry: %w", err)
 		}
 	}
-	if err := d.Maps.Binds.Put(uint32(0), trie); err != nil {
+	if err := d.Maps.Binds.Put(next, trie); err != nil {
+		return fmt.Errorf("writing the new binds: %w", err)
+	}
+	if err := d.Maps.BindExact.Put(next, exact); err != nil {
+		return fmt.Errorf("writing the new binds: %w", err)
+	}
+	if err := d.Maps.BindGen.Put(uint32(0), next); err != nil {
 		return fmt.Errorf("switching to the new binds: %w", err)
 	}
 	return nil

@@ -51,7 +51,7 @@ func vethSteering(dir, mode string) error {
 		return err
 	}
 	tabs := testTables(nil, testConfig)
-	if _, err := d.Apply(tabs); err != nil {
+	if _, err := d.Apply(tabs, nil); err != nil {
 		return err
 	}
 	m := model.New(dc, pkt.GatewayMAC, tabs)

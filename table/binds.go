@@ -54,6 +54,9 @@ type BindEntry struct {
 	// Address stage (Port stage fields zero).
 	Proto  Proto // ProtoICMP / ProtoICMPv6 for echo entries
 	Prefix netip.Prefix
+	// Exact entries are a cache of the two stages for binds to one address
+	// and one port: Proto, Prefix (full length), Port and Table are set.
+	Exact bool
 	// Port stage.
 	IsPort   bool
 	Port     uint16 // first port of the aligned block
@@ -107,6 +110,31 @@ func CompileBinds(refs []BindRef) []BindEntry {
 	})
 
 	var out []BindEntry
+	exact := map[key]map[uint16]bool{}
+	addExact := func(proto Proto, p netip.Prefix, port uint16, t int) {
+		k := key{proto, p}
+		if exact[k] == nil {
+			exact[k] = map[uint16]bool{}
+		}
+		if !exact[k][port] { // the first listed wins, as in ResolveBind
+			exact[k][port] = true
+			out = append(out, BindEntry{Exact: true, Proto: proto, Prefix: p, Port: port, Table: t})
+		}
+	}
+	for _, r := range refs {
+		p := r.Bind.Prefix.Masked()
+		if p.Bits() != p.Addr().BitLen() {
+			continue
+		}
+		if r.Bind.PortStart == r.Bind.PortEnd {
+			addExact(r.Bind.Proto, p, r.Bind.PortStart, r.Table)
+		}
+		echo := ProtoICMP
+		if p.Addr().Is6() {
+			echo = ProtoICMPv6
+		}
+		addExact(echo, p, 0, r.Table)
+	}
 	for g, k := range keys {
 		out = append(out, BindEntry{Group: g, Proto: k.proto, Prefix: k.prefix})
 		var ranges []portRange

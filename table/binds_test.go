@@ -9,9 +9,14 @@ import (
 
 // lpm simulates the datapath's two-stage lookup over compiled entries.
 func lpm(entries []BindEntry, dst netip.Addr, proto Proto, port uint16) (int, bool) {
+	for _, e := range entries {
+		if e.Exact && e.Proto == proto && e.Prefix.Addr() == dst && e.Port == port {
+			return e.Table, true
+		}
+	}
 	group, bits := -1, -1
 	for _, e := range entries {
-		if !e.IsPort && e.Proto == proto && e.Prefix.Addr().Is4() == dst.Is4() && e.Prefix.Contains(dst) && e.Prefix.Bits() > bits {
+		if !e.IsPort && !e.Exact && e.Proto == proto && e.Prefix.Addr().Is4() == dst.Is4() && e.Prefix.Contains(dst) && e.Prefix.Bits() > bits {
 			group, bits = e.Group, e.Prefix.Bits()
 		}
 	}
@@ -56,6 +61,7 @@ func TestCompiledBindsMatchDefinition(t *testing.T) {
 		used := map[string]bool{}
 		for len(refs) < 1+rng.IntN(12) {
 			bits := []int{32, 32, 24, 16, 28, 0}[rng.IntN(6)]
+			single := rng.IntN(2) == 0
 			addr := netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(2)), byte(rng.IntN(4))})
 			if rng.IntN(4) == 0 {
 				addr = netip.AddrFrom16([16]byte{0xfd, 0, 15: byte(rng.IntN(4))})
@@ -64,6 +70,9 @@ func TestCompiledBindsMatchDefinition(t *testing.T) {
 			p := netip.PrefixFrom(addr, bits).Masked()
 			lo := uint16(rng.IntN(100))
 			hi := lo + uint16(rng.IntN(50))
+			if single {
+				hi = lo
+			}
 			proto := []Proto{ProtoTCP, ProtoUDP}[rng.IntN(2)]
 			b := Bind{Prefix: p, Proto: proto, PortStart: lo, PortEnd: hi}
 			// keep the config invariant: no overlap at one prefix

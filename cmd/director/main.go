@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/director/director/loader"
 )
 
 // Exit statuses, part of the CLI contract (README, "Exit status").
@@ -35,6 +37,8 @@ func register(c *command) { commands[c.name] = c }
 // in-process and read what they print.
 type env struct {
 	stdout, stderr io.Writer
+	bpffs          string // --bpffs
+	dirConfig      string // --director-config
 }
 
 // exitCode lets a command end with a status other than 0 or 1 without it
@@ -48,7 +52,16 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
+	e := &env{stdout: stdout, stderr: stderr, bpffs: loader.DefaultBPFFS}
+	// Global flags may come before the command.
+	gfs := flag.NewFlagSet("director", flag.ContinueOnError)
+	gfs.SetOutput(io.Discard)
+	e.globalFlags(gfs)
+	if err := gfs.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "director: %v\n", err)
+		return exitError
+	}
+	args = gfs.Args()
 	if len(args) == 0 {
 		usage(stderr)
 		return exitError
@@ -93,6 +106,9 @@ func usage(w io.Writer) {
 		first, _, _ := strings.Cut(c.summary, "\n")
 		fmt.Fprintf(w, "  %-8s %s\n", n, first)
 	}
+	fmt.Fprintln(w, "\nglobal flags (before or after the command):")
+	fmt.Fprintf(w, "  --bpffs DIR             where the director's objects are pinned (default %s)\n", loader.DefaultBPFFS)
+	fmt.Fprintln(w, "  --director-config FILE  director settings, GLB's director.conf format")
 	fmt.Fprintln(w, "\n'director help COMMAND' describes one command.")
 }
 
@@ -109,6 +125,13 @@ func (e *env) flags(c *command) *flag.FlagSet {
 		}
 	}
 	return fs
+}
+
+// globalFlags registers --bpffs and --director-config, which every command
+// accepts before or after its name.
+func (e *env) globalFlags(fs *flag.FlagSet) {
+	fs.StringVar(&e.bpffs, "bpffs", e.bpffs, "bpffs `DIR` the director's objects are pinned in")
+	fs.StringVar(&e.dirConfig, "director-config", e.dirConfig, "director config `FILE` (GLB's director.conf format)")
 }
 
 func hasFlags(fs *flag.FlagSet) bool {

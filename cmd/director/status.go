@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/director/director/loader"
+	"github.com/director/director/table"
+)
+
+// statusDoc is status's JSON document (README, "status --json").
+type statusDoc struct {
+	Version     int                 `json:"version"`
+	BPFFS       string              `json:"bpffs"`
+	Program     statusProgram       `json:"program"`
+	Config      *statusConfig       `json:"config"` // null before one is written
+	Attachments []loader.Attachment `json:"attachments"`
+	Tables      []statusTable       `json:"tables"`
+}
+
+type statusProgram struct {
+	Pin string `json:"pin"`
+	ID  uint32 `json:"id"`
+	Tag string `json:"tag"`
+}
+
+type statusConfig struct {
+	SourceIP        string `json:"source_ip"`
+	GatewayMAC      string `json:"gateway_mac"`
+	HashFields      string `json:"hash_fields"`
+	AltHashFields   string `json:"alt_hash_fields"`
+	ForwardICMPEcho bool   `json:"forward_icmp_echo"`
+}
+
+type statusTable struct {
+	Index       int      `json:"index"`
+	Name        string   `json:"name"`
+	Fingerprint string   `json:"fingerprint"`
+	Slot        int      `json:"slot"`
+	Backends    int      `json:"backends"`
+	Binds       []string `json:"binds"`
+}
+
+func init() {
+	c := &command{
+		name: "status", args: "[--json]",
+		summary: "Show what the kernel holds: the pinned program, attached interfaces, the director config, and\n" +
+			"the live tables read back from the maps with their fingerprints.",
+	}
+	c.run = func(e *env, args []string) error {
+		fs := e.flags(c)
+		e.globalFlags(fs)
+		asJSON := fs.Bool("json", false, "print a JSON document")
+		if _, err := parse(fs, args, 0, 0); err != nil {
+			return err
+		}
+		d, err := e.open()
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		doc, err := readStatus(e, d)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, doc)
+		}
+		printStatus(e, doc)
+		return nil
+	}
+	register(c)
+}
+
+func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
+	info, err := d.Prog.Info()
+	if err != nil {
+		return nil, err
+	}
+	id, _ := info.ID()
+	doc := &statusDoc{Version: 1, BPFFS: e.bpffs, Program: statusProgram{Pin: filepath.Join(e.bpffs, "prog"), ID: uint32(id), Tag: info.Tag},
+		Attachments: []loader.Attachment{}, Tables: []statusTable{}}
+	if doc.Attachments, err = d.Attachments(); err != nil {
+		return nil, err
+	}
+	if doc.Attachments == nil {
+		doc.Attachments = []loader.Attachment{}
+	}
+	if dc, mac, ok, err := d.LiveConfig(); err != nil {
+		return nil, err
+	} else if ok {
+		doc.Config = &statusConfig{SourceIP: dc.SrcIP.String(), GatewayMAC: mac.String(), HashFields: dc.HashFields.String(),
+			AltHashFields: dc.AltHashFields.String(), ForwardICMPEcho: dc.ForwardICMPEcho}
+	}
+	live, err := d.Live()
+	if err != nil {
+		return nil, err
+	}
+	for i, lt := range live {
+		st := statusTable{Index: i, Name: lt.Table.Name, Fingerprint: table.Fingerprint(lt.Table), Slot: lt.Slot,
+			Backends: len(lt.Table.Backends), Binds: []string{}}
+		for _, b := range lt.Table.Binds {
+			st.Binds = append(st.Binds, b.String())
+		}
+		doc.Tables = append(doc.Tables, st)
+	}
+	return doc, nil
+}
+
+func printStatus(e *env, doc *statusDoc) {
+	w := e.stdout
+	fmt.Fprintf(w, "program      %d (tag %s) pinned at %s\n", doc.Program.ID, doc.Program.Tag, doc.Program.Pin)
+	if len(doc.Attachments) == 0 {
+		fmt.Fprintln(w, "attached     (no interfaces)")
+	}
+	for _, a := range doc.Attachments {
+		fmt.Fprintf(w, "attached     %s, %s mode (link %d)\n", a.Interface, a.Mode, a.LinkID)
+	}
+	if doc.Config == nil {
+		fmt.Fprintln(w, "config       (none: packets for binds are passed until one is written with --director-config)")
+	} else {
+		c := doc.Config
+		fmt.Fprintf(w, "config       source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",
+			c.SourceIP, c.GatewayMAC, c.HashFields, c.AltHashFields, c.ForwardICMPEcho)
+	}
+	if len(doc.Tables) == 0 {
+		fmt.Fprintln(w, "tables       (none)")
+	}
+	for _, t := range doc.Tables {
+		name := t.Name
+		if name == "" {
+			name = fmt.Sprintf("tables[%d]", t.Index)
+		}
+		fmt.Fprintf(w, "table        %s  fingerprint %s  %d backends  binds %v\n", name, table.ShortFingerprint(t.Fingerprint), t.Backends, t.Binds)
+	}
+}

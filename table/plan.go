@@ -1,0 +1,90 @@
+package table
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// PlanVersion is the plan file's format version.
+const PlanVersion = 1
+
+// Plan is a reviewed change: the diff against the live tables it was
+// computed from, a verdict, and the exact config to apply. Applying it is
+// refused if the live tables are no longer the base it was computed
+// against. It holds the config, keys included, so it is written mode 0600.
+type Plan struct {
+	PlanVersion int             `json:"plan_version"`
+	Created     time.Time       `json:"created"`
+	BPFFS       string          `json:"bpffs"`
+	Base        []PlanTable     `json:"base"`   // the live tables, in order
+	Result      []PlanTable     `json:"result"` // what the config builds
+	Safe        bool            `json:"safe"`
+	Reasons     []string        `json:"reasons"` // why it is unsafe
+	Diff        *Diff           `json:"diff"`
+	Config      json.RawMessage `json:"config"`
+}
+
+// PlanTable identifies a table by name and fingerprint.
+type PlanTable struct {
+	Name        string `json:"name"`
+	Fingerprint string `json:"fingerprint"`
+}
+
+// PlanTables lists tables as a plan records them.
+func PlanTables(ts []*Table) []PlanTable {
+	out := make([]PlanTable, len(ts))
+	for i, t := range ts {
+		out[i] = PlanTable{Name: t.Name, Fingerprint: Fingerprint(t)}
+	}
+	return out
+}
+
+// SamePlanTables reports whether two table lists are identical.
+func SamePlanTables(a, b []PlanTable) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Verdict judges a diff: safe, or unsafe with reasons. Unsafe is anything
+// that breaks established connections or stops steering traffic: rows at
+// risk, more than one backend not active and healthy in a table, rows with
+// no good backend, a changed hash key, tables or binds removed.
+func Verdict(d *Diff) (safe bool, reasons []string) {
+	for _, td := range d.Tables {
+		switch td.Status {
+		case StatusRemoved:
+			reasons = append(reasons, fmt.Sprintf("table %s is removed", td.Name))
+			continue
+		}
+		if td.Rows.AtRisk > 0 {
+			reasons = append(reasons, fmt.Sprintf("table %s: %d rows at risk (their connections break)", td.Name, td.Rows.AtRisk))
+		}
+		if len(td.BindsRemoved) > 0 {
+			reasons = append(reasons, fmt.Sprintf("table %s: binds removed: %v", td.Name, td.BindsRemoved))
+		}
+		if td.HashKeyChanged {
+			reasons = append(reasons, fmt.Sprintf("table %s: hash_key changed", td.Name))
+		}
+		if td.Rows.NoGoodRows > 0 {
+			reasons = append(reasons, fmt.Sprintf("table %s: %d rows have no active healthy backend", td.Name, td.Rows.NoGoodRows))
+		}
+		bad := 0
+		for _, bc := range td.Backends {
+			if bc.New != nil && bc.New.State != "inactive" && (bc.New.State != "active" || !bc.New.Healthy) {
+				bad++
+			}
+		}
+		if bad > 1 {
+			reasons = append(reasons, fmt.Sprintf("table %s: %d backends not active and healthy (GLB's safety rule allows one)", td.Name, bad))
+		}
+	}
+	return len(reasons) == 0, reasons
+}
