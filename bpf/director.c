@@ -33,6 +33,7 @@ const enum dir_hash_field *unused_hash_field __attribute__((unused));
 const enum dir_family *unused_family __attribute__((unused));
 const enum dir_bind_kind *unused_bind_kind __attribute__((unused));
 const struct dir_exact_key *unused_exact_key __attribute__((unused));
+const struct dir_exact_table *unused_exact_table __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -57,10 +58,10 @@ struct {
 } binds SEC(".maps");
 
 struct bind_exact_map {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct dir_exact_key);
-	__type(value, struct dir_bind_val);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_exact_table);
 };
 
 struct {
@@ -70,13 +71,6 @@ struct {
 	__array(values, struct bind_exact_map);
 } bind_exact SEC(".maps");
 
-/* The live bind generation, 0 or 1. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} bind_gen SEC(".maps");
 
 struct table_slot {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -99,12 +93,6 @@ struct {
 	__type(value, struct dir_counters);
 } counters SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DIR_MAX_TABLES);
-	__type(key, __u32);
-	__type(value, struct dir_traffic);
-} table_traffic SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -228,6 +216,33 @@ static __noinline __u64 flow_hash(const __u8 *key, const struct flow *f, __u32 f
 		off += 2;
 	}
 	return siphash(key, &m, off);
+}
+
+/* The default hash, source address only, of an IPv4 client: a single
+ * SipHash block, inlined. Everything else goes through flow_hash. */
+static __always_inline __u64 hash_flow(const __u8 *key, const struct flow *f, __u32 fields)
+{
+	if (fields == DIR_HASH_SRC_ADDR && f->family == DIR_FAMILY_IPV4) {
+		__u64 k0 = *(const __u64 *)key, k1 = *(const __u64 *)(key + 8);
+		__u64 v0 = k0 ^ 0x736f6d6570736575ULL;
+		__u64 v1 = k1 ^ 0x646f72616e646f6dULL;
+		__u64 v2 = k0 ^ 0x6c7967656e657261ULL;
+		__u64 v3 = k1 ^ 0x7465646279746573ULL;
+		__u32 a;
+		__builtin_memcpy(&a, f->client, 4);
+		__u64 w = (__u64)a | (4ULL << 56);
+		v3 ^= w;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= w;
+		v2 ^= 0xff;
+		SIPROUND;
+		SIPROUND;
+		SIPROUND;
+		SIPROUND;
+		return v0 ^ v1 ^ v2 ^ v3;
+	}
+	return flow_hash(key, f, fields);
 }
 
 /* ---- parsing ----
@@ -388,25 +403,44 @@ static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32
 	return 0;
 }
 
+/* exact_hash: see director.h. Words are read in host order, as the Go side
+ * does. */
+static __always_inline __u32 exact_hash(const __u32 *w)
+{
+	__u32 h = 2166136261u;
+#pragma unroll
+	for (int i = 0; i < 5; i++)
+		h = (h ^ w[i]) * 16777619u;
+	return h ^ (h >> 15);
+}
+
 /* lookup_bind returns the table slot for a flow, or -1. */
-static __always_inline int lookup_bind(const struct flow *f)
+static __always_inline int lookup_bind(const struct flow *f, struct dir_counters *c, __u32 gen)
 {
 	__u32 zero = 0;
-	__u32 *genp = bpf_map_lookup_elem(&bind_gen, &zero);
-	if (!genp)
-		return -1;
-	__u32 gen = *genp & (DIR_BIND_GENS - 1);
+	gen &= DIR_BIND_GENS - 1;
 
 	void *exact = bpf_map_lookup_elem(&bind_exact, &gen);
-	if (exact) {
+	struct dir_exact_table *et = exact ? bpf_map_lookup_elem(exact, &zero) : NULL;
+	if (et) {
 		struct dir_exact_key ek;
 		ek.proto = f->proto;
 		ek.family = f->family;
 		ek.port = f->vip_port;
 		__builtin_memcpy(ek.addr, f->vip, 16);
-		struct dir_bind_val *hit = bpf_map_lookup_elem(exact, &ek);
-		if (hit)
-			return hit->id;
+		__u32 *kw = (__u32 *)&ek;
+		__u32 h = exact_hash(kw);
+#pragma unroll
+		for (int i = 0; i < DIR_EXACT_PROBES; i++) {
+			struct dir_exact_entry *e = &et->e[(h + i) & (DIR_EXACT_SLOTS - 1)];
+			if (!e->slot_plus1)
+				break;
+			__u32 *ew = (__u32 *)&e->key;
+			if (ew[0] == kw[0] && ew[1] == kw[1] && ew[2] == kw[2] && ew[3] == kw[3] && ew[4] == kw[4]) {
+				c->c[DIR_C_BIND_FAST]++;
+				return e->slot_plus1 - 1;
+			}
+		}
 	}
 
 	void *trie = bpf_map_lookup_elem(&binds, &gen);
@@ -589,12 +623,13 @@ int director(struct xdp_md *ctx)
 	if (r)
 		return pass(c, r);
 
-	int slot = lookup_bind(&f);
+	struct dir_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return pass(c, DIR_C_ERR_NO_CONFIG);
+	int slot = lookup_bind(&f, c, cfg->bind_gen);
 	if (slot < 0)
 		return pass(c, DIR_C_PASS_NO_BIND);
-
-	struct dir_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg || !cfg->configured)
+	if (!cfg->configured)
 		return pass(c, DIR_C_ERR_NO_CONFIG);
 	if (echo && !cfg->forward_icmp_echo)
 		return pass(c, DIR_C_PASS_ICMP_ECHO_OFF);
@@ -609,22 +644,23 @@ int director(struct xdp_md *ctx)
 	c->c[DIR_C_MATCHED]++;
 
 	__be32 hops[DIR_MAX_HOPS] = {};
-	__u64 h = flow_hash(t->hash_key, &f, cfg->hash_fields);
+	__u64 h = hash_flow(t->hash_key, &f, cfg->hash_fields);
 	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
 	hops[0] = row->hops[0];
 	hops[1] = row->hops[1];
 	__u32 primary = row->primary;
 	__u32 nhops = 2;
 	if (cfg->alt_hash_fields) {
-		__u64 h2 = flow_hash(t->hash_key, &f, cfg->alt_hash_fields);
+		__u64 h2 = hash_flow(t->hash_key, &f, cfg->alt_hash_fields);
 		struct dir_row *alt = &t->rows[h2 & DIR_ROW_MASK];
 		hops[2] = alt->hops[0];
 		hops[3] = alt->hops[1];
 		nhops = 4;
 	}
 
+	/* Per-backend counters only: a table's traffic is the sum of its
+	 * backends', so counting it again would cost a cache line per packet. */
 	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
-	traffic(&table_traffic, stats, ip_len);
 	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
 
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);

@@ -25,15 +25,18 @@ enum dir_hash_field {
 	DIR_HASH_DST_PORT = 8,
 };
 
-/* The director's own settings: map "config", one entry. */
+/* The director's own settings, and the live bind generation: map
+ * "config", one entry, read once per packet. */
 struct dir_config {
 	__u8 gateway_mac[6];
 	__u8 hash_fields;      /* enum dir_hash_field bits; never 0 */
 	__u8 alt_hash_fields;  /* 0: no alternate hash */
 	__be32 src_ip;         /* outer IPv4 source */
 	__u8 forward_icmp_echo;
-	__u8 configured;       /* 0 until the control plane has written it */
+	__u8 configured;       /* 0 until the control plane has written the settings */
 	__u8 pad[2];
+	__u32 bind_gen;        /* the live bind generation, 0 or 1 */
+	__u32 pad2;
 };
 
 /* Address families, as GLB numbers them. */
@@ -74,9 +77,9 @@ struct dir_row {
  * what the kernel holds. */
 struct dir_table {
 	__u8 hash_key[16];
-	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
-	__u32 stats_id;           /* index in table_traffic; stable across applies */
+	__u32 stats_id;           /* counter block in backend_traffic; stable across applies */
 	__u32 index;              /* position in the applied config */
+	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
 	__u32 num_backends;
 	__u32 num_binds;
 	struct dir_backend backends[DIR_MAX_BACKENDS];
@@ -111,10 +114,12 @@ struct dir_bind_val {
 };
 
 /* The fast path: binds to one address and one port (the common case) are
- * also in a hash map, so most packets take one hash lookup instead of two
+ * also in an open-addressing hash table held in one array map value, so
+ * most packets find their table with one cache line or two instead of two
  * trie walks. Its answer is always the trie's: a full-length prefix is the
  * most specific match, and binds of different tables may not overlap at the
- * same prefix. */
+ * same prefix. An entry that does not fit within DIR_EXACT_PROBES of its
+ * home is left to the trie. */
 struct dir_exact_key {
 	__u8 proto;
 	__u8 family;
@@ -122,18 +127,35 @@ struct dir_exact_key {
 	__u8 addr[16];
 };
 
-/* Bind maps come in two generations, each a trie and an exact map. An
- * apply fills the inactive generation, then flips bind_gen: one 4-byte
- * write moves every packet to the new binds (and so to the new tables) at
- * once. */
+#define DIR_EXACT_SLOTS  8192  /* a power of two */
+#define DIR_EXACT_PROBES 4
+
+struct dir_exact_entry {
+	struct dir_exact_key key;
+	__u32 slot_plus1;  /* 0: empty */
+};
+
+struct dir_exact_table {
+	struct dir_exact_entry e[DIR_EXACT_SLOTS];
+};
+
+/* dir_exact_hash is the home index of a key: FNV-style mixing of the key's
+ * 32-bit words. loader/exact.go computes the same; a test checks. */
+
+/* Bind maps come in two generations, each a trie and an exact table. An
+ * apply fills the inactive generation, then flips dir_config.bind_gen: one
+ * aligned 4-byte store moves every packet to the new binds (and so to the
+ * new tables) at once. */
 #define DIR_BIND_GENS 2
 
-/* Global counters: one per-CPU array entry of these. */
+/* Global counters: one per-CPU array entry of these. Those every steered
+ * packet touches come first, in one cache line. */
 enum dir_counter {
 	DIR_C_PROCESSED = 0,
 	DIR_C_MATCHED,
 	DIR_C_ENCAPSULATED,
 	DIR_C_ENCAP_BYTES,
+	DIR_C_BIND_FAST,          /* of matched: found by the exact fast path */
 	DIR_C_PASS_NOT_IP,        /* not IPv4 or IPv6 */
 	DIR_C_PASS_VLAN,          /* QinQ or more than one tag */
 	DIR_C_PASS_MALFORMED,     /* truncated or inconsistent headers */

@@ -62,6 +62,8 @@ type DirectorDirConfig struct {
 	ForwardIcmpEcho uint8
 	Configured      uint8
 	Pad             [2]uint8
+	BindGen         uint32
+	Pad2            uint32
 }
 
 type DirectorDirCounter uint32
@@ -71,24 +73,31 @@ const (
 	DirectorDirCounterDIR_C_MATCHED            DirectorDirCounter = 1
 	DirectorDirCounterDIR_C_ENCAPSULATED       DirectorDirCounter = 2
 	DirectorDirCounterDIR_C_ENCAP_BYTES        DirectorDirCounter = 3
-	DirectorDirCounterDIR_C_PASS_NOT_IP        DirectorDirCounter = 4
-	DirectorDirCounterDIR_C_PASS_VLAN          DirectorDirCounter = 5
-	DirectorDirCounterDIR_C_PASS_MALFORMED     DirectorDirCounter = 6
-	DirectorDirCounterDIR_C_PASS_FRAGMENT      DirectorDirCounter = 7
-	DirectorDirCounterDIR_C_PASS_IPV6EXT       DirectorDirCounter = 8
-	DirectorDirCounterDIR_C_PASS_PROTO         DirectorDirCounter = 9
-	DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF DirectorDirCounter = 10
-	DirectorDirCounterDIR_C_PASS_NO_BIND       DirectorDirCounter = 11
-	DirectorDirCounterDIR_C_ERR_NO_CONFIG      DirectorDirCounter = 12
-	DirectorDirCounterDIR_C_ERR_NO_TABLE       DirectorDirCounter = 13
-	DirectorDirCounterDIR_C_ERR_ADJUST_HEAD    DirectorDirCounter = 14
-	DirectorDirCounterDIR_C_ERR_BOUNDS         DirectorDirCounter = 15
-	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 16
+	DirectorDirCounterDIR_C_BIND_FAST          DirectorDirCounter = 4
+	DirectorDirCounterDIR_C_PASS_NOT_IP        DirectorDirCounter = 5
+	DirectorDirCounterDIR_C_PASS_VLAN          DirectorDirCounter = 6
+	DirectorDirCounterDIR_C_PASS_MALFORMED     DirectorDirCounter = 7
+	DirectorDirCounterDIR_C_PASS_FRAGMENT      DirectorDirCounter = 8
+	DirectorDirCounterDIR_C_PASS_IPV6EXT       DirectorDirCounter = 9
+	DirectorDirCounterDIR_C_PASS_PROTO         DirectorDirCounter = 10
+	DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF DirectorDirCounter = 11
+	DirectorDirCounterDIR_C_PASS_NO_BIND       DirectorDirCounter = 12
+	DirectorDirCounterDIR_C_ERR_NO_CONFIG      DirectorDirCounter = 13
+	DirectorDirCounterDIR_C_ERR_NO_TABLE       DirectorDirCounter = 14
+	DirectorDirCounterDIR_C_ERR_ADJUST_HEAD    DirectorDirCounter = 15
+	DirectorDirCounterDIR_C_ERR_BOUNDS         DirectorDirCounter = 16
+	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 17
 )
 
 type DirectorDirCounters struct {
 	_ structs.HostLayout
-	C [16]uint64
+	C [17]uint64
+}
+
+type DirectorDirExactEntry struct {
+	_         structs.HostLayout
+	Key       DirectorDirExactKey
+	SlotPlus1 uint32
 }
 
 type DirectorDirExactKey struct {
@@ -97,6 +106,11 @@ type DirectorDirExactKey struct {
 	Family uint8
 	Port   uint16
 	Addr   [16]uint8
+}
+
+type DirectorDirExactTable struct {
+	_ structs.HostLayout
+	E [8192]DirectorDirExactEntry
 }
 
 type DirectorDirFamily uint32
@@ -125,9 +139,9 @@ type DirectorDirRow struct {
 type DirectorDirTable struct {
 	_           structs.HostLayout
 	HashKey     [16]uint8
-	Name        [64]uint8
 	StatsId     uint32
 	Index       uint32
+	Name        [64]uint8
 	NumBackends uint32
 	NumBinds    uint32
 	Backends    [256]DirectorDirBackend
@@ -145,28 +159,27 @@ type DirectorDirTraffic struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DirectorMapBackendTraffic  = "backend_traffic"
-	DirectorMapBindExact       = "bind_exact"
-	DirectorMapBindGen         = "bind_gen"
-	DirectorMapBinds           = "binds"
-	DirectorMapConfig          = "config"
-	DirectorMapCounters        = "counters"
-	DirectorMapTableTraffic    = "table_traffic"
-	DirectorMapTables          = "tables"
-	DirectorProgDirector       = "director"
-	DirectorProgXdpPassAll     = "xdp_pass_all"
-	DirectorProgXdpTxBaseline  = "xdp_tx_baseline"
-	DirectorVarUnusedBindKey   = "unused_bind_key"
-	DirectorVarUnusedBindKind  = "unused_bind_kind"
-	DirectorVarUnusedBindVal   = "unused_bind_val"
-	DirectorVarUnusedConfig    = "unused_config"
-	DirectorVarUnusedCounter   = "unused_counter"
-	DirectorVarUnusedCounters  = "unused_counters"
-	DirectorVarUnusedExactKey  = "unused_exact_key"
-	DirectorVarUnusedFamily    = "unused_family"
-	DirectorVarUnusedHashField = "unused_hash_field"
-	DirectorVarUnusedTable     = "unused_table"
-	DirectorVarUnusedTraffic   = "unused_traffic"
+	DirectorMapBackendTraffic   = "backend_traffic"
+	DirectorMapBindExact        = "bind_exact"
+	DirectorMapBinds            = "binds"
+	DirectorMapConfig           = "config"
+	DirectorMapCounters         = "counters"
+	DirectorMapTables           = "tables"
+	DirectorProgDirector        = "director"
+	DirectorProgXdpPassAll      = "xdp_pass_all"
+	DirectorProgXdpTxBaseline   = "xdp_tx_baseline"
+	DirectorVarUnusedBindKey    = "unused_bind_key"
+	DirectorVarUnusedBindKind   = "unused_bind_kind"
+	DirectorVarUnusedBindVal    = "unused_bind_val"
+	DirectorVarUnusedConfig     = "unused_config"
+	DirectorVarUnusedCounter    = "unused_counter"
+	DirectorVarUnusedCounters   = "unused_counters"
+	DirectorVarUnusedExactKey   = "unused_exact_key"
+	DirectorVarUnusedExactTable = "unused_exact_table"
+	DirectorVarUnusedFamily     = "unused_family"
+	DirectorVarUnusedHashField  = "unused_hash_field"
+	DirectorVarUnusedTable      = "unused_table"
+	DirectorVarUnusedTraffic    = "unused_traffic"
 )
 
 // LoadDirector returns the embedded CollectionSpec for Director.
@@ -222,11 +235,9 @@ type DirectorProgramSpecs struct {
 type DirectorMapSpecs struct {
 	BackendTraffic *ebpf.MapSpec `ebpf:"backend_traffic"`
 	BindExact      *ebpf.MapSpec `ebpf:"bind_exact"`
-	BindGen        *ebpf.MapSpec `ebpf:"bind_gen"`
 	Binds          *ebpf.MapSpec `ebpf:"binds"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
-	TableTraffic   *ebpf.MapSpec `ebpf:"table_traffic"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
 
@@ -234,17 +245,18 @@ type DirectorMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorVariableSpecs struct {
-	UnusedBindKey   *ebpf.VariableSpec `ebpf:"unused_bind_key"`
-	UnusedBindKind  *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
-	UnusedBindVal   *ebpf.VariableSpec `ebpf:"unused_bind_val"`
-	UnusedConfig    *ebpf.VariableSpec `ebpf:"unused_config"`
-	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCounters  *ebpf.VariableSpec `ebpf:"unused_counters"`
-	UnusedExactKey  *ebpf.VariableSpec `ebpf:"unused_exact_key"`
-	UnusedFamily    *ebpf.VariableSpec `ebpf:"unused_family"`
-	UnusedHashField *ebpf.VariableSpec `ebpf:"unused_hash_field"`
-	UnusedTable     *ebpf.VariableSpec `ebpf:"unused_table"`
-	UnusedTraffic   *ebpf.VariableSpec `ebpf:"unused_traffic"`
+	UnusedBindKey    *ebpf.VariableSpec `ebpf:"unused_bind_key"`
+	UnusedBindKind   *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
+	UnusedBindVal    *ebpf.VariableSpec `ebpf:"unused_bind_val"`
+	UnusedConfig     *ebpf.VariableSpec `ebpf:"unused_config"`
+	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedExactKey   *ebpf.VariableSpec `ebpf:"unused_exact_key"`
+	UnusedExactTable *ebpf.VariableSpec `ebpf:"unused_exact_table"`
+	UnusedFamily     *ebpf.VariableSpec `ebpf:"unused_family"`
+	UnusedHashField  *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedTable      *ebpf.VariableSpec `ebpf:"unused_table"`
+	UnusedTraffic    *ebpf.VariableSpec `ebpf:"unused_traffic"`
 }
 
 // DirectorObjects contains all objects after they have been loaded into the kernel.
@@ -269,11 +281,9 @@ func (o *DirectorObjects) Close() error {
 type DirectorMaps struct {
 	BackendTraffic *ebpf.Map `ebpf:"backend_traffic"`
 	BindExact      *ebpf.Map `ebpf:"bind_exact"`
-	BindGen        *ebpf.Map `ebpf:"bind_gen"`
 	Binds          *ebpf.Map `ebpf:"binds"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
-	TableTraffic   *ebpf.Map `ebpf:"table_traffic"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
 
@@ -281,11 +291,9 @@ func (m *DirectorMaps) Close() error {
 	return _DirectorClose(
 		m.BackendTraffic,
 		m.BindExact,
-		m.BindGen,
 		m.Binds,
 		m.Config,
 		m.Counters,
-		m.TableTraffic,
 		m.Tables,
 	)
 }
@@ -294,17 +302,18 @@ func (m *DirectorMaps) Close() error {
 //
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorVariables struct {
-	UnusedBindKey   *ebpf.Variable `ebpf:"unused_bind_key"`
-	UnusedBindKind  *ebpf.Variable `ebpf:"unused_bind_kind"`
-	UnusedBindVal   *ebpf.Variable `ebpf:"unused_bind_val"`
-	UnusedConfig    *ebpf.Variable `ebpf:"unused_config"`
-	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCounters  *ebpf.Variable `ebpf:"unused_counters"`
-	UnusedExactKey  *ebpf.Variable `ebpf:"unused_exact_key"`
-	UnusedFamily    *ebpf.Variable `ebpf:"unused_family"`
-	UnusedHashField *ebpf.Variable `ebpf:"unused_hash_field"`
-	UnusedTable     *ebpf.Variable `ebpf:"unused_table"`
-	UnusedTraffic   *ebpf.Variable `ebpf:"unused_traffic"`
+	UnusedBindKey    *ebpf.Variable `ebpf:"unused_bind_key"`
+	UnusedBindKind   *ebpf.Variable `ebpf:"unused_bind_kind"`
+	UnusedBindVal    *ebpf.Variable `ebpf:"unused_bind_val"`
+	UnusedConfig     *ebpf.Variable `ebpf:"unused_config"`
+	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedExactKey   *ebpf.Variable `ebpf:"unused_exact_key"`
+	UnusedExactTable *ebpf.Variable `ebpf:"unused_exact_table"`
+	UnusedFamily     *ebpf.Variable `ebpf:"unused_family"`
+	UnusedHashField  *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedTable      *ebpf.Variable `ebpf:"unused_table"`
+	UnusedTraffic    *ebpf.Variable `ebpf:"unused_traffic"`
 }
 
 // DirectorPrograms contains all programs after they have been loaded into the kernel.

@@ -6,4 +6,4 @@
 // generated files are committed so that `go build` needs no C toolchain.
 package bpf
 
-//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types -type dir_config -type dir_table -type dir_backend -type dir_bind -type dir_row -type dir_bind_key -type dir_bind_val -type dir_counters -type dir_traffic -type dir_counter -type dir_hash_field -type dir_family -type dir_bind_kind -type dir_exact_key Director director.c
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types -type dir_config -type dir_table -type dir_backend -type dir_bind -type dir_row -type dir_bind_key -type dir_bind_val -type dir_counters -type dir_traffic -type dir_counter -type dir_hash_field -type dir_family -type dir_bind_kind -type dir_exact_key -type dir_exact_entry -type dir_exact_table Director director.c

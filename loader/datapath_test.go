@@ -217,7 +217,14 @@ func (g *gen) frame() []byte {
 	return f
 }
 
+type exactKeyT struct {
+	proto uint8
+	addr  netip.Addr
+	port  uint16
+}
+
 type tally struct {
+	exact          map[exactKeyT]bool // binds the fast path holds
 	counters       [model.NumCounters]uint64
 	tablePackets   map[int]uint64
 	backendPackets map[string]uint64
@@ -235,6 +242,10 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 		return err.Error()
 	}
 	tl.counters[model.CounterProcessed]++
+	if (want.Verdict == model.XDPTX || want.Reason == model.PassNoBind || want.Reason == model.PassICMPEchoOff) &&
+		tl.exact[exactKeyT{want.Proto, want.VIP, want.VIPPort}] {
+		tl.counters[model.BindFast]++
+	}
 	if want.Verdict == model.XDPTX {
 		tl.counters[model.CounterMatched]++
 		tl.counters[model.CounterEncapsulated]++
@@ -280,7 +291,7 @@ func TestDatapathMatchesModel(t *testing.T) {
 			c.edit(&dc)
 			d, m := setup(t, dc)
 			g := &gen{rand.New(rand.NewPCG(uint64(n), 99))}
-			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}}
+			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}, exact: exactSet(m.Tables)}
 			failures := 0
 			run := func(i int, f []byte) {
 				if diff := compare(d, m, f, tl); diff != "" {
@@ -348,4 +359,21 @@ func clientOf(f []byte) netip.Addr {
 // flowHashOf is the default flow hash: the client address.
 func flowHashOf(t *table.Table, client netip.Addr) uint64 {
 	return table.FlowHash(t.HashKey, table.AddrBytes(client))
+}
+
+// exactSet lists the (protocol, address, port) keys of the exact fast path.
+func exactSet(tabs []*table.Table) map[exactKeyT]bool {
+	var refs []table.BindRef
+	for i, t := range tabs {
+		for _, b := range t.Binds {
+			refs = append(refs, table.BindRef{Table: i, Bind: b})
+		}
+	}
+	out := map[exactKeyT]bool{}
+	for _, e := range table.CompileBinds(refs) {
+		if e.Exact {
+			out[exactKeyT{uint8(e.Proto), e.Prefix.Addr(), e.Port}] = true
+		}
+	}
+	return out
 }

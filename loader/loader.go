@@ -50,8 +50,8 @@ func (d *Director) Close() error {
 
 // pinnedMaps are the maps a director keeps across processes.
 var pinnedMaps = []string{
-	bpf.DirectorMapConfig, bpf.DirectorMapBinds, bpf.DirectorMapBindExact, bpf.DirectorMapBindGen,
-	bpf.DirectorMapTables, bpf.DirectorMapCounters, bpf.DirectorMapTableTraffic, bpf.DirectorMapBackendTraffic,
+	bpf.DirectorMapConfig, bpf.DirectorMapBinds, bpf.DirectorMapBindExact,
+	bpf.DirectorMapTables, bpf.DirectorMapCounters, bpf.DirectorMapBackendTraffic,
 }
 
 func collectionSpec() (*ebpf.CollectionSpec, error) {
@@ -193,10 +193,8 @@ func Open(dir string) (*Director, error) {
 	d.Maps.Config = open(bpf.DirectorMapConfig)
 	d.Maps.Binds = open(bpf.DirectorMapBinds)
 	d.Maps.BindExact = open(bpf.DirectorMapBindExact)
-	d.Maps.BindGen = open(bpf.DirectorMapBindGen)
 	d.Maps.Tables = open(bpf.DirectorMapTables)
 	d.Maps.Counters = open(bpf.DirectorMapCounters)
-	d.Maps.TableTraffic = open(bpf.DirectorMapTableTraffic)
 	d.Maps.BackendTraffic = open(bpf.DirectorMapBackendTraffic)
 	if err != nil {
 		d.Close()

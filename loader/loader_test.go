@@ -69,7 +69,7 @@ func TestSharedTypeSizes(t *testing.T) {
 		name      string
 		got, want uintptr
 	}{
-		{"dir_config", unsafe.Sizeof(bpf.DirectorDirConfig{}), 16},
+		{"dir_config", unsafe.Sizeof(bpf.DirectorDirConfig{}), 24},
 		{"dir_backend", unsafe.Sizeof(bpf.DirectorDirBackend{}), 20},
 		{"dir_bind", unsafe.Sizeof(bpf.DirectorDirBind{}), 24},
 		{"dir_row", unsafe.Sizeof(bpf.DirectorDirRow{}), 12},

@@ -14,7 +14,7 @@ import (
 // CounterNames are the global counters, in the datapath's order (enum
 // dir_counter in bpf/director.h; a test checks they agree).
 var CounterNames = []string{
-	"processed", "matched", "encapsulated", "encapsulated_bytes",
+	"processed", "matched", "encapsulated", "encapsulated_bytes", "bind_fast",
 	"pass_not_ip", "pass_vlan", "pass_malformed", "pass_fragment", "pass_ipv6_ext",
 	"pass_proto", "pass_icmp_echo_off", "pass_no_bind",
 	"error_no_config", "error_no_table", "error_adjust_head", "error_bounds",
@@ -103,14 +103,14 @@ func (d *Director) Stats() (*Stats, error) {
 		if ts.Name == "" {
 			ts.Name = fmt.Sprintf("tables[%d]", i)
 		}
-		if ts.Traffic, err = d.traffic(d.Maps.TableTraffic, uint32(lt.StatsID)); err != nil {
-			return nil, err
-		}
 		for j, b := range lt.Table.Backends {
 			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*DirMaxBackends+int(lt.Stat[j])))
 			if err != nil {
 				return nil, err
 			}
+			// The datapath counts backends only; a table is their sum.
+			ts.Traffic.Packets += tr.Packets
+			ts.Traffic.Bytes += tr.Bytes
 			ts.Backends = append(ts.Backends, BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Traffic: tr})
 		}
 		s.Tables = append(s.Tables, ts)
@@ -126,13 +126,8 @@ func (d *Director) zero(m *ebpf.Map, key uint32) error {
 // table's, and those of backends new to a table.
 func (d *Director) resetCounters(statsID int, old *LiveTable, t *table.Table, stat []uint8) error {
 	had := map[uint8]bool{}
-	if old == nil {
-		if err := d.zero(d.Maps.TableTraffic, uint32(statsID)); err != nil {
-			return err
-		}
-	} else {
-		for i, b := range old.Table.Backends {
-			_ = b
+	if old != nil {
+		for i := range old.Table.Backends {
 			had[old.Stat[i]] = true
 		}
 	}
@@ -155,9 +150,14 @@ func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) 
 	if !c.SrcIP.Is4() {
 		return fmt.Errorf("outbound source %s is not IPv4", c.SrcIP)
 	}
-	v := bpf.DirectorDirConfig{
+	var v bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		return err
+	}
+	gen := v.BindGen // owned by Apply
+	v = bpf.DirectorDirConfig{
 		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields),
-		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1,
+		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1, BindGen: gen,
 	}
 	copy(v.GatewayMac[:], gateway)
 	if c.ForwardICMPEcho {

@@ -56,11 +56,11 @@ func (d *Director) Live() ([]LiveTable, error) {
 
 // generation returns the live bind generation.
 func (d *Director) generation() (uint32, error) {
-	var gen uint32
-	if err := d.Maps.BindGen.Lookup(uint32(0), &gen); err != nil {
+	var c bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &c); err != nil {
 		return 0, err
 	}
-	return gen % 2, nil
+	return c.BindGen % 2, nil
 }
 
 // currentTrie opens the live bind trie, or returns nil when none is set.
@@ -546,19 +546,19 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 		return fmt.Errorf("creating bind map: %w", err)
 	}
 	defer exact.Close()
-	for _, e := range table.CompileBinds(refs) {
+	entries := table.CompileBinds(refs)
+	for _, e := range entries {
 		if e.Exact {
-			k := bpf.DirectorDirExactKey{Proto: uint8(e.Proto), Port: e.Port<<8 | e.Port>>8}
-			k.Family, k.Addr = putAddr(e.Prefix.Addr())
-			if err := exact.Put(&k, &bpf.DirectorDirBindVal{Id: uint32(slots[e.Table])}); err != nil {
-				return fmt.Errorf("writing bind entry: %w", err)
-			}
 			continue
 		}
 		k, v := bindEntry(e, slots)
 		if err := trie.Put(&k, &v); err != nil {
 			return fmt.Errorf("writing bind entry: %w", err)
 		}
+	}
+	et, _ := buildExact(entries, slots)
+	if err := exact.Put(uint32(0), et); err != nil {
+		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
 	for _, s := range slots {
 		k := bpf.DirectorDirBindKey{Prefixlen: 8 + 8, Kind: uint8(bpf.DirectorDirBindKindDIR_BIND_TABLE)}
@@ -573,7 +573,14 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 	if err := d.Maps.BindExact.Put(next, exact); err != nil {
 		return fmt.Errorf("writing the new binds: %w", err)
 	}
-	if err := d.Maps.BindGen.Put(uint32(0), next); err != nil {
+	// The commit point. The rest of the config entry is rewritten with
+	// the values it has; only the aligned generation word changes.
+	var c bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &c); err != nil {
+		return err
+	}
+	c.BindGen = next
+	if err := d.Maps.Config.Put(uint32(0), &c); err != nil {
 		return fmt.Errorf("switching to the new binds: %w", err)
 	}
 	return nil

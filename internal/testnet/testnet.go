@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -120,4 +121,40 @@ func (s *Socket) Recv(timeout time.Duration, match func([]byte) bool) ([]byte, e
 			return append([]byte(nil), buf[:n]...), nil
 		}
 	}
+}
+
+// mmsghdr is struct mmsghdr.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// SendBatch transmits frames with one sendmmsg call per up to 64 of them,
+// so that the receiving side sees bursts, as a NIC delivers them.
+func (s *Socket) SendBatch(frames [][]byte) error {
+	sa := unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Ifindex: int32(s.ifindex), Halen: 6}
+	for len(frames) > 0 {
+		n := min(len(frames), 64)
+		msgs := make([]mmsghdr, n)
+		iovs := make([]unix.Iovec, n)
+		for i := 0; i < n; i++ {
+			iovs[i].Base = &frames[i][0]
+			iovs[i].SetLen(len(frames[i]))
+			msgs[i].hdr.Name = (*byte)(unsafe.Pointer(&sa))
+			msgs[i].hdr.Namelen = uint32(unsafe.Sizeof(sa))
+			msgs[i].hdr.Iov = &iovs[i]
+			msgs[i].hdr.SetIovlen(1)
+		}
+		sent, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(n), 0, 0, 0)
+		runtime.KeepAlive(frames)
+		if errno != 0 {
+			if errno == unix.EINTR || errno == unix.ENOBUFS || errno == unix.EAGAIN {
+				continue
+			}
+			return fmt.Errorf("sendmmsg: %w", errno)
+		}
+		frames = frames[sent:]
+	}
+	return nil
 }

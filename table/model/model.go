@@ -25,6 +25,7 @@ const (
 	CounterMatched
 	CounterEncapsulated
 	CounterEncapBytes
+	BindFast // bind found through the exact-match fast path (a performance counter; not modelled)
 	PassNotIP
 	PassVLAN
 	PassMalformed
@@ -72,6 +73,11 @@ type Result struct {
 	Row     int
 	Hops    []netip.Addr // primary first
 	IPLen   int          // length of the original IP packet
+	// The flow's bind key, for packets that parsed.
+	VIP     netip.Addr
+	Proto   uint8
+	VIPPort uint16
+	Echo    bool
 	// OuterLen is the encapsulated packet's length up to the end of the
 	// outer IP packet (trailing Ethernet padding excluded).
 	OuterLen int
@@ -87,7 +93,10 @@ type flow struct {
 
 // Process runs one frame through the datapath.
 func (d *Datapath) Process(frame []byte) Result {
-	pass := func(reason int) Result { return Result{Verdict: XDPPass, Reason: reason, Out: frame} }
+	var f flow
+	pass := func(reason int) Result {
+		return Result{Verdict: XDPPass, Reason: reason, Out: frame, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
+	}
 	if len(frame) < 14 {
 		return pass(PassMalformed)
 	}
@@ -106,7 +115,6 @@ func (d *Datapath) Process(frame []byte) Result {
 	case 0x88a8:
 		return pass(PassVLAN)
 	}
-	var f flow
 	var ipLen, reason int
 	switch etype {
 	case 0x0800:
@@ -145,6 +153,7 @@ func (d *Datapath) Process(frame []byte) Result {
 	}
 	out := encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops, sport, family, ipLen, inner)
 	return Result{Verdict: XDPTX, Out: out, Table: ti, Row: row, Hops: hops, IPLen: ipLen,
+		VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
 		OuterLen: l2len + 36 + 4*(len(hops)-1) + ipLen}
 }
 

@@ -1,0 +1,60 @@
+package loader
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/table"
+)
+
+// Geometry of the exact-match table, from director.h.
+const (
+	exactSlots  = 8192
+	exactProbes = 4
+)
+
+func exactKey(proto table.Proto, addr netip.Addr, port uint16) bpf.DirectorDirExactKey {
+	k := bpf.DirectorDirExactKey{Proto: uint8(proto), Port: port<<8 | port>>8}
+	k.Family, k.Addr = putAddr(addr)
+	return k
+}
+
+// exactHash is the C exact_hash: FNV-1a style over the key's five 32-bit
+// words, read in host (little-endian) order.
+func exactHash(k bpf.DirectorDirExactKey) uint32 {
+	var b [20]byte
+	b[0], b[1] = k.Proto, k.Family
+	binary.LittleEndian.PutUint16(b[2:], k.Port)
+	copy(b[4:], k.Addr[:])
+	h := uint32(2166136261)
+	for i := 0; i < 5; i++ {
+		h = (h ^ binary.LittleEndian.Uint32(b[4*i:])) * 16777619
+	}
+	return h ^ h>>15
+}
+
+// buildExact places the exact entries in an open-addressing table. An
+// entry with no free slot within exactProbes of its home is left out: the
+// trie, which holds every bind, answers for it. It returns how many were
+// placed.
+func buildExact(entries []table.BindEntry, slots []int) (*bpf.DirectorDirExactTable, int) {
+	t := new(bpf.DirectorDirExactTable)
+	placed := 0
+	for _, e := range entries {
+		if !e.Exact {
+			continue
+		}
+		k := exactKey(e.Proto, e.Prefix.Addr(), e.Port)
+		h := exactHash(k)
+		for i := uint32(0); i < exactProbes; i++ {
+			s := &t.E[(h+i)&(exactSlots-1)]
+			if s.SlotPlus1 == 0 {
+				*s = bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1}
+				placed++
+				break
+			}
+		}
+	}
+	return t, placed
+}
