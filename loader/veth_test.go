@@ -118,10 +118,25 @@ func vethSteering(dir, mode string) error {
 		}
 		sent++
 	}
+	// The control plane goes away: every handle is closed. The pinned link
+	// keeps the program attached, and a new handle adopts it all.
+	d.Close()
+	d, err = Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
 	atts, err := d.Attachments()
 	if err != nil || len(atts) != 1 || atts[0].Interface != "dir0" || atts[0].Mode != mode {
 		return fmt.Errorf("attachments: %+v, %v", atts, err)
 	}
+	if err := sock.Send(pkt.Frame(g.steeredIP())); err != nil {
+		return err
+	}
+	if _, err := sock.Recv(2*time.Second, isGUE); err != nil {
+		return fmt.Errorf("after the control plane closed, frames are no longer steered: %w", err)
+	}
+	sent++
 	st, err := d.Stats()
 	if err != nil {
 		return err

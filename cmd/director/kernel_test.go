@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/director/director/loader"
+	"github.com/director/director/table"
+)
+
+// bpffsDir gives a test its own director pin directory, unloaded at the end.
+func bpffsDir(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("these tests need root (CAP_BPF, CAP_NET_ADMIN); CI runs them as root")
+	}
+	dir := filepath.Join("/sys/fs/bpf", "director-cli-"+filepath.Base(t.TempDir()))
+	t.Cleanup(func() { loader.Unload(dir) })
+	return dir
+}
+
+func mustRun(t *testing.T, code int, args ...string) string {
+	t.Helper()
+	out, errOut, got := runCmd(args...)
+	if got != code {
+		t.Fatalf("director %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), got, code, out, errOut)
+	}
+	return out + errOut
+}
+
+func liveFingerprints(t *testing.T, dir string) []string {
+	t.Helper()
+	out := mustRun(t, 0, "--bpffs", dir, "status", "--json")
+	var doc statusDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var fps []string
+	for _, tb := range doc.Tables {
+		fps = append(fps, tb.Name+"="+tb.Fingerprint)
+	}
+	return fps
+}
+
+func TestKernelCommands(t *testing.T) {
+	dir := bpffsDir(t)
+	b := []string{"--bpffs", dir}
+	run := func(code int, args ...string) string { return mustRun(t, code, append(append([]string{}, b...), args...)...) }
+	plan := filepath.Join(t.TempDir(), "plan.json")
+
+	if out := run(1, "status"); !strings.Contains(out, "no director is loaded") {
+		t.Fatalf("status before load: %s", out)
+	}
+	run(0, "load", "--director-config", cfgDir+"director.conf")
+	run(0, "load") // idempotent
+	if out := run(0, "status"); !strings.Contains(out, "tables       (none)") || !strings.Contains(out, "gateway 02:00:00:00:00:03") {
+		t.Fatalf("status: %s", out)
+	}
+
+	// A reviewed plan, applied exactly.
+	if out := run(2, "plan", cfgDir+"small.json", "-o", plan); !strings.Contains(out, "verdict: safe") {
+		t.Fatalf("plan: %s", out)
+	}
+	if fi, err := os.Stat(plan); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("plan file: %v %v", fi, err)
+	}
+	if out := run(0, "apply", plan); !strings.Contains(out, "applied 1 tables") {
+		t.Fatalf("apply: %s", out)
+	}
+	src, _ := table.Load(cfgDir + "small.json")
+	want := []string{"api=" + table.Fingerprint(src.Tables[0])}
+	if got := liveFingerprints(t, dir); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("live %v, want %v", got, want)
+	}
+	// The same plan again: the live state is no longer its base.
+	if out := run(1, "apply", plan); !strings.Contains(out, "live tables changed since the plan") {
+		t.Fatalf("stale plan: %s", out)
+	}
+	// Nothing to do is a plan with no changes.
+	run(0, "plan", cfgDir+"small.json")
+
+	// Invalid input changes nothing.
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"tables": [{"hash_key": "x"}]}`), 0o644)
+	if out := run(1, "apply", bad, "--yes"); !strings.Contains(out, "tables[0].hash_key") {
+		t.Fatalf("bad apply: %s", out)
+	}
+	if out := run(1, "apply", cfgDir+"ipv6.json", "--yes"); !strings.Contains(out, "GUE packets carry IPv4 hops only") {
+		t.Fatalf("IPv6 backends: %s", out)
+	}
+	if out := run(1, "apply", cfgDir+"small-draining.json"); !strings.Contains(out, "pass --yes") {
+		t.Fatalf("config without --yes: %s", out)
+	}
+	if got := liveFingerprints(t, dir); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("after refused applies, live %v, want %v", got, want)
+	}
+
+	// Unsafe changes need --allow-unsafe.
+	if out := run(1, "apply", cfgDir+"small-removed.json", "--yes"); !strings.Contains(out, "rows at risk") {
+		t.Fatalf("unsafe apply: %s", out)
+	}
+	run(0, "apply", cfgDir+"small-removed.json", "--yes", "--allow-unsafe")
+	src, _ = table.Load(cfgDir + "small-removed.json")
+	if got := liveFingerprints(t, dir); got[0] != "api="+table.Fingerprint(src.Tables[0]) {
+		t.Fatalf("after unsafe apply, live %v", got)
+	}
+
+	// Counters, once and watched.
+	var st loader.Stats
+	if err := json.Unmarshal([]byte(run(0, "stats", "--json")), &st); err != nil || len(st.Tables) != 1 {
+		t.Fatalf("stats --json: %v %+v", err, st)
+	}
+	if out := run(0, "stats", "--watch", "--interval", "10ms", "--count", "2"); strings.Count(out, "processed") != 2 {
+		t.Fatalf("stats --watch: %s", out)
+	}
+
+	// Detaching what is not attached, and unloading twice, are no-ops.
+	run(0, "detach", "lo")
+	run(0, "unload")
+	run(0, "unload")
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("unload left %s", dir)
+	}
+}

@@ -1,0 +1,264 @@
+package loader
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/table"
+	"github.com/director/director/table/model"
+)
+
+// configB changes configA (testConfig) in every way an apply can: a
+// backend drained and one removed, a bind removed and one added, a table
+// removed and one added.
+const configB = `{"tables": [
+ {"name": "web", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+  "binds": [{"ip": "10.20.0.1", "proto": "tcp", "port": 80}, {"ip": "fd00:20::1", "proto": "tcp", "port": 443},
+            {"ip": "10.20.0.0/24", "proto": "udp", "port_start": 1000, "port_end": 2000}, {"ip": "10.20.0.2", "proto": "tcp", "port": 80}],
+  "backends": [{"ip": "192.168.10.1", "state": "draining", "healthy": true}, {"ip": "192.168.10.2", "state": "active", "healthy": true},
+               {"ip": "192.168.10.4", "state": "active", "healthy": true},
+               {"ip": "192.168.10.5", "state": "active", "healthy": true}, {"ip": "192.168.10.6", "state": "active", "healthy": true}]},
+ {"name": "dns", "hash_key": "ffeeddccbbaa99887766554433221100", "seed": "00000000000000000000000000000001",
+  "binds": [{"ip": "10.30.0.0/16", "proto": "udp", "port": 53}, {"ip": "10.30.0.0/16", "proto": "tcp", "port": 53}],
+  "backends": [{"ip": "192.168.20.1", "state": "active", "healthy": true}, {"ip": "192.168.20.2", "state": "active", "healthy": true},
+               {"ip": "192.168.20.3", "state": "active", "healthy": true}]},
+ {"name": "mail", "hash_key": "11111111111111111111111111111111", "seed": "22222222222222222222222222222222",
+  "binds": [{"ip": "10.50.0.1", "proto": "tcp", "port": 25}, {"ip": "10.20.0.1", "proto": "tcp", "port": 443}],
+  "backends": [{"ip": "192.168.50.1", "state": "active", "healthy": true}, {"ip": "192.168.50.2", "state": "active", "healthy": true}]}
+]}`
+
+func fingerprints(ts []*table.Table) string {
+	var b bytes.Buffer
+	for _, t := range ts {
+		fmt.Fprintf(&b, "%s=%s ", t.Name, table.Fingerprint(t))
+	}
+	return b.String()
+}
+
+// probeFrames are packets whose fate differs between configA and configB.
+func probeFrames() [][]byte {
+	g := &gen{rngFor(5)}
+	var out [][]byte
+	for i := 0; i < 300; i++ {
+		out = append(out, pkt.Frame(g.steeredIP()))
+	}
+	for _, dst := range []string{"10.20.0.2", "10.50.0.1", "10.20.0.1"} {
+		for _, port := range []uint16{25, 80, 443} {
+			out = append(out, pkt.Frame(pkt.IPv4(g.client(false), a(dst), 6, pkt.TCP(40000, port, 2, nil), pkt.V4Opts{})))
+		}
+	}
+	return out
+}
+
+// TestApplyIsAtomic runs packets through the program while applies switch
+// between two configs: every packet must be handled exactly as one of the
+// two configs says, never by a mix of them.
+func TestApplyIsAtomic(t *testing.T) {
+	dc := directorConfig()
+	d, mA := setup(t, dc)
+	tabsA, tabsB := testTables(t, testConfig), testTables(t, configB)
+	mB := model.New(dc, pkt.GatewayMAC, tabsB)
+	frames := probeFrames()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bad []string
+	seen := map[string]int{}
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f := frames[(n*7+w)%len(frames)]
+				v, out, err := d.Run(f)
+				ra, rb := mA.Process(f), mB.Process(f)
+				okA := err == nil && int(v) == ra.Verdict && bytes.Equal(out, ra.Out)
+				okB := err == nil && int(v) == rb.Verdict && bytes.Equal(out, rb.Out)
+				mu.Lock()
+				switch {
+				case okA && okB:
+					seen["both"]++
+				case okA:
+					seen["A"]++
+				case okB:
+					seen["B"]++
+				default:
+					if len(bad) < 5 {
+						bad = append(bad, fmt.Sprintf("frame %x: verdict %d err %v", f, v, err))
+					}
+				}
+				mu.Unlock()
+			}
+		}(w)
+	}
+	for i := 0; i < 16; i++ {
+		tabs := tabsB
+		if i%2 == 1 {
+			tabs = tabsA
+		}
+		if _, err := d.Apply(tabs, nil); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("packets handled by neither config:\n%v", bad)
+	}
+	if seen["A"] == 0 || seen["B"] == 0 {
+		t.Fatalf("the probes did not see both configs: %v", seen)
+	}
+	t.Logf("packets: %v", seen)
+}
+
+// TestConcurrentApplies has several handles apply different configs at
+// once: applies serialise, and the live state is always one whole config.
+func TestConcurrentApplies(t *testing.T) {
+	dir := testDir(t)
+	d, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dc := directorConfig()
+	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+		t.Fatal(err)
+	}
+	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
+	want := map[string]bool{fingerprints(configs[0]): true, fingerprints(configs[1]): true}
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			h, err := Open(dir)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer h.Close()
+			for i := 0; i < 8; i++ {
+				if _, err := h.Apply(configs[(w+i)%2], nil); err != nil {
+					errs <- err
+					return
+				}
+				live, err := h.Live()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if fp := fingerprints(Tables(live)); !want[fp] {
+					errs <- fmt.Errorf("live state is no config: %s", fp)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// The helper process of TestKillDuringApply: it applies the two configs in
+// turn until it is killed.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("DIRECTOR_TEST_APPLY_LOOP"); dir != "" {
+		d, err := Open(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		configs := [][]*table.Table{testTables(nil, testConfig), testTables(nil, configB)}
+		fmt.Println("ready")
+		for i := 0; ; i++ {
+			if _, err := d.Apply(configs[i%2], nil); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(4)
+			}
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// TestKillDuringApply kills a process that is applying, at random points,
+// with SIGKILL: the director must always be left serving one whole config,
+// and the next apply must work.
+func TestKillDuringApply(t *testing.T) {
+	dir := testDir(t)
+	d, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dc := directorConfig()
+	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+		t.Fatal(err)
+	}
+	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
+	if _, err := d.Apply(configs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	models := map[string]*model.Datapath{}
+	for _, c := range configs {
+		models[fingerprints(c)] = model.New(dc, pkt.GatewayMAC, c)
+	}
+	frames := probeFrames()
+	rng := rand.New(rand.NewPCG(1, 1))
+	for round := 0; round < 12; round++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "DIRECTOR_TEST_APPLY_LOOP="+dir)
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 6)
+		out.Read(buf) // "ready"
+		time.Sleep(time.Duration(rng.IntN(120)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+
+		live, err := d.Live()
+		if err != nil {
+			t.Fatalf("round %d: reading live tables after kill: %v", round, err)
+		}
+		fp := fingerprints(Tables(live))
+		m := models[fp]
+		if m == nil {
+			t.Fatalf("round %d: after kill the live tables are neither config: %s", round, fp)
+		}
+		for _, f := range frames {
+			v, o, err := d.Run(f)
+			r := m.Process(f)
+			if err != nil || int(v) != r.Verdict || !bytes.Equal(o, r.Out) {
+				t.Fatalf("round %d: frame %x handled unlike the live config", round, f)
+			}
+		}
+	}
+	// And the director still takes applies, freeing what killed ones left.
+	if _, err := d.Apply(configs[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Apply(configs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+}
