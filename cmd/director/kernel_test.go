@@ -48,7 +48,9 @@ func liveFingerprints(t *testing.T, dir string) []string {
 func TestKernelCommands(t *testing.T) {
 	dir := bpffsDir(t)
 	b := []string{"--bpffs", dir}
-	run := func(code int, args ...string) string { return mustRun(t, code, append(append([]string{}, b...), args...)...) }
+	run := func(code int, args ...string) string {
+		return mustRun(t, code, append(append([]string{}, b...), args...)...)
+	}
 	plan := filepath.Join(t.TempDir(), "plan.json")
 
 	if out := run(1, "status"); !strings.Contains(out, "no director is loaded") {
