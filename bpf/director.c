@@ -42,6 +42,9 @@ struct {
 	__type(value, struct dir_config);
 } config SEC(".maps");
 
+/* Bind maps, two generations of each. The inner maps are created once, at
+ * load, and only their contents change afterwards: replacing an entry of a
+ * map of maps makes the kernel wait for an RCU grace period. */
 struct bind_trie {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 1 << 20);
@@ -71,7 +74,6 @@ struct {
 	__array(values, struct bind_exact_map);
 } bind_exact SEC(".maps");
 
-
 struct table_slot {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -81,7 +83,7 @@ struct table_slot {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, DIR_MAX_TABLES);
+	__uint(max_entries, DIR_MAX_SLOTS);
 	__type(key, __u32);
 	__array(values, struct table_slot);
 } tables SEC(".maps");
@@ -415,37 +417,31 @@ static __always_inline __u32 exact_hash(const __u32 *w)
 }
 
 /* lookup_bind returns the table slot for a flow, or -1. */
-static __always_inline int lookup_bind(const struct flow *f, struct dir_counters *c, __u32 gen)
+static __always_inline int lookup_exact(struct dir_exact_table *et, const struct flow *f, struct dir_counters *c)
 {
-	__u32 zero = 0;
-	gen &= DIR_BIND_GENS - 1;
-
-	void *exact = bpf_map_lookup_elem(&bind_exact, &gen);
-	struct dir_exact_table *et = exact ? bpf_map_lookup_elem(exact, &zero) : NULL;
-	if (et) {
-		struct dir_exact_key ek;
-		ek.proto = f->proto;
-		ek.family = f->family;
-		ek.port = f->vip_port;
-		__builtin_memcpy(ek.addr, f->vip, 16);
-		__u32 *kw = (__u32 *)&ek;
-		__u32 h = exact_hash(kw);
+	struct dir_exact_key ek;
+	ek.proto = f->proto;
+	ek.family = f->family;
+	ek.port = f->vip_port;
+	__builtin_memcpy(ek.addr, f->vip, 16);
+	__u32 *kw = (__u32 *)&ek;
+	__u32 h = exact_hash(kw);
 #pragma unroll
-		for (int i = 0; i < DIR_EXACT_PROBES; i++) {
-			struct dir_exact_entry *e = &et->e[(h + i) & (DIR_EXACT_SLOTS - 1)];
-			if (!e->slot_plus1)
-				break;
-			__u32 *ew = (__u32 *)&e->key;
-			if (ew[0] == kw[0] && ew[1] == kw[1] && ew[2] == kw[2] && ew[3] == kw[3] && ew[4] == kw[4]) {
-				c->c[DIR_C_BIND_FAST]++;
-				return e->slot_plus1 - 1;
-			}
+	for (int i = 0; i < DIR_EXACT_PROBES; i++) {
+		struct dir_exact_entry *e = &et->e[(h + i) & (DIR_EXACT_SLOTS - 1)];
+		if (!e->slot_plus1)
+			return -1;
+		__u32 *ew = (__u32 *)&e->key;
+		if (ew[0] == kw[0] && ew[1] == kw[1] && ew[2] == kw[2] && ew[3] == kw[3] && ew[4] == kw[4]) {
+			c->c[DIR_C_BIND_FAST]++;
+			return e->slot_plus1 - 1;
 		}
 	}
+	return -1;
+}
 
-	void *trie = bpf_map_lookup_elem(&binds, &gen);
-	if (!trie)
-		return -1;
+static __always_inline int lookup_trie(void *trie, const struct flow *f)
+{
 	struct dir_bind_key k = {};
 	k.prefixlen = 8 * (1 + sizeof(k.data));
 	k.kind = DIR_BIND_ADDR;
@@ -464,6 +460,24 @@ static __always_inline int lookup_bind(const struct flow *f, struct dir_counters
 	if (!slot)
 		return -1;
 	return slot->id;
+}
+
+/* lookup_bind returns the table slot for a flow, or -1. */
+static __always_inline int lookup_bind(const struct flow *f, struct dir_counters *c, __u32 gen)
+{
+	__u32 zero = 0;
+	gen &= DIR_BIND_GENS - 1;
+	void *exact = bpf_map_lookup_elem(&bind_exact, &gen);
+	struct dir_exact_table *et = exact ? bpf_map_lookup_elem(exact, &zero) : NULL;
+	if (et) {
+		int slot = lookup_exact(et, f, c);
+		if (slot >= 0)
+			return slot;
+	}
+	void *trie = bpf_map_lookup_elem(&binds, &gen);
+	if (!trie)
+		return -1;
+	return lookup_trie(trie, f);
 }
 
 static __always_inline __u16 ipv4_csum(const void *hdr)

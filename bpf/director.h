@@ -11,7 +11,8 @@
 #define DIR_ROW_MASK     0xffff
 #define DIR_MAX_BACKENDS 256
 #define DIR_MAX_BINDS    256
-#define DIR_MAX_TABLES   64
+#define DIR_MAX_TABLES   64   /* counter blocks: tables live at once, with room to spare */
+#define DIR_MAX_SLOTS    128  /* table slots: live, previous and next apply's tables */
 #define DIR_NAME_LEN     64
 #define DIR_GUE_PORT     19523
 #define DIR_MAX_HOPS     4
@@ -142,10 +143,11 @@ struct dir_exact_table {
 /* dir_exact_hash is the home index of a key: FNV-style mixing of the key's
  * 32-bit words. loader/exact.go computes the same; a test checks. */
 
-/* Bind maps come in two generations, each a trie and an exact table. An
- * apply fills the inactive generation, then flips dir_config.bind_gen: one
- * aligned 4-byte store moves every packet to the new binds (and so to the
- * new tables) at once. */
+/* Bind maps come in two generations, each a trie and an exact table
+ * (binds[gen], bind_exact[gen]). An apply writes its tables into slots
+ * neither generation references, fills the inactive generation, then flips
+ * dir_config.bind_gen: one aligned 4-byte store moves every packet to the
+ * new binds, and so to the new tables, at once. */
 #define DIR_BIND_GENS 2
 
 /* Global counters: one per-CPU array entry of these. Those every steered

@@ -101,6 +101,10 @@ func Load(dir string) (*Director, error) {
 	objs.XdpTxBaseline.Close() // only benchmarks use it
 	objs.XdpPassAll.Close()    // only tests use it
 	d := &Director{Dir: dir, Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}
+	if err := d.createBindMaps(); err != nil {
+		d.Close()
+		return nil, err
+	}
 	if err := d.installProgram(); err != nil {
 		d.Close()
 		return nil, err
@@ -127,7 +131,43 @@ func loadPrivate() (*Director, error) {
 	}
 	objs.XdpTxBaseline.Close()
 	objs.XdpPassAll.Close()
-	return &Director{Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}, nil
+	d := &Director{Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}
+	if err := d.createBindMaps(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// createBindMaps gives both bind generations their inner maps, once: an
+// apply only ever changes their contents.
+func (d *Director) createBindMaps() error {
+	for _, outer := range []*ebpf.Map{d.Maps.Binds, d.Maps.BindExact} {
+		for gen := uint32(0); gen < 2; gen++ {
+			var id ebpf.MapID
+			err := outer.Lookup(gen, &id)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return err
+			}
+			name := bpf.DirectorMapBinds
+			if outer == d.Maps.BindExact {
+				name = bpf.DirectorMapBindExact
+			}
+			inner, err := ebpf.NewMap(d.spec.Maps[name].InnerMap)
+			if err != nil {
+				return fmt.Errorf("creating bind maps: %w", err)
+			}
+			err = outer.Put(gen, inner)
+			inner.Close()
+			if err != nil {
+				return fmt.Errorf("installing bind maps: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // installProgram pins d.Prog, replacing a pinned program of another

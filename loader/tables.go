@@ -14,14 +14,15 @@ import (
 	"github.com/director/director/table"
 )
 
-// MaxTables is how many tables can be live at once: half the slots, because
-// an apply writes every changed table into a free slot and switches all of
-// them with one swap of the bind map.
-const MaxTables = DirMaxTables / 2
+// MaxTables is how many tables can be live at once. An apply writes its
+// tables into slots that neither bind generation references, so the slots
+// hold the live tables, the previous apply's and the next one's.
+const MaxTables = 32
 
 // Datapath limits, from director.h.
 const (
-	DirMaxTables   = 64
+	DirMaxTables   = 64  // counter blocks
+	DirMaxSlots    = 128 // table slots
 	DirMaxBackends = 256
 )
 
@@ -63,26 +64,33 @@ func (d *Director) generation() (uint32, error) {
 	return c.BindGen % 2, nil
 }
 
-// currentTrie opens the live bind trie, or returns nil when none is set.
-func (d *Director) currentTrie() (*ebpf.Map, error) {
-	gen, err := d.generation()
-	if err != nil {
-		return nil, err
-	}
+// trie opens a generation's bind trie; the caller closes it.
+func (d *Director) trie(gen uint32) (*ebpf.Map, error) { return innerMap(d.Maps.Binds, gen) }
+
+// exactMap opens a generation's exact bind table; the caller closes it.
+func (d *Director) exactMap(gen uint32) (*ebpf.Map, error) { return innerMap(d.Maps.BindExact, gen) }
+
+func innerMap(outer *ebpf.Map, key uint32) (*ebpf.Map, error) {
 	var id ebpf.MapID
-	if err := d.Maps.Binds.Lookup(gen, &id); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil, nil
-		}
-		return nil, err
+	if err := outer.Lookup(key, &id); err != nil {
+		return nil, fmt.Errorf("reading %s[%d]: %w", outer, key, err)
 	}
 	return ebpf.NewMapFromID(id)
 }
 
-// liveSlots lists the slots the live bind trie registers.
+// liveSlots lists the slots the live bind generation registers.
 func (d *Director) liveSlots() ([]int, error) {
-	trie, err := d.currentTrie()
-	if err != nil || trie == nil {
+	gen, err := d.generation()
+	if err != nil {
+		return nil, err
+	}
+	return d.registered(gen)
+}
+
+// registered lists the table slots a bind generation's trie registers.
+func (d *Director) registered(gen uint32) ([]int, error) {
+	trie, err := d.trie(gen)
+	if err != nil {
 		return nil, err
 	}
 	defer trie.Close()
@@ -196,7 +204,12 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows)}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
 	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t}
-	byStat := map[uint16]uint32{}
+	// Rows name backends by counter index; map those back to positions.
+	var byStat [DirMaxBackends]int32
+	for i := range byStat {
+		byStat[i] = -1
+	}
+	hops := make([]uint32, dt.NumBackends)
 	for i := 0; i < int(dt.NumBackends); i++ {
 		b := dt.Backends[i]
 		a, err := addrOf(b.Family, b.Addr)
@@ -205,7 +218,10 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 		}
 		t.Backends = append(t.Backends, table.Backend{IP: a, State: table.State(b.State), Healthy: b.Healthy == 1})
 		lt.Stat = append(lt.Stat, b.Stat)
-		byStat[uint16(b.Stat)] = uint32(i)
+		byStat[b.Stat] = int32(i)
+		if a.Is4() {
+			hops[i] = nativeFromBE(a.As4())
+		}
 	}
 	for i := 0; i < int(dt.NumBinds); i++ {
 		b := dt.Binds[i]
@@ -217,17 +233,19 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 			PortStart: b.PortStart, PortEnd: b.PortEnd})
 	}
 	for r := range t.Rows {
-		row := dt.Rows[r]
-		p, ok1 := byStat[row.Primary]
-		s, ok2 := byStat[row.Secondary]
-		if !ok1 || !ok2 {
+		row := &dt.Rows[r]
+		var p, s int32 = -1, -1
+		if row.Primary < DirMaxBackends && row.Secondary < DirMaxBackends {
+			p, s = byStat[row.Primary], byStat[row.Secondary]
+		}
+		if p < 0 || s < 0 {
 			return nil, fmt.Errorf("corrupt table: row %#x names counter %d/%d of no backend", r, row.Primary, row.Secondary)
 		}
 		// The hops are what packets use: check they agree with the list.
-		if nativeFromBE(t.Backends[p].IP.As4()) != row.Hops[0] || nativeFromBE(t.Backends[s].IP.As4()) != row.Hops[1] {
+		if hops[p] != row.Hops[0] || hops[s] != row.Hops[1] {
 			return nil, fmt.Errorf("corrupt table: row %#x hops disagree with its backends", r)
 		}
-		t.Rows[r] = table.Row{Primary: p, Secondary: s}
+		t.Rows[r] = table.Row{Primary: uint32(p), Secondary: uint32(s)}
 	}
 	return lt, nil
 }
@@ -260,13 +278,12 @@ type ApplyResult struct {
 	Duration time.Duration
 }
 
-// Apply makes tables the live set. Every new or changed table is written
-// into a fresh map in a free slot; the binds pointing at the new slots are
-// written into the inactive bind generation; then one 4-byte write flips
-// the generation: the commit point. Packets see all the old tables or all
-// the new ones. Slots the live binds no longer reference are freed at the
-// start of the next apply, long after any packet that could have read the
-// old generation. If the process dies at any point before the commit, the
+// Apply makes tables the live set. Every new or changed table is written,
+// in one map update, into a slot that neither bind generation references
+// (so no packet can be reading it); the binds pointing at the new slots are
+// written into the inactive generation; then one 4-byte write flips the
+// generation: the commit point. Packets see all the old tables or all the
+// new ones. If the process dies at any point before the commit, the
 // previous tables keep serving; after it, the new ones do.
 //
 // Tables keep their counters across applies: a table is matched to a live
@@ -296,14 +313,22 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 			return nil, err
 		}
 	}
-	if err := d.freeSlots(live); err != nil {
+	gen, err := d.generation()
+	if err != nil {
 		return nil, err
 	}
-	used := map[int]bool{} // slots in use by live tables
+	previous, err := d.registered(1 - gen)
+	if err != nil {
+		return nil, err
+	}
+	used := map[int]bool{} // slots either generation references
 	statsUsed := map[int]bool{}
 	for _, lt := range live {
 		used[lt.Slot] = true
 		statsUsed[lt.StatsID] = true
+	}
+	for _, s := range previous {
+		used[s] = true
 	}
 	match := matchTables(live, tables)
 
@@ -355,7 +380,7 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 		if !plans[i].write {
 			continue
 		}
-		for s := 0; s < DirMaxTables; s++ {
+		for s := 0; s < DirMaxSlots; s++ {
 			if !taken[s] {
 				plans[i].slot = s
 				taken[s] = true
@@ -378,7 +403,6 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 		}
 	}
 
-	innerSpec := d.spec.Maps[bpf.DirectorMapTables].InnerMap
 	for i, p := range plans {
 		if !p.write {
 			continue
@@ -387,14 +411,13 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 		if err != nil {
 			return nil, fmt.Errorf("tables[%d]: %w", i, err)
 		}
-		inner, err := ebpf.NewMap(innerSpec)
+		inner, err := d.slotMap(p.slot)
 		if err != nil {
-			return nil, fmt.Errorf("creating table map: %w", err)
+			return nil, err
 		}
+		// The slot is referenced by neither generation: no packet reads
+		// it while it is written.
 		err = inner.Put(uint32(0), dt)
-		if err == nil {
-			err = d.Maps.Tables.Put(uint32(p.slot), inner)
-		}
 		inner.Close()
 		if err != nil {
 			return nil, fmt.Errorf("writing tables[%d]: %w", i, err)
@@ -505,21 +528,28 @@ func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
 	return true
 }
 
-// freeSlots deletes every table slot the live binds do not reference:
-// leftovers of the previous apply, or of one that was killed.
-func (d *Director) freeSlots(live []LiveTable) error {
-	keep := map[int]bool{}
-	for _, lt := range live {
-		keep[lt.Slot] = true
+// slotMap returns the map holding a slot's table, creating it the first
+// time the slot is used. Slots keep their maps: replacing an entry of an
+// array of maps makes the kernel wait for an RCU grace period, which would
+// make every apply take tens of milliseconds.
+func (d *Director) slotMap(slot int) (*ebpf.Map, error) {
+	var id ebpf.MapID
+	err := d.Maps.Tables.Lookup(uint32(slot), &id)
+	if err == nil {
+		return ebpf.NewMapFromID(id)
 	}
-	for s := 0; s < DirMaxTables; s++ {
-		if !keep[s] {
-			if err := d.Maps.Tables.Delete(uint32(s)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("freeing slot %d: %w", s, err)
-			}
-		}
+	if !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, err
 	}
-	return nil
+	inner, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapTables].InnerMap)
+	if err != nil {
+		return nil, fmt.Errorf("creating a table map: %w", err)
+	}
+	if err := d.Maps.Tables.Put(uint32(slot), inner); err != nil {
+		inner.Close()
+		return nil, fmt.Errorf("installing a table map: %w", err)
+	}
+	return inner, nil
 }
 
 // swapBinds builds the bind maps for tables (tables[i] in slots[i]) in the
@@ -536,16 +566,27 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 			refs = append(refs, table.BindRef{Table: i, Bind: b})
 		}
 	}
-	trie, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapBinds].InnerMap)
+	// Nothing reads the inactive generation: empty its trie, then fill it.
+	trie, err := d.trie(next)
 	if err != nil {
-		return fmt.Errorf("creating bind map: %w", err)
+		return err
 	}
 	defer trie.Close()
-	exact, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapBindExact].InnerMap)
-	if err != nil {
-		return fmt.Errorf("creating bind map: %w", err)
+	var stale []bpf.DirectorDirBindKey
+	var k bpf.DirectorDirBindKey
+	var v bpf.DirectorDirBindVal
+	it := trie.Iterate()
+	for it.Next(&k, &v) {
+		stale = append(stale, k)
 	}
-	defer exact.Close()
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for i := range stale {
+		if err := trie.Delete(&stale[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("clearing old binds: %w", err)
+		}
+	}
 	entries := table.CompileBinds(refs)
 	for _, e := range entries {
 		if e.Exact {
@@ -556,10 +597,6 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 			return fmt.Errorf("writing bind entry: %w", err)
 		}
 	}
-	et, _ := buildExact(entries, slots)
-	if err := exact.Put(uint32(0), et); err != nil {
-		return fmt.Errorf("writing the exact bind table: %w", err)
-	}
 	for _, s := range slots {
 		k := bpf.DirectorDirBindKey{Prefixlen: 8 + 8, Kind: uint8(bpf.DirectorDirBindKindDIR_BIND_TABLE)}
 		k.Data[0] = uint8(s)
@@ -567,12 +604,16 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 			return fmt.Errorf("writing table registry: %w", err)
 		}
 	}
-	if err := d.Maps.Binds.Put(next, trie); err != nil {
-		return fmt.Errorf("writing the new binds: %w", err)
+	et, _ := buildExact(entries, slots)
+	exact, err := d.exactMap(next)
+	if err != nil {
+		return err
 	}
-	if err := d.Maps.BindExact.Put(next, exact); err != nil {
-		return fmt.Errorf("writing the new binds: %w", err)
+	defer exact.Close()
+	if err := exact.Put(uint32(0), et); err != nil {
+		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
+
 	// The commit point. The rest of the config entry is rewritten with
 	// the values it has; only the aligned generation word changes.
 	var c bpf.DirectorDirConfig
