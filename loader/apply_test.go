@@ -130,16 +130,8 @@ func TestApplyIsAtomic(t *testing.T) {
 // TestConcurrentApplies has several handles apply different configs at
 // once: applies serialise, and the live state is always one whole config.
 func TestConcurrentApplies(t *testing.T) {
-	dir := testDir(t)
-	d, err := Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	dc := directorConfig()
-	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
-		t.Fatal(err)
-	}
+	d, _ := loadPinned(t)
+	dir := d.Dir
 	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
 	want := map[string]bool{fingerprints(configs[0]): true, fingerprints(configs[1]): true}
 	var wg sync.WaitGroup
@@ -203,16 +195,8 @@ func TestMain(m *testing.M) {
 // with SIGKILL: the director must always be left serving one whole config,
 // and the next apply must work.
 func TestKillDuringApply(t *testing.T) {
-	dir := testDir(t)
-	d, err := Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	dc := directorConfig()
-	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
-		t.Fatal(err)
-	}
+	d, dc := loadPinned(t)
+	dir := d.Dir
 	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
 	if _, err := d.Apply(configs[0], nil); err != nil {
 		t.Fatal(err)
@@ -261,4 +245,19 @@ func TestKillDuringApply(t *testing.T) {
 	if _, err := d.Apply(configs[0], nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// loadPinned loads a configured director pinned in the test's own directory.
+func loadPinned(t *testing.T) (*Director, table.DirectorConfig) {
+	t.Helper()
+	d, err := Load(testDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	dc := directorConfig()
+	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+		t.Fatal(err)
+	}
+	return d, dc
 }

@@ -8,6 +8,8 @@ package pkt
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/director/director/table/model"
 )
 
 // MACs used by tests.
@@ -69,7 +71,7 @@ func IPv4(src, dst netip.Addr, proto uint8, payload []byte, o V4Opts) []byte {
 	copy(h[12:], s[:])
 	copy(h[16:], d[:])
 	copy(h[20:], o.Options)
-	binary.BigEndian.PutUint16(h[10:], checksum(h))
+	binary.BigEndian.PutUint16(h[10:], model.Checksum(h))
 	return append(h, payload...)
 }
 
@@ -139,20 +141,6 @@ func ICMP(typ, code uint8, rest uint32, body []byte) []byte {
 	h[0], h[1] = typ, code
 	binary.BigEndian.PutUint32(h[4:], rest)
 	b := append(h, body...)
-	binary.BigEndian.PutUint16(b[2:], checksum(b))
+	binary.BigEndian.PutUint16(b[2:], model.Checksum(b))
 	return b
-}
-
-func checksum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }
