@@ -7,9 +7,14 @@ require github.com/dchest/siphash v1.2.3
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/vishvananda/netlink v1.3.1
-	golang.org/x/sys v0.43.0
+	golang.org/x/sys v0.45.0
 )
 
-require github.com/vishvananda/netns v0.0.5
+require (
+	github.com/gopacket/gopacket v1.7.7
+	github.com/vishvananda/netns v0.0.5
+)
+
+require golang.org/x/net v0.55.0 // indirect
 
 tool github.com/cilium/ebpf/cmd/bpf2go

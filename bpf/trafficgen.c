@@ -1,24 +1,33 @@
 //go:build ignore
 
-/* trafficgen: run with BPF_PROG_RUN in live-frames mode, it sends the test
- * frame out of an interface with XDP_REDIRECT, in bulk, as fast as the
- * kernel allows (the technique of xdp-trafficgen). The kernel recycles the
- * frame's page without restoring its contents, and a receiver such as the
- * director may have rewritten the frame's L2 header, so the header is
- * restored from tg_cfg on every run. */
+/* trafficgen: run with BPF_PROG_RUN in live-frames mode, it sends frames
+ * out of an interface with XDP_REDIRECT, in bulk, as fast as the kernel
+ * allows (the technique of xdp-trafficgen). Each run writes the next of up
+ * to TG_MAX_FRAMES prepared frames into the packet and trims it to that
+ * frame's length, so one BPF_PROG_RUN call sends a whole capture's mix; and
+ * since the kernel recycles pages without restoring them, whatever a
+ * receiver wrote into a page is overwritten before it is sent again. */
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
 char LICENSE[] SEC("license") = "GPL";
 
+#define TG_MAX_FRAME  1536  /* bytes: a 1500-byte packet with Ethernet and a VLAN tag */
+#define TG_MAX_FRAMES 4096
+
 struct tg_config {
 	__u32 ifindex;  /* where frames go */
-	__u32 l2len;    /* 14, or 18 with an 802.1Q tag */
-	__u8 l2[20];    /* the frame's L2 header */
+	__u32 nframes;  /* frames prepared in tg_frames */
+};
+
+struct tg_frame {
+	__u32 len;
+	__u8 data[TG_MAX_FRAME];
 };
 
 const struct tg_config *unused_tg_config __attribute__((unused));
+const struct tg_frame *unused_tg_frame __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -27,18 +36,48 @@ struct {
 	__type(value, struct tg_config);
 } tg_cfg SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TG_MAX_FRAMES);
+	__type(key, __u32);
+	__type(value, struct tg_frame);
+} tg_frames SEC(".maps");
+
+/* Which frame each CPU sends next. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} tg_next SEC(".maps");
+
 SEC("xdp")
 int xdp_trafficgen(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
 	__u32 zero = 0;
 	struct tg_config *c = bpf_map_lookup_elem(&tg_cfg, &zero);
-	if (!c || data + 18 > end)
+	__u32 *next = bpf_map_lookup_elem(&tg_next, &zero);
+	if (!c || !next || !c->nframes)
 		return XDP_DROP;
-	if (c->l2len == 18)
-		__builtin_memcpy(data, c->l2, 18);
-	else
-		__builtin_memcpy(data, c->l2, 14);
+	__u32 n = *next;
+	*next = n + 1 >= c->nframes ? 0 : n + 1;
+	struct tg_frame *f = bpf_map_lookup_elem(&tg_frames, &n);
+	if (!f)
+		return XDP_DROP;
+	__u32 len = f->len;
+	if (len < 14 || len > TG_MAX_FRAME)
+		return XDP_DROP;
+
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	for (__u32 i = 0; i < TG_MAX_FRAME / 8; i++) {
+		if (i * 8 >= len)
+			break;
+		if (data + i * 8 + 8 > end)
+			return XDP_DROP;
+		*(__u64 *)(data + i * 8) = *(__u64 *)(f->data + i * 8);
+	}
+	if (bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
+		return XDP_DROP;
 	return bpf_redirect(c->ifindex, 0);
 }

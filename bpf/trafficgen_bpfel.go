@@ -16,8 +16,13 @@ import (
 type TrafficgenTgConfig struct {
 	_       structs.HostLayout
 	Ifindex uint32
-	L2len   uint32
-	L2      [20]uint8
+	Nframes uint32
+}
+
+type TrafficgenTgFrame struct {
+	_    structs.HostLayout
+	Len  uint32
+	Data [1536]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -25,8 +30,11 @@ type TrafficgenTgConfig struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	TrafficgenMapTgCfg          = "tg_cfg"
+	TrafficgenMapTgFrames       = "tg_frames"
+	TrafficgenMapTgNext         = "tg_next"
 	TrafficgenProgXdpTrafficgen = "xdp_trafficgen"
 	TrafficgenVarUnusedTgConfig = "unused_tg_config"
+	TrafficgenVarUnusedTgFrame  = "unused_tg_frame"
 )
 
 // LoadTrafficgen returns the embedded CollectionSpec for Trafficgen.
@@ -78,7 +86,9 @@ type TrafficgenProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TrafficgenMapSpecs struct {
-	TgCfg *ebpf.MapSpec `ebpf:"tg_cfg"`
+	TgCfg    *ebpf.MapSpec `ebpf:"tg_cfg"`
+	TgFrames *ebpf.MapSpec `ebpf:"tg_frames"`
+	TgNext   *ebpf.MapSpec `ebpf:"tg_next"`
 }
 
 // TrafficgenVariableSpecs contains global variables before they are loaded into the kernel.
@@ -86,6 +96,7 @@ type TrafficgenMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type TrafficgenVariableSpecs struct {
 	UnusedTgConfig *ebpf.VariableSpec `ebpf:"unused_tg_config"`
+	UnusedTgFrame  *ebpf.VariableSpec `ebpf:"unused_tg_frame"`
 }
 
 // TrafficgenObjects contains all objects after they have been loaded into the kernel.
@@ -108,12 +119,16 @@ func (o *TrafficgenObjects) Close() error {
 //
 // It can be passed to LoadTrafficgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TrafficgenMaps struct {
-	TgCfg *ebpf.Map `ebpf:"tg_cfg"`
+	TgCfg    *ebpf.Map `ebpf:"tg_cfg"`
+	TgFrames *ebpf.Map `ebpf:"tg_frames"`
+	TgNext   *ebpf.Map `ebpf:"tg_next"`
 }
 
 func (m *TrafficgenMaps) Close() error {
 	return _TrafficgenClose(
 		m.TgCfg,
+		m.TgFrames,
+		m.TgNext,
 	)
 }
 
@@ -122,6 +137,7 @@ func (m *TrafficgenMaps) Close() error {
 // It can be passed to LoadTrafficgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TrafficgenVariables struct {
 	UnusedTgConfig *ebpf.Variable `ebpf:"unused_tg_config"`
+	UnusedTgFrame  *ebpf.Variable `ebpf:"unused_tg_frame"`
 }
 
 // TrafficgenPrograms contains all programs after they have been loaded into the kernel.

@@ -8,12 +8,19 @@ import (
 	"github.com/director/director/bpf"
 )
 
+// Limits of the traffic generator, from trafficgen.c.
+const (
+	TrafficgenMaxFrame  = 1536
+	TrafficgenMaxFrames = 4096
+)
+
 // Trafficgen sends frames out of an interface as fast as the kernel can,
 // without a syscall per frame: BPF_PROG_RUN in live-frames mode runs a tiny
-// program on a fresh copy of the frame, which redirects it to the
-// interface; the kernel flushes them in bulk.
+// program that writes the next prepared frame into a fresh packet and
+// redirects it to the interface; the kernel flushes them in bulk.
 type Trafficgen struct {
 	objs bpf.TrafficgenObjects
+	n    int
 }
 
 // NewTrafficgen loads the generator.
@@ -28,10 +35,30 @@ func NewTrafficgen() (*Trafficgen, error) {
 // Close unloads the generator.
 func (g *Trafficgen) Close() error { return g.objs.Close() }
 
-// Send transmits frame count times out of ifindex, which must be a veth in
-// the calling thread's network namespace: a generator must never aim at a
-// real network.
-func (g *Trafficgen) Send(frame []byte, ifindex int, count uint32) error {
+// Prepare loads the frames to send, in order, cycling (at most
+// TrafficgenMaxFrames, each 14 to TrafficgenMaxFrame bytes).
+func (g *Trafficgen) Prepare(frames [][]byte) error {
+	if len(frames) == 0 || len(frames) > TrafficgenMaxFrames {
+		return fmt.Errorf("%d frames: the generator takes 1 to %d", len(frames), TrafficgenMaxFrames)
+	}
+	for i, f := range frames {
+		if len(f) < 14 || len(f) > TrafficgenMaxFrame {
+			return fmt.Errorf("frame %d is %d bytes: the generator takes 14 to %d", i, len(f), TrafficgenMaxFrame)
+		}
+		v := bpf.TrafficgenTgFrame{Len: uint32(len(f))}
+		copy(v.Data[:], f)
+		if err := g.objs.TgFrames.Put(uint32(i), &v); err != nil {
+			return err
+		}
+	}
+	g.n = len(frames)
+	return nil
+}
+
+// Run sends count frames out of ifindex, cycling through the prepared
+// ones. ifindex must be a veth in the calling thread's network namespace:
+// a generator must never aim at a real network.
+func (g *Trafficgen) Run(ifindex int, count uint32) error {
 	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
 		return fmt.Errorf("interface %d: %w", ifindex, err)
@@ -39,16 +66,19 @@ func (g *Trafficgen) Send(frame []byte, ifindex int, count uint32) error {
 	if l.Type() != "veth" {
 		return fmt.Errorf("interface %d (%s) is a %s, not a veth: the traffic generator only sends into veth pairs", ifindex, l.Attrs().Name, l.Type())
 	}
-	if len(frame) < 18 {
-		return fmt.Errorf("frame of %d bytes is too short to generate", len(frame))
+	if g.n == 0 {
+		return fmt.Errorf("no frames prepared")
 	}
-	c := bpf.TrafficgenTgConfig{Ifindex: uint32(ifindex), L2len: 14}
-	if frame[12] == 0x81 && frame[13] == 0x00 {
-		c.L2len = 18
-	}
-	copy(c.L2[:], frame[:c.L2len])
-	if err := g.objs.TgCfg.Put(uint32(0), &c); err != nil {
+	if err := g.objs.TgCfg.Put(uint32(0), &bpf.TrafficgenTgConfig{Ifindex: uint32(ifindex), Nframes: uint32(g.n)}); err != nil {
 		return err
 	}
-	return RunLive(g.objs.XdpTrafficgen, frame, count, ifindex)
+	return RunLive(g.objs.XdpTrafficgen, make([]byte, TrafficgenMaxFrame), count, ifindex)
+}
+
+// Send transmits one frame count times out of ifindex.
+func (g *Trafficgen) Send(frame []byte, ifindex int, count uint32) error {
+	if err := g.Prepare([][]byte{frame}); err != nil {
+		return err
+	}
+	return g.Run(ifindex, count)
 }

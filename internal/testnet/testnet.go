@@ -158,3 +158,13 @@ func (s *Socket) SendBatch(frames [][]byte) error {
 	}
 	return nil
 }
+
+// DeleteLink removes an interface (and its veth peer) from the current
+// namespace.
+func DeleteLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkDel(l)
+}

@@ -73,11 +73,15 @@ type Result struct {
 	Row     int
 	Hops    []netip.Addr // primary first
 	IPLen   int          // length of the original IP packet
-	// The flow's bind key, for packets that parsed.
-	VIP     netip.Addr
-	Proto   uint8
-	VIPPort uint16
-	Echo    bool
+	// Parsed packets reached the bind lookup; for them, the flow as seen
+	// from the client.
+	Parsed     bool
+	Client     netip.Addr
+	ClientPort uint16
+	VIP        netip.Addr
+	Proto      uint8
+	VIPPort    uint16
+	Echo       bool
 	// OuterLen is the encapsulated packet's length up to the end of the
 	// outer IP packet (trailing Ethernet padding excluded).
 	OuterLen int
@@ -94,8 +98,10 @@ type flow struct {
 // Process runs one frame through the datapath.
 func (d *Datapath) Process(frame []byte) Result {
 	var f flow
+	parsed := false
 	pass := func(reason int) Result {
-		return Result{Verdict: XDPPass, Reason: reason, Out: frame, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
+		return Result{Verdict: XDPPass, Reason: reason, Out: frame, Parsed: parsed, Client: f.client, ClientPort: f.clientPort,
+			VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
 	}
 	if len(frame) < 14 {
 		return pass(PassMalformed)
@@ -127,6 +133,7 @@ func (d *Datapath) Process(frame []byte) Result {
 	if reason != 0 {
 		return pass(reason)
 	}
+	parsed = true
 	ti, ok := table.ResolveBind(d.refs, f.vip, table.Proto(f.proto), f.vipPort, f.echo)
 	if !ok {
 		return pass(PassNoBind)
@@ -152,8 +159,8 @@ func (d *Datapath) Process(frame []byte) Result {
 		family = 6
 	}
 	out := encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops, sport, family, ipLen, inner)
-	return Result{Verdict: XDPTX, Out: out, Table: ti, Row: row, Hops: hops, IPLen: ipLen,
-		VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
+	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, Hops: hops, IPLen: ipLen,
+		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
 		OuterLen: l2len + 36 + 4*(len(hops)-1) + ipLen}
 }
 

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/director/director/loader"
+	"github.com/director/director/table"
+	"github.com/director/director/table/capture"
+	"github.com/director/director/table/model"
+	"github.com/director/director/table/replay"
+)
+
+// replayGateway is the gateway MAC replays use when no director config
+// gives one: the frames never leave the process.
+var replayGateway = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
+
+func init() {
+	c := &command{
+		name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model]",
+		summary: "Run every packet of a capture (pcap or pcapng) through the real XDP program with BPF_PROG_RUN, in a\n" +
+			"private instance that never touches the live director, and report where the traffic goes: verdicts,\n" +
+			"pass reasons, packets, bytes and flows per table and backend, the hottest rows. --against NEW shows\n" +
+			"what NEW would do to those flows. --verify checks every packet against the Go model; --model runs the\n" +
+			"model alone (no kernel needed).",
+	}
+	c.run = func(e *env, args []string) error {
+		fs := e.flags(c)
+		e.globalFlags(fs)
+		cfgPath := fs.String("config", "", "forwarding-table `CONFIG` to replay against (required)")
+		against := fs.String("against", "", "a second config `NEW`: where would the capture's flows go")
+		asJSON := fs.Bool("json", false, "print the report as JSON")
+		verify := fs.Bool("verify", false, "also run every packet through the Go model and require identical verdicts and bytes")
+		modelOnly := fs.Bool("model", false, "use only the Go model (no BPF, no root)")
+		hot := fs.Int("hot", 10, "how many of the busiest rows to list")
+		pos, err := parse(fs, args, 1, 1)
+		if err != nil {
+			return err
+		}
+		if *cfgPath == "" {
+			return errors.New("replay: --config CONFIG is required")
+		}
+		if *modelOnly && *verify {
+			return errors.New("replay: --verify compares the kernel with the model; it cannot go with --model")
+		}
+		rp, err := newReplay(e, *cfgPath, *against, *modelOnly)
+		if err != nil {
+			return err
+		}
+		defer rp.close()
+		rep, runErr := rp.run(e, pos[0], *verify, *hot)
+		if rep != nil {
+			if *asJSON {
+				if err := writeJSON(e.stdout, rep); err != nil {
+					return err
+				}
+			} else {
+				printReplay(e.stdout, rep)
+			}
+		}
+		if runErr != nil {
+			return runErr
+		}
+		if rep.Verify != nil && rep.Verify.Mismatches > 0 {
+			return fmt.Errorf("replay: %d packets differ between the kernel and the model", rep.Verify.Mismatches)
+		}
+		return nil
+	}
+	register(c)
+}
+
+type side struct {
+	path   string
+	tables []*table.Table
+	model  *model.Datapath
+	kernel *loader.Replayer
+}
+
+type replayer struct {
+	dc        table.DirectorConfig
+	gw        [6]byte
+	cur, new  *side
+	modelOnly bool
+}
+
+func (e *env) replayDirectorConfig() (*table.DirectorConfig, net.HardwareAddr, error) {
+	if e.dirConfig == "" {
+		dc := table.DefaultDirectorConfig()
+		dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+		return &dc, replayGateway, nil
+	}
+	dc, err := table.LoadDirectorConfig(e.dirConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw := dc.GatewayMAC
+	if gw == nil {
+		gw = replayGateway
+	}
+	return dc, gw, nil
+}
+
+func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, error) {
+	dc, gw, err := e.replayDirectorConfig()
+	if err != nil {
+		return nil, err
+	}
+	rp := &replayer{dc: *dc, modelOnly: modelOnly}
+	copy(rp.gw[:], gw)
+	load := func(path string) (*side, error) {
+		_, tables, err := loadForApply(e, path)
+		if err != nil {
+			return nil, err
+		}
+		s := &side{path: path, tables: tables, model: model.New(*dc, rp.gw, tables)}
+		if !modelOnly {
+			if s.kernel, err = loader.NewReplayer(dc, gw, tables); err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+		}
+		return s, nil
+	}
+	if rp.cur, err = load(cfgPath); err != nil {
+		return nil, err
+	}
+	if againstPath != "" {
+		if rp.new, err = load(againstPath); err != nil {
+			rp.close()
+			return nil, err
+		}
+	}
+	return rp, nil
+}
+
+func (rp *replayer) close() {
+	for _, s := range []*side{rp.cur, rp.new} {
+		if s != nil && s.kernel != nil {
+			s.kernel.Close()
+		}
+	}
+}
+
+const replayBatch = 1 << 14
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// run replays the capture. On a capture error it still returns the report
+// of what was processed, with the error.
+func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Report, error) {
+	r, err := capture.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer r.Close()
+	names := make([]string, len(rp.cur.tables))
+	for i, t := range rp.cur.tables {
+		names[i] = t.Name
+	}
+	agg := replay.NewAggregator(path, r.Frmt, names)
+	var vr *replay.VerifyReport
+	if verify {
+		vr = &replay.VerifyReport{First: []replay.Mismatch{}}
+	}
+	progress := isTerminal(e.stderr)
+	start, last := time.Now(), time.Now()
+	var readErr error
+	for {
+		var batch []capture.Packet
+		for len(batch) < replayBatch {
+			p, err := r.Read()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
+				break
+			}
+			batch = append(batch, p)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		if err := rp.process(batch, agg, vr); err != nil {
+			return nil, err
+		}
+		if progress && time.Since(last) > 500*time.Millisecond {
+			last = time.Now()
+			fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", r.Count(), float64(r.Count())/time.Since(start).Seconds())
+		}
+		if readErr != nil || len(batch) < replayBatch {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	if progress {
+		fmt.Fprint(e.stderr, "\r\033[K")
+	}
+	if vr != nil {
+		agg.SetVerify(vr)
+	}
+	againstPath := ""
+	if rp.new != nil {
+		againstPath = rp.new.path
+	}
+	rep := agg.Report(hot, againstPath)
+	engine := "BPF_PROG_RUN"
+	if rp.modelOnly {
+		engine = "the Go model"
+	}
+	fmt.Fprintf(e.stderr, "director: replayed %d packets through %s in %s (%.0f packets/s)\n",
+		rep.Capture.Packets, engine, elapsed.Round(time.Millisecond), float64(rep.Capture.Packets)/elapsed.Seconds())
+	return rep, readErr
+}
+
+// outcome is one packet's result on one side.
+type outcome struct {
+	tx     bool
+	out    []byte
+	reason string
+	res    model.Result // the model's view (flow, table, row)
+}
+
+func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) {
+	out := make([]outcome, len(batch))
+	// The model: parallel, it is pure.
+	var wg sync.WaitGroup
+	n := runtime.GOMAXPROCS(0)
+	chunk := (len(batch) + n - 1) / n
+	for w := 0; w < n; w++ {
+		lo, hi := w*chunk, min((w+1)*chunk, len(batch))
+		if lo >= hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				res := s.model.Process(batch[i].Frame)
+				out[i].res = res
+				if rp.modelOnly {
+					out[i].tx = res.Verdict == model.XDPTX
+					out[i].out = res.Out
+					if !out[i].tx {
+						out[i].reason = loader.CounterNames[res.Reason]
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if rp.modelOnly {
+		return out, nil
+	}
+	frames := make([][]byte, len(batch))
+	for i := range batch {
+		frames[i] = batch[i].Frame
+	}
+	ko := make([]loader.Outcome, len(batch))
+	if err := s.kernel.Run(frames, ko); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	for i := range ko {
+		out[i].tx = ko[i].Verdict == model.XDPTX
+		out[i].out = ko[i].Out
+		if !out[i].tx {
+			out[i].reason = loader.CounterNames[ko[i].Reason]
+		}
+	}
+	return out, nil
+}
+
+// hopsOf reads the hops of an encapsulated frame: the outer destination,
+// then the GUE hop list.
+func hopsOf(frame []byte) []netip.Addr {
+	l2 := 14
+	if len(frame) > 13 && frame[12] == 0x81 && frame[13] == 0 {
+		l2 = 18
+	}
+	if len(frame) < l2+36 {
+		return nil
+	}
+	ip := frame[l2:]
+	hops := []netip.Addr{netip.AddrFrom4([4]byte(ip[16:20]))}
+	n := int(ip[35])
+	for i := 0; i < n && len(ip) >= 40+4*i; i++ {
+		hops = append(hops, netip.AddrFrom4([4]byte(ip[36+4*i:40+4*i])))
+	}
+	return hops
+}
+
+func sample(p capture.Packet, o outcome) replay.Sample {
+	s := replay.Sample{N: p.N, Bytes: len(p.Frame), TX: o.tx, Reason: o.reason, Table: -1}
+	if o.res.Parsed {
+		s.HasFlow = true
+		s.Flow = replay.FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
+	}
+	if o.tx {
+		s.Hops = hopsOf(o.out)
+		if len(s.Hops) > 0 {
+			s.Primary = s.Hops[0]
+		}
+		if o.res.Verdict == model.XDPTX {
+			s.Table, s.Row = o.res.Table, o.res.Row
+		}
+	}
+	return s
+}
+
+func (rp *replayer) process(batch []capture.Packet, agg *replay.Aggregator, vr *replay.VerifyReport) error {
+	cur, err := rp.runSide(rp.cur, batch)
+	if err != nil {
+		return err
+	}
+	var nw []outcome
+	if rp.new != nil {
+		if nw, err = rp.runSide(rp.new, batch); err != nil {
+			return err
+		}
+	}
+	for i, p := range batch {
+		agg.Captured(len(p.Frame), p.Truncated)
+		agg.Add(sample(p, cur[i]))
+		if nw != nil {
+			agg.AddAgainst(sample(p, nw[i]))
+		}
+		if vr != nil {
+			vr.Compared++
+			m := cur[i].res
+			if cur[i].tx != (m.Verdict == model.XDPTX) || string(cur[i].out) != string(m.Out) {
+				vr.Mismatches++
+				if len(vr.First) < 5 {
+					vr.First = append(vr.First, replay.Mismatch{N: p.N, Input: hex.EncodeToString(p.Frame),
+						Kernel: hex.EncodeToString(cur[i].out), Model: hex.EncodeToString(m.Out),
+						KernelTX: cur[i].tx, ModelTX: m.Verdict == model.XDPTX,
+						Description: describeMismatch(cur[i], m)})
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func describeMismatch(k outcome, m model.Result) string {
+	kv, mv := "XDP_PASS "+k.reason, "XDP_PASS "+loader.CounterNames[m.Reason]
+	if k.tx {
+		kv = "XDP_TX"
+	}
+	if m.Verdict == model.XDPTX {
+		mv = "XDP_TX"
+	}
+	if kv != mv {
+		return "kernel " + kv + ", model " + mv
+	}
+	return kv + " by both, different bytes"
+}
+
+func printReplay(w io.Writer, r *replay.Report) {
+	c := r.Capture
+	fmt.Fprintf(w, "capture %s (%s): %d packets, %d bytes", c.File, c.Format, c.Packets, c.Bytes)
+	if c.Truncated > 0 {
+		fmt.Fprintf(w, ", %d cut short by the snap length", c.Truncated)
+	}
+	fmt.Fprintln(w)
+	tx, pass := r.Verdicts["tx"], r.Verdicts["pass"]
+	fmt.Fprintf(w, "  XDP_TX    %10d packets %12d bytes  %s\n", tx.Packets, tx.Bytes, share(tx.Packets, c.Packets))
+	fmt.Fprintf(w, "  XDP_PASS  %10d packets %12d bytes  %s\n", pass.Packets, pass.Bytes, share(pass.Packets, c.Packets))
+	for _, name := range loader.CounterNames {
+		if rc, ok := r.Reasons[name]; ok {
+			fmt.Fprintf(w, "    %-20s %10d packets %12d bytes\n", name, rc.Packets, rc.Bytes)
+		}
+	}
+	fmt.Fprintf(w, "  unmatched (parsed, no bind): %d packets, %d bytes, %d flows\n", r.Unmatched.Packets, r.Unmatched.Bytes, r.Unmatched.Flows)
+	for _, t := range r.Tables {
+		fmt.Fprintf(w, "\ntable %s: %d packets, %d bytes, %d flows\n", t.Name, t.Packets, t.Bytes, t.Flows)
+		var max uint64 = 1
+		iw := len("BACKEND")
+		for _, b := range t.Backends {
+			if b.Packets > max {
+				max = b.Packets
+			}
+			iw = maxInt(iw, len(b.IP))
+		}
+		fmt.Fprintf(w, "  %-*s %-*s %10s %12s %8s\n", iw, "BACKEND", barWidth+8, "PACKETS", "", "BYTES", "FLOWS")
+		for _, b := range t.Backends {
+			fmt.Fprintf(w, "  %-*s %s %s %10d %12d %8d\n", iw, b.IP, bar(float64(b.Packets)/float64(max)), share(b.Packets, t.Packets), b.Packets, b.Bytes, b.Flows)
+		}
+	}
+	if len(r.HotRows) > 0 {
+		fmt.Fprintln(w, "\nhottest rows:")
+		for _, h := range r.HotRows {
+			fmt.Fprintf(w, "  %-12s row %#06x  primary %-15s %8d packets %10d bytes\n", h.Table, h.Row, h.Primary, h.Packets, h.Bytes)
+		}
+	}
+	if a := r.Against; a != nil {
+		fmt.Fprintf(w, "\nagainst %s: of %d steered flows\n", a.File, a.Flows)
+		line := func(what string, f replay.FlowCount) {
+			fmt.Fprintf(w, "  %-46s %8d flows %s %10d packets %12d bytes\n", what, f.Flows, share(f.Flows, a.Flows), f.Packets, f.Bytes)
+		}
+		line("unchanged", a.Unchanged)
+		line("primary changes", a.PrimaryChanged)
+		line("  survive (old primary is still a hop)", a.Survive)
+		line("  break (old primary in no new hop)", a.Break)
+		line("  no longer steered", a.NotSteered)
+		fmt.Fprintf(w, "  newly steered: %d flows, %d packets, %d bytes\n", a.NewlySteered.Flows, a.NewlySteered.Packets, a.NewlySteered.Bytes)
+	}
+	if v := r.Verify; v != nil {
+		fmt.Fprintf(w, "\nverify: %d packets compared with the model, %d differ\n", v.Compared, v.Mismatches)
+		for _, m := range v.First {
+			fmt.Fprintf(w, "  packet %d: %s\n    input  %s\n    kernel %s\n    model  %s\n", m.N, m.Description, m.Input, m.Kernel, m.Model)
+		}
+	}
+}
+
+func share(n, total uint64) string {
+	if total == 0 {
+		return "  0.0%"
+	}
+	return fmt.Sprintf("%5.1f%%", 100*float64(n)/float64(total))
+}

@@ -1,0 +1,244 @@
+// Package capture reads packet captures (pcap with microsecond or
+// nanosecond timestamps, and pcapng) through gopacket's pcapgo, and turns
+// every packet into an Ethernet frame, as the director's XDP program would
+// receive it: raw IPv4/IPv6, BSD loopback and Linux cooked (SLL, SLL2)
+// packets get an Ethernet header. It also writes captures, and makes
+// synthetic ones (gen.go).
+package capture
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+// MACs put on packets that had no Ethernet header.
+var (
+	SrcMAC = [6]byte{0x02, 0, 0, 0, 0, 0x01}
+	DstMAC = [6]byte{0x02, 0, 0, 0, 0, 0x02}
+)
+
+// Packet is one captured packet as an Ethernet frame.
+type Packet struct {
+	N         int // 1-based position in the capture
+	Time      time.Time
+	Frame     []byte
+	Truncated bool // the capture kept less than the packet's length
+	Length    int  // the packet's length on the wire
+}
+
+// Reader reads packets from a capture file.
+type Reader struct {
+	f     *os.File
+	pcap  *pcapgo.Reader
+	ng    *pcapgo.NgReader
+	n     int
+	Frmt  string // "pcap" or "pcapng"
+	links map[int]layers.LinkType
+}
+
+// Open opens a pcap or pcapng file; the format is read from its magic.
+func Open(path string) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.f = f
+	return r, nil
+}
+
+// NewReader reads a capture from rd.
+func NewReader(rd io.Reader) (*Reader, error) {
+	br := bufio.NewReaderSize(rd, 1<<16)
+	magic, err := br.Peek(4)
+	if err != nil {
+		return nil, fmt.Errorf("not a capture file: too short")
+	}
+	r := &Reader{links: map[int]layers.LinkType{}}
+	if binary.LittleEndian.Uint32(magic) == 0x0a0d0d0a {
+		r.Frmt = "pcapng"
+		if r.ng, err = pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{}); err != nil {
+			return nil, fmt.Errorf("reading pcapng: %w", err)
+		}
+		for i := 0; i < r.ng.NInterfaces(); i++ {
+			if err := r.checkLink(i); err != nil {
+				return nil, err
+			}
+		}
+		return r, nil
+	}
+	r.Frmt = "pcap"
+	if r.pcap, err = pcapgo.NewReader(br); err != nil {
+		return nil, fmt.Errorf("not a pcap or pcapng file: %w", err)
+	}
+	if _, err := wrap(r.pcap.LinkType(), nil); errors.Is(err, errUnsupported) {
+		return nil, fmt.Errorf("link type %d (%s) is not supported (Ethernet, raw IPv4/IPv6, BSD loopback, Linux SLL and SLL2 are)", r.pcap.LinkType(), r.pcap.LinkType())
+	}
+	return r, nil
+}
+
+func (r *Reader) checkLink(i int) error {
+	ifc, err := r.ng.Interface(i)
+	if err != nil {
+		return err
+	}
+	if _, err := wrap(ifc.LinkType, nil); errors.Is(err, errUnsupported) {
+		return fmt.Errorf("interface %d: link type %d (%s) is not supported (Ethernet, raw IPv4/IPv6, BSD loopback, Linux SLL and SLL2 are)", i, ifc.LinkType, ifc.LinkType)
+	}
+	r.links[i] = ifc.LinkType
+	return nil
+}
+
+// Close closes the file.
+func (r *Reader) Close() error {
+	if r.f != nil {
+		return r.f.Close()
+	}
+	return nil
+}
+
+// Read returns the next packet, or io.EOF at the end. Any other error means
+// the capture is truncated or corrupt; Count says how many packets were read.
+func (r *Reader) Read() (Packet, error) {
+	var data []byte
+	var ci gopacket.CaptureInfo
+	var err error
+	link := layers.LinkTypeEthernet
+	if r.ng != nil {
+		data, ci, err = r.ng.ReadPacketData()
+		if err == nil {
+			lt, ok := r.links[ci.InterfaceIndex]
+			if !ok {
+				if cerr := r.checkLink(ci.InterfaceIndex); cerr != nil {
+					return Packet{}, fmt.Errorf("packet %d: %w", r.n+1, cerr)
+				}
+				lt = r.links[ci.InterfaceIndex]
+			}
+			link = lt
+		}
+	} else {
+		data, ci, err = r.pcap.ReadPacketData()
+		link = r.pcap.LinkType()
+	}
+	if err == io.EOF {
+		return Packet{}, io.EOF
+	}
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return Packet{}, fmt.Errorf("the capture ends in the middle of packet %d (truncated file)", r.n+1)
+		}
+		return Packet{}, fmt.Errorf("packet %d: %w", r.n+1, err)
+	}
+	r.n++
+	frame, err := wrap(link, data)
+	if err != nil {
+		return Packet{}, fmt.Errorf("packet %d: %w", r.n, err)
+	}
+	return Packet{N: r.n, Time: ci.Timestamp, Frame: frame, Truncated: ci.CaptureLength < ci.Length, Length: ci.Length}, nil
+}
+
+// Count is how many packets have been read.
+func (r *Reader) Count() int { return r.n }
+
+var errUnsupported = errors.New("unsupported link type")
+
+// Link types pcapgo's constants do not all name.
+const (
+	linkNull    = 0
+	linkRawBSD1 = 12 // DLT_RAW on most BSDs
+	linkRawBSD2 = 14 // DLT_RAW on OpenBSD
+	linkLoop    = 108
+	linkSLL2    = 276
+)
+
+// wrap turns a packet of a link type into an Ethernet frame. With data nil
+// it only checks the link type.
+func wrap(lt layers.LinkType, data []byte) ([]byte, error) {
+	switch lt {
+	case layers.LinkTypeEthernet:
+		return data, nil
+	case layers.LinkTypeRaw, layers.LinkTypeIPv4, layers.LinkTypeIPv6, linkRawBSD1, linkRawBSD2:
+		if data == nil {
+			return nil, nil
+		}
+		return ethernet(etherTypeOf(data), data), nil
+	case linkNull, linkLoop:
+		if data == nil {
+			return nil, nil
+		}
+		if len(data) < 4 {
+			return ethernet(0, nil), nil
+		}
+		return ethernet(etherTypeOf(data[4:]), data[4:]), nil
+	case layers.LinkTypeLinuxSLL:
+		if data == nil {
+			return nil, nil
+		}
+		if len(data) < 16 {
+			return ethernet(0, nil), nil
+		}
+		return ethernet(binary.BigEndian.Uint16(data[14:]), data[16:]), nil
+	case linkSLL2:
+		if data == nil {
+			return nil, nil
+		}
+		if len(data) < 20 {
+			return ethernet(0, nil), nil
+		}
+		return ethernet(binary.BigEndian.Uint16(data[0:]), data[20:]), nil
+	}
+	return nil, errUnsupported
+}
+
+// etherTypeOf guesses an IP packet's EtherType from its version nibble.
+func etherTypeOf(ip []byte) uint16 {
+	if len(ip) > 0 && ip[0]>>4 == 6 {
+		return 0x86dd
+	}
+	return 0x0800
+}
+
+func ethernet(etype uint16, payload []byte) []byte {
+	f := make([]byte, 14, 14+len(payload))
+	copy(f, DstMAC[:])
+	copy(f[6:], SrcMAC[:])
+	binary.BigEndian.PutUint16(f[12:], etype)
+	return append(f, payload...)
+}
+
+// Writer writes Ethernet frames to a pcap file with nanosecond timestamps.
+type Writer struct {
+	bw *bufio.Writer
+	w  *pcapgo.Writer
+}
+
+// NewWriter starts a pcap on w.
+func NewWriter(w io.Writer) (*Writer, error) {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	pw := pcapgo.NewWriterNanos(bw)
+	if err := pw.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+		return nil, err
+	}
+	return &Writer{bw: bw, w: pw}, nil
+}
+
+// Write adds one frame.
+func (w *Writer) Write(t time.Time, frame []byte) error {
+	return w.w.WritePacket(gopacket.CaptureInfo{Timestamp: t, CaptureLength: len(frame), Length: len(frame)}, frame)
+}
+
+// Flush writes out what is buffered.
+func (w *Writer) Flush() error { return w.bw.Flush() }
