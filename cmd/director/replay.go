@@ -405,7 +405,7 @@ func printReplay(w io.Writer, r *replay.Report) {
 	if len(r.HotRows) > 0 {
 		fmt.Fprintln(w, "\nhottest rows:")
 		for _, h := range r.HotRows {
-			fmt.Fprintf(w, "  %-12s row %#06x  primary %-15s %8d packets %10d bytes\n", h.Table, h.Row, h.Primary, h.Packets, h.Bytes)
+			fmt.Fprintf(w, "  %-12s row 0x%04x  primary %-15s %8d packets %10d bytes\n", h.Table, h.Row, h.Primary, h.Packets, h.Bytes)
 		}
 	}
 	if a := r.Against; a != nil {

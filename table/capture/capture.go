@@ -70,7 +70,7 @@ func NewReader(rd io.Reader) (*Reader, error) {
 	r := &Reader{links: map[int]layers.LinkType{}}
 	if binary.LittleEndian.Uint32(magic) == 0x0a0d0d0a {
 		r.Frmt = "pcapng"
-		if r.ng, err = pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{}); err != nil {
+		if r.ng, err = pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true}); err != nil {
 			return nil, fmt.Errorf("reading pcapng: %w", err)
 		}
 		for i := 0; i < r.ng.NInterfaces(); i++ {

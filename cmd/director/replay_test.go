@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/director/director/table"
+	"github.com/director/director/table/capture"
+	"github.com/director/director/table/model"
+	"github.com/director/director/table/replay"
+)
+
+const capDir = "../../testdata/captures/"
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs the XDP program in the kernel and needs root; CI runs it as root")
+	}
+}
+
+// TestReplayGolden replays the committed capture; stdout only (stderr
+// carries the timing).
+func TestReplayGolden(t *testing.T) {
+	needRoot(t)
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"replay-small", []string{"replay", capDir + "small.pcap", "--config", cfgDir + "small.json"}},
+		{"replay-small-against", []string{"replay", capDir + "small.pcap", "--config", cfgDir + "small.json", "--against", cfgDir + "small-draining.json"}},
+		{"replay-small-json", []string{"replay", capDir + "small.pcap", "--config", cfgDir + "small.json", "--against", cfgDir + "small-removed.json", "--json", "--verify"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, errOut, code := runCmd(c.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			golden := filepath.Join("..", "..", "testdata", "golden", c.name+".txt")
+			if *update {
+				os.WriteFile(golden, []byte(out), 0o644)
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != string(want) {
+				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, out)
+			}
+		})
+	}
+}
+
+// TestReplayVerifyLarge replays a generated capture of more than 100,000
+// packets through the kernel and the model: they must agree on every one.
+func TestReplayVerifyLarge(t *testing.T) {
+	needRoot(t)
+	pcap := filepath.Join(t.TempDir(), "large.pcap")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"medium.json", "-o", pcap, "--flows", "14000", "--seed", "3")
+	out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"medium.json", "--verify", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r replay.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Capture.Packets < 100000 || r.Verify == nil || r.Verify.Compared != r.Capture.Packets || r.Verify.Mismatches != 0 {
+		t.Fatalf("capture %+v, verify %+v", r.Capture, r.Verify)
+	}
+	if r.Verdicts["tx"].Packets == 0 || r.Reasons["pass_no_bind"].Packets == 0 || r.Reasons["pass_not_ip"].Packets == 0 {
+		t.Fatalf("the capture does not exercise the datapath: %+v %+v", r.Verdicts, r.Reasons)
+	}
+	t.Logf("%d packets, %s", r.Capture.Packets, strings.TrimSpace(errOut))
+
+	// The model alone gives the same report.
+	mout, _, code := runCmd("replay", pcap, "--config", cfgDir+"medium.json", "--json", "--model")
+	kout, _, _ := runCmd("replay", pcap, "--config", cfgDir+"medium.json", "--json")
+	if code != 0 || mout != kout {
+		t.Fatalf("--model report differs from the kernel's")
+	}
+}
+
+// TestReplayAgainstMatchesDiff checks --against against the table diff of
+// the same change: flow by flow, a flow moves exactly when its row's
+// primary changes, and the share of flows that move is the share of rows
+// that do, within statistical bounds.
+func TestReplayAgainstMatchesDiff(t *testing.T) {
+	needRoot(t)
+	pcap := filepath.Join(t.TempDir(), "c.pcap")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"small.json", "-o", pcap, "--flows", "4000", "--seed", "9")
+	for _, newCfg := range []string{"small-draining.json", "small-removed.json", "small-added.json"} {
+		out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"small.json", "--against", cfgDir+newCfg, "--json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var r replay.Report
+		json.Unmarshal([]byte(out), &r)
+		a := r.Against
+
+		// Expected, from the tables: each flow's row under the default hash.
+		oldT, _ := table.Load(cfgDir + "small.json")
+		newT, _ := table.Load(cfgDir + newCfg)
+		o, n := oldT.Tables[0], newT.Tables[0]
+		dc := table.DefaultDirectorConfig()
+		dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+		m := model.New(dc, [6]byte{}, oldT.Tables)
+		rd, err := capture.Open(pcap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[replay.FlowKey]bool{}
+		var flows, moved, broke uint64
+		for {
+			p, err := rd.Read()
+			if err != nil {
+				break
+			}
+			res := m.Process(p.Frame)
+			if res.Verdict != model.XDPTX {
+				continue
+			}
+			k := replay.FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			flows++
+			row := res.Row
+			op := o.Backends[o.Rows[row].Primary].IP
+			np, ns := n.Backends[n.Rows[row].Primary].IP, n.Backends[n.Rows[row].Secondary].IP
+			if op != np {
+				moved++
+				if op != ns {
+					broke++
+				}
+			}
+		}
+		rd.Close()
+		if a.Flows != flows || a.PrimaryChanged.Flows != moved || a.Break.Flows != broke || a.Survive.Flows != moved-broke {
+			t.Errorf("%s: against %+v; from the tables: %d flows, %d moved, %d break", newCfg, a, flows, moved, broke)
+		}
+		d := table.Compare(oldT.Tables, newT.Tables).Tables[0]
+		rowShare := float64(d.Rows.PrimaryChanged) / table.Rows
+		flowShare := float64(moved) / float64(flows)
+		sigma := math.Sqrt(rowShare * (1 - rowShare) / float64(flows))
+		if math.Abs(flowShare-rowShare) > 4*sigma+1e-9 {
+			t.Errorf("%s: %.3f of flows moved, %.3f of rows (sigma %.3f)", newCfg, flowShare, rowShare, sigma)
+		}
+		t.Logf("%s: %d/%d flows moved (%.3f), rows %.3f", newCfg, moved, flows, flowShare, rowShare)
+	}
+}
+
+func TestReplayBrokenCaptures(t *testing.T) {
+	needRoot(t)
+	data, err := os.ReadFile(capDir + "small.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	trunc := filepath.Join(dir, "trunc.pcap")
+	os.WriteFile(trunc, data[:len(data)/2], 0o644)
+	garbage := filepath.Join(dir, "garbage.pcap")
+	os.WriteFile(garbage, []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n"), 0o644)
+	for _, c := range []struct {
+		file, want string
+	}{
+		{trunc, "packets were processed"},
+		{garbage, "not a pcap or pcapng file"},
+		{filepath.Join(dir, "missing.pcap"), "no such file"},
+	} {
+		_, errOut, code := runCmd("replay", c.file, "--config", cfgDir+"small.json")
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, stderr %q, want %q", filepath.Base(c.file), code, errOut, c.want)
+		}
+	}
+	if _, errOut, code := runCmd("replay", capDir+"small.pcap"); code != 1 || !strings.Contains(errOut, "--config CONFIG is required") {
+		t.Errorf("no config: %d %s", code, errOut)
+	}
+}
+
+func TestGenCaptureDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.pcap"), filepath.Join(dir, "b.pcap")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"ipv6.json", "-o", a, "--flows", "200", "--seed", "4")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"ipv6.json", "-o", b, "--flows", "200", "--seed", "4")
+	x, _ := os.ReadFile(a)
+	y, _ := os.ReadFile(b)
+	if len(x) == 0 || string(x) != string(y) {
+		t.Fatal("gen-capture is not deterministic")
+	}
+}
+
+// TestBenchRunsAndCleansUp runs bench briefly in both modes: it must
+// report traffic and leave no interface behind.
+func TestBenchRunsAndCleansUp(t *testing.T) {
+	needRoot(t)
+	before, _ := net.Interfaces()
+	for _, mode := range []string{"native", "generic"} {
+		out, errOut, code := runCmd("bench", capDir+"small.pcap", "--config", cfgDir+"small.json", "--duration", "300ms", "--mode", mode, "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", mode, code, errOut)
+		}
+		var d benchDoc
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Director.Runs == 0 || d.Baseline.Runs == 0 || d.Director.NsPerPacket <= 0 || d.Counters["encapsulated"].(float64) == 0 {
+			t.Fatalf("%s: %+v", mode, d)
+		}
+		t.Logf("%s: director %.0f pps %.1f ns, baseline %.0f pps %.1f ns", mode, d.Director.PacketsPerSec, d.Director.NsPerPacket, d.Baseline.PacketsPerSec, d.Baseline.NsPerPacket)
+	}
+	after, _ := net.Interfaces()
+	if len(after) != len(before) {
+		t.Fatalf("bench left interfaces behind: %v -> %v", before, after)
+	}
+}
