@@ -91,6 +91,7 @@ type replayer struct {
 	gw        [6]byte
 	cur, new  *side
 	modelOnly bool
+	verify    bool
 }
 
 func (e *env) replayDirectorConfig() (*table.DirectorConfig, net.HardwareAddr, error) {
@@ -164,6 +165,7 @@ func isTerminal(w io.Writer) bool {
 // run replays the capture. On a capture error it still returns the report
 // of what was processed, with the error.
 func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Report, error) {
+	rp.verify = verify
 	r, err := capture.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -173,40 +175,77 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	for i, t := range rp.cur.tables {
 		names[i] = t.Name
 	}
-	agg := replay.NewAggregator(path, r.Frmt, names)
+	agg := replay.NewAggregator(path, r.Frmt, names, loader.CounterNames)
 	var vr *replay.VerifyReport
 	if verify {
 		vr = &replay.VerifyReport{First: []replay.Mismatch{}}
 	}
 	progress := isTerminal(e.stderr)
 	start, last := time.Now(), time.Now()
+
+	// Three stages overlap: reading the capture, running batches through
+	// the program (or the model) on every CPU, and aggregating.
+	type job struct {
+		batch    []capture.Packet
+		cur, new []outcome
+		err      error
+	}
 	var readErr error
-	for {
-		var batch []capture.Packet
-		for len(batch) < replayBatch {
-			p, err := r.Read()
-			if err == io.EOF {
-				break
+	batches := make(chan []capture.Packet, 2)
+	go func() {
+		defer close(batches)
+		for {
+			batch := make([]capture.Packet, 0, replayBatch)
+			for len(batch) < replayBatch {
+				p, err := r.Read()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
+					break
+				}
+				batch = append(batch, p)
 			}
-			if err != nil {
-				readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
-				break
+			if len(batch) > 0 {
+				batches <- batch
 			}
-			batch = append(batch, p)
+			if readErr != nil || len(batch) < replayBatch {
+				return
+			}
 		}
-		if len(batch) == 0 {
-			break
+	}()
+	results := make(chan job, 2)
+	go func() {
+		defer close(results)
+		for batch := range batches {
+			j := job{batch: batch}
+			j.cur, j.err = rp.runSide(rp.cur, batch)
+			if j.err == nil && rp.new != nil {
+				j.new, j.err = rp.runSide(rp.new, batch)
+			}
+			results <- j
+			if j.err != nil {
+				for range batches { // let the reader finish
+				}
+				return
+			}
 		}
-		if err := rp.process(batch, agg, vr); err != nil {
-			return nil, err
+	}()
+	var runErr error
+	for j := range results {
+		if j.err != nil {
+			runErr = j.err
+			continue
 		}
+		rp.aggregate(j.batch, j.cur, j.new, agg, vr)
 		if progress && time.Since(last) > 500*time.Millisecond {
 			last = time.Now()
-			fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", r.Count(), float64(r.Count())/time.Since(start).Seconds())
+			fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", agg.Packets(), float64(agg.Packets())/time.Since(start).Seconds())
 		}
-		if readErr != nil || len(batch) < replayBatch {
-			break
-		}
+	}
+	if runErr != nil {
+		return nil, runErr
 	}
 	elapsed := time.Since(start)
 	if progress {
@@ -233,11 +272,15 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 type outcome struct {
 	tx     bool
 	out    []byte
-	reason string
+	reason int // pass counter, an index in loader.CounterNames
 	res    model.Result // the model's view (flow, table, row)
 }
 
 func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) {
+	classify := s.model.Classify
+	if rp.verify {
+		classify = s.model.Process // the bytes are compared
+	}
 	out := make([]outcome, len(batch))
 	// The model: parallel, it is pure.
 	var wg sync.WaitGroup
@@ -252,13 +295,13 @@ func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) 
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
-				res := s.model.Process(batch[i].Frame)
+				res := classify(batch[i].Frame)
 				out[i].res = res
 				if rp.modelOnly {
 					out[i].tx = res.Verdict == model.XDPTX
 					out[i].out = res.Out
 					if !out[i].tx {
-						out[i].reason = loader.CounterNames[res.Reason]
+						out[i].reason = res.Reason
 					}
 				}
 			}
@@ -280,7 +323,7 @@ func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) 
 		out[i].tx = ko[i].Verdict == model.XDPTX
 		out[i].out = ko[i].Out
 		if !out[i].tx {
-			out[i].reason = loader.CounterNames[ko[i].Reason]
+			out[i].reason = ko[i].Reason
 		}
 	}
 	return out, nil
@@ -312,7 +355,11 @@ func sample(p capture.Packet, o outcome) replay.Sample {
 		s.Flow = replay.FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
 	}
 	if o.tx {
-		s.Hops = hopsOf(o.out)
+		if o.out == nil { // the model alone: no frame was built
+			s.Hops = o.res.Hops
+		} else {
+			s.Hops = hopsOf(o.out)
+		}
 		if len(s.Hops) > 0 {
 			s.Primary = s.Hops[0]
 		}
@@ -323,17 +370,7 @@ func sample(p capture.Packet, o outcome) replay.Sample {
 	return s
 }
 
-func (rp *replayer) process(batch []capture.Packet, agg *replay.Aggregator, vr *replay.VerifyReport) error {
-	cur, err := rp.runSide(rp.cur, batch)
-	if err != nil {
-		return err
-	}
-	var nw []outcome
-	if rp.new != nil {
-		if nw, err = rp.runSide(rp.new, batch); err != nil {
-			return err
-		}
-	}
+func (rp *replayer) aggregate(batch []capture.Packet, cur, nw []outcome, agg *replay.Aggregator, vr *replay.VerifyReport) {
 	for i, p := range batch {
 		agg.Captured(len(p.Frame), p.Truncated)
 		agg.Add(sample(p, cur[i]))
@@ -354,11 +391,10 @@ func (rp *replayer) process(batch []capture.Packet, agg *replay.Aggregator, vr *
 			}
 		}
 	}
-	return nil
 }
 
 func describeMismatch(k outcome, m model.Result) string {
-	kv, mv := "XDP_PASS "+k.reason, "XDP_PASS "+loader.CounterNames[m.Reason]
+	kv, mv := "XDP_PASS "+loader.CounterNames[k.reason], "XDP_PASS "+loader.CounterNames[m.Reason]
 	if k.tx {
 		kv = "XDP_TX"
 	}

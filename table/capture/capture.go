@@ -43,6 +43,7 @@ type Reader struct {
 	n     int
 	Frmt  string // "pcap" or "pcapng"
 	links map[int]layers.LinkType
+	arena []byte // frames are copied here: one allocation per megabyte, not per packet
 }
 
 // Open opens a pcap or pcapng file; the format is read from its magic.
@@ -118,7 +119,7 @@ func (r *Reader) Read() (Packet, error) {
 	var err error
 	link := layers.LinkTypeEthernet
 	if r.ng != nil {
-		data, ci, err = r.ng.ReadPacketData()
+		data, ci, err = r.ng.ZeroCopyReadPacketData()
 		if err == nil {
 			lt, ok := r.links[ci.InterfaceIndex]
 			if !ok {
@@ -130,7 +131,7 @@ func (r *Reader) Read() (Packet, error) {
 			link = lt
 		}
 	} else {
-		data, ci, err = r.pcap.ReadPacketData()
+		data, ci, err = r.pcap.ZeroCopyReadPacketData()
 		link = r.pcap.LinkType()
 	}
 	if err == io.EOF {
@@ -146,6 +147,14 @@ func (r *Reader) Read() (Packet, error) {
 	frame, err := wrap(link, data)
 	if err != nil {
 		return Packet{}, fmt.Errorf("packet %d: %w", r.n, err)
+	}
+	if link == layers.LinkTypeEthernet { // data is the reader's buffer: keep a copy
+		if len(r.arena)+len(frame) > cap(r.arena) {
+			r.arena = make([]byte, 0, max(1<<20, len(frame)))
+		}
+		start := len(r.arena)
+		r.arena = append(r.arena, frame...)
+		frame = r.arena[start:len(r.arena):len(r.arena)]
 	}
 	return Packet{N: r.n, Time: ci.Timestamp, Frame: frame, Truncated: ci.CaptureLength < ci.Length, Length: ci.Length}, nil
 }

@@ -96,7 +96,13 @@ type flow struct {
 }
 
 // Process runs one frame through the datapath.
-func (d *Datapath) Process(frame []byte) Result {
+func (d *Datapath) Process(frame []byte) Result { return d.process(frame, true) }
+
+// Classify is Process without building the encapsulated frame (Out is nil
+// for XDP_TX): all a replay needs to know where a packet goes.
+func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false) }
+
+func (d *Datapath) process(frame []byte, build bool) Result {
 	var f flow
 	parsed := false
 	pass := func(reason int) Result {
@@ -152,13 +158,15 @@ func (d *Datapath) Process(frame []byte) Result {
 		_, ap, as := t.Lookup(flowHash(t.HashKey, f, d.Config.AltHashFields))
 		hops = append(hops, ap.IP, as.IP)
 	}
-	sport := 0x8000 | uint16((h^uint64(f.clientPort))&0x7fff)
-	inner := frame[l2len:]
-	family := 4
-	if etype == 0x86dd {
-		family = 6
+	var out []byte
+	if build {
+		sport := 0x8000 | uint16((h^uint64(f.clientPort))&0x7fff)
+		family := 4
+		if etype == 0x86dd {
+			family = 6
+		}
+		out = encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops, sport, family, ipLen, frame[l2len:])
 	}
-	out := encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops, sport, family, ipLen, inner)
 	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, Hops: hops, IPLen: ipLen,
 		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
 		OuterLen: l2len + 36 + 4*(len(hops)-1) + ipLen}
@@ -166,20 +174,32 @@ func (d *Datapath) Process(frame []byte) Result {
 
 // flowHash is GLB's flow hash over the enabled fields, in order.
 func flowHash(key table.Key, f flow, fields table.HashFields) uint64 {
-	var msg []byte
+	var buf [36]byte // two IPv6 addresses and two ports at most
+	n := 0
+	addr := func(a netip.Addr) {
+		if a.Is4() {
+			b := a.As4()
+			n += copy(buf[n:], b[:])
+		} else {
+			b := a.As16()
+			n += copy(buf[n:], b[:])
+		}
+	}
 	if fields&table.HashSrcAddr != 0 {
-		msg = append(msg, table.AddrBytes(f.client)...)
+		addr(f.client)
 	}
 	if fields&table.HashDstAddr != 0 {
-		msg = append(msg, table.AddrBytes(f.vip)...)
+		addr(f.vip)
 	}
 	if fields&table.HashSrcPort != 0 {
-		msg = binary.BigEndian.AppendUint16(msg, f.clientPort)
+		binary.BigEndian.PutUint16(buf[n:], f.clientPort)
+		n += 2
 	}
 	if fields&table.HashDstPort != 0 {
-		msg = binary.BigEndian.AppendUint16(msg, f.vipPort)
+		binary.BigEndian.PutUint16(buf[n:], f.vipPort)
+		n += 2
 	}
-	return table.FlowHash(key, msg)
+	return table.FlowHash(key, buf[:n])
 }
 
 func ports(b []byte, reversed bool, f *flow) bool {

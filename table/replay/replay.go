@@ -35,7 +35,7 @@ type Sample struct {
 	N       int // position in the capture, from 1
 	Bytes   int
 	TX      bool
-	Reason  string // pass reason, when not TX
+	Reason  int    // pass reason, when not TX: an index in the reason names
 	HasFlow bool   // the packet parsed to a flow (it reached the bind lookup)
 	Flow    FlowKey
 	Table   int // the table that matched, or -1
@@ -147,47 +147,57 @@ type Mismatch struct {
 	Description string `json:"description"`
 }
 
-// Aggregator builds a Report from samples.
+// Aggregator builds a Report from samples. It does one map operation per
+// packet (its flow); everything else is counted in arrays or derived from
+// the flows at the end.
 type Aggregator struct {
-	r        Report
-	names    []string
-	tables   map[int]*tableAgg
-	unmFlows map[FlowKey]bool
-	rows     map[[2]int]*RowReport
-	flows    map[FlowKey]*flowAgg // for --against
+	r       Report
+	names   []string
+	reasons []string // pass reason names, by index
+	verdict [2]Count // pass, tx
+	reason  []Count
+	tables map[int]*tableAgg
+	flows  map[FlowKey]*flowAgg
 }
 
 type tableAgg struct {
 	count    Count
-	flows    map[FlowKey]bool
-	backends map[netip.Addr]*backendAgg
+	backends map[netip.Addr]*Count
+	rows     []rowAgg // Rows entries, allocated on first use
 }
 
-type backendAgg struct {
-	count Count
-	flows map[FlowKey]bool
+type rowAgg struct {
+	count   Count
+	primary netip.Addr
 }
 
 type flowAgg struct {
-	old, new   []netip.Addr // hops; nil: not steered
-	oldTX      bool
-	newTX      bool
-	packets    uint64
-	bytes      uint64
-	seenOld    bool
-	seenNew    bool
-	oldPrimary netip.Addr
+	packets, bytes uint64
+	unmatched      bool
+	// Under the current config, from the flow's first packet.
+	seenOld bool
+	oldTX   bool
+	table   int
+	old     []netip.Addr // hops
+	// Under --against.
+	seenNew bool
+	newTX   bool
+	new     []netip.Addr
 }
 
-// NewAggregator starts a report; names are the tables' names, in order.
-func NewAggregator(file, format string, names []string) *Aggregator {
-	return &Aggregator{
+// NewAggregator starts a report; names are the tables' names, in order,
+// and reasons the names of pass reasons, by index.
+func NewAggregator(file, format string, names, reasons []string) *Aggregator {
+	return &Aggregator{reasons: reasons, reason: make([]Count, len(reasons)),
 		r: Report{Version: 1, Capture: CaptureInfo{File: file, Format: format},
 			Verdicts: map[string]Count{}, Reasons: map[string]Count{}, HotRows: []RowReport{}, Tables: []TableReport{}},
-		names: names, tables: map[int]*tableAgg{}, unmFlows: map[FlowKey]bool{}, rows: map[[2]int]*RowReport{},
-		flows: map[FlowKey]*flowAgg{},
+		names: names, tables: map[int]*tableAgg{}, flows: map[FlowKey]*flowAgg{},
 	}
 }
+
+// Packets is how many packets have been counted so far.
+// (Verdicts and reasons are kept in arrays and named in Report.)
+func (a *Aggregator) Packets() uint64 { return a.r.Capture.Packets }
 
 // Captured counts a packet read from the capture.
 func (a *Aggregator) Captured(bytes int, truncated bool) {
@@ -200,52 +210,44 @@ func (a *Aggregator) Captured(bytes int, truncated bool) {
 
 // Add accounts one packet under the current config.
 func (a *Aggregator) Add(s Sample) {
-	verdict := "pass"
 	if s.TX {
-		verdict = "tx"
+		a.verdict[1].add(s.Bytes)
+	} else {
+		a.verdict[0].add(s.Bytes)
+		if s.Reason >= 0 && s.Reason < len(a.reason) {
+			a.reason[s.Reason].add(s.Bytes)
+		}
 	}
-	c := a.r.Verdicts[verdict]
-	c.add(s.Bytes)
-	a.r.Verdicts[verdict] = c
-	if !s.TX {
-		rc := a.r.Reasons[s.Reason]
-		rc.add(s.Bytes)
-		a.r.Reasons[s.Reason] = rc
-	}
-	if s.HasFlow && !s.TX && s.Reason == "pass_no_bind" {
+	unmatched := s.HasFlow && !s.TX && s.Reason >= 0 && s.Reason < len(a.reasons) && a.reasons[s.Reason] == "pass_no_bind"
+	if unmatched {
 		a.r.Unmatched.add(s.Bytes)
-		a.unmFlows[s.Flow] = true
 	}
 	if s.TX && s.Table >= 0 {
 		t := a.tables[s.Table]
 		if t == nil {
-			t = &tableAgg{flows: map[FlowKey]bool{}, backends: map[netip.Addr]*backendAgg{}}
+			t = &tableAgg{backends: map[netip.Addr]*Count{}, rows: make([]rowAgg, 1<<16)}
 			a.tables[s.Table] = t
 		}
 		t.count.add(s.Bytes)
-		t.flows[s.Flow] = true
 		b := t.backends[s.Primary]
 		if b == nil {
-			b = &backendAgg{flows: map[FlowKey]bool{}}
+			b = &Count{}
 			t.backends[s.Primary] = b
 		}
-		b.count.add(s.Bytes)
-		b.flows[s.Flow] = true
-		k := [2]int{s.Table, s.Row}
-		row := a.rows[k]
-		if row == nil {
-			row = &RowReport{Table: a.name(s.Table), Row: s.Row, Primary: s.Primary.String()}
-			a.rows[k] = row
-		}
-		row.add(s.Bytes)
+		b.add(s.Bytes)
+		row := &t.rows[s.Row&0xffff]
+		row.count.add(s.Bytes)
+		row.primary = s.Primary
 	}
 	if s.HasFlow {
 		f := a.flow(s.Flow)
 		f.packets++
 		f.bytes += uint64(s.Bytes)
+		f.unmatched = f.unmatched || unmatched
 		if !f.seenOld {
 			f.seenOld = true
-			f.oldTX = s.TX
+			f.oldTX = s.TX && s.Table >= 0
+			f.table = s.Table
 			f.old = s.Hops
 		}
 	}
@@ -267,7 +269,7 @@ func (a *Aggregator) AddAgainst(s Sample) {
 func (a *Aggregator) flow(k FlowKey) *flowAgg {
 	f := a.flows[k]
 	if f == nil {
-		f = &flowAgg{}
+		f = &flowAgg{table: -1}
 		a.flows[k] = f
 	}
 	return f
@@ -287,6 +289,34 @@ func (a *Aggregator) SetVerify(v *VerifyReport) { a.r.Verify = v }
 // the other config's file name, or "" without one.
 func (a *Aggregator) Report(hotRows int, against string) *Report {
 	r := a.r
+	r.Verdicts = map[string]Count{}
+	for i, name := range []string{"pass", "tx"} {
+		if a.verdict[i].Packets > 0 {
+			r.Verdicts[name] = a.verdict[i]
+		}
+	}
+	r.Reasons = map[string]Count{}
+	for i, c := range a.reason {
+		if c.Packets > 0 {
+			r.Reasons[a.reasons[i]] = c
+		}
+	}
+	// Distinct flows per table and backend, from each flow's first packet.
+	tableFlows := map[int]uint64{}
+	backendFlows := map[int]map[netip.Addr]uint64{}
+	for _, f := range a.flows {
+		if f.unmatched {
+			r.Unmatched.Flows++
+		}
+		if !f.oldTX || len(f.old) == 0 {
+			continue
+		}
+		tableFlows[f.table]++
+		if backendFlows[f.table] == nil {
+			backendFlows[f.table] = map[netip.Addr]uint64{}
+		}
+		backendFlows[f.table][f.old[0]]++
+	}
 	var idx []int
 	for i := range a.tables {
 		idx = append(idx, i)
@@ -294,21 +324,21 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	sort.Ints(idx)
 	for _, i := range idx {
 		t := a.tables[i]
-		tr := TableReport{Name: a.name(i), Index: i, Count: t.count, Flows: uint64(len(t.flows)), Backends: []BackendReport{}}
+		tr := TableReport{Name: a.name(i), Index: i, Count: t.count, Flows: tableFlows[i], Backends: []BackendReport{}}
 		var ips []netip.Addr
 		for ip := range t.backends {
 			ips = append(ips, ip)
 		}
 		sort.Slice(ips, func(x, y int) bool { return ips[x].Less(ips[y]) })
 		for _, ip := range ips {
-			b := t.backends[ip]
-			tr.Backends = append(tr.Backends, BackendReport{IP: ip.String(), Count: b.count, Flows: uint64(len(b.flows))})
+			tr.Backends = append(tr.Backends, BackendReport{IP: ip.String(), Count: *t.backends[ip], Flows: backendFlows[i][ip]})
 		}
 		r.Tables = append(r.Tables, tr)
-	}
-	r.Unmatched.Flows = uint64(len(a.unmFlows))
-	for _, row := range a.rows {
-		r.HotRows = append(r.HotRows, *row)
+		for row := range t.rows {
+			if t.rows[row].count.Packets > 0 {
+				r.HotRows = append(r.HotRows, RowReport{Table: a.name(i), Row: row, Primary: t.rows[row].primary.String(), Count: t.rows[row].count})
+			}
+		}
 	}
 	sort.Slice(r.HotRows, func(i, j int) bool {
 		x, y := r.HotRows[i], r.HotRows[j]
