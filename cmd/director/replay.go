@@ -272,7 +272,7 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 type outcome struct {
 	tx     bool
 	out    []byte
-	reason int // pass counter, an index in loader.CounterNames
+	reason int          // pass counter, an index in loader.CounterNames
 	res    model.Result // the model's view (flow, table, row)
 }
 

@@ -35,8 +35,8 @@ type Sample struct {
 	N       int // position in the capture, from 1
 	Bytes   int
 	TX      bool
-	Reason  int    // pass reason, when not TX: an index in the reason names
-	HasFlow bool   // the packet parsed to a flow (it reached the bind lookup)
+	Reason  int  // pass reason, when not TX: an index in the reason names
+	HasFlow bool // the packet parsed to a flow (it reached the bind lookup)
 	Flow    FlowKey
 	Table   int // the table that matched, or -1
 	Row     int
@@ -156,8 +156,8 @@ type Aggregator struct {
 	reasons []string // pass reason names, by index
 	verdict [2]Count // pass, tx
 	reason  []Count
-	tables map[int]*tableAgg
-	flows  map[FlowKey]*flowAgg
+	tables  map[int]*tableAgg
+	flows   map[FlowKey]*flowAgg
 }
 
 type tableAgg struct {
