@@ -169,15 +169,29 @@ func sipRound(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
 // integer. The row is FlowHash & 0xffff.
 func FlowHash(key Key, data []byte) uint64 {
 	k0, k1 := keyWords(key)
-	s := newSip(k0, k1)
+	st := newSip(k0, k1)
+	v0, v1, v2, v3 := st.v0, st.v1, st.v2, st.v3
 	n := len(data)
 	for len(data) >= 8 {
-		s.compress(binary.LittleEndian.Uint64(data))
+		m := binary.LittleEndian.Uint64(data)
+		v3 ^= m
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+		v0 ^= m
 		data = data[8:]
 	}
 	var last [8]byte
 	copy(last[:], data)
 	last[7] = byte(n)
-	s.compress(binary.LittleEndian.Uint64(last[:]))
-	return s.finalize()
+	m := binary.LittleEndian.Uint64(last[:])
+	v3 ^= m
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0 ^= m
+	v2 ^= 0xff
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	return v0 ^ v1 ^ v2 ^ v3
 }

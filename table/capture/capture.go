@@ -63,7 +63,7 @@ func Open(path string) (*Reader, error) {
 
 // NewReader reads a capture from rd.
 func NewReader(rd io.Reader) (*Reader, error) {
-	br := bufio.NewReaderSize(rd, 1<<16)
+	br := bufio.NewReaderSize(rd, 1<<20)
 	magic, err := br.Peek(4)
 	if err != nil {
 		return nil, fmt.Errorf("not a capture file: too short")

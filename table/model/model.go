@@ -8,6 +8,7 @@ package model
 import (
 	"encoding/binary"
 	"net/netip"
+	"sync"
 
 	"github.com/director/director/table"
 )
@@ -51,11 +52,48 @@ type Datapath struct {
 	Configured bool
 	Tables     []*table.Table
 	refs       []table.BindRef
+	// Bind answers are memoised: ResolveBind scans every bind, and a
+	// replay asks the same few questions millions of times.
+	mu    sync.RWMutex
+	binds map[bindQuery]bindAnswer
+}
+
+type bindQuery struct {
+	vip   netip.Addr
+	port  uint16
+	proto uint8
+	echo  bool
+}
+
+type bindAnswer struct {
+	table int
+	ok    bool
+}
+
+// maxMemo bounds the memo: traffic to many addresses just stops being
+// memoised.
+const maxMemo = 1 << 16
+
+func (d *Datapath) resolve(f flow) (int, bool) {
+	q := bindQuery{f.vip, f.vipPort, f.proto, f.echo}
+	d.mu.RLock()
+	a, hit := d.binds[q]
+	d.mu.RUnlock()
+	if hit {
+		return a.table, a.ok
+	}
+	a.table, a.ok = table.ResolveBind(d.refs, f.vip, table.Proto(f.proto), f.vipPort, f.echo)
+	d.mu.Lock()
+	if len(d.binds) < maxMemo {
+		d.binds[q] = a
+	}
+	d.mu.Unlock()
+	return a.table, a.ok
 }
 
 // New makes a datapath serving tables.
 func New(cfg table.DirectorConfig, gateway [6]byte, tables []*table.Table) *Datapath {
-	d := &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables}
+	d := &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables, binds: map[bindQuery]bindAnswer{}}
 	for i, t := range tables {
 		for _, b := range t.Binds {
 			d.refs = append(d.refs, table.BindRef{Table: i, Bind: b})
@@ -140,7 +178,7 @@ func (d *Datapath) process(frame []byte, build bool) Result {
 		return pass(reason)
 	}
 	parsed = true
-	ti, ok := table.ResolveBind(d.refs, f.vip, table.Proto(f.proto), f.vipPort, f.echo)
+	ti, ok := d.resolve(f)
 	if !ok {
 		return pass(PassNoBind)
 	}
