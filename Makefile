@@ -25,6 +25,7 @@ test: lint
 # traffic beside an empty XDP_TX program, and full apply vs per-element.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table
+	$(GO) test -run '^$$' -bench Classify ./table/model
 	$(GO) test -run '^$$' -bench Program -benchtime 300000x ./loader
 	$(GO) test -run '^$$' -bench Apply -benchtime 10x ./loader
 
