@@ -34,6 +34,11 @@ func linkPin(dir, iface string) string { return filepath.Join(dir, pinLinks, ifa
 // Attaching an interface that is already attached in the same mode is not
 // an error; in the other mode it is.
 func (d *Director) Attach(iface, mode string) (*Attachment, error) {
+	return attachPinned(d.Dir, d.Prog, iface, mode)
+}
+
+// attachPinned attaches prog to iface through a link pinned in dir/links.
+func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachment, error) {
 	var flags link.XDPAttachFlags
 	switch mode {
 	case ModeNative:
@@ -47,19 +52,19 @@ func (d *Director) Attach(iface, mode string) (*Attachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interface %s: %w", iface, err)
 	}
-	unlock, err := lockDir(d.Dir)
+	unlock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	pin := linkPin(d.Dir, iface)
+	pin := linkPin(dir, iface)
 	if a, err := readAttachment(pin, iface); err == nil {
 		if a.Mode != mode {
 			return nil, fmt.Errorf("%s is already attached in %s mode; detach it first", iface, a.Mode)
 		}
 		return a, nil
 	}
-	l, err := link.AttachXDP(link.XDPOptions{Program: d.Prog, Interface: nl.Attrs().Index, Flags: flags})
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: nl.Attrs().Index, Flags: flags})
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s in %s mode: %w", iface, mode, err)
 	}
@@ -124,14 +129,16 @@ func readAttachment(pin, iface string) (*Attachment, error) {
 }
 
 // Attachments lists the interfaces the director is attached to.
-func (d *Director) Attachments() ([]Attachment, error) {
-	entries, err := os.ReadDir(filepath.Join(d.Dir, pinLinks))
+func (d *Director) Attachments() ([]Attachment, error) { return attachments(d.Dir) }
+
+func attachments(dir string) ([]Attachment, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, pinLinks))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	var out []Attachment
 	for _, e := range entries {
-		a, err := readAttachment(filepath.Join(d.Dir, pinLinks, e.Name()), e.Name())
+		a, err := readAttachment(filepath.Join(dir, pinLinks, e.Name()), e.Name())
 		if err != nil {
 			return nil, err
 		}

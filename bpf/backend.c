@@ -1,0 +1,254 @@
+//go:build ignore
+
+/* backend: GLB's proxy side in XDP, for each backend host's receiving
+ * interface. It replaces GLB's glb-redirect iptables module and needs no
+ * FOU or IPIP support in the kernel.
+ *
+ * For a GUE packet to UDP port 19523 in GLB's format, with the inner packet
+ * going to a VIP this host serves:
+ *   - a TCP SYN, a TCP segment of a connection this host knows (socket
+ *     lookup), or anything that is not TCP: decapsulate, and hand the inner
+ *     packet to the local stack (the VIP is configured locally; responses go
+ *     straight to the client);
+ *   - any other TCP segment: forward it to the next hop in GLB's hop list:
+ *     outer source = this host, outer destination = hops[next hop], next hop
+ *     index + 1. When the list is exhausted, decapsulate locally anyway.
+ * Everything else is passed untouched. */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define GUE_PORT 19523
+#define MAX_HOPS 3   /* listed after the primary: secondary, alt primary, alt secondary */
+#define AF_INET_ 2
+
+struct be_config {
+	__be32 self_ip;    /* this host's address: the source of forwarded packets */
+	__u32 configured;
+};
+
+enum be_counter {
+	BE_C_PROCESSED = 0,
+	BE_C_DECAP_SYN,        /* decapsulated: a new connection */
+	BE_C_DECAP_KNOWN,      /* decapsulated: a connection this host has */
+	BE_C_DECAP_NOT_TCP,    /* decapsulated: not TCP */
+	BE_C_DECAP_LAST_HOP,   /* decapsulated: nowhere left to send it */
+	BE_C_FORWARDED,        /* sent on to the next hop */
+	BE_C_PASS_NOT_GUE,     /* not for us: passed untouched */
+	BE_C_DROP_MALFORMED,   /* GUE for us, but broken */
+	BE_C_DROP_NO_ROUTE,    /* the next hop could not be resolved */
+	BE_C_DROP_NO_CONFIG,
+	BE_C_MAX,
+};
+
+struct be_counters {
+	__u64 c[BE_C_MAX];
+};
+
+const struct be_config *unused_be_config __attribute__((unused));
+const struct be_counters *unused_be_counters __attribute__((unused));
+const enum be_counter *unused_be_counter __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct be_config);
+} be_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct be_counters);
+} be_stats SEC(".maps");
+
+static __always_inline __u16 csum16(const void *hdr)
+{
+	const __u16 *p = hdr;
+	__u32 s = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		s += p[i];
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return ~s;
+}
+
+/* decap strips everything between the Ethernet header and the inner packet
+ * (outer IPv4, UDP, GUE and its hop list: `strip` bytes) and hands the inner
+ * packet to the stack. */
+static __always_inline int decap(struct xdp_md *ctx, __u32 strip, __be16 inner_proto, struct be_counters *c, int reason)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	if (strip > 1024)
+		return XDP_DROP;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDP_DROP;
+	struct ethhdr copy = *eth;
+	if (bpf_xdp_adjust_head(ctx, (int)strip))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDP_DROP;
+	__builtin_memcpy(eth->h_dest, copy.h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, copy.h_source, ETH_ALEN);
+	eth->h_proto = inner_proto;
+	c->c[reason]++;
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int backend(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct be_counters *c = bpf_map_lookup_elem(&be_stats, &zero);
+	if (!c)
+		return XDP_PASS;
+	c->c[BE_C_PROCESSED]++;
+
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		goto not_gue;
+	struct iphdr *ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+		goto not_gue;
+	if (ip->frag_off & bpf_htons(0x3fff))
+		goto not_gue;
+	struct udphdr *udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) > end || udp->dest != bpf_htons(GUE_PORT))
+		goto not_gue;
+
+	/* GUE: version 0, C 0; hlen counts GLB's private data in words. */
+	__u8 *gue = (void *)(udp + 1);
+	if ((void *)(gue + 8) > end) {
+		c->c[BE_C_DROP_MALFORMED]++;
+		return XDP_DROP;
+	}
+	__u8 hlen = gue[0] & 0x1f, inner_ipproto = gue[1];
+	__u8 next = gue[6], count = gue[7];
+	if ((gue[0] >> 5) != 0 || gue[4] != 0 || gue[5] != 0 || count > MAX_HOPS || hlen != 1 + count ||
+	    (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6)) {
+		c->c[BE_C_DROP_MALFORMED]++;
+		return XDP_DROP;
+	}
+	__be32 *hops = (void *)(gue + 8);
+	void *inner = gue + 4 + 4 * (__u32)hlen;
+	__u32 strip = inner - (void *)ip;
+	__be16 inner_proto = inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+
+	/* Is it a TCP segment, and does this host know its connection? */
+	struct bpf_sock_tuple tuple = {};
+	__u32 tuple_len;
+	struct tcphdr *tcp;
+	if (inner_ipproto == IPPROTO_IPIP) {
+		struct iphdr *iip = inner;
+		if ((void *)(iip + 1) > end || iip->ihl != 5) {
+			c->c[BE_C_DROP_MALFORMED]++;
+			return XDP_DROP;
+		}
+		if (iip->protocol != IPPROTO_TCP)
+			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
+		tcp = (void *)(iip + 1);
+		if ((void *)(tcp + 1) > end) {
+			c->c[BE_C_DROP_MALFORMED]++;
+			return XDP_DROP;
+		}
+		tuple.ipv4.saddr = iip->saddr;
+		tuple.ipv4.daddr = iip->daddr;
+		tuple.ipv4.sport = tcp->source;
+		tuple.ipv4.dport = tcp->dest;
+		tuple_len = sizeof(tuple.ipv4);
+	} else {
+		struct ipv6hdr *iip6 = inner;
+		if ((void *)(iip6 + 1) > end) {
+			c->c[BE_C_DROP_MALFORMED]++;
+			return XDP_DROP;
+		}
+		if (iip6->nexthdr != IPPROTO_TCP)
+			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
+		tcp = (void *)(iip6 + 1);
+		if ((void *)(tcp + 1) > end) {
+			c->c[BE_C_DROP_MALFORMED]++;
+			return XDP_DROP;
+		}
+		__builtin_memcpy(tuple.ipv6.saddr, &iip6->saddr, 16);
+		__builtin_memcpy(tuple.ipv6.daddr, &iip6->daddr, 16);
+		tuple.ipv6.sport = tcp->source;
+		tuple.ipv6.dport = tcp->dest;
+		tuple_len = sizeof(tuple.ipv6);
+	}
+	if (tcp->syn && !tcp->ack)
+		return decap(ctx, strip, inner_proto, c, BE_C_DECAP_SYN);
+	struct bpf_sock *sk = bpf_skc_lookup_tcp(ctx, &tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
+	if (sk) {
+		int listening = sk->state == BPF_TCP_LISTEN;
+		bpf_sk_release(sk);
+		if (!listening)
+			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_KNOWN);
+	}
+
+	/* Not ours: on to the next hop, if there is one. */
+	if (next >= count)
+		return decap(ctx, strip, inner_proto, c, BE_C_DECAP_LAST_HOP);
+	struct be_config *cfg = bpf_map_lookup_elem(&be_cfg, &zero);
+	if (!cfg || !cfg->configured) {
+		c->c[BE_C_DROP_NO_CONFIG]++;
+		return XDP_DROP;
+	}
+	__be32 dst;
+	if (next == 0)
+		dst = hops[0];
+	else if (next == 1)
+		dst = hops[1];
+	else
+		dst = hops[2];
+	if ((void *)(hops + next + 1) > end) {
+		c->c[BE_C_DROP_MALFORMED]++;
+		return XDP_DROP;
+	}
+
+	struct bpf_fib_lookup fib = {};
+	fib.family = AF_INET_;
+	fib.ipv4_src = cfg->self_ip;
+	fib.ipv4_dst = dst;
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.l4_protocol = IPPROTO_UDP;
+	/* An egress lookup: the host sends this packet itself. */
+	int rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		c->c[BE_C_DROP_NO_ROUTE]++;
+		return XDP_DROP;
+	}
+	gue[6] = next + 1;
+	ip->saddr = cfg->self_ip;
+	ip->daddr = dst;
+	ip->ttl = 64;
+	ip->check = 0;
+	ip->check = csum16(ip);
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	c->c[BE_C_FORWARDED]++;
+	if (fib.ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib.ifindex, 0);
+
+not_gue:
+	c->c[BE_C_PASS_NOT_GUE]++;
+	return XDP_PASS;
+}

@@ -1,0 +1,160 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/director/director/bpf"
+)
+
+// BackendDir is where the backend program is pinned: beside the director's
+// default directory, so a host can run both.
+const BackendDir = "/sys/fs/bpf/director-backend"
+
+// BackendCounterNames are the backend program's counters, in its order.
+var BackendCounterNames = []string{
+	"processed", "decap_syn", "decap_known", "decap_not_tcp", "decap_last_hop",
+	"forwarded", "pass_not_gue", "drop_malformed", "drop_no_route", "drop_no_config",
+}
+
+// Backend is the backend-side program: GUE decapsulation with GLB's second
+// chance (bpf/backend.c).
+type Backend struct {
+	Dir  string
+	objs bpf.BackendObjects
+}
+
+// LoadBackend loads the backend program into dir (pinned, adopting what is
+// there), or privately with dir "".
+func LoadBackend(dir string) (*Backend, error) {
+	spec, err := bpf.LoadBackend()
+	if err != nil {
+		return nil, err
+	}
+	var opts *ebpf.CollectionOptions
+	if dir != "" {
+		if err := ensureDir(dir); err != nil {
+			return nil, err
+		}
+		for _, m := range spec.Maps {
+			if m.Name == bpf.BackendMapBeCfg || m.Name == bpf.BackendMapBeStats {
+				m.Pinning = ebpf.PinByName
+			}
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
+	}
+	b := &Backend{Dir: dir}
+	if err := spec.LoadAndAssign(&b.objs, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("loading the backend program: %+v", ve)
+		}
+		return nil, fmt.Errorf("loading the backend program: %w", err)
+	}
+	if dir != "" {
+		path := filepath.Join(dir, pinProgram)
+		if old, err := ebpf.LoadPinnedProgram(path, nil); err == nil {
+			oi, _ := old.Info()
+			ni, _ := b.objs.Backend.Info()
+			if oi != nil && ni != nil && oi.Tag == ni.Tag {
+				b.objs.Backend.Close()
+				b.objs.Backend = old
+			} else {
+				old.Close()
+				os.Remove(path)
+			}
+		}
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			if err := b.objs.Backend.Pin(path); err != nil {
+				b.Close()
+				return nil, err
+			}
+		}
+		chmodPins(dir)
+	}
+	return b, nil
+}
+
+// Close releases this process's handles.
+func (b *Backend) Close() error { return b.objs.Close() }
+
+// Prog is the backend program.
+func (b *Backend) Prog() *ebpf.Program { return b.objs.Backend }
+
+// SetSelf sets the address forwarded packets leave from: this host's.
+func (b *Backend) SetSelf(self netip.Addr) error {
+	if !self.Is4() {
+		return fmt.Errorf("%s is not an IPv4 address", self)
+	}
+	return b.objs.BeCfg.Put(uint32(0), &bpf.BackendBeConfig{SelfIp: nativeFromBE(self.As4()), Configured: 1})
+}
+
+// Attach attaches the backend program to iface (pinned link).
+func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
+	if b.Dir == "" {
+		return nil, errors.New("a private backend program cannot be attached")
+	}
+	return attachPinned(b.Dir, b.objs.Backend, iface, mode)
+}
+
+// Detach removes the backend program from iface; idempotent.
+func (b *Backend) Detach(iface string) error { return detachPinned(linkPin(b.Dir, iface)) }
+
+// Attachments lists where the backend program is attached.
+func (b *Backend) Attachments() ([]Attachment, error) { return attachments(b.Dir) }
+
+// Counters sums the backend counters over CPUs, by name.
+func (b *Backend) Counters() (map[string]uint64, error) {
+	var per []bpf.BackendBeCounters
+	if err := b.objs.BeStats.Lookup(uint32(0), &per); err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, c := range per {
+		for i, n := range BackendCounterNames {
+			out[n] += c.C[i]
+		}
+	}
+	return out, nil
+}
+
+// InterfaceIPv4 is the first IPv4 address of an interface: the default for
+// the backend's own address.
+func InterfaceIPv4(iface string) (netip.Addr, error) {
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	addrs, err := netlink.AddrList(l, unix.AF_INET)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", iface)
+}
+
+// Run runs one frame through the backend program (BPF_PROG_RUN).
+func (b *Backend) Run(frame []byte) (uint32, []byte, error) { return run(b.objs.Backend, frame, 1) }
+
+// RunOn runs one frame as if it had arrived on ifindex.
+func (b *Backend) RunOn(frame []byte, ifindex int) (uint32, []byte, error) {
+	buf := make([]byte, len(frame)+256)
+	opts := &ebpf.RunOptions{Data: frame, DataOut: buf,
+		Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}}
+	v, err := b.objs.Backend.Run(opts)
+	if err != nil {
+		return 0, nil, fmt.Errorf("BPF_PROG_RUN: %w", err)
+	}
+	return v, opts.DataOut, nil
+}

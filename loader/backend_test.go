@@ -1,0 +1,129 @@
+package loader
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testnet"
+	"github.com/director/director/table/model"
+)
+
+// gue builds a director-style GUE frame around an inner IP packet, with the
+// hops after the primary and the next-hop index.
+func gue(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
+	t.Helper()
+	g := []byte{byte(1 + len(hops)), 4, 0, 0, 0, 0, next, byte(len(hops))}
+	if inner[0]>>4 == 6 {
+		g[1] = 41
+	}
+	for _, h := range hops {
+		a := h.As4()
+		g = append(g, a[:]...)
+	}
+	udp := pkt.UDP(0x8123, model.GUEPort, append(g, inner...))
+	return pkt.Eth(pkt.DirectorMAC, pkt.GatewayMAC, 0, 0x0800, pkt.IPv4(a("192.0.2.1"), a("10.0.0.1"), 17, udp, pkt.V4Opts{}))
+}
+
+// TestBackendProgram runs the backend program with BPF_PROG_RUN in a
+// private namespace that has a real TCP connection, a listener and a route.
+func TestBackendProgram(t *testing.T) {
+	err := testnet.InNetns(func() error {
+		lo, _ := netlink.LinkByName("lo")
+		netlink.LinkSetUp(lo)
+		for _, s := range []string{"10.0.0.1/32", "10.0.0.2/32"} {
+			ad, _ := netlink.ParseAddr(s)
+			if err := netlink.AddrAdd(lo, ad); err != nil {
+				return err
+			}
+		}
+		if err := testnet.Veth("be0", "be1"); err != nil {
+			return err
+		}
+		be0, _ := netlink.LinkByName("be0")
+		ad, _ := netlink.ParseAddr("192.168.77.1/24")
+		netlink.AddrAdd(be0, ad)
+		mac, _ := net.ParseMAC("02:00:00:00:77:02")
+		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: be0.Attrs().Index, IP: net.ParseIP("192.168.77.2"), HardwareAddr: mac,
+			State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V4}); err != nil {
+			return err
+		}
+
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp4", "10.0.0.1:80")
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		conn, err := net.DialTCP("tcp4", &net.TCPAddr{IP: net.ParseIP("10.0.0.2")}, &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 80})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		srv, _ := ln.Accept()
+		defer srv.Close()
+		cport := uint16(conn.LocalAddr().(*net.TCPAddr).Port)
+
+		b, err := LoadBackend("")
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if err := b.SetSelf(a("192.168.77.1")); err != nil {
+			return err
+		}
+		client, vip := a("10.0.0.2"), a("10.0.0.1")
+		tcp := func(sport uint16, flags byte) []byte { return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{}) }
+		other := a("192.168.77.2")
+		for _, c := range []struct {
+			name    string
+			in      []byte
+			verdict uint32
+			counter string
+			decap   []byte // the inner packet expected after the Ethernet header
+		}{
+			{"not GUE", pkt.Frame(tcp(1000, 0x10)), 2, "pass_not_gue", nil},
+			{"SYN", gue(t, tcp(1000, 0x02), 0, other), 2, "decap_syn", tcp(1000, 0x02)},
+			{"known connection", gue(t, tcp(cport, 0x10), 0, other), 2, "decap_known", tcp(cport, 0x10)},
+			{"UDP", gue(t, pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 0, other), 2, "decap_not_tcp", pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{})},
+			{"unknown, last hop", gue(t, tcp(1001, 0x10), 1, other), 2, "decap_last_hop", tcp(1001, 0x10)},
+			{"unknown, forwarded", gue(t, tcp(1001, 0x10), 0, other), 3, "forwarded", nil},
+			{"unknown, no route", gue(t, tcp(1001, 0x10), 0, a("203.0.113.50")), 1, "drop_no_route", nil},
+			{"bad GUE", func() []byte { f := gue(t, tcp(1000, 0x02), 0, other); f[14+28] = 0x40; return f }(), 1, "drop_malformed", nil},
+		} {
+			before, _ := b.Counters()
+			v, out, err := b.RunOn(c.in, be0.Attrs().Index)
+			if err != nil {
+				return err
+			}
+			after, _ := b.Counters()
+			if v != c.verdict || after[c.counter] != before[c.counter]+1 {
+				return fmt.Errorf("%s: verdict %d, %s %d -> %d (counters %v -> %v)", c.name, v, c.counter, before[c.counter], after[c.counter], before, after)
+			}
+			if c.decap != nil && (!bytes.Equal(out[14:], c.decap) || !bytes.Equal(out[:12], c.in[:12]) || out[12] != 0x08) {
+				return fmt.Errorf("%s: decapsulated to %x", c.name, out)
+			}
+			if c.counter == "forwarded" {
+				// Outer source: this host; destination: the next hop; its
+				// MAC from the neighbour table; next-hop index advanced.
+				ip := out[14:]
+				if netip.AddrFrom4([4]byte(ip[12:16])) != a("192.168.77.1") || netip.AddrFrom4([4]byte(ip[16:20])) != other ||
+					!bytes.Equal(out[0:6], mac) || ip[28+6] != 1 || model.Checksum(ip[:20]) != 0 {
+					return fmt.Errorf("forwarded frame %x", out)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
