@@ -81,7 +81,9 @@ func TestBackendProgram(t *testing.T) {
 			return err
 		}
 		client, vip := a("10.0.0.2"), a("10.0.0.1")
-		tcp := func(sport uint16, flags byte) []byte { return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{}) }
+		tcp := func(sport uint16, flags byte) []byte {
+			return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{})
+		}
 		other := a("192.168.77.2")
 		for _, c := range []struct {
 			name    string

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/director/director/loader"
+)
+
+func init() {
+	c := &command{
+		name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] | detach IFACE | status [--json]",
+		summary: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
+			"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
+			"Pinned under --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
+	}
+	c.run = func(e *env, args []string) error {
+		fs := e.flags(c)
+		dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
+		mode := fs.String("mode", loader.ModeNative, "XDP mode for attach: native or generic")
+		self := fs.String("self", "", "this host's IPv4 `ADDR`, the source of forwarded packets (default: the interface's first)")
+		asJSON := fs.Bool("json", false, "status as JSON")
+		pos, err := parse(fs, args, 1, 2)
+		if err != nil {
+			return err
+		}
+		switch {
+		case pos[0] == "attach" && len(pos) == 2:
+			b, err := loader.LoadBackend(*dir)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			addr, err := loader.InterfaceIPv4(pos[1])
+			if *self != "" {
+				addr, err = netip.ParseAddr(*self)
+			}
+			if err != nil {
+				return fmt.Errorf("backend: --self: %w", err)
+			}
+			if err := b.SetSelf(addr); err != nil {
+				return err
+			}
+			a, err := b.Attach(pos[1], *mode)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "backend program attached to %s in %s mode (link %d); forwarded packets leave from %s\n", a.Interface, a.Mode, a.LinkID, addr)
+			if v, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + pos[1] + "/forwarding"); err == nil && strings.TrimSpace(string(v)) != "1" {
+				fmt.Fprintf(e.stderr, "director: warning: forwarding is off on %s, so second-chance packets cannot be sent on: sysctl -w net.ipv4.conf.%s.forwarding=1\n", pos[1], pos[1])
+			}
+			return nil
+		case pos[0] == "detach" && len(pos) == 2:
+			if _, err := os.Stat(*dir); os.IsNotExist(err) {
+				fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
+				return nil
+			}
+			b, err := loader.LoadBackend(*dir)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.Detach(pos[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
+			return nil
+		case pos[0] == "status" && len(pos) == 1:
+			if _, err := os.Stat(*dir); os.IsNotExist(err) {
+				return fmt.Errorf("backend: nothing is loaded at %s", *dir)
+			}
+			b, err := loader.LoadBackend(*dir)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			atts, err := b.Attachments()
+			if err != nil {
+				return err
+			}
+			counters, err := b.Counters()
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				if atts == nil {
+					atts = []loader.Attachment{}
+				}
+				return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "counters": counters})
+			}
+			for _, a := range atts {
+				fmt.Fprintf(e.stdout, "attached     %s, %s mode (link %d)\n", a.Interface, a.Mode, a.LinkID)
+			}
+			for _, n := range loader.BackendCounterNames {
+				fmt.Fprintf(e.stdout, "%-16s %12d\n", n, counters[n])
+			}
+			return nil
+		}
+		fs.Usage()
+		return fmt.Errorf("backend: want attach IFACE, detach IFACE or status")
+	}
+	register(c)
+}
