@@ -33,7 +33,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 struct be_config {
 	__be32 self_ip;    /* this host's address: the source of forwarded packets */
-	__u32 configured;
+	__u16 configured;
+	__u16 no_second_chance; /* decapsulate everything: only for showing what second chance prevents */
 };
 
 enum be_counter {
@@ -133,6 +134,13 @@ int backend(struct xdp_md *ctx)
 	struct udphdr *udp = (void *)(ip + 1);
 	if ((void *)(udp + 1) > end || udp->dest != bpf_htons(GUE_PORT))
 		goto not_gue;
+	struct be_config *cfg = bpf_map_lookup_elem(&be_cfg, &zero);
+	if (!cfg || !cfg->configured) {
+		c->c[BE_C_DROP_NO_CONFIG]++;
+		return XDP_DROP;
+	}
+	if (ip->daddr != cfg->self_ip)
+		goto not_gue; /* GUE for another host */
 
 	/* GUE: version 0, C 0; hlen counts GLB's private data in words. */
 	__u8 *gue = (void *)(udp + 1);
@@ -204,13 +212,8 @@ int backend(struct xdp_md *ctx)
 	}
 
 	/* Not ours: on to the next hop, if there is one. */
-	if (next >= count)
+	if (next >= count || cfg->no_second_chance)
 		return decap(ctx, strip, inner_proto, c, BE_C_DECAP_LAST_HOP);
-	struct be_config *cfg = bpf_map_lookup_elem(&be_cfg, &zero);
-	if (!cfg || !cfg->configured) {
-		c->c[BE_C_DROP_NO_CONFIG]++;
-		return XDP_DROP;
-	}
 	__be32 dst;
 	if (next == 0)
 		dst = hops[0];

@@ -14,9 +14,10 @@ import (
 )
 
 type BackendBeConfig struct {
-	_          structs.HostLayout
-	SelfIp     uint32
-	Configured uint32
+	_              structs.HostLayout
+	SelfIp         uint32
+	Configured     uint16
+	NoSecondChance uint16
 }
 
 type BackendBeCounter uint32

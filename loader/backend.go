@@ -89,11 +89,22 @@ func (b *Backend) Close() error { return b.objs.Close() }
 func (b *Backend) Prog() *ebpf.Program { return b.objs.Backend }
 
 // SetSelf sets the address forwarded packets leave from: this host's.
-func (b *Backend) SetSelf(self netip.Addr) error {
+func (b *Backend) SetSelf(self netip.Addr) error { return b.configure(self, true) }
+
+// DisableSecondChance makes the program decapsulate every packet, never
+// forwarding: what a backend without GLB's proxy logic does. Only for
+// demonstrating what second chance prevents.
+func (b *Backend) DisableSecondChance(self netip.Addr) error { return b.configure(self, false) }
+
+func (b *Backend) configure(self netip.Addr, secondChance bool) error {
 	if !self.Is4() {
 		return fmt.Errorf("%s is not an IPv4 address", self)
 	}
-	return b.objs.BeCfg.Put(uint32(0), &bpf.BackendBeConfig{SelfIp: nativeFromBE(self.As4()), Configured: 1})
+	c := bpf.BackendBeConfig{SelfIp: nativeFromBE(self.As4()), Configured: 1}
+	if !secondChance {
+		c.NoSecondChance = 1
+	}
+	return b.objs.BeCfg.Put(uint32(0), &c)
 }
 
 // Attach attaches the backend program to iface (pinned link).

@@ -28,7 +28,7 @@ func gue(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
 		g = append(g, a[:]...)
 	}
 	udp := pkt.UDP(0x8123, model.GUEPort, append(g, inner...))
-	return pkt.Eth(pkt.DirectorMAC, pkt.GatewayMAC, 0, 0x0800, pkt.IPv4(a("192.0.2.1"), a("10.0.0.1"), 17, udp, pkt.V4Opts{}))
+	return pkt.Eth(pkt.DirectorMAC, pkt.GatewayMAC, 0, 0x0800, pkt.IPv4(a("192.0.2.1"), a("192.168.77.1"), 17, udp, pkt.V4Opts{}))
 }
 
 // TestBackendProgram runs the backend program with BPF_PROG_RUN in a
@@ -93,6 +93,11 @@ func TestBackendProgram(t *testing.T) {
 			decap   []byte // the inner packet expected after the Ethernet header
 		}{
 			{"not GUE", pkt.Frame(tcp(1000, 0x10)), 2, "pass_not_gue", nil},
+			{"GUE for another host", func() []byte {
+				f := gue(t, tcp(1000, 0x02), 0, other)
+				copy(f[14+16:], []byte{192, 168, 77, 9})
+				return f
+			}(), 2, "pass_not_gue", nil},
 			{"SYN", gue(t, tcp(1000, 0x02), 0, other), 2, "decap_syn", tcp(1000, 0x02)},
 			{"known connection", gue(t, tcp(cport, 0x10), 0, other), 2, "decap_known", tcp(cport, 0x10)},
 			{"UDP", gue(t, pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 0, other), 2, "decap_not_tcp", pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{})},

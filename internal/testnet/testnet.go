@@ -168,3 +168,28 @@ func DeleteLink(name string) error {
 	}
 	return netlink.LinkDel(l)
 }
+
+// DisableOffloads turns off transmit checksum offload and segmentation
+// offloads on an interface: frames that an XDP program will rewrite on the
+// way must carry finished checksums (ethtool -K IFACE tx off tso off gso off).
+func DisableOffloads(iface string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for _, cmd := range []uint32{0x17 /* ETHTOOL_STXCSUM */, 0x1f /* ETHTOOL_STSO */, 0x24 /* ETHTOOL_SGSO */} {
+		v := struct{ cmd, data uint32 }{cmd, 0}
+		var ifr [40]byte
+		copy(ifr[:16], iface)
+		*(*uintptr)(unsafe.Pointer(&ifr[16])) = uintptr(unsafe.Pointer(&v))
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr[0])))
+		// Checksum offload must go; the segmentation offloads depend on
+		// it, and some drivers refuse to set them separately.
+		if errno != 0 && cmd == 0x17 {
+			return fmt.Errorf("ethtool: turning off tx checksum offload on %s: %w", iface, errno)
+		}
+		runtime.KeepAlive(&v)
+	}
+	return nil
+}

@@ -1,0 +1,422 @@
+// Package testbed builds a small GLB network out of network namespaces on
+// one machine: clients, one director (XDP, native, on its interface), a
+// router, and backends running the backend program with the VIP on
+// loopback and a real TCP server. Replies go straight from backends to
+// clients (direct server return). Everything lives in namespaces the
+// testbed created, on its own test addresses; Close removes it all, and a
+// crashed run leaves nothing but pins, which New clears.
+//
+//	lan (bridge br0, 10.50.0.1, routes GUE to backends)
+//	 ├─ client    10.50.0.2   route VIP via the director
+//	 ├─ director  10.50.0.3   XDP director on eth0
+//	 └─ backendN  10.50.0.1N  VIP 10.60.0.1 on lo, backend program on eth0, TCP :80
+package testbed
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/director/director/internal/testnet"
+	"github.com/director/director/loader"
+	"github.com/director/director/table"
+)
+
+// Addresses of the testbed's own networks.
+var (
+	VIP       = netip.MustParseAddr("10.60.0.1")
+	RouterIP  = netip.MustParseAddr("10.50.0.1")
+	ClientIP  = netip.MustParseAddr("10.50.0.2")
+	DirIP     = netip.MustParseAddr("10.50.0.3")
+	pinPrefix = "director-testbed-"
+)
+
+// BackendIP is backend i's address (i from 1).
+func BackendIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 50, 0, byte(10 + i)}) }
+
+// Host is one namespace.
+type Host struct {
+	Name string
+	NS   netns.NsHandle
+	IP   netip.Addr
+	MAC  net.HardwareAddr
+}
+
+// Do runs f on a thread inside h's namespace. Sockets f creates stay in
+// that namespace wherever they are used later.
+func (h *Host) Do(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(h.NS); err != nil {
+			errc <- err
+			return
+		}
+		err = f()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread() // else the thread dies with the goroutine
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// Testbed is the whole network.
+type Testbed struct {
+	LAN, Client, Director *Host
+	Backends              []*Host
+	BPFFS                 string // the director's pins
+	GatewayMAC            net.HardwareAddr
+	servers               []net.Listener
+	conns                 sync.WaitGroup
+}
+
+// BackendBPFFS is backend i's pin directory.
+func (tb *Testbed) BackendBPFFS(i int) string { return fmt.Sprintf("%s-be%d", tb.BPFFS, i) }
+
+func newHost(name string, ip netip.Addr) (*Host, error) {
+	h := &Host{Name: name, IP: ip}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.New()
+		if err != nil {
+			errc <- err
+			return
+		}
+		h.NS = ns
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			netlink.LinkSetUp(lo)
+		}
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- nil
+	}()
+	return h, <-errc
+}
+
+func sysctl(path, value string) error {
+	return os.WriteFile(filepath.Join("/proc/sys", strings.ReplaceAll(path, ".", "/")), []byte(value), 0o644)
+}
+
+// ClearStale removes pins left by a crashed run.
+func ClearStale() {
+	dirs, _ := filepath.Glob("/sys/fs/bpf/" + pinPrefix + "*")
+	for _, d := range dirs {
+		loader.Unload(d)
+		os.RemoveAll(d)
+	}
+}
+
+// New builds the network with n backends. The director is loaded, pinned
+// and attached, but has no tables yet; the backends run their program and
+// a TCP server on VIP:80 that answers each line with "NAME LINE".
+func New(n int) (_ *Testbed, err error) {
+	ClearStale()
+	tb := &Testbed{BPFFS: fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid())}
+	defer func() {
+		if err != nil {
+			tb.Close()
+		}
+	}()
+	if tb.LAN, err = newHost("lan", RouterIP); err != nil {
+		return nil, err
+	}
+	// The LAN: a bridge that also routes (the director's gateway).
+	err = tb.LAN.Do(func() error {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return err
+		}
+		// A fixed MAC: a bridge otherwise takes its ports' lowest, which
+		// changes as hosts join, and the director sends to this one.
+		mac, _ := net.ParseMAC("02:00:00:50:00:01")
+		if err := netlink.LinkSetHardwareAddr(br, mac); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(br); err != nil {
+			return err
+		}
+		a, _ := netlink.ParseAddr(RouterIP.String() + "/24")
+		if err := netlink.AddrAdd(br, a); err != nil {
+			return err
+		}
+		l, _ := netlink.LinkByName("br0")
+		tb.GatewayMAC = l.Attrs().HardwareAddr
+		sysctl("net.ipv4.conf.all.send_redirects", "0")
+		sysctl("net.ipv4.conf.br0.send_redirects", "0")
+		return sysctl("net.ipv4.ip_forward", "1")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lan: %w", err)
+	}
+	if tb.Client, err = tb.join("client", ClientIP); err != nil {
+		return nil, err
+	}
+	if tb.Director, err = tb.join("director", DirIP); err != nil {
+		return nil, err
+	}
+	for i := 1; i <= n; i++ {
+		h, err := tb.join(fmt.Sprintf("backend%d", i), BackendIP(i))
+		if err != nil {
+			return nil, err
+		}
+		tb.Backends = append(tb.Backends, h)
+	}
+	// Clients reach the VIP through the director. Their packets are
+	// rewritten by XDP on the way, so they must leave with finished
+	// checksums, not offloaded ones.
+	err = tb.Client.Do(func() error {
+		if err := testnet.DisableOffloads("eth0"); err != nil {
+			return err
+		}
+		l, _ := netlink.LinkByName("eth0")
+		_, dst, _ := net.ParseCIDR(VIP.String() + "/32")
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: DirIP.AsSlice()})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client route: %w", err)
+	}
+	for i, h := range tb.Backends {
+		if err := tb.setupBackend(i+1, h); err != nil {
+			return nil, fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
+	if err := tb.setupDirector(); err != nil {
+		return nil, fmt.Errorf("director: %w", err)
+	}
+	return tb, nil
+}
+
+// join makes a host and plugs it into the LAN bridge.
+func (tb *Testbed) join(name string, ip netip.Addr) (*Host, error) {
+	h, err := newHost(name, ip)
+	if err != nil {
+		return nil, err
+	}
+	port := "p-" + name
+	err = tb.LAN.Do(func() error {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "eth0"}
+		if err := netlink.LinkAdd(v); err != nil {
+			return err
+		}
+		peer, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetNsFd(peer, int(h.NS)); err != nil {
+			return err
+		}
+		p, _ := netlink.LinkByName(port)
+		br, _ := netlink.LinkByName("br0")
+		if err := netlink.LinkSetMaster(p, br); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: plugging in: %w", name, err)
+	}
+	err = h.Do(func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		a, _ := netlink.ParseAddr(ip.String() + "/24")
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		h.MAC = l.Attrs().HardwareAddr
+		sysctl("net.ipv4.conf.all.rp_filter", "0")
+		return sysctl("net.ipv4.conf.eth0.rp_filter", "0")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// The LAN end runs NAPI (a pass-all XDP program), so frames the host's
+	// XDP program transmits back are accepted.
+	err = tb.LAN.Do(func() error {
+		pass, err := loader.PassAll()
+		if err != nil {
+			return err
+		}
+		defer pass.Close()
+		p, _ := netlink.LinkByName(port)
+		return netlink.LinkSetXdpFdWithFlags(p, pass.FD(), 4 /* XDP_FLAGS_DRV_MODE */)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: lan-side XDP: %w", name, err)
+	}
+	return h, nil
+}
+
+func (tb *Testbed) setupBackend(i int, h *Host) error {
+	return h.Do(func() error {
+		lo, _ := netlink.LinkByName("lo")
+		a, _ := netlink.ParseAddr(VIP.String() + "/32")
+		if err := netlink.AddrAdd(lo, a); err != nil {
+			return err
+		}
+		// Second chance sends packets on with a fib lookup, which needs
+		// forwarding on; the other backends' MACs are known up front.
+		if err := sysctl("net.ipv4.conf.eth0.forwarding", "1"); err != nil {
+			return err
+		}
+		l, _ := netlink.LinkByName("eth0")
+		for _, o := range tb.Backends {
+			if o == h {
+				continue
+			}
+			if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: o.IP.AsSlice(), HardwareAddr: o.MAC,
+				State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V4}); err != nil {
+				return err
+			}
+		}
+		b, err := loader.LoadBackend(tb.BackendBPFFS(i))
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if err := b.SetSelf(h.IP); err != nil {
+			return err
+		}
+		if _, err := b.Attach("eth0", loader.ModeNative); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp4", VIP.String()+":80")
+		if err != nil {
+			return err
+		}
+		tb.servers = append(tb.servers, ln)
+		go tb.serve(h.Name, ln)
+		return nil
+	})
+}
+
+// serve answers every line with the backend's name and the line.
+func (tb *Testbed) serve(name string, ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		tb.conns.Add(1)
+		go func() {
+			defer tb.conns.Done()
+			defer c.Close()
+			r := bufio.NewReader(c)
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if _, err := fmt.Fprintf(c, "%s %s", name, line); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (tb *Testbed) setupDirector() error {
+	return tb.Director.Do(func() error {
+		d, err := loader.Load(tb.BPFFS)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		dc := table.DefaultDirectorConfig()
+		dc.SrcIP = DirIP
+		// One client address: hash its ports too, so connections spread.
+		dc.HashFields = table.HashSrcAddr | table.HashSrcPort
+		if err := d.SetConfig(&dc, tb.GatewayMAC); err != nil {
+			return err
+		}
+		_, err = d.Attach("eth0", loader.ModeNative)
+		return err
+	})
+}
+
+// Director opens the pinned director (the control plane's view).
+func (tb *Testbed) OpenDirector() (*loader.Director, error) { return loader.Open(tb.BPFFS) }
+
+// Dial connects from the client to the VIP.
+func (tb *Testbed) Dial() (net.Conn, error) {
+	var c net.Conn
+	err := tb.Client.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp4", VIP.String()+":80", 3e9)
+		return err
+	})
+	return c, err
+}
+
+// Close tears everything down: servers, pins, namespaces (and with them
+// every interface).
+func (tb *Testbed) Close() error {
+	var errs []error
+	for _, ln := range tb.servers {
+		ln.Close()
+	}
+	if tb.BPFFS != "" {
+		errs = append(errs, loader.Unload(tb.BPFFS))
+		for i := range tb.Backends {
+			errs = append(errs, loader.Unload(tb.BackendBPFFS(i+1)))
+		}
+	}
+	for _, h := range append([]*Host{tb.LAN, tb.Client, tb.Director}, tb.Backends...) {
+		if h != nil {
+			h.NS.Close()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// BackendConfig makes a forwarding table for the VIP with the given
+// backend states, in GLB's JSON.
+func BackendConfig(states map[int]string, healthy map[int]bool, n int) string {
+	var bs []string
+	for i := 1; i <= n; i++ {
+		st, ok := states[i]
+		if !ok {
+			st = "active"
+		}
+		if st == "absent" {
+			continue
+		}
+		h, ok := healthy[i]
+		if !ok {
+			h = true
+		}
+		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthy": %v}`, BackendIP(i), st, h))
+	}
+	return `{"tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
+  "binds": [{"ip": "` + VIP.String() + `", "proto": "tcp", "port": 80}],
+  "backends": [` + strings.Join(bs, ", ") + `]}]}`
+}
