@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-14
 BPF_STRIP ?= llvm-strip-14
 
-.PHONY: all build test bench lint fuzz clean generate check-generated
+.PHONY: all build test bench lint fuzz clean generate check-generated demo
 
 all: build
 
@@ -23,6 +23,11 @@ test: lint
 
 # Table builds, then (as root) the datapath: program cost on real veth
 # traffic beside an empty XDP_TX program, and full apply vs per-element.
+# The main job on a fresh machine, as root: a testbed of namespaces, real
+# TCP through the director, a reviewed drain that breaks no connection.
+demo: build
+	$(GO) run ./internal/demo --director $(BIN)
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table
 	$(GO) test -run '^$$' -bench Classify ./table/model

@@ -1,12 +1,8 @@
 package testbed
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,115 +45,22 @@ func apply(t *testing.T, tb *Testbed, cfg string) {
 	}
 }
 
-// session is a long-lived connection exchanging a line every 100 ms.
-type session struct {
-	id      int
-	conn    net.Conn
-	r       *bufio.Reader
-	backend string // who answered first
-	mu      sync.Mutex
-	ok      int
-	failed  int
-	lastErr error
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-func (s *session) exchange(n int) (string, error) {
-	s.conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := fmt.Fprintf(s.conn, "%d %d\n", s.id, n); err != nil {
-		return "", err
-	}
-	line, err := s.r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	f := strings.Fields(line)
-	if len(f) != 3 || f[1] != fmt.Sprint(s.id) || f[2] != fmt.Sprint(n) {
-		return "", fmt.Errorf("bad reply %q", line)
-	}
-	return f[0], nil
-}
-
-func (s *session) run() {
-	defer close(s.done)
-	for n := 1; ; n++ {
-		select {
-		case <-s.stop:
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		who, err := s.exchange(n)
-		s.mu.Lock()
-		if err != nil {
-			s.failed++
-			s.lastErr = err
-		} else {
-			s.ok++
-			if who != s.backend {
-				s.failed++
-				s.lastErr = fmt.Errorf("answered by %s, then %s", s.backend, who)
-			}
-		}
-		failed := s.failed
-		s.mu.Unlock()
-		if failed > 0 && err != nil {
-			return // the connection is gone
-		}
-	}
-}
-
-func open(t *testing.T, tb *Testbed, id int) *session {
+func open(t *testing.T, tb *Testbed, id int) *Session {
 	t.Helper()
-	c, err := tb.Dial()
+	s, err := tb.Open(id)
 	if err != nil {
-		t.Fatalf("connection %d: %v", id, err)
+		t.Fatal(err)
 	}
-	s := &session{id: id, conn: c, r: bufio.NewReader(c), stop: make(chan struct{}), done: make(chan struct{})}
-	who, err := s.exchange(0)
-	if err != nil {
-		t.Fatalf("connection %d: first exchange: %v", id, err)
-	}
-	s.backend = who
 	return s
 }
 
-func (s *session) close() {
-	close(s.stop)
-	<-s.done
-	s.conn.Close()
-}
-
-// spread opens n short connections and counts where they land.
 func spread(t *testing.T, tb *Testbed, n int) map[string]int {
 	t.Helper()
-	got := map[string]int{}
-	for i := 0; i < n; i++ {
-		s := open(t, tb, 10000+i)
-		got[s.backend]++
-		s.conn.Close()
+	got, err := tb.Spread(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return got
-}
-
-func busiest(sessions []*session) string {
-	count := map[string]int{}
-	for _, s := range sessions {
-		count[s.backend]++
-	}
-	best := ""
-	for b, n := range count {
-		if best == "" || n > count[best] {
-			best = b
-		}
-	}
-	return best
-}
-
-func backendIndex(name string) int {
-	var i int
-	fmt.Sscanf(name, "backend%d", &i)
-	return i
 }
 
 // TestDrainWithoutBreakingConnections is GLB's promise, end to end: while
@@ -171,21 +74,19 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 	if got := spread(t, tb, 60); len(got) != 3 || got["backend1"] < 8 || got["backend2"] < 8 || got["backend3"] < 8 {
 		t.Fatalf("60 new connections spread as %v", got)
 	}
-	var sessions []*session
+	var sessions []*Session
 	for i := 0; i < 24; i++ {
 		s := open(t, tb, i)
-		go s.run()
+		s.Start()
 		sessions = append(sessions, s)
 	}
 	defer func() {
 		for _, s := range sessions {
-			if s.conn != nil {
-				s.close()
-			}
+			s.Stop()
 		}
 	}()
-	drained := busiest(sessions)
-	x := backendIndex(drained)
+	drained := Busiest(sessions)
+	x := BackendIndex(drained)
 	wait := func() { time.Sleep(1200 * time.Millisecond) }
 
 	// 1. Drain x: its connections continue through second chance.
@@ -195,18 +96,15 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 		t.Errorf("after draining %s, new connections landed on it: %v", drained, got)
 	}
 	// The drain completes: x's clients finish and go.
-	var kept []*session
+	var kept []*Session
 	for _, s := range sessions {
-		if s.backend == drained {
-			s.close()
-			s.mu.Lock()
-			if s.failed > 0 {
-				t.Errorf("connection %d on draining %s failed: %v", s.id, drained, s.lastErr)
-			}
-			s.mu.Unlock()
-			s.conn = nil
-		} else {
+		if s.Backend != drained {
 			kept = append(kept, s)
+			continue
+		}
+		s.Stop()
+		if ok, failed, err := s.Result(); failed > 0 || ok < 8 {
+			t.Errorf("connection %d on draining %s: %d exchanges, %d failed: %v", s.ID, drained, ok, failed, err)
 		}
 	}
 	// 2. Remove it.
@@ -237,13 +135,10 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 	wait()
 
 	for _, s := range kept {
-		s.close()
-		s.conn = nil
-		s.mu.Lock()
-		if s.failed > 0 || s.ok < 40 {
-			t.Errorf("connection %d on %s: %d exchanges, %d failed, last error %v", s.id, s.backend, s.ok, s.failed, s.lastErr)
+		s.Stop()
+		if ok, failed, err := s.Result(); failed > 0 || ok < 40 {
+			t.Errorf("connection %d on %s: %d exchanges, %d failed, last error %v", s.ID, s.Backend, ok, failed, err)
 		}
-		s.mu.Unlock()
 	}
 	if got := spread(t, tb, 60); len(got) != 3 || got["backend1"] < 8 || got["backend2"] < 8 || got["backend3"] < 8 {
 		t.Errorf("at the end, 60 new connections spread as %v", got)
@@ -270,23 +165,21 @@ func TestDrainWithoutSecondChanceBreaks(t *testing.T) {
 		}
 	}
 	apply(t, tb, BackendConfig(nil, nil, 3))
-	var sessions []*session
+	var sessions []*Session
 	for i := 0; i < 18; i++ {
 		s := open(t, tb, i)
-		go s.run()
+		s.Start()
 		sessions = append(sessions, s)
 	}
-	drained := busiest(sessions)
-	apply(t, tb, BackendConfig(map[int]string{backendIndex(drained): "draining"}, nil, 3))
+	drained := Busiest(sessions)
+	apply(t, tb, BackendConfig(map[int]string{BackendIndex(drained): "draining"}, nil, 3))
 	time.Sleep(1500 * time.Millisecond)
 	broken := 0
 	for _, s := range sessions {
-		s.close()
-		s.mu.Lock()
-		if s.backend == drained && s.failed > 0 {
+		s.Stop()
+		if _, failed, _ := s.Result(); s.Backend == drained && failed > 0 {
 			broken++
 		}
-		s.mu.Unlock()
 	}
 	if broken == 0 {
 		t.Fatalf("draining %s without second chance broke none of its connections", drained)
