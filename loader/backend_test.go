@@ -85,6 +85,9 @@ func TestBackendProgram(t *testing.T) {
 			return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{})
 		}
 		other := a("192.168.77.2")
+		tcp6 := func(flags byte) []byte {
+			return pkt.IPv6(a("2001:db8::2"), a("fd00::1"), 6, pkt.TCP(1002, 80, flags, []byte("x")))
+		}
 		for _, c := range []struct {
 			name    string
 			in      []byte
@@ -102,6 +105,8 @@ func TestBackendProgram(t *testing.T) {
 			{"known connection", gue(t, tcp(cport, 0x10), 0, other), 2, "decap_known", tcp(cport, 0x10)},
 			{"UDP", gue(t, pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 0, other), 2, "decap_not_tcp", pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{})},
 			{"unknown, last hop", gue(t, tcp(1001, 0x10), 1, other), 2, "decap_last_hop", tcp(1001, 0x10)},
+			{"IPv6 SYN", gue(t, tcp6(0x02), 0, other), 2, "decap_syn", tcp6(0x02)},
+			{"IPv6 unknown, forwarded", gue(t, tcp6(0x10), 0, other), 3, "forwarded", nil},
 			{"unknown, forwarded", gue(t, tcp(1001, 0x10), 0, other), 3, "forwarded", nil},
 			{"unknown, no route", gue(t, tcp(1001, 0x10), 0, a("203.0.113.50")), 1, "drop_no_route", nil},
 			{"bad GUE", func() []byte { f := gue(t, tcp(1000, 0x02), 0, other); f[14+28] = 0x40; return f }(), 1, "drop_malformed", nil},
@@ -115,7 +120,11 @@ func TestBackendProgram(t *testing.T) {
 			if v != c.verdict || after[c.counter] != before[c.counter]+1 {
 				return fmt.Errorf("%s: verdict %d, %s %d -> %d (counters %v -> %v)", c.name, v, c.counter, before[c.counter], after[c.counter], before, after)
 			}
-			if c.decap != nil && (!bytes.Equal(out[14:], c.decap) || !bytes.Equal(out[:12], c.in[:12]) || out[12] != 0x08) {
+			etype := byte(0x08)
+			if c.decap != nil && c.decap[0]>>4 == 6 {
+				etype = 0x86
+			}
+			if c.decap != nil && (!bytes.Equal(out[14:], c.decap) || !bytes.Equal(out[:12], c.in[:12]) || out[12] != etype) {
 				return fmt.Errorf("%s: decapsulated to %x", c.name, out)
 			}
 			if c.counter == "forwarded" {

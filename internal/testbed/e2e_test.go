@@ -186,3 +186,45 @@ func TestDrainWithoutSecondChanceBreaks(t *testing.T) {
 	}
 	t.Logf("without second chance, draining %s broke %d connections", drained, broken)
 }
+
+// TestDrainWithBackendProgramDetached is the bluntest control: with the
+// backend program detached, nothing on the backends decapsulates GUE (this
+// kernel has no FOU), so the drained backend's connections, like every
+// other, stop working.
+func TestDrainWithBackendProgramDetached(t *testing.T) {
+	tb := newTestbed(t)
+	apply(t, tb, BackendConfig(nil, nil, 3))
+	var sessions []*Session
+	for i := 0; i < 12; i++ {
+		s := open(t, tb, i)
+		s.Start()
+		sessions = append(sessions, s)
+	}
+	for i, h := range tb.Backends {
+		err := h.Do(func() error {
+			b, err := loader.LoadBackend(tb.BackendBPFFS(i + 1))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			return b.Detach("eth0")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	drained := Busiest(sessions)
+	apply(t, tb, BackendConfig(map[int]string{BackendIndex(drained): "draining"}, nil, 3))
+	time.Sleep(1500 * time.Millisecond)
+	broken := 0
+	for _, s := range sessions {
+		s.Stop()
+		if _, failed, _ := s.Result(); s.Backend == drained && failed > 0 {
+			broken++
+		}
+	}
+	if broken == 0 {
+		t.Fatalf("with the backend program detached, draining %s broke none of its connections", drained)
+	}
+	t.Logf("with the backend program detached, draining %s broke %d connections", drained, broken)
+}
