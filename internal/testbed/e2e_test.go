@@ -24,7 +24,7 @@ func newTestbed(t *testing.T) *Testbed {
 }
 
 // apply makes a config live through the pinned director, as `director
-// apply` does.
+// apply` does, after the plan's review: the change must be judged safe.
 func apply(t *testing.T, tb *Testbed, cfg string) {
 	t.Helper()
 	c, err := table.ParseConfig([]byte(cfg))
@@ -40,7 +40,13 @@ func apply(t *testing.T, tb *Testbed, cfg string) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if _, err := d.Apply(tabs, nil); err != nil {
+	_, err = d.Apply(tabs, func(live []*table.Table) error {
+		if safe, reasons := table.Verdict(table.Compare(live, tabs)); !safe {
+			return fmt.Errorf("the plan is unsafe: %v", reasons)
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
