@@ -155,9 +155,6 @@ func InterfaceIPv4(iface string) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", iface)
 }
 
-// Run runs one frame through the backend program (BPF_PROG_RUN).
-func (b *Backend) Run(frame []byte) (uint32, []byte, error) { return run(b.objs.Backend, frame, 1) }
-
 // RunOn runs one frame as if it had arrived on ifindex.
 func (b *Backend) RunOn(frame []byte, ifindex int) (uint32, []byte, error) {
 	buf := make([]byte, len(frame)+256)

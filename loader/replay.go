@@ -17,7 +17,6 @@ type Outcome struct {
 	Verdict uint32
 	Out     []byte // the frame as the program left it
 	Reason  int    // for XDP_PASS: the counter it incremented (index in CounterNames); -1 otherwise
-	Ran     bool   // false for frames too short for BPF_PROG_RUN (under 14 bytes)
 }
 
 // Replayer runs frames through a private, unpinned director that serves
@@ -58,9 +57,6 @@ func NewReplayer(dc *table.DirectorConfig, gateway net.HardwareAddr, tables []*t
 
 // Close unloads the private director.
 func (r *Replayer) Close() error { return r.D.Close() }
-
-// Workers is how many frames run at once.
-func (r *Replayer) Workers() int { return len(r.workers) }
 
 // Run processes frames in parallel, one worker per CPU, and fills out
 // (len(out) == len(frames)). Each worker is pinned to its CPU so that, for
@@ -115,7 +111,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		if err != nil {
 			return fmt.Errorf("frame %d: %w", i, err)
 		}
-		out[i] = Outcome{Verdict: v, Out: o, Reason: -1, Ran: true}
+		out[i] = Outcome{Verdict: v, Out: o, Reason: -1}
 		if v == 3 { // XDP_TX: the counters it moved are known
 			continue
 		}
