@@ -25,6 +25,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "csum.h"
+
 char LICENSE[] SEC("license") = "GPL";
 
 #define GUE_PORT 19523
@@ -72,18 +74,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct be_counters);
 } be_stats SEC(".maps");
-
-static __always_inline __u16 csum16(const void *hdr)
-{
-	const __u16 *p = hdr;
-	__u32 s = 0;
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		s += p[i];
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return ~s;
-}
 
 /* decap strips everything between the Ethernet header and the inner packet
  * (outer IPv4, UDP, GUE and its hop list: `strip` bytes) and hands the inner
@@ -243,7 +233,7 @@ int backend(struct xdp_md *ctx)
 	ip->daddr = dst;
 	ip->ttl = 64;
 	ip->check = 0;
-	ip->check = csum16(ip);
+	ip->check = ipv4_csum(ip);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	c->c[BE_C_FORWARDED]++;

@@ -18,6 +18,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "director.h"
+#include "csum.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -478,18 +479,6 @@ static __always_inline int lookup_bind(const struct flow *f, struct dir_counters
 	if (!trie)
 		return -1;
 	return lookup_trie(trie, f);
-}
-
-static __always_inline __u16 ipv4_csum(const void *hdr)
-{
-	const __u16 *p = hdr;
-	__u32 s = 0;
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		s += p[i];
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return ~s;
 }
 
 /* The encapsulation GLB's proxies expect, between the L2 header and the
