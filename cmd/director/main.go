@@ -25,7 +25,7 @@ const (
 type command struct {
 	name    string
 	args    string // synopsis after the name
-	summary string
+	summary string // the full description; its first sentence lists the command
 	run     func(e *env, args []string) error
 }
 
@@ -103,13 +103,24 @@ func usage(w io.Writer) {
 	sort.Strings(names)
 	for _, n := range names {
 		c := commands[n]
-		first, _, _ := strings.Cut(c.summary, "\n")
-		fmt.Fprintf(w, "  %-8s %s\n", n, first)
+		fmt.Fprintf(w, "  %-11s %s\n", n, firstSentence(c.summary))
 	}
 	fmt.Fprintln(w, "\nglobal flags (before or after the command):")
 	fmt.Fprintf(w, "  --bpffs DIR             where the director's objects are pinned (default %s)\n", loader.DefaultBPFFS)
 	fmt.Fprintln(w, "  --director-config FILE  director settings, GLB's director.conf format")
 	fmt.Fprintln(w, "\n'director help COMMAND' describes one command.")
+}
+
+// firstSentence is a summary's opening clause, on one line: up to its
+// first colon or full stop.
+func firstSentence(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	for _, sep := range []string{": ", ". ", ", in a private", " (mounting"} {
+		if i := strings.Index(s, sep); i >= 0 {
+			s = s[:i]
+		}
+	}
+	return strings.TrimSuffix(s, ".")
 }
 
 // flags makes a command's flag set; its errors are returned, not printed
