@@ -15,7 +15,9 @@ import (
 // Attachment is an interface the director's program is attached to.
 type Attachment struct {
 	Interface string `json:"interface"`
-	Mode      string `json:"mode"` // native or generic
+	// Mode is native or generic; unknown when the interface is not in
+	// this process's network namespace (the link still works there).
+	Mode      string `json:"mode"`
 	LinkID    uint32 `json:"link_id"`
 	ProgramID uint32 `json:"program_id"`
 	Pin       string `json:"pin"`

@@ -114,7 +114,11 @@ func printStatus(e *env, doc *statusDoc) {
 		fmt.Fprintln(w, "attached     (no interfaces)")
 	}
 	for _, a := range doc.Attachments {
-		fmt.Fprintf(w, "attached     %s, %s mode (link %d)\n", a.Interface, a.Mode, a.LinkID)
+		mode := a.Mode + " mode"
+		if a.Mode == "unknown" {
+			mode = "in another network namespace"
+		}
+		fmt.Fprintf(w, "attached     %s, %s (link %d)\n", a.Interface, mode, a.LinkID)
 	}
 	if doc.Config == nil {
 		fmt.Fprintln(w, "config       (none: packets for binds are passed until one is written with --director-config)")
