@@ -94,7 +94,7 @@ struct dir_table {
  *   DIR_BIND_PORT: group, destination port             -> table slot
  * Port ranges are stored as aligned port prefixes; a group holds the
  * effective port map of its address prefix, more specific prefixes taking
- * precedence. The whole trie is swapped at once on every apply. */
+ * precedence. Each bind generation has its own trie (see below). */
 enum dir_bind_kind {
 	DIR_BIND_ADDR = 0,
 	DIR_BIND_PORT = 1,
