@@ -166,3 +166,24 @@ func (b *Backend) RunOn(frame []byte, ifindex int) (uint32, []byte, error) {
 	}
 	return v, opts.DataOut, nil
 }
+
+// OpenBackend adopts the backend program pinned in dir without loading
+// anything: for commands that only read, or detach.
+func OpenBackend(dir string) (*Backend, error) {
+	b := &Backend{Dir: dir}
+	var err error
+	if b.objs.Backend, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no backend program is loaded at %s", dir)
+		}
+		return nil, err
+	}
+	if b.objs.BeCfg, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeCfg), nil); err == nil {
+		b.objs.BeStats, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeStats), nil)
+	}
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("opening the backend's pinned maps: %w", err)
+	}
+	return b, nil
+}

@@ -57,7 +57,7 @@ func init() {
 				fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
 				return nil
 			}
-			b, err := loader.LoadBackend(*dir)
+			b, err := loader.OpenBackend(*dir)
 			if err != nil {
 				return err
 			}
@@ -68,10 +68,7 @@ func init() {
 			fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
 			return nil
 		case pos[0] == "status" && len(pos) == 1:
-			if _, err := os.Stat(*dir); os.IsNotExist(err) {
-				return fmt.Errorf("backend: nothing is loaded at %s", *dir)
-			}
-			b, err := loader.LoadBackend(*dir)
+			b, err := loader.OpenBackend(*dir) // status reads; it loads nothing
 			if err != nil {
 				return err
 			}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
@@ -125,5 +127,47 @@ func TestKernelCommands(t *testing.T) {
 	run(0, "unload")
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("unload left %s", dir)
+	}
+}
+
+func TestBackendCommands(t *testing.T) {
+	dir := bpffsDir(t) + "-backend"
+	t.Cleanup(func() { loader.Unload(dir) })
+	err := testnet.InNetns(func() error {
+		if err := testnet.Veth("bk0", "bk1"); err != nil {
+			return err
+		}
+		b := []string{"backend", "--backend-bpffs", dir}
+		if _, errOut, code := runCmd(append(b, "status")...); code != 1 || !strings.Contains(errOut, "no backend program is loaded") {
+			return fmt.Errorf("status before attach: %d %s", code, errOut)
+		}
+		out, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic")...)
+		if code != 0 || !strings.Contains(out, "attached to bk0 in generic mode") || !strings.Contains(out, "192.0.2.9") ||
+			!strings.Contains(errOut, "forwarding is off on bk0") {
+			return fmt.Errorf("attach: %d %s %s", code, out, errOut)
+		}
+		out, _, code = runCmd(append(b, "status", "--json")...)
+		var doc struct {
+			Attachments []loader.Attachment `json:"attachments"`
+			Counters    map[string]uint64   `json:"counters"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Attachments) != 1 || doc.Attachments[0].Mode != "generic" {
+			return fmt.Errorf("status: %d %s", code, out)
+		}
+		if _, ok := doc.Counters["forwarded"]; !ok {
+			return fmt.Errorf("status counters: %v", doc.Counters)
+		}
+		for i := 0; i < 2; i++ { // detaching twice is fine
+			if out, errOut, code := runCmd(append(b, "detach", "bk0")...); code != 0 {
+				return fmt.Errorf("detach: %d %s %s", code, out, errOut)
+			}
+		}
+		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE") {
+			return fmt.Errorf("bad subcommand: %d %s", code, errOut)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

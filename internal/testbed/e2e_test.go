@@ -159,7 +159,7 @@ func TestDrainWithoutSecondChanceBreaks(t *testing.T) {
 	tb := newTestbed(t)
 	for i, h := range tb.Backends {
 		err := h.Do(func() error {
-			b, err := loader.LoadBackend(tb.BackendBPFFS(i + 1))
+			b, err := loader.OpenBackend(tb.BackendBPFFS(i + 1))
 			if err != nil {
 				return err
 			}
@@ -213,7 +213,7 @@ func TestDrainWithBackendProgramDetached(t *testing.T) {
 	drainBreaks(t, tb, 12, func() {
 		for i, h := range tb.Backends {
 			err := h.Do(func() error {
-				b, err := loader.LoadBackend(tb.BackendBPFFS(i + 1))
+				b, err := loader.OpenBackend(tb.BackendBPFFS(i + 1))
 				if err != nil {
 					return err
 				}
