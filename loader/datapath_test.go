@@ -251,7 +251,7 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 		tl.counters[model.CounterEncapsulated]++
 		tl.counters[model.CounterEncapBytes] += uint64(want.OuterLen)
 		tl.tablePackets[want.Table]++
-		tl.backendPackets[want.Hops[0].String()]++
+		tl.backendPackets[want.HopList[0].String()]++
 	} else {
 		tl.counters[want.Reason]++
 	}

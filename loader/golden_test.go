@@ -126,7 +126,7 @@ func checkGUE(t *testing.T, name string, in, out []byte, res model.Result, dc ta
 		t.Errorf("%s: MACs %x -> %x", name, out[6:12], out[0:6])
 	}
 	ip := out[l2:]
-	hops := res.Hops
+	hops := res.Hops()
 	listed := len(hops) - 1
 	if ip[0] != 0x45 || ip[8] != 64 || ip[9] != 17 || ip[6] != 0x40 || ip[4] != 0 || ip[5] != 0 {
 		t.Errorf("%s: outer IPv4 header %x", name, ip[:20])

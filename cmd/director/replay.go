@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -182,6 +183,11 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	}
 	progress := isTerminal(e.stderr)
 	start, last := time.Now(), time.Now()
+	if rp.modelOnly {
+		var readErr error
+		agg, readErr = rp.runModel(e, r, path, agg, progress)
+		return rp.finish(e, agg, nil, start, progress, hot), readErr
+	}
 
 	// Three stages overlap: reading the capture, running batches through
 	// the program (or the model) on every CPU, and aggregating.
@@ -247,6 +253,11 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	if runErr != nil {
 		return nil, runErr
 	}
+	return rp.finish(e, agg, vr, start, progress, hot), readErr
+}
+
+// finish completes the report and says how fast the replay went.
+func (rp *replayer) finish(e *env, agg *replay.Aggregator, vr *replay.VerifyReport, start time.Time, progress bool, hot int) *replay.Report {
 	elapsed := time.Since(start)
 	if progress {
 		fmt.Fprint(e.stderr, "\r\033[K")
@@ -265,7 +276,124 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	}
 	fmt.Fprintf(e.stderr, "director: replayed %d packets through %s in %s (%.0f packets/s)\n",
 		rep.Capture.Packets, engine, elapsed.Round(time.Millisecond), float64(rep.Capture.Packets)/elapsed.Seconds())
-	return rep, readErr
+	return rep
+}
+
+// modelChunk is how many packets a model worker reads at a time: few
+// enough that they are still in its cache when it classifies them.
+const modelChunk = 256
+
+// runModel replays through the Go model alone. Every CPU runs a worker
+// that takes the next chunk of the capture (reading is serialized),
+// classifies it while it is hot in its cache, and counts it in its own
+// aggregator; the aggregators are merged at the end. Nothing is shared
+// per packet.
+func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay.Aggregator, progress bool) (*replay.Aggregator, error) {
+	r.ShareFrames()
+	var (
+		mu      sync.Mutex // guards r, readErr and done
+		readErr error
+		done    bool
+		read    atomic.Uint64
+	)
+	next := func(buf []capture.Packet) []capture.Packet {
+		buf = buf[:0]
+		mu.Lock()
+		defer mu.Unlock()
+		for !done && len(buf) < modelChunk {
+			p, err := r.Read()
+			if err != nil {
+				if err != io.EOF {
+					readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
+				}
+				done = true
+				break
+			}
+			buf = append(buf, p)
+		}
+		return buf
+	}
+	n := runtime.GOMAXPROCS(0)
+	aggs := make([]*replay.Aggregator, n)
+	aggs[0] = agg
+	for i := 1; i < n; i++ {
+		aggs[i] = replay.NewAggregator("", "", nil, loader.CounterNames)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := aggs[w]
+			cur := rp.cur.model.NewClassifier()
+			var nw *model.Classifier
+			if rp.new != nil {
+				nw = rp.new.model.NewClassifier()
+			}
+			buf := make([]capture.Packet, 0, modelChunk)
+			var s replay.Sample
+			for {
+				buf = next(buf)
+				if len(buf) == 0 {
+					a.Compact()
+					return
+				}
+				for i := range buf {
+					p := &buf[i]
+					a.Captured(len(p.Frame), p.Truncated)
+					res := cur.Classify(p.Frame)
+					modelSample(&s, p, &res)
+					a.Add(&s)
+					if nw != nil {
+						res := nw.Classify(p.Frame)
+						modelSample(&s, p, &res)
+						a.AddAgainst(&s)
+					}
+				}
+				read.Add(uint64(len(buf)))
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	if progress {
+		go func() {
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
+			start := time.Now()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", read.Load(), float64(read.Load())/time.Since(start).Seconds())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	for _, o := range aggs[1:] {
+		agg.Merge(o)
+	}
+	return agg, readErr
+}
+
+// modelSample fills s with what the model did to p.
+func modelSample(s *replay.Sample, p *capture.Packet, res *model.Result) {
+	*s = replay.Sample{N: p.N, Bytes: len(p.Frame), TX: res.Verdict == model.XDPTX, Table: -1}
+	if !s.TX {
+		s.Reason = res.Reason
+	}
+	if res.Parsed {
+		s.HasFlow = true
+		s.FlowID = res.Flow
+		s.Flow = replay.FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
+	}
+	if s.TX {
+		s.Hops = res.Hops()
+		s.Primary = res.HopList[0]
+		s.Table, s.Row = res.Table, res.Row
+	}
 }
 
 // outcome is one packet's result on one side.
@@ -295,22 +423,11 @@ func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) 
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
-				res := classify(batch[i].Frame)
-				out[i].res = res
-				if rp.modelOnly {
-					out[i].tx = res.Verdict == model.XDPTX
-					out[i].out = res.Out
-					if !out[i].tx {
-						out[i].reason = res.Reason
-					}
-				}
+				out[i].res = classify(batch[i].Frame)
 			}
 		}()
 	}
 	wg.Wait()
-	if rp.modelOnly {
-		return out, nil
-	}
 	frames := make([][]byte, len(batch))
 	for i := range batch {
 		frames[i] = batch[i].Frame
@@ -355,11 +472,7 @@ func sample(p capture.Packet, o outcome) replay.Sample {
 		s.Flow = replay.FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
 	}
 	if o.tx {
-		if o.out == nil { // the model alone: no frame was built
-			s.Hops = o.res.Hops
-		} else {
-			s.Hops = hopsOf(o.out)
-		}
+		s.Hops = hopsOf(o.out)
 		if len(s.Hops) > 0 {
 			s.Primary = s.Hops[0]
 		}
@@ -373,9 +486,11 @@ func sample(p capture.Packet, o outcome) replay.Sample {
 func (rp *replayer) aggregate(batch []capture.Packet, cur, nw []outcome, agg *replay.Aggregator, vr *replay.VerifyReport) {
 	for i, p := range batch {
 		agg.Captured(len(p.Frame), p.Truncated)
-		agg.Add(sample(p, cur[i]))
+		s := sample(p, cur[i])
+		agg.Add(&s)
 		if nw != nil {
-			agg.AddAgainst(sample(p, nw[i]))
+			s := sample(p, nw[i])
+			agg.AddAgainst(&s)
 		}
 		if vr != nil {
 			vr.Compared++

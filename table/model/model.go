@@ -91,6 +91,107 @@ func (d *Datapath) resolve(f flow) (int, bool) {
 	return a.table, a.ok
 }
 
+// Classifier is Classify for one goroutine. What happens to a packet that
+// parses depends only on its flow, so a Classifier remembers each flow's
+// fate and works out the bind, hash and row once per flow, not per packet.
+// Its memos are its own: goroutines classifying in parallel share no lock
+// or cache line.
+type Classifier struct {
+	d     *Datapath
+	binds map[bindQuery]bindAnswer
+	flows flowTable
+}
+
+// flowKey is a flow without pointers, for hashing.
+type flowKey struct {
+	client, vip         [16]byte
+	clientPort, vipPort uint16
+	proto               uint8
+	echo, v4            bool
+}
+
+// fate is a flow's Result, less what belongs to each packet. Hops are
+// kept as indexes in the table's backends, so that recalling them touches
+// no row.
+type fate struct {
+	table, row, altRow int32
+	hops               [4]uint32
+	verdict, reason    uint8
+}
+
+// maxFlows bounds a Classifier's flow memo; later flows are classified
+// packet by packet.
+const maxFlows = 1 << 24
+
+// NewClassifier returns a Classifier of d for use by one goroutine.
+func (d *Datapath) NewClassifier() *Classifier {
+	return &Classifier{d: d, binds: map[bindQuery]bindAnswer{}}
+}
+
+func (c *Classifier) resolve(f flow) (int, bool) {
+	q := bindQuery{f.vip, f.vipPort, f.proto, f.echo}
+	if a, hit := c.binds[q]; hit {
+		return a.table, a.ok
+	}
+	var a bindAnswer
+	a.table, a.ok = table.ResolveBind(c.d.refs, f.vip, table.Proto(f.proto), f.vipPort, f.echo)
+	if len(c.binds) < maxMemo {
+		c.binds[q] = a
+	}
+	return a.table, a.ok
+}
+
+// Classify is Datapath.Classify, with Result.Flow numbering the flows.
+func (c *Classifier) Classify(frame []byte) Result {
+	f, l2len, ipLen, v6, reason := parseFrame(frame)
+	if reason != 0 {
+		return passed(frame, reason, false, &f)
+	}
+	k := flowKey{client: f.client.As16(), vip: f.vip.As16(), clientPort: f.clientPort, vipPort: f.vipPort,
+		proto: f.proto, echo: f.echo, v4: f.client.Is4()}
+	rec, id, slot := c.flows.find(&k)
+	if rec != nil {
+		r := c.recall(&rec.fate, frame, &f, l2len, ipLen)
+		r.Flow = int(id)
+		return r
+	}
+	r := c.d.steer(frame, &f, l2len, ipLen, v6, false, c.resolve)
+	if len(c.flows.recs) < maxFlows {
+		ft := fate{verdict: uint8(r.Verdict), reason: uint8(r.Reason)}
+		if r.Verdict == XDPTX {
+			t := c.d.Tables[r.Table]
+			ft.table = int32(r.Table)
+			row := t.Rows[r.Row]
+			ft.hops = [4]uint32{row.Primary, row.Secondary}
+			if r.AltRow >= 0 {
+				alt := t.Rows[r.AltRow]
+				ft.hops[2], ft.hops[3] = alt.Primary, alt.Secondary
+			}
+		}
+		ft.row, ft.altRow = int32(r.Row), int32(r.AltRow)
+		r.Flow = int(c.flows.insert(slot, &k, ft))
+	}
+	return r
+}
+
+// recall rebuilds the Result steer gave the flow's first packet.
+func (c *Classifier) recall(ft *fate, frame []byte, f *flow, l2len, ipLen int) Result {
+	if ft.verdict != XDPTX {
+		return passed(frame, int(ft.reason), true, f)
+	}
+	t := c.d.Tables[ft.table]
+	r := Result{Verdict: XDPTX, Parsed: true, Table: int(ft.table), Row: int(ft.row), AltRow: int(ft.altRow), IPLen: ipLen,
+		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
+	r.HopList[0], r.HopList[1] = t.Backends[ft.hops[0]].IP, t.Backends[ft.hops[1]].IP
+	r.NHops = 2
+	if ft.altRow >= 0 {
+		r.HopList[2], r.HopList[3] = t.Backends[ft.hops[2]].IP, t.Backends[ft.hops[3]].IP
+		r.NHops = 4
+	}
+	r.OuterLen = l2len + 36 + 4*(r.NHops-1) + ipLen
+	return r
+}
+
 // New makes a datapath serving tables.
 func New(cfg table.DirectorConfig, gateway [6]byte, tables []*table.Table) *Datapath {
 	d := &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables, binds: map[bindQuery]bindAnswer{}}
@@ -109,8 +210,12 @@ type Result struct {
 	Out     []byte // the frame as it leaves: encapsulated for XDPTX, unchanged for XDPPass
 	Table   int    // for matched packets
 	Row     int
-	Hops    []netip.Addr // primary first
-	IPLen   int          // length of the original IP packet
+	AltRow  int // the alt_hash_fields row, or -1
+	// HopList[:NHops] are the hops, primary first: 2, or 4 with
+	// alt_hash_fields. An array, so that classifying allocates nothing.
+	HopList [4]netip.Addr
+	NHops   int
+	IPLen   int // length of the original IP packet
 	// Parsed packets reached the bind lookup; for them, the flow as seen
 	// from the client.
 	Parsed     bool
@@ -123,7 +228,14 @@ type Result struct {
 	// OuterLen is the encapsulated packet's length up to the end of the
 	// outer IP packet (trailing Ethernet padding excluded).
 	OuterLen int
+	// Flow, from a Classifier, numbers the packet's flow: 1 for the first
+	// flow it saw, 2 for the next... 0 when the packet did not parse to a
+	// flow, or the Classifier remembers no more flows.
+	Flow int
 }
+
+// Hops is HopList[:NHops].
+func (r *Result) Hops() []netip.Addr { return r.HopList[:r.NHops] }
 
 // flow is a packet's flow seen from the client.
 type flow struct {
@@ -134,80 +246,96 @@ type flow struct {
 }
 
 // Process runs one frame through the datapath.
-func (d *Datapath) Process(frame []byte) Result { return d.process(frame, true) }
+func (d *Datapath) Process(frame []byte) Result { return d.process(frame, true, d.resolve) }
 
 // Classify is Process without building the encapsulated frame (Out is nil
 // for XDP_TX): all a replay needs to know where a packet goes.
-func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false) }
+func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false, d.resolve) }
 
-func (d *Datapath) process(frame []byte, build bool) Result {
-	var f flow
-	parsed := false
-	pass := func(reason int) Result {
-		return Result{Verdict: XDPPass, Reason: reason, Out: frame, Parsed: parsed, Client: f.client, ClientPort: f.clientPort,
-			VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
-	}
+// parseFrame reads a frame up to its flow. A reason other than 0 is the
+// pass counter the frame is passed for (f may then be partly filled).
+func parseFrame(frame []byte) (f flow, l2len, ipLen int, v6 bool, reason int) {
 	if len(frame) < 14 {
-		return pass(PassMalformed)
+		return f, 0, 0, false, PassMalformed
 	}
 	etype := binary.BigEndian.Uint16(frame[12:])
-	l2len := 14
+	l2len = 14
 	switch etype {
 	case 0x8100:
 		if len(frame) < 18 {
-			return pass(PassMalformed)
+			return f, 0, 0, false, PassMalformed
 		}
 		etype = binary.BigEndian.Uint16(frame[16:])
 		l2len = 18
 		if etype == 0x8100 || etype == 0x88a8 {
-			return pass(PassVLAN)
+			return f, 0, 0, false, PassVLAN
 		}
 	case 0x88a8:
-		return pass(PassVLAN)
+		return f, 0, 0, false, PassVLAN
 	}
-	var ipLen, reason int
 	switch etype {
 	case 0x0800:
 		f, ipLen, reason = parseIPv4(frame[l2len:])
 	case 0x86dd:
 		f, ipLen, reason = parseIPv6(frame[l2len:])
+		v6 = true
 	default:
-		return pass(PassNotIP)
+		return f, 0, 0, false, PassNotIP
 	}
+	return f, l2len, ipLen, v6, reason
+}
+
+// passed is the Result of a passed frame.
+func passed(frame []byte, reason int, parsed bool, f *flow) Result {
+	return Result{Verdict: XDPPass, Reason: reason, Out: frame, Parsed: parsed, Client: f.client, ClientPort: f.clientPort,
+		VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
+}
+
+func (d *Datapath) process(frame []byte, build bool, resolve func(flow) (int, bool)) Result {
+	f, l2len, ipLen, v6, reason := parseFrame(frame)
 	if reason != 0 {
-		return pass(reason)
+		return passed(frame, reason, false, &f)
 	}
-	parsed = true
-	ti, ok := d.resolve(f)
+	return d.steer(frame, &f, l2len, ipLen, v6, build, resolve)
+}
+
+// steer is what happens to a parsed frame. Apart from the frame's own
+// lengths and bytes, it depends only on the flow.
+func (d *Datapath) steer(frame []byte, f *flow, l2len, ipLen int, v6, build bool, resolve func(flow) (int, bool)) Result {
+	ti, ok := resolve(*f)
 	if !ok {
-		return pass(PassNoBind)
+		return passed(frame, PassNoBind, true, f)
 	}
 	if !d.Configured {
-		return pass(ErrNoConfig)
+		return passed(frame, ErrNoConfig, true, f)
 	}
 	if f.echo && !d.Config.ForwardICMPEcho {
-		return pass(PassICMPEchoOff)
+		return passed(frame, PassICMPEchoOff, true, f)
 	}
 	t := d.Tables[ti]
-	h := flowHash(t.HashKey, f, d.Config.HashFields)
+	h := flowHash(t.HashKey, *f, d.Config.HashFields)
 	row, p, s := t.Lookup(h)
-	hops := []netip.Addr{p.IP, s.IP}
+	hops := [4]netip.Addr{p.IP, s.IP}
+	nhops := 2
+	altRow := -1
 	if d.Config.AltHashFields != 0 {
-		_, ap, as := t.Lookup(flowHash(t.HashKey, f, d.Config.AltHashFields))
-		hops = append(hops, ap.IP, as.IP)
+		var ap, as table.Backend
+		altRow, ap, as = t.Lookup(flowHash(t.HashKey, *f, d.Config.AltHashFields))
+		hops[2], hops[3] = ap.IP, as.IP
+		nhops = 4
 	}
 	var out []byte
 	if build {
 		sport := 0x8000 | uint16((h^uint64(f.clientPort))&0x7fff)
 		family := 4
-		if etype == 0x86dd {
+		if v6 {
 			family = 6
 		}
-		out = encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops, sport, family, ipLen, frame[l2len:])
+		out = encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops[:nhops], sport, family, ipLen, frame[l2len:])
 	}
-	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, Hops: hops, IPLen: ipLen,
+	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
-		OuterLen: l2len + 36 + 4*(len(hops)-1) + ipLen}
+		OuterLen: l2len + 36 + 4*(nhops-1) + ipLen}
 }
 
 // flowHash is GLB's flow hash over the enabled fields, in order.

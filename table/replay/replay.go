@@ -38,6 +38,11 @@ type Sample struct {
 	Reason  int  // pass reason, when not TX: an index in the reason names
 	HasFlow bool // the packet parsed to a flow (it reached the bind lookup)
 	Flow    FlowKey
+	// FlowID, when not 0, is the model Classifier's number for the flow
+	// (model.Result.Flow): the Aggregator then finds the flow by it
+	// without hashing the key. The samples given to Add must all come from
+	// one Classifier, and those given to AddAgainst from one other.
+	FlowID  int
 	Table   int // the table that matched, or -1
 	Row     int
 	Primary netip.Addr // for TX
@@ -147,52 +152,81 @@ type Mismatch struct {
 	Description string `json:"description"`
 }
 
-// Aggregator builds a Report from samples. It does one map operation per
-// packet (its flow); everything else is counted in arrays or derived from
-// the flows at the end.
+// Aggregator builds a Report from samples. Per packet it does one map
+// operation (its flow); everything else is counted in arrays, and per
+// backend totals are derived from the rows at the end (a row has one
+// primary). Nothing it keeps holds a pointer, so the garbage collector
+// never scans it. Aggregators filled in parallel are combined with Merge.
 type Aggregator struct {
+	_       [128]byte
 	r       Report
 	names   []string
 	reasons []string // pass reason names, by index
+	noBind  int      // the index of pass_no_bind in reasons, or -1
 	verdict [2]Count // pass, tx
 	reason  []Count
-	tables  map[int]*tableAgg
-	flows   map[FlowKey]*flowAgg
+	tables  []*tableAgg // by table index
+	flowIdx map[flowKey]int32
+	flows   []flowAgg
+	// byID and byIDNew map Sample.FlowID to 1 + an index in flows.
+	byID, byIDNew []int32
+	unindexed     bool // flows has records flowIdx lacks (normalize)
+	// Aggregators are filled in parallel and written for every packet:
+	// padding keeps two of them from sharing a cache line.
+	_ [128]byte
 }
 
 type tableAgg struct {
-	count    Count
-	backends map[netip.Addr]*Count
-	rows     []rowAgg // Rows entries, allocated on first use
+	count Count
+	rows  []rowAgg // 1<<16 entries
 }
 
 type rowAgg struct {
 	count   Count
-	primary netip.Addr
+	primary [4]byte
 }
 
+// flowKey is FlowKey without pointers.
+type flowKey struct {
+	client, vip [16]byte
+	cport       uint16
+	vport       uint16
+	proto       uint8
+	v6          bool
+}
+
+// flowAgg is one flow. Hops are IPv4: GUE's hop list carries only IPv4.
 type flowAgg struct {
 	packets, bytes uint64
-	unmatched      bool
-	// Under the current config, from the flow's first packet.
-	seenOld bool
-	oldTX   bool
-	table   int
-	old     []netip.Addr // hops
-	// Under --against.
-	seenNew bool
-	newTX   bool
-	new     []netip.Addr
+	// first and firstNew are the capture positions of the packets the
+	// flow's fate under each config was taken from (0: none yet).
+	first, firstNew int
+	table           int32
+	unmatched       bool
+	oldTX, newTX    bool
+	nOld, nNew      uint8
+	old, new        [4][4]byte
+	key             flowKey
+	// Packets of the flow not yet counted in their row (flushRow).
+	rowCount      Count
+	rowTable, row int32
+	rowPrimary    [4]byte
 }
 
 // NewAggregator starts a report; names are the tables' names, in order,
 // and reasons the names of pass reasons, by index.
 func NewAggregator(file, format string, names, reasons []string) *Aggregator {
-	return &Aggregator{reasons: reasons, reason: make([]Count, len(reasons)),
+	a := &Aggregator{reasons: reasons, reason: make([]Count, len(reasons)), noBind: -1,
 		r: Report{Version: 1, Capture: CaptureInfo{File: file, Format: format},
 			Verdicts: map[string]Count{}, Reasons: map[string]Count{}, HotRows: []RowReport{}, Tables: []TableReport{}},
-		names: names, tables: map[int]*tableAgg{}, flows: map[FlowKey]*flowAgg{},
+		names: names, flowIdx: map[flowKey]int32{},
 	}
+	for i, r := range reasons {
+		if r == "pass_no_bind" {
+			a.noBind = i
+		}
+	}
+	return a
 }
 
 // Packets is how many packets have been counted so far.
@@ -208,8 +242,20 @@ func (a *Aggregator) Captured(bytes int, truncated bool) {
 	}
 }
 
-// Add accounts one packet under the current config.
-func (a *Aggregator) Add(s Sample) {
+func hops4(hops []netip.Addr) (n uint8, out [4][4]byte) {
+	for i, h := range hops {
+		if i == len(out) {
+			break
+		}
+		out[i] = h.Unmap().As4()
+		n++
+	}
+	return n, out
+}
+
+// Add accounts one packet under the current config. Packets must be added
+// in capture order (ascending Sample.N) to one Aggregator.
+func (a *Aggregator) Add(s *Sample) {
 	if s.TX {
 		a.verdict[1].add(s.Bytes)
 	} else {
@@ -218,61 +264,201 @@ func (a *Aggregator) Add(s Sample) {
 			a.reason[s.Reason].add(s.Bytes)
 		}
 	}
-	unmatched := s.HasFlow && !s.TX && s.Reason >= 0 && s.Reason < len(a.reasons) && a.reasons[s.Reason] == "pass_no_bind"
+	unmatched := s.HasFlow && !s.TX && s.Reason >= 0 && s.Reason == a.noBind
 	if unmatched {
 		a.r.Unmatched.add(s.Bytes)
 	}
-	if s.TX && s.Table >= 0 {
-		t := a.tables[s.Table]
-		if t == nil {
-			t = &tableAgg{backends: map[netip.Addr]*Count{}, rows: make([]rowAgg, 1<<16)}
-			a.tables[s.Table] = t
-		}
-		t.count.add(s.Bytes)
-		b := t.backends[s.Primary]
-		if b == nil {
-			b = &Count{}
-			t.backends[s.Primary] = b
-		}
-		b.add(s.Bytes)
-		row := &t.rows[s.Row&0xffff]
-		row.count.add(s.Bytes)
-		row.primary = s.Primary
-	}
+	var f *flowAgg
 	if s.HasFlow {
-		f := a.flow(s.Flow)
+		f = a.flowOf(s, &a.byID)
 		f.packets++
 		f.bytes += uint64(s.Bytes)
 		f.unmatched = f.unmatched || unmatched
-		if !f.seenOld {
-			f.seenOld = true
+		if f.first == 0 {
+			f.first = max(s.N, 1)
 			f.oldTX = s.TX && s.Table >= 0
-			f.table = s.Table
-			f.old = s.Hops
+			f.table = int32(s.Table)
+			f.nOld, f.old = hops4(s.Hops)
 		}
+	}
+	if s.TX && s.Table >= 0 {
+		t := a.table(s.Table)
+		t.count.add(s.Bytes)
+		primary := s.Primary.Unmap().As4()
+		row := int32(s.Row & 0xffff)
+		if f == nil {
+			t.rows[row].count.add(s.Bytes)
+			t.rows[row].primary = primary
+			return
+		}
+		// A flow's packets go to one row: count them in the flow, which
+		// is in cache, and move them to the row only when that changes.
+		if f.rowCount.Packets > 0 && (f.rowTable != int32(s.Table) || f.row != row || f.rowPrimary != primary) {
+			a.flushRow(f)
+		}
+		f.rowTable, f.row, f.rowPrimary = int32(s.Table), row, primary
+		f.rowCount.add(s.Bytes)
+	}
+}
+
+// flushRow moves what a flow counted for its row to the row.
+func (a *Aggregator) flushRow(f *flowAgg) {
+	if f.rowCount.Packets == 0 {
+		return
+	}
+	r := &a.tables[f.rowTable].rows[f.row]
+	r.count.merge(f.rowCount)
+	r.primary = f.rowPrimary
+	f.rowCount = Count{}
+}
+
+func (a *Aggregator) flushRows() {
+	for i := range a.flows {
+		a.flushRow(&a.flows[i])
 	}
 }
 
 // AddAgainst accounts the same packet under the other config.
-func (a *Aggregator) AddAgainst(s Sample) {
+func (a *Aggregator) AddAgainst(s *Sample) {
 	if !s.HasFlow {
 		return
 	}
-	f := a.flow(s.Flow)
-	if !f.seenNew {
-		f.seenNew = true
+	f := a.flowOf(s, &a.byIDNew)
+	if f.firstNew == 0 {
+		f.firstNew = max(s.N, 1)
 		f.newTX = s.TX
-		f.new = s.Hops
+		f.nNew, f.new = hops4(s.Hops)
 	}
 }
 
-func (a *Aggregator) flow(k FlowKey) *flowAgg {
-	f := a.flows[k]
-	if f == nil {
-		f = &flowAgg{table: -1}
-		a.flows[k] = f
+func (a *Aggregator) table(i int) *tableAgg {
+	for len(a.tables) <= i {
+		a.tables = append(a.tables, nil)
 	}
-	return f
+	t := a.tables[i]
+	if t == nil {
+		t = &tableAgg{rows: make([]rowAgg, 1<<16)}
+		a.tables[i] = t
+	}
+	return t
+}
+
+// flowOf finds the sample's flow, by its FlowID when it has one.
+func (a *Aggregator) flowOf(s *Sample, byID *[]int32) *flowAgg {
+	id := s.FlowID
+	if id <= 0 {
+		return a.flow(s.Flow)
+	}
+	if id < len(*byID) {
+		if i := (*byID)[id]; i > 0 {
+			return &a.flows[i-1]
+		}
+	} else {
+		*byID = append(*byID, make([]int32, id+1-len(*byID))...)
+	}
+	// A flow id not seen before: a new record, found by the id from now
+	// on. It is not entered in flowIdx (a map insert per flow costs more
+	// than the rest of the flow's packets); normalize merges the records
+	// of one flow key that this leaves.
+	i := len(a.flows)
+	a.flows = append(a.flows, flowAgg{key: keyOf(s.Flow), table: -1})
+	a.unindexed = true
+	(*byID)[id] = int32(i) + 1
+	return &a.flows[i]
+}
+
+func keyOf(k FlowKey) flowKey {
+	return flowKey{client: k.Client.As16(), vip: k.VIP.As16(), cport: k.ClientPort, vport: k.VIPPort, proto: k.Proto, v6: k.Client.Is6()}
+}
+
+func (a *Aggregator) flow(k FlowKey) *flowAgg {
+	fk := keyOf(k)
+	i, ok := a.flowIdx[fk]
+	if !ok {
+		i = int32(len(a.flows))
+		a.flowIdx[fk] = i
+		a.flows = append(a.flows, flowAgg{key: fk, table: -1})
+	}
+	return &a.flows[i]
+}
+
+// Compact leaves one record per flow key, indexed, with its packets
+// counted in its row. Merge and Report compact first; aggregators filled
+// in parallel can compact in parallel before they are merged.
+func (a *Aggregator) Compact() { a.normalize() }
+
+func (a *Aggregator) normalize() {
+	a.flushRows()
+	if !a.unindexed {
+		return
+	}
+	flows := a.flows
+	a.flows = make([]flowAgg, 0, len(flows))
+	a.flowIdx = make(map[flowKey]int32, len(flows))
+	for i := range flows {
+		a.mergeFlow(&flows[i])
+	}
+	a.byID, a.byIDNew, a.unindexed = nil, nil, false
+}
+
+// mergeFlow adds a flow record to a's.
+func (a *Aggregator) mergeFlow(of *flowAgg) {
+	i, ok := a.flowIdx[of.key]
+	if !ok {
+		a.flowIdx[of.key] = int32(len(a.flows))
+		a.flows = append(a.flows, *of)
+		return
+	}
+	f := &a.flows[i]
+	f.packets += of.packets
+	f.bytes += of.bytes
+	f.unmatched = f.unmatched || of.unmatched
+	if of.first != 0 && (f.first == 0 || of.first < f.first) {
+		f.first, f.oldTX, f.table, f.nOld, f.old = of.first, of.oldTX, of.table, of.nOld, of.old
+	}
+	if of.firstNew != 0 && (f.firstNew == 0 || of.firstNew < f.firstNew) {
+		f.firstNew, f.newTX, f.nNew, f.new = of.firstNew, of.newTX, of.nNew, of.new
+	}
+}
+
+// Merge adds what o counted to a. Each flow keeps its fate from its
+// earliest packet in either, so aggregators filled in parallel from
+// disjoint parts of a capture merge into what one would have counted.
+func (a *Aggregator) Merge(o *Aggregator) {
+	a.normalize()
+	o.normalize()
+	c := &a.r.Capture
+	c.Packets += o.r.Capture.Packets
+	c.Bytes += o.r.Capture.Bytes
+	c.Truncated += o.r.Capture.Truncated
+	for i := range a.verdict {
+		a.verdict[i].merge(o.verdict[i])
+	}
+	for i := range a.reason {
+		a.reason[i].merge(o.reason[i])
+	}
+	a.r.Unmatched.Count.merge(o.r.Unmatched.Count)
+	for i, ot := range o.tables {
+		if ot == nil {
+			continue
+		}
+		t := a.table(i)
+		t.count.merge(ot.count)
+		for r := range ot.rows {
+			if ot.rows[r].count.Packets > 0 {
+				t.rows[r].count.merge(ot.rows[r].count)
+				t.rows[r].primary = ot.rows[r].primary
+			}
+		}
+	}
+	for i := range o.flows {
+		a.mergeFlow(&o.flows[i])
+	}
+}
+
+func (c *Count) merge(o Count) {
+	c.Packets += o.Packets
+	c.Bytes += o.Bytes
 }
 
 func (a *Aggregator) name(i int) string {
@@ -288,6 +474,7 @@ func (a *Aggregator) SetVerify(v *VerifyReport) { a.r.Verify = v }
 // Report finishes the report. hotRows is how many rows to list; against is
 // the other config's file name, or "" without one.
 func (a *Aggregator) Report(hotRows int, against string) *Report {
+	a.normalize()
 	r := a.r
 	r.Verdicts = map[string]Count{}
 	for i, name := range []string{"pass", "tx"} {
@@ -303,42 +490,50 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	}
 	// Distinct flows per table and backend, from each flow's first packet.
 	tableFlows := map[int]uint64{}
-	backendFlows := map[int]map[netip.Addr]uint64{}
-	for _, f := range a.flows {
+	backendFlows := map[int]map[[4]byte]uint64{}
+	for i := range a.flows {
+		f := &a.flows[i]
 		if f.unmatched {
 			r.Unmatched.Flows++
 		}
-		if !f.oldTX || len(f.old) == 0 {
+		if !f.oldTX || f.nOld == 0 {
 			continue
 		}
-		tableFlows[f.table]++
-		if backendFlows[f.table] == nil {
-			backendFlows[f.table] = map[netip.Addr]uint64{}
+		ti := int(f.table)
+		tableFlows[ti]++
+		if backendFlows[ti] == nil {
+			backendFlows[ti] = map[[4]byte]uint64{}
 		}
-		backendFlows[f.table][f.old[0]]++
+		backendFlows[ti][f.old[0]]++
 	}
-	var idx []int
-	for i := range a.tables {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	for _, i := range idx {
-		t := a.tables[i]
+	for i, t := range a.tables {
+		if t == nil {
+			continue
+		}
 		tr := TableReport{Name: a.name(i), Index: i, Count: t.count, Flows: tableFlows[i], Backends: []BackendReport{}}
-		var ips []netip.Addr
-		for ip := range t.backends {
+		backends := map[[4]byte]*Count{}
+		for row := range t.rows {
+			rc := &t.rows[row]
+			if rc.count.Packets == 0 {
+				continue
+			}
+			b := backends[rc.primary]
+			if b == nil {
+				b = &Count{}
+				backends[rc.primary] = b
+			}
+			b.merge(rc.count)
+			r.HotRows = append(r.HotRows, RowReport{Table: a.name(i), Row: row, Primary: netip.AddrFrom4(rc.primary).String(), Count: rc.count})
+		}
+		var ips [][4]byte
+		for ip := range backends {
 			ips = append(ips, ip)
 		}
-		sort.Slice(ips, func(x, y int) bool { return ips[x].Less(ips[y]) })
+		sort.Slice(ips, func(x, y int) bool { return netip.AddrFrom4(ips[x]).Less(netip.AddrFrom4(ips[y])) })
 		for _, ip := range ips {
-			tr.Backends = append(tr.Backends, BackendReport{IP: ip.String(), Count: *t.backends[ip], Flows: backendFlows[i][ip]})
+			tr.Backends = append(tr.Backends, BackendReport{IP: netip.AddrFrom4(ip).String(), Count: *backends[ip], Flows: backendFlows[i][ip]})
 		}
 		r.Tables = append(r.Tables, tr)
-		for row := range t.rows {
-			if t.rows[row].count.Packets > 0 {
-				r.HotRows = append(r.HotRows, RowReport{Table: a.name(i), Row: row, Primary: t.rows[row].primary.String(), Count: t.rows[row].count})
-			}
-		}
 	}
 	sort.Slice(r.HotRows, func(i, j int) bool {
 		x, y := r.HotRows[i], r.HotRows[j]
@@ -355,7 +550,8 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	}
 	if against != "" {
 		ar := &AgainstReport{File: against}
-		for _, f := range a.flows {
+		for i := range a.flows {
+			f := &a.flows[i]
 			fc := FlowCount{Flows: 1, Packets: f.packets, Bytes: f.bytes}
 			switch {
 			case !f.oldTX && f.newTX:
@@ -369,9 +565,9 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 			case !f.newTX:
 				ar.NotSteered.add(fc)
 				ar.PrimaryChanged.add(fc)
-			case f.old[0] == f.new[0]:
+			case f.nNew > 0 && f.old[0] == f.new[0]:
 				ar.Unchanged.add(fc)
-			case contains(f.new, f.old[0]):
+			case contains(f.new[:f.nNew], f.old[0]):
 				ar.Survive.add(fc)
 				ar.PrimaryChanged.add(fc)
 			default:
@@ -384,7 +580,7 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	return &r
 }
 
-func contains(hops []netip.Addr, a netip.Addr) bool {
+func contains(hops [][4]byte, a [4]byte) bool {
 	for _, h := range hops {
 		if h == a {
 			return true

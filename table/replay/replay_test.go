@@ -1,0 +1,139 @@
+package replay_test
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/director/director/table"
+	"github.com/director/director/table/capture"
+	"github.com/director/director/table/model"
+	"github.com/director/director/table/replay"
+)
+
+var reasons = []string{"processed", "matched", "encapsulated", "encap_bytes", "bind_fast", "pass_not_ip", "pass_vlan",
+	"pass_malformed", "pass_fragment", "pass_ipv6_ext", "pass_proto", "pass_icmp_echo_off", "pass_no_bind"}
+
+func sampleOf(n int, frame []byte, res *model.Result, withID bool) *replay.Sample {
+	s := &replay.Sample{N: n, Bytes: len(frame), TX: res.Verdict == model.XDPTX, Table: -1}
+	if !s.TX {
+		s.Reason = res.Reason
+	}
+	if res.Parsed {
+		s.HasFlow = true
+		if withID {
+			s.FlowID = res.Flow
+		}
+		s.Flow = replay.FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
+	}
+	if s.TX {
+		s.Hops = res.Hops()
+		s.Primary = res.HopList[0]
+		s.Table, s.Row = res.Table, res.Row
+	}
+	return s
+}
+
+// Aggregators filled in parallel from chunks of a capture, finding flows
+// by the Classifier's ids, merge into the report one aggregator gives when
+// it is fed every packet in order and finds flows by their keys.
+func TestMergeMatchesOneAggregator(t *testing.T) {
+	src, err := table.Load("../../testdata/configs/medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := table.Load("../../testdata/configs/medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed.Config.Tables[0].Backends[0].State = table.StateDraining
+	changed.Config.Tables[0].Backends[1].Healthy = false
+	changedTables, err := table.BuildAll(changed.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := table.DefaultDirectorConfig()
+	dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+	cur, nw := model.New(dc, [6]byte{}, src.Tables), model.New(dc, [6]byte{}, changedTables)
+	var frames [][]byte
+	if _, err := capture.Generate(src.Config, capture.GenOptions{Flows: 2000, Seed: 9}, func(_ time.Time, f []byte) error {
+		frames = append(frames, f)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	one := replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons)
+	for i, f := range frames {
+		one.Captured(len(f), false)
+		r := cur.Classify(f)
+		one.Add(sampleOf(i+1, f, &r, false))
+		r = nw.Classify(f)
+		one.AddAgainst(sampleOf(i+1, f, &r, false))
+	}
+	want := one.Report(20, "new")
+
+	type worker struct {
+		agg      *replay.Aggregator
+		cur, new *model.Classifier
+	}
+	ws := make([]worker, 3)
+	for i := range ws {
+		ws[i] = worker{replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons), cur.NewClassifier(), nw.NewClassifier()}
+	}
+	for lo, chunk := 0, 0; lo < len(frames); lo, chunk = lo+97, chunk+1 {
+		w := ws[(chunk*7)%len(ws)]
+		for i := lo; i < min(lo+97, len(frames)); i++ {
+			f := frames[i]
+			w.agg.Captured(len(f), false)
+			r := w.cur.Classify(f)
+			w.agg.Add(sampleOf(i+1, f, &r, i%5 != 0)) // some found by key
+			r = w.new.Classify(f)
+			w.agg.AddAgainst(sampleOf(i+1, f, &r, true))
+		}
+	}
+	ws[1].agg.Compact()
+	for _, w := range ws[1:] {
+		ws[0].agg.Merge(w.agg)
+	}
+	got := ws[0].agg.Report(20, "new")
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("merged report differs:\nwant %+v\ngot  %+v", want, got)
+	}
+	if want.Against.Flows < 1500 || want.Against.PrimaryChanged.Flows == 0 || len(want.HotRows) != 20 {
+		t.Fatalf("the capture does not exercise the report: %+v", want.Against)
+	}
+}
+
+// A flow whose packets went different ways keeps the way of its earliest
+// packet, whichever aggregator counted it.
+func TestMergeKeepsEarliestPacket(t *testing.T) {
+	k := replay.FlowKey{Client: netip.MustParseAddr("198.18.0.1"), VIP: netip.MustParseAddr("10.20.0.1"), ClientPort: 1, VIPPort: 80, Proto: 6}
+	hop := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s), netip.MustParseAddr("10.0.0.9")} }
+	s := func(n int, h string, id int) *replay.Sample {
+		return &replay.Sample{N: n, Bytes: 100, TX: true, HasFlow: true, Flow: k, FlowID: id, Table: 0, Row: 5, Hops: hop(h), Primary: hop(h)[0]}
+	}
+	a := replay.NewAggregator("f", "pcap", []string{"t"}, reasons)
+	b := replay.NewAggregator("f", "pcap", []string{"t"}, reasons)
+	a.Add(s(10, "10.0.0.2", 1)) // a counted a later chunk
+	a.AddAgainst(s(10, "10.0.0.2", 1))
+	b.Add(s(3, "10.0.0.1", 0))
+	b.AddAgainst(s(3, "10.0.0.3", 0))
+	a.Merge(b)
+	r := a.Report(5, "new")
+	// Under the current config the flow went to .1 first; under the new
+	// one to .3, which does not include .1: it breaks.
+	if r.Tables[0].Flows != 1 || r.Against.Break.Flows != 1 || r.Against.Break.Packets != 2 {
+		t.Fatalf("tables %+v, against %+v", r.Tables, r.Against)
+	}
+	var flows uint64
+	for _, b := range r.Tables[0].Backends {
+		if b.IP == "10.0.0.1" {
+			flows = b.Flows
+		}
+	}
+	if flows != 1 {
+		t.Fatalf("the flow is not counted on its first primary: %+v", r.Tables[0].Backends)
+	}
+}
