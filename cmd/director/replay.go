@@ -283,6 +283,10 @@ func (rp *replayer) finish(e *env, agg *replay.Aggregator, vr *replay.VerifyRepo
 // enough that they are still in its cache when it classifies them.
 const modelChunk = 256
 
+// touchAhead is how far ahead of the reading a worker touches the mapped
+// capture: about the bytes of a chunk or two.
+const touchAhead = 128 << 10
+
 // runModel replays through the Go model alone. Every CPU runs a worker
 // that takes the next chunk of the capture (reading is serialized),
 // classifies it while it is hot in its cache, and counts it in its own
@@ -296,7 +300,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		done    bool
 		read    atomic.Uint64
 	)
-	next := func(buf []capture.Packet) []capture.Packet {
+	next := func(buf []capture.Packet) ([]capture.Packet, int) {
 		buf = buf[:0]
 		mu.Lock()
 		defer mu.Unlock()
@@ -311,7 +315,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			}
 			buf = append(buf, p)
 		}
-		return buf
+		return buf, r.Offset()
 	}
 	n := runtime.GOMAXPROCS(0)
 	aggs := make([]*replay.Aggregator, n)
@@ -333,11 +337,14 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			buf := make([]capture.Packet, 0, modelChunk)
 			var s replay.Sample
 			for {
-				buf = next(buf)
+				var at int
+				buf, at = next(buf)
 				if len(buf) == 0 {
 					a.Compact()
 					return
 				}
+				// What the other workers read next: bring it in now.
+				r.Touch(at+touchAhead, touchAhead)
 				for i := range buf {
 					p := &buf[i]
 					a.Captured(len(p.Frame), p.Truncated)

@@ -3,6 +3,8 @@ package model
 import (
 	"encoding/binary"
 	"unsafe"
+
+	"github.com/director/director/table/internal/chunk"
 )
 
 // flowTable is the Classifier's memo of each flow's fate. Its index is a
@@ -14,7 +16,7 @@ import (
 // misses, and a Go map spreads its entries over all of its memory.
 type flowTable struct {
 	index []uint64 // tag<<32 | id (1 + position in recs); 0 is empty. A power of two, at most half full.
-	recs  []flowRec
+	recs  chunk.List[flowRec]
 }
 
 type flowRec struct {
@@ -49,7 +51,7 @@ func (t *flowTable) find(k *flowKey) (*flowRec, int32, int) {
 		}
 		if e>>32 == tag {
 			id := int32(uint32(e))
-			if r := &t.recs[id-1]; r.key == *k {
+			if r := t.recs.At(int(id - 1)); r.key == *k {
 				return r, id, int(i)
 			}
 		}
@@ -58,14 +60,13 @@ func (t *flowTable) find(k *flowKey) (*flowRec, int32, int) {
 
 // insert adds k at the slot find returned, and returns the flow's id.
 func (t *flowTable) insert(slot int, k *flowKey, f fate) int32 {
-	t.recs = append(t.recs, flowRec{key: *k, fate: f})
-	id := int32(len(t.recs))
+	id := int32(t.recs.Append(flowRec{key: *k, fate: f}) + 1)
 	t.index[slot] = k.hash()>>32<<32 | uint64(uint32(id))
-	if len(t.recs)*2 > len(t.index) {
+	if t.recs.Len()*2 > len(t.index) {
 		t.index = make([]uint64, 2*len(t.index))
 		mask := uint64(len(t.index) - 1)
-		for i := range t.recs {
-			h := t.recs[i].key.hash()
+		for i := 0; i < t.recs.Len(); i++ {
+			h := t.recs.At(i).key.hash()
 			j := h & mask
 			for t.index[j] != 0 {
 				j = (j + 1) & mask

@@ -156,7 +156,7 @@ func (c *Classifier) Classify(frame []byte) Result {
 		return r
 	}
 	r := c.d.steer(frame, &f, l2len, ipLen, v6, false, c.resolve)
-	if len(c.flows.recs) < maxFlows {
+	if c.flows.recs.Len() < maxFlows {
 		ft := fate{verdict: uint8(r.Verdict), reason: uint8(r.Reason)}
 		if r.Verdict == XDPTX {
 			t := c.d.Tables[r.Table]

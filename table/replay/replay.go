@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+
+	"github.com/director/director/table/internal/chunk"
 )
 
 // Count is packets and bytes.
@@ -167,7 +169,7 @@ type Aggregator struct {
 	reason  []Count
 	tables  []*tableAgg // by table index
 	flowIdx map[flowKey]int32
-	flows   []flowAgg
+	flows   chunk.List[flowAgg]
 	// byID and byIDNew map Sample.FlowID to 1 + an index in flows.
 	byID, byIDNew []int32
 	unindexed     bool // flows has records flowIdx lacks (normalize)
@@ -313,8 +315,8 @@ func (a *Aggregator) flushRow(f *flowAgg) {
 }
 
 func (a *Aggregator) flushRows() {
-	for i := range a.flows {
-		a.flushRow(&a.flows[i])
+	for i := 0; i < a.flows.Len(); i++ {
+		a.flushRow(a.flows.At(i))
 	}
 }
 
@@ -351,7 +353,7 @@ func (a *Aggregator) flowOf(s *Sample, byID *[]int32) *flowAgg {
 	}
 	if id < len(*byID) {
 		if i := (*byID)[id]; i > 0 {
-			return &a.flows[i-1]
+			return a.flows.At(int(i - 1))
 		}
 	} else {
 		*byID = append(*byID, make([]int32, id+1-len(*byID))...)
@@ -360,11 +362,10 @@ func (a *Aggregator) flowOf(s *Sample, byID *[]int32) *flowAgg {
 	// on. It is not entered in flowIdx (a map insert per flow costs more
 	// than the rest of the flow's packets); normalize merges the records
 	// of one flow key that this leaves.
-	i := len(a.flows)
-	a.flows = append(a.flows, flowAgg{key: keyOf(s.Flow), table: -1})
+	i := a.flows.Append(flowAgg{key: keyOf(s.Flow), table: -1})
 	a.unindexed = true
 	(*byID)[id] = int32(i) + 1
-	return &a.flows[i]
+	return a.flows.At(i)
 }
 
 func keyOf(k FlowKey) flowKey {
@@ -375,11 +376,10 @@ func (a *Aggregator) flow(k FlowKey) *flowAgg {
 	fk := keyOf(k)
 	i, ok := a.flowIdx[fk]
 	if !ok {
-		i = int32(len(a.flows))
+		i = int32(a.flows.Append(flowAgg{key: fk, table: -1}))
 		a.flowIdx[fk] = i
-		a.flows = append(a.flows, flowAgg{key: fk, table: -1})
 	}
-	return &a.flows[i]
+	return a.flows.At(int(i))
 }
 
 // Compact leaves one record per flow key, indexed, with its packets
@@ -393,10 +393,10 @@ func (a *Aggregator) normalize() {
 		return
 	}
 	flows := a.flows
-	a.flows = make([]flowAgg, 0, len(flows))
-	a.flowIdx = make(map[flowKey]int32, len(flows))
-	for i := range flows {
-		a.mergeFlow(&flows[i])
+	a.flows = chunk.List[flowAgg]{}
+	a.flowIdx = make(map[flowKey]int32, flows.Len())
+	for i := 0; i < flows.Len(); i++ {
+		a.mergeFlow(flows.At(i))
 	}
 	a.byID, a.byIDNew, a.unindexed = nil, nil, false
 }
@@ -405,11 +405,10 @@ func (a *Aggregator) normalize() {
 func (a *Aggregator) mergeFlow(of *flowAgg) {
 	i, ok := a.flowIdx[of.key]
 	if !ok {
-		a.flowIdx[of.key] = int32(len(a.flows))
-		a.flows = append(a.flows, *of)
+		a.flowIdx[of.key] = int32(a.flows.Append(*of))
 		return
 	}
-	f := &a.flows[i]
+	f := a.flows.At(int(i))
 	f.packets += of.packets
 	f.bytes += of.bytes
 	f.unmatched = f.unmatched || of.unmatched
@@ -451,8 +450,8 @@ func (a *Aggregator) Merge(o *Aggregator) {
 			}
 		}
 	}
-	for i := range o.flows {
-		a.mergeFlow(&o.flows[i])
+	for i := 0; i < o.flows.Len(); i++ {
+		a.mergeFlow(o.flows.At(i))
 	}
 }
 
@@ -491,8 +490,8 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	// Distinct flows per table and backend, from each flow's first packet.
 	tableFlows := map[int]uint64{}
 	backendFlows := map[int]map[[4]byte]uint64{}
-	for i := range a.flows {
-		f := &a.flows[i]
+	for i := 0; i < a.flows.Len(); i++ {
+		f := a.flows.At(i)
 		if f.unmatched {
 			r.Unmatched.Flows++
 		}
@@ -550,8 +549,8 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	}
 	if against != "" {
 		ar := &AgainstReport{File: against}
-		for i := range a.flows {
-			f := &a.flows[i]
+		for i := 0; i < a.flows.Len(); i++ {
+			f := a.flows.At(i)
 			fc := FlowCount{Flows: 1, Packets: f.packets, Bytes: f.bytes}
 			switch {
 			case !f.oldTX && f.newTX:
