@@ -134,14 +134,27 @@ struct dir_exact_key {
 struct dir_exact_entry {
 	struct dir_exact_key key;
 	__u32 slot_plus1;  /* 0: empty */
+	/* The SipHash state of the table's hash_key after initialization and
+	 * the half of the first round that does not involve the message: v0
+	 * and v1 after "v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0,
+	 * 32)", v2 and v3 as initialized. A packet that finds its bind here
+	 * hashes from it at once, without waiting for its table. */
+	__u64 hash_state[4];
+	__u64 pad;         /* an entry per cache line */
 };
 
 struct dir_exact_table {
 	struct dir_exact_entry e[DIR_EXACT_SLOTS];
 };
 
-/* dir_exact_hash is the home index of a key: FNV-style mixing of the key's
- * 32-bit words. loader/exact.go computes the same; a test checks. */
+/* The home index of a key: its five 32-bit words w0..w4 (read in host
+ * order), h = w0*K0 + ... + w4*K4 in 64 bits, then the high half XOR the
+ * low half. loader/exact.go computes the same; a test checks. */
+#define DIR_EXACT_K0 0x9e3779b97f4a7c15ULL
+#define DIR_EXACT_K1 0xc2b2ae3d27d4eb4fULL
+#define DIR_EXACT_K2 0x165667b19e3779f9ULL
+#define DIR_EXACT_K3 0xd6e8feb86659fd93ULL
+#define DIR_EXACT_K4 0xff51afd7ed558ccdULL
 
 /* Bind maps come in two generations, each a trie and an exact table
  * (binds[gen], bind_exact[gen]). An apply writes its tables into slots

@@ -98,6 +98,8 @@ type DirectorDirExactEntry struct {
 	_         structs.HostLayout
 	Key       DirectorDirExactKey
 	SlotPlus1 uint32
+	HashState [4]uint64
+	Pad       uint64
 }
 
 type DirectorDirExactKey struct {

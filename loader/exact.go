@@ -2,6 +2,7 @@ package loader
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"net/netip"
 
 	"github.com/director/director/bpf"
@@ -20,25 +21,29 @@ func exactKey(proto table.Proto, addr netip.Addr, port uint16) bpf.DirectorDirEx
 	return k
 }
 
-// exactHash is the C exact_hash: FNV-1a style over the key's five 32-bit
-// words, read in host (little-endian) order.
+// exactMul are DIR_EXACT_K0..K4 from director.h.
+var exactMul = [5]uint64{0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0xd6e8feb86659fd93, 0xff51afd7ed558ccd}
+
+// exactHash is the C exact_hash: the key's five 32-bit words, read in host
+// (little-endian) order, each times its constant, summed in 64 bits, the
+// halves folded.
 func exactHash(k bpf.DirectorDirExactKey) uint32 {
 	var b [20]byte
 	b[0], b[1] = k.Proto, k.Family
 	binary.LittleEndian.PutUint16(b[2:], k.Port)
 	copy(b[4:], k.Addr[:])
-	h := uint32(2166136261)
+	var h uint64
 	for i := 0; i < 5; i++ {
-		h = (h ^ binary.LittleEndian.Uint32(b[4*i:])) * 16777619
+		h += uint64(binary.LittleEndian.Uint32(b[4*i:])) * exactMul[i]
 	}
-	return h ^ h>>15
+	return uint32(h>>32) ^ uint32(h)
 }
 
 // buildExact places the exact entries in an open-addressing table. An
 // entry with no free slot within exactProbes of its home is left out: the
 // trie, which holds every bind, answers for it. It returns how many were
 // placed.
-func buildExact(entries []table.BindEntry, slots []int) (*bpf.DirectorDirExactTable, int) {
+func buildExact(entries []table.BindEntry, tables []*table.Table, slots []int) (*bpf.DirectorDirExactTable, int) {
 	t := new(bpf.DirectorDirExactTable)
 	placed := 0
 	for _, e := range entries {
@@ -50,11 +55,24 @@ func buildExact(entries []table.BindEntry, slots []int) (*bpf.DirectorDirExactTa
 		for i := uint32(0); i < exactProbes; i++ {
 			s := &t.E[(h+i)&(exactSlots-1)]
 			if s.SlotPlus1 == 0 {
-				*s = bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1}
+				*s = bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1, HashState: hashState(tables[e.Table].HashKey)}
 				placed++
 				break
 			}
 		}
 	}
 	return t, placed
+}
+
+// hashState is dir_exact_entry.hash_state for a key: SipHash's initial
+// state, then the first half of the first round, which does not involve
+// the message (director.h).
+func hashState(key table.Key) [4]uint64 {
+	k0, k1 := binary.LittleEndian.Uint64(key[0:]), binary.LittleEndian.Uint64(key[8:])
+	v0, v1 := k0^0x736f6d6570736575, k1^0x646f72616e646f6d
+	v2, v3 := k0^0x6c7967656e657261, k1^0x7465646279746573
+	v0 += v1
+	v1 = bits.RotateLeft64(v1, 13) ^ v0
+	v0 = bits.RotateLeft64(v0, 32)
+	return [4]uint64{v0, v1, v2, v3}
 }

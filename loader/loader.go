@@ -142,7 +142,7 @@ func loadPrivate() (*Director, error) {
 // createBindMaps gives both bind generations their inner maps, once: an
 // apply only ever changes their contents.
 func (d *Director) createBindMaps() error {
-	for _, outer := range []*ebpf.Map{d.Maps.Binds, d.Maps.BindExact} {
+	for _, outer := range []*ebpf.Map{d.Maps.Binds} {
 		for gen := uint32(0); gen < 2; gen++ {
 			var id ebpf.MapID
 			err := outer.Lookup(gen, &id)
@@ -152,11 +152,7 @@ func (d *Director) createBindMaps() error {
 			if !errors.Is(err, ebpf.ErrKeyNotExist) {
 				return err
 			}
-			name := bpf.DirectorMapBinds
-			if outer == d.Maps.BindExact {
-				name = bpf.DirectorMapBindExact
-			}
-			inner, err := ebpf.NewMap(d.spec.Maps[name].InnerMap)
+			inner, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapBinds].InnerMap)
 			if err != nil {
 				return fmt.Errorf("creating bind maps: %w", err)
 			}

@@ -67,8 +67,6 @@ func (d *Director) generation() (uint32, error) {
 // trie opens a generation's bind trie; the caller closes it.
 func (d *Director) trie(gen uint32) (*ebpf.Map, error) { return innerMap(d.Maps.Binds, gen) }
 
-// exactMap opens a generation's exact bind table; the caller closes it.
-func (d *Director) exactMap(gen uint32) (*ebpf.Map, error) { return innerMap(d.Maps.BindExact, gen) }
 
 func innerMap(outer *ebpf.Map, key uint32) (*ebpf.Map, error) {
 	var id ebpf.MapID
@@ -604,13 +602,8 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 			return fmt.Errorf("writing table registry: %w", err)
 		}
 	}
-	et, _ := buildExact(entries, slots)
-	exact, err := d.exactMap(next)
-	if err != nil {
-		return err
-	}
-	defer exact.Close()
-	if err := exact.Put(uint32(0), et); err != nil {
+	et, _ := buildExact(entries, tables, slots)
+	if err := d.Maps.BindExact.Put(next, et); err != nil {
 		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
 
