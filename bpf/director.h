@@ -37,7 +37,10 @@ struct dir_config {
 	__u8 configured;       /* 0 until the control plane has written the settings */
 	__u8 pad[2];
 	__u32 bind_gen;        /* the live bind generation, 0 or 1 */
-	__u32 pad2;
+	/* The outer IPv4 header's checksum sum over its constant words and
+	 * src_ip, unfolded; the loader derives it whenever it writes src_ip
+	 * (and at load, for a config an older version wrote). */
+	__u32 csum_base;
 };
 
 /* Address families, as GLB numbers them. */

@@ -63,7 +63,7 @@ type DirectorDirConfig struct {
 	Configured      uint8
 	Pad             [2]uint8
 	BindGen         uint32
-	Pad2            uint32
+	CsumBase        uint32
 }
 
 type DirectorDirCounter uint32

@@ -105,6 +105,10 @@ func Load(dir string) (*Director, error) {
 		d.Close()
 		return nil, err
 	}
+	if err := d.refreshConfig(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("updating the config entry: %w", err)
+	}
 	if err := d.installProgram(); err != nil {
 		d.Close()
 		return nil, err

@@ -159,10 +159,34 @@ func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) 
 		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields),
 		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1, BindGen: gen,
 	}
+	v.CsumBase = csumBase(v.SrcIp)
 	copy(v.GatewayMac[:], gateway)
 	if c.ForwardICMPEcho {
 		v.ForwardIcmpEcho = 1
 	}
+	return d.Maps.Config.Put(uint32(0), &v)
+}
+
+// csumBase is dir_config.csum_base: the one's complement sum, unfolded, of
+// the outer IPv4 header's constant words (version and IHL, DF, TTL and
+// protocol UDP) and the source address, in the byte order the program
+// reads them.
+func csumBase(src uint32) uint32 {
+	return 0x0045 + 0x0040 + 0x1140 + src&0xffff + src>>16
+}
+
+// refreshConfig rederives what the program reads from the config entry
+// but the control plane computes (csum_base), for an entry an older
+// version wrote; a new program must not read it stale.
+func (d *Director) refreshConfig() error {
+	var v bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		return err
+	}
+	if v.Configured == 0 || v.CsumBase == csumBase(v.SrcIp) {
+		return nil
+	}
+	v.CsumBase = csumBase(v.SrcIp)
 	return d.Maps.Config.Put(uint32(0), &v)
 }
 
