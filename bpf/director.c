@@ -670,15 +670,15 @@ int director(struct xdp_md *ctx)
 	__be32 hops[DIR_MAX_HOPS] = {};
 	__u64 h = hash_flow(t->hash_key, state, &f, cfg->hash_fields);
 	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
-	hops[0] = row->hops[0];
-	hops[1] = row->hops[1];
 	__u32 primary = row->primary;
+	hops[0] = t->hop_addr[primary];
+	hops[1] = t->hop_addr[row->secondary];
 	__u32 nhops = 2;
 	if (cfg->alt_hash_fields) {
 		__u64 h2 = hash_flow(t->hash_key, state, &f, cfg->alt_hash_fields);
 		struct dir_row *alt = &t->rows[h2 & DIR_ROW_MASK];
-		hops[2] = alt->hops[0];
-		hops[3] = alt->hops[1];
+		hops[2] = t->hop_addr[alt->primary];
+		hops[3] = t->hop_addr[alt->secondary];
 		nhops = 4;
 	}
 

@@ -133,9 +133,8 @@ const (
 
 type DirectorDirRow struct {
 	_         structs.HostLayout
-	Hops      [2]uint32
-	Primary   uint16
-	Secondary uint16
+	Primary   uint8
+	Secondary uint8
 }
 
 type DirectorDirTable struct {
@@ -148,6 +147,7 @@ type DirectorDirTable struct {
 	NumBinds    uint32
 	Backends    [256]DirectorDirBackend
 	Binds       [256]DirectorDirBind
+	HopAddr     [256]uint32
 	Rows        [65536]DirectorDirRow
 }
 

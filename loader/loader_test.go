@@ -72,9 +72,9 @@ func TestSharedTypeSizes(t *testing.T) {
 		{"dir_config", unsafe.Sizeof(bpf.DirectorDirConfig{}), 24},
 		{"dir_backend", unsafe.Sizeof(bpf.DirectorDirBackend{}), 20},
 		{"dir_bind", unsafe.Sizeof(bpf.DirectorDirBind{}), 24},
-		{"dir_row", unsafe.Sizeof(bpf.DirectorDirRow{}), 12},
+		{"dir_row", unsafe.Sizeof(bpf.DirectorDirRow{}), 2},
 		{"dir_bind_key", unsafe.Sizeof(bpf.DirectorDirBindKey{}), 24},
-		{"dir_table", unsafe.Sizeof(bpf.DirectorDirTable{}), 16 + 64 + 4 + 4 + 4 + 4 + 256*20 + 256*24 + 65536*12},
+		{"dir_table", unsafe.Sizeof(bpf.DirectorDirTable{}), 16 + 64 + 4 + 4 + 4 + 4 + 256*20 + 256*24 + 256*4 + 65536*2},
 		{"dir_counters", unsafe.Sizeof(bpf.DirectorDirCounters{}), 8 * uintptr(bpf.DirectorDirCounterDIR_C_MAX)},
 	} {
 		if c.got != c.want {

@@ -162,7 +162,6 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Directo
 	if len(t.Backends) > DirMaxBackends || len(t.Binds) > len(dt.Binds) {
 		return nil, errors.New("too many backends or binds")
 	}
-	hop := make([]uint32, len(t.Backends))
 	for i, b := range t.Backends {
 		fam, addr := putAddr(b.IP)
 		var healthy uint8
@@ -171,8 +170,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Directo
 		}
 		dt.Backends[i] = bpf.DirectorDirBackend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i]}
 		if b.IP.Is4() {
-			v := b.IP.As4()
-			hop[i] = nativeFromBE(v)
+			dt.HopAddr[stat[i]] = nativeFromBE(b.IP.As4())
 		}
 	}
 	for i, b := range t.Binds {
@@ -181,10 +179,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Directo
 			Proto: uint8(b.Proto), PortStart: b.PortStart, PortEnd: b.PortEnd}
 	}
 	for r, row := range t.Rows {
-		dt.Rows[r] = bpf.DirectorDirRow{
-			Hops:    [2]uint32{hop[row.Primary], hop[row.Secondary]},
-			Primary: uint16(stat[row.Primary]), Secondary: uint16(stat[row.Secondary]),
-		}
+		dt.Rows[r] = bpf.DirectorDirRow{Primary: stat[row.Primary], Secondary: stat[row.Secondary]}
 	}
 	return dt, nil
 }
@@ -207,7 +202,6 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 	for i := range byStat {
 		byStat[i] = -1
 	}
-	hops := make([]uint32, dt.NumBackends)
 	for i := 0; i < int(dt.NumBackends); i++ {
 		b := dt.Backends[i]
 		a, err := addrOf(b.Family, b.Addr)
@@ -216,9 +210,13 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 		}
 		t.Backends = append(t.Backends, table.Backend{IP: a, State: table.State(b.State), Healthy: b.Healthy == 1})
 		lt.Stat = append(lt.Stat, b.Stat)
+		if byStat[b.Stat] >= 0 {
+			return nil, fmt.Errorf("corrupt table: backends %d and %d share counter %d", byStat[b.Stat], i, b.Stat)
+		}
 		byStat[b.Stat] = int32(i)
-		if a.Is4() {
-			hops[i] = nativeFromBE(a.As4())
+		// The addresses packets are sent to: check they agree with the list.
+		if a.Is4() && dt.HopAddr[b.Stat] != nativeFromBE(a.As4()) {
+			return nil, fmt.Errorf("corrupt table: the hop address of backend %d (%s) disagrees with it", i, a)
 		}
 	}
 	for i := 0; i < int(dt.NumBinds); i++ {
@@ -232,16 +230,9 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 	}
 	for r := range t.Rows {
 		row := &dt.Rows[r]
-		var p, s int32 = -1, -1
-		if row.Primary < DirMaxBackends && row.Secondary < DirMaxBackends {
-			p, s = byStat[row.Primary], byStat[row.Secondary]
-		}
+		p, s := byStat[row.Primary], byStat[row.Secondary]
 		if p < 0 || s < 0 {
 			return nil, fmt.Errorf("corrupt table: row %#x names counter %d/%d of no backend", r, row.Primary, row.Secondary)
-		}
-		// The hops are what packets use: check they agree with the list.
-		if hops[p] != row.Hops[0] || hops[s] != row.Hops[1] {
-			return nil, fmt.Errorf("corrupt table: row %#x hops disagree with its backends", r)
 		}
 		t.Rows[r] = table.Row{Primary: uint32(p), Secondary: uint32(s)}
 	}
