@@ -347,14 +347,34 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 				r.Touch(at+touchAhead, touchAhead)
 				for i := range buf {
 					p := &buf[i]
-					a.Captured(len(p.Frame), p.Truncated)
-					res := cur.Classify(p.Frame)
-					modelSample(&s, p, &res)
-					a.Add(&s)
-					if nw != nil {
-						res := nw.Classify(p.Frame)
+					n := len(p.Frame)
+					a.Captured(n, p.Truncated)
+					// Most packets belong to a flow already seen: their
+					// fate is the flow's, and counting them is an add.
+					switch id, reason := cur.Flow(p.Frame); {
+					case id == 0:
+						a.CountOther(n, reason)
+					case id < 0 || !a.CountFlow(id, n):
+						var res model.Result
+						if id < 0 {
+							res = cur.Classify(p.Frame)
+						} else {
+							res = cur.FlowResult(id)
+						}
 						modelSample(&s, p, &res)
-						a.AddAgainst(&s)
+						a.Add(&s)
+					}
+					if nw != nil {
+						if id, _ := nw.Flow(p.Frame); id != 0 && !a.SeenAgainst(id) {
+							var res model.Result
+							if id < 0 {
+								res = nw.Classify(p.Frame)
+							} else {
+								res = nw.FlowResult(id)
+							}
+							modelSample(&s, p, &res)
+							a.AddAgainst(&s)
+						}
 					}
 				}
 				read.Add(uint64(len(buf)))

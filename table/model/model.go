@@ -147,8 +147,7 @@ func (c *Classifier) Classify(frame []byte) Result {
 	if reason != 0 {
 		return passed(frame, reason, false, &f)
 	}
-	k := flowKey{client: f.client.As16(), vip: f.vip.As16(), clientPort: f.clientPort, vipPort: f.vipPort,
-		proto: f.proto, echo: f.echo, v4: f.client.Is4()}
+	k := keyOf(&f)
 	rec, id, slot := c.flows.find(&k)
 	if rec != nil {
 		r := c.recall(&rec.fate, frame, &f, l2len, ipLen)
@@ -157,21 +156,68 @@ func (c *Classifier) Classify(frame []byte) Result {
 	}
 	r := c.d.steer(frame, &f, l2len, ipLen, v6, false, c.resolve)
 	if c.flows.recs.Len() < maxFlows {
-		ft := fate{verdict: uint8(r.Verdict), reason: uint8(r.Reason)}
-		if r.Verdict == XDPTX {
-			t := c.d.Tables[r.Table]
-			ft.table = int32(r.Table)
-			row := t.Rows[r.Row]
-			ft.hops = [4]uint32{row.Primary, row.Secondary}
-			if r.AltRow >= 0 {
-				alt := t.Rows[r.AltRow]
-				ft.hops[2], ft.hops[3] = alt.Primary, alt.Secondary
-			}
-		}
-		ft.row, ft.altRow = int32(r.Row), int32(r.AltRow)
-		r.Flow = int(c.flows.insert(slot, &k, ft))
+		r.Flow = c.remember(slot, &k, &r)
 	}
 	return r
+}
+
+// Flow is the least of Classify, for replays: the number of the frame's
+// flow (Result.Flow), whose Result FlowResult gives; or 0 and the pass
+// reason of a frame that does not parse to a flow; or -1 for a flow the
+// Classifier has no room to remember, which Classify must then classify.
+func (c *Classifier) Flow(frame []byte) (id, reason int) {
+	f, l2len, ipLen, v6, reason := parseFrame(frame)
+	if reason != 0 {
+		return 0, reason
+	}
+	k := keyOf(&f)
+	rec, fid, slot := c.flows.find(&k)
+	if rec != nil {
+		return int(fid), 0
+	}
+	if c.flows.recs.Len() >= maxFlows {
+		return -1, 0
+	}
+	r := c.d.steer(frame, &f, l2len, ipLen, v6, false, c.resolve)
+	return c.remember(slot, &k, &r), 0
+}
+
+// FlowResult is the Result of a packet of flow id (from Flow or
+// Classify), without what belongs to the packet itself (Out, IPLen and
+// OuterLen are zero).
+func (c *Classifier) FlowResult(id int) Result {
+	rec := c.flows.recs.At(id - 1)
+	k := &rec.key
+	f := flow{client: netip.AddrFrom16(k.client), vip: netip.AddrFrom16(k.vip), clientPort: k.clientPort,
+		vipPort: k.vipPort, proto: k.proto, echo: k.echo}
+	if k.v4 {
+		f.client, f.vip = f.client.Unmap(), f.vip.Unmap()
+	}
+	r := c.recall(&rec.fate, nil, &f, 0, 0)
+	r.Flow, r.OuterLen = id, 0
+	return r
+}
+
+func keyOf(f *flow) flowKey {
+	return flowKey{client: f.client.As16(), vip: f.vip.As16(), clientPort: f.clientPort, vipPort: f.vipPort,
+		proto: f.proto, echo: f.echo, v4: f.client.Is4()}
+}
+
+// remember records the fate steer gave a new flow and returns its number.
+func (c *Classifier) remember(slot int, k *flowKey, r *Result) int {
+	ft := fate{verdict: uint8(r.Verdict), reason: uint8(r.Reason)}
+	if r.Verdict == XDPTX {
+		t := c.d.Tables[r.Table]
+		ft.table = int32(r.Table)
+		row := t.Rows[r.Row]
+		ft.hops = [4]uint32{row.Primary, row.Secondary}
+		if r.AltRow >= 0 {
+			alt := t.Rows[r.AltRow]
+			ft.hops[2], ft.hops[3] = alt.Primary, alt.Secondary
+		}
+	}
+	ft.row, ft.altRow = int32(r.Row), int32(r.AltRow)
+	return int(c.flows.insert(slot, k, ft))
 }
 
 // recall rebuilds the Result steer gave the flow's first packet.

@@ -28,7 +28,7 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 				dc.ForwardICMPEcho = false
 			}
 			d := model.New(dc, [6]byte{2, 0, 0, 0, 0, 9}, src.Tables)
-			c := d.NewClassifier()
+			c, c2 := d.NewClassifier(), d.NewClassifier()
 			var frames [][]byte
 			if _, err := capture.Generate(src.Config, capture.GenOptions{Flows: 300, Seed: 3}, func(_ time.Time, f []byte) error {
 				frames = append(frames, f)
@@ -53,6 +53,20 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 						t.Fatalf("%s frame %d: flow %d is %v and %v", cfg, i, got.Flow, prev, k)
 					}
 					flowOf[got.Flow] = k
+				}
+				// Flow numbers the same flows the same way, and FlowResult
+				// is the packet's Result less its own lengths and bytes.
+				id, reason := c2.Flow(f)
+				if id != got.Flow || (id == 0 && reason != want.Reason) {
+					t.Fatalf("%s alt=%v frame %d: Flow gives %d/%d, Classify %d/%d", cfg, alt, i, id, reason, got.Flow, want.Reason)
+				}
+				if id > 0 {
+					fr := c2.FlowResult(id)
+					exp := want
+					exp.Flow, exp.Out, exp.IPLen, exp.OuterLen = id, nil, 0, 0
+					if !reflect.DeepEqual(exp, fr) {
+						t.Fatalf("%s alt=%v frame %d: FlowResult\nwant %+v\ngot  %+v", cfg, alt, i, exp, fr)
+					}
 				}
 				got.Flow = 0
 				if !reflect.DeepEqual(want, got) {

@@ -211,6 +211,11 @@ type flowAgg struct {
 	key             flowKey
 	// Packets of the flow not yet counted in their row (flushRow).
 	rowCount      Count
+	// Packets CountFlow counted and fold has not yet: they fared as the
+	// flow's first, whose pass reason is reason.
+	pend   Count
+	reason int16
+	fated  bool
 	rowTable, row int32
 	rowPrimary    [4]byte
 }
@@ -281,6 +286,10 @@ func (a *Aggregator) Add(s *Sample) {
 			f.oldTX = s.TX && s.Table >= 0
 			f.table = int32(s.Table)
 			f.nOld, f.old = hops4(s.Hops)
+			f.reason = int16(s.Reason)
+			// A flow found by its id has one fate (CountFlow); one found
+			// by its key may have had packets fare differently.
+			f.fated = s.FlowID > 0 && (s.TX == f.oldTX)
 		}
 	}
 	if s.TX && s.Table >= 0 {
@@ -303,6 +312,67 @@ func (a *Aggregator) Add(s *Sample) {
 	}
 }
 
+// Replays through the model count most packets with CountFlow: what
+// happens to a packet that parses depends only on its flow, so a packet of
+// a flow already seen only adds to the flow, and the verdict, reason,
+// table and row counts are brought up to date from the flows when the
+// report is made (fold).
+
+// CountFlow counts a packet of the flow a model Classifier numbered id (a
+// Sample's FlowID), when that flow was already added (Add, with the
+// FlowID): it then returns true. It returns false for a flow not seen
+// yet: the caller adds the packet with Add, as the flow's first.
+func (a *Aggregator) CountFlow(id, bytes int) bool {
+	if id <= 0 || id >= len(a.byID) || a.byID[id] == 0 {
+		return false
+	}
+	f := a.flows.At(int(a.byID[id] - 1))
+	if !f.fated {
+		return false
+	}
+	f.pend.add(bytes)
+	return true
+}
+
+// SeenAgainst reports whether AddAgainst already had the flow numbered id
+// by the other config's Classifier: its later packets change nothing.
+func (a *Aggregator) SeenAgainst(id int) bool {
+	return id > 0 && id < len(a.byIDNew) && a.byIDNew[id] != 0
+}
+
+// CountOther counts a packet that did not parse to a flow and was passed
+// for reason.
+func (a *Aggregator) CountOther(bytes, reason int) {
+	a.verdict[0].add(bytes)
+	if reason >= 0 && reason < len(a.reason) {
+		a.reason[reason].add(bytes)
+	}
+}
+
+// fold counts a flow's pending packets as Add would have, one by one.
+func (a *Aggregator) fold(f *flowAgg) {
+	p := f.pend
+	if p.Packets == 0 {
+		return
+	}
+	f.pend = Count{}
+	f.packets += p.Packets
+	f.bytes += p.Bytes
+	if f.oldTX {
+		a.verdict[1].merge(p)
+		a.tables[f.rowTable].count.merge(p)
+		f.rowCount.merge(p)
+		return
+	}
+	a.verdict[0].merge(p)
+	if f.reason >= 0 && int(f.reason) < len(a.reason) {
+		a.reason[f.reason].merge(p)
+	}
+	if f.unmatched {
+		a.r.Unmatched.merge(p)
+	}
+}
+
 // flushRow moves what a flow counted for its row to the row.
 func (a *Aggregator) flushRow(f *flowAgg) {
 	if f.rowCount.Packets == 0 {
@@ -316,7 +386,9 @@ func (a *Aggregator) flushRow(f *flowAgg) {
 
 func (a *Aggregator) flushRows() {
 	for i := 0; i < a.flows.Len(); i++ {
-		a.flushRow(a.flows.At(i))
+		f := a.flows.At(i)
+		a.fold(f)
+		a.flushRow(f)
 	}
 }
 

@@ -101,6 +101,43 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 	if !reflect.DeepEqual(want, got) {
 		t.Fatalf("merged report differs:\nwant %+v\ngot  %+v", want, got)
 	}
+
+	// Again, counting the packets of flows already seen with CountFlow,
+	// as replay --model does.
+	for i := range ws {
+		ws[i] = worker{replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons), cur.NewClassifier(), nw.NewClassifier()}
+	}
+	counted := 0
+	for lo, chunk := 0, 0; lo < len(frames); lo, chunk = lo+97, chunk+1 {
+		w := ws[(chunk*7)%len(ws)]
+		for i := lo; i < min(lo+97, len(frames)); i++ {
+			f := frames[i]
+			w.agg.Captured(len(f), false)
+			switch id, reason := w.cur.Flow(f); {
+			case id == 0:
+				w.agg.CountOther(len(f), reason)
+			case w.agg.CountFlow(id, len(f)):
+				counted++
+			default:
+				r := w.cur.FlowResult(id)
+				w.agg.Add(sampleOf(i+1, f, &r, true))
+			}
+			if id, _ := w.new.Flow(f); id > 0 && !w.agg.SeenAgainst(id) {
+				r := w.new.FlowResult(id)
+				w.agg.AddAgainst(sampleOf(i+1, f, &r, true))
+			}
+		}
+	}
+	for _, w := range ws[1:] {
+		ws[0].agg.Merge(w.agg)
+	}
+	got = ws[0].agg.Report(20, "new")
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("report counted with CountFlow differs:\nwant %+v\ngot  %+v", want, got)
+	}
+	if counted < len(frames)/2 {
+		t.Fatalf("only %d of %d packets were counted by CountFlow", counted, len(frames))
+	}
 	if want.Against.Flows < 1500 || want.Against.PrimaryChanged.Flows == 0 || len(want.HotRows) != 20 {
 		t.Fatalf("the capture does not exercise the report: %+v", want.Against)
 	}
