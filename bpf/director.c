@@ -437,12 +437,28 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
 {
 	__u32 w0 = f->proto | (__u32)f->family << 8 | (__u32)f->vip_port << 16;
 	const __u32 *a = (const __u32 *)f->vip;
-	__u32 w1 = a[0], w2 = 0, w3 = 0, w4 = 0;
-	if (f->family != DIR_FAMILY_IPV4) {
-		w2 = a[1];
-		w3 = a[2];
-		w4 = a[3];
+	__u32 w1 = a[0];
+	if (f->family == DIR_FAMILY_IPV4) {
+		/* The other words are zero and add nothing to the hash. The
+		 * family is in the first word, and an IPv4 key's last three
+		 * are zero: two words identify an IPv4 key. */
+		__u64 hh = (__u64)w0 * DIR_EXACT_K0 + (__u64)w1 * DIR_EXACT_K1;
+		__u32 h = (__u32)(hh >> 32) ^ (__u32)hh;
+#pragma unroll
+		for (int i = 0; i < DIR_EXACT_PROBES; i++) {
+			struct dir_exact_entry *e = &et->e[(h + i) & (DIR_EXACT_SLOTS - 1)];
+			if (!e->slot_plus1)
+				return -1;
+			__u32 *ew = (__u32 *)&e->key;
+			if (ew[0] == w0 && ew[1] == w1) {
+				c->c[DIR_C_BIND_FAST]++;
+				*state = e->hash_state;
+				return e->slot_plus1 - 1;
+			}
+		}
+		return -1;
 	}
+	__u32 w2 = a[1], w3 = a[2], w4 = a[3];
 	__u32 h = exact_hash(w0, w1, w2, w3, w4);
 #pragma unroll
 	for (int i = 0; i < DIR_EXACT_PROBES; i++) {
@@ -450,8 +466,6 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
 		if (!e->slot_plus1)
 			return -1;
 		__u32 *ew = (__u32 *)&e->key;
-		/* The family is in the first word, and an IPv4 key's last three
-		 * are zero: two words identify an IPv4 key. */
 		if (ew[0] == w0 && ew[1] == w1 && ew[2] == w2 && ew[3] == w3 && ew[4] == w4) {
 			c->c[DIR_C_BIND_FAST]++;
 			*state = e->hash_state;
