@@ -96,6 +96,10 @@ func Load(dir string) (*Director, error) {
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("loading the XDP program: %+v", ve)
 		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("loading the XDP program: the maps pinned under %s were made by a build with another layout "+
+				"(run 'director unload --bpffs %s', which stops steering, then load, apply and attach again): %w", dir, dir, err)
+		}
 		return nil, fmt.Errorf("loading the XDP program: %w", err)
 	}
 	objs.XdpTxBaseline.Close() // only benchmarks use it

@@ -1,10 +1,14 @@
 package loader
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
 )
@@ -83,5 +87,26 @@ func TestSharedTypeSizes(t *testing.T) {
 	}
 	if int(bpf.DirectorDirCounterDIR_C_MAX) != len(CounterNames) {
 		t.Errorf("%d counter names for %d counters", len(CounterNames), bpf.DirectorDirCounterDIR_C_MAX)
+	}
+}
+
+// Maps pinned by a build with another layout are not silently reused: load
+// refuses and says how to start over.
+func TestLoadRefusesIncompatiblePins(t *testing.T) {
+	dir := testDir(t)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 24 * 8192, MaxEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := old.Pin(filepath.Join(dir, bpf.DirectorMapBindExact)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(dir)
+	if err == nil || !strings.Contains(err.Error(), "director unload") || !errors.Is(err, ebpf.ErrMapIncompatible) {
+		t.Fatalf("load over an incompatible pin: %v", err)
 	}
 }

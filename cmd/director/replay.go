@@ -279,50 +279,39 @@ func (rp *replayer) finish(e *env, agg *replay.Aggregator, vr *replay.VerifyRepo
 	return rep
 }
 
-// modelChunk is how many packets a model worker reads at a time: few
-// enough that they are still in its cache when it classifies them.
+// modelChunk is how many packets the model replay's reader hands another
+// worker at a time.
 const modelChunk = 256
 
-// touchAhead is how far ahead of the reading a worker touches the mapped
-// capture: about the bytes of a chunk or two.
-const touchAhead = 128 << 10
-
-// runModel replays through the Go model alone. Every CPU runs a worker
-// that takes the next chunk of the capture (reading is serialized),
-// classifies it while it is hot in its cache, and counts it in its own
-// aggregator; the aggregators are merged at the end. Nothing is shared
-// per packet.
+// runModel replays through the Go model alone. The first worker reads
+// the capture and parses every packet; flows are shared out among the
+// workers by a hash of their keys, the reader keeping a smaller share for
+// itself. Each flow is thus classified and counted by one worker only,
+// with its own Classifiers and aggregator, and the aggregators merge
+// without looking flows up. Reading stays on one CPU, with its buffers.
 func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay.Aggregator, progress bool) (*replay.Aggregator, error) {
 	r.ShareFrames()
-	var (
-		mu      sync.Mutex // guards r, readErr and done
-		readErr error
-		done    bool
-		read    atomic.Uint64
-	)
-	next := func(buf []capture.Packet) ([]capture.Packet, int) {
-		buf = buf[:0]
-		mu.Lock()
-		defer mu.Unlock()
-		for !done && len(buf) < modelChunk {
-			p, err := r.Read()
-			if err != nil {
-				if err != io.EOF {
-					readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
-				}
-				done = true
-				break
-			}
-			buf = append(buf, p)
-		}
-		return buf, r.Offset()
-	}
 	n := runtime.GOMAXPROCS(0)
 	aggs := make([]*replay.Aggregator, n)
 	aggs[0] = agg
 	for i := 1; i < n; i++ {
 		aggs[i] = replay.NewAggregator("", "", nil, loader.CounterNames)
 	}
+	// Shards: the reader gets one, every other worker two.
+	shards := uint64(2*n - 1)
+	owner := func(h uint64) int { return int((h%shards + 1) / 2) }
+
+	type item struct {
+		frame  []byte
+		n      int
+		parsed model.Parsed
+	}
+	inbox := make([]chan []item, n)
+	for i := range inbox {
+		inbox[i] = make(chan []item, 64)
+	}
+	var read atomic.Uint64
+	var readErr error // the reader's; read after wg.Wait
 	var wg sync.WaitGroup
 	for w := 0; w < n; w++ {
 		wg.Add(1)
@@ -334,51 +323,84 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			if rp.new != nil {
 				nw = rp.new.model.NewClassifier()
 			}
-			buf := make([]capture.Packet, 0, modelChunk)
 			var s replay.Sample
-			for {
-				var at int
-				buf, at = next(buf)
-				if len(buf) == 0 {
-					a.Compact()
+			var pk capture.Packet
+			count := func(frame []byte, num int, ps *model.Parsed) {
+				size := len(frame)
+				// Most packets belong to a flow already seen: their fate
+				// is the flow's, and counting them is an add.
+				id, _ := cur.FlowOf(frame, ps)
+				if id < 0 || !a.CountFlow(id, size) {
+					var res model.Result
+					if id < 0 {
+						res = cur.Classify(frame)
+					} else {
+						res = cur.FlowResult(id)
+					}
+					pk = capture.Packet{N: num, Frame: frame}
+					modelSample(&s, &pk, &res)
+					a.Add(&s)
+				}
+				if nw == nil || (id > 0 && a.SeenAgainstFlow(id)) {
 					return
 				}
-				// What the other workers read next: bring it in now.
-				r.Touch(at+touchAhead, touchAhead)
-				for i := range buf {
-					p := &buf[i]
-					n := len(p.Frame)
-					a.Captured(n, p.Truncated)
-					// Most packets belong to a flow already seen: their
-					// fate is the flow's, and counting them is an add.
-					switch id, reason := cur.Flow(p.Frame); {
-					case id == 0:
-						a.CountOther(n, reason)
-					case id < 0 || !a.CountFlow(id, n):
-						var res model.Result
-						if id < 0 {
-							res = cur.Classify(p.Frame)
-						} else {
-							res = cur.FlowResult(id)
-						}
-						modelSample(&s, p, &res)
-						a.Add(&s)
-					}
-					if nw != nil {
-						if id, _ := nw.Flow(p.Frame); id != 0 && !a.SeenAgainst(id) {
-							var res model.Result
-							if id < 0 {
-								res = nw.Classify(p.Frame)
-							} else {
-								res = nw.FlowResult(id)
-							}
-							modelSample(&s, p, &res)
-							a.AddAgainst(&s)
-						}
+				var res model.Result
+				if nid, _ := nw.FlowOf(frame, ps); nid > 0 {
+					res = nw.FlowResult(nid)
+				} else {
+					res = nw.Classify(frame)
+				}
+				pk = capture.Packet{N: num, Frame: frame}
+				modelSample(&s, &pk, &res)
+				a.AddAgainstFlow(id, &s)
+			}
+			if w > 0 {
+				for batch := range inbox[w] {
+					for i := range batch {
+						count(batch[i].frame, batch[i].n, &batch[i].parsed)
 					}
 				}
-				read.Add(uint64(len(buf)))
+				return
 			}
+			// The reader.
+			defer func() {
+				for _, c := range inbox[1:] {
+					close(c)
+				}
+			}()
+			out := make([][]item, n)
+			var ps model.Parsed
+			for {
+				p, err := r.Read()
+				if err != nil {
+					if err != io.EOF {
+						readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
+					}
+					break
+				}
+				a.Captured(len(p.Frame), p.Truncated)
+				model.Parse(p.Frame, &ps)
+				if reason := ps.Reason(); reason != 0 {
+					a.CountOther(len(p.Frame), reason)
+				} else if to := owner(ps.Hash()); to == 0 {
+					count(p.Frame, p.N, &ps)
+				} else {
+					out[to] = append(out[to], item{p.Frame, p.N, ps})
+					if len(out[to]) == modelChunk {
+						inbox[to] <- out[to]
+						out[to] = make([]item, 0, modelChunk)
+					}
+				}
+				if p.N%modelChunk == 0 {
+					read.Store(uint64(p.N))
+				}
+			}
+			for to := 1; to < n; to++ {
+				if len(out[to]) > 0 {
+					inbox[to] <- out[to]
+				}
+			}
+			read.Store(uint64(r.Count()))
 		}()
 	}
 	stop := make(chan struct{})
@@ -400,7 +422,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	wg.Wait()
 	close(stop)
 	for _, o := range aggs[1:] {
-		agg.Merge(o)
+		agg.MergeDisjoint(o)
 	}
 	return agg, readErr
 }

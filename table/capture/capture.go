@@ -161,33 +161,6 @@ func (r *Reader) mapped(data []byte) []byte {
 	return m
 }
 
-// Offset is how far into a mapped file reading has gone (0 when it is
-// not mapped).
-func (r *Reader) Offset() int {
-	if r.mem == nil {
-		return 0
-	}
-	return len(r.mem) - r.src.Len()
-}
-
-// Touch reads n bytes of a mapped file from off, a cache line at a time,
-// and may be called while another goroutine reads. Reading the capture is
-// serial; a worker that touches what comes next, outside the reader's
-// lock, takes the page faults and memory latency out of that serial part.
-func (r *Reader) Touch(off, n int) {
-	if r.mem == nil || off >= len(r.mem) {
-		return
-	}
-	end := min(off+n, len(r.mem))
-	var sink byte
-	for i := off; i < end; i += 64 {
-		sink += r.mem[i]
-	}
-	touchSink = sink
-}
-
-var touchSink byte
-
 // Read returns the next packet, or io.EOF at the end. Any other error means
 // the capture is truncated or corrupt; Count says how many packets were read.
 func (r *Reader) Read() (Packet, error) {

@@ -37,11 +37,13 @@ func (k *flowKey) hash() uint64 {
 }
 
 // find returns k's flow, or nil and the index slot it would take.
-func (t *flowTable) find(k *flowKey) (*flowRec, int32, int) {
+func (t *flowTable) find(k *flowKey) (*flowRec, int32, int) { return t.findHashed(k, k.hash()) }
+
+// findHashed is find with k.hash() already computed.
+func (t *flowTable) findHashed(k *flowKey, h uint64) (*flowRec, int32, int) {
 	if t.index == nil {
 		t.index = make([]uint64, minFlowSlots)
 	}
-	h := k.hash()
 	tag := h >> 32
 	mask := uint64(len(t.index) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {

@@ -166,20 +166,55 @@ func (c *Classifier) Classify(frame []byte) Result {
 // reason of a frame that does not parse to a flow; or -1 for a flow the
 // Classifier has no room to remember, which Classify must then classify.
 func (c *Classifier) Flow(frame []byte) (id, reason int) {
+	var p Parsed
+	Parse(frame, &p)
+	return c.FlowOf(frame, &p)
+}
+
+// Parsed is a frame parsed up to its flow, which does not depend on any
+// config: one parse serves every Classifier, and its Hash can decide
+// which of several workers counts the flow.
+type Parsed struct {
+	key          flowKey
+	hash         uint64
+	l2len, ipLen int32
+	v6           bool
+	reason       uint8
+}
+
+// Parse parses frame into p.
+func Parse(frame []byte, p *Parsed) {
 	f, l2len, ipLen, v6, reason := parseFrame(frame)
-	if reason != 0 {
-		return 0, reason
+	*p = Parsed{l2len: int32(l2len), ipLen: int32(ipLen), v6: v6, reason: uint8(reason)}
+	if reason == 0 {
+		p.key = keyOf(&f)
+		p.hash = p.key.hash()
 	}
-	k := keyOf(&f)
-	rec, fid, slot := c.flows.find(&k)
+}
+
+// Reason is the pass reason of a frame that does not parse to a flow, or 0.
+func (p *Parsed) Reason() int { return int(p.reason) }
+
+// Hash is a hash of the frame's flow as replay.FlowKey sees it (the
+// client and VIP addresses and ports, and the protocol), for frames that
+// parse.
+func (p *Parsed) Hash() uint64 { return p.hash }
+
+// FlowOf is Flow for the frame p was parsed from.
+func (c *Classifier) FlowOf(frame []byte, p *Parsed) (id, reason int) {
+	if p.reason != 0 {
+		return 0, int(p.reason)
+	}
+	rec, fid, slot := c.flows.findHashed(&p.key, p.hash)
 	if rec != nil {
 		return int(fid), 0
 	}
 	if c.flows.recs.Len() >= maxFlows {
 		return -1, 0
 	}
-	r := c.d.steer(frame, &f, l2len, ipLen, v6, false, c.resolve)
-	return c.remember(slot, &k, &r), 0
+	f := p.key.flow()
+	r := c.d.steer(frame, &f, int(p.l2len), int(p.ipLen), p.v6, false, c.resolve)
+	return c.remember(slot, &p.key, &r), 0
 }
 
 // FlowResult is the Result of a packet of flow id (from Flow or
@@ -187,15 +222,20 @@ func (c *Classifier) Flow(frame []byte) (id, reason int) {
 // OuterLen are zero).
 func (c *Classifier) FlowResult(id int) Result {
 	rec := c.flows.recs.At(id - 1)
-	k := &rec.key
+	f := rec.key.flow()
+	r := c.recall(&rec.fate, nil, &f, 0, 0)
+	r.Flow, r.OuterLen = id, 0
+	return r
+}
+
+// flow is the flow k was made from (keyOf).
+func (k *flowKey) flow() flow {
 	f := flow{client: netip.AddrFrom16(k.client), vip: netip.AddrFrom16(k.vip), clientPort: k.clientPort,
 		vipPort: k.vipPort, proto: k.proto, echo: k.echo}
 	if k.v4 {
 		f.client, f.vip = f.client.Unmap(), f.vip.Unmap()
 	}
-	r := c.recall(&rec.fate, nil, &f, 0, 0)
-	r.Flow, r.OuterLen = id, 0
-	return r
+	return f
 }
 
 func keyOf(f *flow) flowKey {

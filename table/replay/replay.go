@@ -173,6 +173,7 @@ type Aggregator struct {
 	// byID and byIDNew map Sample.FlowID to 1 + an index in flows.
 	byID, byIDNew []int32
 	unindexed     bool // flows has records flowIdx lacks (normalize)
+	keyed         bool // some records were found by their key (flow)
 	// Aggregators are filled in parallel and written for every packet:
 	// padding keeps two of them from sharing a cache line.
 	_ [128]byte
@@ -210,12 +211,12 @@ type flowAgg struct {
 	old, new        [4][4]byte
 	key             flowKey
 	// Packets of the flow not yet counted in their row (flushRow).
-	rowCount      Count
+	rowCount Count
 	// Packets CountFlow counted and fold has not yet: they fared as the
 	// flow's first, whose pass reason is reason.
-	pend   Count
-	reason int16
-	fated  bool
+	pend          Count
+	reason        int16
+	fated         bool
 	rowTable, row int32
 	rowPrimary    [4]byte
 }
@@ -281,7 +282,7 @@ func (a *Aggregator) Add(s *Sample) {
 		f.packets++
 		f.bytes += uint64(s.Bytes)
 		f.unmatched = f.unmatched || unmatched
-		if f.first == 0 {
+		if f.first == 0 || (s.N > 0 && s.N < f.first) {
 			f.first = max(s.N, 1)
 			f.oldTX = s.TX && s.Table >= 0
 			f.table = int32(s.Table)
@@ -397,12 +398,42 @@ func (a *Aggregator) AddAgainst(s *Sample) {
 	if !s.HasFlow {
 		return
 	}
-	f := a.flowOf(s, &a.byIDNew)
-	if f.firstNew == 0 {
+	a.setAgainst(a.flowOf(s, &a.byIDNew), s)
+}
+
+func (a *Aggregator) setAgainst(f *flowAgg, s *Sample) {
+	if f.firstNew == 0 || (s.N > 0 && s.N < f.firstNew) {
 		f.firstNew = max(s.N, 1)
 		f.newTX = s.TX
 		f.nNew, f.new = hops4(s.Hops)
 	}
+}
+
+// byCurID is the flow the current config's Classifier numbered id, if
+// Add has had it.
+func (a *Aggregator) byCurID(id int) *flowAgg {
+	if id <= 0 || id >= len(a.byID) || a.byID[id] == 0 {
+		return nil
+	}
+	return a.flows.At(int(a.byID[id] - 1))
+}
+
+// AddAgainstFlow is AddAgainst for a packet whose flow the current
+// config's Classifier numbered curID and Add has had: the flow is found by
+// that number, so the two configs' Classifiers need not number flows alike.
+func (a *Aggregator) AddAgainstFlow(curID int, s *Sample) {
+	if f := a.byCurID(curID); f != nil && s.HasFlow {
+		a.setAgainst(f, s)
+		return
+	}
+	a.AddAgainst(s)
+}
+
+// SeenAgainstFlow reports whether AddAgainstFlow already had the flow the
+// current config's Classifier numbered curID.
+func (a *Aggregator) SeenAgainstFlow(curID int) bool {
+	f := a.byCurID(curID)
+	return f != nil && f.firstNew != 0
 }
 
 func (a *Aggregator) table(i int) *tableAgg {
@@ -450,6 +481,7 @@ func (a *Aggregator) flow(k FlowKey) *flowAgg {
 	if !ok {
 		i = int32(a.flows.Append(flowAgg{key: fk, table: -1}))
 		a.flowIdx[fk] = i
+		a.keyed = true
 	}
 	return a.flows.At(int(i))
 }
@@ -457,11 +489,15 @@ func (a *Aggregator) flow(k FlowKey) *flowAgg {
 // Compact leaves one record per flow key, indexed, with its packets
 // counted in its row. Merge and Report compact first; aggregators filled
 // in parallel can compact in parallel before they are merged.
-func (a *Aggregator) Compact() { a.normalize() }
+func (a *Aggregator) Compact() { a.normalize(true) }
 
-func (a *Aggregator) normalize() {
+// normalize brings the counts up to date and, when index is set or
+// records may repeat a key, leaves one record per flow key in flowIdx.
+// Records made from Classifier numbers alone (none found by key) are one
+// per key: a Classifier numbers each flow key once.
+func (a *Aggregator) normalize(index bool) {
 	a.flushRows()
-	if !a.unindexed {
+	if !a.unindexed || (!index && !a.keyed) {
 		return
 	}
 	flows := a.flows
@@ -496,8 +532,34 @@ func (a *Aggregator) mergeFlow(of *flowAgg) {
 // earliest packet in either, so aggregators filled in parallel from
 // disjoint parts of a capture merge into what one would have counted.
 func (a *Aggregator) Merge(o *Aggregator) {
-	a.normalize()
-	o.normalize()
+	a.normalize(true)
+	o.normalize(true)
+	a.mergeCounts(o)
+	for i := 0; i < o.flows.Len(); i++ {
+		a.mergeFlow(o.flows.At(i))
+	}
+}
+
+// MergeDisjoint is Merge for aggregators that counted disjoint sets of
+// flows, as when each worker counts the flows a hash of their keys gives
+// it, each with its own Classifiers: the flows are appended, not looked up.
+func (a *Aggregator) MergeDisjoint(o *Aggregator) {
+	a.flushRows()
+	o.flushRows()
+	a.mergeCounts(o)
+	for i := 0; i < o.flows.Len(); i++ {
+		a.flows.Append(*o.flows.At(i))
+	}
+	if o.flows.Len() > 0 {
+		a.unindexed = true
+		a.flowIdx = map[flowKey]int32{} // rebuilt when an index is needed
+	}
+	a.keyed = a.keyed || o.keyed
+	a.byID, a.byIDNew = nil, nil
+}
+
+// mergeCounts adds o's counts (not its flows) to a's; both are flushed.
+func (a *Aggregator) mergeCounts(o *Aggregator) {
 	c := &a.r.Capture
 	c.Packets += o.r.Capture.Packets
 	c.Bytes += o.r.Capture.Bytes
@@ -522,9 +584,6 @@ func (a *Aggregator) Merge(o *Aggregator) {
 			}
 		}
 	}
-	for i := 0; i < o.flows.Len(); i++ {
-		a.mergeFlow(o.flows.At(i))
-	}
 }
 
 func (c *Count) merge(o Count) {
@@ -545,7 +604,7 @@ func (a *Aggregator) SetVerify(v *VerifyReport) { a.r.Verify = v }
 // Report finishes the report. hotRows is how many rows to list; against is
 // the other config's file name, or "" without one.
 func (a *Aggregator) Report(hotRows int, against string) *Report {
-	a.normalize()
+	a.normalize(false)
 	r := a.r
 	r.Verdicts = map[string]Count{}
 	for i, name := range []string{"pass", "tx"} {

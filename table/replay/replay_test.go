@@ -138,6 +138,39 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 	if counted < len(frames)/2 {
 		t.Fatalf("only %d of %d packets were counted by CountFlow", counted, len(frames))
 	}
+
+	// And with flows shared out by the hash of their keys, each worker
+	// counting its own (in any order), merged as disjoint.
+	for i := range ws {
+		ws[i] = worker{replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons), cur.NewClassifier(), nw.NewClassifier()}
+	}
+	var ps model.Parsed
+	for i := len(frames) - 1; i >= 0; i-- { // backwards: order must not matter
+		f := frames[i]
+		model.Parse(f, &ps)
+		if ps.Reason() != 0 {
+			ws[i%3].agg.Captured(len(f), false)
+			ws[i%3].agg.CountOther(len(f), ps.Reason())
+			continue
+		}
+		w := ws[ps.Hash()%3]
+		w.agg.Captured(len(f), false)
+		id, _ := w.cur.FlowOf(f, &ps)
+		if !w.agg.CountFlow(id, len(f)) {
+			r := w.cur.FlowResult(id)
+			w.agg.Add(sampleOf(i+1, f, &r, true))
+		}
+		nid, _ := w.new.FlowOf(f, &ps)
+		r := w.new.FlowResult(nid)
+		w.agg.AddAgainstFlow(id, sampleOf(i+1, f, &r, true))
+	}
+	for _, w := range ws[1:] {
+		ws[0].agg.MergeDisjoint(w.agg)
+	}
+	got = ws[0].agg.Report(20, "new")
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("report of disjoint workers differs:\nwant %+v\ngot  %+v", want, got)
+	}
 	if want.Against.Flows < 1500 || want.Against.PrimaryChanged.Flows == 0 || len(want.HotRows) != 20 {
 		t.Fatalf("the capture does not exercise the report: %+v", want.Against)
 	}
@@ -147,7 +180,9 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 // packet, whichever aggregator counted it.
 func TestMergeKeepsEarliestPacket(t *testing.T) {
 	k := replay.FlowKey{Client: netip.MustParseAddr("198.18.0.1"), VIP: netip.MustParseAddr("10.20.0.1"), ClientPort: 1, VIPPort: 80, Proto: 6}
-	hop := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s), netip.MustParseAddr("10.0.0.9")} }
+	hop := func(s string) []netip.Addr {
+		return []netip.Addr{netip.MustParseAddr(s), netip.MustParseAddr("10.0.0.9")}
+	}
 	s := func(n int, h string, id int) *replay.Sample {
 		return &replay.Sample{N: n, Bytes: 100, TX: true, HasFlow: true, Flow: k, FlowID: id, Table: 0, Row: 5, Hops: hop(h), Primary: hop(h)[0]}
 	}
