@@ -35,3 +35,29 @@ func BenchmarkClassifierHot(b *testing.B) {
 		c.Classify(frames[i%len(frames)])
 	}
 }
+
+// go test ./table/model -bench Parse: the config-independent parse a
+// replay's reader does for every packet.
+func BenchmarkParse(b *testing.B) {
+	frame := capturedFrame(b)
+	var p model.Parsed
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		model.Parse(frame, &p)
+	}
+}
+
+func capturedFrame(b *testing.B) []byte {
+	src, err := table.Load("../../testdata/configs/medium.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var frame []byte
+	capture.Generate(src.Config, capture.GenOptions{Flows: 1, Seed: 1}, func(_ time.Time, f []byte) error {
+		if frame == nil && len(f) > 100 {
+			frame = f
+		}
+		return nil
+	})
+	return frame
+}

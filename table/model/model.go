@@ -143,7 +143,8 @@ func (c *Classifier) resolve(f flow) (int, bool) {
 
 // Classify is Datapath.Classify, with Result.Flow numbering the flows.
 func (c *Classifier) Classify(frame []byte) Result {
-	f, l2len, ipLen, v6, reason := parseFrame(frame)
+	var f flow
+	l2len, ipLen, v6, reason := parseFrame(frame, &f)
 	if reason != 0 {
 		return passed(frame, reason, false, &f)
 	}
@@ -184,7 +185,8 @@ type Parsed struct {
 
 // Parse parses frame into p.
 func Parse(frame []byte, p *Parsed) {
-	f, l2len, ipLen, v6, reason := parseFrame(frame)
+	var f flow
+	l2len, ipLen, v6, reason := parseFrame(frame, &f)
 	*p = Parsed{l2len: int32(l2len), ipLen: int32(ipLen), v6: v6, reason: uint8(reason)}
 	if reason == 0 {
 		p.key = keyOf(&f)
@@ -340,35 +342,35 @@ func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false
 
 // parseFrame reads a frame up to its flow. A reason other than 0 is the
 // pass counter the frame is passed for (f may then be partly filled).
-func parseFrame(frame []byte) (f flow, l2len, ipLen int, v6 bool, reason int) {
+func parseFrame(frame []byte, f *flow) (l2len, ipLen int, v6 bool, reason int) {
 	if len(frame) < 14 {
-		return f, 0, 0, false, PassMalformed
+		return 0, 0, false, PassMalformed
 	}
 	etype := binary.BigEndian.Uint16(frame[12:])
 	l2len = 14
 	switch etype {
 	case 0x8100:
 		if len(frame) < 18 {
-			return f, 0, 0, false, PassMalformed
+			return 0, 0, false, PassMalformed
 		}
 		etype = binary.BigEndian.Uint16(frame[16:])
 		l2len = 18
 		if etype == 0x8100 || etype == 0x88a8 {
-			return f, 0, 0, false, PassVLAN
+			return 0, 0, false, PassVLAN
 		}
 	case 0x88a8:
-		return f, 0, 0, false, PassVLAN
+		return 0, 0, false, PassVLAN
 	}
 	switch etype {
 	case 0x0800:
-		f, ipLen, reason = parseIPv4(frame[l2len:])
+		ipLen, reason = parseIPv4(frame[l2len:], f)
 	case 0x86dd:
-		f, ipLen, reason = parseIPv6(frame[l2len:])
+		ipLen, reason = parseIPv6(frame[l2len:], f)
 		v6 = true
 	default:
-		return f, 0, 0, false, PassNotIP
+		return 0, 0, false, PassNotIP
 	}
-	return f, l2len, ipLen, v6, reason
+	return l2len, ipLen, v6, reason
 }
 
 // passed is the Result of a passed frame.
@@ -378,7 +380,8 @@ func passed(frame []byte, reason int, parsed bool, f *flow) Result {
 }
 
 func (d *Datapath) process(frame []byte, build bool, resolve func(flow) (int, bool)) Result {
-	f, l2len, ipLen, v6, reason := parseFrame(frame)
+	var f flow
+	l2len, ipLen, v6, reason := parseFrame(frame, &f)
 	if reason != 0 {
 		return passed(frame, reason, false, &f)
 	}
@@ -481,75 +484,75 @@ func parseL4(proto uint8, l4 []byte, f *flow) int {
 	return 0
 }
 
-func parseIPv4(p []byte) (f flow, ipLen, reason int) {
+func parseIPv4(p []byte, f *flow) (ipLen, reason int) {
 	if len(p) < 20 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	hl := int(p[0]&0xf) * 4
 	if p[0]>>4 != 4 || hl < 20 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	tot := int(binary.BigEndian.Uint16(p[2:]))
 	if tot < hl || tot > len(p) {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	ip := p[:tot]
 	if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
-		return f, 0, PassFragment
+		return 0, PassFragment
 	}
 	f.client = netip.AddrFrom4([4]byte(p[12:16]))
 	f.vip = netip.AddrFrom4([4]byte(p[16:20]))
 	l4 := ip[hl:]
 	switch p[9] {
 	case 6, 17:
-		return f, tot, parseL4(p[9], l4, &f)
+		return tot, parseL4(p[9], l4, f)
 	case 1:
 	default:
-		return f, 0, PassProto
+		return 0, PassProto
 	}
 	if len(l4) < 8 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	switch l4[0] {
 	case 8: // echo request
 		f.proto, f.echo = 1, true
-		return f, tot, 0
+		return tot, 0
 	case 3: // destination unreachable
 	default:
-		return f, 0, PassProto
+		return 0, PassProto
 	}
 	q := l4[8:]
 	if len(q) < 20 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	qhl := int(q[0]&0xf) * 4
 	if q[0]>>4 != 4 || qhl < 20 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	if q[9] != 6 && q[9] != 17 {
-		return f, 0, PassProto
+		return 0, PassProto
 	}
 	f.vip = netip.AddrFrom4([4]byte(q[12:16]))
 	f.client = netip.AddrFrom4([4]byte(q[16:20]))
 	f.proto = q[9]
-	if qhl > len(q) || !ports(q[qhl:], true, &f) {
-		return f, 0, PassMalformed
+	if qhl > len(q) || !ports(q[qhl:], true, f) {
+		return 0, PassMalformed
 	}
-	return f, tot, 0
+	return tot, 0
 }
 
 func isExt(nh uint8) bool { return nh == 0 || nh == 43 || nh == 60 }
 
-func parseIPv6(p []byte) (f flow, ipLen, reason int) {
+func parseIPv6(p []byte, f *flow) (ipLen, reason int) {
 	if len(p) < 40 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	if p[0]>>4 != 6 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	tot := 40 + int(binary.BigEndian.Uint16(p[4:]))
 	if tot > len(p) {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	ip := p[:tot]
 	f.client = netip.AddrFrom16([16]byte(p[8:24]))
@@ -558,56 +561,56 @@ func parseIPv6(p []byte) (f flow, ipLen, reason int) {
 	off := 40
 	for i := 0; i < 4 && isExt(nh); i++ {
 		if off+2 > tot {
-			return f, 0, PassMalformed
+			return 0, PassMalformed
 		}
 		nh = ip[off]
 		off += (int(ip[off+1]) + 1) * 8
 	}
 	if isExt(nh) {
-		return f, 0, PassIPv6Ext
+		return 0, PassIPv6Ext
 	}
 	if nh == 44 {
-		return f, 0, PassFragment
+		return 0, PassFragment
 	}
 	if off > tot {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	l4 := ip[off:]
 	switch nh {
 	case 6, 17:
-		return f, tot, parseL4(nh, l4, &f)
+		return tot, parseL4(nh, l4, f)
 	case 58:
 	default:
-		return f, 0, PassProto
+		return 0, PassProto
 	}
 	if len(l4) < 8 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	switch l4[0] {
 	case 128: // echo request
 		f.proto, f.echo = 58, true
-		return f, tot, 0
+		return tot, 0
 	case 2: // packet too big
 	default:
-		return f, 0, PassProto
+		return 0, PassProto
 	}
 	q := l4[8:]
 	if len(q) < 40 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	if q[0]>>4 != 6 {
-		return f, 0, PassMalformed
+		return 0, PassMalformed
 	}
 	if q[6] != 6 && q[6] != 17 {
-		return f, 0, PassProto
+		return 0, PassProto
 	}
 	f.vip = netip.AddrFrom16([16]byte(q[8:24]))
 	f.client = netip.AddrFrom16([16]byte(q[24:40]))
 	f.proto = q[6]
-	if !ports(q[40:], true, &f) {
-		return f, 0, PassMalformed
+	if !ports(q[40:], true, f) {
+		return 0, PassMalformed
 	}
-	return f, tot, 0
+	return tot, 0
 }
 
 // encapsulate builds GLB's GUE packet: the L2 header with new MACs, outer
