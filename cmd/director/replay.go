@@ -285,8 +285,7 @@ const modelChunk = 256
 
 // runModel replays through the Go model alone. The first worker reads
 // the capture and parses every packet; flows are shared out among the
-// workers by a hash of their keys, the reader keeping a smaller share for
-// itself. Each flow is thus classified and counted by one worker only,
+// other workers by a hash of their keys. Each flow is thus classified and counted by one worker only,
 // with its own Classifiers and aggregator, and the aggregators merge
 // without looking flows up. Reading stays on one CPU, with its buffers.
 func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay.Aggregator, progress bool) (*replay.Aggregator, error) {
@@ -297,9 +296,12 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	for i := 1; i < n; i++ {
 		aggs[i] = replay.NewAggregator("", "", nil, loader.CounterNames)
 	}
-	// Shards: the reader gets one, every other worker two.
-	shards := uint64(2*n - 1)
-	owner := func(h uint64) int { return int((h%shards + 1) / 2) }
+	// Reading is the part that cannot be shared, so the reader counts no
+	// flows unless it is alone.
+	owner := func(uint64) int { return 0 }
+	if n > 1 {
+		owner = func(h uint64) int { return 1 + int(h%uint64(n-1)) }
+	}
 
 	type item struct {
 		frame  []byte
