@@ -67,7 +67,6 @@ func (d *Director) generation() (uint32, error) {
 // trie opens a generation's bind trie; the caller closes it.
 func (d *Director) trie(gen uint32) (*ebpf.Map, error) { return innerMap(d.Maps.Binds, gen) }
 
-
 func innerMap(outer *ebpf.Map, key uint32) (*ebpf.Map, error) {
 	var id ebpf.MapID
 	if err := outer.Lookup(key, &id); err != nil {
