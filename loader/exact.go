@@ -2,7 +2,6 @@ package loader
 
 import (
 	"encoding/binary"
-	"math/bits"
 	"net/netip"
 
 	"github.com/director/director/bpf"
@@ -55,24 +54,11 @@ func buildExact(entries []table.BindEntry, tables []*table.Table, slots []int) (
 		for i := uint32(0); i < exactProbes; i++ {
 			s := &t.E[(h+i)&(exactSlots-1)]
 			if s.SlotPlus1 == 0 {
-				*s = bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1, HashState: hashState(tables[e.Table].HashKey)}
+				*s = bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1, HashState: table.FlowHashState(tables[e.Table].HashKey)}
 				placed++
 				break
 			}
 		}
 	}
 	return t, placed
-}
-
-// hashState is dir_exact_entry.hash_state for a key: SipHash's initial
-// state, then the first half of the first round, which does not involve
-// the message (director.h).
-func hashState(key table.Key) [4]uint64 {
-	k0, k1 := binary.LittleEndian.Uint64(key[0:]), binary.LittleEndian.Uint64(key[8:])
-	v0, v1 := k0^0x736f6d6570736575, k1^0x646f72616e646f6d
-	v2, v3 := k0^0x6c7967656e657261, k1^0x7465646279746573
-	v0 += v1
-	v1 = bits.RotateLeft64(v1, 13) ^ v0
-	v0 = bits.RotateLeft64(v0, 32)
-	return [4]uint64{v0, v1, v2, v3}
 }

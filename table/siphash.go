@@ -38,6 +38,19 @@ func (s *sipState) round() {
 	s.v2 = bits.RotateLeft64(s.v2, 32)
 }
 
+// FlowHashState is SipHash-2-4's state for key after initialization and
+// the half of the first round that involves no message: v0 and v1 after
+// "v0 += v1; v1 = rotl(v1, 13) ^ v0; v0 = rotl(v0, 32)", v2 and v3 as
+// initialized. The datapath keeps it with each exact bind, so that a
+// packet's flow hash need not wait for the key.
+func FlowHashState(key Key) [4]uint64 {
+	s := newSip(keyWords(key))
+	s.v0 += s.v1
+	s.v1 = bits.RotateLeft64(s.v1, 13) ^ s.v0
+	s.v0 = bits.RotateLeft64(s.v0, 32)
+	return [4]uint64{s.v0, s.v1, s.v2, s.v3}
+}
+
 // compress absorbs one little-endian 8-byte message word.
 func (s *sipState) compress(m uint64) {
 	s.v3 ^= m

@@ -162,16 +162,6 @@ func (c *Classifier) Classify(frame []byte) Result {
 	return r
 }
 
-// Flow is the least of Classify, for replays: the number of the frame's
-// flow (Result.Flow), whose Result FlowResult gives; or 0 and the pass
-// reason of a frame that does not parse to a flow; or -1 for a flow the
-// Classifier has no room to remember, which Classify must then classify.
-func (c *Classifier) Flow(frame []byte) (id, reason int) {
-	var p Parsed
-	Parse(frame, &p)
-	return c.FlowOf(frame, &p)
-}
-
 // Parsed is a frame parsed up to its flow, which does not depend on any
 // config: one parse serves every Classifier, and its Hash can decide
 // which of several workers counts the flow.
@@ -202,7 +192,11 @@ func (p *Parsed) Reason() int { return int(p.reason) }
 // parse.
 func (p *Parsed) Hash() uint64 { return p.hash }
 
-// FlowOf is Flow for the frame p was parsed from.
+// FlowOf is the least of Classify, for replays, on a frame Parse parsed
+// into p: the number of the frame's flow (Result.Flow), whose Result
+// FlowResult gives; or 0 and the pass reason of a frame that does not
+// parse to a flow; or -1 for a flow the Classifier has no room to
+// remember, which Classify must then classify.
 func (c *Classifier) FlowOf(frame []byte, p *Parsed) (id, reason int) {
 	if p.reason != 0 {
 		return 0, int(p.reason)
@@ -219,7 +213,7 @@ func (c *Classifier) FlowOf(frame []byte, p *Parsed) (id, reason int) {
 	return c.remember(slot, &p.key, &r), 0
 }
 
-// FlowResult is the Result of a packet of flow id (from Flow or
+// FlowResult is the Result of a packet of flow id (from FlowOf or
 // Classify), without what belongs to the packet itself (Out, IPLen and
 // OuterLen are zero).
 func (c *Classifier) FlowResult(id int) Result {

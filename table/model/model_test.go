@@ -54,11 +54,13 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 					}
 					flowOf[got.Flow] = k
 				}
-				// Flow numbers the same flows the same way, and FlowResult
+				// FlowOf numbers the same flows the same way, and FlowResult
 				// is the packet's Result less its own lengths and bytes.
-				id, reason := c2.Flow(f)
+				var ps model.Parsed
+				model.Parse(f, &ps)
+				id, reason := c2.FlowOf(f, &ps)
 				if id != got.Flow || (id == 0 && reason != want.Reason) {
-					t.Fatalf("%s alt=%v frame %d: Flow gives %d/%d, Classify %d/%d", cfg, alt, i, id, reason, got.Flow, want.Reason)
+					t.Fatalf("%s alt=%v frame %d: FlowOf gives %d/%d, Classify %d/%d", cfg, alt, i, id, reason, got.Flow, want.Reason)
 				}
 				if id > 0 {
 					fr := c2.FlowResult(id)

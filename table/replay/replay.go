@@ -335,12 +335,6 @@ func (a *Aggregator) CountFlow(id, bytes int) bool {
 	return true
 }
 
-// SeenAgainst reports whether AddAgainst already had the flow numbered id
-// by the other config's Classifier: its later packets change nothing.
-func (a *Aggregator) SeenAgainst(id int) bool {
-	return id > 0 && id < len(a.byIDNew) && a.byIDNew[id] != 0
-}
-
 // CountOther counts a packet that did not parse to a flow and was passed
 // for reason.
 func (a *Aggregator) CountOther(bytes, reason int) {
@@ -486,18 +480,13 @@ func (a *Aggregator) flow(k FlowKey) *flowAgg {
 	return a.flows.At(int(i))
 }
 
-// Compact leaves one record per flow key, indexed, with its packets
-// counted in its row. Merge and Report compact first; aggregators filled
-// in parallel can compact in parallel before they are merged.
-func (a *Aggregator) Compact() { a.normalize(true) }
-
-// normalize brings the counts up to date and, when index is set or
-// records may repeat a key, leaves one record per flow key in flowIdx.
-// Records made from Classifier numbers alone (none found by key) are one
-// per key: a Classifier numbers each flow key once.
-func (a *Aggregator) normalize(index bool) {
+// normalize brings the counts up to date and, when records may repeat a
+// key, leaves one record per flow key. Records made from Classifier
+// numbers alone (none found by key) are one per key: a Classifier numbers
+// each flow key once.
+func (a *Aggregator) normalize() {
 	a.flushRows()
-	if !a.unindexed || (!index && !a.keyed) {
+	if !a.unindexed || !a.keyed {
 		return
 	}
 	flows := a.flows
@@ -528,20 +517,8 @@ func (a *Aggregator) mergeFlow(of *flowAgg) {
 	}
 }
 
-// Merge adds what o counted to a. Each flow keeps its fate from its
-// earliest packet in either, so aggregators filled in parallel from
-// disjoint parts of a capture merge into what one would have counted.
-func (a *Aggregator) Merge(o *Aggregator) {
-	a.normalize(true)
-	o.normalize(true)
-	a.mergeCounts(o)
-	for i := 0; i < o.flows.Len(); i++ {
-		a.mergeFlow(o.flows.At(i))
-	}
-}
-
-// MergeDisjoint is Merge for aggregators that counted disjoint sets of
-// flows, as when each worker counts the flows a hash of their keys gives
+// MergeDisjoint adds what o counted to a, when they counted disjoint sets
+// of flows, as when each worker counts the flows a hash of their keys gives
 // it, each with its own Classifiers: the flows are appended, not looked up.
 func (a *Aggregator) MergeDisjoint(o *Aggregator) {
 	a.flushRows()
@@ -604,7 +581,7 @@ func (a *Aggregator) SetVerify(v *VerifyReport) { a.r.Verify = v }
 // Report finishes the report. hotRows is how many rows to list; against is
 // the other config's file name, or "" without one.
 func (a *Aggregator) Report(hotRows int, against string) *Report {
-	a.normalize(false)
+	a.normalize()
 	r := a.r
 	r.Verdicts = map[string]Count{}
 	for i, name := range []string{"pass", "tx"} {
