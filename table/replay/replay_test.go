@@ -127,7 +127,9 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 // packet, whatever the order they were added in.
 func TestFlowKeepsEarliestPacket(t *testing.T) {
 	k := replay.FlowKey{Client: netip.MustParseAddr("198.18.0.1"), VIP: netip.MustParseAddr("10.20.0.1"), ClientPort: 1, VIPPort: 80, Proto: 6}
-	hop := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s), netip.MustParseAddr("10.0.0.9")} }
+	hop := func(s string) []netip.Addr {
+		return []netip.Addr{netip.MustParseAddr(s), netip.MustParseAddr("10.0.0.9")}
+	}
 	s := func(n int, h string) *replay.Sample {
 		return &replay.Sample{N: n, Bytes: 100, TX: true, HasFlow: true, Flow: k, Table: 0, Row: 5, Hops: hop(h), Primary: hop(h)[0]}
 	}
