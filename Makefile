@@ -30,8 +30,9 @@ demo: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table
-	$(GO) test -run '^$$' -bench Classify ./table/model
-	$(GO) test -run '^$$' -bench Program -benchtime 300000x ./loader
+	$(GO) test -run '^$$' -bench 'Classif|Parse' ./table/model
+	$(GO) test -run '^$$' -bench Read ./table/capture
+	$(GO) test -run '^$$' -bench Program -benchtime 1000000x ./loader
 	$(GO) test -run '^$$' -bench Apply -benchtime 10x ./loader
 
 generate:
