@@ -285,9 +285,10 @@ const modelChunk = 256
 
 // runModel replays through the Go model alone. The first worker reads
 // the capture and parses every packet; flows are shared out among the
-// other workers by a hash of their keys. Each flow is thus classified and counted by one worker only,
-// with its own Classifiers and aggregator, and the aggregators merge
-// without looking flows up. Reading stays on one CPU, with its buffers.
+// other workers by a hash of their keys. Each flow is thus classified and
+// counted by one worker only, with its own Classifiers and aggregator, and
+// the aggregators merge without looking flows up. Reading stays on one
+// CPU, with its buffers.
 func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay.Aggregator, progress bool) (*replay.Aggregator, error) {
 	r.ShareFrames()
 	n := runtime.GOMAXPROCS(0)
