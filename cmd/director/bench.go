@@ -128,17 +128,27 @@ func readFrames(path string) ([][]byte, error) {
 	}
 	defer r.Close()
 	var frames [][]byte
-	for {
-		p, err := r.Read()
-		if err == io.EOF {
-			break
+	var rerr error
+	gerr := r.Guard(func() {
+		for {
+			p, err := r.Read()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				rerr = err
+				return
+			}
+			if len(p.Frame) >= 14 && len(p.Frame) <= 1518 {
+				frames = append(frames, p.Frame)
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("bench: %s: %w; %d packets read", path, err, r.Count())
-		}
-		if len(p.Frame) >= 14 && len(p.Frame) <= 1518 {
-			frames = append(frames, p.Frame)
-		}
+	})
+	if rerr == nil {
+		rerr = gerr
+	}
+	if rerr != nil {
+		return nil, fmt.Errorf("bench: %s: %w; %d packets read", path, rerr, r.Count())
 	}
 	if len(frames) == 0 {
 		return nil, fmt.Errorf("bench: %s has no frames to inject", path)

@@ -200,25 +200,31 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	batches := make(chan []capture.Packet, 2)
 	go func() {
 		defer close(batches)
-		for {
-			batch := make([]capture.Packet, 0, replayBatch)
-			for len(batch) < replayBatch {
-				p, err := r.Read()
-				if err == io.EOF {
-					break
+		// A mapped capture that shrinks faults: an error, not a crash.
+		err := r.Guard(func() {
+			for {
+				batch := make([]capture.Packet, 0, replayBatch)
+				for len(batch) < replayBatch {
+					p, err := r.Read()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
+						break
+					}
+					batch = append(batch, p)
 				}
-				if err != nil {
-					readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
-					break
+				if len(batch) > 0 {
+					batches <- batch
 				}
-				batch = append(batch, p)
+				if readErr != nil || len(batch) < replayBatch {
+					return
+				}
 			}
-			if len(batch) > 0 {
-				batches <- batch
-			}
-			if readErr != nil || len(batch) < replayBatch {
-				return
-			}
+		})
+		if err != nil {
+			readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
 		}
 	}()
 	results := make(chan job, 2)
@@ -320,102 +326,117 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	var read atomic.Uint64
 	var readErr error // the reader's; read after wg.Wait
 	var wg sync.WaitGroup
+	// worker w counts the flows it owns; worker 0 reads.
+	worker := func(w int) {
+		a := aggs[w]
+		cur := rp.cur.model.NewClassifier()
+		var nw *model.Classifier
+		if rp.new != nil {
+			nw = rp.new.model.NewClassifier()
+		}
+		var s replay.Sample
+		var pk capture.Packet
+		count := func(frame []byte, num int, ps *model.Parsed) {
+			size := len(frame)
+			// Most packets belong to a flow already seen: their fate
+			// is the flow's, and counting them is an add.
+			id, _ := cur.FlowOf(frame, ps)
+			if id < 0 || !a.CountFlow(id, size) {
+				var res model.Result
+				if id < 0 {
+					res = cur.Classify(frame)
+				} else {
+					res = cur.FlowResult(id)
+				}
+				pk = capture.Packet{N: num, Frame: frame}
+				modelSample(&s, &pk, &res)
+				a.Add(&s)
+			}
+			if nw == nil || (id > 0 && a.SeenAgainstFlow(id)) {
+				return
+			}
+			var res model.Result
+			if nid, _ := nw.FlowOf(frame, ps); nid > 0 {
+				res = nw.FlowResult(nid)
+			} else {
+				res = nw.Classify(frame)
+			}
+			pk = capture.Packet{N: num, Frame: frame}
+			modelSample(&s, &pk, &res)
+			a.AddAgainstFlow(id, &s)
+		}
+		if w > 0 {
+			for batch := range inbox[w] {
+				for i := range batch {
+					count(batch[i].frame, batch[i].n, &batch[i].parsed)
+				}
+				select {
+				case free <- batch[:0]:
+				default:
+				}
+			}
+			return
+		}
+		// The reader.
+		defer func() {
+			for _, c := range inbox[1:] {
+				close(c)
+			}
+		}()
+		out := make([][]item, n)
+		var ps model.Parsed
+		for {
+			p, err := r.Read()
+			if err != nil {
+				if err != io.EOF {
+					readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
+				}
+				break
+			}
+			a.Captured(len(p.Frame), p.Truncated)
+			model.Parse(p.Frame, &ps)
+			if reason := ps.Reason(); reason != 0 {
+				a.CountOther(len(p.Frame), reason)
+			} else if to := owner(ps.Hash()); to == 0 {
+				count(p.Frame, p.N, &ps)
+			} else {
+				out[to] = append(out[to], item{p.Frame, p.N, ps})
+				if len(out[to]) == modelChunk {
+					inbox[to] <- out[to]
+					select {
+					case out[to] = <-free:
+					default:
+						out[to] = make([]item, 0, modelChunk)
+					}
+				}
+			}
+			if p.N%modelChunk == 0 {
+				read.Store(uint64(p.N))
+			}
+		}
+		for to := 1; to < n; to++ {
+			if len(out[to]) > 0 {
+				inbox[to] <- out[to]
+			}
+		}
+		read.Store(uint64(r.Count()))
+	}
+	var faultMu sync.Mutex
+	var fault error // a worker's: the mapped capture shrank
 	for w := 0; w < n; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a := aggs[w]
-			cur := rp.cur.model.NewClassifier()
-			var nw *model.Classifier
-			if rp.new != nil {
-				nw = rp.new.model.NewClassifier()
-			}
-			var s replay.Sample
-			var pk capture.Packet
-			count := func(frame []byte, num int, ps *model.Parsed) {
-				size := len(frame)
-				// Most packets belong to a flow already seen: their fate
-				// is the flow's, and counting them is an add.
-				id, _ := cur.FlowOf(frame, ps)
-				if id < 0 || !a.CountFlow(id, size) {
-					var res model.Result
-					if id < 0 {
-						res = cur.Classify(frame)
-					} else {
-						res = cur.FlowResult(id)
-					}
-					pk = capture.Packet{N: num, Frame: frame}
-					modelSample(&s, &pk, &res)
-					a.Add(&s)
-				}
-				if nw == nil || (id > 0 && a.SeenAgainstFlow(id)) {
-					return
-				}
-				var res model.Result
-				if nid, _ := nw.FlowOf(frame, ps); nid > 0 {
-					res = nw.FlowResult(nid)
-				} else {
-					res = nw.Classify(frame)
-				}
-				pk = capture.Packet{N: num, Frame: frame}
-				modelSample(&s, &pk, &res)
-				a.AddAgainstFlow(id, &s)
-			}
-			if w > 0 {
-				for batch := range inbox[w] {
-					for i := range batch {
-						count(batch[i].frame, batch[i].n, &batch[i].parsed)
-					}
-					select {
-					case free <- batch[:0]:
-					default:
+			err := r.Guard(func() { worker(w) })
+			if err != nil {
+				faultMu.Lock()
+				fault = err
+				faultMu.Unlock()
+				if w > 0 {
+					for range inbox[w] { // let the reader finish
 					}
 				}
-				return
 			}
-			// The reader.
-			defer func() {
-				for _, c := range inbox[1:] {
-					close(c)
-				}
-			}()
-			out := make([][]item, n)
-			var ps model.Parsed
-			for {
-				p, err := r.Read()
-				if err != nil {
-					if err != io.EOF {
-						readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
-					}
-					break
-				}
-				a.Captured(len(p.Frame), p.Truncated)
-				model.Parse(p.Frame, &ps)
-				if reason := ps.Reason(); reason != 0 {
-					a.CountOther(len(p.Frame), reason)
-				} else if to := owner(ps.Hash()); to == 0 {
-					count(p.Frame, p.N, &ps)
-				} else {
-					out[to] = append(out[to], item{p.Frame, p.N, ps})
-					if len(out[to]) == modelChunk {
-						inbox[to] <- out[to]
-						select {
-						case out[to] = <-free:
-						default:
-							out[to] = make([]item, 0, modelChunk)
-						}
-					}
-				}
-				if p.N%modelChunk == 0 {
-					read.Store(uint64(p.N))
-				}
-			}
-			for to := 1; to < n; to++ {
-				if len(out[to]) > 0 {
-					inbox[to] <- out[to]
-				}
-			}
-			read.Store(uint64(r.Count()))
 		}()
 	}
 	stop := make(chan struct{})
@@ -438,6 +459,9 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	close(stop)
 	for _, o := range aggs[1:] {
 		agg.MergeDisjoint(o)
+	}
+	if fault != nil && readErr == nil {
+		readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, fault, r.Count())
 	}
 	return agg, readErr
 }

@@ -163,6 +163,7 @@ func (r *Reader) mapped(data []byte) []byte {
 
 // Read returns the next packet, or io.EOF at the end. Any other error means
 // the capture is truncated or corrupt; Count says how many packets were read.
+// A mapped file that shrinks while it is read faults: read under Guard.
 func (r *Reader) Read() (Packet, error) {
 	var data []byte
 	var ci gopacket.CaptureInfo

@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net/netip"
 	"os"
@@ -290,4 +291,60 @@ func TestShareFrames(t *testing.T) {
 	if _, err := r.Read(); err != io.EOF {
 		t.Fatalf("after the last packet: %v", err)
 	}
+}
+
+// A mapped capture that shrinks under the reader is an error under Guard,
+// not a crash, for the reader and for shared frames alike.
+func TestGuardShrinkingCapture(t *testing.T) {
+	var frames [][]byte
+	for i := 0; i < 200; i++ {
+		frames = append(frames, pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.20.0.1"), 17, pkt.UDP(uint16(i), 53, make([]byte, 1000)), pkt.V4Opts{})))
+	}
+	path := t.TempDir() + "/c.pcap"
+	if err := os.WriteFile(path, pcapOf(t, layers.LinkTypeEthernet, false, frames...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.ShareFrames()
+	first, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	var sum byte
+	err = r.Guard(func() {
+		for _, b := range first.Frame {
+			sum += b
+		}
+	})
+	if !errors.Is(err, ErrChanged) {
+		t.Fatalf("touching a shared frame of a shrunk capture: %v", err)
+	}
+	err = r.Guard(func() {
+		for {
+			if _, err := r.Read(); err != nil {
+				t.Fatalf("reading a shrunk capture returned %v instead of faulting", err)
+			}
+		}
+	})
+	if !errors.Is(err, ErrChanged) {
+		t.Fatalf("reading a shrunk capture: %v", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Guard swallowed a fault outside the mapping")
+			}
+		}()
+		r.Guard(func() {
+			var p *Packet
+			_ = p.N // a fault outside the mapping: a bug, not the capture
+		})
+	}()
 }
