@@ -2,6 +2,7 @@ package loader
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/pkt"
 )
 
 // testDir gives a test its own pin directory under /sys/fs/bpf and
@@ -108,5 +110,38 @@ func TestLoadRefusesIncompatiblePins(t *testing.T) {
 	_, err = Load(dir)
 	if err == nil || !strings.Contains(err.Error(), "director unload") || !errors.Is(err, ebpf.ErrMapIncompatible) {
 		t.Fatalf("load over an incompatible pin: %v", err)
+	}
+}
+
+// A config entry an older version wrote (no csum_base) is brought up to
+// date when a new program is loaded over it, before it steers a packet.
+func TestLoadRefreshesConfig(t *testing.T) {
+	d := loadTest(t)
+	dc := directorConfig()
+	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+		t.Fatal(err)
+	}
+	var v bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		t.Fatal(err)
+	}
+	want := v.CsumBase
+	if want == 0 || want != csumBase(v.SrcIp) {
+		t.Fatalf("SetConfig wrote csum_base %#x", want)
+	}
+	v.CsumBase = 0
+	if err := d.Maps.Config.Put(uint32(0), &v); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := Load(d.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if err := d2.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.CsumBase != want {
+		t.Fatalf("after load, csum_base is %#x, want %#x", v.CsumBase, want)
 	}
 }
