@@ -335,7 +335,6 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			nw = rp.new.model.NewClassifier()
 		}
 		var s replay.Sample
-		var pk capture.Packet
 		count := func(frame []byte, num int, ps *model.Parsed) {
 			size := len(frame)
 			// Most packets belong to a flow already seen: their fate
@@ -348,8 +347,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 				} else {
 					res = cur.FlowResult(id)
 				}
-				pk = capture.Packet{N: num, Frame: frame}
-				modelSample(&s, &pk, &res)
+				replay.FromModel(&s, num, size, &res)
 				a.Add(&s)
 			}
 			if nw == nil || (id > 0 && a.SeenAgainstFlow(id)) {
@@ -361,8 +359,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			} else {
 				res = nw.Classify(frame)
 			}
-			pk = capture.Packet{N: num, Frame: frame}
-			modelSample(&s, &pk, &res)
+			replay.FromModel(&s, num, size, &res)
 			a.AddAgainstFlow(id, &s)
 		}
 		if w > 0 {
@@ -464,24 +461,6 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, fault, r.Count())
 	}
 	return agg, readErr
-}
-
-// modelSample fills s with what the model did to p.
-func modelSample(s *replay.Sample, p *capture.Packet, res *model.Result) {
-	*s = replay.Sample{N: p.N, Bytes: len(p.Frame), TX: res.Verdict == model.XDPTX, Table: -1}
-	if !s.TX {
-		s.Reason = res.Reason
-	}
-	if res.Parsed {
-		s.HasFlow = true
-		s.FlowID = res.Flow
-		s.Flow = replay.FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
-	}
-	if s.TX {
-		s.Hops = res.Hops()
-		s.Primary = res.HopList[0]
-		s.Table, s.Row = res.Table, res.Row
-	}
 }
 
 // outcome is one packet's result on one side.

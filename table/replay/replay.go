@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/director/director/table/internal/chunk"
+	"github.com/director/director/table/model"
 )
 
 // Count is packets and bytes.
@@ -49,6 +50,25 @@ type Sample struct {
 	Row     int
 	Primary netip.Addr // for TX
 	Hops    []netip.Addr
+}
+
+// FromModel fills s with what the Go model did to the packet at capture
+// position n, of bytes bytes.
+func FromModel(s *Sample, n, bytes int, res *model.Result) {
+	*s = Sample{N: n, Bytes: bytes, TX: res.Verdict == model.XDPTX, Table: -1}
+	if !s.TX {
+		s.Reason = res.Reason
+	}
+	if res.Parsed {
+		s.HasFlow = true
+		s.FlowID = res.Flow
+		s.Flow = FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
+	}
+	if s.TX {
+		s.Hops = res.Hops()
+		s.Primary = res.HopList[0]
+		s.Table, s.Row = res.Table, res.Row
+	}
 }
 
 // Report is `replay`'s document (README, "replay --json").

@@ -16,23 +16,12 @@ var reasons = []string{"processed", "matched", "encapsulated", "encap_bytes", "b
 	"pass_malformed", "pass_fragment", "pass_ipv6_ext", "pass_proto", "pass_icmp_echo_off", "pass_no_bind"}
 
 func sampleOf(n int, frame []byte, res *model.Result, withID bool) *replay.Sample {
-	s := &replay.Sample{N: n, Bytes: len(frame), TX: res.Verdict == model.XDPTX, Table: -1}
-	if !s.TX {
-		s.Reason = res.Reason
+	var s replay.Sample
+	replay.FromModel(&s, n, len(frame), res)
+	if !withID {
+		s.FlowID = 0
 	}
-	if res.Parsed {
-		s.HasFlow = true
-		if withID {
-			s.FlowID = res.Flow
-		}
-		s.Flow = replay.FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
-	}
-	if s.TX {
-		s.Hops = res.Hops()
-		s.Primary = res.HopList[0]
-		s.Table, s.Row = res.Table, res.Row
-	}
-	return s
+	return &s
 }
 
 // Aggregators filled in parallel from chunks of a capture, finding flows
