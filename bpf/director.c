@@ -428,6 +428,28 @@ static __always_inline __u32 exact_hash(__u32 w0, __u32 w1, __u32 w2, __u32 w3, 
 	return (__u32)(h >> 32) ^ (__u32)h;
 }
 
+/* probe_exact looks for the key w0..w4 from home index h. Only the first
+ * nwords words are compared: the caller passes a constant, 2 for IPv4
+ * (the family is in the first word, and an IPv4 key's last three are
+ * zero, so two words identify it) or 5. */
+static __always_inline int probe_exact(struct dir_exact_table *et, __u32 h, __u32 w0, __u32 w1, __u32 w2, __u32 w3,
+				       __u32 w4, int nwords, struct dir_counters *c, const __u64 **state)
+{
+#pragma unroll
+	for (int i = 0; i < DIR_EXACT_PROBES; i++) {
+		struct dir_exact_entry *e = &et->e[(h + i) & (DIR_EXACT_SLOTS - 1)];
+		if (!e->slot_plus1)
+			return -1;
+		__u32 *ew = (__u32 *)&e->key;
+		if (ew[0] == w0 && ew[1] == w1 && (nwords == 2 || (ew[2] == w2 && ew[3] == w3 && ew[4] == w4))) {
+			c->c[DIR_C_BIND_FAST]++;
+			*state = e->hash_state;
+			return e->slot_plus1 - 1;
+		}
+	}
+	return -1;
+}
+
 /* lookup_exact returns the table slot for a flow, or -1, and the hash
  * state of its table. The key's words are built in registers: written to
  * the stack as bytes and read back as words, they would miss store
@@ -437,42 +459,10 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
 {
 	__u32 w0 = f->proto | (__u32)f->family << 8 | (__u32)f->vip_port << 16;
 	const __u32 *a = (const __u32 *)f->vip;
-	__u32 w1 = a[0];
-	if (f->family == DIR_FAMILY_IPV4) {
-		/* The other words are zero and add nothing to the hash. The
-		 * family is in the first word, and an IPv4 key's last three
-		 * are zero: two words identify an IPv4 key. */
-		__u64 hh = (__u64)w0 * DIR_EXACT_K0 + (__u64)w1 * DIR_EXACT_K1;
-		__u32 h = (__u32)(hh >> 32) ^ (__u32)hh;
-#pragma unroll
-		for (int i = 0; i < DIR_EXACT_PROBES; i++) {
-			struct dir_exact_entry *e = &et->e[(h + i) & (DIR_EXACT_SLOTS - 1)];
-			if (!e->slot_plus1)
-				return -1;
-			__u32 *ew = (__u32 *)&e->key;
-			if (ew[0] == w0 && ew[1] == w1) {
-				c->c[DIR_C_BIND_FAST]++;
-				*state = e->hash_state;
-				return e->slot_plus1 - 1;
-			}
-		}
-		return -1;
-	}
-	__u32 w2 = a[1], w3 = a[2], w4 = a[3];
-	__u32 h = exact_hash(w0, w1, w2, w3, w4);
-#pragma unroll
-	for (int i = 0; i < DIR_EXACT_PROBES; i++) {
-		struct dir_exact_entry *e = &et->e[(h + i) & (DIR_EXACT_SLOTS - 1)];
-		if (!e->slot_plus1)
-			return -1;
-		__u32 *ew = (__u32 *)&e->key;
-		if (ew[0] == w0 && ew[1] == w1 && ew[2] == w2 && ew[3] == w3 && ew[4] == w4) {
-			c->c[DIR_C_BIND_FAST]++;
-			*state = e->hash_state;
-			return e->slot_plus1 - 1;
-		}
-	}
-	return -1;
+	if (f->family == DIR_FAMILY_IPV4)
+		/* The other words are zero and add nothing to the hash. */
+		return probe_exact(et, exact_hash(w0, a[0], 0, 0, 0), w0, a[0], 0, 0, 0, 2, c, state);
+	return probe_exact(et, exact_hash(w0, a[0], a[1], a[2], a[3]), w0, a[0], a[1], a[2], a[3], 5, c, state);
 }
 
 static __always_inline int lookup_trie(void *trie, const struct flow *f)
