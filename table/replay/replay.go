@@ -5,6 +5,7 @@
 package replay
 
 import (
+	"math"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -192,11 +193,21 @@ type Aggregator struct {
 	flows   chunk.List[flowAgg]
 	// byID and byIDNew map Sample.FlowID to 1 + an index in flows.
 	byID, byIDNew []int32
-	unindexed     bool // flows has records flowIdx lacks (normalize)
-	keyed         bool // some records were found by their key (flow)
+	// counts, by Sample.FlowID, holds what CountFlow counted and has not
+	// yet moved to the flows (foldCounts): a dense array of small
+	// records, so that counting a packet touches no flow record.
+	counts    []idCount
+	unindexed bool // flows has records flowIdx lacks (normalize)
+	keyed     bool // some records were found by their key (flow)
 	// Aggregators are filled in parallel and written for every packet:
 	// padding keeps two of them from sharing a cache line.
 	_ [128]byte
+}
+
+type idCount struct {
+	bytes   uint64
+	packets uint32
+	fated   bool // the flow's record is fated (flowAgg.fated)
 }
 
 type tableAgg struct {
@@ -312,6 +323,7 @@ func (a *Aggregator) Add(s *Sample) {
 			// by its key may have had packets fare differently.
 			f.fated = s.FlowID > 0 && (s.TX == f.oldTX)
 		}
+		a.setFated(s.FlowID, f)
 	}
 	if s.TX && s.Table >= 0 {
 		t := a.table(s.Table)
@@ -344,15 +356,45 @@ func (a *Aggregator) Add(s *Sample) {
 // FlowID): it then returns true. It returns false for a flow not seen
 // yet: the caller adds the packet with Add, as the flow's first.
 func (a *Aggregator) CountFlow(id, bytes int) bool {
-	if id <= 0 || id >= len(a.byID) || a.byID[id] == 0 {
+	if id <= 0 || id >= len(a.counts) || !a.counts[id].fated {
 		return false
+	}
+	c := &a.counts[id]
+	c.packets++
+	c.bytes += uint64(bytes)
+	if c.packets == math.MaxUint32 {
+		a.foldCount(id)
+	}
+	return true
+}
+
+// setFated keeps counts[id].fated as the flow's record has it.
+func (a *Aggregator) setFated(id int, f *flowAgg) {
+	if id > 0 {
+		for len(a.counts) <= id {
+			a.counts = append(a.counts, make([]idCount, id+1-len(a.counts))...)
+		}
+		a.counts[id].fated = f.fated
+	}
+}
+
+// foldCount moves what CountFlow counted for flow id to its record.
+func (a *Aggregator) foldCount(id int) {
+	c := &a.counts[id]
+	if c.packets == 0 {
+		return
 	}
 	f := a.flows.At(int(a.byID[id] - 1))
-	if !f.fated {
-		return false
+	f.pend.Packets += uint64(c.packets)
+	f.pend.Bytes += c.bytes
+	c.packets, c.bytes = 0, 0
+}
+
+// foldCounts moves everything CountFlow counted to the flows' records.
+func (a *Aggregator) foldCounts() {
+	for id := range a.counts {
+		a.foldCount(id)
 	}
-	f.pend.add(bytes)
-	return true
 }
 
 // CountOther counts a packet that did not parse to a flow and was passed
@@ -400,6 +442,7 @@ func (a *Aggregator) flushRow(f *flowAgg) {
 }
 
 func (a *Aggregator) flushRows() {
+	a.foldCounts()
 	for i := 0; i < a.flows.Len(); i++ {
 		f := a.flows.At(i)
 		a.fold(f)
@@ -515,7 +558,7 @@ func (a *Aggregator) normalize() {
 	for i := 0; i < flows.Len(); i++ {
 		a.mergeFlow(flows.At(i))
 	}
-	a.byID, a.byIDNew, a.unindexed = nil, nil, false
+	a.byID, a.byIDNew, a.counts, a.unindexed = nil, nil, nil, false
 }
 
 // mergeFlow adds a flow record to a's.
@@ -539,23 +582,31 @@ func (a *Aggregator) mergeFlow(of *flowAgg) {
 
 // MergeDisjoint adds what o counted to a, when they counted disjoint sets
 // of flows, as when each worker counts the flows a hash of their keys gives
-// it, each with its own Classifiers: the flows are appended, not looked up.
+// it, each with its own Classifiers: the flows are moved, not looked up.
+// o is empty afterwards.
 func (a *Aggregator) MergeDisjoint(o *Aggregator) {
-	a.flushRows()
-	o.flushRows()
+	a.foldCounts()
+	o.foldCounts()
 	a.mergeCounts(o)
+	// What flows counted and have not folded into the totals (fold,
+	// flushRow) goes with them: a folds it as its own. The smaller list is
+	// the one copied.
+	if a.flows.Len() < o.flows.Len() {
+		a.flows, o.flows = o.flows, a.flows
+	}
 	for i := 0; i < o.flows.Len(); i++ {
 		a.flows.Append(*o.flows.At(i))
 	}
-	if o.flows.Len() > 0 {
+	if o.flows.Len() > 0 || a.flows.Len() > 0 {
 		a.unindexed = true
 		a.flowIdx = map[flowKey]int32{} // rebuilt when an index is needed
 	}
 	a.keyed = a.keyed || o.keyed
-	a.byID, a.byIDNew = nil, nil
+	a.byID, a.byIDNew, a.counts = nil, nil, nil
+	o.flows, o.flowIdx, o.byID, o.byIDNew, o.counts = chunk.List[flowAgg]{}, map[flowKey]int32{}, nil, nil, nil
 }
 
-// mergeCounts adds o's counts (not its flows) to a's; both are flushed.
+// mergeCounts adds o's counts (not its flows) to a's.
 func (a *Aggregator) mergeCounts(o *Aggregator) {
 	c := &a.r.Capture
 	c.Packets += o.r.Capture.Packets

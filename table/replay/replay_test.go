@@ -67,45 +67,53 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 		agg      *replay.Aggregator
 		cur, new *model.Classifier
 	}
-	ws := make([]worker, 3)
-	// Workers, each counting the flows the hash of their keys gives it (in
-	// any order: here backwards), with the packets of known flows counted
-	// by CountFlow, merged as disjoint, as replay --model does.
-	for i := range ws {
-		ws[i] = worker{replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons), cur.NewClassifier(), nw.NewClassifier()}
-	}
-	var ps model.Parsed
-	counted := 0
-	for i := len(frames) - 1; i >= 0; i-- { // backwards: order must not matter
-		f := frames[i]
-		model.Parse(f, &ps)
-		if ps.Reason() != 0 {
-			ws[i%3].agg.Captured(len(f), false)
-			ws[i%3].agg.CountOther(len(f), ps.Reason())
-			continue
+	// owner gives a flow's worker: the first way, all share; the second,
+	// as replay --model shares out flows, the first worker counts none,
+	// so merging has the smaller aggregator take the larger's flows.
+	for _, owner := range []func(h uint64) int{
+		func(h uint64) int { return int(h % 3) },
+		func(h uint64) int { return 1 + int(h%2) },
+	} {
+		ws := make([]worker, 3)
+		// Workers, each counting the flows the hash of their keys gives it (in
+		// any order: here backwards), with the packets of known flows counted
+		// by CountFlow, merged as disjoint, as replay --model does.
+		for i := range ws {
+			ws[i] = worker{replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons), cur.NewClassifier(), nw.NewClassifier()}
 		}
-		w := ws[ps.Hash()%3]
-		w.agg.Captured(len(f), false)
-		id, _ := w.cur.FlowOf(f, &ps)
-		if w.agg.CountFlow(id, len(f)) {
-			counted++
-		} else {
-			r := w.cur.FlowResult(id)
-			w.agg.Add(sampleOf(i+1, f, &r, i%5 != 0)) // some found by key, as when a Classifier is full
+		var ps model.Parsed
+		counted := 0
+		for i := len(frames) - 1; i >= 0; i-- { // backwards: order must not matter
+			f := frames[i]
+			model.Parse(f, &ps)
+			if ps.Reason() != 0 {
+				ws[i%3].agg.Captured(len(f), false)
+				ws[i%3].agg.CountOther(len(f), ps.Reason())
+				continue
+			}
+			w := ws[owner(ps.Hash())]
+			w.agg.Captured(len(f), false)
+			id, _ := w.cur.FlowOf(f, &ps)
+			if w.agg.CountFlow(id, len(f)) {
+				counted++
+			} else {
+				r := w.cur.FlowResult(id)
+				w.agg.Add(sampleOf(i+1, f, &r, i%5 != 0)) // some found by key, as when a Classifier is full
+			}
+			nid, _ := w.new.FlowOf(f, &ps)
+			r := w.new.FlowResult(nid)
+			w.agg.AddAgainstFlow(id, sampleOf(i+1, f, &r, true))
 		}
-		nid, _ := w.new.FlowOf(f, &ps)
-		r := w.new.FlowResult(nid)
-		w.agg.AddAgainstFlow(id, sampleOf(i+1, f, &r, true))
-	}
-	for _, w := range ws[1:] {
-		ws[0].agg.MergeDisjoint(w.agg)
-	}
-	got := ws[0].agg.Report(20, "new")
-	if !reflect.DeepEqual(want, got) {
-		t.Fatalf("report of disjoint workers differs:\nwant %+v\ngot  %+v", want, got)
-	}
-	if counted < len(frames)/2 {
-		t.Fatalf("only %d of %d packets were counted by CountFlow", counted, len(frames))
+		for _, w := range ws[1:] {
+			ws[0].agg.MergeDisjoint(w.agg)
+		}
+		got := ws[0].agg.Report(20, "new")
+		if !reflect.DeepEqual(want, got) {
+			t.Fatalf("report of disjoint workers differs:\nwant %+v\ngot  %+v", want, got)
+		}
+		if counted < len(frames)/2 {
+			t.Fatalf("only %d of %d packets were counted by CountFlow", counted, len(frames))
+		}
 	}
 	if want.Against.Flows < 1500 || want.Against.PrimaryChanged.Flows == 0 || len(want.HotRows) != 20 {
 		t.Fatalf("the capture does not exercise the report: %+v", want.Against)
