@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/gopacket/gopacket"
@@ -49,6 +50,10 @@ type Reader struct {
 	Frmt  string // "pcap" or "pcapng"
 	links map[int]layers.LinkType
 	arena []byte // frames are copied here: one allocation per megabyte, not per packet
+	// populating maps the file's pages ahead of the reader (populate);
+	// Close stops it and waits before unmapping.
+	stopPopulate chan struct{}
+	populating   sync.WaitGroup
 }
 
 // Open opens a pcap or pcapng file; the format is read from its magic. A
@@ -73,6 +78,14 @@ func Open(path string) (*Reader, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	r.f, r.mem, r.src = f, mem, src
+	if mem != nil {
+		r.stopPopulate = make(chan struct{})
+		r.populating.Add(1)
+		go func() {
+			defer r.populating.Done()
+			populate(mem, r.stopPopulate)
+		}()
+	}
 	return r, nil
 }
 
@@ -132,6 +145,8 @@ func (r *Reader) checkLink(i int) error {
 // Close closes the file. Shared frames are invalid after it.
 func (r *Reader) Close() error {
 	if r.mem != nil {
+		close(r.stopPopulate)
+		r.populating.Wait()
 		unmapFile(r.mem)
 		r.mem, r.src = nil, nil
 	}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package capture
+
+func populate([]byte, <-chan struct{}) {}
