@@ -335,16 +335,17 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			nw = rp.new.model.NewClassifier()
 		}
 		var s replay.Sample
+		var res model.Result // a flow's first: FlowOf fills it once per flow
 		count := func(frame []byte, num int, ps *model.Parsed) {
 			size := len(frame)
 			// Most packets belong to a flow already seen: their fate
 			// is the flow's, and counting them is an add.
-			id, _ := cur.FlowOf(frame, ps)
+			id, _, fresh := cur.FlowOf(frame, ps, &res)
 			if id < 0 || !a.CountFlow(id, size) {
-				var res model.Result
-				if id < 0 {
+				switch {
+				case id < 0:
 					res = cur.Classify(frame)
-				} else {
+				case !fresh:
 					res = cur.FlowResult(id)
 				}
 				replay.FromModel(&s, num, size, &res)
@@ -353,11 +354,10 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			if nw == nil || (id > 0 && a.SeenAgainstFlow(id)) {
 				return
 			}
-			var res model.Result
-			if nid, _ := nw.FlowOf(frame, ps); nid > 0 {
-				res = nw.FlowResult(nid)
-			} else {
+			if nid, _, fresh := nw.FlowOf(frame, ps, &res); nid <= 0 {
 				res = nw.Classify(frame)
+			} else if !fresh {
+				res = nw.FlowResult(nid)
 			}
 			replay.FromModel(&s, num, size, &res)
 			a.AddAgainstFlow(id, &s)

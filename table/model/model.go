@@ -196,21 +196,28 @@ func (p *Parsed) Hash() uint64 { return p.hash }
 // into p: the number of the frame's flow (Result.Flow), whose Result
 // FlowResult gives; or 0 and the pass reason of a frame that does not
 // parse to a flow; or -1 for a flow the Classifier has no room to
-// remember, which Classify must then classify.
-func (c *Classifier) FlowOf(frame []byte, p *Parsed) (id, reason int) {
+// remember, which Classify must then classify. For a flow it had not seen,
+// it sets *first (when not nil) to the flow's Result, as FlowResult would
+// give it, and returns fresh true: the work is done once.
+func (c *Classifier) FlowOf(frame []byte, p *Parsed, first *Result) (id, reason int, fresh bool) {
 	if p.reason != 0 {
-		return 0, int(p.reason)
+		return 0, int(p.reason), false
 	}
 	rec, fid, slot := c.flows.findHashed(&p.key, p.hash)
 	if rec != nil {
-		return int(fid), 0
+		return int(fid), 0, false
 	}
 	if c.flows.recs.Len() >= maxFlows {
-		return -1, 0
+		return -1, 0, false
 	}
 	f := p.key.flow()
 	r := c.d.steer(frame, &f, int(p.l2len), int(p.ipLen), p.v6, false, c.resolve)
-	return c.remember(slot, &p.key, &r), 0
+	id = c.remember(slot, &p.key, &r)
+	if first != nil {
+		*first = r
+		first.Flow, first.Out, first.IPLen, first.OuterLen = id, nil, 0, 0
+	}
+	return id, 0, true
 }
 
 // FlowResult is the Result of a packet of flow id (from FlowOf or

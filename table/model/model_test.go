@@ -40,6 +40,7 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 				t.Fatal(err)
 			}
 			flowOf := map[int]any{}
+			seen := map[int]bool{} // flows FlowOf has given
 			tx := 0
 			for i, f := range frames {
 				want := d.Classify(f)
@@ -58,16 +59,25 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 				// is the packet's Result less its own lengths and bytes.
 				var ps model.Parsed
 				model.Parse(f, &ps)
-				id, reason := c2.FlowOf(f, &ps)
+				var first model.Result
+				id, reason, fresh := c2.FlowOf(f, &ps, &first)
 				if id != got.Flow || (id == 0 && reason != want.Reason) {
 					t.Fatalf("%s alt=%v frame %d: FlowOf gives %d/%d, Classify %d/%d", cfg, alt, i, id, reason, got.Flow, want.Reason)
 				}
+				if fresh != (id > 0 && !seen[id]) {
+					t.Fatalf("%s alt=%v frame %d: FlowOf says fresh %v for flow %d", cfg, alt, i, fresh, id)
+				}
 				if id > 0 {
+					seen[id] = true
 					fr := c2.FlowResult(id)
 					exp := want
 					exp.Flow, exp.Out, exp.IPLen, exp.OuterLen = id, nil, 0, 0
 					if !reflect.DeepEqual(exp, fr) {
 						t.Fatalf("%s alt=%v frame %d: FlowResult\nwant %+v\ngot  %+v", cfg, alt, i, exp, fr)
+					}
+					// A new flow's first Result is FlowResult's.
+					if fresh && !reflect.DeepEqual(exp, first) {
+						t.Fatalf("%s alt=%v frame %d: FlowOf's first Result\nwant %+v\ngot  %+v", cfg, alt, i, exp, first)
 					}
 				}
 				got.Flow = 0

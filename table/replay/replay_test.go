@@ -93,14 +93,18 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 			}
 			w := ws[owner(ps.Hash())]
 			w.agg.Captured(len(f), false)
-			id, _ := w.cur.FlowOf(f, &ps)
+			var first model.Result
+			id, _, fresh := w.cur.FlowOf(f, &ps, &first)
 			if w.agg.CountFlow(id, len(f)) {
 				counted++
 			} else {
-				r := w.cur.FlowResult(id)
+				r := first
+				if !fresh {
+					r = w.cur.FlowResult(id)
+				}
 				w.agg.Add(sampleOf(i+1, f, &r, i%5 != 0)) // some found by key, as when a Classifier is full
 			}
-			nid, _ := w.new.FlowOf(f, &ps)
+			nid, _, _ := w.new.FlowOf(f, &ps, nil)
 			r := w.new.FlowResult(nid)
 			w.agg.AddAgainstFlow(id, sampleOf(i+1, f, &r, true))
 		}
