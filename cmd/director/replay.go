@@ -292,11 +292,11 @@ const modelChunk = 256
 // runModel replays through the Go model alone. The first worker reads
 // the capture and parses every packet; flows are shared out among the
 // other workers by a hash of their keys. Each flow is thus classified and
-// counted by one worker only, with its own Classifiers and aggregator, and
-// the aggregators merge without looking flows up. Reading stays on one
-// CPU, with its buffers.
+// counted by one worker only, with its own Classifiers and aggregator,
+// and the aggregators merge without looking flows up. Reading stays on
+// one CPU, with its buffers, and the other workers get only what the
+// model needs: flows, sizes and places, not frames.
 func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay.Aggregator, progress bool) (*replay.Aggregator, error) {
-	r.ShareFrames()
 	n := runtime.GOMAXPROCS(0)
 	aggs := make([]*replay.Aggregator, n)
 	aggs[0] = agg
@@ -310,10 +310,11 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		owner = func(h uint64) int { return 1 + int(h%uint64(n-1)) }
 	}
 
+	// The reader is done with a packet when it hands it on: the frame is
+	// not needed, only its flow, size and place.
 	type item struct {
-		frame  []byte
-		n      int
-		parsed model.Parsed
+		n, size int
+		parsed  model.Parsed
 	}
 	inbox := make([]chan []item, n)
 	for i := range inbox {
@@ -336,16 +337,12 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		}
 		var s replay.Sample
 		var res model.Result // a flow's first: FlowOf fills it once per flow
-		count := func(frame []byte, num int, ps *model.Parsed) {
-			size := len(frame)
+		count := func(num, size int, ps *model.Parsed) {
 			// Most packets belong to a flow already seen: their fate
 			// is the flow's, and counting them is an add.
-			id, _, fresh := cur.FlowOf(frame, ps, &res)
+			id, _, fresh := cur.FlowOf(ps, &res)
 			if id < 0 || !a.CountFlow(id, size) {
-				switch {
-				case id < 0:
-					res = cur.Classify(frame)
-				case !fresh:
+				if !fresh {
 					res = cur.FlowResult(id)
 				}
 				replay.FromModel(&s, num, size, &res)
@@ -354,9 +351,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			if nw == nil || (id > 0 && a.SeenAgainstFlow(id)) {
 				return
 			}
-			if nid, _, fresh := nw.FlowOf(frame, ps, &res); nid <= 0 {
-				res = nw.Classify(frame)
-			} else if !fresh {
+			if nid, _, fresh := nw.FlowOf(ps, &res); !fresh {
 				res = nw.FlowResult(nid)
 			}
 			replay.FromModel(&s, num, size, &res)
@@ -365,7 +360,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		if w > 0 {
 			for batch := range inbox[w] {
 				for i := range batch {
-					count(batch[i].frame, batch[i].n, &batch[i].parsed)
+					count(batch[i].n, batch[i].size, &batch[i].parsed)
 				}
 				select {
 				case free <- batch[:0]:
@@ -383,21 +378,22 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		out := make([][]item, n)
 		var ps model.Parsed
 		for {
-			p, err := r.Read()
+			p, err := r.Next()
 			if err != nil {
 				if err != io.EOF {
 					readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
 				}
 				break
 			}
-			a.Captured(len(p.Frame), p.Truncated)
+			size := len(p.Frame)
+			a.Captured(size, p.Truncated)
 			model.Parse(p.Frame, &ps)
 			if reason := ps.Reason(); reason != 0 {
-				a.CountOther(len(p.Frame), reason)
+				a.CountOther(size, reason)
 			} else if to := owner(ps.Hash()); to == 0 {
-				count(p.Frame, p.N, &ps)
+				count(p.N, size, &ps)
 			} else {
-				out[to] = append(out[to], item{p.Frame, p.N, ps})
+				out[to] = append(out[to], item{p.N, size, ps})
 				if len(out[to]) == modelChunk {
 					inbox[to] <- out[to]
 					select {
@@ -418,22 +414,18 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		}
 		read.Store(uint64(r.Count()))
 	}
-	var faultMu sync.Mutex
-	var fault error // a worker's: the mapped capture shrank
+	var fault error // the reader's: the mapped capture shrank
 	for w := 0; w < n; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := r.Guard(func() { worker(w) })
-			if err != nil {
-				faultMu.Lock()
-				fault = err
-				faultMu.Unlock()
-				if w > 0 {
-					for range inbox[w] { // let the reader finish
-					}
-				}
+			if w > 0 {
+				worker(w) // touches no frame
+				return
 			}
+			// A mapped capture that shrinks faults: an error, not a
+			// crash. The reader's deferred close still ends the others.
+			fault = r.Guard(func() { worker(w) })
 		}()
 	}
 	stop := make(chan struct{})

@@ -50,6 +50,7 @@ type Reader struct {
 	Frmt  string // "pcap" or "pcapng"
 	links map[int]layers.LinkType
 	arena []byte // frames are copied here: one allocation per megabyte, not per packet
+	frame []byte // Next's frames with an Ethernet header added, reused
 	// populating maps the file's pages ahead of the reader (populate);
 	// Close stops it and waits before unmapping.
 	stopPopulate chan struct{}
@@ -124,7 +125,7 @@ func NewReader(rd io.Reader) (*Reader, error) {
 	if r.pcap, err = pcapgo.NewReader(br); err != nil {
 		return nil, fmt.Errorf("not a pcap or pcapng file: %w", err)
 	}
-	if _, err := wrap(r.pcap.LinkType(), nil); errors.Is(err, errUnsupported) {
+	if _, err := wrapTo(nil, r.pcap.LinkType(), nil); errors.Is(err, errUnsupported) {
 		return nil, fmt.Errorf("link type %d (%s) is not supported (Ethernet, raw IPv4/IPv6, BSD loopback, Linux SLL and SLL2 are)", r.pcap.LinkType(), r.pcap.LinkType())
 	}
 	return r, nil
@@ -135,7 +136,7 @@ func (r *Reader) checkLink(i int) error {
 	if err != nil {
 		return err
 	}
-	if _, err := wrap(ifc.LinkType, nil); errors.Is(err, errUnsupported) {
+	if _, err := wrapTo(nil, ifc.LinkType, nil); errors.Is(err, errUnsupported) {
 		return fmt.Errorf("interface %d: link type %d (%s) is not supported (Ethernet, raw IPv4/IPv6, BSD loopback, Linux SLL and SLL2 are)", i, ifc.LinkType, ifc.LinkType)
 	}
 	r.links[i] = ifc.LinkType
@@ -179,7 +180,14 @@ func (r *Reader) mapped(data []byte) []byte {
 // Read returns the next packet, or io.EOF at the end. Any other error means
 // the capture is truncated or corrupt; Count says how many packets were read.
 // A mapped file that shrinks while it is read faults: read under Guard.
-func (r *Reader) Read() (Packet, error) {
+func (r *Reader) Read() (Packet, error) { return r.read(false) }
+
+// Next is Read for a reader that is done with each packet before it asks
+// for the next: the frame it returns is valid only until then, and is
+// never copied.
+func (r *Reader) Next() (Packet, error) { return r.read(true) }
+
+func (r *Reader) read(transient bool) (Packet, error) {
 	var data []byte
 	var ci gopacket.CaptureInfo
 	var err error
@@ -210,9 +218,20 @@ func (r *Reader) Read() (Packet, error) {
 		return Packet{}, fmt.Errorf("packet %d: %w", r.n+1, err)
 	}
 	r.n++
-	frame, err := wrap(link, data)
+	var frame []byte
+	if transient {
+		frame, err = wrapTo(r.frame[:0], link, data)
+		if link != layers.LinkTypeEthernet {
+			r.frame = frame
+		}
+	} else {
+		frame, err = wrapTo(nil, link, data)
+	}
 	if err != nil {
 		return Packet{}, fmt.Errorf("packet %d: %w", r.n, err)
+	}
+	if transient {
+		return Packet{N: r.n, Time: ci.Timestamp, Frame: frame, Truncated: ci.CaptureLength < ci.Length, Length: ci.Length}, nil
 	}
 	if link == layers.LinkTypeEthernet && r.share && r.src != nil && r.pcap != nil {
 		if m := r.mapped(data); m != nil {
@@ -244,9 +263,10 @@ const (
 	linkSLL2    = 276
 )
 
-// wrap turns a packet of a link type into an Ethernet frame. With data nil
-// it only checks the link type.
-func wrap(lt layers.LinkType, data []byte) ([]byte, error) {
+// wrapTo turns a packet of a link type into an Ethernet frame: the packet
+// itself for Ethernet, else one built in dst's memory (appended to dst[:0]).
+// With data nil it only checks the link type.
+func wrapTo(dst []byte, lt layers.LinkType, data []byte) ([]byte, error) {
 	switch lt {
 	case layers.LinkTypeEthernet:
 		return data, nil
@@ -254,31 +274,31 @@ func wrap(lt layers.LinkType, data []byte) ([]byte, error) {
 		if data == nil {
 			return nil, nil
 		}
-		return ethernet(etherTypeOf(data), data), nil
+		return ethernet(dst, etherTypeOf(data), data), nil
 	case linkNull, linkLoop:
 		if data == nil {
 			return nil, nil
 		}
 		if len(data) < 4 {
-			return ethernet(0, nil), nil
+			return ethernet(dst, 0, nil), nil
 		}
-		return ethernet(etherTypeOf(data[4:]), data[4:]), nil
+		return ethernet(dst, etherTypeOf(data[4:]), data[4:]), nil
 	case layers.LinkTypeLinuxSLL:
 		if data == nil {
 			return nil, nil
 		}
 		if len(data) < 16 {
-			return ethernet(0, nil), nil
+			return ethernet(dst, 0, nil), nil
 		}
-		return ethernet(binary.BigEndian.Uint16(data[14:]), data[16:]), nil
+		return ethernet(dst, binary.BigEndian.Uint16(data[14:]), data[16:]), nil
 	case linkSLL2:
 		if data == nil {
 			return nil, nil
 		}
 		if len(data) < 20 {
-			return ethernet(0, nil), nil
+			return ethernet(dst, 0, nil), nil
 		}
-		return ethernet(binary.BigEndian.Uint16(data[0:]), data[20:]), nil
+		return ethernet(dst, binary.BigEndian.Uint16(data[0:]), data[20:]), nil
 	}
 	return nil, errUnsupported
 }
@@ -291,11 +311,13 @@ func etherTypeOf(ip []byte) uint16 {
 	return 0x0800
 }
 
-func ethernet(etype uint16, payload []byte) []byte {
-	f := make([]byte, 14, 14+len(payload))
-	copy(f, DstMAC[:])
-	copy(f[6:], SrcMAC[:])
-	binary.BigEndian.PutUint16(f[12:], etype)
+func ethernet(dst []byte, etype uint16, payload []byte) []byte {
+	if cap(dst) < 14+len(payload) {
+		dst = make([]byte, 0, max(14+len(payload), 2*cap(dst)))
+	}
+	f := append(dst[:0], DstMAC[:]...)
+	f = append(f, SrcMAC[:]...)
+	f = binary.BigEndian.AppendUint16(f, etype)
 	return append(f, payload...)
 }
 

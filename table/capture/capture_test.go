@@ -45,6 +45,7 @@ func pcapOf(t *testing.T, lt layers.LinkType, nanos bool, pkts ...[]byte) []byte
 	return b.Bytes()
 }
 
+// readAll reads a capture with Read, and checks that Next gives the same.
 func readAll(t *testing.T, data []byte) []Packet {
 	t.Helper()
 	r, err := NewReader(bytes.NewReader(data))
@@ -55,12 +56,32 @@ func readAll(t *testing.T, data []byte) []Packet {
 	for {
 		p, err := r.Read()
 		if err == io.EOF {
-			return out
+			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, p)
+	}
+	r, err = NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		p, err := r.Next()
+		if err == io.EOF {
+			if i != len(out) {
+				t.Fatalf("Next read %d packets, Read %d", i, len(out))
+			}
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i >= len(out) || !bytes.Equal(p.Frame, out[i].Frame) || p.N != out[i].N || !p.Time.Equal(out[i].Time) ||
+			p.Length != out[i].Length || p.Truncated != out[i].Truncated {
+			t.Fatalf("packet %d: Next gives %+v, Read %+v", i+1, p, out[i])
+		}
 	}
 }
 
@@ -347,4 +368,61 @@ func TestGuardShrinkingCapture(t *testing.T) {
 			_ = p.N // a fault outside the mapping: a bug, not the capture
 		})
 	}()
+}
+
+// Next reads a mapped file as Read does, and copies nothing: a frame that
+// needs an Ethernet header is built in one buffer.
+func TestNext(t *testing.T) {
+	var raw [][]byte
+	for i := 0; i < 2000; i++ {
+		raw = append(raw, pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.20.0.1"), 17, pkt.UDP(uint16(i), 53, bytes.Repeat([]byte{byte(i)}, (i*37)%1400)), pkt.V4Opts{}))
+	}
+	for _, lt := range []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeRaw} {
+		in := raw
+		if lt == layers.LinkTypeEthernet {
+			in = nil
+			for _, p := range raw {
+				in = append(in, pkt.Frame(p))
+			}
+		}
+		data := pcapOf(t, lt, true, in...)
+		want := readAll(t, data)
+		path := t.TempDir() + "/c.pcap"
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.mem == nil {
+			t.Fatal("a regular file was not mapped")
+		}
+		for i := range want {
+			p, err := r.Next()
+			if err != nil {
+				t.Fatalf("%v packet %d: %v", lt, i+1, err)
+			}
+			if !bytes.Equal(p.Frame, want[i].Frame) || p.N != want[i].N {
+				t.Fatalf("%v packet %d differs from Read's", lt, i+1)
+			}
+		}
+		if _, err := r.Next(); err != io.EOF {
+			t.Fatalf("%v after the last packet: %v", lt, err)
+		}
+		r.Close()
+		r, err = Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Next() // buffers are sized by now
+		if n := testing.AllocsPerRun(500, func() {
+			if _, err := r.Next(); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%v: Next allocates %.1f times per packet", lt, n)
+		}
+		r.Close()
+	}
 }

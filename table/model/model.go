@@ -100,6 +100,7 @@ type Classifier struct {
 	d     *Datapath
 	binds map[bindQuery]bindAnswer
 	flows flowTable
+	limit int // how many flows it remembers (maxFlows; less in tests)
 }
 
 // flowKey is a flow without pointers, for hashing.
@@ -125,7 +126,7 @@ const maxFlows = 1 << 24
 
 // NewClassifier returns a Classifier of d for use by one goroutine.
 func (d *Datapath) NewClassifier() *Classifier {
-	return &Classifier{d: d, binds: map[bindQuery]bindAnswer{}}
+	return &Classifier{d: d, binds: map[bindQuery]bindAnswer{}, limit: maxFlows}
 }
 
 func (c *Classifier) resolve(f flow) (int, bool) {
@@ -156,7 +157,7 @@ func (c *Classifier) Classify(frame []byte) Result {
 		return r
 	}
 	r := c.d.steer(frame, &f, l2len, ipLen, v6, false, c.resolve)
-	if c.flows.recs.Len() < maxFlows {
+	if c.flows.recs.Len() < c.limit {
 		r.Flow = c.remember(slot, &k, &r)
 	}
 	return r
@@ -193,13 +194,13 @@ func (p *Parsed) Reason() int { return int(p.reason) }
 func (p *Parsed) Hash() uint64 { return p.hash }
 
 // FlowOf is the least of Classify, for replays, on a frame Parse parsed
-// into p: the number of the frame's flow (Result.Flow), whose Result
-// FlowResult gives; or 0 and the pass reason of a frame that does not
-// parse to a flow; or -1 for a flow the Classifier has no room to
-// remember, which Classify must then classify. For a flow it had not seen,
-// it sets *first (when not nil) to the flow's Result, as FlowResult would
-// give it, and returns fresh true: the work is done once.
-func (c *Classifier) FlowOf(frame []byte, p *Parsed, first *Result) (id, reason int, fresh bool) {
+// into p (the frame itself is not needed): the number of the frame's flow
+// (Result.Flow), whose Result FlowResult gives; or 0 and the pass reason
+// of a frame that does not parse to a flow. For a flow it had not seen, it
+// sets *first (when not nil) to the flow's Result, as FlowResult would
+// give it, and returns fresh true: the work is done once. A flow it has
+// no room to remember is -1, with its Result in *first every time.
+func (c *Classifier) FlowOf(p *Parsed, first *Result) (id, reason int, fresh bool) {
 	if p.reason != 0 {
 		return 0, int(p.reason), false
 	}
@@ -207,15 +208,15 @@ func (c *Classifier) FlowOf(frame []byte, p *Parsed, first *Result) (id, reason 
 	if rec != nil {
 		return int(fid), 0, false
 	}
-	if c.flows.recs.Len() >= maxFlows {
-		return -1, 0, false
-	}
 	f := p.key.flow()
-	r := c.d.steer(frame, &f, int(p.l2len), int(p.ipLen), p.v6, false, c.resolve)
-	id = c.remember(slot, &p.key, &r)
+	r := c.d.steer(nil, &f, int(p.l2len), int(p.ipLen), p.v6, false, c.resolve)
+	id = -1
+	if c.flows.recs.Len() < c.limit {
+		id = c.remember(slot, &p.key, &r)
+	}
 	if first != nil {
 		*first = r
-		first.Flow, first.Out, first.IPLen, first.OuterLen = id, nil, 0, 0
+		first.Flow, first.Out, first.IPLen, first.OuterLen = max(id, 0), nil, 0, 0
 	}
 	return id, 0, true
 }

@@ -29,6 +29,9 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 			}
 			d := model.New(dc, [6]byte{2, 0, 0, 0, 0, 9}, src.Tables)
 			c, c2 := d.NewClassifier(), d.NewClassifier()
+			const flowLimit = 200 // c2 remembers fewer flows than there are
+			model.SetFlowLimit(c2, flowLimit)
+			beyond := 0
 			var frames [][]byte
 			if _, err := capture.Generate(src.Config, capture.GenOptions{Flows: 300, Seed: 3}, func(_ time.Time, f []byte) error {
 				frames = append(frames, f)
@@ -55,30 +58,38 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 					}
 					flowOf[got.Flow] = k
 				}
-				// FlowOf numbers the same flows the same way, and FlowResult
-				// is the packet's Result less its own lengths and bytes.
+				// FlowOf numbers the same flows the same way, up to its
+				// limit, and FlowResult is the packet's Result less its own
+				// lengths and bytes.
 				var ps model.Parsed
 				model.Parse(f, &ps)
 				var first model.Result
-				id, reason, fresh := c2.FlowOf(f, &ps, &first)
-				if id != got.Flow || (id == 0 && reason != want.Reason) {
+				id, reason, fresh := c2.FlowOf(&ps, &first)
+				wantID := got.Flow
+				if wantID > flowLimit {
+					wantID = -1
+				}
+				if id != wantID || (id == 0 && reason != want.Reason) {
 					t.Fatalf("%s alt=%v frame %d: FlowOf gives %d/%d, Classify %d/%d", cfg, alt, i, id, reason, got.Flow, want.Reason)
 				}
-				if fresh != (id > 0 && !seen[id]) {
+				if fresh != (id == -1 || (id > 0 && !seen[id])) {
 					t.Fatalf("%s alt=%v frame %d: FlowOf says fresh %v for flow %d", cfg, alt, i, fresh, id)
 				}
+				exp := want
+				exp.Flow, exp.Out, exp.IPLen, exp.OuterLen = max(id, 0), nil, 0, 0
 				if id > 0 {
 					seen[id] = true
-					fr := c2.FlowResult(id)
-					exp := want
-					exp.Flow, exp.Out, exp.IPLen, exp.OuterLen = id, nil, 0, 0
-					if !reflect.DeepEqual(exp, fr) {
+					if fr := c2.FlowResult(id); !reflect.DeepEqual(exp, fr) {
 						t.Fatalf("%s alt=%v frame %d: FlowResult\nwant %+v\ngot  %+v", cfg, alt, i, exp, fr)
 					}
-					// A new flow's first Result is FlowResult's.
-					if fresh && !reflect.DeepEqual(exp, first) {
-						t.Fatalf("%s alt=%v frame %d: FlowOf's first Result\nwant %+v\ngot  %+v", cfg, alt, i, exp, first)
-					}
+				}
+				// A new flow's first Result is FlowResult's; a flow
+				// past the limit has its Result every time.
+				if fresh && !reflect.DeepEqual(exp, first) {
+					t.Fatalf("%s alt=%v frame %d: FlowOf's first Result\nwant %+v\ngot  %+v", cfg, alt, i, exp, first)
+				}
+				if id == -1 {
+					beyond++
 				}
 				got.Flow = 0
 				if !reflect.DeepEqual(want, got) {
@@ -88,8 +99,8 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 					tx++
 				}
 			}
-			if tx < len(frames)/2 || len(flowOf) < 300 {
-				t.Fatalf("%s: only %d of %d frames steered, %d flows: the test is not testing", cfg, tx, len(frames), len(flowOf))
+			if tx < len(frames)/2 || len(flowOf) < 300 || beyond < 100 {
+				t.Fatalf("%s: only %d of %d frames steered, %d flows, %d past the limit: the test is not testing", cfg, tx, len(frames), len(flowOf), beyond)
 			}
 		}
 	}

@@ -94,7 +94,7 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 			w := ws[owner(ps.Hash())]
 			w.agg.Captured(len(f), false)
 			var first model.Result
-			id, _, fresh := w.cur.FlowOf(f, &ps, &first)
+			id, _, fresh := w.cur.FlowOf(&ps, &first)
 			if w.agg.CountFlow(id, len(f)) {
 				counted++
 			} else {
@@ -104,7 +104,7 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 				}
 				w.agg.Add(sampleOf(i+1, f, &r, i%5 != 0)) // some found by key, as when a Classifier is full
 			}
-			nid, _, _ := w.new.FlowOf(f, &ps, nil)
+			nid, _, _ := w.new.FlowOf(&ps, nil)
 			r := w.new.FlowResult(nid)
 			w.agg.AddAgainstFlow(id, sampleOf(i+1, f, &r, true))
 		}

@@ -1,0 +1,4 @@
+package model
+
+// SetFlowLimit makes c remember at most n flows, as if its memo were full.
+func SetFlowLimit(c *Classifier, n int) { c.limit = n }
