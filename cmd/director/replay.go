@@ -327,6 +327,35 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	var read atomic.Uint64
 	var readErr error // the reader's; read after wg.Wait
 	var wg sync.WaitGroup
+	// A worker that would wait maps the capture's pages ahead of the
+	// reader instead (Populate): work the reader would otherwise do, in
+	// page faults.
+	receive := func(c chan []item) ([]item, bool) {
+		for {
+			select {
+			case b, ok := <-c:
+				return b, ok
+			default:
+				if !r.Populate() {
+					b, ok := <-c
+					return b, ok
+				}
+			}
+		}
+	}
+	send := func(c chan []item, b []item) {
+		for {
+			select {
+			case c <- b:
+				return
+			default:
+				if !r.Populate() {
+					c <- b
+					return
+				}
+			}
+		}
+	}
 	// worker w counts the flows it owns; worker 0 reads.
 	worker := func(w int) {
 		a := aggs[w]
@@ -358,7 +387,11 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			a.AddAgainstFlow(id, &s)
 		}
 		if w > 0 {
-			for batch := range inbox[w] {
+			for {
+				batch, ok := receive(inbox[w])
+				if !ok {
+					break
+				}
 				for i := range batch {
 					count(batch[i].n, batch[i].size, &batch[i].parsed)
 				}
@@ -395,7 +428,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			} else {
 				out[to] = append(out[to], item{p.N, size, ps})
 				if len(out[to]) == modelChunk {
-					inbox[to] <- out[to]
+					send(inbox[to], out[to])
 					select {
 					case out[to] = <-free:
 					default:

@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gopacket/gopacket"
@@ -39,22 +39,19 @@ type Packet struct {
 
 // Reader reads packets from a capture file.
 type Reader struct {
-	f     *os.File
-	mem   []byte        // the file, when it is mapped
-	src   *bytes.Reader // reads mem
-	br    *bufio.Reader // what pcapgo reads from
-	share bool          // ShareFrames
-	pcap  *pcapgo.Reader
-	ng    *pcapgo.NgReader
-	n     int
-	Frmt  string // "pcap" or "pcapng"
-	links map[int]layers.LinkType
-	arena []byte // frames are copied here: one allocation per megabyte, not per packet
-	frame []byte // Next's frames with an Ethernet header added, reused
-	// populating maps the file's pages ahead of the reader (populate);
-	// Close stops it and waits before unmapping.
-	stopPopulate chan struct{}
-	populating   sync.WaitGroup
+	f         *os.File
+	mem       []byte        // the file, when it is mapped
+	src       *bytes.Reader // reads mem
+	br        *bufio.Reader // what pcapgo reads from
+	share     bool          // ShareFrames
+	pcap      *pcapgo.Reader
+	ng        *pcapgo.NgReader
+	n         int
+	Frmt      string // "pcap" or "pcapng"
+	links     map[int]layers.LinkType
+	arena     []byte       // frames are copied here: one allocation per megabyte, not per packet
+	frame     []byte       // Next's frames with an Ethernet header added, reused
+	populated atomic.Int64 // how much of mem Populate has done
 }
 
 // Open opens a pcap or pcapng file; the format is read from its magic. A
@@ -79,15 +76,29 @@ func Open(path string) (*Reader, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	r.f, r.mem, r.src = f, mem, src
-	if mem != nil {
-		r.stopPopulate = make(chan struct{})
-		r.populating.Add(1)
-		go func() {
-			defer r.populating.Done()
-			populate(mem, r.stopPopulate)
-		}()
-	}
 	return r, nil
+}
+
+// Populate maps the next megabyte of a mapped capture into the page table
+// (Linux's MADV_POPULATE_READ), so that reading it takes no page faults,
+// and reports whether there was any to do. Goroutines that would otherwise
+// wait may call it while the reader reads: a fault costs the reader more
+// than the same pages cost here, in one batch, on another CPU. It must not
+// be called after Close.
+func (r *Reader) Populate() bool {
+	const step = 1 << 20
+	if r.mem == nil {
+		return false
+	}
+	off := r.populated.Add(step) - step
+	if off >= int64(len(r.mem)) {
+		return false
+	}
+	if !populate(r.mem[off:min(off+step, int64(len(r.mem)))]) {
+		r.populated.Store(int64(len(r.mem))) // no use trying again
+		return false
+	}
+	return true
 }
 
 // ShareFrames lets the frames of an Ethernet pcap file that Open mapped
@@ -146,8 +157,6 @@ func (r *Reader) checkLink(i int) error {
 // Close closes the file. Shared frames are invalid after it.
 func (r *Reader) Close() error {
 	if r.mem != nil {
-		close(r.stopPopulate)
-		r.populating.Wait()
 		unmapFile(r.mem)
 		r.mem, r.src = nil, nil
 	}

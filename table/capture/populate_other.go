@@ -2,4 +2,4 @@
 
 package capture
 
-func populate([]byte, <-chan struct{}) {}
+func populate([]byte) bool { return false }
