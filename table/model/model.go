@@ -166,23 +166,25 @@ func (c *Classifier) Classify(frame []byte) Result {
 // Parsed is a frame parsed up to its flow, which does not depend on any
 // config: one parse serves every Classifier, and its Hash can decide
 // which of several workers counts the flow.
+// It keeps only the flow: where a frame goes depends on nothing else, and
+// replays hand it from one goroutine to another for every packet.
 type Parsed struct {
-	key          flowKey
-	hash         uint64
-	l2len, ipLen int32
-	v6           bool
-	reason       uint8
+	key    flowKey
+	hash   uint64
+	reason uint8
 }
 
 // Parse parses frame into p.
 func Parse(frame []byte, p *Parsed) {
 	var f flow
-	l2len, ipLen, v6, reason := parseFrame(frame, &f)
-	*p = Parsed{l2len: int32(l2len), ipLen: int32(ipLen), v6: v6, reason: uint8(reason)}
-	if reason == 0 {
-		p.key = keyOf(&f)
-		p.hash = p.key.hash()
+	_, _, _, reason := parseFrame(frame, &f)
+	if reason != 0 {
+		*p = Parsed{reason: uint8(reason)}
+		return
 	}
+	p.key = keyOf(&f)
+	p.hash = p.key.hash()
+	p.reason = 0
 }
 
 // Reason is the pass reason of a frame that does not parse to a flow, or 0.
@@ -209,7 +211,9 @@ func (c *Classifier) FlowOf(p *Parsed, first *Result) (id, reason int, fresh boo
 		return int(fid), 0, false
 	}
 	f := p.key.flow()
-	r := c.d.steer(nil, &f, int(p.l2len), int(p.ipLen), p.v6, false, c.resolve)
+	// The frame's lengths and family matter only to the bytes of its
+	// Result (Out, IPLen, OuterLen), which FlowOf leaves out.
+	r := c.d.steer(nil, &f, 0, 0, false, false, c.resolve)
 	id = -1
 	if c.flows.recs.Len() < c.limit {
 		id = c.remember(slot, &p.key, &r)
