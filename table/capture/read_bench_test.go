@@ -6,9 +6,14 @@ import (
 	"testing"
 )
 
-// go test ./table/capture -bench Read: reading a mapped pcap with shared
-// frames, the serial part of replay --model.
-func BenchmarkRead(b *testing.B) {
+// go test ./table/capture -bench Read: reading a mapped pcap, the serial
+// part of a replay. ReadShared is what the kernel replay does (frames
+// shared from the mapping, valid until Close); ReadNext is what replay
+// --model does (each frame valid until the next).
+func BenchmarkReadShared(b *testing.B) { benchRead(b, true) }
+func BenchmarkReadNext(b *testing.B)   { benchRead(b, false) }
+
+func benchRead(b *testing.B, shared bool) {
 	f := "../../testdata/captures/small.pcap"
 	st, err := os.Stat(f)
 	if err != nil {
@@ -21,9 +26,13 @@ func BenchmarkRead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r.ShareFrames()
+		read := r.Next
+		if shared {
+			r.ShareFrames()
+			read = r.Read
+		}
 		for {
-			if _, err := r.Read(); err == io.EOF {
+			if _, err := read(); err == io.EOF {
 				break
 			} else if err != nil {
 				b.Fatal(err)
