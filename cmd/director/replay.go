@@ -304,11 +304,9 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		aggs[i] = replay.NewAggregator("", "", nil, loader.CounterNames)
 	}
 	// Reading is the part that cannot be shared, so the reader counts no
-	// flows unless it is alone.
-	owner := func(uint64) int { return 0 }
-	if n > 1 {
-		owner = func(h uint64) int { return 1 + int(h%uint64(n-1)) }
-	}
+	// flows unless it is alone. A flow's worker is the high half of its
+	// hash scaled to the others' number: no division per packet.
+	others := uint64(max(n-1, 0))
 
 	// The reader is done with a packet when it hands it on: the frame is
 	// not needed, only its flow, size and place.
@@ -423,7 +421,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			model.Parse(p.Frame, &ps)
 			if reason := ps.Reason(); reason != 0 {
 				a.CountOther(size, reason)
-			} else if to := owner(ps.Hash()); to == 0 {
+			} else if to := min(n-1, 1) + int((ps.Hash()>>32)*others>>32); to == 0 {
 				count(p.N, size, &ps)
 			} else {
 				out[to] = append(out[to], item{p.N, size, ps})

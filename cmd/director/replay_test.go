@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -116,6 +117,16 @@ func TestReplayVerifyLarge(t *testing.T) {
 	}
 	if mout != kout {
 		t.Fatalf("--model --against report differs from the kernel's")
+	}
+	// With one CPU the reader counts every flow itself; with three, two
+	// workers share them out.
+	for _, procs := range []int{1, 3} {
+		old := runtime.GOMAXPROCS(procs)
+		pout, _, code := runCmd("replay", pcap, "--config", cfgDir+"medium.json", "--against", changed, "--json", "--model")
+		runtime.GOMAXPROCS(old)
+		if code != 0 || pout != kout {
+			t.Fatalf("--model --against with GOMAXPROCS %d: report differs from the kernel's", procs)
+		}
 	}
 }
 
