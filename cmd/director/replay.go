@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -309,17 +310,22 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	others := uint64(max(n-1, 0))
 
 	// The reader is done with a packet when it hands it on: the frame is
-	// not needed, only its flow, size and place.
+	// not needed, only its flow, size and place. An item is one cache
+	// line: its place counts from its batch's base.
 	type item struct {
-		n, size int
-		parsed  model.Parsed
+		off, size uint32
+		parsed    model.Parsed
 	}
-	inbox := make([]chan []item, n)
+	type batch struct {
+		base  int
+		items []item
+	}
+	inbox := make([]chan batch, n)
 	for i := range inbox {
-		inbox[i] = make(chan []item, 64)
+		inbox[i] = make(chan batch, 64)
 	}
 	// Batches go back to the reader once counted, rather than becoming
-	// garbage: a fresh 25 KB batch every 256 packets is zeroed memory the
+	// garbage: a fresh 16 KB batch every 256 packets is zeroed memory the
 	// reader would wait for.
 	free := make(chan []item, 64*n)
 	var read atomic.Uint64
@@ -328,7 +334,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	// A worker that would wait maps the capture's pages ahead of the
 	// reader instead (Populate): work the reader would otherwise do, in
 	// page faults.
-	receive := func(c chan []item) ([]item, bool) {
+	receive := func(c chan batch) (batch, bool) {
 		for {
 			select {
 			case b, ok := <-c:
@@ -341,7 +347,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			}
 		}
 	}
-	send := func(c chan []item, b []item) {
+	send := func(c chan batch, b batch) {
 		for {
 			select {
 			case c <- b:
@@ -386,15 +392,16 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 		}
 		if w > 0 {
 			for {
-				batch, ok := receive(inbox[w])
+				b, ok := receive(inbox[w])
 				if !ok {
 					break
 				}
-				for i := range batch {
-					count(batch[i].n, batch[i].size, &batch[i].parsed)
+				for i := range b.items {
+					it := &b.items[i]
+					count(b.base+int(it.off), int(it.size), &it.parsed)
 				}
 				select {
-				case free <- batch[:0]:
+				case free <- b.items[:0]:
 				default:
 				}
 			}
@@ -406,7 +413,15 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 				close(c)
 			}
 		}()
-		out := make([][]item, n)
+		out := make([]batch, n)
+		flush := func(to int) {
+			send(inbox[to], out[to])
+			select {
+			case out[to].items = <-free:
+			default:
+				out[to].items = make([]item, 0, modelChunk)
+			}
+		}
 		var ps model.Parsed
 		for {
 			p, err := r.Next()
@@ -424,14 +439,18 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			} else if to := min(n-1, 1) + int((ps.Hash()>>32)*others>>32); to == 0 {
 				count(p.N, size, &ps)
 			} else {
-				out[to] = append(out[to], item{p.N, size, ps})
-				if len(out[to]) == modelChunk {
-					send(inbox[to], out[to])
-					select {
-					case out[to] = <-free:
-					default:
-						out[to] = make([]item, 0, modelChunk)
-					}
+				// A batch ends when full, and before a place it cannot
+				// hold (a worker given no flow for 4 billion packets).
+				if len(out[to].items) > 0 && p.N-out[to].base > math.MaxUint32 {
+					flush(to)
+				}
+				b := &out[to]
+				if len(b.items) == 0 {
+					b.base = p.N
+				}
+				b.items = append(b.items, item{uint32(p.N - b.base), uint32(size), ps})
+				if len(b.items) == modelChunk {
+					flush(to)
 				}
 			}
 			if p.N%modelChunk == 0 {
@@ -439,7 +458,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 			}
 		}
 		for to := 1; to < n; to++ {
-			if len(out[to]) > 0 {
+			if len(out[to].items) > 0 {
 				inbox[to] <- out[to]
 			}
 		}
