@@ -227,35 +227,35 @@ func (r *Reader) read(transient bool) (Packet, error) {
 		return Packet{}, fmt.Errorf("packet %d: %w", r.n+1, err)
 	}
 	r.n++
-	var frame []byte
-	if transient {
-		frame, err = wrapTo(r.frame[:0], link, data)
-		if link != layers.LinkTypeEthernet {
-			r.frame = frame
+	p := Packet{N: r.n, Time: ci.Timestamp, Truncated: ci.CaptureLength < ci.Length, Length: ci.Length}
+	if transient { // the frame is pcapgo's buffer, or r.frame
+		p.Frame, err = wrapTo(r.frame[:0], link, data)
+		if err == nil && link != layers.LinkTypeEthernet {
+			r.frame = p.Frame
 		}
 	} else {
-		frame, err = wrapTo(nil, link, data)
+		p.Frame, err = wrapTo(nil, link, data)
 	}
 	if err != nil {
 		return Packet{}, fmt.Errorf("packet %d: %w", r.n, err)
 	}
-	if transient {
-		return Packet{N: r.n, Time: ci.Timestamp, Frame: frame, Truncated: ci.CaptureLength < ci.Length, Length: ci.Length}, nil
+	if transient || link != layers.LinkTypeEthernet {
+		return p, nil
 	}
-	if link == layers.LinkTypeEthernet && r.share && r.src != nil && r.pcap != nil {
+	if r.share && r.src != nil && r.pcap != nil {
 		if m := r.mapped(data); m != nil {
-			return Packet{N: r.n, Time: ci.Timestamp, Frame: m, Truncated: ci.CaptureLength < ci.Length, Length: ci.Length}, nil
+			p.Frame = m
+			return p, nil
 		}
 	}
-	if link == layers.LinkTypeEthernet { // data is the reader's buffer: keep a copy
-		if len(r.arena)+len(frame) > cap(r.arena) {
-			r.arena = make([]byte, 0, max(1<<20, len(frame)))
-		}
-		start := len(r.arena)
-		r.arena = append(r.arena, frame...)
-		frame = r.arena[start:len(r.arena):len(r.arena)]
+	// data is the reader's buffer: keep a copy.
+	if len(r.arena)+len(p.Frame) > cap(r.arena) {
+		r.arena = make([]byte, 0, max(1<<20, len(p.Frame)))
 	}
-	return Packet{N: r.n, Time: ci.Timestamp, Frame: frame, Truncated: ci.CaptureLength < ci.Length, Length: ci.Length}, nil
+	start := len(r.arena)
+	r.arena = append(r.arena, p.Frame...)
+	p.Frame = r.arena[start:len(r.arena):len(r.arena)]
+	return p, nil
 }
 
 // Count is how many packets have been read.
