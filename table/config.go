@@ -390,8 +390,15 @@ func (p *parser) table(path string, v *jsonValue) TableConfig {
 // key parses a 32-hex-digit secret. Its value is never echoed.
 func (p *parser) key(path string, v *jsonValue, name string) Key {
 	var k Key
-	f := p.required(path, v, name, jsonString)
+	// Not p.required: its messages quote the value, and a key given as a
+	// number or a boolean is still a secret.
+	f := v.get(name)
 	if f == nil {
+		p.fail(join(path, name), "missing")
+		return k
+	}
+	if f.kind != jsonString {
+		p.fail(join(path, name), "is %s, not a string of 32 hex digits (value not shown: it is a secret)", f.kind)
 		return k
 	}
 	if len(f.str) != 32 {

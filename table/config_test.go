@@ -232,3 +232,33 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestSecretOfAnyTypeNeverEchoed: a hash_key or seed of the wrong JSON
+// type is still a secret, and its value must not appear in the error.
+func TestSecretOfAnyTypeNeverEchoed(t *testing.T) {
+	for _, v := range []string{
+		`12345678901234561234567890123456`, `1.2345678901234561e+31`, `-98765432109876`, `true`,
+		`["abcdefabcdefabcdefabcdefabcdef12"]`, `{"k": "abcdefabcdefabcdefabcdefabcdef12"}`,
+	} {
+		for _, field := range []string{"hash_key", "seed"} {
+			in := cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}]` + goodBackends() + `}`)
+			old := testKey
+			if field == "seed" {
+				old = testSeed
+			}
+			in = strings.Replace(in, `"`+old+`"`, v, 1)
+			_, err := ParseConfig([]byte(in))
+			if err == nil {
+				t.Fatalf("%s %s accepted", field, v)
+			}
+			if !strings.Contains(err.Error(), "tables[0]."+field+": is ") {
+				t.Errorf("%s %s: error %q does not name the field", field, v, err)
+			}
+			for _, part := range []string{"1234567890123456", "2345678901234561", "98765432109876", "true", "abcdefabcdef"} {
+				if strings.Contains(err.Error(), part) {
+					t.Errorf("%s %s: error %q echoes the value", field, v, err)
+				}
+			}
+		}
+	}
+}

@@ -121,9 +121,10 @@ func glbState(s State) uint16 {
 
 // WriteGLBFile writes tables to path atomically: a temporary file in the
 // same directory, synced, then renamed over path, so a reader sees the old
-// file or the new one and never a partial one.
+// file or the new one and never a partial one. It is mode 0600: it holds
+// every table's hash_key.
 func WriteGLBFile(path string, tables []*Table) error {
-	return WriteFileAtomic(path, 0o644, func(w io.Writer) error { return WriteGLB(w, tables) })
+	return WriteFileAtomic(path, 0o600, func(w io.Writer) error { return WriteGLB(w, tables) })
 }
 
 // WriteFileAtomic writes path through a temporary file and a rename.

@@ -155,6 +155,10 @@ func TestBuildWritesGLB(t *testing.T) {
 			t.Errorf("build output lacks fingerprint %s:\n%s", table.ShortFingerprint(fp), stdout)
 		}
 	}
+	// The binary holds every hash_key: owner only, whatever the umask.
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("build wrote %v, want mode 0600 (%v)", fi.Mode().Perm(), err)
+	}
 	// build refuses a binary as input.
 	if _, stderr, code := runCmd("build", out, "-o", out+"2"); code != 1 || !strings.Contains(stderr, "already a GLB binary") {
 		t.Errorf("build of a binary: exit %d, %s", code, stderr)
