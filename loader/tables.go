@@ -238,22 +238,18 @@ func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
 	return lt, nil
 }
 
+// Limit is how many tables the datapath holds, for the config reader: a
+// config with more is refused before anything is built.
+var Limit = table.Limit{Tables: MaxTables, Holder: "the datapath holds"}
+
 // CheckDatapath reports what the datapath cannot serve: more tables than
-// it has slots for, and IPv6 backends (GLB's GUE encapsulation carries IPv4
-// hops only; IPv6 clients and VIPs are fine).
+// it has slots for, and IPv6 backends (table.Unservable).
 func CheckDatapath(tables []*table.Table) error {
 	var errs table.ErrorList
 	if len(tables) > MaxTables {
-		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables, more than the datapath's %d", len(tables), MaxTables)})
+		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", len(tables), Limit.Holder, MaxTables)})
 	}
-	for i, t := range tables {
-		for j, b := range t.Backends {
-			if !b.IP.Is4() {
-				errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
-					Msg: fmt.Sprintf("%q is IPv6: GUE packets carry IPv4 hops only", b.IP)})
-			}
-		}
-	}
+	errs = append(errs, table.Unservable(tables)...)
 	if len(errs) > 0 {
 		return errs
 	}

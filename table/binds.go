@@ -233,29 +233,83 @@ func portBlocks(lo, hi uint16) []portBlock {
 // packets: same protocol and prefix, overlapping ports. (Different prefixes
 // are fine: the longer one wins.)
 func CheckBindOverlaps(c *Config) ErrorList {
-	var errs ErrorList
+	binds := make([][]Bind, len(c.Tables))
+	for i := range c.Tables {
+		binds[i] = c.Tables[i].Binds
+	}
+	return checkBindOverlaps(binds)
+}
+
+// maxOverlaps stops the overlap check: a config with this many is refused
+// whatever the rest holds, and hostile input should not cost more.
+const maxOverlaps = 1000
+
+// checkBindOverlaps is CheckBindOverlaps over each table's binds. Binds are
+// grouped by protocol and prefix, and each group is swept in port order,
+// so a bind is compared only with the binds of its own prefix whose ranges
+// are still open: 256 tables of 256 binds cost a sort, not billions of
+// comparisons.
+func checkBindOverlaps(tables [][]Bind) ErrorList {
 	type at struct{ t, b int }
-	var all []at
-	for ti, t := range c.Tables {
-		for bi := range t.Binds {
-			all = append(all, at{ti, bi})
+	type group struct {
+		proto  Proto
+		prefix netip.Prefix
+	}
+	groups := map[group][]at{}
+	for ti, bs := range tables {
+		for bi, b := range bs {
+			g := group{b.Proto, b.Prefix.Masked()}
+			groups[g] = append(groups[g], at{ti, bi})
 		}
 	}
-	for i, x := range all {
-		bx := c.Tables[x.t].Binds[x.b]
-		for _, y := range all[:i] {
-			if y.t == x.t {
-				continue
-			}
-			by := c.Tables[y.t].Binds[y.b]
-			if bx.Proto == by.Proto && bx.Prefix.Masked() == by.Prefix.Masked() &&
-				bx.PortStart <= by.PortEnd && by.PortStart <= bx.PortEnd {
-				errs = append(errs, &FieldError{
-					Path: fmt.Sprintf("tables[%d].binds[%d]", x.t, x.b),
-					Msg:  fmt.Sprintf("%s overlaps tables[%d].binds[%d] (%s): a packet could belong to either table", bx, y.t, y.b, by),
-				})
-			}
+	bind := func(x at) Bind { return tables[x.t][x.b] }
+	type pair struct{ later, earlier at }
+	var pairs []pair
+	for _, members := range groups {
+		if len(members) < 2 {
+			continue
 		}
+		sort.Slice(members, func(i, j int) bool { return bind(members[i]).PortStart < bind(members[j]).PortStart })
+		var open []at // earlier binds whose range reaches the current start
+		for _, x := range members {
+			bx := bind(x)
+			kept := open[:0]
+			for _, y := range open {
+				if bind(y).PortEnd >= bx.PortStart {
+					kept = append(kept, y)
+				}
+			}
+			open = kept
+			for _, y := range open {
+				if y.t == x.t {
+					continue
+				}
+				p := pair{x, y}
+				if y.t > x.t || (y.t == x.t && y.b > x.b) {
+					p = pair{y, x}
+				}
+				pairs = append(pairs, p)
+			}
+			if len(pairs) >= maxOverlaps {
+				break
+			}
+			open = append(open, x)
+		}
+	}
+	less := func(a, b at) bool { return a.t < b.t || (a.t == b.t && a.b < b.b) }
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i].later != pairs[j].later {
+			return less(pairs[i].later, pairs[j].later)
+		}
+		return less(pairs[i].earlier, pairs[j].earlier)
+	})
+	var errs ErrorList
+	for _, p := range pairs {
+		x, y := p.later, p.earlier
+		errs = append(errs, &FieldError{
+			Path: fmt.Sprintf("tables[%d].binds[%d]", x.t, x.b),
+			Msg:  fmt.Sprintf("%s overlaps tables[%d].binds[%d] (%s): a packet could belong to either table", bind(x), y.t, y.b, bind(y)),
+		})
 	}
 	return errs
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -205,27 +204,36 @@ func (l ErrorList) Error() string {
 	return b.String()
 }
 
-// LoadConfig reads and validates a config file.
+// LoadConfig reads and validates a config file of at most MaxTables tables.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFileMax(path, MaxConfigBytes, "a JSON config")
 	if err != nil {
 		return nil, err
 	}
 	c, err := ParseConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, InFile(path, err)
 	}
 	return c, nil
 }
 
-// ParseConfig parses and validates a GLB forwarding-table config. The error,
-// if any, is an ErrorList naming every problem with its JSON path.
-func ParseConfig(data []byte) (*Config, error) {
+// ParseConfig parses and validates a GLB forwarding-table config of at most
+// MaxTables tables. The error, if any, is an ErrorList naming every problem
+// with its JSON path.
+func ParseConfig(data []byte) (*Config, error) { return ParseConfigLimit(data, ToolLimit) }
+
+// ParseConfigLimit is ParseConfig for a reader that holds at most
+// lim.Tables tables: a config with more is refused before any table is
+// read.
+func ParseConfigLimit(data []byte, lim Limit) (*Config, error) {
+	if len(data) > MaxConfigBytes {
+		return nil, ErrorList{{Msg: fmt.Sprintf("%d bytes; a JSON config may be at most %d bytes", len(data), MaxConfigBytes)}}
+	}
 	root, err := parseJSON(data)
 	if err != nil {
 		return nil, ErrorList{{Msg: "invalid JSON: " + err.Error()}}
 	}
-	p := &parser{}
+	p := &parser{lim: lim}
 	c := p.config(root)
 	if len(p.errs) == 0 {
 		p.errs = append(p.errs, CheckBindOverlaps(c)...)
@@ -240,6 +248,7 @@ func ParseConfig(data []byte) (*Config, error) {
 type parser struct {
 	errs  ErrorList
 	warns []string
+	lim   Limit
 }
 
 func (p *parser) fail(path, format string, args ...any) {
@@ -298,6 +307,10 @@ func (p *parser) config(root *jsonValue) *Config {
 	}
 	if len(tables.elems) == 0 {
 		p.fail("tables", "empty: a config needs at least one table")
+	}
+	if err := p.lim.check(int64(len(tables.elems))); err != nil {
+		p.errs = append(p.errs, err.(*FieldError))
+		return c
 	}
 	names := map[string]int{}
 	for i, tv := range tables.elems {

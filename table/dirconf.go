@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 )
 
@@ -60,13 +59,13 @@ var dpdkOnlyKeys = []string{"statsd_port", "kni_ip", "num_worker_queues", "rx_dr
 
 // LoadDirectorConfig reads and validates a director config file.
 func LoadDirectorConfig(path string) (*DirectorConfig, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFileMax(path, maxDirectorConfigBytes, "a director config")
 	if err != nil {
 		return nil, err
 	}
 	c, err := ParseDirectorConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, InFile(path, err)
 	}
 	return c, nil
 }

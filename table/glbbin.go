@@ -154,9 +154,17 @@ func WriteFileAtomic(path string, mode os.FileMode, write func(io.Writer) error)
 	return os.Rename(f.Name(), path)
 }
 
-// ReadGLB parses a GLB binary table file, checking every field so that a
-// corrupt file is an error rather than a table that steers wrongly.
-func ReadGLB(data []byte) ([]*Table, error) {
+// ReadGLB parses a GLB binary table file of at most MaxTables tables,
+// checking every field so that a corrupt file is an error rather than a
+// table that steers wrongly, and holding its tables to the rules a JSON
+// config must follow, so that a table the JSON parser would refuse is not
+// let in through the binary format.
+func ReadGLB(data []byte) ([]*Table, error) { return ReadGLBLimit(data, ToolLimit) }
+
+// ReadGLBLimit is ReadGLB for a reader that holds at most lim.Tables
+// tables: a file with more is refused from its header, before any table
+// is read.
+func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 	le := binary.LittleEndian
 	if len(data) < glbHeaderSize || !IsGLBBinary(data) {
 		return nil, errors.New("not a GLB binary table (no GLBD header)")
@@ -170,39 +178,63 @@ func ReadGLB(data []byte) ([]*Table, error) {
 		return nil, fmt.Errorf("GLB table geometry %d rows, %d backends, %d binds; want %d, %d, %d",
 			entries, maxBe, maxBi, Rows, MaxBackends, MaxBinds)
 	}
+	if err := lim.check(int64(n)); err != nil {
+		return nil, err
+	}
 	body := data[glbHeaderSize:]
 	if uint64(len(body)) != uint64(n)*glbTableSize {
 		return nil, fmt.Errorf("GLB table file is %d bytes, want %d for %d tables",
 			len(data), glbHeaderSize+uint64(n)*glbTableSize, n)
 	}
 	tables := make([]*Table, 0, n)
+	var errs ErrorList
 	for ti := 0; ti < int(n); ti++ {
-		t, err := readGLBTable(body[ti*glbTableSize : (ti+1)*glbTableSize])
-		if err != nil {
-			return nil, fmt.Errorf("tables[%d]: %w", ti, err)
-		}
+		t, terrs := readGLBTable(body[ti*glbTableSize:(ti+1)*glbTableSize], ti)
+		errs = append(errs, terrs...)
 		tables = append(tables, t)
+	}
+	if len(errs) == 0 {
+		binds := make([][]Bind, len(tables))
+		for i, t := range tables {
+			binds[i] = t.Binds
+		}
+		errs = checkBindOverlaps(binds)
+	}
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return tables, nil
 }
 
-func readGLBTable(p []byte) (*Table, error) {
+// readGLBTable reads tables[ti], whose bytes are p. Errors name the entry
+// and its offset in the file. A structural problem (a count, family,
+// state or row index out of range) ends the table's reading; the rules a
+// config follows (unique backends and binds, ordered port ranges, at
+// least one bind) are all reported.
+func readGLBTable(p []byte, ti int) (*Table, ErrorList) {
 	le := binary.LittleEndian
+	base := glbHeaderSize + ti*glbTableSize
+	var errs ErrorList
+	fail := func(off int, path, format string, args ...any) {
+		path = fmt.Sprintf("tables[%d]", ti) + path
+		errs = append(errs, &FieldError{Path: fmt.Sprintf("%s (byte %d)", path, base+off), Msg: fmt.Sprintf(format, args...)})
+	}
 	t := &Table{Rows: make([]Row, Rows)}
 	nb := le.Uint32(p)
-	p = p[4:]
 	if nb == 0 || nb > MaxBackends {
-		return nil, fmt.Errorf("backend count %d out of range 1-%d", nb, MaxBackends)
+		fail(0, ".backends", "backend count %d out of range 1-%d", nb, MaxBackends)
+		return t, errs
 	}
-	for i := 0; i < MaxBackends; i++ {
-		e := p[:glbBackendSize]
-		p = p[glbBackendSize:]
-		if i >= int(nb) {
-			continue
-		}
+	const backendsAt = 4
+	seen := map[netip.Addr]int{}
+	for i := 0; i < int(nb); i++ {
+		off := backendsAt + i*glbBackendSize
+		e := p[off : off+glbBackendSize]
+		path := fmt.Sprintf(".backends[%d]", i)
 		addr, err := getAddr(e)
 		if err != nil {
-			return nil, fmt.Errorf("backends[%d]: %w", i, err)
+			fail(off, path, "%v", err)
+			return t, errs
 		}
 		b := Backend{IP: addr}
 		switch st := le.Uint16(e[20:]); st {
@@ -213,52 +245,75 @@ func readGLBTable(p []byte) (*Table, error) {
 		case glbStateDrainInac:
 			b.State = StateDrainingInactive
 		default:
-			return nil, fmt.Errorf("backends[%d]: state %d unknown", i, st)
+			fail(off+20, path, "state %d unknown", st)
+			return t, errs
 		}
 		switch h := le.Uint16(e[22:]); h {
 		case 0, 1:
 			b.Healthy = h == 1
 		default:
-			return nil, fmt.Errorf("backends[%d]: health %d unknown", i, h)
+			fail(off+22, path, "health %d unknown", h)
+			return t, errs
 		}
+		if j, dup := seen[addr.Unmap()]; dup {
+			fail(off, path, "address %s is also backends[%d]", addr, j)
+		}
+		seen[addr.Unmap()] = i
 		t.Backends = append(t.Backends, b)
 	}
-	nbind := le.Uint32(p)
-	p = p[4:]
+	const bindCountAt = backendsAt + MaxBackends*glbBackendSize
+	const bindsAt = bindCountAt + 4
+	nbind := le.Uint32(p[bindCountAt:])
 	if nbind > MaxBinds {
-		return nil, fmt.Errorf("bind count %d more than %d", nbind, MaxBinds)
+		fail(bindCountAt, ".binds", "bind count %d more than %d", nbind, MaxBinds)
+		return t, errs
 	}
-	for i := 0; i < MaxBinds; i++ {
-		e := p[:glbBindSize]
-		p = p[glbBindSize:]
-		if i >= int(nbind) {
-			continue
-		}
+	if nbind == 0 {
+		fail(bindCountAt, ".binds", "bind count 0: a table needs at least one bind")
+	}
+	seenBind := map[Bind]int{}
+	for i := 0; i < int(nbind); i++ {
+		off := bindsAt + i*glbBindSize
+		e := p[off : off+glbBindSize]
+		path := fmt.Sprintf(".binds[%d]", i)
 		addr, err := getAddr(e)
 		if err != nil {
-			return nil, fmt.Errorf("binds[%d]: %w", i, err)
+			fail(off, path, "%v", err)
+			return t, errs
 		}
 		bits := int(le.Uint16(e[20:]))
 		if bits > addr.BitLen() {
-			return nil, fmt.Errorf("binds[%d]: prefix length %d too long", i, bits)
+			fail(off+20, path, "prefix length %d, longer than the %d bits of the address", bits, addr.BitLen())
+			return t, errs
 		}
 		b := Bind{Prefix: netip.PrefixFrom(addr, bits), PortStart: le.Uint16(e[22:]), PortEnd: le.Uint16(e[24:]), Proto: Proto(e[26])}
 		if b.Proto != ProtoTCP && b.Proto != ProtoUDP {
-			return nil, fmt.Errorf("binds[%d]: protocol %d unknown", i, e[26])
+			fail(off+26, path, "protocol %d unknown", e[26])
+			return t, errs
 		}
+		if b.PortStart > b.PortEnd {
+			fail(off+22, path, "port_start %d is greater than port_end %d", b.PortStart, b.PortEnd)
+		}
+		if j, dup := seenBind[b]; dup {
+			fail(off, path, "same bind as binds[%d]", j)
+		}
+		seenBind[b] = i
 		t.Binds = append(t.Binds, b)
 	}
-	copy(t.HashKey[:], p[:16])
-	p = p[16:]
+	const keyAt = bindsAt + MaxBinds*glbBindSize
+	const rowsAt = keyAt + 16
+	copy(t.HashKey[:], p[keyAt:rowsAt])
+	q := p[rowsAt:]
 	for r := range t.Rows {
-		row := Row{le.Uint32(p), le.Uint32(p[4:])}
-		p = p[8:]
+		row := Row{le.Uint32(q), le.Uint32(q[4:])}
+		q = q[8:]
 		if row.Primary >= nb || row.Secondary >= nb {
-			return nil, fmt.Errorf("row %#x names backend %d/%d of %d", r, row.Primary, row.Secondary, nb)
+			fail(rowsAt+r*glbRowSize, fmt.Sprintf(".rows[%#x]", r), "names backend %d/%d of %d", row.Primary, row.Secondary, nb)
+			return t, errs
 		}
 		t.Rows[r] = row
 	}
-	return t, nil
+	return t, errs
 }
 
 func getAddr(e []byte) (netip.Addr, error) {

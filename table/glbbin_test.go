@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -247,4 +248,44 @@ func FuzzReadGLB(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ReadGLB(data) // must not panic
 	})
+}
+
+// TestReadGLBAppliesConfigRules: what a JSON config may not contain, a
+// binary may not either; each error names the table, the entry and its
+// byte offset.
+func TestReadGLBAppliesConfigRules(t *testing.T) {
+	c, _ := ParseConfig([]byte(glbCompatConfig))
+	tabs, _ := BuildAll(c)
+	var buf bytes.Buffer
+	WriteGLB(&buf, tabs[:2])
+	good := buf.Bytes()
+	le := binary.LittleEndian
+	mod := func(f func(b []byte)) []byte { b := append([]byte(nil), good...); f(b); return b }
+	be := func(ti, i int) int { return glbHeaderSize + ti*glbTableSize + 4 + i*glbBackendSize }
+	bindCount := func(ti int) int { return glbHeaderSize + ti*glbTableSize + 4 + MaxBackends*glbBackendSize }
+	bi := func(ti, i int) int { return bindCount(ti) + 4 + i*glbBindSize }
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"duplicate backend", mod(func(b []byte) { copy(b[be(0, 1):be(0, 1)+20], b[be(0, 0):be(0, 0)+20]) }),
+			fmt.Sprintf("tables[0].backends[1] (byte %d): address %s is also backends[0]", be(0, 1), tabs[0].Backends[0].IP)},
+		{"ports reversed", mod(func(b []byte) { le.PutUint16(b[bi(1, 0)+22:], 9000); le.PutUint16(b[bi(1, 0)+24:], 8000) }),
+			fmt.Sprintf("tables[1].binds[0] (byte %d): port_start 9000 is greater than port_end 8000", bi(1, 0)+22)},
+		{"no binds", mod(func(b []byte) { le.PutUint32(b[bindCount(0):], 0) }),
+			fmt.Sprintf("tables[0].binds (byte %d): bind count 0: a table needs at least one bind", bindCount(0))},
+		{"duplicate bind", mod(func(b []byte) { copy(b[bi(0, 1):bi(0, 1)+glbBindSize], b[bi(0, 0):bi(0, 0)+glbBindSize]) }),
+			fmt.Sprintf("tables[0].binds[1] (byte %d): same bind as binds[0]", bi(0, 1))},
+		{"binds of two tables overlap", mod(func(b []byte) { copy(b[bi(1, 0):bi(1, 0)+glbBindSize], b[bi(0, 0):bi(0, 0)+glbBindSize]) }),
+			"tables[1].binds[0]: " + tabs[0].Binds[0].String() + " overlaps tables[0].binds[0]"},
+	} {
+		if len(tabs[0].Binds) < 2 || len(tabs[0].Backends) < 2 {
+			t.Fatal("the example needs two binds and two backends in its first table")
+		}
+		_, err := ReadGLB(c.data)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
 }

@@ -1,45 +1,229 @@
 package table
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 )
+
+// Input limits. They are checked before anything is built, so that input
+// that will be refused is refused in milliseconds and costs memory in
+// proportion to what is actually built.
+const (
+	// MaxConfigBytes bounds a JSON config file. The largest config GLB's
+	// format can hold in MaxTables tables of 256 binds and 256 backends,
+	// pretty-printed, is well under it.
+	MaxConfigBytes = 16 << 20
+	// MaxTables bounds the tables the table tools (show, diff, build) read
+	// from one file. The datapath holds fewer (see the loader).
+	MaxTables = 256
+	// maxDirectorConfigBytes bounds a director config file, a few keys.
+	maxDirectorConfigBytes = 1 << 20
+)
+
+// Limit is how many tables whoever reads a config can hold.
+type Limit struct {
+	Tables int
+	// Holder completes "at most N tables": who holds them, for the error.
+	Holder string
+}
+
+// ToolLimit is the table tools' limit.
+var ToolLimit = Limit{Tables: MaxTables, Holder: "the table tools read"}
+
+func (l Limit) check(n int64) error {
+	if n > int64(l.Tables) {
+		return &FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", n, l.Holder, l.Tables)}
+	}
+	return nil
+}
 
 // Source is a set of tables read from a file: a JSON config (built here) or
 // a GLB binary table (read as is).
 type Source struct {
 	Path     string
 	Binary   bool
+	Data     []byte  // the file's bytes, as read
 	Config   *Config // nil for binaries
 	Tables   []*Table
 	Warnings []string
 }
 
 // Load reads a config or a GLB binary, telling them apart by content.
-func Load(path string) (*Source, error) {
-	data, err := os.ReadFile(path)
+func Load(path string) (*Source, error) { return LoadLimit(path, ToolLimit) }
+
+// LoadLimit is Load for a reader that holds at most lim.Tables tables: a
+// file with more is refused before any table is built.
+func LoadLimit(path string, lim Limit) (*Source, error) {
+	data, err := ReadInput(path, lim)
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{Path: path}
+	return ParseSource(path, data, lim)
+}
+
+// ParseSource parses data, read from path, as a config or a GLB binary and
+// builds its tables. Warnings include what the datapath cannot serve
+// (Unservable), so that every command that reads a file says so.
+func ParseSource(path string, data []byte, lim Limit) (*Source, error) {
+	s := &Source{Path: path, Data: data}
+	var err error
 	if IsGLBBinary(data) {
 		s.Binary = true
-		if s.Tables, err = ReadGLB(data); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		if s.Tables, err = ReadGLBLimit(data, lim); err != nil {
+			return nil, InFile(path, err)
 		}
-		return s, nil
+	} else {
+		if s.Config, err = ParseConfigLimit(data, lim); err != nil {
+			return nil, InFile(path, err)
+		}
+		if s.Tables, err = BuildAll(s.Config); err != nil {
+			return nil, InFile(path, err)
+		}
+		s.Warnings = append(s.Warnings, s.Config.Warnings...)
 	}
-	if s.Config, err = ParseConfig(data); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if s.Tables, err = BuildAll(s.Config); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	s.Warnings = append(s.Warnings, s.Config.Warnings...)
 	for i, t := range s.Tables {
 		for _, w := range TableWarnings(t) {
 			s.Warnings = append(s.Warnings, fmt.Sprintf("tables[%d]: %s", i, w))
 		}
 	}
+	s.Warnings = append(s.Warnings, UnservableWarnings(s.Tables)...)
 	return s, nil
+}
+
+// UnservableWarnings is Unservable as warnings, for the commands that can
+// read such tables but not serve them.
+func UnservableWarnings(tables []*Table) []string {
+	var w []string
+	for _, e := range Unservable(tables) {
+		w = append(w, e.Error()+", so plan and apply refuse this table")
+	}
+	return w
+}
+
+// Unservable lists what GLB's formats can hold but its GUE encapsulation
+// cannot carry: IPv6 backends (hops are IPv4; IPv6 clients and VIPs are
+// fine). The table tools warn of it; plan and apply refuse it.
+func Unservable(tables []*Table) ErrorList {
+	var errs ErrorList
+	for i, t := range tables {
+		for j, b := range t.Backends {
+			if !b.IP.Is4() {
+				errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
+					Msg: fmt.Sprintf("%q is IPv6: GUE packets carry IPv4 hops only", b.IP)})
+			}
+		}
+	}
+	return errs
+}
+
+// ReadInput reads a config or GLB binary, refusing a file larger than its
+// kind may be before reading it: MaxConfigBytes for JSON, and for a binary
+// the size of lim.Tables tables, with its table count checked from the
+// header.
+func ReadInput(path string, lim Limit) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	head, _ := br.Peek(glbHeaderSize)
+	max := int64(MaxConfigBytes)
+	what := "a JSON config"
+	if IsGLBBinary(head) {
+		if len(head) == glbHeaderSize {
+			if err := lim.check(int64(binary.LittleEndian.Uint32(head[8:]))); err != nil {
+				return nil, InFile(path, err)
+			}
+		}
+		max = glbHeaderSize + int64(lim.Tables)*glbTableSize
+		what = fmt.Sprintf("a GLB binary of at most %d tables", lim.Tables)
+	}
+	return readMax(f, br, path, max, what)
+}
+
+// readFileMax reads a file of at most max bytes.
+func readFileMax(path string, max int64, what string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readMax(f, f, path, max, what)
+}
+
+func readMax(f *os.File, r io.Reader, path string, max int64, what string) ([]byte, error) {
+	tooBig := func(size string) error {
+		return InFile(path, fmt.Errorf("%s bytes; %s may be at most %d bytes (%d MiB)", size, what, max, max>>20))
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > max {
+		return nil, tooBig(fmt.Sprint(fi.Size()))
+	}
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, tooBig("more than " + fmt.Sprint(max))
+	}
+	return data, nil
+}
+
+// FileError is a problem in a named file. Every line of its message names
+// the file, so that each problem of a list stands on its own line.
+type FileError struct {
+	Path string
+	Err  error
+}
+
+// InFile wraps err as a FileError of path.
+func InFile(path string, err error) error { return &FileError{Path: path, Err: err} }
+
+func (e *FileError) Error() string {
+	lines := strings.Split(e.Err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = e.Path + ": " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// ReadApplyInput reads what apply takes: a plan file, or a config or GLB
+// binary as ReadInput does. A plan holds its config, and a binary in it is
+// base64, so a plan may be larger than a config; a file that is not a plan
+// is held to ReadInput's limits.
+func ReadApplyInput(path string, lim Limit) ([]byte, error) {
+	binMax := glbHeaderSize + int64(lim.Tables)*glbTableSize
+	data, err := readFileMax(path, MaxConfigBytes+binMax*4/3+1<<20, "a plan")
+	if err != nil {
+		return nil, err
+	}
+	if IsGLBBinary(data) {
+		if int64(len(data)) > binMax {
+			return nil, InFile(path, fmt.Errorf("%d bytes; a GLB binary of at most %d tables may be at most %d bytes", len(data), lim.Tables, binMax))
+		}
+		return data, nil
+	}
+	if len(data) > MaxConfigBytes && !startsPlan(data) {
+		return nil, InFile(path, fmt.Errorf("%d bytes; a JSON config may be at most %d bytes (%d MiB)", len(data), MaxConfigBytes, MaxConfigBytes>>20))
+	}
+	return data, nil
+}
+
+// startsPlan reports whether data is a JSON object whose first key is
+// plan_version, as plan files are written.
+func startsPlan(data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	t, err := dec.Token()
+	return err == nil && t == "plan_version"
 }

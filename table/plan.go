@@ -22,7 +22,27 @@ type Plan struct {
 	Safe        bool            `json:"safe"`
 	Reasons     []string        `json:"reasons"` // why it is unsafe
 	Diff        *Diff           `json:"diff"`
-	Config      json.RawMessage `json:"config"`
+	Config      json.RawMessage `json:"config,omitempty"`
+	// ConfigGLB is the GLB binary exactly as reviewed (base64 in JSON),
+	// when the plan was made from one rather than from a JSON config.
+	ConfigGLB []byte `json:"config_glb,omitempty"`
+}
+
+// Input is the config or binary the plan applies, as reviewed.
+func (p *Plan) Input() []byte {
+	if len(p.ConfigGLB) > 0 {
+		return p.ConfigGLB
+	}
+	return p.Config
+}
+
+// SetInput records what the plan applies: a JSON config, or a GLB binary.
+func (p *Plan) SetInput(data []byte) {
+	if IsGLBBinary(data) {
+		p.ConfigGLB = data
+		return
+	}
+	p.Config = json.RawMessage(data)
 }
 
 // PlanTable identifies a table by name and fingerprint.

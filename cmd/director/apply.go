@@ -3,9 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
+	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
 
@@ -26,7 +26,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		data, err := os.ReadFile(pos[0])
+		data, err := table.ReadApplyInput(pos[0], loader.Limit)
 		if err != nil {
 			return err
 		}
@@ -40,14 +40,15 @@ func init() {
 		if plan != nil && plan.BPFFS != e.bpffs {
 			return fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
 		}
-		cfgData := data
+		input := data
 		if plan != nil {
-			cfgData = plan.Config
+			input = plan.Input()
 		}
-		raw, tables, err := buildConfig(e, pos[0], cfgData)
+		src, err := buildForApply(e, pos[0], input)
 		if err != nil {
 			return err
 		}
+		tables := src.Tables
 		if plan != nil && !table.SamePlanTables(plan.Result, table.PlanTables(tables)) {
 			return errors.New("apply: the plan's config no longer builds the tables it shows (edited plan?)")
 		}
@@ -64,7 +65,7 @@ func init() {
 			if plan != nil && !table.SamePlanTables(plan.Base, table.PlanTables(live)) {
 				return errors.New("apply: the live tables changed since the plan was made; make a new plan")
 			}
-			verdict = makePlan(e, live, tables, raw)
+			verdict = makePlan(e, live, src)
 			if !verdict.Safe && !*unsafe {
 				return fmt.Errorf("apply: unsafe change refused (pass --allow-unsafe to apply it):\n  - %s", strings.Join(verdict.Reasons, "\n  - "))
 			}

@@ -62,10 +62,11 @@ func init() {
 		if *mode != loader.ModeNative && *mode != loader.ModeGeneric {
 			return fmt.Errorf("bench: --mode %q: want native or generic", *mode)
 		}
-		_, tables, err := loadForApply(e, *cfgPath)
+		src, err := loadForApply(e, *cfgPath)
 		if err != nil {
 			return err
 		}
+		tables := src.Tables
 		frames, err := readFrames(pos[0])
 		if err != nil {
 			return err

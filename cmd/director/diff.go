@@ -29,6 +29,17 @@ func init() {
 		if err != nil {
 			return err
 		}
+		// Table warnings are in the diff; the rest are the files' own.
+		for _, src := range []*table.Source{old, new} {
+			if src.Config != nil {
+				for _, w := range src.Config.Warnings {
+					fmt.Fprintf(e.stderr, "director: warning: %s: %s\n", src.Path, w)
+				}
+			}
+			for _, w := range table.UnservableWarnings(src.Tables) {
+				fmt.Fprintf(e.stderr, "director: warning: %s: %s\n", src.Path, w)
+			}
+		}
 		d := table.Compare(old.Tables, new.Tables)
 		if *asJSON {
 			if err := writeJSON(e.stdout, d); err != nil {

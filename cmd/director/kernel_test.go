@@ -171,3 +171,22 @@ func TestBackendCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPlanAndApplyGLBBinary: plan and apply take the GLB binaries that
+// show and diff read, and the plan carries the binary as reviewed.
+func TestPlanAndApplyGLBBinary(t *testing.T) {
+	dir := bpffsDir(t)
+	tmp := t.TempDir()
+	bin, plan := filepath.Join(tmp, "small.bin"), filepath.Join(tmp, "plan.json")
+	mustRun(t, 0, "build", cfgDir+"small.json", "-o", bin)
+	mustRun(t, 0, "--bpffs", dir, "load")
+	mustRun(t, 2, "--bpffs", dir, "plan", bin, "-o", plan)
+	os.Remove(bin) // the plan holds what was reviewed
+	if out := mustRun(t, 0, "--bpffs", dir, "apply", plan); !strings.Contains(out, "applied 1 tables") {
+		t.Fatalf("apply: %s", out)
+	}
+	src, _ := table.Load(cfgDir + "small.json")
+	if got := liveFingerprints(t, dir); len(got) != 1 || got[0] != "="+table.Fingerprint(src.Tables[0]) {
+		t.Fatalf("live %v, want the binary's table", got)
+	}
+}

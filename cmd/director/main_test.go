@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/director/director/table"
 )
@@ -209,5 +211,77 @@ func TestHelp(t *testing.T) {
 	}
 	if out, _, code := runCmd("version"); code != 0 || !strings.HasPrefix(out, "director ") {
 		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+// TestSameVerdictEverywhere: a command that can read what it cannot use
+// warns where it reads it, with the words the commands that refuse it use.
+func TestSameVerdictEverywhere(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "v6.bin")
+	const refusal = `tables[0].backends[0].ip: "fd00:50::1" is IPv6: GUE packets carry IPv4 hops only`
+	for _, args := range [][]string{
+		{"show", cfgDir + "ipv6.json"}, {"show", "--json", cfgDir + "ipv6.json"},
+		{"build", cfgDir + "ipv6.json", "-o", bin}, {"show", bin},
+		{"diff", cfgDir + "small.json", cfgDir + "ipv6.json"},
+	} {
+		out, errOut, code := runCmd(args...)
+		if code == 1 {
+			t.Fatalf("%v: exit 1: %s", args, errOut)
+		}
+		if !strings.Contains(strings.ReplaceAll(out+errOut, `\"`, `"`), refusal+", so plan and apply refuse this table") {
+			t.Errorf("%v does not warn of the IPv6 backends:\n%s%s", args, out, errOut)
+		}
+	}
+	for _, args := range [][]string{{"plan", cfgDir + "ipv6.json"}, {"plan", bin}, {"apply", cfgDir + "ipv6.json", "--yes"}} {
+		_, errOut, code := runCmd(append([]string{"--bpffs", "/nonexistent"}, args...)...)
+		if code != 1 || !strings.Contains(errOut, refusal) {
+			t.Errorf("%v: exit %d, %s", args, code, errOut)
+		}
+	}
+}
+
+// TestErrorLinesNameTheFile: every line of a multi-problem error names
+// the file it is about.
+func TestErrorLinesNameTheFile(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"tables": [{"hash_key": "x", "seed": "y", "binds": [], "backends": []}]}`), 0o600)
+	for _, cmd := range []string{"show", "plan"} {
+		_, errOut, code := runCmd(cmd, bad)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != 1 || len(lines) < 4 {
+			t.Fatalf("%s: exit %d, %q", cmd, code, errOut)
+		}
+		for _, l := range lines {
+			if !strings.HasPrefix(l, "director: "+bad+": tables[0].") {
+				t.Errorf("%s: line %q does not name the file", cmd, l)
+			}
+		}
+	}
+}
+
+// TestPlanRefusesMoreTablesThanTheDatapathAtOnce: the datapath's 32 tables
+// are checked before anything is built or the kernel is asked.
+func TestPlanRefusesMoreTablesThanTheDatapathAtOnce(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"tables": [`)
+	for i := 0; i < 2000; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"hash_key": "12345678901234561234567890123456", "seed": "34567890123456783456789012345678",
+		  "binds": [{"ip": "10.%d.%d.1", "proto": "tcp", "port": 80}], "backends": [{"ip": "192.168.0.1", "state": "active", "healthy": true}]}`, i/256, i%256)
+	}
+	b.WriteString("]}")
+	path := filepath.Join(t.TempDir(), "many.json")
+	os.WriteFile(path, []byte(b.String()), 0o600)
+	for _, args := range [][]string{{"plan", path}, {"apply", path, "--yes"}, {"replay", "x.pcap", "--config", path, "--model"}, {"show", path}} {
+		start := time.Now()
+		_, errOut, code := runCmd(args...)
+		if code != 1 || !strings.Contains(errOut, path+": tables: 2000 tables; the ") {
+			t.Errorf("%v: exit %d, %s", args, code, errOut)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("%v: took %v to refuse", args, took)
+		}
 	}
 }

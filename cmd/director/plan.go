@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/director/director/loader"
@@ -28,7 +27,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		raw, tables, err := loadForApply(e, pos[0])
+		src, err := loadForApply(e, pos[0])
 		if err != nil {
 			return err
 		}
@@ -41,7 +40,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		p := makePlan(e, loader.Tables(live), tables, raw)
+		p := makePlan(e, loader.Tables(live), src)
 		if *out != "" {
 			err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error {
 				enc := json.NewEncoder(w)
@@ -54,7 +53,7 @@ func init() {
 		}
 		if *asJSON {
 			shown := *p
-			shown.Config = nil
+			shown.Config, shown.ConfigGLB = nil, nil
 			if err := writeJSON(e.stdout, shown); err != nil {
 				return err
 			}
@@ -72,40 +71,39 @@ func init() {
 	register(c)
 }
 
-// loadForApply reads a config, builds it and checks the datapath can serve
-// it. It returns the config's bytes as well, for a plan file.
-func loadForApply(e *env, path string) (json.RawMessage, []*table.Table, error) {
-	data, err := os.ReadFile(path)
+// loadForApply reads a config or GLB binary for the datapath: within its
+// limits, built, and checked that the datapath can serve it.
+func loadForApply(e *env, path string) (*table.Source, error) {
+	data, err := table.ReadInput(path, loader.Limit)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return buildConfig(e, path, data)
+	return buildForApply(e, path, data)
 }
 
-func buildConfig(e *env, path string, data []byte) (json.RawMessage, []*table.Table, error) {
-	cfg, err := table.ParseConfig(data)
+// buildForApply is loadForApply of data read from path (or a plan).
+func buildForApply(e *env, path string, data []byte) (*table.Source, error) {
+	src, err := table.ParseSource(path, data, loader.Limit)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
-	warnAll(e, cfg.Warnings)
-	tables, err := table.BuildAll(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	if err := loader.CheckDatapath(src.Tables); err != nil {
+		return nil, table.InFile(path, err)
 	}
-	if err := loader.CheckDatapath(tables); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return json.RawMessage(data), tables, nil
+	warnAll(e, src.Warnings)
+	return src, nil
 }
 
-func makePlan(e *env, live, tables []*table.Table, raw json.RawMessage) *table.Plan {
-	d := table.Compare(live, tables)
+func makePlan(e *env, live []*table.Table, src *table.Source) *table.Plan {
+	d := table.Compare(live, src.Tables)
 	safe, reasons := table.Verdict(d)
 	if reasons == nil {
 		reasons = []string{}
 	}
-	return &table.Plan{PlanVersion: table.PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: e.bpffs,
-		Base: table.PlanTables(live), Result: table.PlanTables(tables), Safe: safe, Reasons: reasons, Diff: d, Config: raw}
+	p := &table.Plan{PlanVersion: table.PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: e.bpffs,
+		Base: table.PlanTables(live), Result: table.PlanTables(src.Tables), Safe: safe, Reasons: reasons, Diff: d}
+	p.SetInput(src.Data)
+	return p
 }
 
 func printPlan(e *env, p *table.Plan) {
@@ -137,7 +135,7 @@ func readPlan(data []byte) (*table.Plan, error) {
 	if p.PlanVersion != table.PlanVersion {
 		return nil, fmt.Errorf("plan format version %d, this director reads %d", p.PlanVersion, table.PlanVersion)
 	}
-	if len(p.Config) == 0 {
+	if len(p.Input()) == 0 {
 		return nil, errors.New("plan has no config")
 	}
 	return &p, nil

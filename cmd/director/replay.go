@@ -121,10 +121,11 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 	rp := &replayer{dc: *dc, modelOnly: modelOnly}
 	copy(rp.gw[:], gw)
 	load := func(path string) (*side, error) {
-		_, tables, err := loadForApply(e, path)
+		src, err := loadForApply(e, path)
 		if err != nil {
 			return nil, err
 		}
+		tables := src.Tables
 		s := &side{path: path, tables: tables, model: model.New(*dc, rp.gw, tables)}
 		if !modelOnly {
 			if s.kernel, err = loader.NewReplayer(dc, gw, tables); err != nil {

@@ -95,6 +95,7 @@ func init() {
 		if src.Config != nil {
 			warnAll(e, src.Config.Warnings) // table warnings are printed inline
 		}
+		warnAll(e, table.UnservableWarnings(src.Tables))
 		printShow(e, src.Tables, &doc, *lookup != "")
 		return nil
 	}
