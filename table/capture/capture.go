@@ -214,7 +214,20 @@ func (r *Reader) read(transient bool) (Packet, error) {
 			link = lt
 		}
 	} else {
+		// pcapgo reads a record's header and its data with two
+		// io.ReadFulls, so a file cut right after a header ends in a
+		// plain io.EOF, as a complete file does. Whether any byte was
+		// left before the record tells them apart. (pcapgo's pcapng
+		// reader reads whole blocks and reports a cut as such.)
+		if r.br.Buffered() == 0 {
+			if _, perr := r.br.Peek(1); perr == io.EOF {
+				return Packet{}, io.EOF
+			}
+		}
 		data, ci, err = r.pcap.ZeroCopyReadPacketData()
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
 		link = r.pcap.LinkType()
 	}
 	if err == io.EOF {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -203,6 +204,61 @@ func TestBrokenCaptures(t *testing.T) {
 		}
 		if rerr == io.EOF || !strings.Contains(rerr.Error(), c.read) || r.Count() != c.count {
 			t.Errorf("%s: error %v after %d packets, want %q after %d", c.name, rerr, r.Count(), c.read, c.count)
+		}
+	}
+}
+
+// TestCutAtEveryByte: a capture cut anywhere but at the end of a packet
+// is truncated, whatever the format and wherever in a record it is cut
+// (right after a pcap record header included); cut at the end of a
+// packet, it is a shorter, complete capture.
+func TestCutAtEveryByte(t *testing.T) {
+	frames := [][]byte{pkt.Frame(ip4), pkt.Frame(ip6), pkt.Frame(ip4)}
+	var pcapBuf bytes.Buffer
+	pw := pcapgo.NewWriterNanos(&pcapBuf)
+	pw.WriteFileHeader(65535, layers.LinkTypeEthernet)
+	pcapEnds := []int{pcapBuf.Len()}
+	var ngBuf bytes.Buffer
+	nw, err := pcapgo.NewNgWriter(&ngBuf, layers.LinkTypeEthernet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw.Flush()
+	ngEnds := []int{ngBuf.Len()}
+	for _, f := range frames {
+		ci := gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: len(f), Length: len(f)}
+		pw.WritePacket(ci, f)
+		pcapEnds = append(pcapEnds, pcapBuf.Len())
+		nw.WritePacket(ci, f)
+		nw.Flush()
+		ngEnds = append(ngEnds, ngBuf.Len())
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+		ends []int // where a complete capture of i packets ends
+	}{{"pcap", pcapBuf.Bytes(), pcapEnds}, {"pcapng", ngBuf.Bytes(), ngEnds}} {
+		for n := c.ends[0]; n <= len(c.data); n++ {
+			r, err := NewReader(bytes.NewReader(c.data[:n]))
+			if err != nil {
+				t.Fatalf("%s cut at %d: %v", c.name, n, err)
+			}
+			var rerr error
+			for rerr == nil {
+				_, rerr = r.Read()
+			}
+			complete := -1
+			for i, e := range c.ends {
+				if e == n {
+					complete = i
+				}
+			}
+			switch {
+			case complete >= 0 && (rerr != io.EOF || r.Count() != complete):
+				t.Errorf("%s cut after packet %d (byte %d): %v after %d packets, want the end", c.name, complete, n, rerr, r.Count())
+			case complete < 0 && (rerr == io.EOF || !strings.Contains(rerr.Error(), fmt.Sprintf("the capture ends in the middle of packet %d (truncated file)", r.Count()+1))):
+				t.Errorf("%s cut at byte %d, after %d packets: %v, want truncated", c.name, n, r.Count(), rerr)
+			}
 		}
 	}
 }
