@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -508,11 +509,13 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 
 // outcome is one packet's result on one side.
 type outcome struct {
-	tx     bool
-	out    []byte
-	reason int          // pass counter, an index in loader.CounterNames
-	res    model.Result // the model's view (flow, table, row)
+	verdict int          // the XDP action
+	out     []byte       // the frame as the program left it
+	reason  int          // for XDP_PASS: the pass counter, an index in loader.CounterNames; -1 if none moved
+	res     model.Result // the model's view (flow, table, row)
 }
+
+func (o *outcome) tx() bool { return o.verdict == model.XDPTX }
 
 func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) {
 	classify := s.model.Classify
@@ -547,11 +550,9 @@ func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) 
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	for i := range ko {
-		out[i].tx = ko[i].Verdict == model.XDPTX
+		out[i].verdict = int(ko[i].Verdict)
 		out[i].out = ko[i].Out
-		if !out[i].tx {
-			out[i].reason = ko[i].Reason
-		}
+		out[i].reason = ko[i].Reason
 	}
 	return out, nil
 }
@@ -576,12 +577,12 @@ func hopsOf(frame []byte) []netip.Addr {
 }
 
 func sample(p capture.Packet, o outcome) replay.Sample {
-	s := replay.Sample{N: p.N, Bytes: len(p.Frame), TX: o.tx, Reason: o.reason, Table: -1}
+	s := replay.Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1}
 	if o.res.Parsed {
 		s.HasFlow = true
 		s.Flow = replay.FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
 	}
-	if o.tx {
+	if o.tx() {
 		s.Hops = hopsOf(o.out)
 		if len(s.Hops) > 0 {
 			s.Primary = s.Hops[0]
@@ -604,32 +605,50 @@ func (rp *replayer) aggregate(batch []capture.Packet, cur, nw []outcome, agg *re
 		}
 		if vr != nil {
 			vr.Compared++
-			m := cur[i].res
-			if cur[i].tx != (m.Verdict == model.XDPTX) || string(cur[i].out) != string(m.Out) {
+			if desc, same := compare(&cur[i], &cur[i].res); !same {
 				vr.Mismatches++
 				if len(vr.First) < 5 {
+					m := &cur[i].res
 					vr.First = append(vr.First, replay.Mismatch{N: p.N, Input: hex.EncodeToString(p.Frame),
 						Kernel: hex.EncodeToString(cur[i].out), Model: hex.EncodeToString(m.Out),
-						KernelTX: cur[i].tx, ModelTX: m.Verdict == model.XDPTX,
-						Description: describeMismatch(cur[i], m)})
+						KernelTX: cur[i].tx(), ModelTX: m.Verdict == model.XDPTX,
+						KernelVerdict: verdictName(cur[i].verdict, cur[i].reason), ModelVerdict: verdictName(m.Verdict, m.Reason),
+						Description: desc})
 				}
 			}
 		}
 	}
 }
 
-func describeMismatch(k outcome, m model.Result) string {
-	kv, mv := "XDP_PASS "+loader.CounterNames[k.reason], "XDP_PASS "+loader.CounterNames[m.Reason]
-	if k.tx {
-		kv = "XDP_TX"
+// compare is --verify's judgement of one packet: the kernel and the model
+// agree when the verdict, the pass reason and the output bytes are all
+// the same. An XDP_ABORTED or XDP_DROP that leaves the bytes alone is a
+// disagreement with the model's XDP_PASS, however alike the bytes.
+func compare(k *outcome, m *model.Result) (desc string, same bool) {
+	kv, mv := verdictName(k.verdict, k.reason), verdictName(m.Verdict, m.Reason)
+	switch {
+	case kv != mv:
+		return "kernel " + kv + ", model " + mv, false
+	case string(k.out) != string(m.Out):
+		return kv + " by both, different bytes", false
 	}
-	if m.Verdict == model.XDPTX {
-		mv = "XDP_TX"
+	return "", true
+}
+
+// verdictName is an XDP action, with the pass reason for XDP_PASS.
+func verdictName(verdict, reason int) string {
+	names := [...]string{"XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT"}
+	name := fmt.Sprintf("XDP action %d", verdict)
+	if verdict >= 0 && verdict < len(names) {
+		name = names[verdict]
 	}
-	if kv != mv {
-		return "kernel " + kv + ", model " + mv
+	if verdict != model.XDPPass {
+		return name
 	}
-	return kv + " by both, different bytes"
+	if reason < 0 || reason >= len(loader.CounterNames) {
+		return name + " (no counter)"
+	}
+	return name + " " + loader.CounterNames[reason]
 }
 
 func printReplay(w io.Writer, r *replay.Report) {
@@ -642,6 +661,11 @@ func printReplay(w io.Writer, r *replay.Report) {
 	tx, pass := r.Verdicts["tx"], r.Verdicts["pass"]
 	fmt.Fprintf(w, "  XDP_TX    %10d packets %12d bytes  %s\n", tx.Packets, tx.Bytes, share(tx.Packets, c.Packets))
 	fmt.Fprintf(w, "  XDP_PASS  %10d packets %12d bytes  %s\n", pass.Packets, pass.Bytes, share(pass.Packets, c.Packets))
+	for _, v := range []string{"aborted", "drop", "redirect"} {
+		if o, ok := r.Verdicts[v]; ok {
+			fmt.Fprintf(w, "  XDP_%-8s%10d packets %12d bytes  %s\n", strings.ToUpper(v), o.Packets, o.Bytes, share(o.Packets, c.Packets))
+		}
+	}
 	for _, name := range loader.CounterNames {
 		if rc, ok := r.Reasons[name]; ok {
 			fmt.Fprintf(w, "    %-20s %10d packets %12d bytes\n", name, rc.Packets, rc.Bytes)

@@ -38,8 +38,8 @@ type FlowKey struct {
 type Sample struct {
 	N       int // position in the capture, from 1
 	Bytes   int
-	TX      bool
-	Reason  int  // pass reason, when not TX: an index in the reason names
+	Verdict int  // the XDP action: model.XDPTX, model.XDPPass, or (from the kernel) another
+	Reason  int  // pass reason, for XDP_PASS: an index in the reason names
 	HasFlow bool // the packet parsed to a flow (it reached the bind lookup)
 	Flow    FlowKey
 	// FlowID, when not 0, is the model Classifier's number for the flow
@@ -53,11 +53,17 @@ type Sample struct {
 	Hops    []netip.Addr
 }
 
+// TX reports whether the packet was sent on (XDP_TX).
+func (s *Sample) TX() bool { return s.Verdict == model.XDPTX }
+
+// verdictNames name the XDP actions, as the report's verdicts do.
+var verdictNames = [...]string{"aborted", "drop", "pass", "tx", "redirect"}
+
 // FromModel fills s with what the Go model did to the packet at capture
 // position n, of bytes bytes.
 func FromModel(s *Sample, n, bytes int, res *model.Result) {
-	*s = Sample{N: n, Bytes: bytes, TX: res.Verdict == model.XDPTX, Table: -1}
-	if !s.TX {
+	*s = Sample{N: n, Bytes: bytes, Verdict: res.Verdict, Table: -1}
+	if !s.TX() {
 		s.Reason = res.Reason
 	}
 	if res.Parsed {
@@ -65,7 +71,7 @@ func FromModel(s *Sample, n, bytes int, res *model.Result) {
 		s.FlowID = res.Flow
 		s.Flow = FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
 	}
-	if s.TX {
+	if s.TX() {
 		s.Hops = res.Hops()
 		s.Primary = res.HopList[0]
 		s.Table, s.Row = res.Table, res.Row
@@ -166,13 +172,16 @@ type VerifyReport struct {
 
 // Mismatch is one packet the kernel and the model disagree on.
 type Mismatch struct {
-	N           int    `json:"packet"`
-	Input       string `json:"input"`
-	Kernel      string `json:"kernel"`
-	Model       string `json:"model"`
-	KernelTX    bool   `json:"kernel_tx"`
-	ModelTX     bool   `json:"model_tx"`
-	Description string `json:"description"`
+	N        int    `json:"packet"`
+	Input    string `json:"input"`
+	Kernel   string `json:"kernel"`
+	Model    string `json:"model"`
+	KernelTX bool   `json:"kernel_tx"`
+	ModelTX  bool   `json:"model_tx"`
+	// The verdicts in full: the XDP action, and for XDP_PASS the reason.
+	KernelVerdict string `json:"kernel_verdict"`
+	ModelVerdict  string `json:"model_verdict"`
+	Description   string `json:"description"`
 }
 
 // Aggregator builds a Report from samples. Per packet it does one map
@@ -184,9 +193,9 @@ type Aggregator struct {
 	_       [128]byte
 	r       Report
 	names   []string
-	reasons []string // pass reason names, by index
-	noBind  int      // the index of pass_no_bind in reasons, or -1
-	verdict [2]Count // pass, tx
+	reasons []string                 // pass reason names, by index
+	noBind  int                      // the index of pass_no_bind in reasons, or -1
+	verdict [len(verdictNames)]Count // by XDP action
 	reason  []Count
 	tables  []*tableAgg // by table index
 	flowIdx map[flowKey]int32
@@ -295,15 +304,15 @@ func hops4(hops []netip.Addr) (n uint8, out [4][4]byte) {
 // Add accounts one packet under the current config. Packets must be added
 // in capture order (ascending Sample.N) to one Aggregator.
 func (a *Aggregator) Add(s *Sample) {
-	if s.TX {
-		a.verdict[1].add(s.Bytes)
-	} else {
-		a.verdict[0].add(s.Bytes)
+	if s.Verdict >= 0 && s.Verdict < len(a.verdict) {
+		a.verdict[s.Verdict].add(s.Bytes)
+	}
+	if s.Verdict == model.XDPPass {
 		if s.Reason >= 0 && s.Reason < len(a.reason) {
 			a.reason[s.Reason].add(s.Bytes)
 		}
 	}
-	unmatched := s.HasFlow && !s.TX && s.Reason >= 0 && s.Reason == a.noBind
+	unmatched := s.HasFlow && s.Verdict == model.XDPPass && s.Reason >= 0 && s.Reason == a.noBind
 	if unmatched {
 		a.r.Unmatched.add(s.Bytes)
 	}
@@ -315,17 +324,17 @@ func (a *Aggregator) Add(s *Sample) {
 		f.unmatched = f.unmatched || unmatched
 		if f.first == 0 || (s.N > 0 && s.N < f.first) {
 			f.first = max(s.N, 1)
-			f.oldTX = s.TX && s.Table >= 0
+			f.oldTX = s.TX() && s.Table >= 0
 			f.table = int32(s.Table)
 			f.nOld, f.old = hops4(s.Hops)
 			f.reason = int16(s.Reason)
 			// A flow found by its id has one fate (CountFlow); one found
 			// by its key may have had packets fare differently.
-			f.fated = s.FlowID > 0 && (s.TX == f.oldTX)
+			f.fated = s.FlowID > 0 && (s.TX() == f.oldTX)
 		}
 		a.setFated(s.FlowID, f)
 	}
-	if s.TX && s.Table >= 0 {
+	if s.TX() && s.Table >= 0 {
 		t := a.table(s.Table)
 		t.count.add(s.Bytes)
 		primary := s.Primary.Unmap().As4()
@@ -400,7 +409,7 @@ func (a *Aggregator) foldCounts() {
 // CountOther counts a packet that did not parse to a flow and was passed
 // for reason.
 func (a *Aggregator) CountOther(bytes, reason int) {
-	a.verdict[0].add(bytes)
+	a.verdict[model.XDPPass].add(bytes)
 	if reason >= 0 && reason < len(a.reason) {
 		a.reason[reason].add(bytes)
 	}
@@ -416,12 +425,12 @@ func (a *Aggregator) fold(f *flowAgg) {
 	f.packets += p.Packets
 	f.bytes += p.Bytes
 	if f.oldTX {
-		a.verdict[1].merge(p)
+		a.verdict[model.XDPTX].merge(p)
 		a.tables[f.rowTable].count.merge(p)
 		f.rowCount.merge(p)
 		return
 	}
-	a.verdict[0].merge(p)
+	a.verdict[model.XDPPass].merge(p)
 	if f.reason >= 0 && int(f.reason) < len(a.reason) {
 		a.reason[f.reason].merge(p)
 	}
@@ -461,7 +470,7 @@ func (a *Aggregator) AddAgainst(s *Sample) {
 func (a *Aggregator) setAgainst(f *flowAgg, s *Sample) {
 	if f.firstNew == 0 || (s.N > 0 && s.N < f.firstNew) {
 		f.firstNew = max(s.N, 1)
-		f.newTX = s.TX
+		f.newTX = s.TX()
 		f.nNew, f.new = hops4(s.Hops)
 	}
 }
@@ -655,7 +664,7 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	a.normalize()
 	r := a.r
 	r.Verdicts = map[string]Count{}
-	for i, name := range []string{"pass", "tx"} {
+	for i, name := range verdictNames {
 		if a.verdict[i].Packets > 0 {
 			r.Verdicts[name] = a.verdict[i]
 		}

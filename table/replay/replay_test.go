@@ -132,7 +132,7 @@ func TestFlowKeepsEarliestPacket(t *testing.T) {
 		return []netip.Addr{netip.MustParseAddr(s), netip.MustParseAddr("10.0.0.9")}
 	}
 	s := func(n int, h string) *replay.Sample {
-		return &replay.Sample{N: n, Bytes: 100, TX: true, HasFlow: true, Flow: k, Table: 0, Row: 5, Hops: hop(h), Primary: hop(h)[0]}
+		return &replay.Sample{N: n, Bytes: 100, Verdict: model.XDPTX, HasFlow: true, Flow: k, Table: 0, Row: 5, Hops: hop(h), Primary: hop(h)[0]}
 	}
 	a := replay.NewAggregator("f", "pcap", []string{"t"}, reasons)
 	a.Add(s(10, "10.0.0.2")) // a later packet first
@@ -153,5 +153,22 @@ func TestFlowKeepsEarliestPacket(t *testing.T) {
 	}
 	if flows != 1 {
 		t.Fatalf("the flow is not counted on its first primary: %+v", r.Tables[0].Backends)
+	}
+}
+
+// TestOtherVerdictsAreTheirOwn: a kernel verdict other than XDP_TX and
+// XDP_PASS is reported under its name, not counted as passed.
+func TestOtherVerdictsAreTheirOwn(t *testing.T) {
+	a := replay.NewAggregator("x.pcap", "pcap", []string{"api"}, reasons)
+	a.Add(&replay.Sample{N: 1, Bytes: 60, Verdict: 0, Reason: -1, Table: -1})
+	a.Add(&replay.Sample{N: 2, Bytes: 70, Verdict: 1, Reason: -1, Table: -1})
+	a.Add(&replay.Sample{N: 3, Bytes: 80, Verdict: model.XDPPass, Reason: model.PassProto, Table: -1})
+	r := a.Report(0, "")
+	want := map[string]replay.Count{"aborted": {Packets: 1, Bytes: 60}, "drop": {Packets: 1, Bytes: 70}, "pass": {Packets: 1, Bytes: 80}}
+	if !reflect.DeepEqual(r.Verdicts, want) {
+		t.Errorf("verdicts %+v, want %+v", r.Verdicts, want)
+	}
+	if len(r.Reasons) != 1 || r.Reasons["pass_proto"].Packets != 1 {
+		t.Errorf("reasons %+v", r.Reasons)
 	}
 }
