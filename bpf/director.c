@@ -263,14 +263,29 @@ static __always_inline __u64 hash_flow(const __u8 *key, const __u64 *state, cons
 /* ---- parsing ----
  *
  * Every read is checked against both the end of the IP packet (what the
- * header says) and the end of the frame (what the verifier tracks). */
+ * header says) and the end of the frame's first buffer (what the verifier
+ * tracks, end). A multi-buffer frame (xdp.frags: jumbo MTUs, multi-buffer
+ * NIC rings) has an IP packet that runs past its first buffer; its headers
+ * must lie in that buffer. A read that fails is a malformed packet if it
+ * runs past the IP packet, and otherwise one whose headers were split. */
 #define OUTSIDE(p, n, ip_end, end) ((void *)(p) + (n) > (ip_end) || (void *)(p) + (n) > (end))
+#define BAD_READ(p, n, ip_end) ((void *)(p) + (n) > (ip_end) ? DIR_C_PASS_MALFORMED : DIR_C_PASS_HEADERS_SPLIT)
+
+/* ip_fits checks that an IP packet of tot bytes, after an L2 header of
+ * l2len, lies within the frame. Only a packet that runs past the first
+ * buffer costs the helper call that measures the whole frame. */
+static __always_inline int ip_fits(struct xdp_md *ctx, void *ip, void *end, __u32 l2len, __u32 tot)
+{
+	if (ip + tot <= end)
+		return 1;
+	return l2len + tot <= bpf_xdp_get_buff_len(ctx);
+}
 
 static __always_inline int ports(void *p, void *ip_end, void *end, struct flow *f, int reversed)
 {
 	__be16 *pp = p;
 	if (OUTSIDE(pp, 4, ip_end, end))
-		return -1;
+		return BAD_READ(pp, 4, ip_end);
 	if (reversed) {
 		f->vip_port = pp[0];
 		f->client_port = pp[1];
@@ -285,15 +300,15 @@ static __always_inline int ports(void *p, void *ip_end, void *end, struct flow *
  * ending at ip_end. Returns 0 or a counter to pass with. */
 static __always_inline int parse_l4(__u8 proto, void *l4, void *ip_end, void *end, struct flow *f)
 {
-	if (proto == IPPROTO_TCP ? OUTSIDE(l4, 20, ip_end, end) : OUTSIDE(l4, 8, ip_end, end))
-		return DIR_C_PASS_MALFORMED;
+	__u32 need = proto == IPPROTO_TCP ? 20 : 8;
+	if (OUTSIDE(l4, need, ip_end, end))
+		return BAD_READ(l4, need, ip_end);
 	f->proto = proto;
-	if (ports(l4, ip_end, end, f, 0))
-		return DIR_C_PASS_MALFORMED;
-	return 0;
+	return ports(l4, ip_end, end, f, 0);
 }
 
-static __always_inline int parse_ipv4(void *ip, void *end, struct flow *f, __u32 *ip_len, __u8 *icmp_echo)
+static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, __u32 l2len, struct flow *f, __u32 *ip_len,
+				      __u8 *icmp_echo)
 {
 	struct iphdr *iph = ip;
 	if ((void *)(iph + 1) > end)
@@ -302,7 +317,7 @@ static __always_inline int parse_ipv4(void *ip, void *end, struct flow *f, __u32
 	if (iph->version != 4 || hl < 20)
 		return DIR_C_PASS_MALFORMED;
 	__u32 tot = bpf_ntohs(iph->tot_len);
-	if (tot < hl || ip + tot > end)
+	if (tot < hl || !ip_fits(ctx, ip, end, l2len, tot))
 		return DIR_C_PASS_MALFORMED;
 	void *ip_end = ip + tot;
 	if (iph->frag_off & bpf_htons(0x3fff))
@@ -322,7 +337,7 @@ static __always_inline int parse_ipv4(void *ip, void *end, struct flow *f, __u32
 
 	__u8 *icmp = l4;
 	if (OUTSIDE(icmp, 8, ip_end, end))
-		return DIR_C_PASS_MALFORMED;
+		return BAD_READ(icmp, 8, ip_end);
 	if (icmp[0] == ICMP_ECHO_) {
 		f->proto = IPPROTO_ICMP;
 		*icmp_echo = 1;
@@ -335,7 +350,7 @@ static __always_inline int parse_ipv4(void *ip, void *end, struct flow *f, __u32
 	 * flow reversed. */
 	struct iphdr *q = (void *)(icmp + 8);
 	if (OUTSIDE(q, sizeof(*q), ip_end, end))
-		return DIR_C_PASS_MALFORMED;
+		return BAD_READ(q, sizeof(*q), ip_end);
 	__u32 qhl = q->ihl * 4;
 	if (q->version != 4 || qhl < 20)
 		return DIR_C_PASS_MALFORMED;
@@ -344,9 +359,7 @@ static __always_inline int parse_ipv4(void *ip, void *end, struct flow *f, __u32
 	__builtin_memcpy(f->vip, &q->saddr, 4);
 	__builtin_memcpy(f->client, &q->daddr, 4);
 	f->proto = q->protocol;
-	if (ports((void *)q + qhl, ip_end, end, f, 1))
-		return DIR_C_PASS_MALFORMED;
-	return 0;
+	return ports((void *)q + qhl, ip_end, end, f, 1);
 }
 
 static __always_inline int ipv6_ext(__u8 nh)
@@ -354,7 +367,8 @@ static __always_inline int ipv6_ext(__u8 nh)
 	return nh == 0 || nh == 43 || nh == 60; /* hop-by-hop, routing, destination options */
 }
 
-static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32 *ip_len, __u8 *icmp_echo)
+static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, __u32 l2len, struct flow *f, __u32 *ip_len,
+				      __u8 *icmp_echo)
 {
 	struct ipv6hdr *ip6 = ip;
 	if ((void *)(ip6 + 1) > end)
@@ -362,7 +376,7 @@ static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32
 	if (ip6->version != 6)
 		return DIR_C_PASS_MALFORMED;
 	__u32 tot = 40 + bpf_ntohs(ip6->payload_len);
-	if (ip + tot > end)
+	if (!ip_fits(ctx, ip, end, l2len, tot))
 		return DIR_C_PASS_MALFORMED;
 	void *ip_end = ip + tot;
 	*ip_len = tot;
@@ -378,7 +392,7 @@ static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32
 			break;
 		__u8 *h = p;
 		if (OUTSIDE(h, 2, ip_end, end))
-			return DIR_C_PASS_MALFORMED;
+			return BAD_READ(h, 2, ip_end);
 		nh = h[0];
 		p += (h[1] + 1) * 8;
 	}
@@ -395,7 +409,7 @@ static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32
 
 	__u8 *icmp = p;
 	if (OUTSIDE(icmp, 8, ip_end, end))
-		return DIR_C_PASS_MALFORMED;
+		return BAD_READ(icmp, 8, ip_end);
 	if (icmp[0] == ICMPV6_ECHO_REQUEST_) {
 		f->proto = IPPROTO_ICMPV6_;
 		*icmp_echo = 1;
@@ -405,7 +419,7 @@ static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32
 		return DIR_C_PASS_PROTO;
 	struct ipv6hdr *q = (void *)(icmp + 8);
 	if (OUTSIDE(q, sizeof(*q), ip_end, end))
-		return DIR_C_PASS_MALFORMED;
+		return BAD_READ(q, sizeof(*q), ip_end);
 	if (q->version != 6)
 		return DIR_C_PASS_MALFORMED;
 	if (q->nexthdr != IPPROTO_TCP && q->nexthdr != IPPROTO_UDP)
@@ -413,9 +427,7 @@ static __always_inline int parse_ipv6(void *ip, void *end, struct flow *f, __u32
 	__builtin_memcpy(f->vip, &q->saddr, 16);
 	__builtin_memcpy(f->client, &q->daddr, 16);
 	f->proto = q->nexthdr;
-	if (ports(q + 1, ip_end, end, f, 1))
-		return DIR_C_PASS_MALFORMED;
-	return 0;
+	return ports(q + 1, ip_end, end, f, 1);
 }
 
 /* exact_hash: see director.h. Words are read in host order, as the Go side
@@ -518,6 +530,10 @@ struct encap {
 	__be32 hops[DIR_MAX_HOPS - 1];    /* after the primary */
 } __attribute__((packed));
 
+/* The size of the encapsulation with nhops hops (the primary and those
+ * listed after it). */
+#define ENCAP_SIZE(nhops) (sizeof(struct encap) - 4 * (DIR_MAX_HOPS - (nhops)))
+
 static __always_inline void count(struct dir_counters *c, int i)
 {
 	if (i >= 0 && i < DIR_C_MAX)
@@ -547,7 +563,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 				       __u32 nhops, __u16 sport)
 {
 	__u32 listed = nhops - 1;
-	__u32 esize = sizeof(struct encap) - 4 * (DIR_MAX_HOPS - 1 - listed);
+	__u32 esize = ENCAP_SIZE(nhops);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
 		return pass(c, DIR_C_ERR_ADJUST_HEAD);
@@ -609,7 +625,11 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	return XDP_TX;
 }
 
-SEC("xdp")
+/* xdp.frags: the program takes multi-buffer frames, so it can be attached
+ * to interfaces with jumbo MTUs, and a frame larger than one buffer is
+ * steered like any other (its headers are in the first buffer; the
+ * encapsulation only touches the front). */
+SEC("xdp.frags")
 int director(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -642,13 +662,19 @@ int director(struct xdp_md *ctx)
 	__u8 echo = 0;
 	int r;
 	if (proto == bpf_htons(ETH_P_IP))
-		r = parse_ipv4(data + l2len, end, &f, &ip_len, &echo);
+		r = parse_ipv4(ctx, data + l2len, end, l2len, &f, &ip_len, &echo);
 	else if (proto == bpf_htons(ETH_P_IPV6))
-		r = parse_ipv6(data + l2len, end, &f, &ip_len, &echo);
+		r = parse_ipv6(ctx, data + l2len, end, l2len, &f, &ip_len, &echo);
 	else
 		return pass(c, DIR_C_PASS_NOT_IP);
 	if (r)
 		return pass(c, r);
+	/* The outer IPv4 length must hold the largest encapsulation and the
+	 * packet. Only an IPv6 packet near 64 KiB, or a GRO frame replayed
+	 * from a capture, comes near. Checked here, before the bind, so that a
+	 * packet's fate stays a function of its flow and its size alone. */
+	if (ip_len > 0xffff - sizeof(struct encap))
+		return pass(c, DIR_C_PASS_TOO_BIG);
 
 	struct dir_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
@@ -704,8 +730,9 @@ int xdp_tx_baseline(struct xdp_md *ctx)
 }
 
 /* Passes everything: attached to the receiving end of a veth pair in tests
- * so that it runs NAPI and accepts frames the director sends with XDP_TX. */
-SEC("xdp")
+ * so that it runs NAPI and accepts frames the director sends with XDP_TX
+ * (multi-buffer ones included, for jumbo MTUs). */
+SEC("xdp.frags")
 int xdp_pass_all(struct xdp_md *ctx)
 {
 	return XDP_PASS;

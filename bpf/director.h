@@ -187,6 +187,8 @@ enum dir_counter {
 	DIR_C_PASS_PROTO,         /* not TCP, UDP or a steered ICMP type */
 	DIR_C_PASS_ICMP_ECHO_OFF, /* echo to a VIP, forwarding switched off */
 	DIR_C_PASS_NO_BIND,
+	DIR_C_PASS_HEADERS_SPLIT, /* a multi-buffer frame whose headers run past its first buffer */
+	DIR_C_PASS_TOO_BIG,       /* the encapsulated packet would be over 65,535 bytes */
 	DIR_C_ERR_NO_CONFIG,
 	DIR_C_ERR_NO_TABLE,
 	DIR_C_ERR_ADJUST_HEAD,
@@ -194,8 +196,13 @@ enum dir_counter {
 	DIR_C_MAX,
 };
 
+/* Room for counters to come, so that adding one does not change the
+ * map's layout (which makes 'director load' refuse the pinned maps). */
+#define DIR_C_SLOTS 32
+_Static_assert(DIR_C_MAX <= DIR_C_SLOTS, "dir_counters has room for every counter");
+
 struct dir_counters {
-	__u64 c[DIR_C_MAX];
+	__u64 c[DIR_C_SLOTS];
 };
 
 struct dir_traffic {

@@ -82,16 +82,18 @@ const (
 	DirectorDirCounterDIR_C_PASS_PROTO         DirectorDirCounter = 10
 	DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF DirectorDirCounter = 11
 	DirectorDirCounterDIR_C_PASS_NO_BIND       DirectorDirCounter = 12
-	DirectorDirCounterDIR_C_ERR_NO_CONFIG      DirectorDirCounter = 13
-	DirectorDirCounterDIR_C_ERR_NO_TABLE       DirectorDirCounter = 14
-	DirectorDirCounterDIR_C_ERR_ADJUST_HEAD    DirectorDirCounter = 15
-	DirectorDirCounterDIR_C_ERR_BOUNDS         DirectorDirCounter = 16
-	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 17
+	DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT DirectorDirCounter = 13
+	DirectorDirCounterDIR_C_PASS_TOO_BIG       DirectorDirCounter = 14
+	DirectorDirCounterDIR_C_ERR_NO_CONFIG      DirectorDirCounter = 15
+	DirectorDirCounterDIR_C_ERR_NO_TABLE       DirectorDirCounter = 16
+	DirectorDirCounterDIR_C_ERR_ADJUST_HEAD    DirectorDirCounter = 17
+	DirectorDirCounterDIR_C_ERR_BOUNDS         DirectorDirCounter = 18
+	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 19
 )
 
 type DirectorDirCounters struct {
 	_ structs.HostLayout
-	C [17]uint64
+	C [32]uint64
 }
 
 type DirectorDirExactEntry struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/table"
+	"github.com/director/director/table/model"
 )
 
 // Outcome is what the program did with one frame.
@@ -103,8 +104,15 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		return err
 	}
 	for i, f := range frames {
+		// BPF_PROG_RUN refuses frames no interface delivers: shorter than
+		// an Ethernet header, or longer than a first buffer and every
+		// fragment. The model gives them the same fate.
 		if len(f) < 14 {
 			out[i] = Outcome{Verdict: 2, Out: f, Reason: int(bpf.DirectorDirCounterDIR_C_PASS_MALFORMED)}
+			continue
+		}
+		if len(f) > model.MaxFrame {
+			out[i] = Outcome{Verdict: 2, Out: f, Reason: int(bpf.DirectorDirCounterDIR_C_PASS_TOO_BIG)}
 			continue
 		}
 		v, o, err := r.D.Run(f)

@@ -16,7 +16,7 @@ import (
 var CounterNames = []string{
 	"processed", "matched", "encapsulated", "encapsulated_bytes", "bind_fast",
 	"pass_not_ip", "pass_vlan", "pass_malformed", "pass_fragment", "pass_ipv6_ext",
-	"pass_proto", "pass_icmp_echo_off", "pass_no_bind",
+	"pass_proto", "pass_icmp_echo_off", "pass_no_bind", "pass_headers_split", "pass_too_big",
 	"error_no_config", "error_no_table", "error_adjust_head", "error_bounds",
 }
 

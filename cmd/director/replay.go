@@ -657,6 +657,9 @@ func printReplay(w io.Writer, r *replay.Report) {
 	if c.Truncated > 0 {
 		fmt.Fprintf(w, ", %d cut short by the snap length", c.Truncated)
 	}
+	if c.MultiBuffer > 0 {
+		fmt.Fprintf(w, ", %d multi-buffer (over %d bytes)", c.MultiBuffer, model.FirstBuffer)
+	}
 	fmt.Fprintln(w)
 	tx, pass := r.Verdicts["tx"], r.Verdicts["pass"]
 	fmt.Fprintf(w, "  XDP_TX    %10d packets %12d bytes  %s\n", tx.Packets, tx.Bytes, share(tx.Packets, c.Packets))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"net"
 	"net/netip"
@@ -10,7 +11,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
 	"github.com/director/director/table/model"
@@ -288,5 +291,56 @@ func TestVerifyComparesVerdictReasonAndBytes(t *testing.T) {
 		if same != (c.want == "") || desc != c.want {
 			t.Errorf("%s: %q (same %v), want %q", c.name, desc, same, c.want)
 		}
+	}
+}
+
+// TestReplayVerifyMultiBuffer replays jumbo and GRO frames (a capture from
+// a host with a 9,000-byte MTU or GRO): the kernel, which gets them as
+// multi-buffer frames, and the model agree on each; frames too big to
+// encapsulate are reported under their own reason.
+func TestReplayVerifyMultiBuffer(t *testing.T) {
+	needRoot(t)
+	path := filepath.Join(t.TempDir(), "jumbo.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := capture.NewWriter(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c4, vip := netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.10.10.10")
+	multi := 0
+	for size := 3400; size <= 9000; size += 100 {
+		for port := uint16(40000); port < 40003; port++ {
+			w.Write(time.Unix(1, 0), pkt.Frame(pkt.IPv4(c4, vip, 6, pkt.TCP(port, 80, 0x10, make([]byte, size-14-40)), pkt.V4Opts{})))
+			if size > model.FirstBuffer {
+				multi++
+			}
+		}
+	}
+	for _, tot := range []int{65000, 65535} { // GRO: the first fits, the second does not
+		w.Write(time.Unix(2, 0), pkt.Frame(pkt.IPv4(c4, vip, 6, pkt.TCP(40000, 443, 0x10, make([]byte, tot-40)), pkt.V4Opts{})))
+		multi++
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	out, errOut, code := runCmd("replay", path, "--config", cfgDir+"small.json", "--verify", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r replay.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Verify.Mismatches != 0 || r.Capture.MultiBuffer != uint64(multi) || r.Reasons["pass_too_big"].Packets != 1 ||
+		r.Verdicts["tx"].Packets != r.Capture.Packets-1 {
+		t.Fatalf("capture %+v, verdicts %+v, reasons %+v, verify %+v", r.Capture, r.Verdicts, r.Reasons, r.Verify)
+	}
+	text, _, _ := runCmd("replay", path, "--config", cfgDir+"small.json", "--model")
+	if !strings.Contains(text, fmt.Sprintf("%d multi-buffer (over %d bytes)", multi, model.FirstBuffer)) || !strings.Contains(text, "pass_too_big") {
+		t.Errorf("text report:\n%s", text)
 	}
 }

@@ -8,6 +8,7 @@ package model
 import (
 	"encoding/binary"
 	"net/netip"
+	"os"
 	"sync"
 
 	"github.com/director/director/table"
@@ -35,6 +36,8 @@ const (
 	PassProto
 	PassICMPEchoOff
 	PassNoBind
+	PassHeadersSplit // a multi-buffer frame whose headers run past its first buffer
+	PassTooBig       // the encapsulated packet would be over 65,535 bytes
 	ErrNoConfig
 	ErrNoTable
 	ErrAdjustHead
@@ -282,7 +285,7 @@ func (c *Classifier) recall(ft *fate, frame []byte, f *flow, l2len, ipLen int) R
 		r.HopList[2], r.HopList[3] = t.Backends[ft.hops[2]].IP, t.Backends[ft.hops[3]].IP
 		r.NHops = 4
 	}
-	r.OuterLen = l2len + 36 + 4*(r.NHops-1) + ipLen
+	r.OuterLen = l2len + encapSize(r.NHops) + ipLen
 	return r
 }
 
@@ -346,9 +349,24 @@ func (d *Datapath) Process(frame []byte) Result { return d.process(frame, true, 
 // for XDP_TX): all a replay needs to know where a packet goes.
 func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false, d.resolve) }
 
+// How frames reach the program in BPF_PROG_RUN, which replays and tests
+// run it with: the first FirstBuffer bytes of a frame in its first
+// buffer, where the program reads them directly, and the rest in page-sized
+// fragments (a multi-buffer frame, as a NIC with a jumbo MTU delivers),
+// MaxFrame bytes at most. FirstBuffer is a page less XDP_PACKET_HEADROOM
+// (256) and struct skb_shared_info (320): 3,520 bytes with 4 KiB pages.
+// MaxFrame allows MAX_SKB_FRAGS (17) fragments.
+var (
+	FirstBuffer = os.Getpagesize() - 256 - 320
+	MaxFrame    = FirstBuffer + 17*os.Getpagesize()
+)
+
 // parseFrame reads a frame up to its flow. A reason other than 0 is the
 // pass counter the frame is passed for (f may then be partly filled).
 func parseFrame(frame []byte, f *flow) (l2len, ipLen int, v6 bool, reason int) {
+	if len(frame) > MaxFrame {
+		return 0, 0, false, PassTooBig // no XDP hook receives a frame this large
+	}
 	if len(frame) < 14 {
 		return 0, 0, false, PassMalformed
 	}
@@ -367,16 +385,44 @@ func parseFrame(frame []byte, f *flow) (l2len, ipLen int, v6 bool, reason int) {
 	case 0x88a8:
 		return 0, 0, false, PassVLAN
 	}
+	// The headers the program reads must lie in the first buffer.
+	ip := ipView{p: frame[l2len:], first: min(len(frame), FirstBuffer) - l2len}
 	switch etype {
 	case 0x0800:
-		ipLen, reason = parseIPv4(frame[l2len:], f)
+		ipLen, reason = parseIPv4(ip, f)
 	case 0x86dd:
-		ipLen, reason = parseIPv6(frame[l2len:], f)
+		ipLen, reason = parseIPv6(ip, f)
 		v6 = true
 	default:
 		return 0, 0, false, PassNotIP
 	}
+	// The outer IPv4 length must hold the largest encapsulation and the
+	// packet.
+	if reason == 0 && ipLen > 0xffff-encapSize(4) {
+		return 0, 0, false, PassTooBig
+	}
 	return l2len, ipLen, v6, reason
+}
+
+// ipView is an IP packet and the frame after it (p), of which the first
+// `first` bytes are in the frame's first buffer.
+type ipView struct {
+	p     []byte
+	first int
+	tot   int // the IP packet's length, once known
+}
+
+// read checks a read of n bytes at off, as the program's bounds checks do:
+// past the IP packet it is malformed; within it but past the first buffer,
+// the headers were split.
+func (v *ipView) read(off, n int) int {
+	switch {
+	case off+n > v.tot:
+		return PassMalformed
+	case off+n > v.first:
+		return PassHeadersSplit
+	}
+	return 0
 }
 
 // passed is the Result of a passed frame.
@@ -407,17 +453,19 @@ func (d *Datapath) steer(frame []byte, f *flow, l2len, ipLen int, v6, build bool
 	if f.echo && !d.Config.ForwardICMPEcho {
 		return passed(frame, PassICMPEchoOff, true, f)
 	}
+	nhops := 2
+	if d.Config.AltHashFields != 0 {
+		nhops = 4
+	}
 	t := d.Tables[ti]
 	h := flowHash(t.HashKey, *f, d.Config.HashFields)
 	row, p, s := t.Lookup(h)
 	hops := [4]netip.Addr{p.IP, s.IP}
-	nhops := 2
 	altRow := -1
 	if d.Config.AltHashFields != 0 {
 		var ap, as table.Backend
 		altRow, ap, as = t.Lookup(flowHash(t.HashKey, *f, d.Config.AltHashFields))
 		hops[2], hops[3] = ap.IP, as.IP
-		nhops = 4
 	}
 	var out []byte
 	if build {
@@ -430,8 +478,13 @@ func (d *Datapath) steer(frame []byte, f *flow, l2len, ipLen int, v6, build bool
 	}
 	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
-		OuterLen: l2len + 36 + 4*(nhops-1) + ipLen}
+		OuterLen: l2len + encapSize(nhops) + ipLen}
 }
+
+// encapSize is the size of GLB's encapsulation with nhops hops (the
+// primary, in the outer IPv4 header, and the rest listed in GUE): outer
+// IPv4, UDP, GUE and GLB's private data.
+func encapSize(nhops int) int { return 20 + 8 + 4 + 4 + 4*(nhops-1) }
 
 // flowHash is GLB's flow hash over the enabled fields, in order.
 func flowHash(key table.Key, f flow, fields table.HashFields) uint64 {
@@ -463,35 +516,36 @@ func flowHash(key table.Key, f flow, fields table.HashFields) uint64 {
 	return table.FlowHash(key, buf[:n])
 }
 
-func ports(b []byte, reversed bool, f *flow) bool {
-	if len(b) < 4 {
-		return false
+// ports reads the two ports at off.
+func (v *ipView) ports(off int, reversed bool, f *flow) int {
+	if r := v.read(off, 4); r != 0 {
+		return r
 	}
-	a, c := binary.BigEndian.Uint16(b), binary.BigEndian.Uint16(b[2:])
+	a, c := binary.BigEndian.Uint16(v.p[off:]), binary.BigEndian.Uint16(v.p[off+2:])
 	if reversed {
 		f.vipPort, f.clientPort = a, c
 	} else {
 		f.clientPort, f.vipPort = a, c
 	}
-	return true
+	return 0
 }
 
-// parseL4 reads a TCP (20-byte minimum header) or UDP header.
-func parseL4(proto uint8, l4 []byte, f *flow) int {
+// parseL4 reads a TCP (20-byte minimum header) or UDP header at off.
+func (v *ipView) parseL4(proto uint8, off int, f *flow) int {
 	need := 8
 	if proto == 6 {
 		need = 20
 	}
-	if len(l4) < need {
-		return PassMalformed
+	if r := v.read(off, need); r != 0 {
+		return r
 	}
 	f.proto = proto
-	ports(l4, false, f)
-	return 0
+	return v.ports(off, false, f)
 }
 
-func parseIPv4(p []byte, f *flow) (ipLen, reason int) {
-	if len(p) < 20 {
+func parseIPv4(v ipView, f *flow) (ipLen, reason int) {
+	p := v.p
+	if v.first < 20 {
 		return 0, PassMalformed
 	}
 	hl := int(p[0]&0xf) * 4
@@ -502,24 +556,24 @@ func parseIPv4(p []byte, f *flow) (ipLen, reason int) {
 	if tot < hl || tot > len(p) {
 		return 0, PassMalformed
 	}
-	ip := p[:tot]
+	v.tot = tot
 	if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
 		return 0, PassFragment
 	}
 	f.client = netip.AddrFrom4([4]byte(p[12:16]))
 	f.vip = netip.AddrFrom4([4]byte(p[16:20]))
-	l4 := ip[hl:]
 	switch p[9] {
 	case 6, 17:
-		return tot, parseL4(p[9], l4, f)
+		return tot, v.parseL4(p[9], hl, f)
 	case 1:
 	default:
 		return 0, PassProto
 	}
-	if len(l4) < 8 {
-		return 0, PassMalformed
+	icmp := hl
+	if r := v.read(icmp, 8); r != 0 {
+		return 0, r
 	}
-	switch l4[0] {
+	switch p[icmp] {
 	case 8: // echo request
 		f.proto, f.echo = 1, true
 		return tot, 0
@@ -527,30 +581,31 @@ func parseIPv4(p []byte, f *flow) (ipLen, reason int) {
 	default:
 		return 0, PassProto
 	}
-	q := l4[8:]
-	if len(q) < 20 {
+	q := icmp + 8 // the quoted packet, from the VIP to the client
+	if r := v.read(q, 20); r != 0 {
+		return 0, r
+	}
+	qhl := int(p[q]&0xf) * 4
+	if p[q]>>4 != 4 || qhl < 20 {
 		return 0, PassMalformed
 	}
-	qhl := int(q[0]&0xf) * 4
-	if q[0]>>4 != 4 || qhl < 20 {
-		return 0, PassMalformed
-	}
-	if q[9] != 6 && q[9] != 17 {
+	if p[q+9] != 6 && p[q+9] != 17 {
 		return 0, PassProto
 	}
-	f.vip = netip.AddrFrom4([4]byte(q[12:16]))
-	f.client = netip.AddrFrom4([4]byte(q[16:20]))
-	f.proto = q[9]
-	if qhl > len(q) || !ports(q[qhl:], true, f) {
-		return 0, PassMalformed
+	f.vip = netip.AddrFrom4([4]byte(p[q+12 : q+16]))
+	f.client = netip.AddrFrom4([4]byte(p[q+16 : q+20]))
+	f.proto = p[q+9]
+	if r := v.ports(q+qhl, true, f); r != 0 {
+		return 0, r
 	}
 	return tot, 0
 }
 
 func isExt(nh uint8) bool { return nh == 0 || nh == 43 || nh == 60 }
 
-func parseIPv6(p []byte, f *flow) (ipLen, reason int) {
-	if len(p) < 40 {
+func parseIPv6(v ipView, f *flow) (ipLen, reason int) {
+	p := v.p
+	if v.first < 40 {
 		return 0, PassMalformed
 	}
 	if p[0]>>4 != 6 {
@@ -560,17 +615,17 @@ func parseIPv6(p []byte, f *flow) (ipLen, reason int) {
 	if tot > len(p) {
 		return 0, PassMalformed
 	}
-	ip := p[:tot]
+	v.tot = tot
 	f.client = netip.AddrFrom16([16]byte(p[8:24]))
 	f.vip = netip.AddrFrom16([16]byte(p[24:40]))
 	nh := p[6]
 	off := 40
 	for i := 0; i < 4 && isExt(nh); i++ {
-		if off+2 > tot {
-			return 0, PassMalformed
+		if r := v.read(off, 2); r != 0 {
+			return 0, r
 		}
-		nh = ip[off]
-		off += (int(ip[off+1]) + 1) * 8
+		nh = p[off]
+		off += (int(p[off+1]) + 1) * 8
 	}
 	if isExt(nh) {
 		return 0, PassIPv6Ext
@@ -581,18 +636,17 @@ func parseIPv6(p []byte, f *flow) (ipLen, reason int) {
 	if off > tot {
 		return 0, PassMalformed
 	}
-	l4 := ip[off:]
 	switch nh {
 	case 6, 17:
-		return tot, parseL4(nh, l4, f)
+		return tot, v.parseL4(nh, off, f)
 	case 58:
 	default:
 		return 0, PassProto
 	}
-	if len(l4) < 8 {
-		return 0, PassMalformed
+	if r := v.read(off, 8); r != 0 {
+		return 0, r
 	}
-	switch l4[0] {
+	switch p[off] {
 	case 128: // echo request
 		f.proto, f.echo = 58, true
 		return tot, 0
@@ -600,21 +654,21 @@ func parseIPv6(p []byte, f *flow) (ipLen, reason int) {
 	default:
 		return 0, PassProto
 	}
-	q := l4[8:]
-	if len(q) < 40 {
+	q := off + 8
+	if r := v.read(q, 40); r != 0 {
+		return 0, r
+	}
+	if p[q]>>4 != 6 {
 		return 0, PassMalformed
 	}
-	if q[0]>>4 != 6 {
-		return 0, PassMalformed
-	}
-	if q[6] != 6 && q[6] != 17 {
+	if p[q+6] != 6 && p[q+6] != 17 {
 		return 0, PassProto
 	}
-	f.vip = netip.AddrFrom16([16]byte(q[8:24]))
-	f.client = netip.AddrFrom16([16]byte(q[24:40]))
-	f.proto = q[6]
-	if !ports(q[40:], true, f) {
-		return 0, PassMalformed
+	f.vip = netip.AddrFrom16([16]byte(p[q+8 : q+24]))
+	f.client = netip.AddrFrom16([16]byte(p[q+24 : q+40]))
+	f.proto = p[q+6]
+	if r := v.ports(q+40, true, f); r != 0 {
+		return 0, r
 	}
 	return tot, 0
 }
@@ -624,7 +678,7 @@ func parseIPv6(p []byte, f *flow) (ipLen, reason int) {
 // original L2 header (the IP packet and any trailing padding).
 func encapsulate(l2 []byte, gw [6]byte, src netip.Addr, hops []netip.Addr, sport uint16, family, ipLen int, rest []byte) []byte {
 	listed := len(hops) - 1
-	esize := 20 + 8 + 4 + 4 + 4*listed
+	esize := encapSize(len(hops))
 	out := make([]byte, 0, len(l2)+esize+len(rest))
 	out = append(out, gw[:]...)
 	out = append(out, l2[0:6]...) // source: the frame's destination

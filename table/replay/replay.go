@@ -98,6 +98,10 @@ type CaptureInfo struct {
 	Packets   uint64 `json:"packets"`
 	Bytes     uint64 `json:"bytes"`
 	Truncated uint64 `json:"truncated"` // packets cut short by the capture's snap length
+	// MultiBuffer counts frames longer than the program's first buffer
+	// (model.FirstBuffer): multi-buffer XDP frames, as a jumbo MTU or a
+	// capture taken after GRO gives.
+	MultiBuffer uint64 `json:"multi_buffer"`
 }
 
 // TableReport is one table's share of the traffic.
@@ -287,6 +291,9 @@ func (a *Aggregator) Captured(bytes int, truncated bool) {
 	a.r.Capture.Bytes += uint64(bytes)
 	if truncated {
 		a.r.Capture.Truncated++
+	}
+	if bytes > model.FirstBuffer {
+		a.r.Capture.MultiBuffer++
 	}
 }
 
@@ -621,6 +628,7 @@ func (a *Aggregator) mergeCounts(o *Aggregator) {
 	c.Packets += o.r.Capture.Packets
 	c.Bytes += o.r.Capture.Bytes
 	c.Truncated += o.r.Capture.Truncated
+	c.MultiBuffer += o.r.Capture.MultiBuffer
 	for i := range a.verdict {
 		a.verdict[i].merge(o.verdict[i])
 	}
