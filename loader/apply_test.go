@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -256,7 +255,7 @@ func loadPinned(t *testing.T) (*Director, table.DirectorConfig) {
 	}
 	t.Cleanup(func() { d.Close() })
 	dc := directorConfig()
-	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+	if _, err := d.ApplyChange(Change{Config: &dc}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return d, dc

@@ -71,6 +71,7 @@ func setup(t testing.TB, dc table.DirectorConfig) (*Director, *model.Datapath) {
 func directorConfig() table.DirectorConfig {
 	dc := table.DefaultDirectorConfig()
 	dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+	dc.GatewayMAC = net.HardwareAddr(pkt.GatewayMAC[:])
 	return dc
 }
 

@@ -10,32 +10,44 @@ import (
 	"github.com/director/director/table"
 )
 
-// GatewayMAC returns the MAC encapsulated packets are sent to: the
-// config's, or else the neighbour entry of the default IPv4 route's gateway.
-func GatewayMAC(c *table.DirectorConfig) (net.HardwareAddr, error) {
+// ResolveGateway returns c with its gateway MAC set: the config's own, or
+// else the neighbour entry of the gateway of the default IPv4 route
+// through c.OutboundInterface. It never guesses from whatever default
+// route the namespace it runs in has: without an interface named, an
+// absent MAC is an error.
+func ResolveGateway(c *table.DirectorConfig) (*table.DirectorConfig, error) {
+	r := *c
 	if c.GatewayMAC != nil {
-		return c.GatewayMAC, nil
+		return &r, nil
 	}
-	routes, err := netlink.RouteList(nil, unix.AF_INET)
+	if c.OutboundInterface == "" {
+		return nil, fmt.Errorf("outbound_gateway_mac is not set: set it, or set outbound_interface to resolve it from that interface's default route")
+	}
+	l, err := netlink.LinkByName(c.OutboundInterface)
+	if err != nil {
+		return nil, fmt.Errorf("outbound_interface %s: %w (in this network namespace)", c.OutboundInterface, err)
+	}
+	routes, err := netlink.RouteList(l, unix.AF_INET)
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
 	}
-	for _, r := range routes {
-		if (r.Dst != nil && !isDefault(r.Dst)) || r.Gw == nil {
+	for _, rt := range routes {
+		if (rt.Dst != nil && !isDefault(rt.Dst)) || rt.Gw == nil {
 			continue
 		}
-		neighs, err := netlink.NeighList(r.LinkIndex, unix.AF_INET)
+		neighs, err := netlink.NeighList(l.Attrs().Index, unix.AF_INET)
 		if err != nil {
 			return nil, fmt.Errorf("listing neighbours: %w", err)
 		}
 		for _, n := range neighs {
-			if n.IP.Equal(r.Gw) && len(n.HardwareAddr) == 6 && n.State&(unix.NUD_FAILED|unix.NUD_INCOMPLETE) == 0 {
-				return n.HardwareAddr, nil
+			if n.IP.Equal(rt.Gw) && len(n.HardwareAddr) == 6 && n.State&(unix.NUD_FAILED|unix.NUD_INCOMPLETE) == 0 {
+				r.GatewayMAC = n.HardwareAddr
+				return &r, nil
 			}
 		}
-		return nil, fmt.Errorf("the default gateway %s has no neighbour entry: set outbound_gateway_mac, or reach the gateway once so the kernel resolves it", r.Gw)
+		return nil, fmt.Errorf("the default gateway %s of %s has no neighbour entry: set outbound_gateway_mac, or reach the gateway once so the kernel resolves it", rt.Gw, c.OutboundInterface)
 	}
-	return nil, fmt.Errorf("outbound_gateway_mac is not set and there is no default IPv4 route to take the gateway from")
+	return nil, fmt.Errorf("outbound_gateway_mac is not set and %s has no default IPv4 route to take the gateway from", c.OutboundInterface)
 }
 
 func isDefault(n *net.IPNet) bool {

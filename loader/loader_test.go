@@ -2,7 +2,6 @@ package loader
 
 import (
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/pkt"
 )
 
 // testDir gives a test its own pin directory under /sys/fs/bpf and
@@ -118,7 +116,7 @@ func TestLoadRefusesIncompatiblePins(t *testing.T) {
 func TestLoadRefreshesConfig(t *testing.T) {
 	d := loadTest(t)
 	dc := directorConfig()
-	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+	if _, err := d.ApplyChange(Change{Config: &dc}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var v bpf.DirectorDirConfig
@@ -127,7 +125,7 @@ func TestLoadRefreshesConfig(t *testing.T) {
 	}
 	want := v.CsumBase
 	if want == 0 || want != csumBase(v.SrcIp) {
-		t.Fatalf("SetConfig wrote csum_base %#x", want)
+		t.Fatalf("the apply wrote csum_base %#x", want)
 	}
 	v.CsumBase = 0
 	if err := d.Maps.Config.Put(uint32(0), &v); err != nil {

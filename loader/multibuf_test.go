@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -185,11 +184,8 @@ func vethJumbo(dir, mode string) error {
 	}
 	defer d.Close()
 	dc := directorConfig()
-	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
-		return err
-	}
 	tabs := testTables(nil, testConfig)
-	if _, err := d.Apply(tabs, nil); err != nil {
+	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
 		return err
 	}
 	m := model.New(dc, pkt.GatewayMAC, tabs)

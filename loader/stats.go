@@ -2,8 +2,6 @@ package loader
 
 import (
 	"fmt"
-	"net"
-	"net/netip"
 
 	"github.com/cilium/ebpf"
 
@@ -139,71 +137,4 @@ func (d *Director) resetCounters(statsID int, old *LiveTable, t *table.Table, st
 		}
 	}
 	return nil
-}
-
-// SetConfig writes the director's own settings. gateway is the resolved
-// gateway MAC.
-func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) error {
-	if len(gateway) != 6 {
-		return fmt.Errorf("gateway MAC %q is not an Ethernet address", gateway)
-	}
-	if !c.SrcIP.Is4() {
-		return fmt.Errorf("outbound source %s is not IPv4", c.SrcIP)
-	}
-	var v bpf.DirectorDirConfig
-	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
-		return err
-	}
-	gen := v.BindGen // owned by Apply
-	v = bpf.DirectorDirConfig{
-		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields),
-		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1, BindGen: gen,
-	}
-	v.CsumBase = csumBase(v.SrcIp)
-	copy(v.GatewayMac[:], gateway)
-	if c.ForwardICMPEcho {
-		v.ForwardIcmpEcho = 1
-	}
-	return d.Maps.Config.Put(uint32(0), &v)
-}
-
-// csumBase is dir_config.csum_base: the one's complement sum, unfolded, of
-// the outer IPv4 header's constant words (version and IHL, DF, TTL and
-// protocol UDP) and the source address, in the byte order the program
-// reads them.
-func csumBase(src uint32) uint32 {
-	return 0x0045 + 0x0040 + 0x1140 + src&0xffff + src>>16
-}
-
-// refreshConfig rederives what the program reads from the config entry
-// but the control plane computes (csum_base), for an entry an older
-// version wrote; a new program must not read it stale.
-func (d *Director) refreshConfig() error {
-	var v bpf.DirectorDirConfig
-	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
-		return err
-	}
-	if v.Configured == 0 || v.CsumBase == csumBase(v.SrcIp) {
-		return nil
-	}
-	v.CsumBase = csumBase(v.SrcIp)
-	return d.Maps.Config.Put(uint32(0), &v)
-}
-
-// LiveConfig reads the director's settings back; ok is false before any
-// were written.
-func (d *Director) LiveConfig() (c table.DirectorConfig, gateway net.HardwareAddr, ok bool, err error) {
-	var v bpf.DirectorDirConfig
-	if err = d.Maps.Config.Lookup(uint32(0), &v); err != nil {
-		return c, nil, false, err
-	}
-	if v.Configured == 0 {
-		return c, nil, false, nil
-	}
-	c.HashFields = table.HashFields(v.HashFields)
-	c.AltHashFields = table.HashFields(v.AltHashFields)
-	c.ForwardICMPEcho = v.ForwardIcmpEcho == 1
-	b := v.SrcIp
-	c.SrcIP = netip.AddrFrom4([4]byte{byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24)})
-	return c, net.HardwareAddr(v.GatewayMac[:]), true, nil
 }

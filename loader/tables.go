@@ -262,22 +262,50 @@ type ApplyResult struct {
 	Duration time.Duration
 }
 
-// Apply makes tables the live set. Every new or changed table is written,
+// Change is what an apply makes live.
+type Change struct {
+	Tables []*table.Table
+	// Config, when not nil, replaces the director config in the same
+	// commit; its gateway MAC must be resolved (ResolveGateway).
+	Config *table.DirectorConfig
+}
+
+// State is what is live: the tables, and the director config (nil until
+// one is written).
+type State struct {
+	Tables []*table.Table
+	Config *table.DirectorConfig
+}
+
+// Apply makes tables the live set, keeping the director config; see
+// ApplyChange.
+func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) error) (*ApplyResult, error) {
+	return d.ApplyChange(Change{Tables: tables}, func(s State) error {
+		if check == nil {
+			return nil
+		}
+		return check(s.Tables)
+	})
+}
+
+// ApplyChange makes a change live. Every new or changed table is written,
 // in one map update, into a slot that neither bind generation references
 // (so no packet can be reading it); the binds pointing at the new slots are
-// written into the inactive generation; then one 4-byte write flips the
-// generation: the commit point. Packets see all the old tables or all the
+// written into the inactive generation; then one write of the config
+// entry flips the generation, and with it sets the new director config:
+// the commit point. Packets see all the old tables and settings or all the
 // new ones. If the process dies at any point before the commit, the
-// previous tables keep serving; after it, the new ones do.
+// previous state keeps serving; after it, the new one does.
 //
 // Tables keep their counters across applies: a table is matched to a live
 // one by name when both have one, otherwise by position, and a backend by
 // address.
 //
-// check, if not nil, runs under the apply lock with the live tables and
+// check, if not nil, runs under the apply lock with the live state and
 // can refuse the apply (plans use it to insist on the state they were
 // reviewed against).
-func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) error) (*ApplyResult, error) {
+func (d *Director) ApplyChange(ch Change, check func(live State) error) (*ApplyResult, error) {
+	tables := ch.Tables
 	start := time.Now()
 	if err := CheckDatapath(tables); err != nil {
 		return nil, err
@@ -288,12 +316,21 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 	}
 	defer unlock()
 
+	if ch.Config != nil {
+		if _, err := configEntry(ch.Config, 0); err != nil {
+			return nil, fmt.Errorf("director config: %w", err)
+		}
+	}
 	live, err := d.Live()
 	if err != nil {
 		return nil, fmt.Errorf("reading live tables: %w", err)
 	}
 	if check != nil {
-		if err := check(Tables(live)); err != nil {
+		liveConfig, err := d.LiveConfig()
+		if err != nil {
+			return nil, fmt.Errorf("reading the live director config: %w", err)
+		}
+		if err := check(State{Tables: Tables(live), Config: liveConfig}); err != nil {
 			return nil, err
 		}
 	}
@@ -413,7 +450,7 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 	for i, p := range plans {
 		slots[i] = p.slot
 	}
-	if err := d.swapBinds(tables, slots); err != nil {
+	if err := d.swapBinds(tables, slots, ch.Config); err != nil {
 		return nil, err
 	}
 	now, err := d.Live()
@@ -537,8 +574,9 @@ func (d *Director) slotMap(slot int) (*ebpf.Map, error) {
 }
 
 // swapBinds builds the bind maps for tables (tables[i] in slots[i]) in the
-// inactive generation and flips to it.
-func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
+// inactive generation and flips to it, writing config (when not nil) in
+// the same update.
+func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.DirectorConfig) error {
 	gen, err := d.generation()
 	if err != nil {
 		return err
@@ -593,14 +631,20 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int) error {
 		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
 
-	// The commit point. The rest of the config entry is rewritten with
-	// the values it has; only the aligned generation word changes.
-	var c bpf.DirectorDirConfig
-	if err := d.Maps.Config.Lookup(uint32(0), &c); err != nil {
+	// The commit point. Without a new director config, the rest of the
+	// entry is rewritten with the values it has, and only the aligned
+	// generation word changes.
+	c := new(bpf.DirectorDirConfig)
+	if err := d.Maps.Config.Lookup(uint32(0), c); err != nil {
 		return err
 	}
 	c.BindGen = next
-	if err := d.Maps.Config.Put(uint32(0), &c); err != nil {
+	if config != nil {
+		if c, err = configEntry(config, next); err != nil {
+			return err
+		}
+	}
+	if err := d.Maps.Config.Put(uint32(0), c); err != nil {
 		return fmt.Errorf("switching to the new binds: %w", err)
 	}
 	return nil

@@ -2,7 +2,6 @@ package loader
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,10 +26,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 			return err
 		}
 		dc := directorConfig()
-		if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
-			return err
-		}
-		if _, err := d.Apply(testTables(nil, testConfig), nil); err != nil {
+		if _, err := d.ApplyChange(Change{Tables: testTables(nil, testConfig), Config: &dc}, nil); err != nil {
 			return err
 		}
 		// The "old version": a program that passes everything, pinned and

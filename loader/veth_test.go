@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -47,11 +46,8 @@ func vethSteering(dir, mode string) error {
 	}
 	defer d.Close()
 	dc := directorConfig()
-	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
-		return err
-	}
 	tabs := testTables(nil, testConfig)
-	if _, err := d.Apply(tabs, nil); err != nil {
+	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
 		return err
 	}
 	m := model.New(dc, pkt.GatewayMAC, tabs)

@@ -1,9 +1,11 @@
 package table
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"strings"
 )
 
@@ -39,13 +41,17 @@ func (h HashFields) String() string {
 // format.
 type DirectorConfig struct {
 	// GatewayMAC is the next hop for encapsulated packets; nil when the
-	// file leaves it out (then the default route's gateway is resolved).
-	GatewayMAC      net.HardwareAddr
-	SrcIP           netip.Addr // outer IPv4 source
-	HashFields      HashFields // never 0
-	AltHashFields   HashFields // 0: no alternate hash
-	ForwardICMPEcho bool
-	Warnings        []string
+	// file leaves it out (then it is resolved from OutboundInterface).
+	GatewayMAC net.HardwareAddr
+	// OutboundInterface is the interface GUE packets leave by; when
+	// GatewayMAC is absent, the gateway of its default route is resolved
+	// through its neighbour table. A director extension to GLB's format.
+	OutboundInterface string
+	SrcIP             netip.Addr // outer IPv4 source
+	HashFields        HashFields // never 0
+	AltHashFields     HashFields // 0: no alternate hash
+	ForwardICMPEcho   bool
+	Warnings          []string
 }
 
 // DefaultDirectorConfig is what an empty file gives, bar the required
@@ -78,7 +84,8 @@ func ParseDirectorConfig(data []byte) (*DirectorConfig, error) {
 	}
 	p := &parser{}
 	c := DefaultDirectorConfig()
-	allowed := append([]string{"outbound_gateway_mac", "outbound_src_ip", "hash_fields", "alt_hash_fields", "forward_icmp_ping_responses"}, dpdkOnlyKeys...)
+	allowed := append([]string{"outbound_gateway_mac", "outbound_src_ip", "outbound_interface", "hash_fields", "alt_hash_fields",
+		"forward_icmp_ping_responses"}, dpdkOnlyKeys...)
 	if p.object("", root, allowed...) {
 		for _, m := range root.members {
 			for _, k := range dpdkOnlyKeys {
@@ -94,6 +101,15 @@ func ParseDirectorConfig(data []byte) (*DirectorConfig, error) {
 				p.fail("outbound_gateway_mac", "%s is not an Ethernet MAC address", v.brief())
 			} else {
 				c.GatewayMAC = mac
+			}
+		}
+		if v := root.get("outbound_interface"); v != nil {
+			if v.kind != jsonString {
+				p.fail("outbound_interface", "%s is not a string", v.brief())
+			} else if !ifaceRE.MatchString(v.str) {
+				p.fail("outbound_interface", "%s is not an interface name (1-15 characters, no '/', ':' or spaces)", v.brief())
+			} else {
+				c.OutboundInterface = v.str
 			}
 		}
 		if v := p.required("", root, "outbound_src_ip", jsonString); v != nil {
@@ -124,6 +140,8 @@ func ParseDirectorConfig(data []byte) (*DirectorConfig, error) {
 	return &c, nil
 }
 
+var ifaceRE = regexp.MustCompile(`^[^/:\s]{1,15}$`)
+
 func (p *parser) hashFields(path string, v *jsonValue) HashFields {
 	if !p.object(path, v, "src_addr", "dst_addr", "src_port", "dst_port") {
 		return 0
@@ -142,4 +160,95 @@ func (p *parser) hashFields(path string, v *jsonValue) HashFields {
 		p.fail(path, "must enable at least one field")
 	}
 	return h
+}
+
+// MarshalGLB writes the settings as GLB's director.conf JSON, which
+// ParseDirectorConfig reads back to the same settings: plans carry a
+// director config this way, with its gateway resolved.
+func (c *DirectorConfig) MarshalGLB() ([]byte, error) {
+	fields := func(h HashFields) map[string]bool {
+		return map[string]bool{"src_addr": h&HashSrcAddr != 0, "dst_addr": h&HashDstAddr != 0,
+			"src_port": h&HashSrcPort != 0, "dst_port": h&HashDstPort != 0}
+	}
+	m := map[string]any{"outbound_src_ip": c.SrcIP.String(), "hash_fields": fields(c.HashFields),
+		"forward_icmp_ping_responses": c.ForwardICMPEcho}
+	if c.GatewayMAC != nil {
+		m["outbound_gateway_mac"] = c.GatewayMAC.String()
+	}
+	if c.AltHashFields != 0 {
+		m["alt_hash_fields"] = fields(c.AltHashFields)
+	}
+	if c.OutboundInterface != "" {
+		m["outbound_interface"] = c.OutboundInterface
+	}
+	return json.Marshal(m)
+}
+
+// SettingChange is one director setting a change alters, with its verdict.
+type SettingChange struct {
+	Setting string `json:"setting"` // the director.conf key
+	Old     string `json:"old"`     // "" when no director config is live
+	New     string `json:"new"`
+	Safe    bool   `json:"safe"`
+	Reason  string `json:"reason"`
+}
+
+// CompareDirectorConfig lists what going from the live settings (nil when
+// none are live) to new changes, each with a verdict. Unsafe: a new
+// gateway MAC (a wrong one drops every steered packet), new hash fields
+// unless alt_hash_fields carries the old ones (GLB's migration path), and
+// new alternate fields during a migration. Both configs must have their
+// gateway resolved.
+func CompareDirectorConfig(old, new *DirectorConfig) []SettingChange {
+	var out []SettingChange
+	add := func(setting, o, n string, safe bool, reason string) {
+		out = append(out, SettingChange{Setting: setting, Old: o, New: n, Safe: safe, Reason: reason})
+	}
+	if old == nil {
+		const first = "no director config is live yet: until one is, packets for the binds are passed, not steered"
+		add("outbound_src_ip", "", new.SrcIP.String(), true, first)
+		add("outbound_gateway_mac", "", new.GatewayMAC.String(), true, first)
+		add("hash_fields", "", new.HashFields.String(), true, first)
+		add("alt_hash_fields", "", new.AltHashFields.String(), true, first)
+		add("forward_icmp_ping_responses", "", fmt.Sprint(new.ForwardICMPEcho), true, first)
+		return out
+	}
+	if old.SrcIP != new.SrcIP {
+		add("outbound_src_ip", old.SrcIP.String(), new.SrcIP.String(), true,
+			"flows keep their rows; backends see GUE packets from the new source and must accept them")
+	}
+	if old.GatewayMAC.String() != new.GatewayMAC.String() {
+		add("outbound_gateway_mac", old.GatewayMAC.String(), new.GatewayMAC.String(), false,
+			"every GUE packet goes to the new next hop: if it is wrong, all steered traffic is dropped")
+	}
+	hashChanged := old.HashFields != new.HashFields
+	if hashChanged {
+		if new.AltHashFields == old.HashFields {
+			add("hash_fields", old.HashFields.String(), new.HashFields.String(), true,
+				"GLB's migration path: alt_hash_fields carries the old fields, so established connections keep their old row's hops through second chance")
+		} else {
+			add("hash_fields", old.HashFields.String(), new.HashFields.String(), false,
+				fmt.Sprintf("every flow hashes to a new row, so established connections break; GLB's migration path keeps them: set alt_hash_fields to the old fields (%s) in the same change", old.HashFields))
+		}
+	}
+	if old.AltHashFields != new.AltHashFields {
+		switch {
+		case hashChanged:
+			add("alt_hash_fields", old.AltHashFields.String(), new.AltHashFields.String(), true, "part of the hash_fields change")
+		case old.AltHashFields == 0:
+			add("alt_hash_fields", old.AltHashFields.String(), new.AltHashFields.String(), true,
+				"every packet also carries the alternate row's two hops; no flow changes its primary")
+		case new.AltHashFields == 0:
+			add("alt_hash_fields", old.AltHashFields.String(), new.AltHashFields.String(), true,
+				"ends a hash migration: connections that still rely on the alternate hops break, so remove it once they have ended")
+		default:
+			add("alt_hash_fields", old.AltHashFields.String(), new.AltHashFields.String(), false,
+				"connections that rely on the old alternate hops break")
+		}
+	}
+	if old.ForwardICMPEcho != new.ForwardICMPEcho {
+		add("forward_icmp_ping_responses", fmt.Sprint(old.ForwardICMPEcho), fmt.Sprint(new.ForwardICMPEcho), true,
+			"only ICMP echo requests to VIPs change: steered to a backend, or answered by this host")
+	}
+	return out
 }

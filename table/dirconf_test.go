@@ -1,6 +1,7 @@
 package table
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -36,5 +37,73 @@ func TestParseDirectorConfig(t *testing.T) {
 		if _, err := ParseDirectorConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", in, err, want)
 		}
+	}
+}
+
+// TestCompareDirectorConfig: each changed setting gets a verdict; a hash
+// change is safe only along GLB's migration path.
+func TestCompareDirectorConfig(t *testing.T) {
+	parse := func(s string) *DirectorConfig {
+		c, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_gateway_mac": "02:00:00:00:00:03"` + s + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// It survives the trip through a plan.
+		raw, err := c.MarshalGLB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseDirectorConfig(raw)
+		if err != nil || len(CompareDirectorConfig(c, back)) != 0 {
+			t.Fatalf("round trip of %s: %v %v", raw, err, CompareDirectorConfig(c, back))
+		}
+		return c
+	}
+	base := parse("")
+	for _, c := range []struct {
+		name, new string
+		want      []string // setting:safe
+	}{
+		{"same", "", nil},
+		{"rehash", `, "hash_fields": {"src_port": true}`, []string{"hash_fields:false"}},
+		{"migration", `, "hash_fields": {"src_port": true}, "alt_hash_fields": {"src_addr": true}`, []string{"hash_fields:true", "alt_hash_fields:true"}},
+		{"rehash, other alt", `, "hash_fields": {"src_port": true}, "alt_hash_fields": {"dst_port": true}`, []string{"hash_fields:false", "alt_hash_fields:true"}},
+		{"alt added", `, "alt_hash_fields": {"src_port": true}`, []string{"alt_hash_fields:true"}},
+		{"gateway", "", nil},
+		{"source and echo", `, "forward_icmp_ping_responses": false`, []string{"forward_icmp_ping_responses:true"}},
+	} {
+		n := parse(c.new)
+		if c.name == "gateway" {
+			n.GatewayMAC[5] = 4
+			c.want = []string{"outbound_gateway_mac:false"}
+		}
+		var got []string
+		for _, ch := range CompareDirectorConfig(base, n) {
+			got = append(got, fmt.Sprintf("%s:%v", ch.Setting, ch.Safe))
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Ending a migration, and changing the alternate during one.
+	mig := parse(`, "alt_hash_fields": {"src_port": true}`)
+	if ch := CompareDirectorConfig(mig, base); len(ch) != 1 || !ch[0].Safe || !strings.Contains(ch[0].Reason, "ends a hash migration") {
+		t.Errorf("alt removed: %+v", ch)
+	}
+	if ch := CompareDirectorConfig(mig, parse(`, "alt_hash_fields": {"dst_port": true}`)); len(ch) != 1 || ch[0].Safe {
+		t.Errorf("alt changed: %+v", ch)
+	}
+	// Nothing live: every setting is new, and safe.
+	if ch := CompareDirectorConfig(nil, base); len(ch) != 5 || !ch[1].Safe {
+		t.Errorf("first config: %+v", ch)
+	}
+	// outbound_interface is read, and kept through a plan.
+	c, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_interface": "eth0"}`))
+	if err != nil || c.OutboundInterface != "eth0" {
+		t.Fatalf("outbound_interface: %+v %v", c, err)
+	}
+	if _, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_interface": "a/b"}`)); err == nil ||
+		!strings.Contains(err.Error(), "outbound_interface: \"a/b\" is not an interface name") {
+		t.Errorf("bad interface: %v", err)
 	}
 }

@@ -14,15 +14,18 @@ const PlanVersion = 1
 // refused if the live tables are no longer the base it was computed
 // against. It holds the config, keys included, so it is written mode 0600.
 type Plan struct {
-	PlanVersion int             `json:"plan_version"`
-	Created     time.Time       `json:"created"`
-	BPFFS       string          `json:"bpffs"`
-	Base        []PlanTable     `json:"base"`   // the live tables, in order
-	Result      []PlanTable     `json:"result"` // what the config builds
-	Safe        bool            `json:"safe"`
-	Reasons     []string        `json:"reasons"` // why it is unsafe
-	Diff        *Diff           `json:"diff"`
-	Config      json.RawMessage `json:"config,omitempty"`
+	PlanVersion int         `json:"plan_version"`
+	Created     time.Time   `json:"created"`
+	BPFFS       string      `json:"bpffs"`
+	Base        []PlanTable `json:"base"`   // the live tables, in order
+	Result      []PlanTable `json:"result"` // what the config builds
+	Safe        bool        `json:"safe"`
+	Reasons     []string    `json:"reasons"` // why it is unsafe
+	Diff        *Diff       `json:"diff"`
+	// Director is the director config change, when the plan was made
+	// with one (--director-config); without, the live one stays.
+	Director *DirectorPlan   `json:"director_config,omitempty"`
+	Config   json.RawMessage `json:"config,omitempty"`
 	// ConfigGLB is the GLB binary exactly as reviewed (base64 in JSON),
 	// when the plan was made from one rather than from a JSON config.
 	ConfigGLB []byte `json:"config_glb,omitempty"`
@@ -107,4 +110,42 @@ func Verdict(d *Diff) (safe bool, reasons []string) {
 		}
 	}
 	return len(reasons) == 0, reasons
+}
+
+// DirectorPlan is a reviewed director config change.
+type DirectorPlan struct {
+	// Base is the live director config the plan was made against (null
+	// when none was live), and Result the one it applies, its gateway
+	// resolved; both in GLB's director.conf JSON.
+	Base    json.RawMessage `json:"base"`
+	Result  json.RawMessage `json:"result"`
+	Changes []SettingChange `json:"changes"`
+}
+
+// Changed reports whether the plan changes anything: a table or a
+// director setting.
+func (p *Plan) Changed() bool {
+	return p.Diff.Changed || (p.Director != nil && len(p.Director.Changes) > 0)
+}
+
+// JudgeDirector adds the director config change to the plan's verdict.
+func (p *Plan) JudgeDirector(old, new *DirectorConfig) error {
+	res, err := new.MarshalGLB()
+	if err != nil {
+		return err
+	}
+	dp := &DirectorPlan{Base: json.RawMessage("null"), Result: res, Changes: CompareDirectorConfig(old, new)}
+	if old != nil {
+		if dp.Base, err = old.MarshalGLB(); err != nil {
+			return err
+		}
+	}
+	for _, c := range dp.Changes {
+		if !c.Safe {
+			p.Safe = false
+			p.Reasons = append(p.Reasons, fmt.Sprintf("director config: %s %s -> %s: %s", c.Setting, c.Old, c.New, c.Reason))
+		}
+	}
+	p.Director = dp
+	return nil
 }

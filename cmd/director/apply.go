@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,11 +13,11 @@ import (
 
 func init() {
 	c := &command{
-		name: "apply", args: "PLAN|CONFIG [--yes] [--allow-unsafe]",
-		summary: "Make the tables live. A PLAN (from 'director plan -o') is applied exactly as reviewed, and refused\n" +
-			"if the live tables are no longer the ones it was computed against. A CONFIG needs --yes. An unsafe\n" +
-			"change needs --allow-unsafe. Afterwards the tables are read back from the kernel and their\n" +
-			"fingerprints checked.",
+		name: "apply", args: "PLAN|CONFIG [--yes] [--allow-unsafe] [--director-config FILE]",
+		summary: "Make the tables (and the director config) live. A PLAN (from 'director plan -o') is applied exactly\n" +
+			"as reviewed, and refused if what is live is no longer what it was computed against. A CONFIG needs\n" +
+			"--yes, and is planned and applied in one go, with --director-config if given. An unsafe change needs\n" +
+			"--allow-unsafe. Afterwards the tables are read back from the kernel and their fingerprints checked.",
 	}
 	c.run = func(e *env, args []string) error {
 		fs := e.flags(c)
@@ -32,13 +34,17 @@ func init() {
 		}
 		plan, err := readPlan(data)
 		if err != nil {
-			return fmt.Errorf("%s: %w", pos[0], err)
+			return table.InFile(pos[0], err)
 		}
 		if plan == nil && !*yes {
-			return fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN' and apply the plan, or pass --yes", pos[0], pos[0])
+			return fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
+				pos[0], pos[0], e.bpffsFlag())
 		}
 		if plan != nil && plan.BPFFS != e.bpffs {
 			return fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
+		}
+		if plan != nil && e.dirConfig != "" {
+			return errors.New("apply: a plan carries its own director config (or none): give --director-config to 'director plan'")
 		}
 		input := data
 		if plan != nil {
@@ -52,20 +58,28 @@ func init() {
 		if plan != nil && !table.SamePlanTables(plan.Result, table.PlanTables(tables)) {
 			return errors.New("apply: the plan's config no longer builds the tables it shows (edited plan?)")
 		}
+		var dc *table.DirectorConfig
+		if plan != nil && plan.Director != nil {
+			if dc, err = table.ParseDirectorConfig(plan.Director.Result); err != nil {
+				return fmt.Errorf("apply: the plan's director config: %w", err)
+			}
+		} else if dc, err = e.directorConfig(); err != nil {
+			return err
+		}
 		d, err := e.open()
 		if err != nil {
 			return err
 		}
 		defer d.Close()
-		if err := e.configure(d); err != nil {
-			return err
-		}
 		var verdict *table.Plan
-		res, err := d.Apply(tables, func(live []*table.Table) error {
-			if plan != nil && !table.SamePlanTables(plan.Base, table.PlanTables(live)) {
-				return errors.New("apply: the live tables changed since the plan was made; make a new plan")
+		res, err := d.ApplyChange(loader.Change{Tables: tables, Config: dc}, func(live loader.State) error {
+			if plan != nil && !sameBase(plan, live) {
+				return errors.New("apply: what is live changed since the plan was made; make a new plan")
 			}
-			verdict = makePlan(e, live, src)
+			var err error
+			if verdict, err = makePlan(e, live, src, dc); err != nil {
+				return err
+			}
 			if !verdict.Safe && !*unsafe {
 				return fmt.Errorf("apply: unsafe change refused (pass --allow-unsafe to apply it):\n  - %s", strings.Join(verdict.Reasons, "\n  - "))
 			}
@@ -78,8 +92,14 @@ func init() {
 		if got := table.PlanTables(tablesOf(res)); !table.SamePlanTables(got, verdict.Result) {
 			return errors.New("apply: the tables read back from the kernel differ from the ones applied")
 		}
-		if _, _, ok, _ := d.LiveConfig(); !ok {
-			fmt.Fprintln(e.stderr, "director: warning: no director config is set: packets are passed until one is written with --director-config")
+		now, err := d.LiveConfig()
+		if err != nil {
+			return err
+		}
+		if now == nil {
+			fmt.Fprintln(e.stderr, "director: warning: no director config is live: packets are passed until one is applied with --director-config")
+		} else if dc != nil && len(table.CompareDirectorConfig(now, dc)) > 0 {
+			return errors.New("apply: the director config read back from the kernel differs from the one applied")
 		}
 		fmt.Fprintf(e.stdout, "applied %d tables in %s; fingerprints read back from the kernel:\n", len(tables), res.Duration.Round(10000))
 		for i, t := range verdict.Result {
@@ -89,7 +109,33 @@ func init() {
 			}
 			fmt.Fprintf(e.stdout, "  %s  %s\n", name, table.ShortFingerprint(t.Fingerprint))
 		}
+		if dc != nil {
+			fmt.Fprintf(e.stdout, "director config: source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",
+				dc.SrcIP, dc.GatewayMAC, dc.HashFields, dc.AltHashFields, dc.ForwardICMPEcho)
+		}
 		return nil
 	}
 	register(c)
+}
+
+// sameBase reports whether what is live is what plan was made against:
+// the same tables, and when the plan changes the director config, the
+// same director config.
+func sameBase(plan *table.Plan, live loader.State) bool {
+	if !table.SamePlanTables(plan.Base, table.PlanTables(live.Tables)) {
+		return false
+	}
+	if plan.Director == nil {
+		return true
+	}
+	base := []byte("null")
+	if live.Config != nil {
+		var err error
+		if base, err = live.Config.MarshalGLB(); err != nil {
+			return false
+		}
+	}
+	// The plan file is indented: compare the documents, not their layout.
+	var a, b bytes.Buffer
+	return json.Compact(&a, base) == nil && json.Compact(&b, plan.Director.Base) == nil && bytes.Equal(a.Bytes(), b.Bytes())
 }

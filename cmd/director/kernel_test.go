@@ -58,14 +58,15 @@ func TestKernelCommands(t *testing.T) {
 	if out := run(1, "status"); !strings.Contains(out, "no director is loaded") {
 		t.Fatalf("status before load: %s", out)
 	}
-	run(0, "load", "--director-config", cfgDir+"director.conf")
+	run(0, "load")
 	run(0, "load") // idempotent
-	if out := run(0, "status"); !strings.Contains(out, "tables       (none)") || !strings.Contains(out, "gateway 02:00:00:00:00:03") {
+	if out := run(0, "status"); !strings.Contains(out, "tables       (none)") || !strings.Contains(out, "config       (none") {
 		t.Fatalf("status: %s", out)
 	}
 
-	// A reviewed plan, applied exactly.
-	if out := run(2, "plan", cfgDir+"small.json", "-o", plan); !strings.Contains(out, "verdict: safe") {
+	// A reviewed plan, applied exactly, the director config with it.
+	if out := run(2, "plan", cfgDir+"small.json", "--director-config", cfgDir+"director.conf", "-o", plan); !strings.Contains(out, "verdict: safe") ||
+		!strings.Contains(out, "outbound_gateway_mac         (none) -> 02:00:00:00:00:03") {
 		t.Fatalf("plan: %s", out)
 	}
 	if fi, err := os.Stat(plan); err != nil || fi.Mode().Perm() != 0o600 {
@@ -80,11 +81,17 @@ func TestKernelCommands(t *testing.T) {
 		t.Fatalf("live %v, want %v", got, want)
 	}
 	// The same plan again: the live state is no longer its base.
-	if out := run(1, "apply", plan); !strings.Contains(out, "live tables changed since the plan") {
+	if out := run(1, "apply", plan); !strings.Contains(out, "what is live changed since the plan was made") {
 		t.Fatalf("stale plan: %s", out)
+	}
+	if out := run(0, "status"); !strings.Contains(out, "gateway 02:00:00:00:00:03") {
+		t.Fatalf("status: %s", out)
 	}
 	// Nothing to do is a plan with no changes.
 	run(0, "plan", cfgDir+"small.json")
+	if out := run(0, "plan", cfgDir+"small.json", "--director-config", cfgDir+"director.conf"); !strings.Contains(out, "director config: unchanged") {
+		t.Fatalf("plan with the live director config: %s", out)
+	}
 
 	// Invalid input changes nothing.
 	bad := filepath.Join(t.TempDir(), "bad.json")
@@ -188,5 +195,101 @@ func TestPlanAndApplyGLBBinary(t *testing.T) {
 	src, _ := table.Load(cfgDir + "small.json")
 	if got := liveFingerprints(t, dir); len(got) != 1 || got[0] != "="+table.Fingerprint(src.Tables[0]) {
 		t.Fatalf("live %v, want the binary's table", got)
+	}
+}
+
+// TestDirectorConfigIsPlanned: director config changes go through the
+// plan, each with a verdict, and only plan and apply make them.
+func TestDirectorConfigIsPlanned(t *testing.T) {
+	dir := bpffsDir(t)
+	tmp := t.TempDir()
+	run := func(code int, args ...string) string {
+		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
+	}
+	conf := func(name, body string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const base = `"outbound_src_ip": "192.0.2.1", "outbound_gateway_mac": "02:00:00:00:00:03"`
+	live := func() string {
+		var doc statusDoc
+		if err := json.Unmarshal([]byte(run(0, "status", "--json")), &doc); err != nil || doc.Config == nil {
+			t.Fatalf("status: %v %+v", err, doc)
+		}
+		return fmt.Sprintf("%s %s %s %s", doc.Config.GatewayMAC, doc.Config.SourceIP, doc.Config.HashFields, doc.Config.AltHashFields)
+	}
+	run(0, "load")
+	run(0, "apply", cfgDir+"small.json", "--yes", "--director-config", cfgDir+"director.conf")
+	want := "02:00:00:00:00:03 192.0.2.1 src_addr none"
+	if got := live(); got != want {
+		t.Fatalf("live config %q, want %q", got, want)
+	}
+
+	// New hash fields rehash every flow: unsafe, refused, nothing changed.
+	rehash := conf("rehash.conf", `{`+base+`, "hash_fields": {"src_addr": true, "src_port": true}}`)
+	plan := filepath.Join(tmp, "plan.json")
+	out := run(2, "plan", cfgDir+"small.json", "--director-config", rehash, "-o", plan)
+	for _, s := range []string{"hash_fields                  src_addr -> src_addr+src_port", "UNSAFE: every flow hashes to a new row",
+		"set alt_hash_fields to the old fields (src_addr)", "verdict: UNSAFE",
+		"apply it with: director apply " + plan + " --bpffs " + dir + " --allow-unsafe"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("plan of a rehash lacks %q:\n%s", s, out)
+		}
+	}
+	if out := run(1, "apply", cfgDir+"small.json", "--yes", "--director-config", rehash); !strings.Contains(out, "unsafe change refused") {
+		t.Fatalf("unsafe apply: %s", out)
+	}
+	if out := run(1, "apply", plan); !strings.Contains(out, "unsafe change refused") {
+		t.Fatalf("unsafe plan: %s", out)
+	}
+	if got := live(); got != want {
+		t.Fatalf("after refused applies, live config %q, want %q", got, want)
+	}
+
+	// GLB's migration path: the old fields as alt_hash_fields.
+	migrate := conf("migrate.conf", `{`+base+`, "hash_fields": {"src_addr": true, "src_port": true}, "alt_hash_fields": {"src_addr": true}}`)
+	if out := run(2, "plan", cfgDir+"small.json", "--director-config", migrate, "-o", plan); !strings.Contains(out, "verdict: safe") ||
+		!strings.Contains(out, "GLB's migration path") {
+		t.Fatalf("plan of a migration: %s", out)
+	}
+	run(0, "apply", plan)
+	want = "02:00:00:00:00:03 192.0.2.1 src_addr+src_port src_addr"
+	if got := live(); got != want {
+		t.Fatalf("after the migration, live config %q, want %q", got, want)
+	}
+
+	// A new gateway MAC is unsafe.
+	gw := conf("gw.conf", `{"outbound_src_ip": "192.0.2.1", "outbound_gateway_mac": "02:00:00:00:00:04", "hash_fields": {"src_addr": true, "src_port": true}, "alt_hash_fields": {"src_addr": true}}`)
+	if out := run(2, "plan", cfgDir+"small.json", "--director-config", gw); !strings.Contains(out, "outbound_gateway_mac         02:00:00:00:00:03 -> 02:00:00:00:00:04") ||
+		!strings.Contains(out, "UNSAFE: every GUE packet goes to the new next hop") {
+		t.Fatalf("plan of a new gateway: %s", out)
+	}
+	// A plan made against another director config is stale.
+	run(2, "plan", cfgDir+"small.json", "--director-config", gw, "-o", plan)
+	run(0, "apply", cfgDir+"small.json", "--yes", "--director-config", cfgDir+"director.conf", "--allow-unsafe")
+	if out := run(1, "apply", plan, "--allow-unsafe"); !strings.Contains(out, "what is live changed since the plan was made") {
+		t.Fatalf("stale director config plan: %s", out)
+	}
+
+	// load never changes it; it says whether the file is what is live.
+	if out := run(1, "load", "--director-config", gw); !strings.Contains(out, "load does not change the director config") ||
+		!strings.Contains(out, "director plan CONFIG --director-config "+gw+" -o PLAN --bpffs "+dir) {
+		t.Fatalf("load with another director config: %s", out)
+	}
+	if out := run(0, "load", "--director-config", cfgDir+"director.conf"); !strings.Contains(out, "the live one is") {
+		t.Fatalf("load with the live director config: %s", out)
+	}
+	if got, want := live(), "02:00:00:00:00:03 192.0.2.1 src_addr none"; got != want {
+		t.Fatalf("live config %q, want %q", got, want)
+	}
+
+	// No MAC and no interface to resolve one from: an error, never a guess
+	// from this namespace's default route.
+	nomac := conf("nomac.conf", `{"outbound_src_ip": "192.0.2.1"}`)
+	if out := run(1, "plan", cfgDir+"small.json", "--director-config", nomac); !strings.Contains(out, nomac+": outbound_gateway_mac is not set: set it, or set outbound_interface") {
+		t.Fatalf("plan without a MAC: %s", out)
 	}
 }

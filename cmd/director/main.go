@@ -183,3 +183,12 @@ func parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error
 	}
 	return pos, nil
 }
+
+// bpffsFlag is " --bpffs DIR" when DIR is not the default, for commands a
+// message suggests: they must reach the same director.
+func (e *env) bpffsFlag() string {
+	if e.bpffs == loader.DefaultBPFFS {
+		return ""
+	}
+	return " --bpffs " + e.bpffs
+}

@@ -13,10 +13,10 @@ import (
 
 func init() {
 	c := &command{
-		name: "plan", args: "CONFIG [-o PLAN] [--json]",
-		summary: "Show what applying CONFIG would change against the tables live in the kernel, with a verdict:\n" +
-			"safe, or unsafe with reasons. -o writes a plan file that 'director apply' applies exactly as\n" +
-			"reviewed. Exit status 0: no change, 2: changes, 1: error.",
+		name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json]",
+		summary: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
+			"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
+			"apply' applies exactly as reviewed. Exit status 0: no change, 2: changes, 1: error.",
 	}
 	c.run = func(e *env, args []string) error {
 		fs := e.flags(c)
@@ -31,6 +31,10 @@ func init() {
 		if err != nil {
 			return err
 		}
+		dc, err := e.directorConfig()
+		if err != nil {
+			return err
+		}
 		d, err := e.open()
 		if err != nil {
 			return err
@@ -40,7 +44,14 @@ func init() {
 		if err != nil {
 			return err
 		}
-		p := makePlan(e, loader.Tables(live), src)
+		liveConfig, err := d.LiveConfig()
+		if err != nil {
+			return err
+		}
+		p, err := makePlan(e, loader.State{Tables: loader.Tables(live), Config: liveConfig}, src, dc)
+		if err != nil {
+			return err
+		}
 		if *out != "" {
 			err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error {
 				enc := json.NewEncoder(w)
@@ -60,10 +71,14 @@ func init() {
 		} else {
 			printPlan(e, p)
 			if *out != "" {
-				fmt.Fprintf(e.stdout, "\nplan written to %s; apply it with: director apply %s\n", *out, *out)
+				unsafe := ""
+				if !p.Safe {
+					unsafe = " --allow-unsafe"
+				}
+				fmt.Fprintf(e.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", *out, *out, e.bpffsFlag(), unsafe)
 			}
 		}
-		if p.Diff.Changed {
+		if p.Changed() {
 			return exitCode(exitChanges)
 		}
 		return nil
@@ -94,20 +109,46 @@ func buildForApply(e *env, path string, data []byte) (*table.Source, error) {
 	return src, nil
 }
 
-func makePlan(e *env, live []*table.Table, src *table.Source) *table.Plan {
-	d := table.Compare(live, src.Tables)
+// makePlan judges going from the live state to src's tables and, when
+// dc is not nil, to the director config dc (its gateway resolved).
+func makePlan(e *env, live loader.State, src *table.Source, dc *table.DirectorConfig) (*table.Plan, error) {
+	d := table.Compare(live.Tables, src.Tables)
 	safe, reasons := table.Verdict(d)
 	if reasons == nil {
 		reasons = []string{}
 	}
 	p := &table.Plan{PlanVersion: table.PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: e.bpffs,
-		Base: table.PlanTables(live), Result: table.PlanTables(src.Tables), Safe: safe, Reasons: reasons, Diff: d}
+		Base: table.PlanTables(live.Tables), Result: table.PlanTables(src.Tables), Safe: safe, Reasons: reasons, Diff: d}
 	p.SetInput(src.Data)
-	return p
+	if dc != nil {
+		if err := p.JudgeDirector(live.Config, dc); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 func printPlan(e *env, p *table.Plan) {
 	printDiff(e.stdout, p.Diff)
+	if p.Director != nil {
+		fmt.Fprintln(e.stdout)
+		if len(p.Director.Changes) == 0 {
+			fmt.Fprintln(e.stdout, "director config: unchanged")
+		} else {
+			fmt.Fprintln(e.stdout, "director config: changed")
+		}
+		for _, c := range p.Director.Changes {
+			old := c.Old
+			if old == "" {
+				old = "(none)"
+			}
+			verdict := "safe"
+			if !c.Safe {
+				verdict = "UNSAFE"
+			}
+			fmt.Fprintf(e.stdout, "  ~ %-28s %s -> %s\n      %s: %s\n", c.Setting, old, c.New, verdict, c.Reason)
+		}
+	}
 	fmt.Fprintln(e.stdout)
 	if p.Safe {
 		fmt.Fprintln(e.stdout, "verdict: safe")

@@ -86,10 +86,10 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 	if doc.Attachments == nil {
 		doc.Attachments = []loader.Attachment{}
 	}
-	if dc, mac, ok, err := d.LiveConfig(); err != nil {
+	if dc, err := d.LiveConfig(); err != nil {
 		return nil, err
-	} else if ok {
-		doc.Config = &statusConfig{SourceIP: dc.SrcIP.String(), GatewayMAC: mac.String(), HashFields: dc.HashFields.String(),
+	} else if dc != nil {
+		doc.Config = &statusConfig{SourceIP: dc.SrcIP.String(), GatewayMAC: dc.GatewayMAC.String(), HashFields: dc.HashFields.String(),
 			AltHashFields: dc.AltHashFields.String(), ForwardICMPEcho: dc.ForwardICMPEcho}
 	}
 	live, err := d.Live()
@@ -121,7 +121,7 @@ func printStatus(e *env, doc *statusDoc) {
 		fmt.Fprintf(w, "attached     %s, %s (link %d)\n", a.Interface, mode, a.LinkID)
 	}
 	if doc.Config == nil {
-		fmt.Fprintln(w, "config       (none: packets for binds are passed until one is written with --director-config)")
+		fmt.Fprintln(w, "config       (none: packets for binds are passed until one is applied: director plan CONFIG --director-config FILE)")
 	} else {
 		c := doc.Config
 		fmt.Fprintf(w, "config       source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",

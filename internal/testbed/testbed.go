@@ -355,7 +355,8 @@ func (tb *Testbed) setupDirector() error {
 		dc.SrcIP = DirIP
 		// One client address: hash its ports too, so connections spread.
 		dc.HashFields = table.HashSrcAddr | table.HashSrcPort
-		if err := d.SetConfig(&dc, tb.GatewayMAC); err != nil {
+		dc.GatewayMAC = tb.GatewayMAC
+		if _, err := d.ApplyChange(loader.Change{Config: &dc}, nil); err != nil {
 			return err
 		}
 		_, err = d.Attach("eth0", loader.ModeNative)

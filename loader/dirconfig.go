@@ -1,0 +1,101 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/table"
+)
+
+// The director config lives in the one entry of the config map, beside
+// the live bind generation: an apply that changes it writes it in the
+// same map update that flips the generation, so packets see the old
+// settings with the old tables or the new with the new.
+
+// configEntry lays c out as the datapath reads it, with bind generation
+// gen. c's gateway must be resolved.
+func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.DirectorDirConfig, error) {
+	if len(c.GatewayMAC) != 6 {
+		return nil, fmt.Errorf("gateway MAC %q is not an Ethernet address", c.GatewayMAC)
+	}
+	if !c.SrcIP.Is4() {
+		return nil, fmt.Errorf("outbound source %s is not IPv4", c.SrcIP)
+	}
+	v := &bpf.DirectorDirConfig{
+		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields),
+		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1, BindGen: gen,
+	}
+	v.CsumBase = csumBase(v.SrcIp)
+	copy(v.GatewayMac[:], c.GatewayMAC)
+	if c.ForwardICMPEcho {
+		v.ForwardIcmpEcho = 1
+	}
+	return v, nil
+}
+
+// SetConfig writes the director's own settings at once, outside an apply:
+// for private instances (replays, tests), which no reviewed change
+// concerns. A pinned director's settings change through ApplyChange.
+func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) error {
+	if d.Dir != "" {
+		return errors.New("a pinned director's config changes only through an apply")
+	}
+	r := *c
+	r.GatewayMAC = gateway
+	var v bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		return err
+	}
+	e, err := configEntry(&r, v.BindGen) // the generation is Apply's
+	if err != nil {
+		return err
+	}
+	return d.Maps.Config.Put(uint32(0), e)
+}
+
+// csumBase is dir_config.csum_base: the one's complement sum, unfolded, of
+// the outer IPv4 header's constant words (version and IHL, DF, TTL and
+// protocol UDP) and the source address, in the byte order the program
+// reads them.
+func csumBase(src uint32) uint32 {
+	return 0x0045 + 0x0040 + 0x1140 + src&0xffff + src>>16
+}
+
+// refreshConfig rederives what the program reads from the config entry
+// but the control plane computes (csum_base), for an entry an older
+// version wrote; a new program must not read it stale.
+func (d *Director) refreshConfig() error {
+	var v bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		return err
+	}
+	if v.Configured == 0 || v.CsumBase == csumBase(v.SrcIp) {
+		return nil
+	}
+	v.CsumBase = csumBase(v.SrcIp)
+	return d.Maps.Config.Put(uint32(0), &v)
+}
+
+// LiveConfig reads the director's settings back, their gateway MAC set;
+// nil before any were written.
+func (d *Director) LiveConfig() (*table.DirectorConfig, error) {
+	var v bpf.DirectorDirConfig
+	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
+		return nil, err
+	}
+	return decodeConfig(&v), nil
+}
+
+func decodeConfig(v *bpf.DirectorDirConfig) *table.DirectorConfig {
+	if v.Configured == 0 {
+		return nil
+	}
+	c := &table.DirectorConfig{HashFields: table.HashFields(v.HashFields), AltHashFields: table.HashFields(v.AltHashFields),
+		ForwardICMPEcho: v.ForwardIcmpEcho == 1, GatewayMAC: append(net.HardwareAddr(nil), v.GatewayMac[:]...)}
+	b := v.SrcIp
+	c.SrcIP = netip.AddrFrom4([4]byte{byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24)})
+	return c
+}
