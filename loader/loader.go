@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -212,6 +213,10 @@ func (d *Director) installProgram() error {
 func Open(dir string) (*Director, error) {
 	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil)
 	if errors.Is(err, os.ErrNotExist) {
+		if _, private := privateMountNS(); private && !isBPFFS(filepath.Dir(dir)) {
+			return nil, fmt.Errorf("%s: no director is loaded there: %w", dir,
+				errThrowaway("where "+filepath.Dir(dir)+" is not a bpf filesystem, so what the host pinned cannot be seen"))
+		}
 		return nil, fmt.Errorf("%s: %w", dir, ErrNotLoaded)
 	}
 	if err != nil {
@@ -269,10 +274,15 @@ func Unload(dir string) error {
 }
 
 // ensureDir makes dir on a bpffs, mounting bpffs at /sys/fs/bpf if that is
-// where dir lives and nothing is mounted there.
+// where dir lives and nothing is mounted there. It refuses a bpffs that
+// only this process's mount namespace sees (see checkPersistent).
 func ensureDir(dir string) error {
 	if !isBPFFS(filepath.Dir(dir)) {
 		if filepath.Dir(dir) == "/sys/fs/bpf" || filepath.Clean(dir) == "/sys/fs/bpf" {
+			if _, private := privateMountNS(); private {
+				return errThrowaway("where /sys/fs/bpf is not a bpf filesystem; one mounted there, and everything pinned in it, " +
+					"would be gone when the command exits")
+			}
 			if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
 				return fmt.Errorf("mounting bpffs at /sys/fs/bpf: %w", err)
 			}
@@ -281,10 +291,75 @@ func ensureDir(dir string) error {
 			return fmt.Errorf("%s is not on a bpf filesystem (mount -t bpf bpf DIR)", filepath.Dir(dir))
 		}
 	}
+	if err := checkPersistent(filepath.Dir(dir)); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(dir, pinLinks), 0o700); err != nil {
 		return err
 	}
 	return os.Chmod(dir, 0o700)
+}
+
+// privateMountNS reports whether this process runs in a mount namespace
+// other than the host's, as 'ip netns exec' makes one for every command
+// it runs, and returns a process in the host's (see hostProcess).
+func privateMountNS() (host string, private bool) {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return "", false
+	}
+	host = hostProcess()
+	ns, err := os.Readlink("/proc/" + host + "/ns/mnt")
+	return host, err == nil && ns != self
+}
+
+// hostProcess names a process in the host's mount namespace: init, or
+// where init is not ours to inspect (a sandbox), the process that started
+// this one ('ip netns exec' execs the command from the caller's).
+func hostProcess() string {
+	if _, err := os.Readlink("/proc/1/ns/mnt"); err == nil {
+		return "1"
+	}
+	return fmt.Sprint(os.Getppid())
+}
+
+// checkPersistent refuses a bpffs at path that the host's mount namespace
+// does not see: one mounted inside a private mount namespace, which goes,
+// with everything pinned in it, when the namespace does (for 'ip netns
+// exec', when the command exits). A bpffs the host also has mounted (seen
+// through a bind mount or an inherited mount) is fine.
+func checkPersistent(path string) error {
+	host, private := privateMountNS()
+	if !private {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil
+	}
+	data, err := os.ReadFile("/proc/" + host + "/mountinfo")
+	if err != nil {
+		return nil
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	for _, line := range strings.Split(string(data), "\n") {
+		// mountinfo: ID parent MAJOR:MINOR root mountpoint options ... - fstype source options
+		f := strings.Fields(line)
+		if len(f) > 2 && f[2] == dev {
+			return nil
+		}
+	}
+	return errThrowaway("where " + path + " is a bpf filesystem the host does not see: everything pinned in it would be gone " +
+		"when the command exits")
+}
+
+// errThrowaway explains why pinning in a private mount namespace is
+// refused, and what to do instead; what completes "runs in a private mount
+// namespace ...".
+func errThrowaway(what string) error {
+	return fmt.Errorf("this command runs in a private mount namespace (as 'ip netns exec' gives every command), %s. "+
+		"Run it in the network namespace alone, keeping the host's mounts: nsenter --net=/run/netns/NAME director ... "+
+		"(or mount bpffs at /sys/fs/bpf on the host first)", what)
 }
 
 func isBPFFS(path string) bool {

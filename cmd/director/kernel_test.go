@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -291,5 +292,45 @@ func TestDirectorConfigIsPlanned(t *testing.T) {
 	nomac := conf("nomac.conf", `{"outbound_src_ip": "192.0.2.1"}`)
 	if out := run(1, "plan", cfgDir+"small.json", "--director-config", nomac); !strings.Contains(out, nomac+": outbound_gateway_mac is not set: set it, or set outbound_interface") {
 		t.Fatalf("plan without a MAC: %s", out)
+	}
+}
+
+// TestLoadUnderIPNetnsExec: 'ip netns exec' gives each command a private
+// mount namespace, where a bpffs load would mount vanishes with the
+// command. load refuses and says what to do; status says why it sees
+// nothing; nsenter --net, which keeps the host's mounts, works.
+func TestLoadUnderIPNetnsExec(t *testing.T) {
+	dir := bpffsDir(t)
+	ns := "director-" + filepath.Base(dir)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := asDirector("ip", "netns", "exec", ns, exe, "--bpffs", dir, "load").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "this command runs in a private mount namespace (as 'ip netns exec' gives every command)") ||
+		!strings.Contains(string(out), "nsenter --net=/run/netns/NAME director") {
+		t.Fatalf("load under ip netns exec: %v\n%s", err, out)
+	}
+	// A bpffs mounted inside that namespace goes with it as well.
+	out, err = asDirector("ip", "netns", "exec", ns, "sh", "-c", "mount -t bpf bpf /sys/fs/bpf && exec \"$0\" \"$@\"",
+		exe, "--bpffs", dir, "load").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "where /sys/fs/bpf is a bpf filesystem the host does not see") {
+		t.Fatalf("load into a bpffs mounted under ip netns exec: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the refused load left %s on the host (%v)", dir, err)
+	}
+	// nsenter --net keeps the host's mounts: the pins outlive the command.
+	if out, err := asDirector("nsenter", "--net=/run/netns/"+ns, exe, "--bpffs", dir, "load").CombinedOutput(); err != nil {
+		t.Fatalf("load under nsenter: %v\n%s", err, out)
+	}
+	mustRun(t, 0, "--bpffs", dir, "status")
+	out, err = asDirector("ip", "netns", "exec", ns, exe, "--bpffs", dir, "status").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no director is loaded there: this command runs in a private mount namespace") {
+		t.Fatalf("status under ip netns exec: %v\n%s", err, out)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,22 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 const cfgDir = "../../testdata/configs/"
+
+// TestMain lets the test binary be the director binary, for tests that
+// must run it as a separate process (under ip netns exec, nsenter).
+func TestMain(m *testing.M) {
+	if os.Getenv("DIRECTOR_TEST_AS_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// asDirector is a command that runs this test binary as director.
+func asDirector(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "DIRECTOR_TEST_AS_MAIN=1")
+	return cmd
+}
 
 // runCmd runs the CLI in-process.
 func runCmd(args ...string) (stdout, stderr string, code int) {
