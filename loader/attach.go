@@ -10,18 +10,35 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Attachment is an interface the director's program is attached to.
 type Attachment struct {
+	// Interface is the name it was attached by (its pin's name); a later
+	// rename, or another namespace's interface of the same index, never
+	// changes it.
 	Interface string `json:"interface"`
-	// Mode is native or generic; unknown when the interface is not in
-	// this process's network namespace (the link still works there).
+	// State is attached (the interface is in this network namespace,
+	// running the link's program), other-namespace (the link works, on an
+	// interface this namespace does not have) or gone (the interface was
+	// deleted, with its namespace perhaps: the link steers nothing, and
+	// detach or unload removes it).
+	State string `json:"state"`
+	// Mode is native or generic; unknown unless attached here.
 	Mode      string `json:"mode"`
+	Ifindex   uint32 `json:"ifindex"`
 	LinkID    uint32 `json:"link_id"`
 	ProgramID uint32 `json:"program_id"`
 	Pin       string `json:"pin"`
 }
+
+// Attachment states.
+const (
+	StateAttached       = "attached"
+	StateOtherNamespace = "other-namespace"
+	StateGone           = "gone"
+)
 
 // XDP attach modes.
 const (
@@ -61,14 +78,23 @@ func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachme
 	defer unlock()
 	pin := linkPin(dir, iface)
 	if a, err := readAttachment(pin, iface); err == nil {
-		if a.Mode != mode {
+		switch {
+		case a.State == StateGone:
+			// The interface it was for is gone: this is a new one.
+			if err := detachPinned(pin); err != nil {
+				return nil, err
+			}
+		case a.State == StateAttached && a.Mode != mode:
 			return nil, fmt.Errorf("%s is already attached in %s mode; detach it first", iface, a.Mode)
+		case a.State == StateAttached:
+			return a, nil
+		default:
+			return nil, fmt.Errorf("%s is attached through %s to an interface of that name in another network namespace; detach it there first", iface, pin)
 		}
-		return a, nil
 	}
 	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: nl.Attrs().Index, Flags: flags})
 	if err != nil {
-		return nil, fmt.Errorf("attaching to %s in %s mode: %w", iface, mode, err)
+		return nil, fmt.Errorf("attaching to %s in %s mode: %w%s", iface, mode, err, holder(iface, err))
 	}
 	defer l.Close()
 	if err := l.Pin(pin); err != nil {
@@ -113,21 +139,52 @@ func readAttachment(pin, iface string) (*Attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Attachment{Interface: iface, LinkID: uint32(info.ID), ProgramID: uint32(info.Program), Pin: pin, Mode: "unknown"}
-	if x := info.XDP(); x != nil {
-		if nl, err := netlink.LinkByIndex(int(x.Ifindex)); err == nil {
-			a.Interface = nl.Attrs().Name
-			if xdp := nl.Attrs().Xdp; xdp != nil {
-				switch xdp.AttachMode {
-				case 1: // XDP_ATTACHED_DRV
-					a.Mode = ModeNative
-				case 2: // XDP_ATTACHED_SKB
-					a.Mode = ModeGeneric
-				}
-			}
-		}
+	a := &Attachment{Interface: iface, LinkID: uint32(info.ID), ProgramID: uint32(info.Program), Pin: pin, Mode: "unknown", State: StateGone}
+	x := info.XDP()
+	if x == nil || x.Ifindex == 0 { // the kernel detached it: its device went away
+		return a, nil
+	}
+	a.Ifindex = x.Ifindex
+	a.State = StateOtherNamespace
+	// An interface of this index here is the link's only if it runs the
+	// link's program: indexes repeat across namespaces.
+	nl, err := netlink.LinkByIndex(int(x.Ifindex))
+	if err != nil {
+		return a, nil
+	}
+	xdp := nl.Attrs().Xdp
+	if xdp == nil || !xdp.Attached || xdp.ProgId != a.ProgramID {
+		return a, nil
+	}
+	a.State = StateAttached
+	switch xdp.AttachMode {
+	case 1: // XDP_ATTACHED_DRV
+		a.Mode = ModeNative
+	case 2: // XDP_ATTACHED_SKB
+		a.Mode = ModeGeneric
 	}
 	return a, nil
+}
+
+// holder names the XDP program already on iface when an attach failed
+// because the interface is taken, so that the operator knows whose it is.
+func holder(iface string, err error) string {
+	if !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EEXIST) {
+		return ""
+	}
+	nl, lerr := netlink.LinkByName(iface)
+	if lerr != nil || nl.Attrs().Xdp == nil || !nl.Attrs().Xdp.Attached {
+		return ""
+	}
+	id := nl.Attrs().Xdp.ProgId
+	desc := fmt.Sprintf("program %d", id)
+	if p, perr := ebpf.NewProgramFromID(ebpf.ProgramID(id)); perr == nil {
+		if pi, ierr := p.Info(); ierr == nil {
+			desc = fmt.Sprintf("program %d %q (tag %s)", id, pi.Name, pi.Tag)
+		}
+		p.Close()
+	}
+	return fmt.Sprintf(": %s already holds %s's XDP hook; detach it with the tool that attached it (bpftool net show dev %s)", desc, iface, iface)
 }
 
 // Attachments lists the interfaces the director is attached to.
@@ -161,6 +218,10 @@ func (d *Director) updateLinks(prog *ebpf.Program) error {
 		l, err := link.LoadPinnedLink(filepath.Join(d.Dir, pinLinks, e.Name()), nil)
 		if err != nil {
 			return err
+		}
+		if info, ierr := l.Info(); ierr == nil && info.XDP() != nil && info.XDP().Ifindex == 0 {
+			l.Close() // its interface is gone: there is nothing to upgrade
+			continue
 		}
 		err = l.Update(prog)
 		l.Close()

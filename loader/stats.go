@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -24,10 +25,17 @@ type Traffic struct {
 	Bytes   uint64 `json:"bytes"`
 }
 
-// Stats is every counter, summed over CPUs.
+// StatsVersion is the version of the stats document.
+const StatsVersion = 1
+
+// Stats is every counter, summed over CPUs, and the attached interfaces'
+// own counters: 'director stats --json' (README).
 type Stats struct {
-	Global map[string]uint64 `json:"global"`
-	Tables []TableStats      `json:"tables"`
+	Version    int               `json:"version"`
+	Time       time.Time         `json:"time"`
+	Global     map[string]uint64 `json:"global"`
+	Tables     []TableStats      `json:"tables"`
+	Interfaces []InterfaceStats  `json:"interfaces"`
 }
 
 // TableStats is one live table's traffic and its backends'.
@@ -88,7 +96,10 @@ func (d *Director) Stats() (*Stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stats{Global: map[string]uint64{}, Tables: []TableStats{}}
+	s := &Stats{Version: StatsVersion, Time: time.Now().UTC(), Global: map[string]uint64{}, Tables: []TableStats{}}
+	if s.Interfaces, err = d.InterfaceStats(); err != nil {
+		return nil, err
+	}
 	for i, n := range CounterNames {
 		s.Global[n] = g[i]
 	}

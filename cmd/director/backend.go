@@ -88,7 +88,7 @@ func init() {
 				return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "counters": counters})
 			}
 			for _, a := range atts {
-				fmt.Fprintf(e.stdout, "attached     %s, %s mode (link %d)\n", a.Interface, a.Mode, a.LinkID)
+				fmt.Fprintf(e.stdout, "%s\n", attachmentLine(a))
 			}
 			for _, n := range loader.BackendCounterNames {
 				fmt.Fprintf(e.stdout, "%-16s %12d\n", n, counters[n])

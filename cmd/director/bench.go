@@ -49,7 +49,7 @@ func init() {
 		fs := e.flags(c)
 		e.globalFlags(fs)
 		cfgPath := fs.String("config", "", "forwarding-table `CONFIG` (required)")
-		duration := fs.Duration("duration", 5*time.Second, "how long to inject traffic into each program")
+		duration := durationFlag(fs, "duration", 5*time.Second, "how long to inject traffic into each program")
 		mode := fs.String("mode", loader.ModeNative, "XDP mode on the veth: native or generic")
 		asJSON := fs.Bool("json", false, "print a JSON document")
 		pos, err := parse(fs, args, 1, 1)

@@ -3,12 +3,15 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -332,5 +335,70 @@ func TestLoadUnderIPNetnsExec(t *testing.T) {
 	out, err = asDirector("ip", "netns", "exec", ns, exe, "--bpffs", dir, "status").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "no director is loaded there: this command runs in a private mount namespace") {
 		t.Fatalf("status under ip netns exec: %v\n%s", err, out)
+	}
+}
+
+// TestStatsShowsInterfaceDrops: a veth whose peer runs no XDP program
+// drops every frame the director sends back with XDP_TX. The program
+// counts them encapsulated; stats and status show the interface's drops
+// beside that. stats --watch --json gives one versioned, timestamped
+// document per line.
+func TestStatsShowsInterfaceDrops(t *testing.T) {
+	dir := bpffsDir(t)
+	err := testnet.InNetns(func() error {
+		if err := testnet.Veth("drop0", "drop1"); err != nil {
+			return err
+		}
+		b := []string{"--bpffs", dir}
+		for _, args := range [][]string{{"load"}, {"apply", cfgDir + "small.json", "--yes", "--director-config", cfgDir + "director.conf"},
+			{"attach", "drop0", "--mode", "native"}} {
+			if out, errOut, code := runCmd(append(b, args...)...); code != 0 {
+				return fmt.Errorf("%v: %s%s", args, out, errOut)
+			}
+		}
+		sock, err := testnet.Listen("drop1")
+		if err != nil {
+			return err
+		}
+		defer sock.Close()
+		frame := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.10.10.10"), 6, pkt.TCP(40000, 80, 0x02, nil), pkt.V4Opts{}))
+		for i := 0; i < 20; i++ {
+			if err := sock.Send(frame); err != nil {
+				return err
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		out, errOut, code := runCmd(append(b, "stats", "--json")...)
+		var st loader.Stats
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			return fmt.Errorf("stats --json: %d %s %s", code, out, errOut)
+		}
+		if st.Version != 1 || st.Time.IsZero() || st.Global["encapsulated"] < 20 || len(st.Interfaces) != 1 ||
+			st.Interfaces[0].Interface != "drop0" || st.Interfaces[0].TxDropped < 20 {
+			return fmt.Errorf("stats: %+v", st)
+		}
+		if out, _, _ := runCmd(append(b, "stats")...); !strings.Contains(out, "interface drop0: rx ") || !strings.Contains(out, "were dropped on their way out") {
+			return fmt.Errorf("stats text: %s", out)
+		}
+		var doc statusDoc
+		out, _, _ = runCmd(append(b, "status", "--json")...)
+		if json.Unmarshal([]byte(out), &doc) != nil || len(doc.Interfaces) != 1 || doc.Interfaces[0].TxDropped < 20 {
+			return fmt.Errorf("status: %s", out)
+		}
+		out, _, code = runCmd(append(b, "stats", "--watch", "--json", "--interval", "10ms", "--count", "2")...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != 0 || len(lines) != 2 {
+			return fmt.Errorf("stats --watch --json: %d lines: %s", len(lines), out)
+		}
+		for _, l := range lines {
+			var st loader.Stats
+			if err := json.Unmarshal([]byte(l), &st); err != nil || st.Version != 1 || st.Time.IsZero() {
+				return fmt.Errorf("stats --watch --json line %q: %v", l, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/director/director/loader"
 )
@@ -191,4 +193,35 @@ func (e *env) bpffsFlag() string {
 		return ""
 	}
 	return " --bpffs " + e.bpffs
+}
+
+// durationValue is a duration flag whose errors say what a duration
+// looks like: flag's own says "parse error", and a bare number is the
+// usual mistake.
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err == nil {
+		*v.d = d
+		return nil
+	}
+	if _, ferr := strconv.ParseFloat(s, 64); ferr == nil {
+		return fmt.Errorf("%q has no unit: write it as 1s, 500ms or 2m", s)
+	}
+	return fmt.Errorf("%q is not a duration (such as 1s, 500ms or 2m)", s)
+}
+
+// durationFlag defines a duration flag with durationValue's errors.
+func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string) *time.Duration {
+	d := def
+	fs.Var(durationValue{&d}, name, usage)
+	return &d
 }

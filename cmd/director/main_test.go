@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
 
@@ -299,6 +300,45 @@ func TestPlanRefusesMoreTablesThanTheDatapathAtOnce(t *testing.T) {
 		}
 		if took := time.Since(start); took > time.Second {
 			t.Errorf("%v: took %v to refuse", args, took)
+		}
+	}
+}
+
+// TestStatsFlags: bad --interval and --count values are errors that say
+// what is wanted, never a panic, and need no director.
+func TestStatsFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--watch", "--interval", "0"}, "stats: --interval 0s: must be more than zero"},
+		{[]string{"--watch", "--interval", "-1s"}, "stats: --interval -1s: must be more than zero"},
+		{[]string{"--watch", "--interval", "1"}, `"1" has no unit: write it as 1s, 500ms or 2m`},
+		{[]string{"--watch", "--interval", "soon"}, `"soon" is not a duration (such as 1s, 500ms or 2m)`},
+		{[]string{"--count", "2"}, "stats: --interval and --count go with --watch"},
+		{[]string{"--interval", "2s"}, "stats: --interval and --count go with --watch"},
+		{[]string{"--watch", "--count", "-1"}, "must be zero (until interrupted) or more"},
+	} {
+		_, errOut, code := runCmd(append([]string{"stats", "--bpffs", "/nonexistent"}, c.args...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "goroutine") {
+			t.Errorf("stats %v: exit %d, %q, want %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// TestAttachmentLines: status never shows an attachment whose interface
+// is gone, or is in another namespace, as plainly attached.
+func TestAttachmentLines(t *testing.T) {
+	for _, c := range []struct {
+		a    loader.Attachment
+		want string
+	}{
+		{loader.Attachment{Interface: "eth0", State: loader.StateAttached, Mode: "native", LinkID: 3}, "attached     eth0, native mode (link 3)"},
+		{loader.Attachment{Interface: "a0", State: loader.StateOtherNamespace, Ifindex: 2, LinkID: 3}, "attached     a0, in another network namespace (ifindex 2 there, link 3)"},
+		{loader.Attachment{Interface: "a0", State: loader.StateGone, LinkID: 3}, "gone         a0: the interface no longer exists, so the link steers nothing (link 3); 'detach a0' removes it"},
+	} {
+		if got := attachmentLine(c.a); got != c.want {
+			t.Errorf("%s: %q, want %q", c.a.State, got, c.want)
 		}
 	}
 }

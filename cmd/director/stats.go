@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,20 +14,31 @@ import (
 
 func init() {
 	c := &command{
-		name: "stats", args: "[--json] [--watch] [--interval D] [--count N]",
+		name: "stats", args: "[--json] [--watch [--interval D] [--count N]]",
 		summary: "Show the datapath's counters: global (processed, matched, encapsulated, passed and errors by\n" +
 			"reason), per table and per backend (packets and bytes of the original IP packets sent to it as\n" +
-			"primary). --watch prints them again every interval, with rates, until interrupted.",
+			"primary), and the attached interfaces' own counters (dropped frames included). --watch prints them\n" +
+			"again every interval, with rates, until interrupted.",
 	}
 	c.run = func(e *env, args []string) error {
 		fs := e.flags(c)
 		e.globalFlags(fs)
-		asJSON := fs.Bool("json", false, "print JSON documents (one per line with --watch)")
+		asJSON := fs.Bool("json", false, "print a JSON document; with --watch, one per line")
 		watch := fs.Bool("watch", false, "keep printing every --interval")
-		interval := fs.Duration("interval", time.Second, "time between --watch updates")
+		interval := durationFlag(fs, "interval", time.Second, "time between --watch updates, such as 1s or 500ms")
 		count := fs.Int("count", 0, "with --watch, stop after N updates (0: until interrupted)")
 		if _, err := parse(fs, args, 0, 0); err != nil {
 			return err
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		switch {
+		case !*watch && (set["interval"] || set["count"]):
+			return errors.New("stats: --interval and --count go with --watch")
+		case *interval <= 0:
+			return fmt.Errorf("stats: --interval %s: must be more than zero", *interval)
+		case *count < 0:
+			return fmt.Errorf("stats: --count %d: must be zero (until interrupted) or more", *count)
 		}
 		d, err := e.open()
 		if err != nil {
@@ -39,7 +53,7 @@ func init() {
 			if *asJSON {
 				return writeJSON(e.stdout, prev)
 			}
-			printStats(e, prev, nil, 0)
+			printStats(e, prev, nil)
 			return nil
 		}
 		sig := make(chan os.Signal, 1)
@@ -47,7 +61,7 @@ func init() {
 		defer signal.Stop(sig)
 		tick := time.NewTicker(*interval)
 		defer tick.Stop()
-		last := time.Now()
+		enc := json.NewEncoder(e.stdout) // one document per line
 		for n := 0; *count == 0 || n < *count; n++ {
 			select {
 			case <-sig:
@@ -58,16 +72,15 @@ func init() {
 			if err != nil {
 				return err
 			}
-			now := time.Now()
 			if *asJSON {
-				if err := writeJSON(e.stdout, cur); err != nil {
+				if err := enc.Encode(cur); err != nil {
 					return err
 				}
 			} else {
-				fmt.Fprintf(e.stdout, "--- %s\n", now.Format(time.RFC3339))
-				printStats(e, cur, prev, now.Sub(last))
+				fmt.Fprintf(e.stdout, "--- %s\n", cur.Time.Format(time.RFC3339))
+				printStats(e, cur, prev)
 			}
-			prev, last = cur, now
+			prev = cur
 		}
 		return nil
 	}
@@ -81,8 +94,13 @@ func rate(cur, prev uint64, dt time.Duration) string {
 	return fmt.Sprintf("  %.0f/s", float64(cur-prev)/dt.Seconds())
 }
 
-func printStats(e *env, s, prev *loader.Stats, dt time.Duration) {
+// printStats prints s, with rates since prev when it is not nil.
+func printStats(e *env, s, prev *loader.Stats) {
 	w := e.stdout
+	var dt time.Duration
+	if prev != nil {
+		dt = s.Time.Sub(prev.Time)
+	}
 	for _, n := range loader.CounterNames {
 		v := s.Global[n]
 		r := ""
@@ -99,6 +117,18 @@ func printStats(e *env, s, prev *loader.Stats, dt time.Duration) {
 		fmt.Fprintf(w, "\ntable %s: %d packets, %d bytes%s\n", t.Name, t.Traffic.Packets, t.Traffic.Bytes, r)
 		for _, b := range t.Backends {
 			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes\n", b.IP, b.State, health(b.Healthy), b.Packets, b.Bytes)
+		}
+	}
+	printInterfaces(e, s.Interfaces)
+}
+
+// printInterfaces prints the attached interfaces' own counters.
+func printInterfaces(e *env, ifs []loader.InterfaceStats) {
+	for _, i := range ifs {
+		fmt.Fprintf(e.stdout, "\ninterface %s: rx %d packets, %d dropped, %d errors; tx %d packets, %d dropped, %d errors\n",
+			i.Interface, i.RxPackets, i.RxDropped, i.RxErrors, i.TxPackets, i.TxDropped, i.TxErrors)
+		if i.TxDropped > 0 {
+			fmt.Fprintf(e.stdout, "  ! %d frames were dropped on their way out: encapsulated packets may not be leaving\n", i.TxDropped)
 		}
 	}
 }

@@ -15,7 +15,9 @@ type statusDoc struct {
 	Program     statusProgram       `json:"program"`
 	Config      *statusConfig       `json:"config"` // null before one is written
 	Attachments []loader.Attachment `json:"attachments"`
-	Tables      []statusTable       `json:"tables"`
+	// The attached interfaces' own counters, drops included.
+	Interfaces []loader.InterfaceStats `json:"interfaces"`
+	Tables     []statusTable           `json:"tables"`
 }
 
 type statusProgram struct {
@@ -86,6 +88,9 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 	if doc.Attachments == nil {
 		doc.Attachments = []loader.Attachment{}
 	}
+	if doc.Interfaces, err = d.InterfaceStats(); err != nil {
+		return nil, err
+	}
 	if dc, err := d.LiveConfig(); err != nil {
 		return nil, err
 	} else if dc != nil {
@@ -114,11 +119,11 @@ func printStatus(e *env, doc *statusDoc) {
 		fmt.Fprintln(w, "attached     (no interfaces)")
 	}
 	for _, a := range doc.Attachments {
-		mode := a.Mode + " mode"
-		if a.Mode == "unknown" {
-			mode = "in another network namespace"
-		}
-		fmt.Fprintf(w, "attached     %s, %s (link %d)\n", a.Interface, mode, a.LinkID)
+		fmt.Fprintf(w, "%s\n", attachmentLine(a))
+	}
+	for _, i := range doc.Interfaces {
+		fmt.Fprintf(w, "interface    %s: rx %d packets, %d dropped; tx %d packets, %d dropped, %d errors\n",
+			i.Interface, i.RxPackets, i.RxDropped, i.TxPackets, i.TxDropped, i.TxErrors)
 	}
 	if doc.Config == nil {
 		fmt.Fprintln(w, "config       (none: packets for binds are passed until one is applied: director plan CONFIG --director-config FILE)")
@@ -137,4 +142,16 @@ func printStatus(e *env, doc *statusDoc) {
 		}
 		fmt.Fprintf(w, "table        %s  fingerprint %s  %d backends  binds %v\n", name, table.ShortFingerprint(t.Fingerprint), t.Backends, t.Binds)
 	}
+}
+
+// attachmentLine describes an attachment in one line of status text.
+func attachmentLine(a loader.Attachment) string {
+	switch a.State {
+	case loader.StateAttached:
+		return fmt.Sprintf("attached     %s, %s mode (link %d)", a.Interface, a.Mode, a.LinkID)
+	case loader.StateOtherNamespace:
+		return fmt.Sprintf("attached     %s, in another network namespace (ifindex %d there, link %d)", a.Interface, a.Ifindex, a.LinkID)
+	}
+	return fmt.Sprintf("gone         %s: the interface no longer exists, so the link steers nothing (link %d); 'detach %s' removes it",
+		a.Interface, a.LinkID, a.Interface)
 }
