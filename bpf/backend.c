@@ -75,6 +75,16 @@ struct {
 	__type(value, struct be_counters);
 } be_stats SEC(".maps");
 
+/* The outer destinations GUE is accepted for, besides self_ip: this host's
+ * addresses, as the control plane found them when it attached. */
+#define BE_MAX_LOCAL 256
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BE_MAX_LOCAL);
+	__type(key, __be32);
+	__type(value, __u8);
+} be_local SEC(".maps");
+
 /* decap strips everything between the Ethernet header and the inner packet
  * (outer IPv4, UDP, GUE and its hop list: `strip` bytes) and hands the inner
  * packet to the stack. */
@@ -129,7 +139,7 @@ int backend(struct xdp_md *ctx)
 		c->c[BE_C_DROP_NO_CONFIG]++;
 		return XDP_DROP;
 	}
-	if (ip->daddr != cfg->self_ip)
+	if (ip->daddr != cfg->self_ip && !bpf_map_lookup_elem(&be_local, &ip->daddr))
 		goto not_gue; /* GUE for another host */
 
 	/* GUE: version 0, C 0; hlen counts GLB's private data in words. */

@@ -46,6 +46,7 @@ type BackendBeCounters struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	BackendMapBeCfg            = "be_cfg"
+	BackendMapBeLocal          = "be_local"
 	BackendMapBeStats          = "be_stats"
 	BackendProgBackend         = "backend"
 	BackendVarUnusedBeConfig   = "unused_be_config"
@@ -103,6 +104,7 @@ type BackendProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type BackendMapSpecs struct {
 	BeCfg   *ebpf.MapSpec `ebpf:"be_cfg"`
+	BeLocal *ebpf.MapSpec `ebpf:"be_local"`
 	BeStats *ebpf.MapSpec `ebpf:"be_stats"`
 }
 
@@ -136,12 +138,14 @@ func (o *BackendObjects) Close() error {
 // It can be passed to LoadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BackendMaps struct {
 	BeCfg   *ebpf.Map `ebpf:"be_cfg"`
+	BeLocal *ebpf.Map `ebpf:"be_local"`
 	BeStats *ebpf.Map `ebpf:"be_stats"`
 }
 
 func (m *BackendMaps) Close() error {
 	return _BackendClose(
 		m.BeCfg,
+		m.BeLocal,
 		m.BeStats,
 	)
 }

@@ -129,7 +129,7 @@ func TestApplyIsAtomic(t *testing.T) {
 // TestConcurrentApplies has several handles apply different configs at
 // once: applies serialise, and the live state is always one whole config.
 func TestConcurrentApplies(t *testing.T) {
-	d, _ := loadPinned(t)
+	d, _ := loadConfigured(t)
 	dir := d.Dir
 	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
 	want := map[string]bool{fingerprints(configs[0]): true, fingerprints(configs[1]): true}
@@ -194,7 +194,7 @@ func TestMain(m *testing.M) {
 // with SIGKILL: the director must always be left serving one whole config,
 // and the next apply must work.
 func TestKillDuringApply(t *testing.T) {
-	d, dc := loadPinned(t)
+	d, dc := loadConfigured(t)
 	dir := d.Dir
 	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
 	if _, err := d.Apply(configs[0], nil); err != nil {
@@ -246,8 +246,8 @@ func TestKillDuringApply(t *testing.T) {
 	}
 }
 
-// loadPinned loads a configured director pinned in the test's own directory.
-func loadPinned(t *testing.T) (*Director, table.DirectorConfig) {
+// loadConfigured loads a configured director pinned in the test's own directory.
+func loadConfigured(t *testing.T) (*Director, table.DirectorConfig) {
 	t.Helper()
 	d, err := Load(testDir(t))
 	if err != nil {

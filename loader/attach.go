@@ -207,15 +207,15 @@ func attachments(dir string) ([]Attachment, error) {
 	return out, nil
 }
 
-// updateLinks points every attached interface at prog, atomically per
-// interface (bpf_link update).
-func (d *Director) updateLinks(prog *ebpf.Program) error {
-	entries, err := os.ReadDir(filepath.Join(d.Dir, pinLinks))
+// updateLinks points every interface attached through dir's links at
+// prog, atomically per interface (bpf_link update).
+func updateLinks(dir string, prog *ebpf.Program) error {
+	entries, err := os.ReadDir(filepath.Join(dir, pinLinks))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	for _, e := range entries {
-		l, err := link.LoadPinnedLink(filepath.Join(d.Dir, pinLinks, e.Name()), nil)
+		l, err := link.LoadPinnedLink(filepath.Join(dir, pinLinks, e.Name()), nil)
 		if err != nil {
 			return err
 		}

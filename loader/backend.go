@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -32,52 +33,19 @@ type Backend struct {
 }
 
 // LoadBackend loads the backend program into dir (pinned, adopting what is
-// there), or privately with dir "".
+// there), or privately with dir "". It takes the director's path
+// (loadPinned): under dir's lock, and a program of another version
+// replaces the pinned one on every attached interface.
 func LoadBackend(dir string) (*Backend, error) {
 	spec, err := bpf.LoadBackend()
 	if err != nil {
 		return nil, err
 	}
-	var opts *ebpf.CollectionOptions
-	if dir != "" {
-		if err := ensureDir(dir); err != nil {
-			return nil, err
-		}
-		for _, m := range spec.Maps {
-			if m.Name == bpf.BackendMapBeCfg || m.Name == bpf.BackendMapBeStats {
-				m.Pinning = ebpf.PinByName
-			}
-		}
-		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
-	}
 	b := &Backend{Dir: dir}
-	if err := spec.LoadAndAssign(&b.objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("loading the backend program: %+v", ve)
-		}
-		return nil, fmt.Errorf("loading the backend program: %w", err)
-	}
-	if dir != "" {
-		path := filepath.Join(dir, pinProgram)
-		if old, err := ebpf.LoadPinnedProgram(path, nil); err == nil {
-			oi, _ := old.Info()
-			ni, _ := b.objs.Backend.Info()
-			if oi != nil && ni != nil && oi.Tag == ni.Tag {
-				b.objs.Backend.Close()
-				b.objs.Backend = old
-			} else {
-				old.Close()
-				os.Remove(path)
-			}
-		}
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			if err := b.objs.Backend.Pin(path); err != nil {
-				b.Close()
-				return nil, err
-			}
-		}
-		chmodPins(dir)
+	pinned := []string{bpf.BackendMapBeCfg, bpf.BackendMapBeStats, bpf.BackendMapBeLocal}
+	restart := fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir)
+	if err := loadPinned(dir, "the backend program", restart, spec, pinned, &b.objs, &b.objs.Backend, nil); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
@@ -115,8 +83,97 @@ func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
 	return attachPinned(b.Dir, b.objs.Backend, iface, mode)
 }
 
-// Detach removes the backend program from iface; idempotent.
-func (b *Backend) Detach(iface string) error { return detachPinned(linkPin(b.Dir, iface)) }
+// Detach removes the backend program from iface; idempotent. The program
+// and its counters stay pinned (UnloadBackend removes them).
+func (b *Backend) Detach(iface string) error {
+	unlock, err := lockDir(b.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return detachPinned(linkPin(b.Dir, iface))
+}
+
+// Accept sets the outer destinations GUE is accepted for besides the
+// SetSelf address: this host's addresses. It replaces the whole set.
+func (b *Backend) Accept(addrs []netip.Addr) error {
+	if len(addrs) > int(b.objs.BeLocal.MaxEntries()) {
+		return fmt.Errorf("%d addresses to accept GUE for, more than the %d the program holds", len(addrs), b.objs.BeLocal.MaxEntries())
+	}
+	want := map[uint32]bool{}
+	for _, a := range addrs {
+		if !a.Is4() {
+			return fmt.Errorf("%s is not an IPv4 address (GUE is carried over IPv4)", a)
+		}
+		want[nativeFromBE(a.As4())] = true
+	}
+	var k uint32
+	var v uint8
+	var stale []uint32
+	it := b.objs.BeLocal.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for k := range want {
+		if err := b.objs.BeLocal.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("accepting GUE for an address: %w", err)
+		}
+	}
+	for _, k := range stale {
+		if err := b.objs.BeLocal.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Accepted lists the outer destinations GUE is accepted for: the SetSelf
+// address and those Accept set.
+func (b *Backend) Accepted() ([]netip.Addr, error) {
+	seen := map[netip.Addr]bool{}
+	var c bpf.BackendBeConfig
+	if err := b.objs.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
+		seen[addrFromNative(c.SelfIp)] = true
+	}
+	var k uint32
+	var v uint8
+	it := b.objs.BeLocal.Iterate()
+	for it.Next(&k, &v) {
+		seen[addrFromNative(k)] = true
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(seen))
+	for a := range seen {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out, nil
+}
+
+// HostIPv4 lists the IPv4 addresses of this network namespace's
+// interfaces, loopback's 127/8 left out: where GUE may be sent to this
+// host.
+func HostIPv4() ([]netip.Addr, error) {
+	addrs, err := netlink.AddrList(nil, unix.AF_INET)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP.To4())
+		if ok && !ip.IsLoopback() {
+			out = append(out, ip)
+		}
+	}
+	return out, nil
+}
 
 // Attachments lists where the backend program is attached.
 func (b *Backend) Attachments() ([]Attachment, error) { return attachments(b.Dir) }
@@ -180,6 +237,9 @@ func OpenBackend(dir string) (*Backend, error) {
 	}
 	if b.objs.BeCfg, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeCfg), nil); err == nil {
 		b.objs.BeStats, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeStats), nil)
+	}
+	if err == nil {
+		b.objs.BeLocal, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal), nil)
 	}
 	if err != nil {
 		b.Close()

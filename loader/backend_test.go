@@ -80,6 +80,13 @@ func TestBackendProgram(t *testing.T) {
 		if err := b.SetSelf(a("192.168.77.1")); err != nil {
 			return err
 		}
+		// Another of this host's addresses: GUE for it is accepted too.
+		if err := b.Accept([]netip.Addr{a("192.168.77.1"), a("10.0.0.1")}); err != nil {
+			return err
+		}
+		if acc, err := b.Accepted(); err != nil || len(acc) != 2 || acc[0] != a("10.0.0.1") || acc[1] != a("192.168.77.1") {
+			return fmt.Errorf("accepted %v, %v", acc, err)
+		}
 		client, vip := a("10.0.0.2"), a("10.0.0.1")
 		tcp := func(sport uint16, flags byte) []byte {
 			return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{})
@@ -102,6 +109,11 @@ func TestBackendProgram(t *testing.T) {
 				return f
 			}(), 2, "pass_not_gue", nil},
 			{"SYN", gue(t, tcp(1000, 0x02), 0, other), 2, "decap_syn", tcp(1000, 0x02)},
+			{"SYN to another local address", func() []byte {
+				f := gue(t, tcp(1000, 0x02), 0, other)
+				copy(f[14+16:], []byte{10, 0, 0, 1})
+				return f
+			}(), 2, "decap_syn", tcp(1000, 0x02)},
 			{"known connection", gue(t, tcp(cport, 0x10), 0, other), 2, "decap_known", tcp(cport, 0x10)},
 			{"UDP", gue(t, pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 0, other), 2, "decap_not_tcp", pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{})},
 			{"unknown, last hop", gue(t, tcp(1001, 0x10), 1, other), 2, "decap_last_hop", tcp(1001, 0x10)},

@@ -95,7 +95,11 @@ func decodeConfig(v *bpf.DirectorDirConfig) *table.DirectorConfig {
 	}
 	c := &table.DirectorConfig{HashFields: table.HashFields(v.HashFields), AltHashFields: table.HashFields(v.AltHashFields),
 		ForwardICMPEcho: v.ForwardIcmpEcho == 1, GatewayMAC: append(net.HardwareAddr(nil), v.GatewayMac[:]...)}
-	b := v.SrcIp
-	c.SrcIP = netip.AddrFrom4([4]byte{byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24)})
+	c.SrcIP = addrFromNative(v.SrcIp)
 	return c
+}
+
+// addrFromNative is nativeFromBE's inverse.
+func addrFromNative(b uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24)})
 }

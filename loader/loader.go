@@ -7,6 +7,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,9 +61,6 @@ func collectionSpec() (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
-	for _, name := range pinnedMaps {
-		spec.Maps[name].Pinning = ebpf.PinByName
-	}
 	return spec, nil
 }
 
@@ -74,78 +72,89 @@ func collectionSpec() (*ebpf.CollectionSpec, error) {
 // With dir "" it loads a private instance: nothing is pinned, and it lives
 // as long as this process holds it (replays and tests use this).
 func Load(dir string) (*Director, error) {
-	if dir == "" {
-		return loadPrivate()
-	}
-	if err := ensureDir(dir); err != nil {
-		return nil, err
-	}
-	unlock, err := lockDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-
 	spec, err := collectionSpec()
 	if err != nil {
 		return nil, err
 	}
 	var objs bpf.DirectorObjects
-	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
-	if err := spec.LoadAndAssign(&objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("loading the XDP program: %+v", ve)
+	d := &Director{Dir: dir, spec: spec}
+	restart := fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir)
+	err = loadPinned(dir, "the XDP program", restart, spec, pinnedMaps, &objs, &objs.Director, func() error {
+		objs.XdpTxBaseline.Close() // only benchmarks use it
+		objs.XdpPassAll.Close()    // only tests use it
+		d.Maps = objs.DirectorMaps
+		if err := d.createBindMaps(); err != nil {
+			return err
 		}
-		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return nil, fmt.Errorf("loading the XDP program: the maps pinned under %s were made by a build with another layout "+
-				"(run 'director unload --bpffs %s', which stops steering, then load, apply and attach again): %w", dir, dir, err)
+		if err := d.refreshConfig(); err != nil {
+			return fmt.Errorf("updating the config entry: %w", err)
 		}
-		return nil, fmt.Errorf("loading the XDP program: %w", err)
-	}
-	objs.XdpTxBaseline.Close() // only benchmarks use it
-	objs.XdpPassAll.Close()    // only tests use it
-	d := &Director{Dir: dir, Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}
-	if err := d.createBindMaps(); err != nil {
-		d.Close()
-		return nil, err
-	}
-	if err := d.refreshConfig(); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("updating the config entry: %w", err)
-	}
-	if err := d.installProgram(); err != nil {
-		d.Close()
-		return nil, err
-	}
-	if err := chmodPins(dir); err != nil {
-		d.Close()
-		return nil, err
-	}
-	return d, nil
-}
-
-func loadPrivate() (*Director, error) {
-	spec, err := bpf.LoadDirector()
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	var objs bpf.DirectorObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	d.Prog = objs.Director
+	return d, nil
+}
+
+// loadPinned is how both programs, the director and the backend, are
+// loaded: into dir under its lock, the maps named in pinned pinned by name
+// (adopted when already there), objs filled (LoadAndAssign), then setup
+// run, then *prog installed as dir's program (install), replacing an older
+// version on every attached interface. With dir "" nothing is pinned and
+// the objects are private to this process. On error, objs is closed.
+//
+// restart says how to start over when pinned maps have another layout.
+func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, objs io.Closer, prog **ebpf.Program, setup func() error) error {
+	var opts *ebpf.CollectionOptions
+	unlock := func() {}
+	if dir != "" {
+		if err := ensureDir(dir); err != nil {
+			return err
+		}
+		var err error
+		if unlock, err = lockDir(dir); err != nil {
+			return err
+		}
+		for _, name := range pinned {
+			spec.Maps[name].Pinning = ebpf.PinByName
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
+	}
+	defer unlock()
+	if err := spec.LoadAndAssign(objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("loading the XDP program: %+v", ve)
+			return fmt.Errorf("loading %s: %+v", what, ve)
 		}
-		return nil, fmt.Errorf("loading the XDP program: %w", err)
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("loading %s: the maps pinned under %s were made by a build with another layout "+
+				"(%s): %w", what, dir, restart, err)
+		}
+		return fmt.Errorf("loading %s: %w", what, err)
 	}
-	objs.XdpTxBaseline.Close()
-	objs.XdpPassAll.Close()
-	d := &Director{Prog: objs.Director, Maps: objs.DirectorMaps, spec: spec}
-	if err := d.createBindMaps(); err != nil {
-		d.Close()
-		return nil, err
+	fail := func(err error) error {
+		objs.Close()
+		return err
 	}
-	return d, nil
+	if setup != nil {
+		if err := setup(); err != nil {
+			return fail(err)
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	p, err := install(dir, *prog)
+	if err != nil {
+		return fail(err)
+	}
+	*prog = p
+	if err := chmodPins(dir); err != nil {
+		return fail(err)
+	}
+	return nil
 }
 
 // createBindMaps gives both bind generations their inner maps, once: an
@@ -175,38 +184,42 @@ func (d *Director) createBindMaps() error {
 	return nil
 }
 
-// installProgram pins d.Prog, replacing a pinned program of another
-// version on every attached link first, so no interface is ever without a
-// program.
-func (d *Director) installProgram() error {
-	path := filepath.Join(d.Dir, pinProgram)
+// install pins prog as dir's program and returns the program dir now runs.
+// If a program of another version is pinned there, every attached link is
+// switched to prog first (a bpf_link update, atomic per interface), so no
+// interface is ever without a program. If the same program is pinned, it
+// is kept (interfaces know its ID), and prog is closed.
+func install(dir string, prog *ebpf.Program) (*ebpf.Program, error) {
+	path := filepath.Join(dir, pinProgram)
 	old, err := ebpf.LoadPinnedProgram(path, nil)
 	if err == nil {
 		defer old.Close()
 		oi, err1 := old.Info()
-		ni, err2 := d.Prog.Info()
+		ni, err2 := prog.Info()
 		if err1 == nil && err2 == nil && oi.Tag == ni.Tag {
-			// Same program: keep the pinned one, whose ID interfaces use.
-			d.Prog.Close()
-			d.Prog, err = old.Clone()
-			return err
+			clone, err := old.Clone()
+			if err != nil {
+				return nil, err
+			}
+			prog.Close()
+			return clone, nil
 		}
-		if err := d.updateLinks(d.Prog); err != nil {
-			return err
+		if err := updateLinks(dir, prog); err != nil {
+			return nil, err
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("reading pinned program: %w", err)
+		return nil, fmt.Errorf("reading pinned program: %w", err)
 	}
 	tmp := path + "_new" // bpffs forbids dots in names
 	os.Remove(tmp)
-	if err := d.Prog.Pin(tmp); err != nil {
-		return fmt.Errorf("pinning program: %w", err)
+	if err := prog.Pin(tmp); err != nil {
+		return nil, fmt.Errorf("pinning program: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("pinning program: %w", err)
+		return nil, fmt.Errorf("pinning program: %w", err)
 	}
-	return nil
+	return prog, nil
 }
 
 // Open adopts a director pinned in dir.

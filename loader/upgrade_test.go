@@ -90,3 +90,60 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoadBackendReplacesAnOlderProgram: the backend program takes the
+// director's load path, so a new version reaches interfaces that are
+// already attached, through the same link.
+func TestLoadBackendReplacesAnOlderProgram(t *testing.T) {
+	dir := testDir(t)
+	err := testnet.InNetns(func() error {
+		if err := testnet.Veth("bu0", "bu1"); err != nil {
+			return err
+		}
+		// The "old version", pinned and attached where the backend
+		// program would be.
+		old, err := PassAll()
+		if err != nil {
+			return err
+		}
+		defer old.Close()
+		if err := ensureDir(dir); err != nil {
+			return err
+		}
+		if err := old.Pin(filepath.Join(dir, pinProgram)); err != nil {
+			return err
+		}
+		a, err := attachPinned(dir, old, "bu0", ModeGeneric)
+		if err != nil {
+			return err
+		}
+		b, err := LoadBackend(dir)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		atts, err := b.Attachments()
+		if err != nil || len(atts) != 1 {
+			return fmt.Errorf("attachments %v, %v", atts, err)
+		}
+		info, _ := b.Prog().Info()
+		id, _ := info.ID()
+		if atts[0].LinkID != a.LinkID || atts[0].ProgramID != uint32(id) || atts[0].State != StateAttached {
+			return fmt.Errorf("after load: link %d program %d (%s); want link %d program %d", atts[0].LinkID, atts[0].ProgramID, atts[0].State, a.LinkID, id)
+		}
+		// Loading the same version again changes nothing.
+		b2, err := LoadBackend(dir)
+		if err != nil {
+			return err
+		}
+		defer b2.Close()
+		info2, _ := b2.Prog().Info()
+		if id2, _ := info2.ID(); id2 != id {
+			return fmt.Errorf("loading the same version again replaced program %d with %d", id, id2)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

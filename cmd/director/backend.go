@@ -11,13 +11,15 @@ import (
 
 func init() {
 	c := &command{
-		name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] | detach IFACE | status [--json]",
+		name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] | detach IFACE | unload | status [--json]  [--backend-bpffs DIR]",
 		summary: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 			"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
-			"Pinned under --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
+			"GUE is accepted for any IPv4 address the host has when 'backend attach' runs (run it again after\n" +
+			"adding one). Pinned under --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
 	}
 	c.run = func(e *env, args []string) error {
 		fs := e.flags(c)
+		e.globalFlags(fs)
 		dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
 		mode := fs.String("mode", loader.ModeNative, "XDP mode for attach: native or generic")
 		self := fs.String("self", "", "this host's IPv4 `ADDR`, the source of forwarded packets (default: the interface's first)")
@@ -28,30 +30,7 @@ func init() {
 		}
 		switch {
 		case pos[0] == "attach" && len(pos) == 2:
-			b, err := loader.LoadBackend(*dir)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			addr, err := loader.InterfaceIPv4(pos[1])
-			if *self != "" {
-				addr, err = netip.ParseAddr(*self)
-			}
-			if err != nil {
-				return fmt.Errorf("backend: --self: %w", err)
-			}
-			if err := b.SetSelf(addr); err != nil {
-				return err
-			}
-			a, err := b.Attach(pos[1], *mode)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "backend program attached to %s in %s mode (link %d); forwarded packets leave from %s\n", a.Interface, a.Mode, a.LinkID, addr)
-			if v, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + pos[1] + "/forwarding"); err == nil && strings.TrimSpace(string(v)) != "1" {
-				fmt.Fprintf(e.stderr, "director: warning: forwarding is off on %s, so second-chance packets cannot be sent on: sysctl -w net.ipv4.conf.%s.forwarding=1\n", pos[1], pos[1])
-			}
-			return nil
+			return backendAttach(e, *dir, pos[1], *mode, *self)
 		case pos[0] == "detach" && len(pos) == 2:
 			if _, err := os.Stat(*dir); os.IsNotExist(err) {
 				fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
@@ -65,38 +44,104 @@ func init() {
 			if err := b.Detach(pos[1]); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
+			fmt.Fprintf(e.stdout, "detached from %s; the program stays loaded at %s ('director backend unload' removes it)\n", pos[1], *dir)
+			return nil
+		case pos[0] == "unload" && len(pos) == 1:
+			if err := loader.Unload(*dir); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "unloaded %s\n", *dir)
 			return nil
 		case pos[0] == "status" && len(pos) == 1:
-			b, err := loader.OpenBackend(*dir) // status reads; it loads nothing
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			atts, err := b.Attachments()
-			if err != nil {
-				return err
-			}
-			counters, err := b.Counters()
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				if atts == nil {
-					atts = []loader.Attachment{}
-				}
-				return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "counters": counters})
-			}
-			for _, a := range atts {
-				fmt.Fprintf(e.stdout, "%s\n", attachmentLine(a))
-			}
-			for _, n := range loader.BackendCounterNames {
-				fmt.Fprintf(e.stdout, "%-16s %12d\n", n, counters[n])
-			}
-			return nil
+			return backendStatus(e, *dir, *asJSON)
 		}
 		fs.Usage()
-		return fmt.Errorf("backend: want attach IFACE, detach IFACE or status")
+		return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload or status")
 	}
 	register(c)
+}
+
+func backendAttach(e *env, dir, iface, mode, self string) error {
+	b, err := loader.LoadBackend(dir)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	addr, err := loader.InterfaceIPv4(iface)
+	if self != "" {
+		addr, err = netip.ParseAddr(self)
+	}
+	if err != nil {
+		return fmt.Errorf("backend: --self: %w", err)
+	}
+	if err := b.SetSelf(addr); err != nil {
+		return err
+	}
+	host, err := loader.HostIPv4()
+	if err != nil {
+		return err
+	}
+	if err := b.Accept(host); err != nil {
+		return err
+	}
+	a, err := b.Attach(iface, mode)
+	if err != nil {
+		return err
+	}
+	accepted, err := b.Accepted()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "backend program attached to %s in %s mode (link %d); forwarded packets leave from %s; GUE accepted for %s\n",
+		a.Interface, a.Mode, a.LinkID, addr, joinAddrs(accepted))
+	if v, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + iface + "/forwarding"); err == nil && strings.TrimSpace(string(v)) != "1" {
+		fmt.Fprintf(e.stderr, "director: warning: forwarding is off on %s, so second-chance packets cannot be sent on: sysctl -w net.ipv4.conf.%s.forwarding=1\n", iface, iface)
+	}
+	return nil
+}
+
+func backendStatus(e *env, dir string, asJSON bool) error {
+	b, err := loader.OpenBackend(dir) // status reads; it loads nothing
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	atts, err := b.Attachments()
+	if err != nil {
+		return err
+	}
+	counters, err := b.Counters()
+	if err != nil {
+		return err
+	}
+	accepted, err := b.Accepted()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if atts == nil {
+			atts = []loader.Attachment{}
+		}
+		acc := make([]string, len(accepted))
+		for i, a := range accepted {
+			acc[i] = a.String()
+		}
+		return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "accepts": acc, "counters": counters})
+	}
+	for _, a := range atts {
+		fmt.Fprintf(e.stdout, "%s\n", attachmentLine(a))
+	}
+	fmt.Fprintf(e.stdout, "accepts GUE for %s\n", joinAddrs(accepted))
+	for _, n := range loader.BackendCounterNames {
+		fmt.Fprintf(e.stdout, "%-16s %12d\n", n, counters[n])
+	}
+	return nil
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
 }

@@ -168,12 +168,24 @@ func TestBackendCommands(t *testing.T) {
 		if _, ok := doc.Counters["forwarded"]; !ok {
 			return fmt.Errorf("status counters: %v", doc.Counters)
 		}
+		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "accepts GUE for 192.0.2.9") {
+			return fmt.Errorf("status lacks the accepted addresses: %s", out)
+		}
 		for i := 0; i < 2; i++ { // detaching twice is fine
-			if out, errOut, code := runCmd(append(b, "detach", "bk0")...); code != 0 {
+			if out, errOut, code := runCmd(append(b, "detach", "bk0")...); code != 0 || !strings.Contains(out, "backend unload") {
 				return fmt.Errorf("detach: %d %s %s", code, out, errOut)
 			}
 		}
-		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE") {
+		// unload removes everything, and twice is fine too.
+		for i := 0; i < 2; i++ {
+			if out, errOut, code := runCmd(append(b, "unload")...); code != 0 {
+				return fmt.Errorf("unload: %d %s %s", code, out, errOut)
+			}
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			return fmt.Errorf("backend unload left %s (%v)", dir, err)
+		}
+		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE, detach IFACE, unload or status") {
 			return fmt.Errorf("bad subcommand: %d %s", code, errOut)
 		}
 		return nil
