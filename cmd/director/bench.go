@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"time"
@@ -14,25 +15,41 @@ import (
 
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
+	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
+	"github.com/director/director/table/model"
 )
 
 // benchDoc is bench's JSON document (README, "bench --json").
 type benchDoc struct {
-	Version  int            `json:"version"`
-	Capture  string         `json:"capture"`
-	Frames   int            `json:"frames"` // distinct frames injected
-	Mode     string         `json:"mode"`
+	Version int    `json:"version"`
+	Capture string `json:"capture"`
+	Frames  int    `json:"frames"` // the capture's frames that can be injected
+	Mode    string `json:"mode"`
+	// Director is the whole capture through the program; Paths the same
+	// by the path each frame takes through it. Each run reports the
+	// program's own time and the distinct frames it was given.
 	Director benchRun       `json:"director"`
+	Paths    []benchPath    `json:"paths"`
 	Baseline benchRun       `json:"baseline"`
 	Counters map[string]any `json:"counters"`
 }
 
 type benchRun struct {
-	Seconds       float64 `json:"seconds"`
-	Runs          uint64  `json:"runs"`            // times the program ran
-	PacketsPerSec float64 `json:"packets_per_sec"` // runs per second
-	NsPerPacket   float64 `json:"ns_per_packet"`   // the program's own time, from BPF run-time statistics
+	Seconds        float64 `json:"seconds"`
+	Runs           uint64  `json:"runs"`            // times the program ran
+	PacketsPerSec  float64 `json:"packets_per_sec"` // runs per second: the generator's rate, not the director's capacity
+	NsPerPacket    float64 `json:"ns_per_packet"`   // the program's own time, from BPF run-time statistics
+	DistinctFrames int     `json:"distinct_frames"` // how many of the frames it was given were sent at least once
+}
+
+// benchPath is the frames of a capture that take one path through the
+// program: steered by an exact bind (one address, one port: the hash
+// table), by a prefix or port-range bind (the trie), or passed.
+type benchPath struct {
+	Path   string   `json:"path"` // exact, prefix_range or passed
+	Frames int      `json:"frames"`
+	Run    benchRun `json:"run"`
 }
 
 func init() {
@@ -75,7 +92,8 @@ func init() {
 		if err != nil {
 			return err
 		}
-		doc := &benchDoc{Version: 1, Capture: pos[0], Frames: len(frames), Mode: *mode}
+		doc := &benchDoc{Version: 1, Capture: pos[0], Frames: len(frames), Mode: *mode, Paths: []benchPath{}}
+		paths := splitByPath(model.New(*dc, [6]byte(gw), tables), tables, frames)
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, os.Interrupt)
 		defer signal.Stop(stop)
@@ -104,6 +122,17 @@ func init() {
 			doc.Counters = map[string]any{}
 			for i, n := range loader.CounterNames {
 				doc.Counters[n] = after[i] - before[i]
+			}
+			// Each path on its own, when the capture takes more than one.
+			for _, p := range paths {
+				if len(p.frames) == 0 || len(p.frames) == len(frames) {
+					continue
+				}
+				run, err := benchProgram(rp.D.Prog, p.frames, *mode, *duration, stop)
+				if err != nil {
+					return err
+				}
+				doc.Paths = append(doc.Paths, benchPath{Path: p.name, Frames: len(p.frames), Run: run})
 			}
 			doc.Baseline, err = benchProgram(base, frames, *mode, *duration, stop)
 			return err
@@ -165,6 +194,13 @@ const (
 	windowRepeats = 64
 )
 
+// window is where the w'th window of size frames starts in n frames: the
+// windows go round the capture, the last one perhaps short.
+func window(w, size, n int) int {
+	windows := (n + size - 1) / size
+	return (w % windows) * size
+}
+
 // benchProgram attaches prog to a fresh veth pair in the current (private)
 // namespace and injects frames for d. It runs on the namespace's thread.
 func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Duration, stop chan os.Signal) (benchRun, error) {
@@ -210,12 +246,15 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 	}
 	defer stopStats()
 	start := time.Now()
+	// Windows sent, by their first frame: how much of the capture ran.
+	sent := map[int]int{}
 	inject := func() error {
 		// The generator holds up to TrafficgenMaxFrames frames at a time;
 		// a longer capture is sent in windows of that many.
 		for w := 0; time.Since(start) < d; w++ {
-			lo := (w * loader.TrafficgenMaxFrames) % len(frames)
+			lo := window(w, loader.TrafficgenMaxFrames, len(frames))
 			hi := min(lo+loader.TrafficgenMaxFrames, len(frames))
+			sent[lo] = hi - lo
 			if err := tg.Prepare(frames[lo:hi]); err != nil {
 				return err
 			}
@@ -252,7 +291,8 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 					return errors.New("interrupted")
 				default:
 				}
-				lo := (w * 4096) % len(frames)
+				lo := window(w, 4096, len(frames))
+				sent[lo] = min(lo+4096, len(frames)) - lo
 				if err := sock.SendBatch(frames[lo:min(lo+4096, len(frames))]); err != nil {
 					return err
 				}
@@ -265,6 +305,9 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 		return r, err
 	}
 	r.Seconds = time.Since(start).Seconds()
+	for _, n := range sent {
+		r.DistinctFrames += n
+	}
 	r.Runs = cost.Runs
 	r.PacketsPerSec = float64(cost.Runs) / r.Seconds
 	if cost.Runs > 0 {
@@ -273,11 +316,64 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 	return r, nil
 }
 
+type pathFrames struct {
+	name   string
+	frames [][]byte
+}
+
+// splitByPath sorts frames by the path they take through the program, as
+// the model and the compiled binds say: the exact-bind hash table, the
+// prefix and port-range trie, or passed.
+func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pathFrames {
+	var refs []table.BindRef
+	for i, t := range tables {
+		for _, b := range t.Binds {
+			refs = append(refs, table.BindRef{Table: i, Bind: b})
+		}
+	}
+	type key struct {
+		proto uint8
+		addr  netip.Addr
+		port  uint16
+	}
+	exact := map[key]bool{}
+	for _, e := range table.CompileBinds(refs) {
+		if e.Exact {
+			exact[key{uint8(e.Proto), e.Prefix.Addr(), e.Port}] = true
+		}
+	}
+	out := []pathFrames{{name: "exact"}, {name: "prefix_range"}, {name: "passed"}}
+	for _, f := range frames {
+		r := m.Classify(f)
+		i := 2
+		if r.Verdict == model.XDPTX {
+			i = 1
+			if exact[key{r.Proto, r.VIP, r.VIPPort}] {
+				i = 0
+			}
+		}
+		out[i].frames = append(out[i].frames, f)
+	}
+	return out
+}
+
 func printBench(w io.Writer, d *benchDoc) {
-	fmt.Fprintf(w, "bench %s: %d frames, looped, %s XDP on a veth pair\n", d.Capture, d.Frames, d.Mode)
-	fmt.Fprintf(w, "  director     %10.0f packets/s over %.1fs   %6.1f ns/packet (BPF run-time statistics)\n", d.Director.PacketsPerSec, d.Director.Seconds, d.Director.NsPerPacket)
-	fmt.Fprintf(w, "  empty XDP_TX %10.0f packets/s over %.1fs   %6.1f ns/packet\n", d.Baseline.PacketsPerSec, d.Baseline.Seconds, d.Baseline.NsPerPacket)
-	fmt.Fprintf(w, "  program cost above the empty program: %.1f ns/packet\n", d.Director.NsPerPacket-d.Baseline.NsPerPacket)
+	fmt.Fprintf(w, "bench %s: %d frames, %s XDP on a veth pair\n", d.Capture, d.Frames, d.Mode)
+	fmt.Fprintf(w, "program cost above an empty XDP_TX program (its %.1f ns/packet), from BPF run-time statistics:\n", d.Baseline.NsPerPacket)
+	line := func(what string, r benchRun, frames int) {
+		fmt.Fprintf(w, "  %-20s %7.1f ns/packet   %d of %d frames sent\n", what, r.NsPerPacket-d.Baseline.NsPerPacket, r.DistinctFrames, frames)
+	}
+	line("all frames", d.Director, d.Frames)
+	for _, p := range d.Paths {
+		line(map[string]string{"exact": "exact binds", "prefix_range": "prefix/range binds", "passed": "passed"}[p.Path], p.Run, p.Frames)
+	}
+	if d.Director.DistinctFrames < d.Frames {
+		fmt.Fprintf(w, "  (the generator holds %d frames at a time: a longer capture is sent in windows, as many as --duration allows)\n",
+			loader.TrafficgenMaxFrames)
+	}
+	fmt.Fprintf(w, "generator: %.0f packets/s through the director, %.0f through the empty program over %.1fs each\n",
+		d.Director.PacketsPerSec, d.Baseline.PacketsPerSec, d.Director.Seconds)
+	fmt.Fprintln(w, "  (the rate this machine generates at, not the director's capacity)")
 	fmt.Fprintln(w, "  director verdicts:")
 	for _, n := range loader.CounterNames {
 		if v, ok := d.Counters[n].(uint64); ok && v > 0 {

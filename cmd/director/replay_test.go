@@ -257,10 +257,43 @@ func TestBenchRunsAndCleansUp(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Director.Runs == 0 || d.Baseline.Runs == 0 || d.Director.NsPerPacket <= 0 || d.Counters["encapsulated"].(float64) == 0 {
+		if d.Director.Runs == 0 || d.Baseline.Runs == 0 || d.Director.NsPerPacket <= 0 || d.Counters["encapsulated"].(float64) == 0 ||
+			d.Director.DistinctFrames != d.Frames {
 			t.Fatalf("%s: %+v", mode, d)
 		}
 		t.Logf("%s: director %.0f pps %.1f ns, baseline %.0f pps %.1f ns", mode, d.Director.PacketsPerSec, d.Director.NsPerPacket, d.Baseline.PacketsPerSec, d.Baseline.NsPerPacket)
+	}
+	// A capture to prefix, port-range and exact binds, longer than the
+	// generator holds: the cost by path, and how many frames were sent.
+	pcap := filepath.Join(t.TempDir(), "m.pcap")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"medium.json", "-o", pcap, "--flows", "2000", "--seed", "5")
+	out, errOut, code := runCmd("bench", pcap, "--config", cfgDir+"medium.json", "--duration", "200ms", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var d benchDoc
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	sum := 0
+	for _, p := range d.Paths {
+		sum += p.Frames
+		if p.Frames == 0 || p.Run.Runs == 0 || p.Run.NsPerPacket <= 0 || p.Run.DistinctFrames == 0 || p.Run.DistinctFrames > p.Frames {
+			t.Errorf("path %+v", p)
+		}
+	}
+	if len(d.Paths) != 3 || d.Paths[0].Path != "exact" || d.Paths[1].Path != "prefix_range" || d.Paths[2].Path != "passed" || sum != d.Frames {
+		t.Fatalf("paths %+v of %d frames", d.Paths, d.Frames)
+	}
+	if d.Frames <= 4096 || d.Director.DistinctFrames == 0 || d.Director.DistinctFrames >= d.Frames {
+		t.Fatalf("%d frames, %d sent in 200ms: the capture should not fit", d.Frames, d.Director.DistinctFrames)
+	}
+	text, _, _ := runCmd("bench", pcap, "--config", cfgDir+"medium.json", "--duration", "200ms")
+	for _, s := range []string{"program cost above an empty XDP_TX program", "exact binds", "prefix/range binds",
+		fmt.Sprintf("of %d frames sent", d.Frames), "a longer capture is sent in windows", "not the director's capacity"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("bench text lacks %q:\n%s", s, text)
+		}
 	}
 	after, _ := net.Interfaces()
 	if len(after) != len(before) {
