@@ -11,111 +11,110 @@ import (
 	"github.com/director/director/table"
 )
 
-func init() {
-	c := &command{
-		name: "apply", args: "PLAN|CONFIG [--yes] [--allow-unsafe] [--director-config FILE]",
-		summary: "Make the tables (and the director config) live. A PLAN (from 'director plan -o') is applied exactly\n" +
-			"as reviewed, and refused if what is live is no longer what it was computed against. A CONFIG needs\n" +
-			"--yes, and is planned and applied in one go, with --director-config if given. An unsafe change needs\n" +
-			"--allow-unsafe. Afterwards the tables are read back from the kernel and their fingerprints checked.",
+var applyCmd = &command{
+	name: "apply", args: "PLAN|CONFIG [--yes] [--allow-unsafe] [--director-config FILE]",
+	summary: "Apply a reviewed plan, or a config with --yes.",
+	help: "Make the tables (and the director config) live. A PLAN (from 'director plan -o') is applied exactly\n" +
+		"as reviewed, and refused if what is live is no longer what it was computed against. A CONFIG needs\n" +
+		"--yes, and is planned and applied in one go, with --director-config if given. An unsafe change needs\n" +
+		"--allow-unsafe. Afterwards the tables are read back from the kernel and their fingerprints checked.",
+	run:  runApply,
+}
+
+func runApply(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	yes := fs.Bool("yes", false, "apply a CONFIG without a reviewed plan")
+	unsafe := fs.Bool("allow-unsafe", false, "apply even if the verdict is unsafe")
+	pos, err := e.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		e.globalFlags(fs)
-		yes := fs.Bool("yes", false, "apply a CONFIG without a reviewed plan")
-		unsafe := fs.Bool("allow-unsafe", false, "apply even if the verdict is unsafe")
-		pos, err := parse(fs, args, 1, 1)
-		if err != nil {
+	data, err := table.ReadApplyInput(pos[0], loader.Limit)
+	if err != nil {
+		return err
+	}
+	plan, err := readPlan(data)
+	if err != nil {
+		return table.InFile(pos[0], err)
+	}
+	if plan == nil && !*yes {
+		return fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
+			pos[0], pos[0], e.bpffsFlag())
+	}
+	if plan != nil && plan.BPFFS != e.bpffs {
+		return fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
+	}
+	if plan != nil && e.dirConfig != "" {
+		return errors.New("apply: a plan carries its own director config (or none): give --director-config to 'director plan'")
+	}
+	input := data
+	if plan != nil {
+		input = plan.Input()
+	}
+	src, err := buildForApply(e, pos[0], input)
+	if err != nil {
+		return err
+	}
+	tables := src.Tables
+	if plan != nil && !table.SamePlanTables(plan.Result, table.PlanTables(tables)) {
+		return errors.New("apply: the plan's config no longer builds the tables it shows (edited plan?)")
+	}
+	var dc *table.DirectorConfig
+	if plan != nil && plan.Director != nil {
+		if dc, err = table.ParseDirectorConfig(plan.Director.Result); err != nil {
+			return fmt.Errorf("apply: the plan's director config: %w", err)
+		}
+	} else if dc, err = e.directorConfig(); err != nil {
+		return err
+	}
+	d, err := e.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var verdict *table.Plan
+	res, err := d.ApplyChange(loader.Change{Tables: tables, Config: dc}, func(live loader.State) error {
+		if plan != nil && !sameBase(plan, live) {
+			return errors.New("apply: what is live changed since the plan was made; make a new plan")
+		}
+		var err error
+		if verdict, err = makePlan(e, live, src, dc); err != nil {
 			return err
 		}
-		data, err := table.ReadApplyInput(pos[0], loader.Limit)
-		if err != nil {
-			return err
-		}
-		plan, err := readPlan(data)
-		if err != nil {
-			return table.InFile(pos[0], err)
-		}
-		if plan == nil && !*yes {
-			return fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
-				pos[0], pos[0], e.bpffsFlag())
-		}
-		if plan != nil && plan.BPFFS != e.bpffs {
-			return fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
-		}
-		if plan != nil && e.dirConfig != "" {
-			return errors.New("apply: a plan carries its own director config (or none): give --director-config to 'director plan'")
-		}
-		input := data
-		if plan != nil {
-			input = plan.Input()
-		}
-		src, err := buildForApply(e, pos[0], input)
-		if err != nil {
-			return err
-		}
-		tables := src.Tables
-		if plan != nil && !table.SamePlanTables(plan.Result, table.PlanTables(tables)) {
-			return errors.New("apply: the plan's config no longer builds the tables it shows (edited plan?)")
-		}
-		var dc *table.DirectorConfig
-		if plan != nil && plan.Director != nil {
-			if dc, err = table.ParseDirectorConfig(plan.Director.Result); err != nil {
-				return fmt.Errorf("apply: the plan's director config: %w", err)
-			}
-		} else if dc, err = e.directorConfig(); err != nil {
-			return err
-		}
-		d, err := e.open()
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		var verdict *table.Plan
-		res, err := d.ApplyChange(loader.Change{Tables: tables, Config: dc}, func(live loader.State) error {
-			if plan != nil && !sameBase(plan, live) {
-				return errors.New("apply: what is live changed since the plan was made; make a new plan")
-			}
-			var err error
-			if verdict, err = makePlan(e, live, src, dc); err != nil {
-				return err
-			}
-			if !verdict.Safe && !*unsafe {
-				return fmt.Errorf("apply: unsafe change refused (pass --allow-unsafe to apply it):\n  - %s", strings.Join(verdict.Reasons, "\n  - "))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		// What the kernel holds now must be what was reviewed.
-		if got := table.PlanTables(tablesOf(res)); !table.SamePlanTables(got, verdict.Result) {
-			return errors.New("apply: the tables read back from the kernel differ from the ones applied")
-		}
-		now, err := d.LiveConfig()
-		if err != nil {
-			return err
-		}
-		if now == nil {
-			fmt.Fprintln(e.stderr, "director: warning: no director config is live: packets are passed until one is applied with --director-config")
-		} else if dc != nil && len(table.CompareDirectorConfig(now, dc)) > 0 {
-			return errors.New("apply: the director config read back from the kernel differs from the one applied")
-		}
-		fmt.Fprintf(e.stdout, "applied %d tables in %s; fingerprints read back from the kernel:\n", len(tables), res.Duration.Round(10000))
-		for i, t := range verdict.Result {
-			name := t.Name
-			if name == "" {
-				name = fmt.Sprintf("tables[%d]", i)
-			}
-			fmt.Fprintf(e.stdout, "  %s  %s\n", name, table.ShortFingerprint(t.Fingerprint))
-		}
-		if dc != nil {
-			fmt.Fprintf(e.stdout, "director config: source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",
-				dc.SrcIP, dc.GatewayMAC, dc.HashFields, dc.AltHashFields, dc.ForwardICMPEcho)
+		if !verdict.Safe && !*unsafe {
+			return fmt.Errorf("apply: unsafe change refused (pass --allow-unsafe to apply it):\n  - %s", strings.Join(verdict.Reasons, "\n  - "))
 		}
 		return nil
+	})
+	if err != nil {
+		return err
 	}
-	register(c)
+	// What the kernel holds now must be what was reviewed.
+	if got := table.PlanTables(tablesOf(res)); !table.SamePlanTables(got, verdict.Result) {
+		return errors.New("apply: the tables read back from the kernel differ from the ones applied")
+	}
+	now, err := d.LiveConfig()
+	if err != nil {
+		return err
+	}
+	if now == nil {
+		fmt.Fprintln(e.stderr, "director: warning: no director config is live: packets are passed until one is applied with --director-config")
+	} else if dc != nil && len(table.CompareDirectorConfig(now, dc)) > 0 {
+		return errors.New("apply: the director config read back from the kernel differs from the one applied")
+	}
+	fmt.Fprintf(e.stdout, "applied %d tables in %s; fingerprints read back from the kernel:\n", len(tables), res.Duration.Round(10000))
+	for i, t := range verdict.Result {
+		name := t.Name
+		if name == "" {
+			name = fmt.Sprintf("tables[%d]", i)
+		}
+		fmt.Fprintf(e.stdout, "  %s  %s\n", name, table.ShortFingerprint(t.Fingerprint))
+	}
+	if dc != nil {
+		fmt.Fprintf(e.stdout, "director config: source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",
+			dc.SrcIP, dc.GatewayMAC, dc.HashFields, dc.AltHashFields, dc.ForwardICMPEcho)
+	}
+	return nil
 }
 
 // sameBase reports whether what is live is what plan was made against:

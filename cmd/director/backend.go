@@ -9,56 +9,54 @@ import (
 	"github.com/director/director/loader"
 )
 
-func init() {
-	c := &command{
-		name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] | detach IFACE | unload | status [--json]  [--backend-bpffs DIR]",
-		summary: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
-			"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
-			"GUE is accepted for any IPv4 address the host has when 'backend attach' runs (run it again after\n" +
-			"adding one). Pinned under --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
+var backendCmd = &command{
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] | detach IFACE | unload | status [--json]  [--backend-bpffs DIR]",
+	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
+	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
+		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
+		"GUE is accepted for any IPv4 address the host has when 'backend attach' runs (run it again after\n" +
+		"adding one). Pinned under --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
+	run:  runBackend,
+}
+
+func runBackend(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
+	mode := fs.String("mode", loader.ModeNative, "XDP `MODE` for attach: native or generic")
+	self := fs.String("self", "", "this host's IPv4 `ADDR`, the source of forwarded packets (default: the interface's first)")
+	asJSON := fs.Bool("json", false, "status as JSON")
+	pos, err := e.parse(fs, args, 1, 2)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		e.globalFlags(fs)
-		dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
-		mode := fs.String("mode", loader.ModeNative, "XDP mode for attach: native or generic")
-		self := fs.String("self", "", "this host's IPv4 `ADDR`, the source of forwarded packets (default: the interface's first)")
-		asJSON := fs.Bool("json", false, "status as JSON")
-		pos, err := parse(fs, args, 1, 2)
+	switch {
+	case pos[0] == "attach" && len(pos) == 2:
+		return backendAttach(e, *dir, pos[1], *mode, *self)
+	case pos[0] == "detach" && len(pos) == 2:
+		if _, err := os.Stat(*dir); os.IsNotExist(err) {
+			fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
+			return nil
+		}
+		b, err := loader.OpenBackend(*dir)
 		if err != nil {
 			return err
 		}
-		switch {
-		case pos[0] == "attach" && len(pos) == 2:
-			return backendAttach(e, *dir, pos[1], *mode, *self)
-		case pos[0] == "detach" && len(pos) == 2:
-			if _, err := os.Stat(*dir); os.IsNotExist(err) {
-				fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
-				return nil
-			}
-			b, err := loader.OpenBackend(*dir)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			if err := b.Detach(pos[1]); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "detached from %s; the program stays loaded at %s ('director backend unload' removes it)\n", pos[1], *dir)
-			return nil
-		case pos[0] == "unload" && len(pos) == 1:
-			if err := loader.Unload(*dir); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "unloaded %s\n", *dir)
-			return nil
-		case pos[0] == "status" && len(pos) == 1:
-			return backendStatus(e, *dir, *asJSON)
+		defer b.Close()
+		if err := b.Detach(pos[1]); err != nil {
+			return err
 		}
-		fs.Usage()
-		return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload or status")
+		fmt.Fprintf(e.stdout, "detached from %s; the program stays loaded at %s ('director backend unload' removes it)\n", pos[1], *dir)
+		return nil
+	case pos[0] == "unload" && len(pos) == 1:
+		if err := loader.Unload(*dir); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "unloaded %s\n", *dir)
+		return nil
+	case pos[0] == "status" && len(pos) == 1:
+		return backendStatus(e, *dir, *asJSON)
 	}
-	register(c)
+	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload or status")
 }
 
 func backendAttach(e *env, dir, iface, mode, self string) error {

@@ -52,101 +52,100 @@ type benchPath struct {
 	Run    benchRun `json:"run"`
 }
 
-func init() {
-	c := &command{
-		name: "bench", args: "CAPTURE --config CONFIG [--duration D] [--mode native|generic] [--json]",
-		summary: "Replay a capture at line rate through the real datapath: in a private network namespace, the\n" +
-			"program is attached to one end of a veth pair and the capture's frames are injected into the other\n" +
-			"end (native: BPF_PROG_RUN in live-frames mode redirecting them; generic: sendmmsg on a packet\n" +
-			"socket), looping for the duration. Then the\n" +
-			"same for an empty XDP_TX program. Reports packets/s, verdicts and the program's cost per packet.\n" +
-			"Everything is torn down on every exit path, Ctrl-C included.",
+var benchCmd = &command{
+	name: "bench", args: "CAPTURE --config CONFIG [--duration D] [--mode native|generic] [--json]",
+	summary: "Measure the program's cost per packet on a capture, on a veth pair.",
+	help: "Replay a capture at line rate through the real datapath: in a private network namespace, the\n" +
+		"program is attached to one end of a veth pair and the capture's frames are injected into the other\n" +
+		"end (native: BPF_PROG_RUN in live-frames mode redirecting them; generic: sendmmsg on a packet\n" +
+		"socket), looping for the duration. Then the\n" +
+		"same for an empty XDP_TX program. Reports packets/s, verdicts and the program's cost per packet.\n" +
+		"Everything is torn down on every exit path, Ctrl-C included.",
+	run:  runBench,
+}
+
+func runBench(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	cfgPath := fs.String("config", "", "forwarding-table `CONFIG` (required)")
+	duration := durationFlag(fs, "duration", 5*time.Second, "how long to inject traffic into each program: a `DURATION` such as 5s")
+	mode := fs.String("mode", loader.ModeNative, "XDP `MODE` on the veth: native or generic")
+	asJSON := fs.Bool("json", false, "print a JSON document")
+	pos, err := e.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		e.globalFlags(fs)
-		cfgPath := fs.String("config", "", "forwarding-table `CONFIG` (required)")
-		duration := durationFlag(fs, "duration", 5*time.Second, "how long to inject traffic into each program")
-		mode := fs.String("mode", loader.ModeNative, "XDP mode on the veth: native or generic")
-		asJSON := fs.Bool("json", false, "print a JSON document")
-		pos, err := parse(fs, args, 1, 1)
-		if err != nil {
-			return err
-		}
-		if *cfgPath == "" {
-			return errors.New("bench: --config CONFIG is required")
-		}
-		if *mode != loader.ModeNative && *mode != loader.ModeGeneric {
-			return fmt.Errorf("bench: --mode %q: want native or generic", *mode)
-		}
-		src, err := loadForApply(e, *cfgPath)
-		if err != nil {
-			return err
-		}
-		tables := src.Tables
-		frames, err := readFrames(pos[0])
-		if err != nil {
-			return err
-		}
-		dc, gw, err := e.replayDirectorConfig()
-		if err != nil {
-			return err
-		}
-		doc := &benchDoc{Version: 1, Capture: pos[0], Frames: len(frames), Mode: *mode, Paths: []benchPath{}}
-		paths := splitByPath(model.New(*dc, [6]byte(gw), tables), tables, frames)
-		stop := make(chan os.Signal, 1)
-		signal.Notify(stop, os.Interrupt)
-		defer signal.Stop(stop)
-		err = testnet.InNetns(func() error {
-			rp, err := loader.NewReplayer(dc, gw, tables)
-			if err != nil {
-				return err
-			}
-			defer rp.Close()
-			base, err := loader.Baseline()
-			if err != nil {
-				return err
-			}
-			defer base.Close()
-			before, err := rp.D.GlobalCounters()
-			if err != nil {
-				return err
-			}
-			if doc.Director, err = benchProgram(rp.D.Prog, frames, *mode, *duration, stop); err != nil {
-				return err
-			}
-			after, err := rp.D.GlobalCounters()
-			if err != nil {
-				return err
-			}
-			doc.Counters = map[string]any{}
-			for i, n := range loader.CounterNames {
-				doc.Counters[n] = after[i] - before[i]
-			}
-			// Each path on its own, when the capture takes more than one.
-			for _, p := range paths {
-				if len(p.frames) == 0 || len(p.frames) == len(frames) {
-					continue
-				}
-				run, err := benchProgram(rp.D.Prog, p.frames, *mode, *duration, stop)
-				if err != nil {
-					return err
-				}
-				doc.Paths = append(doc.Paths, benchPath{Path: p.name, Frames: len(p.frames), Run: run})
-			}
-			doc.Baseline, err = benchProgram(base, frames, *mode, *duration, stop)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, doc)
-		}
-		printBench(e.stdout, doc)
-		return nil
+	if *cfgPath == "" {
+		return errors.New("bench: --config CONFIG is required")
 	}
-	register(c)
+	if *mode != loader.ModeNative && *mode != loader.ModeGeneric {
+		return fmt.Errorf("bench: --mode %q: want native or generic", *mode)
+	}
+	src, err := loadForApply(e, *cfgPath)
+	if err != nil {
+		return err
+	}
+	tables := src.Tables
+	frames, err := readFrames(pos[0])
+	if err != nil {
+		return err
+	}
+	dc, gw, err := e.replayDirectorConfig()
+	if err != nil {
+		return err
+	}
+	doc := &benchDoc{Version: 1, Capture: pos[0], Frames: len(frames), Mode: *mode, Paths: []benchPath{}}
+	paths := splitByPath(model.New(*dc, [6]byte(gw), tables), tables, frames)
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt)
+	defer signal.Stop(stop)
+	err = testnet.InNetns(func() error {
+		rp, err := loader.NewReplayer(dc, gw, tables)
+		if err != nil {
+			return err
+		}
+		defer rp.Close()
+		base, err := loader.Baseline()
+		if err != nil {
+			return err
+		}
+		defer base.Close()
+		before, err := rp.D.GlobalCounters()
+		if err != nil {
+			return err
+		}
+		if doc.Director, err = benchProgram(rp.D.Prog, frames, *mode, *duration, stop); err != nil {
+			return err
+		}
+		after, err := rp.D.GlobalCounters()
+		if err != nil {
+			return err
+		}
+		doc.Counters = map[string]any{}
+		for i, n := range loader.CounterNames {
+			doc.Counters[n] = after[i] - before[i]
+		}
+		// Each path on its own, when the capture takes more than one.
+		for _, p := range paths {
+			if len(p.frames) == 0 || len(p.frames) == len(frames) {
+				continue
+			}
+			run, err := benchProgram(rp.D.Prog, p.frames, *mode, *duration, stop)
+			if err != nil {
+				return err
+			}
+			doc.Paths = append(doc.Paths, benchPath{Path: p.name, Frames: len(p.frames), Run: run})
+		}
+		doc.Baseline, err = benchProgram(base, frames, *mode, *duration, stop)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, doc)
+	}
+	printBench(e.stdout, doc)
+	return nil
 }
 
 // readFrames loads a capture's frames for injection (14 bytes up to the

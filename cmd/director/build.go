@@ -7,41 +7,41 @@ import (
 	"github.com/director/director/table"
 )
 
-func init() {
-	c := &command{
-		name: "build", args: "CONFIG -o FILE [--format glb]",
-		summary: "Build a config's forwarding tables and write them in GLB's binary format.",
+var buildCmd = &command{
+	name: "build", args: "CONFIG -o FILE [--format glb]",
+	summary: "Build a config's tables and write them in GLB's binary format.",
+	help: "Build a config's forwarding tables and write them in GLB's binary format.",
+	run:  runBuild,
+}
+
+func runBuild(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	out := fs.String("o", "", "output `FILE`, written atomically (temporary file and rename)")
+	format := fs.String("format", "glb", "output `FORMAT`: glb (GLB's binary table format v2)")
+	pos, err := e.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		out := fs.String("o", "", "output `FILE`, written atomically (temporary file and rename)")
-		format := fs.String("format", "glb", "output format: glb (GLB's binary table format v2)")
-		pos, err := parse(fs, args, 1, 1)
-		if err != nil {
-			return err
-		}
-		if *out == "" {
-			return errors.New("build: -o FILE is required")
-		}
-		if *format != "glb" {
-			return fmt.Errorf("build: --format %q unknown (supported: glb)", *format)
-		}
-		src, err := table.Load(pos[0])
-		if err != nil {
-			return err
-		}
-		if src.Binary {
-			return fmt.Errorf("build: %s is already a GLB binary table; build takes a JSON config", pos[0])
-		}
-		warnAll(e, src.Warnings)
-		if err := table.WriteGLBFile(*out, src.Tables); err != nil {
-			return fmt.Errorf("build: writing %s: %w", *out, err)
-		}
-		fmt.Fprintf(e.stdout, "wrote %s: %d tables\n", *out, len(src.Tables))
-		for i, t := range src.Tables {
-			fmt.Fprintf(e.stdout, "  %s  fingerprint %s\n", tableLabel(t, i), table.ShortFingerprint(table.Fingerprint(t)))
-		}
-		return nil
+	if *out == "" {
+		return errors.New("build: -o FILE is required")
 	}
-	register(c)
+	if *format != "glb" {
+		return fmt.Errorf("build: --format %q unknown (supported: glb)", *format)
+	}
+	src, err := table.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	if src.Binary {
+		return fmt.Errorf("build: %s is already a GLB binary table; build takes a JSON config", pos[0])
+	}
+	warnAll(e, src.Warnings)
+	if err := table.WriteGLBFile(*out, src.Tables); err != nil {
+		return fmt.Errorf("build: writing %s: %w", *out, err)
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: %d tables\n", *out, len(src.Tables))
+	for i, t := range src.Tables {
+		fmt.Fprintf(e.stdout, "  %s  fingerprint %s\n", tableLabel(t, i), table.ShortFingerprint(table.Fingerprint(t)))
+	}
+	return nil
 }

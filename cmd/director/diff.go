@@ -8,52 +8,52 @@ import (
 	"github.com/director/director/table"
 )
 
-func init() {
-	c := &command{
-		name: "diff", args: "OLD NEW [--json]",
-		summary: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
-			"shares before and after. Exit status 0: no change, 2: changes, 1: error.",
+var diffCmd = &command{
+	name: "diff", args: "OLD NEW [--json]",
+	summary: "Compare two configs or GLB binaries for review.",
+	help: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
+		"shares before and after. Exit status 0: no change, 2: changes, 1: error.",
+	run:  runDiff,
+}
+
+func runDiff(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	asJSON := fs.Bool("json", false, "print the diff as a JSON document")
+	pos, err := e.parse(fs, args, 2, 2)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		asJSON := fs.Bool("json", false, "print the diff as a JSON document")
-		pos, err := parse(fs, args, 2, 2)
-		if err != nil {
-			return err
-		}
-		old, err := table.Load(pos[0])
-		if err != nil {
-			return err
-		}
-		new, err := table.Load(pos[1])
-		if err != nil {
-			return err
-		}
-		// Table warnings are in the diff; the rest are the files' own.
-		for _, src := range []*table.Source{old, new} {
-			if src.Config != nil {
-				for _, w := range src.Config.Warnings {
-					fmt.Fprintf(e.stderr, "director: warning: %s: %s\n", src.Path, w)
-				}
-			}
-			for _, w := range table.UnservableWarnings(src.Tables) {
+	old, err := table.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	new, err := table.Load(pos[1])
+	if err != nil {
+		return err
+	}
+	// Table warnings are in the diff; the rest are the files' own.
+	for _, src := range []*table.Source{old, new} {
+		if src.Config != nil {
+			for _, w := range src.Config.Warnings {
 				fmt.Fprintf(e.stderr, "director: warning: %s: %s\n", src.Path, w)
 			}
 		}
-		d := table.Compare(old.Tables, new.Tables)
-		if *asJSON {
-			if err := writeJSON(e.stdout, d); err != nil {
-				return err
-			}
-		} else {
-			printDiff(e.stdout, d)
+		for _, w := range table.UnservableWarnings(src.Tables) {
+			fmt.Fprintf(e.stderr, "director: warning: %s: %s\n", src.Path, w)
 		}
-		if d.Changed {
-			return exitCode(exitChanges)
-		}
-		return nil
 	}
-	register(c)
+	d := table.Compare(old.Tables, new.Tables)
+	if *asJSON {
+		if err := writeJSON(e.stdout, d); err != nil {
+			return err
+		}
+	} else {
+		printDiff(e.stdout, d)
+	}
+	if d.Changed {
+		return exitCode(exitChanges)
+	}
+	return nil
 }
 
 func sideString(s *table.BackendSide) string {

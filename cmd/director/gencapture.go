@@ -9,47 +9,47 @@ import (
 	"github.com/director/director/table/capture"
 )
 
-func init() {
-	c := &command{
-		name: "gen-capture", args: "--config CONFIG -o FILE [--flows N] [--seed S]",
-		summary: "Write a deterministic synthetic capture (pcap, nanosecond timestamps) of traffic to CONFIG's binds:\n" +
-			"IPv4 and IPv6 clients, TCP connections with heavy-tailed sizes, UDP flows, ICMP fragmentation-needed\n" +
-			"and packet-too-big quoting real flows, ICMP echo, and noise no bind matches.",
+var genCaptureCmd = &command{
+	name: "gen-capture", args: "--config CONFIG -o FILE [--flows N] [--seed S]",
+	summary: "Write a deterministic synthetic capture of traffic to a config's binds.",
+	help: "Write a deterministic synthetic capture (pcap, nanosecond timestamps) of traffic to CONFIG's binds:\n" +
+		"IPv4 and IPv6 clients, TCP connections with heavy-tailed sizes, UDP flows, ICMP fragmentation-needed\n" +
+		"and packet-too-big quoting real flows, ICMP echo, and noise no bind matches.",
+	run:  runGenCapture,
+}
+
+func runGenCapture(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	cfgPath := fs.String("config", "", "forwarding-table `CONFIG` whose binds the traffic goes to (required)")
+	out := fs.String("o", "", "output `FILE` (required)")
+	flows := fs.Int("flows", 1000, "`N` client flows to generate")
+	seed := fs.Uint64("seed", 1, "random `SEED`: the same seed gives the same capture")
+	if _, err := e.parse(fs, args, 0, 0); err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		cfgPath := fs.String("config", "", "forwarding-table `CONFIG` whose binds the traffic goes to (required)")
-		out := fs.String("o", "", "output `FILE` (required)")
-		flows := fs.Int("flows", 1000, "client flows to generate")
-		seed := fs.Uint64("seed", 1, "random seed: the same seed gives the same capture")
-		if _, err := parse(fs, args, 0, 0); err != nil {
-			return err
-		}
-		if *cfgPath == "" || *out == "" {
-			return errors.New("gen-capture: --config CONFIG and -o FILE are required")
-		}
-		cfg, err := table.LoadConfig(*cfgPath)
+	if *cfgPath == "" || *out == "" {
+		return errors.New("gen-capture: --config CONFIG and -o FILE are required")
+	}
+	cfg, err := table.LoadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	var st capture.GenStats
+	err = table.WriteFileAtomic(*out, 0o644, func(w io.Writer) error {
+		cw, err := capture.NewWriter(w)
 		if err != nil {
 			return err
 		}
-		var st capture.GenStats
-		err = table.WriteFileAtomic(*out, 0o644, func(w io.Writer) error {
-			cw, err := capture.NewWriter(w)
-			if err != nil {
-				return err
-			}
-			st, err = capture.Generate(cfg, capture.GenOptions{Flows: *flows, Seed: *seed}, cw.Write)
-			if err != nil {
-				return err
-			}
-			return cw.Flush()
-		})
+		st, err = capture.Generate(cfg, capture.GenOptions{Flows: *flows, Seed: *seed}, cw.Write)
 		if err != nil {
-			return fmt.Errorf("gen-capture: %w", err)
+			return err
 		}
-		fmt.Fprintf(e.stdout, "wrote %s: %d packets: %d flows (%d TCP, %d UDP, %d echo), %d ICMP errors, %d noise\n",
-			*out, st.Packets, st.Flows, st.TCPFlows, st.UDPFlows, st.Echo, st.ICMPErrors, st.Noise)
-		return nil
+		return cw.Flush()
+	})
+	if err != nil {
+		return fmt.Errorf("gen-capture: %w", err)
 	}
-	register(c)
+	fmt.Fprintf(e.stdout, "wrote %s: %d packets: %d flows (%d TCP, %d UDP, %d ICMP echo), %d ICMP errors, %d noise packets\n",
+		*out, st.Packets, st.Flows, st.TCPFlows, st.UDPFlows, st.EchoFlows, st.ICMPErrors, st.Noise)
+	return nil
 }

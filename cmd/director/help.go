@@ -6,27 +6,40 @@ import (
 	"fmt"
 )
 
-func init() {
-	c := &command{name: "help", args: "[COMMAND]", summary: "Describe the commands, or one command and its flags."}
-	c.run = func(e *env, args []string) error {
-		pos, err := parse(e.flags(c), args, 0, 1)
-		if err != nil {
-			return err
-		}
-		if len(pos) == 0 {
-			usage(e.stdout)
-			return nil
-		}
-		cmd, ok := commands[pos[0]]
-		if !ok {
-			return fmt.Errorf("help: unknown command %q", pos[0])
-		}
-		// Running the command with -h prints its usage and flags.
-		err = cmd.run(&env{stdout: e.stdout, stderr: e.stdout}, []string{"-h"})
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+// helpCmd is in the command table to be listed; run dispatches it, since
+// it reads the table.
+var helpCmd = &command{
+	name: "help", args: "[COMMAND]",
+	summary: "Describe the commands, or one command and its flags.",
+	help:    "Without a command, list the commands and the global flags; with one, describe it. --help and -h do the same.",
+}
+
+func runHelp(e *env, args []string) error {
+	pos, err := e.parse(e.flags(helpCmd), args, 0, 1)
+	if err != nil {
 		return err
 	}
-	register(c)
+	if len(pos) == 0 {
+		usage(e.stdout)
+		return nil
+	}
+	c := lookup(pos[0])
+	if c == nil {
+		return fmt.Errorf("help: unknown command %q (see 'director help')", pos[0])
+	}
+	return describeCommand(e, c)
+}
+
+// describeCommand prints c's usage, description and flags: what c -h prints,
+// since a command defines its flags as it runs.
+func describeCommand(e *env, c *command) error {
+	if c.run == nil { // help itself
+		e.usage[e.flags(c)]()
+		return nil
+	}
+	err := c.run(e, c, []string{"-h"})
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }

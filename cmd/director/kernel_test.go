@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
@@ -412,5 +415,42 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkUnprivileged runs f on a thread without capabilities (root's euid
+// is kept, as a sandbox might, so it is the errors that must tell) and
+// checks it said replay needs root or CAP_BPF, and that --model does not.
+func checkUnprivileged(t *testing.T, f func() (string, int)) {
+	t.Helper()
+	type result struct {
+		errOut string
+		code   int
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread goes with its capabilities
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			res <- result{err: err}
+			return
+		}
+		data[0].Effective, data[1].Effective = 0, 0
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			res <- result{err: err}
+			return
+		}
+		errOut, code := f()
+		res <- result{errOut, code, nil}
+	}()
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.code != 1 || !strings.Contains(r.errOut, "needs root, or CAP_BPF") || !strings.Contains(r.errOut, "--model") ||
+		strings.Contains(r.errOut, "MEMLOCK") {
+		t.Fatalf("without capabilities: exit %d: %s", r.code, r.errOut)
 	}
 }

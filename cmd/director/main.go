@@ -1,6 +1,6 @@
-// Command director is a GLB-compatible L4 load-balancer director: it builds
-// GLB forwarding tables, shows and diffs them for review, and (later) runs
-// them in an XDP datapath.
+// Command director is a GLB-compatible L4 load-balancer director: it
+// builds GLB forwarding tables, shows and diffs them for review, plans and
+// applies them to its XDP datapath, and replays captures through it.
 package main
 
 import (
@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -21,19 +21,38 @@ import (
 const (
 	exitOK      = 0
 	exitError   = 1
-	exitChanges = 2 // diff: the inputs differ
+	exitChanges = 2 // diff, plan: there are changes
 )
 
+// command is one of director's commands. Its run defines its flags as it
+// runs, so that 'COMMAND -h' and 'help COMMAND' describe exactly those.
 type command struct {
 	name    string
-	args    string // synopsis after the name
-	summary string // the full description; its first sentence lists the command
-	run     func(e *env, args []string) error
+	args    string // synopsis after the name: every flag but the global ones
+	summary string // one line, for the command list
+	help    string // the description 'help COMMAND' prints
+	run     func(e *env, c *command, args []string) error
 }
 
-var commands = map[string]*command{}
+// commands, in the order 'director help' lists them: the table tools, the
+// datapath's lifecycle, its inspection, the lab, the backend.
+var commands = []*command{
+	buildCmd, showCmd, diffCmd,
+	loadCmd, planCmd, applyCmd, attachCmd, detachCmd, unloadCmd,
+	statusCmd, statsCmd,
+	replayCmd, benchCmd, genCaptureCmd,
+	backendCmd,
+	versionCmd, helpCmd,
+}
 
-func register(c *command) { commands[c.name] = c }
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
 
 // env is what a command may touch, injected so that tests can run commands
 // in-process and read what they print.
@@ -41,6 +60,9 @@ type env struct {
 	stdout, stderr io.Writer
 	bpffs          string // --bpffs
 	dirConfig      string // --director-config
+	// usage prints a flag set's command's usage: for -h, and only then
+	// (package flag would print it on every error too).
+	usage map[*flag.FlagSet]func()
 }
 
 // exitCode lets a command end with a status other than 0 or 1 without it
@@ -58,32 +80,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr, bpffs: loader.DefaultBPFFS}
-	// Global flags may come before the command.
-	gfs := flag.NewFlagSet("director", flag.ContinueOnError)
-	gfs.SetOutput(io.Discard)
-	e.globalFlags(gfs)
-	if err := gfs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "director: %v\n", err)
-		return exitError
-	}
-	args = gfs.Args()
-	if len(args) == 0 {
-		usage(stderr)
-		return exitError
-	}
-	name := args[0]
-	switch name {
-	case "-h", "--help", "-help":
-		name = "help"
-	case "--version", "-version":
-		name = "version"
-	}
-	c, ok := commands[name]
-	if !ok {
-		fmt.Fprintf(stderr, "director: unknown command %q (see 'director help')\n", name)
-		return exitError
-	}
-	err := c.run(e, args[1:])
+	err := dispatch(e, args)
 	var code exitCode
 	switch {
 	case err == nil:
@@ -99,46 +96,74 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitError
 }
 
+func dispatch(e *env, args []string) error {
+	// Global flags may come before the command.
+	gfs := flag.NewFlagSet("director", flag.ContinueOnError)
+	gfs.SetOutput(io.Discard)
+	e.globalFlags(gfs)
+	help := gfs.Bool("help", false, "")
+	gfs.BoolVar(help, "h", false, "")
+	showVersion := gfs.Bool("version", false, "")
+	if err := gfs.Parse(args); err != nil {
+		return fmt.Errorf("%w (see 'director help')", err)
+	}
+	args = gfs.Args()
+	switch {
+	case *showVersion:
+		return runVersion(e, versionCmd, nil)
+	case *help:
+		return runHelp(e, args)
+	case len(args) == 0:
+		usage(e.stderr)
+		return exitCode(exitError)
+	case args[0] == helpCmd.name:
+		return runHelp(e, args[1:])
+	}
+	c := lookup(args[0])
+	if c == nil {
+		return fmt.Errorf("unknown command %q (see 'director help')", args[0])
+	}
+	return c.run(e, c, args[1:])
+}
+
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: director COMMAND [ARGS]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	fmt.Fprintln(w, "usage: director [GLOBAL FLAGS] COMMAND [ARGS]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		c := commands[n]
-		fmt.Fprintf(w, "  %-11s %s\n", n, firstSentence(c.summary))
-	}
-	fmt.Fprintln(w, "\nglobal flags (before or after the command):")
-	fmt.Fprintf(w, "  --bpffs DIR             where the director's objects are pinned (default %s)\n", loader.DefaultBPFFS)
-	fmt.Fprintln(w, "  --director-config FILE  director settings, GLB's director.conf format")
-	fmt.Fprintln(w, "\n'director help COMMAND' describes one command.")
+	fmt.Fprintln(w, "\nglobal flags, before or after the command:")
+	fs := flag.NewFlagSet("director", flag.ContinueOnError)
+	(&env{bpffs: loader.DefaultBPFFS}).globalFlags(fs)
+	printFlags(w, fs)
+	fmt.Fprintln(w, "\n'director help COMMAND' describes one command; 'director --version' prints the version.")
 }
 
-// firstSentence is a summary's opening clause, on one line: up to its
-// first colon or full stop.
-func firstSentence(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	for _, sep := range []string{": ", ". ", ", in a private", " (mounting"} {
-		if i := strings.Index(s, sep); i >= 0 {
-			s = s[:i]
-		}
-	}
-	return strings.TrimSuffix(s, ".")
-}
-
-// flags makes a command's flag set; its errors are returned, not printed
-// and exited on, so that tests see them.
+// flags makes a command's flag set, the global flags included. Its errors
+// are returned, not printed: run prints them once. Asked for (-h), parse
+// prints the usage to stdout.
 func (e *env) flags(c *command) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: director %s %s\n\n%s\n", c.name, c.args, c.summary)
-		if hasFlags(fs) {
-			fmt.Fprintln(e.stderr, "\nflags:")
-			fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	e.globalFlags(fs)
+	if e.usage == nil {
+		e.usage = map[*flag.FlagSet]func(){}
+	}
+	e.usage[fs] = func() {
+		w := e.stdout
+		fmt.Fprintf(w, "usage: director %s %s\n\n%s\n", c.name, c.args, c.help)
+		own := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name != "bpffs" && f.Name != "director-config" {
+				own.Var(f.Value, f.Name, f.Usage)
+				own.Lookup(f.Name).DefValue = f.DefValue
+			}
+		})
+		if hasFlags(own) {
+			fmt.Fprintln(w, "\nflags:")
+			printFlags(w, own)
 		}
+		fmt.Fprintln(w, "\nglobal flags: --bpffs DIR, --director-config FILE (see 'director help')")
 	}
 	return fs
 }
@@ -150,6 +175,26 @@ func (e *env) globalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&e.dirConfig, "director-config", e.dirConfig, "director config `FILE` (GLB's director.conf format)")
 }
 
+// printFlags lists flags as they are written: --name, or -o for one
+// letter, with the placeholder from the usage's `quotes`.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		head := dash + f.Name
+		if name != "" {
+			head += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  %-26s %s\n", head, usage)
+	})
+}
+
 func hasFlags(fs *flag.FlagSet) bool {
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
@@ -159,14 +204,17 @@ func hasFlags(fs *flag.FlagSet) bool {
 // parse parses flags that may come before, between or after positional
 // arguments (director build CONFIG -o FILE), and checks the count of
 // positional arguments.
-func parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
+func (e *env) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				if u := e.usage[fs]; u != nil {
+					u()
+				}
 				return nil, err
 			}
-			return nil, fmt.Errorf("%s: %w", fs.Name(), err)
+			return nil, fmt.Errorf("%s: %s (see 'director help %s')", fs.Name(), dashes(err.Error()), fs.Name())
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -180,11 +228,17 @@ func parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error
 		args = rest[1:]
 	}
 	if len(pos) < minPos || (maxPos >= 0 && len(pos) > maxPos) {
-		fs.Usage()
-		return nil, fmt.Errorf("%s: wrong number of arguments", fs.Name())
+		return nil, fmt.Errorf("%s: wrong number of arguments (see 'director help %s')", fs.Name(), fs.Name())
 	}
 	return pos, nil
 }
+
+// flagInMessage is a flag as package flag's errors write it: -name.
+var flagInMessage = regexp.MustCompile(`(flag(?: provided but not defined:| needs an argument:)? )-(\w[\w-]+)`)
+
+// dashes rewrites the flags in one of package flag's errors as they are
+// typed: --name (one-letter flags keep one dash).
+func dashes(msg string) string { return flagInMessage.ReplaceAllString(msg, "$1--$2") }
 
 // bpffsFlag is " --bpffs DIR" when DIR is not the default, for commands a
 // message suggests: they must reach the same director.

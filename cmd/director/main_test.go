@@ -213,23 +213,91 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	}
 }
 
+// TestHelp: help, --help and -h succeed on stdout; every command is listed
+// and described, its synopsis names every flag it has, and flags are
+// written as they are typed (--name; -o for one letter).
 func TestHelp(t *testing.T) {
-	out, _, code := runCmd("help")
-	if code != 0 {
-		t.Fatal(code)
-	}
-	for name := range commands {
-		if !strings.Contains(out, name) {
-			t.Errorf("help does not list %s", name)
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}, {"--bpffs", "/x", "--help"}} {
+		out, errOut, code := runCmd(args...)
+		if code != 0 || errOut != "" || !strings.Contains(out, "usage: director") {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, errOut)
 		}
-		o, _, code := runCmd("help", name)
-		if code != 0 || !strings.Contains(o, "usage: director "+name) {
-			t.Errorf("help %s: exit %d, %q", name, code, o)
+		for _, c := range commands {
+			if !strings.Contains(out, "\n  "+c.name+" ") {
+				t.Errorf("%v does not list %s", args, c.name)
+			}
 		}
 	}
-	if out, _, code := runCmd("version"); code != 0 || !strings.HasPrefix(out, "director ") {
-		t.Errorf("version: %d %q", code, out)
+	for _, c := range commands {
+		for _, args := range [][]string{{"help", c.name}, {c.name, "-h"}, {c.name, "--help"}} {
+			o, errOut, code := runCmd(args...)
+			if code != 0 || errOut != "" || !strings.HasPrefix(o, "usage: director "+c.name) || strings.Count(o, "usage:") != 1 {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, o, errOut)
+			}
+			if strings.Contains(o, "\n  -"+"json") || strings.Contains(o, " -bpffs") {
+				t.Errorf("%v lists a long flag with one dash:\n%s", args, o)
+			}
+		}
+		// The synopsis names every flag the command has.
+		if c.run == nil {
+			continue
+		}
+		o, _, _ := runCmd("help", c.name)
+		i := strings.Index(o, "\nflags:\n")
+		if i < 0 {
+			continue
+		}
+		flagsPart, _, _ := strings.Cut(o[i+8:], "\n\n")
+		for _, line := range strings.Split(flagsPart, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || !strings.HasPrefix(f[0], "-") {
+				continue
+			}
+			if !strings.Contains(c.args, f[0]) {
+				t.Errorf("%s: synopsis %q does not name %s", c.name, c.args, f[0])
+			}
+		}
 	}
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		if out, _, code := runCmd(args...); code != 0 || !strings.HasPrefix(out, "director ") {
+			t.Errorf("%v: %d %q", args, code, out)
+		}
+	}
+}
+
+// TestGlobalFlagsEverywhere: --bpffs and --director-config are accepted by
+// every command, before or after it, and a flag error is printed once.
+func TestGlobalFlagsEverywhere(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "s.bin")
+	for _, args := range [][]string{
+		{"build", cfgDir + "small.json", "-o", bin, "--bpffs", "/x"}, {"--bpffs", "/x", "show", cfgDir + "small.json"},
+		{"show", cfgDir + "small.json", "--director-config", cfgDir + "director.conf"}, {"diff", "--bpffs", "/x", cfgDir + "small.json", cfgDir + "small.json"},
+	} {
+		if _, errOut, code := runCmd(args...); code != 0 {
+			t.Errorf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	out, errOut, code := runCmd("show", cfgDir+"small.json", "--bogus")
+	if code != 1 || out != "" || strings.Count(errOut, "bogus") != 1 || !strings.Contains(errOut, "not defined: --bogus (see 'director help show')") {
+		t.Errorf("a bad flag: exit %d, %q", code, errOut)
+	}
+}
+
+// TestReplayWithoutRootSaysWhatItNeeds: as a normal user, replay says it
+// needs root or CAP_BPF, and that --model needs neither.
+func TestReplayWithoutRootSaysWhatItNeeds(t *testing.T) {
+	if os.Geteuid() != 0 {
+		_, errOut, code := runCmd("replay", capDir+"small.pcap", "--config", cfgDir+"small.json")
+		if code != 1 || !strings.Contains(errOut, "needs root") || !strings.Contains(errOut, "--model") {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		return
+	}
+	// As root, drop the capabilities on a thread of our own and replay.
+	checkUnprivileged(t, func() (string, int) {
+		_, errOut, code := runCmd("replay", capDir+"small.pcap", "--config", cfgDir+"small.json")
+		return errOut, code
+	})
 }
 
 // TestSameVerdictEverywhere: a command that can read what it cannot use

@@ -11,79 +11,78 @@ import (
 	"github.com/director/director/table"
 )
 
-func init() {
-	c := &command{
-		name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json]",
-		summary: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
-			"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
-			"apply' applies exactly as reviewed. Exit status 0: no change, 2: changes, 1: error.",
+var planCmd = &command{
+	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json]",
+	summary: "Judge a change against what is live, and write it as a plan.",
+	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
+		"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
+		"apply' applies exactly as reviewed. Exit status 0: no change, 2: changes, 1: error.",
+	run:  runPlan,
+}
+
+func runPlan(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	out := fs.String("o", "", "write the plan to `PLAN` (mode 0600: it holds the config's keys)")
+	asJSON := fs.Bool("json", false, "print the plan as JSON (without the config)")
+	pos, err := e.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		e.globalFlags(fs)
-		out := fs.String("o", "", "write the plan to `PLAN` (mode 0600: it holds the config's keys)")
-		asJSON := fs.Bool("json", false, "print the plan as JSON (without the config)")
-		pos, err := parse(fs, args, 1, 1)
+	src, err := loadForApply(e, pos[0])
+	if err != nil {
+		return err
+	}
+	dc, err := e.directorConfig()
+	if err != nil {
+		return err
+	}
+	d, err := e.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	live, err := d.Live()
+	if err != nil {
+		return err
+	}
+	liveConfig, err := d.LiveConfig()
+	if err != nil {
+		return err
+	}
+	p, err := makePlan(e, loader.State{Tables: loader.Tables(live), Config: liveConfig}, src, dc)
+	if err != nil {
+		return err
+	}
+	if *out != "" {
+		err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(p)
+		})
 		if err != nil {
+			return fmt.Errorf("plan: writing %s: %w", *out, err)
+		}
+	}
+	if *asJSON {
+		shown := *p
+		shown.Config, shown.ConfigGLB = nil, nil
+		if err := writeJSON(e.stdout, shown); err != nil {
 			return err
 		}
-		src, err := loadForApply(e, pos[0])
-		if err != nil {
-			return err
-		}
-		dc, err := e.directorConfig()
-		if err != nil {
-			return err
-		}
-		d, err := e.open()
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		live, err := d.Live()
-		if err != nil {
-			return err
-		}
-		liveConfig, err := d.LiveConfig()
-		if err != nil {
-			return err
-		}
-		p, err := makePlan(e, loader.State{Tables: loader.Tables(live), Config: liveConfig}, src, dc)
-		if err != nil {
-			return err
-		}
+	} else {
+		printPlan(e, p)
 		if *out != "" {
-			err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(p)
-			})
-			if err != nil {
-				return fmt.Errorf("plan: writing %s: %w", *out, err)
+			unsafe := ""
+			if !p.Safe {
+				unsafe = " --allow-unsafe"
 			}
+			fmt.Fprintf(e.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", *out, *out, e.bpffsFlag(), unsafe)
 		}
-		if *asJSON {
-			shown := *p
-			shown.Config, shown.ConfigGLB = nil, nil
-			if err := writeJSON(e.stdout, shown); err != nil {
-				return err
-			}
-		} else {
-			printPlan(e, p)
-			if *out != "" {
-				unsafe := ""
-				if !p.Safe {
-					unsafe = " --allow-unsafe"
-				}
-				fmt.Fprintf(e.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", *out, *out, e.bpffsFlag(), unsafe)
-			}
-		}
-		if p.Changed() {
-			return exitCode(exitChanges)
-		}
-		return nil
 	}
-	register(c)
+	if p.Changed() {
+		return exitCode(exitChanges)
+	}
+	return nil
 }
 
 // loadForApply reads a config or GLB binary for the datapath: within its

@@ -28,58 +28,57 @@ import (
 // gives one: the frames never leave the process.
 var replayGateway = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
 
-func init() {
-	c := &command{
-		name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model]",
-		summary: "Run every packet of a capture (pcap or pcapng) through the real XDP program with BPF_PROG_RUN, in a\n" +
-			"private instance that never touches the live director, and report where the traffic goes: verdicts,\n" +
-			"pass reasons, packets, bytes and flows per table and backend, the hottest rows. --against NEW shows\n" +
-			"what NEW would do to those flows. --verify checks every packet against the Go model; --model runs the\n" +
-			"model alone (no kernel needed).",
+var replayCmd = &command{
+	name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model] [--hot N]",
+	summary: "Run a capture through the real program, or the model, and report where it goes.",
+	help: "Run every packet of a capture (pcap or pcapng) through the real XDP program with BPF_PROG_RUN, in a\n" +
+		"private instance that never touches the live director, and report where the traffic goes: verdicts,\n" +
+		"pass reasons, packets, bytes and flows per table and backend, the hottest rows. --against NEW shows\n" +
+		"what NEW would do to those flows. --verify checks every packet against the Go model; --model runs the\n" +
+		"model alone (no kernel needed).",
+	run:  runReplay,
+}
+
+func runReplay(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	cfgPath := fs.String("config", "", "forwarding-table `CONFIG` to replay against (required)")
+	against := fs.String("against", "", "a second config `NEW`: where would the capture's flows go")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	verify := fs.Bool("verify", false, "also run every packet through the Go model and require identical verdicts and bytes")
+	modelOnly := fs.Bool("model", false, "use only the Go model (no BPF, no root)")
+	hot := fs.Int("hot", 10, "list the `N` busiest rows")
+	pos, err := e.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		e.globalFlags(fs)
-		cfgPath := fs.String("config", "", "forwarding-table `CONFIG` to replay against (required)")
-		against := fs.String("against", "", "a second config `NEW`: where would the capture's flows go")
-		asJSON := fs.Bool("json", false, "print the report as JSON")
-		verify := fs.Bool("verify", false, "also run every packet through the Go model and require identical verdicts and bytes")
-		modelOnly := fs.Bool("model", false, "use only the Go model (no BPF, no root)")
-		hot := fs.Int("hot", 10, "how many of the busiest rows to list")
-		pos, err := parse(fs, args, 1, 1)
-		if err != nil {
-			return err
-		}
-		if *cfgPath == "" {
-			return errors.New("replay: --config CONFIG is required")
-		}
-		if *modelOnly && *verify {
-			return errors.New("replay: --verify compares the kernel with the model; it cannot go with --model")
-		}
-		rp, err := newReplay(e, *cfgPath, *against, *modelOnly)
-		if err != nil {
-			return err
-		}
-		defer rp.close()
-		rep, runErr := rp.run(e, pos[0], *verify, *hot)
-		if rep != nil {
-			if *asJSON {
-				if err := writeJSON(e.stdout, rep); err != nil {
-					return err
-				}
-			} else {
-				printReplay(e.stdout, rep)
+	if *cfgPath == "" {
+		return errors.New("replay: --config CONFIG is required")
+	}
+	if *modelOnly && *verify {
+		return errors.New("replay: --verify compares the kernel with the model; it cannot go with --model")
+	}
+	rp, err := newReplay(e, *cfgPath, *against, *modelOnly)
+	if err != nil {
+		return err
+	}
+	defer rp.close()
+	rep, runErr := rp.run(e, pos[0], *verify, *hot)
+	if rep != nil {
+		if *asJSON {
+			if err := writeJSON(e.stdout, rep); err != nil {
+				return err
 			}
+		} else {
+			printReplay(e.stdout, rep)
 		}
-		if runErr != nil {
-			return runErr
-		}
-		if rep.Verify != nil && rep.Verify.Mismatches > 0 {
-			return fmt.Errorf("replay: %d packets differ between the kernel and the model", rep.Verify.Mismatches)
-		}
-		return nil
 	}
-	register(c)
+	if runErr != nil {
+		return runErr
+	}
+	if rep.Verify != nil && rep.Verify.Mismatches > 0 {
+		return fmt.Errorf("replay: %d packets differ between the kernel and the model", rep.Verify.Mismatches)
+	}
+	return nil
 }
 
 type side struct {
@@ -130,6 +129,11 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 		s := &side{path: path, tables: tables, model: model.New(*dc, rp.gw, tables)}
 		if !modelOnly {
 			if s.kernel, err = loader.NewReplayer(dc, gw, tables); err != nil {
+				if errors.Is(err, unix.EPERM) {
+					// Not cilium/ebpf's hint about MEMLOCK: privileges are missing.
+					return nil, errors.New("replay: running the XDP program in the kernel (BPF_PROG_RUN) needs root, or CAP_BPF " +
+						"and CAP_NET_ADMIN; --model replays through the Go model and needs neither")
+				}
 				return nil, fmt.Errorf("replay: %w", err)
 			}
 		}

@@ -51,55 +51,55 @@ type lookupEntry struct {
 	Secondary string `json:"secondary"`
 }
 
-func init() {
-	c := &command{
-		name: "show", args: "CONFIG|FILE [--json] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
-		summary: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
-			"--lookup prints the row and hops a client address maps to (flow hash of the source address).",
+var showCmd = &command{
+	name: "show", args: "CONFIG|FILE [--json] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
+	summary: "Summarise the tables of a config or GLB binary.",
+	help: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
+		"--lookup prints the row and hops a client address maps to (flow hash of the source address).",
+	run:  runShow,
+}
+
+func runShow(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	asJSON := fs.Bool("json", false, "print a JSON document instead of text")
+	lookup := fs.String("lookup", "", "client `ADDR[:PORT]` to look up in every table (or those --to selects)")
+	to := fs.String("to", "", "only tables with a bind matching `VIP[:PORT]` (with --lookup)")
+	protoName := fs.String("proto", "tcp", "`PROTO` for --to: tcp or udp")
+	pos, err := e.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		asJSON := fs.Bool("json", false, "print a JSON document instead of text")
-		lookup := fs.String("lookup", "", "client `ADDR[:PORT]` to look up in every table (or those --to selects)")
-		to := fs.String("to", "", "only tables with a bind matching `VIP[:PORT]` (with --lookup)")
-		protoName := fs.String("proto", "tcp", "protocol for --to: tcp or udp")
-		pos, err := parse(fs, args, 1, 1)
-		if err != nil {
-			return err
-		}
-		proto, err := table.ParseProto(*protoName)
-		if err != nil {
-			return fmt.Errorf("show: --proto: %w", err)
-		}
-		src, err := table.Load(pos[0])
-		if err != nil {
-			return err
-		}
-		doc := showDoc{Version: 1, Source: "config", Warnings: append([]string{}, src.Warnings...)}
-		if src.Binary {
-			doc.Source = "glb-binary"
-		}
-		for i, t := range src.Tables {
-			doc.Tables = append(doc.Tables, describe(i, t))
-		}
-		if *lookup != "" {
-			if doc.Lookups, err = lookupAll(src.Tables, *lookup, *to, proto); err != nil {
-				return fmt.Errorf("show: %w", err)
-			}
-		} else if *to != "" {
-			return fmt.Errorf("show: --to needs --lookup")
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, doc)
-		}
-		if src.Config != nil {
-			warnAll(e, src.Config.Warnings) // table warnings are printed inline
-		}
-		warnAll(e, table.UnservableWarnings(src.Tables))
-		printShow(e, src.Tables, &doc, *lookup != "")
-		return nil
+	proto, err := table.ParseProto(*protoName)
+	if err != nil {
+		return fmt.Errorf("show: --proto: %w", err)
 	}
-	register(c)
+	src, err := table.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	doc := showDoc{Version: 1, Source: "config", Warnings: append([]string{}, src.Warnings...)}
+	if src.Binary {
+		doc.Source = "glb-binary"
+	}
+	for i, t := range src.Tables {
+		doc.Tables = append(doc.Tables, describe(i, t))
+	}
+	if *lookup != "" {
+		if doc.Lookups, err = lookupAll(src.Tables, *lookup, *to, proto); err != nil {
+			return fmt.Errorf("show: %w", err)
+		}
+	} else if *to != "" {
+		return fmt.Errorf("show: --to needs --lookup")
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, doc)
+	}
+	if src.Config != nil {
+		warnAll(e, src.Config.Warnings) // table warnings are printed inline
+	}
+	warnAll(e, table.UnservableWarnings(src.Tables))
+	printShow(e, src.Tables, &doc, *lookup != "")
+	return nil
 }
 
 func describe(i int, t *table.Table) showTable {

@@ -12,79 +12,78 @@ import (
 	"github.com/director/director/loader"
 )
 
-func init() {
-	c := &command{
-		name: "stats", args: "[--json] [--watch [--interval D] [--count N]]",
-		summary: "Show the datapath's counters: global (processed, matched, encapsulated, passed and errors by\n" +
-			"reason), per table and per backend (packets and bytes of the original IP packets sent to it as\n" +
-			"primary), and the attached interfaces' own counters (dropped frames included). --watch prints them\n" +
-			"again every interval, with rates, until interrupted.",
+var statsCmd = &command{
+	name: "stats", args: "[--json] [--watch [--interval D] [--count N]]",
+	summary: "Show the datapath's and the attached interfaces' counters.",
+	help: "Show the datapath's counters: global (processed, matched, encapsulated, passed and errors by\n" +
+		"reason), per table and per backend (packets and bytes of the original IP packets sent to it as\n" +
+		"primary), and the attached interfaces' own counters (dropped frames included). --watch prints them\n" +
+		"again every interval, with rates, until interrupted.",
+	run:  runStats,
+}
+
+func runStats(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	asJSON := fs.Bool("json", false, "print a JSON document; with --watch, one per line")
+	watch := fs.Bool("watch", false, "keep printing every --interval")
+	interval := durationFlag(fs, "interval", time.Second, "`D`, the time between --watch updates, such as 1s or 500ms")
+	count := fs.Int("count", 0, "with --watch, stop after `N` updates (0: until interrupted)")
+	if _, err := e.parse(fs, args, 0, 0); err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		e.globalFlags(fs)
-		asJSON := fs.Bool("json", false, "print a JSON document; with --watch, one per line")
-		watch := fs.Bool("watch", false, "keep printing every --interval")
-		interval := durationFlag(fs, "interval", time.Second, "time between --watch updates, such as 1s or 500ms")
-		count := fs.Int("count", 0, "with --watch, stop after N updates (0: until interrupted)")
-		if _, err := parse(fs, args, 0, 0); err != nil {
-			return err
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case !*watch && (set["interval"] || set["count"]):
+		return errors.New("stats: --interval and --count go with --watch")
+	case *interval <= 0:
+		return fmt.Errorf("stats: --interval %s: must be more than zero", *interval)
+	case *count < 0:
+		return fmt.Errorf("stats: --count %d: must be zero (until interrupted) or more", *count)
+	}
+	d, err := e.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	prev, err := d.Stats()
+	if err != nil {
+		return err
+	}
+	if !*watch {
+		if *asJSON {
+			return writeJSON(e.stdout, prev)
 		}
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		switch {
-		case !*watch && (set["interval"] || set["count"]):
-			return errors.New("stats: --interval and --count go with --watch")
-		case *interval <= 0:
-			return fmt.Errorf("stats: --interval %s: must be more than zero", *interval)
-		case *count < 0:
-			return fmt.Errorf("stats: --count %d: must be zero (until interrupted) or more", *count)
-		}
-		d, err := e.open()
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		prev, err := d.Stats()
-		if err != nil {
-			return err
-		}
-		if !*watch {
-			if *asJSON {
-				return writeJSON(e.stdout, prev)
-			}
-			printStats(e, prev, nil)
-			return nil
-		}
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt)
-		defer signal.Stop(sig)
-		tick := time.NewTicker(*interval)
-		defer tick.Stop()
-		enc := json.NewEncoder(e.stdout) // one document per line
-		for n := 0; *count == 0 || n < *count; n++ {
-			select {
-			case <-sig:
-				return nil
-			case <-tick.C:
-			}
-			cur, err := d.Stats()
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				if err := enc.Encode(cur); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintf(e.stdout, "--- %s\n", cur.Time.Format(time.RFC3339))
-				printStats(e, cur, prev)
-			}
-			prev = cur
-		}
+		printStats(e, prev, nil)
 		return nil
 	}
-	register(c)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	enc := json.NewEncoder(e.stdout) // one document per line
+	for n := 0; *count == 0 || n < *count; n++ {
+		select {
+		case <-sig:
+			return nil
+		case <-tick.C:
+		}
+		cur, err := d.Stats()
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := enc.Encode(cur); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(e.stdout, "--- %s\n", cur.Time.Format(time.RFC3339))
+			printStats(e, cur, prev)
+		}
+		prev = cur
+	}
+	return nil
 }
 
 func rate(cur, prev uint64, dt time.Duration) string {

@@ -43,35 +43,34 @@ type statusTable struct {
 	Binds       []string `json:"binds"`
 }
 
-func init() {
-	c := &command{
-		name: "status", args: "[--json]",
-		summary: "Show what the kernel holds: the pinned program, attached interfaces, the director config, and\n" +
-			"the live tables read back from the maps with their fingerprints.",
+var statusCmd = &command{
+	name: "status", args: "[--json]",
+	summary: "Show what the kernel holds.",
+	help: "Show what the kernel holds: the pinned program, attached interfaces, the director config, and\n" +
+		"the live tables read back from the maps with their fingerprints.",
+	run:  runStatus,
+}
+
+func runStatus(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	asJSON := fs.Bool("json", false, "print a JSON document")
+	if _, err := e.parse(fs, args, 0, 0); err != nil {
+		return err
 	}
-	c.run = func(e *env, args []string) error {
-		fs := e.flags(c)
-		e.globalFlags(fs)
-		asJSON := fs.Bool("json", false, "print a JSON document")
-		if _, err := parse(fs, args, 0, 0); err != nil {
-			return err
-		}
-		d, err := e.open()
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		doc, err := readStatus(e, d)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, doc)
-		}
-		printStatus(e, doc)
-		return nil
+	d, err := e.open()
+	if err != nil {
+		return err
 	}
-	register(c)
+	defer d.Close()
+	doc, err := readStatus(e, d)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, doc)
+	}
+	printStatus(e, doc)
+	return nil
 }
 
 func readStatus(e *env, d *loader.Director) (*statusDoc, error) {

@@ -482,3 +482,20 @@ func TestNext(t *testing.T) {
 		r.Close()
 	}
 }
+
+// TestGenerateCountsAddUp: the flows Generate reports are its TCP, UDP and
+// echo flows, and its packets are what it wrote.
+func TestGenerateCountsAddUp(t *testing.T) {
+	c, err := table.LoadConfig("../../testdata/configs/medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := 0
+	st, err := Generate(c, GenOptions{Flows: 2000, Seed: 1}, func(time.Time, []byte) error { written++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Flows != 2000 || st.TCPFlows+st.UDPFlows+st.EchoFlows != st.Flows || st.EchoFlows == 0 || st.Packets != written {
+		t.Fatalf("%+v, %d packets written", st, written)
+	}
+}

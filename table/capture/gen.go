@@ -20,7 +20,9 @@ type GenOptions struct {
 
 // GenStats counts what was generated.
 type GenStats struct {
-	Packets, Flows, TCPFlows, UDPFlows, ICMPErrors, Echo, Noise int
+	// Flows is TCPFlows + UDPFlows + EchoFlows; ICMPErrors and Noise are
+	// packets.
+	Packets, Flows, TCPFlows, UDPFlows, EchoFlows, ICMPErrors, Noise int
 }
 
 // Epoch is the first timestamp of generated captures: fixed, so that the
@@ -70,7 +72,8 @@ func Generate(c *table.Config, o GenOptions, emit func(time.Time, []byte) error)
 		step := func() time.Duration { return time.Duration(1+rng.IntN(20)) * time.Millisecond }
 		n := heavyTail(rng)
 		st.Flows++
-		if rng.IntN(100) == 0 { // echo request to the VIP
+		if rng.IntN(100) == 0 { // echo requests to the VIP
+			st.EchoFlows++
 			typ := uint8(8)
 			proto := uint8(1)
 			if v6 {
@@ -79,7 +82,6 @@ func Generate(c *table.Config, o GenOptions, emit func(time.Time, []byte) error)
 			for k := 0; k < 1+rng.IntN(4); k++ {
 				add(t, ip(proto, pkt.ICMP(typ, 0, uint32(i)<<16|uint32(k), make([]byte, 56))))
 				t += time.Second
-				st.Echo++
 			}
 			continue
 		}

@@ -1,0 +1,28 @@
+package main
+
+import "fmt"
+
+var detachCmd = &command{
+	name: "detach", args: "IFACE",
+	summary: "Detach the program from an interface.",
+	help: "Detach the program from an interface, or remove an attachment whose interface is gone.\n" +
+		"Detaching an interface that is not attached is not an error.",
+	run: runDetach,
+}
+
+func runDetach(e *env, c *command, args []string) error {
+	pos, err := e.parse(e.flags(c), args, 1, 1)
+	if err != nil {
+		return err
+	}
+	d, err := e.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Detach(pos[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "detached from %s\n", pos[0])
+	return nil
+}
