@@ -18,7 +18,7 @@ var applyCmd = &command{
 		"as reviewed, and refused if what is live is no longer what it was computed against. A CONFIG needs\n" +
 		"--yes, and is planned and applied in one go, with --director-config if given. An unsafe change needs\n" +
 		"--allow-unsafe. Afterwards the tables are read back from the kernel and their fingerprints checked.",
-	run:  runApply,
+	run: runApply,
 }
 
 func runApply(e *env, c *command, args []string) error {

@@ -16,7 +16,7 @@ var backendCmd = &command{
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
 		"GUE is accepted for any IPv4 address the host has when 'backend attach' runs (run it again after\n" +
 		"adding one). Pinned under --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
-	run:  runBackend,
+	run: runBackend,
 }
 
 func runBackend(e *env, c *command, args []string) error {

@@ -61,7 +61,7 @@ var benchCmd = &command{
 		"socket), looping for the duration. Then the\n" +
 		"same for an empty XDP_TX program. Reports packets/s, verdicts and the program's cost per packet.\n" +
 		"Everything is torn down on every exit path, Ctrl-C included.",
-	run:  runBench,
+	run: runBench,
 }
 
 func runBench(e *env, c *command, args []string) error {

@@ -10,8 +10,8 @@ import (
 var buildCmd = &command{
 	name: "build", args: "CONFIG -o FILE [--format glb]",
 	summary: "Build a config's tables and write them in GLB's binary format.",
-	help: "Build a config's forwarding tables and write them in GLB's binary format.",
-	run:  runBuild,
+	help:    "Build a config's forwarding tables and write them in GLB's binary format.",
+	run:     runBuild,
 }
 
 func runBuild(e *env, c *command, args []string) error {

@@ -13,7 +13,7 @@ var diffCmd = &command{
 	summary: "Compare two configs or GLB binaries for review.",
 	help: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
 		"shares before and after. Exit status 0: no change, 2: changes, 1: error.",
-	run:  runDiff,
+	run: runDiff,
 }
 
 func runDiff(e *env, c *command, args []string) error {

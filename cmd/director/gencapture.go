@@ -15,7 +15,7 @@ var genCaptureCmd = &command{
 	help: "Write a deterministic synthetic capture (pcap, nanosecond timestamps) of traffic to CONFIG's binds:\n" +
 		"IPv4 and IPv6 clients, TCP connections with heavy-tailed sizes, UDP flows, ICMP fragmentation-needed\n" +
 		"and packet-too-big quoting real flows, ICMP echo, and noise no bind matches.",
-	run:  runGenCapture,
+	run: runGenCapture,
 }
 
 func runGenCapture(e *env, c *command, args []string) error {

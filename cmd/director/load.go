@@ -14,7 +14,7 @@ var loadCmd = &command{
 	help: "Load the XDP program and its maps and pin them under the bpffs directory (mounting bpffs if\n" +
 		"needed). Idempotent: pinned maps are kept; a different program version replaces the running one\n" +
 		"atomically on every attached interface. It never changes the director config: plan and apply do.",
-	run:  runLoad,
+	run: runLoad,
 }
 
 func runLoad(e *env, c *command, args []string) error {

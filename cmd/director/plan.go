@@ -17,7 +17,7 @@ var planCmd = &command{
 	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
 		"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
 		"apply' applies exactly as reviewed. Exit status 0: no change, 2: changes, 1: error.",
-	run:  runPlan,
+	run: runPlan,
 }
 
 func runPlan(e *env, c *command, args []string) error {

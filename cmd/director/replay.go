@@ -36,7 +36,7 @@ var replayCmd = &command{
 		"pass reasons, packets, bytes and flows per table and backend, the hottest rows. --against NEW shows\n" +
 		"what NEW would do to those flows. --verify checks every packet against the Go model; --model runs the\n" +
 		"model alone (no kernel needed).",
-	run:  runReplay,
+	run: runReplay,
 }
 
 func runReplay(e *env, c *command, args []string) error {

@@ -56,7 +56,7 @@ var showCmd = &command{
 	summary: "Summarise the tables of a config or GLB binary.",
 	help: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
 		"--lookup prints the row and hops a client address maps to (flow hash of the source address).",
-	run:  runShow,
+	run: runShow,
 }
 
 func runShow(e *env, c *command, args []string) error {

@@ -19,7 +19,7 @@ var statsCmd = &command{
 		"reason), per table and per backend (packets and bytes of the original IP packets sent to it as\n" +
 		"primary), and the attached interfaces' own counters (dropped frames included). --watch prints them\n" +
 		"again every interval, with rates, until interrupted.",
-	run:  runStats,
+	run: runStats,
 }
 
 func runStats(e *env, c *command, args []string) error {

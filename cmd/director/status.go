@@ -48,7 +48,7 @@ var statusCmd = &command{
 	summary: "Show what the kernel holds.",
 	help: "Show what the kernel holds: the pinned program, attached interfaces, the director config, and\n" +
 		"the live tables read back from the maps with their fingerprints.",
-	run:  runStatus,
+	run: runStatus,
 }
 
 func runStatus(e *env, c *command, args []string) error {
