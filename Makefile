@@ -18,7 +18,7 @@ build:
 # The table package is tested twice: with the vector scoring path this CPU
 # has, and with the portable one (-tags purego), so both stay correct.
 test: lint
-	$(GO) test -count=1 ./...
+	DIRECTOR_KERNEL_TESTS=required $(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags purego ./table
 
 # Table builds, then (as root) the datapath: program cost on real veth

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
@@ -62,6 +63,7 @@ func probeFrames() [][]byte {
 // between two configs: every packet must be handled exactly as one of the
 // two configs says, never by a mix of them.
 func TestApplyIsAtomic(t *testing.T) {
+	testenv.Kernel(t)
 	dc := directorConfig()
 	d, mA := setup(t, dc)
 	tabsA, tabsB := testTables(t, testConfig), testTables(t, configB)
@@ -129,6 +131,7 @@ func TestApplyIsAtomic(t *testing.T) {
 // TestConcurrentApplies has several handles apply different configs at
 // once: applies serialise, and the live state is always one whole config.
 func TestConcurrentApplies(t *testing.T) {
+	testenv.Kernel(t)
 	d, _ := loadConfigured(t)
 	dir := d.Dir
 	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
@@ -194,6 +197,7 @@ func TestMain(m *testing.M) {
 // with SIGKILL: the director must always be left serving one whole config,
 // and the next apply must work.
 func TestKillDuringApply(t *testing.T) {
+	testenv.Kernel(t)
 	d, dc := loadConfigured(t)
 	dir := d.Dir
 	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}

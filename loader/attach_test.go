@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/testnet"
 )
 
@@ -17,6 +18,7 @@ import (
 // index), and once its namespace is deleted it shows as gone, until detach
 // removes it; attaching that name again replaces the stale pin.
 func TestAttachmentStates(t *testing.T) {
+	testenv.Kernel(t)
 	d := loadTest(t)
 	ready, done, exited := make(chan error), make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -77,6 +79,7 @@ func TestAttachmentStates(t *testing.T) {
 // TestAttachNamesTheHolder: an interface another XDP program holds is
 // refused with that program's name.
 func TestAttachNamesTheHolder(t *testing.T) {
+	testenv.Kernel(t)
 	d := loadTest(t)
 	err := testnet.InNetns(func() error {
 		if err := testnet.Veth("busy0", "busy1"); err != nil {

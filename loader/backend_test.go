@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/table/model"
@@ -34,6 +35,7 @@ func gue(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
 // TestBackendProgram runs the backend program with BPF_PROG_RUN in a
 // private namespace that has a real TCP connection, a listener and a route.
 func TestBackendProgram(t *testing.T) {
+	testenv.Kernel(t)
 	err := testnet.InNetns(func() error {
 		lo, _ := netlink.LinkByName("lo")
 		netlink.LinkSetUp(lo)

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
@@ -30,6 +31,7 @@ import (
 //
 //	go test ./loader -run '^$' -bench Program -benchtime 200000x
 func BenchmarkProgram(b *testing.B) {
+	testenv.Kernel(b)
 	frames := []struct {
 		name  string
 		frame []byte
@@ -141,6 +143,7 @@ func benchProgram(b *testing.B, frame []byte, director bool, n int) (Cost, error
 //
 //	go test ./loader -run '^$' -bench Apply
 func BenchmarkApply(b *testing.B) {
+	testenv.Kernel(b)
 	d, err := Load("")
 	if err != nil {
 		b.Fatal(err)
@@ -204,6 +207,7 @@ func BenchmarkApply(b *testing.B) {
 //
 //	go test ./loader -run '^$' -bench ProgramPaired -benchtime 4000000x
 func BenchmarkProgramPaired(b *testing.B) {
+	testenv.Kernel(b)
 	tcp4 := func(i int) []byte {
 		src := netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)})
 		return pkt.Frame(pkt.IPv4(src, netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, make([]byte, 64)), pkt.V4Opts{}))

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
@@ -266,6 +267,7 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 }
 
 func TestDatapathMatchesModel(t *testing.T) {
+	testenv.Kernel(t)
 	for _, c := range []struct {
 		name string
 		edit func(*table.DirectorConfig)

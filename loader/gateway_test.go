@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/table"
 )
@@ -16,6 +17,7 @@ import (
 // namespace, only ever through the interface the config names: the
 // namespace's own default route is never a fallback.
 func TestResolveGatewayOfNamedInterface(t *testing.T) {
+	testenv.Kernel(t)
 	err := testnet.InNetns(func() error {
 		dc := table.DefaultDirectorConfig()
 		if err := testnet.Veth("gw0", "gw1"); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
@@ -67,6 +68,7 @@ func goldenCases() []goldenCase {
 // compares with testdata/golden/packets.txt and with the model.
 // Regenerate after checking: go test ./loader -run GoldenPackets -update
 func TestGoldenPackets(t *testing.T) {
+	testenv.Kernel(t)
 	dc := directorConfig()
 	d, m := setup(t, dc)
 	var out strings.Builder

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/bpf"
 )
 
@@ -17,9 +18,7 @@ import (
 // unloads everything in it when the test ends, pass or fail.
 func testDir(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("loader tests need root (CAP_BPF, CAP_NET_ADMIN): run them as root; CI does")
-	}
+	testenv.Kernel(t)
 	dir := filepath.Join("/sys/fs/bpf", "director-test-"+filepath.Base(t.TempDir()))
 	t.Cleanup(func() {
 		if err := Unload(dir); err != nil {
@@ -40,6 +39,7 @@ func loadTest(t testing.TB) *Director {
 }
 
 func TestLoadIsIdempotent(t *testing.T) {
+	testenv.Kernel(t)
 	d := loadTest(t)
 	d2, err := Load(d.Dir)
 	if err != nil {
@@ -93,6 +93,7 @@ func TestSharedTypeSizes(t *testing.T) {
 // Maps pinned by a build with another layout are not silently reused: load
 // refuses and says how to start over.
 func TestLoadRefusesIncompatiblePins(t *testing.T) {
+	testenv.Kernel(t)
 	dir := testDir(t)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -114,6 +115,7 @@ func TestLoadRefusesIncompatiblePins(t *testing.T) {
 // A config entry an older version wrote (no csum_base) is brought up to
 // date when a new program is loaded over it, before it steers a packet.
 func TestLoadRefreshesConfig(t *testing.T) {
+	testenv.Kernel(t)
 	d := loadTest(t)
 	dc := directorConfig()
 	if _, err := d.ApplyChange(Change{Config: &dc}, nil); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/table/model"
@@ -84,6 +85,7 @@ func bigFrames() [][]byte {
 // frames) and through the model: verdicts, reasons, bytes and counters
 // must all agree.
 func TestMultiBufferFramesMatchModel(t *testing.T) {
+	testenv.Kernel(t)
 	for _, alt := range []bool{false, true} {
 		t.Run(fmt.Sprintf("alt=%v", alt), func(t *testing.T) {
 			dc := directorConfig()
@@ -124,6 +126,7 @@ func TestMultiBufferFramesMatchModel(t *testing.T) {
 // refuses it) is passed as too big, as the model says, rather than
 // failing the replay.
 func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
+	testenv.Kernel(t)
 	dc := directorConfig()
 	tabs := testTables(t, testConfig)
 	r, err := NewReplayer(&dc, pkt.GatewayMAC[:], tabs)
@@ -154,6 +157,7 @@ func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
 // must be multi-buffer capable to attach natively at all), frames of up to
 // 9,000 bytes are steered, and what comes back is what the model builds.
 func TestVethJumboFrames(t *testing.T) {
+	testenv.Kernel(t)
 	for _, mode := range []string{ModeNative, ModeGeneric} {
 		t.Run(mode, func(t *testing.T) {
 			dir := testDir(t)

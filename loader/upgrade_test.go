@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
 )
@@ -16,6 +17,7 @@ import (
 // program must take over the attached interface through the same link (no
 // moment without a program), and frames must be steered again.
 func TestLoadReplacesAnOlderProgram(t *testing.T) {
+	testenv.Kernel(t)
 	dir := testDir(t)
 	err := testnet.InNetns(func() error {
 		if err := testnet.Veth("up0", "up1"); err != nil {
@@ -95,6 +97,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 // director's load path, so a new version reaches interfaces that are
 // already attached, through the same link.
 func TestLoadBackendReplacesAnOlderProgram(t *testing.T) {
+	testenv.Kernel(t)
 	dir := testDir(t)
 	err := testnet.InNetns(func() error {
 		if err := testnet.Veth("bu0", "bu1"); err != nil {

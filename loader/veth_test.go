@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/table/model"
@@ -25,6 +26,7 @@ func isGUE(f []byte) bool {
 // private namespace, in native and in generic mode, sends real frames from
 // the other end and captures what the program sends back with XDP_TX.
 func TestVethSteering(t *testing.T) {
+	testenv.Kernel(t)
 	for _, mode := range []string{ModeNative, ModeGeneric} {
 		t.Run(mode, func(t *testing.T) {
 			dir := testDir(t)

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
@@ -23,9 +24,7 @@ import (
 // bpffsDir gives a test its own director pin directory, unloaded at the end.
 func bpffsDir(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("these tests need root (CAP_BPF, CAP_NET_ADMIN); CI runs them as root")
-	}
+	testenv.Kernel(t)
 	dir := filepath.Join("/sys/fs/bpf", "director-cli-"+filepath.Base(t.TempDir()))
 	t.Cleanup(func() { loader.Unload(dir) })
 	return dir
@@ -55,6 +54,7 @@ func liveFingerprints(t *testing.T, dir string) []string {
 }
 
 func TestKernelCommands(t *testing.T) {
+	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	b := []string{"--bpffs", dir}
 	run := func(code int, args ...string) string {
@@ -145,6 +145,7 @@ func TestKernelCommands(t *testing.T) {
 }
 
 func TestBackendCommands(t *testing.T) {
+	testenv.Kernel(t)
 	dir := bpffsDir(t) + "-backend"
 	t.Cleanup(func() { loader.Unload(dir) })
 	err := testnet.InNetns(func() error {
@@ -201,6 +202,7 @@ func TestBackendCommands(t *testing.T) {
 // TestPlanAndApplyGLBBinary: plan and apply take the GLB binaries that
 // show and diff read, and the plan carries the binary as reviewed.
 func TestPlanAndApplyGLBBinary(t *testing.T) {
+	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	tmp := t.TempDir()
 	bin, plan := filepath.Join(tmp, "small.bin"), filepath.Join(tmp, "plan.json")
@@ -220,6 +222,7 @@ func TestPlanAndApplyGLBBinary(t *testing.T) {
 // TestDirectorConfigIsPlanned: director config changes go through the
 // plan, each with a verdict, and only plan and apply make them.
 func TestDirectorConfigIsPlanned(t *testing.T) {
+	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	tmp := t.TempDir()
 	run := func(code int, args ...string) string {
@@ -318,6 +321,7 @@ func TestDirectorConfigIsPlanned(t *testing.T) {
 // command. load refuses and says what to do; status says why it sees
 // nothing; nsenter --net, which keeps the host's mounts, works.
 func TestLoadUnderIPNetnsExec(t *testing.T) {
+	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	ns := "director-" + filepath.Base(dir)
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
@@ -359,6 +363,7 @@ func TestLoadUnderIPNetnsExec(t *testing.T) {
 // beside that. stats --watch --json gives one versioned, timestamped
 // document per line.
 func TestStatsShowsInterfaceDrops(t *testing.T) {
+	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	err := testnet.InNetns(func() error {
 		if err := testnet.Veth("drop0", "drop1"); err != nil {

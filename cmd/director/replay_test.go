@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
@@ -22,17 +23,10 @@ import (
 
 const capDir = "../../testdata/captures/"
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test runs the XDP program in the kernel and needs root; CI runs it as root")
-	}
-}
-
 // TestReplayGolden replays the committed capture; stdout only (stderr
 // carries the timing).
 func TestReplayGolden(t *testing.T) {
-	needRoot(t)
+	testenv.Kernel(t)
 	for _, c := range []struct {
 		name string
 		args []string
@@ -64,7 +58,7 @@ func TestReplayGolden(t *testing.T) {
 // TestReplayVerifyLarge replays a generated capture of more than 100,000
 // packets through the kernel and the model: they must agree on every one.
 func TestReplayVerifyLarge(t *testing.T) {
-	needRoot(t)
+	testenv.Kernel(t)
 	pcap := filepath.Join(t.TempDir(), "large.pcap")
 	mustRun(t, 0, "gen-capture", "--config", cfgDir+"medium.json", "-o", pcap, "--flows", "14000", "--seed", "3")
 	out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"medium.json", "--verify", "--json")
@@ -138,7 +132,7 @@ func TestReplayVerifyLarge(t *testing.T) {
 // primary changes, and the share of flows that move is the share of rows
 // that do, within statistical bounds.
 func TestReplayAgainstMatchesDiff(t *testing.T) {
-	needRoot(t)
+	testenv.Kernel(t)
 	pcap := filepath.Join(t.TempDir(), "c.pcap")
 	mustRun(t, 0, "gen-capture", "--config", cfgDir+"small.json", "-o", pcap, "--flows", "4000", "--seed", "9")
 	for _, newCfg := range []string{"small-draining.json", "small-removed.json", "small-added.json"} {
@@ -204,7 +198,7 @@ func TestReplayAgainstMatchesDiff(t *testing.T) {
 }
 
 func TestReplayBrokenCaptures(t *testing.T) {
-	needRoot(t)
+	testenv.Kernel(t)
 	data, err := os.ReadFile(capDir + "small.pcap")
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +240,7 @@ func TestGenCaptureDeterministic(t *testing.T) {
 // TestBenchRunsAndCleansUp runs bench briefly in both modes: it must
 // report traffic and leave no interface behind.
 func TestBenchRunsAndCleansUp(t *testing.T) {
-	needRoot(t)
+	testenv.Kernel(t)
 	before, _ := net.Interfaces()
 	for _, mode := range []string{"native", "generic"} {
 		out, errOut, code := runCmd("bench", capDir+"small.pcap", "--config", cfgDir+"small.json", "--duration", "300ms", "--mode", mode, "--json")
@@ -332,7 +326,7 @@ func TestVerifyComparesVerdictReasonAndBytes(t *testing.T) {
 // multi-buffer frames, and the model agree on each; frames too big to
 // encapsulate are reported under their own reason.
 func TestReplayVerifyMultiBuffer(t *testing.T) {
-	needRoot(t)
+	testenv.Kernel(t)
 	path := filepath.Join(t.TempDir(), "jumbo.pcap")
 	f, err := os.Create(path)
 	if err != nil {

@@ -2,19 +2,17 @@ package testbed
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
 
 func newTestbed(t *testing.T) *Testbed {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the testbed needs root; CI runs it as root")
-	}
+	testenv.Kernel(t)
 	tb, err := New(3)
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +73,7 @@ func spread(t *testing.T, tb *Testbed, n int) map[string]int {
 // Connections whose backend stays in service never fail; new connections
 // avoid draining and unhealthy backends and spread over the others.
 func TestDrainWithoutBreakingConnections(t *testing.T) {
+	testenv.Kernel(t)
 	tb := newTestbed(t)
 	apply(t, tb, BackendConfig(nil, nil, 3))
 	if got := spread(t, tb, 60); len(got) != 3 || got["backend1"] < 8 || got["backend2"] < 8 || got["backend3"] < 8 {
@@ -156,6 +155,7 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 // backend without GLB's proxy logic would) breaks the drained backend's
 // connections. It shows the test above can fail.
 func TestDrainWithoutSecondChanceBreaks(t *testing.T) {
+	testenv.Kernel(t)
 	tb := newTestbed(t)
 	for i, h := range tb.Backends {
 		err := h.Do(func() error {
@@ -208,6 +208,7 @@ func drainBreaks(t *testing.T, tb *Testbed, n int, before func(), what string) {
 // kernel has no FOU), so the drained backend's connections, like every
 // other, stop working.
 func TestDrainWithBackendProgramDetached(t *testing.T) {
+	testenv.Kernel(t)
 	tb := newTestbed(t)
 	apply(t, tb, BackendConfig(nil, nil, 3))
 	drainBreaks(t, tb, 12, func() {

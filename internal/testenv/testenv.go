@@ -1,0 +1,72 @@
+// Package testenv tells tests whether this machine can run the kernel
+// tests: those that load BPF programs, attach them and make network
+// namespaces. Where it cannot, such a test skips, saying why, so that
+// 'go test ./...' as a normal user runs the rest. DIRECTOR_KERNEL_TESTS=
+// required (set by 'make test' and CI) turns every such skip into a
+// failure: there, a kernel test that does not run is a test that failed.
+package testenv
+
+import (
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Required is the value of DIRECTOR_KERNEL_TESTS that makes missing
+// privileges a failure rather than a skip.
+const Required = "required"
+
+// Capabilities the kernel tests use: loading BPF and attaching XDP
+// (CAP_BPF, CAP_NET_ADMIN), reading program statistics and pointers
+// (CAP_PERFMON), network and mount namespaces and bpffs (CAP_SYS_ADMIN).
+var needed = []struct {
+	bit  int
+	name string
+}{
+	{unix.CAP_BPF, "CAP_BPF"}, {unix.CAP_NET_ADMIN, "CAP_NET_ADMIN"},
+	{unix.CAP_PERFMON, "CAP_PERFMON"}, {unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},
+}
+
+// Kernel skips tb (or, with DIRECTOR_KERNEL_TESTS=required, fails it)
+// unless this process can run kernel tests.
+func Kernel(tb testing.TB) {
+	tb.Helper()
+	if why := missing(); why != "" {
+		if os.Getenv("DIRECTOR_KERNEL_TESTS") == Required {
+			tb.Fatalf("%s, and DIRECTOR_KERNEL_TESTS=required: kernel tests must run here (as root)", why)
+		}
+		tb.Skipf("%s: run the kernel tests as root ('make test' does, and fails rather than skips)", why)
+	}
+}
+
+// missing says what this process lacks for the kernel tests, or "".
+func missing() string {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return "cannot read this process's capabilities: " + err.Error()
+	}
+	var lack []string
+	for _, c := range needed {
+		if data[c.bit/32].Effective&(1<<(c.bit%32)) == 0 {
+			lack = append(lack, c.name)
+		}
+	}
+	if len(lack) > 0 {
+		return "this kernel test needs " + join(lack) + ", which this process lacks"
+	}
+	return ""
+}
+
+func join(s []string) string {
+	out := s[0]
+	for i, x := range s[1:] {
+		if i == len(s)-2 {
+			out += " and " + x
+		} else {
+			out += ", " + x
+		}
+	}
+	return out
+}
