@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
 )

@@ -10,8 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/table/model"
 )

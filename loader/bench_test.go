@@ -11,9 +11,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"

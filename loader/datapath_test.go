@@ -9,8 +9,8 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
 )

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
 )

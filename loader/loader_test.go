@@ -10,8 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/testenv"
 )
 
 // testDir gives a test its own pin directory under /sys/fs/bpf and

@@ -11,8 +11,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/table/model"
 )

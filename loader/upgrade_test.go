@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/testnet"
 )
 

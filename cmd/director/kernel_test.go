@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"

@@ -17,7 +17,7 @@ func mapFile(f *os.File) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = syscall.Madvise(mem, syscall.MADV_SEQUENTIAL) // a hint: read-ahead
+	adviseSequential(mem)
 	return mem, nil
 }
 

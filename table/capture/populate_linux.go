@@ -8,3 +8,7 @@ import "golang.org/x/sys/unix"
 func populate(mem []byte) bool {
 	return unix.Madvise(mem, unix.MADV_POPULATE_READ) == nil
 }
+
+// adviseSequential tells the kernel mem is read front to back, for
+// read-ahead. A hint: its error does not matter.
+func adviseSequential(mem []byte) { _ = unix.Madvise(mem, unix.MADV_SEQUENTIAL) }

@@ -3,3 +3,5 @@
 package capture
 
 func populate([]byte) bool { return false }
+
+func adviseSequential([]byte) {}
