@@ -60,9 +60,19 @@ func (b *Backend) Prog() *ebpf.Program { return b.objs.Backend }
 func (b *Backend) SetSelf(self netip.Addr) error { return b.configure(self, true) }
 
 // DisableSecondChance makes the program decapsulate every packet, never
-// forwarding: what a backend without GLB's proxy logic does. Only for
-// demonstrating what second chance prevents.
+// forwarding: what a backend without GLB's proxy logic does ('backend
+// attach --no-second-chance'), for testing, or an operator who must.
 func (b *Backend) DisableSecondChance(self netip.Addr) error { return b.configure(self, false) }
+
+// SecondChance reports whether the program forwards packets of unknown
+// connections to the next hop (see DisableSecondChance).
+func (b *Backend) SecondChance() (bool, error) {
+	var c bpf.BackendBeConfig
+	if err := b.objs.BeCfg.Lookup(uint32(0), &c); err != nil {
+		return false, err
+	}
+	return c.NoSecondChance == 0, nil
+}
 
 func (b *Backend) configure(self netip.Addr, secondChance bool) error {
 	if !self.Is4() {
@@ -210,18 +220,6 @@ func InterfaceIPv4(iface string) (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", iface)
-}
-
-// RunOn runs one frame as if it had arrived on ifindex.
-func (b *Backend) RunOn(frame []byte, ifindex int) (uint32, []byte, error) {
-	buf := make([]byte, len(frame)+256)
-	opts := &ebpf.RunOptions{Data: frame, DataOut: buf,
-		Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}}
-	v, err := b.objs.Backend.Run(opts)
-	if err != nil {
-		return 0, nil, fmt.Errorf("BPF_PROG_RUN: %w", err)
-	}
-	return v, opts.DataOut, nil
 }
 
 // OpenBackend adopts the backend program pinned in dir without loading

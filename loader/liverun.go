@@ -47,14 +47,6 @@ type Cost struct {
 	Runtime time.Duration
 }
 
-// PerRun is the average time one run took.
-func (c Cost) PerRun() time.Duration {
-	if c.Runs == 0 {
-		return 0
-	}
-	return c.Runtime / time.Duration(c.Runs)
-}
-
 // MeasureCost runs f and returns how many times p ran during it and for how
 // long in all, from the kernel's statistics (see EnableRunStats).
 func MeasureCost(p *ebpf.Program, f func() error) (Cost, error) {

@@ -10,7 +10,7 @@ import (
 )
 
 var backendCmd = &command{
-	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] | detach IFACE | unload | status [--json]  [--backend-bpffs DIR]",
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json]  [--backend-bpffs DIR]",
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
@@ -25,13 +25,15 @@ func runBackend(e *env, c *command, args []string) error {
 	mode := fs.String("mode", loader.ModeNative, "XDP `MODE` for attach: native or generic")
 	self := fs.String("self", "", "this host's IPv4 `ADDR`, the source of forwarded packets (default: the interface's first)")
 	asJSON := fs.Bool("json", false, "status as JSON")
+	noSecond := fs.Bool("no-second-chance", false, "for attach: decapsulate every GUE packet and never forward one to the next hop,\n"+
+		"as a backend without GLB's proxy logic does: established connections break when their row moves (for testing)")
 	pos, err := e.parse(fs, args, 1, 2)
 	if err != nil {
 		return err
 	}
 	switch {
 	case pos[0] == "attach" && len(pos) == 2:
-		return backendAttach(e, *dir, pos[1], *mode, *self)
+		return backendAttach(e, *dir, pos[1], *mode, *self, !*noSecond)
 	case pos[0] == "detach" && len(pos) == 2:
 		if _, err := os.Stat(*dir); os.IsNotExist(err) {
 			fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
@@ -59,7 +61,7 @@ func runBackend(e *env, c *command, args []string) error {
 	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload or status")
 }
 
-func backendAttach(e *env, dir, iface, mode, self string) error {
+func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) error {
 	b, err := loader.LoadBackend(dir)
 	if err != nil {
 		return err
@@ -72,7 +74,11 @@ func backendAttach(e *env, dir, iface, mode, self string) error {
 	if err != nil {
 		return fmt.Errorf("backend: --self: %w", err)
 	}
-	if err := b.SetSelf(addr); err != nil {
+	configure := b.SetSelf
+	if !secondChance {
+		configure = b.DisableSecondChance
+	}
+	if err := configure(addr); err != nil {
 		return err
 	}
 	host, err := loader.HostIPv4()
@@ -92,6 +98,9 @@ func backendAttach(e *env, dir, iface, mode, self string) error {
 	}
 	fmt.Fprintf(e.stdout, "backend program attached to %s in %s mode (link %d); forwarded packets leave from %s; GUE accepted for %s\n",
 		a.Interface, a.Mode, a.LinkID, addr, joinAddrs(accepted))
+	if !secondChance {
+		fmt.Fprintln(e.stderr, "director: warning: second chance is off: every GUE packet is decapsulated here, and connections break when their row moves to another backend")
+	}
 	if v, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + iface + "/forwarding"); err == nil && strings.TrimSpace(string(v)) != "1" {
 		fmt.Fprintf(e.stderr, "director: warning: forwarding is off on %s, so second-chance packets cannot be sent on: sysctl -w net.ipv4.conf.%s.forwarding=1\n", iface, iface)
 	}
@@ -116,6 +125,10 @@ func backendStatus(e *env, dir string, asJSON bool) error {
 	if err != nil {
 		return err
 	}
+	second, err := b.SecondChance()
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		if atts == nil {
 			atts = []loader.Attachment{}
@@ -124,12 +137,17 @@ func backendStatus(e *env, dir string, asJSON bool) error {
 		for i, a := range accepted {
 			acc[i] = a.String()
 		}
-		return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "accepts": acc, "counters": counters})
+		return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "accepts": acc, "second_chance": second, "counters": counters})
 	}
 	for _, a := range atts {
 		fmt.Fprintf(e.stdout, "%s\n", attachmentLine(a))
 	}
 	fmt.Fprintf(e.stdout, "accepts GUE for %s\n", joinAddrs(accepted))
+	if second {
+		fmt.Fprintln(e.stdout, "second chance on: packets of connections this host does not know go to the next hop")
+	} else {
+		fmt.Fprintln(e.stdout, "second chance OFF: every GUE packet is decapsulated here")
+	}
 	for _, n := range loader.BackendCounterNames {
 		fmt.Fprintf(e.stdout, "%-16s %12d\n", n, counters[n])
 	}

@@ -91,7 +91,7 @@ func printDiff(w io.Writer, d *table.Diff) {
 		}
 		iw := 0
 		for _, bc := range td.Backends {
-			iw = maxInt(iw, len(bc.IP))
+			iw = max(iw, len(bc.IP))
 		}
 		var changes []string
 		for _, bc := range td.Backends {
@@ -131,18 +131,18 @@ func printDiff(w io.Writer, d *table.Diff) {
 }
 
 func printShares(w io.Writer, td table.TableDiff) {
-	max := 1
+	top := 1
 	for _, bc := range td.Backends {
 		if bc.Old != nil {
-			max = maxInt(max, bc.Old.PrimaryRows)
+			top = max(top, bc.Old.PrimaryRows)
 		}
 		if bc.New != nil {
-			max = maxInt(max, bc.New.PrimaryRows)
+			top = max(top, bc.New.PrimaryRows)
 		}
 	}
 	iw := 0
 	for _, bc := range td.Backends {
-		iw = maxInt(iw, len(bc.IP))
+		iw = max(iw, len(bc.IP))
 	}
 	fmt.Fprintln(w, "  primary share, before -> after:")
 	for _, bc := range td.Backends {
@@ -153,7 +153,7 @@ func printShares(w io.Writer, td table.TableDiff) {
 		if bc.New != nil {
 			n = bc.New.PrimaryRows
 		}
-		line := fmt.Sprintf("    %-*s %s %s -> %s %s", iw, bc.IP, pct(o), bar(float64(o)/float64(max)), pct(n), bar(float64(n)/float64(max)))
+		line := fmt.Sprintf("    %-*s %s %s -> %s %s", iw, bc.IP, pct(o), bar(float64(o)/float64(top)), pct(n), bar(float64(n)/float64(top)))
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 }

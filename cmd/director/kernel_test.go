@@ -172,8 +172,20 @@ func TestBackendCommands(t *testing.T) {
 		if _, ok := doc.Counters["forwarded"]; !ok {
 			return fmt.Errorf("status counters: %v", doc.Counters)
 		}
-		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "accepts GUE for 192.0.2.9") {
-			return fmt.Errorf("status lacks the accepted addresses: %s", out)
+		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "accepts GUE for 192.0.2.9") || !strings.Contains(out, "second chance on") {
+			return fmt.Errorf("status lacks the accepted addresses or second chance: %s", out)
+		}
+		// The operator's switch for second chance, and back.
+		if _, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic", "--no-second-chance")...); code != 0 ||
+			!strings.Contains(errOut, "second chance is off") {
+			return fmt.Errorf("attach --no-second-chance: %d %s", code, errOut)
+		}
+		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "second chance OFF") {
+			return fmt.Errorf("status after --no-second-chance: %s", out)
+		}
+		runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic")...)
+		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "second chance on") {
+			return fmt.Errorf("status after attaching again: %s", out)
 		}
 		for i := 0; i < 2; i++ { // detaching twice is fine
 			if out, errOut, code := runCmd(append(b, "detach", "bk0")...); code != 0 || !strings.Contains(out, "backend unload") {

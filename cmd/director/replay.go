@@ -681,17 +681,15 @@ func printReplay(w io.Writer, r *replay.Report) {
 	fmt.Fprintf(w, "  unmatched (parsed, no bind): %d packets, %d bytes, %d flows\n", r.Unmatched.Packets, r.Unmatched.Bytes, r.Unmatched.Flows)
 	for _, t := range r.Tables {
 		fmt.Fprintf(w, "\ntable %s: %d packets, %d bytes, %d flows\n", t.Name, t.Packets, t.Bytes, t.Flows)
-		var max uint64 = 1
+		var top uint64 = 1
 		iw := len("BACKEND")
 		for _, b := range t.Backends {
-			if b.Packets > max {
-				max = b.Packets
-			}
-			iw = maxInt(iw, len(b.IP))
+			top = max(top, b.Packets)
+			iw = max(iw, len(b.IP))
 		}
 		fmt.Fprintf(w, "  %-*s %-*s %10s %12s %8s\n", iw, "BACKEND", barWidth+8, "PACKETS", "", "BYTES", "FLOWS")
 		for _, b := range t.Backends {
-			fmt.Fprintf(w, "  %-*s %s %s %10d %12d %8d\n", iw, b.IP, bar(float64(b.Packets)/float64(max)), share(b.Packets, t.Packets), b.Packets, b.Bytes, b.Flows)
+			fmt.Fprintf(w, "  %-*s %s %s %10d %12d %8d\n", iw, b.IP, bar(float64(b.Packets)/float64(top)), share(b.Packets, t.Packets), b.Packets, b.Bytes, b.Flows)
 		}
 	}
 	if len(r.HotRows) > 0 {

@@ -193,15 +193,15 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 		}
 		fmt.Fprintf(w, "  binds        %s\n", strings.Join(binds, ", "))
 		fmt.Fprintf(w, "  backends     %s\n", backendSummary(t.Backends))
-		max := 1
+		top := 1
 		for _, b := range st.Backends {
-			max = maxInt(max, b.PrimaryRows)
+			top = max(top, b.PrimaryRows)
 		}
 		iw := ipWidth(t.Backends)
 		fmt.Fprintf(w, "  %-*s %-8s %-9s %-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", barWidth+14, "PRIMARY ROWS", "SECONDARY")
 		for _, b := range st.Backends {
 			fmt.Fprintf(w, "  %-*s %-8s %-9s %s %s %6d %s\n", iw, b.IP, b.State, health(b.Healthy),
-				bar(float64(b.PrimaryRows)/float64(max)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
+				bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
 		}
 		for _, warn := range table.TableWarnings(t) {
 			fmt.Fprintf(w, "  ! %s\n", warn)
@@ -240,18 +240,11 @@ func backendSummary(bs []table.Backend) string {
 	return fmt.Sprintf("%d (%s), %s", len(bs), strings.Join(parts, ", "), h)
 }
 
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
-}
-
 // ipWidth is the width of the widest backend address, for aligned columns.
 func ipWidth(bs []table.Backend) int {
 	w := len("BACKEND")
 	for _, b := range bs {
-		w = maxInt(w, len(b.IP.String()))
+		w = max(w, len(b.IP.String()))
 	}
 	return w
 }

@@ -41,9 +41,7 @@ type Packet struct {
 type Reader struct {
 	f         *os.File
 	mem       []byte        // the file, when it is mapped
-	src       *bytes.Reader // reads mem
 	br        *bufio.Reader // what pcapgo reads from
-	share     bool          // ShareFrames
 	pcap      *pcapgo.Reader
 	ng        *pcapgo.NgReader
 	n         int
@@ -64,10 +62,8 @@ func Open(path string) (*Reader, error) {
 	}
 	var rd io.Reader = f
 	mem, merr := mapFile(f)
-	var src *bytes.Reader
 	if merr == nil && mem != nil {
-		src = bytes.NewReader(mem)
-		rd = src
+		rd = bytes.NewReader(mem)
 	}
 	r, err := NewReader(rd)
 	if err != nil {
@@ -75,7 +71,7 @@ func Open(path string) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	r.f, r.mem, r.src = f, mem, src
+	r.f, r.mem = f, mem
 	return r, nil
 }
 
@@ -100,11 +96,6 @@ func (r *Reader) Populate() bool {
 	}
 	return true
 }
-
-// ShareFrames lets the frames of an Ethernet pcap file that Open mapped
-// point into the mapping instead of being copied: they are then valid
-// only until Close. Without a mapping it changes nothing.
-func (r *Reader) ShareFrames() { r.share = true }
 
 // NewReader reads a capture from rd.
 func NewReader(rd io.Reader) (*Reader, error) {
@@ -154,36 +145,16 @@ func (r *Reader) checkLink(i int) error {
 	return nil
 }
 
-// Close closes the file. Shared frames are invalid after it.
+// Close closes the file.
 func (r *Reader) Close() error {
 	if r.mem != nil {
 		unmapFile(r.mem)
-		r.mem, r.src = nil, nil
+		r.mem = nil
 	}
 	if r.f != nil {
 		return r.f.Close()
 	}
 	return nil
-}
-
-// mapped returns data's place in the mapping, when pcapgo has just read
-// it from there: pcapgo reads r.br, whose position in the file is what
-// r.src has consumed less what r.br still buffers. The bytes are compared,
-// so a change in how pcapgo buffers costs a copy, never a wrong frame.
-func (r *Reader) mapped(data []byte) []byte {
-	end := len(r.mem) - r.src.Len() - r.br.Buffered()
-	start := end - len(data)
-	if start < 0 || end > len(r.mem) {
-		return nil
-	}
-	m := r.mem[start:end:end]
-	// Both ends are compared: a wrong position shows there, and the
-	// whole packet would cost as much as the copy it saves.
-	n := min(len(m), 16)
-	if !bytes.Equal(m[:n], data[:n]) || !bytes.Equal(m[len(m)-n:], data[len(data)-n:]) {
-		return nil
-	}
-	return m
 }
 
 // Read returns the next packet, or io.EOF at the end. Any other error means
@@ -254,12 +225,6 @@ func (r *Reader) read(transient bool) (Packet, error) {
 	}
 	if transient || link != layers.LinkTypeEthernet {
 		return p, nil
-	}
-	if r.share && r.src != nil && r.pcap != nil {
-		if m := r.mapped(data); m != nil {
-			p.Frame = m
-			return p, nil
-		}
 	}
 	// data is the reader's buffer: keep a copy.
 	if len(r.arena)+len(p.Frame) > cap(r.arena) {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -328,50 +327,8 @@ func TestGenerateIsDeterministic(t *testing.T) {
 	}
 }
 
-// Shared frames of a mapped pcap point into the file's mapping and hold
-// the bytes a copying reader returns, big packets and a snap length
-// included.
-func TestShareFrames(t *testing.T) {
-	var frames [][]byte
-	for i := 0; i < 3000; i++ {
-		payload := bytes.Repeat([]byte{byte(i)}, (i*37)%1400)
-		frames = append(frames, pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.20.0.1"), 17, pkt.UDP(uint16(i), 53, payload), pkt.V4Opts{})))
-	}
-	data := pcapOf(t, layers.LinkTypeEthernet, true, frames...)
-	path := t.TempDir() + "/c.pcap"
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	want := readAll(t, data)
-	r, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if r.mem == nil {
-		t.Fatal("a regular file was not mapped")
-	}
-	r.ShareFrames()
-	lo, hi := uintptr(unsafe.Pointer(&r.mem[0])), uintptr(unsafe.Pointer(&r.mem[0]))+uintptr(len(r.mem))
-	for i := range want {
-		p, err := r.Read()
-		if err != nil {
-			t.Fatalf("packet %d: %v", i+1, err)
-		}
-		if !bytes.Equal(p.Frame, want[i].Frame) || p.N != want[i].N || !p.Time.Equal(want[i].Time) {
-			t.Fatalf("packet %d differs from the copying reader's", i+1)
-		}
-		if a := uintptr(unsafe.Pointer(&p.Frame[0])); a < lo || a >= hi {
-			t.Fatalf("packet %d was copied, not shared", i+1)
-		}
-	}
-	if _, err := r.Read(); err != io.EOF {
-		t.Fatalf("after the last packet: %v", err)
-	}
-}
-
 // A mapped capture that shrinks under the reader is an error under Guard,
-// not a crash, for the reader and for shared frames alike.
+// not a crash.
 func TestGuardShrinkingCapture(t *testing.T) {
 	var frames [][]byte
 	for i := 0; i < 200; i++ {
@@ -386,22 +343,11 @@ func TestGuardShrinkingCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	r.ShareFrames()
-	first, err := r.Read()
-	if err != nil {
+	if _, err := r.Read(); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
-	}
-	var sum byte
-	err = r.Guard(func() {
-		for _, b := range first.Frame {
-			sum += b
-		}
-	})
-	if !errors.Is(err, ErrChanged) {
-		t.Fatalf("touching a shared frame of a shrunk capture: %v", err)
 	}
 	err = r.Guard(func() {
 		for {

@@ -11,9 +11,8 @@ import (
 // process with SIGBUS.
 var ErrChanged = errors.New("the capture file shrank while it was being read")
 
-// Guard runs f, which may read r or touch frames shared from it
-// (ShareFrames), and turns a fault on r's mapping into ErrChanged. Any
-// other panic goes on.
+// Guard runs f, which may read r, and turns a fault on r's mapping into
+// ErrChanged. Any other panic goes on.
 func (r *Reader) Guard(f func()) (err error) {
 	if r.mem == nil {
 		f()
