@@ -26,11 +26,10 @@
 #include <bpf/bpf_endian.h>
 
 #include "csum.h"
+#include "gue.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define GUE_PORT 19523
-#define MAX_HOPS 3   /* listed after the primary: secondary, alt primary, alt secondary */
 #define AF_INET_ 2
 
 struct be_config {
@@ -142,21 +141,21 @@ int backend(struct xdp_md *ctx)
 	if (ip->daddr != cfg->self_ip && !bpf_map_lookup_elem(&be_local, &ip->daddr))
 		goto not_gue; /* GUE for another host */
 
-	/* GUE: version 0, C 0; hlen counts GLB's private data in words. */
-	__u8 *gue = (void *)(udp + 1);
-	if ((void *)(gue + 8) > end) {
+	/* GUE (gue.h): version 0, C 0, GLB's private data, hlen = 1 + hops. */
+	struct glb_gue_hdr *gue = (void *)(udp + 1);
+	if ((void *)gue + __builtin_offsetof(struct glb_gue_hdr, hops) > end) {
 		c->c[BE_C_DROP_MALFORMED]++;
 		return XDP_DROP;
 	}
-	__u8 hlen = gue[0] & 0x1f, inner_ipproto = gue[1];
-	__u8 next = gue[6], count = gue[7];
-	if ((gue[0] >> 5) != 0 || gue[4] != 0 || gue[5] != 0 || count > MAX_HOPS || hlen != 1 + count ||
-	    (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6)) {
+	__u8 hlen = gue->hlen & 0x1f, inner_ipproto = gue->proto;
+	__u8 next = gue->next_hop, count = gue->hop_count;
+	if ((gue->hlen >> 5) != 0 || gue->private_type != bpf_htons(GUE_PRIVATE_TYPE_GLB) || count > GUE_MAX_LISTED ||
+	    hlen != 1 + count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6)) {
 		c->c[BE_C_DROP_MALFORMED]++;
 		return XDP_DROP;
 	}
-	__be32 *hops = (void *)(gue + 8);
-	void *inner = gue + 4 + 4 * (__u32)hlen;
+	__be32 *hops = gue->hops;
+	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
 	__u32 strip = inner - (void *)ip;
 	__be16 inner_proto = inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
 
@@ -238,7 +237,7 @@ int backend(struct xdp_md *ctx)
 		c->c[BE_C_DROP_NO_ROUTE]++;
 		return XDP_DROP;
 	}
-	gue[6] = next + 1;
+	gue->next_hop = next + 1;
 	ip->saddr = cfg->self_ip;
 	ip->daddr = dst;
 	ip->ttl = 64;

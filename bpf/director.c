@@ -35,6 +35,11 @@ const enum dir_family *unused_family __attribute__((unused));
 const enum dir_bind_kind *unused_bind_kind __attribute__((unused));
 const struct dir_exact_key *unused_exact_key __attribute__((unused));
 const struct dir_exact_table *unused_exact_table __attribute__((unused));
+const enum dir_limit *unused_limit __attribute__((unused));
+const enum dir_exact_mult *unused_exact_mult __attribute__((unused));
+const enum gue_const *unused_gue_const __attribute__((unused));
+const struct glb_encap *unused_glb_encap __attribute__((unused));
+const enum xdp_action *unused_xdp_action __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -435,8 +440,8 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
  * multiplication's latency rather than five in a row. */
 static __always_inline __u32 exact_hash(__u32 w0, __u32 w1, __u32 w2, __u32 w3, __u32 w4)
 {
-	__u64 h = (__u64)w0 * DIR_EXACT_K0 + (__u64)w1 * DIR_EXACT_K1 + (__u64)w2 * DIR_EXACT_K2 +
-		  (__u64)w3 * DIR_EXACT_K3 + (__u64)w4 * DIR_EXACT_K4;
+	__u64 h = (__u64)w0 * DIR_EXACT_K(0) + (__u64)w1 * DIR_EXACT_K(1) + (__u64)w2 * DIR_EXACT_K(2) +
+		  (__u64)w3 * DIR_EXACT_K(3) + (__u64)w4 * DIR_EXACT_K(4);
 	return (__u32)(h >> 32) ^ (__u32)h;
 }
 
@@ -516,23 +521,7 @@ static __always_inline int lookup_bind(const struct flow *f, struct dir_counters
 	return lookup_trie(trie, f);
 }
 
-/* The encapsulation GLB's proxies expect, between the L2 header and the
- * original IP packet. */
-struct encap {
-	struct iphdr ip;
-	__be16 sport, dport, len, check;  /* UDP */
-	__u8 gue_hlen;                    /* version 0, C 0, hlen in words */
-	__u8 gue_proto;
-	__be16 gue_flags;
-	__be16 private_type;
-	__u8 next_hop;
-	__u8 hop_count;
-	__be32 hops[DIR_MAX_HOPS - 1];    /* after the primary */
-} __attribute__((packed));
-
-/* The size of the encapsulation with nhops hops (the primary and those
- * listed after it). */
-#define ENCAP_SIZE(nhops) (sizeof(struct encap) - 4 * (DIR_MAX_HOPS - (nhops)))
+_Static_assert(sizeof(struct glb_encap) == 20 + 8 + 8 + 4 * GUE_MAX_LISTED, "GLB's encapsulation: IPv4, UDP, GUE");
 
 static __always_inline void count(struct dir_counters *c, int i)
 {
@@ -559,21 +548,21 @@ static __always_inline void traffic(void *map, __u32 key, __u64 bytes)
  * and writes the GUE headers behind it. l2len is a constant at each call
  * site so the copies are fixed-size. */
 static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
-				       __u32 l2len, __u32 ip_len, __u8 ip_family, __be32 hops[DIR_MAX_HOPS],
+				       __u32 l2len, __u32 ip_len, __u8 ip_family, __be32 hops[GUE_MAX_HOPS],
 				       __u32 nhops, __u16 sport)
 {
 	__u32 listed = nhops - 1;
-	__u32 esize = ENCAP_SIZE(nhops);
+	__u32 esize = GLB_ENCAP_SIZE(nhops);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
-		return pass(c, DIR_C_ERR_ADJUST_HEAD);
+		return pass(c, DIR_C_ERROR_ADJUST_HEAD);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	/* Always true for a packet that parsed (it holds an IP header and at
 	 * least 8 more bytes); the check is for the verifier. */
-	if (data + l2len + sizeof(struct encap) > end) {
+	if (data + l2len + sizeof(struct glb_encap) > end) {
 		bpf_xdp_adjust_head(ctx, (int)esize);
-		return pass(c, DIR_C_ERR_BOUNDS);
+		return pass(c, DIR_C_ERROR_BOUNDS);
 	}
 
 	/* Move the L2 header to the new front: it started esize bytes later,
@@ -599,7 +588,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	 * checksum is a one's complement sum, which does not care about byte
 	 * order as long as it is read and written the same way. Packet data
 	 * may be unaligned: XDP runs without strict alignment on x86. */
-	struct encap *e = data + l2len;
+	struct glb_encap *e = data + l2len;
 	__u32 ipsz = esize + ip_len;
 	__u16 tot = bpf_htons(ipsz);
 	__u32 src = cfg->src_ip, dst = hops[0];
@@ -611,17 +600,17 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	*(__u64 *)p = 0x45 | (__u64)tot << 16 | (__u64)0x40 << 48;                 /* version, ihl, tos, tot_len, id, DF */
 	*(__u64 *)(p + 8) = 64 | (__u64)IPPROTO_UDP << 8 | (__u64)check << 16 | (__u64)src << 32; /* ttl, proto, check, saddr */
 	*(__u32 *)(p + 16) = dst;
-	*(__u64 *)(p + 20) = bpf_htons(sport) | (__u64)bpf_htons(DIR_GUE_PORT) << 16 |
+	*(__u64 *)(p + 20) = bpf_htons(sport) | (__u64)bpf_htons(GUE_PORT) << 16 |
 			     (__u64)bpf_htons(ipsz - sizeof(struct iphdr)) << 32;   /* UDP, checksum 0 */
 	__u8 gproto = ip_family == DIR_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
-	*(__u64 *)(p + 28) = (1 + listed) | (__u64)gproto << 8 | (__u64)listed << 56; /* GUE, GLB private data */
-	e->hops[0] = hops[1];
+	*(__u64 *)&e->gue = (1 + listed) | (__u64)gproto << 8 | (__u64)listed << 56; /* GUE, GLB private data (type 0, next hop 0) */
+	e->gue.hops[0] = hops[1];
 	if (listed == 3) {
-		e->hops[1] = hops[2];
-		e->hops[2] = hops[3];
+		e->gue.hops[1] = hops[2];
+		e->gue.hops[2] = hops[3];
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
-	c->c[DIR_C_ENCAP_BYTES] += l2len + ipsz;
+	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + ipsz;
 	return XDP_TX;
 }
 
@@ -673,31 +662,31 @@ int director(struct xdp_md *ctx)
 	 * packet. Only an IPv6 packet near 64 KiB, or a GRO frame replayed
 	 * from a capture, comes near. Checked here, before the bind, so that a
 	 * packet's fate stays a function of its flow and its size alone. */
-	if (ip_len > 0xffff - sizeof(struct encap))
+	if (ip_len > 0xffff - sizeof(struct glb_encap))
 		return pass(c, DIR_C_PASS_TOO_BIG);
 
 	struct dir_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
-		return pass(c, DIR_C_ERR_NO_CONFIG);
+		return pass(c, DIR_C_ERROR_NO_CONFIG);
 	const __u64 *state = NULL;
 	int slot = lookup_bind(&f, c, cfg->bind_gen, &state);
 	if (slot < 0)
 		return pass(c, DIR_C_PASS_NO_BIND);
 	if (!cfg->configured)
-		return pass(c, DIR_C_ERR_NO_CONFIG);
+		return pass(c, DIR_C_ERROR_NO_CONFIG);
 	if (echo && !cfg->forward_icmp_echo)
 		return pass(c, DIR_C_PASS_ICMP_ECHO_OFF);
 
 	__u32 s = slot;
 	void *inner = bpf_map_lookup_elem(&tables, &s);
 	if (!inner)
-		return pass(c, DIR_C_ERR_NO_TABLE);
+		return pass(c, DIR_C_ERROR_NO_TABLE);
 	struct dir_table *t = bpf_map_lookup_elem(inner, &zero);
 	if (!t)
-		return pass(c, DIR_C_ERR_NO_TABLE);
+		return pass(c, DIR_C_ERROR_NO_TABLE);
 	c->c[DIR_C_MATCHED]++;
 
-	__be32 hops[DIR_MAX_HOPS] = {};
+	__be32 hops[GUE_MAX_HOPS] = {};
 	__u64 h = hash_flow(t->hash_key, state, &f, cfg->hash_fields);
 	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
 	__u32 primary = row->primary;
@@ -709,7 +698,7 @@ int director(struct xdp_md *ctx)
 		struct dir_row *alt = &t->rows[h2 & DIR_ROW_MASK];
 		hops[2] = t->hop_addr[alt->primary];
 		hops[3] = t->hop_addr[alt->secondary];
-		nhops = 4;
+		nhops = GUE_MAX_HOPS;
 	}
 
 	/* Per-backend counters only: a table's traffic is the sum of its
@@ -719,21 +708,4 @@ int director(struct xdp_md *ctx)
 
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);
 	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport);
-}
-
-/* An empty program that transmits every packet back: the baseline that
- * benchmarks subtract. */
-SEC("xdp")
-int xdp_tx_baseline(struct xdp_md *ctx)
-{
-	return XDP_TX;
-}
-
-/* Passes everything: attached to the receiving end of a veth pair in tests
- * so that it runs NAPI and accepts frames the director sends with XDP_TX
- * (multi-buffer ones included, for jumbo MTUs). */
-SEC("xdp.frags")
-int xdp_pass_all(struct xdp_md *ctx)
-{
-	return XDP_PASS;
 }

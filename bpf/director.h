@@ -7,15 +7,23 @@
 
 #include <linux/types.h>
 
-#define DIR_ROWS         65536
-#define DIR_ROW_MASK     0xffff
-#define DIR_MAX_BACKENDS 256
-#define DIR_MAX_BINDS    256
-#define DIR_MAX_TABLES   64   /* counter blocks: tables live at once, with room to spare */
-#define DIR_MAX_SLOTS    128  /* table slots: live, previous and next apply's tables */
-#define DIR_NAME_LEN     64
-#define DIR_GUE_PORT     19523
-#define DIR_MAX_HOPS     4
+#include "gue.h"
+
+/* Sizes and limits: an enum rather than macros, so that bpf2go gives them
+ * to Go (-type dir_limit) and Go never restates them. */
+enum dir_limit {
+	DIR_ROWS = 65536,
+	DIR_ROW_MASK = 0xffff,
+	DIR_MAX_BACKENDS = 256,
+	DIR_MAX_BINDS = 256,
+	DIR_MAX_TABLES = 64,   /* counter blocks: tables live at once, with room to spare */
+	DIR_MAX_SLOTS = 128,   /* table slots: live, previous and next apply's tables */
+	DIR_NAME_LEN = 64,
+	DIR_EXACT_SLOTS = 8192, /* exact-bind table entries, a power of two (see below) */
+	DIR_EXACT_PROBES = 4,
+	DIR_BIND_GENS = 2,     /* bind generations (see below) */
+	DIR_C_SLOTS = 32,      /* room in dir_counters (see below) */
+};
 
 /* hash_fields / alt_hash_fields bits: which packet fields feed the flow
  * hash, concatenated in this order. */
@@ -136,9 +144,6 @@ struct dir_exact_key {
 	__u8 addr[16];
 };
 
-#define DIR_EXACT_SLOTS  8192  /* a power of two */
-#define DIR_EXACT_PROBES 4
-
 struct dir_exact_entry {
 	struct dir_exact_key key;
 	__u32 slot_plus1;  /* 0: empty */
@@ -157,27 +162,33 @@ struct dir_exact_table {
 
 /* The home index of a key: its five 32-bit words w0..w4 (read in host
  * order), h = w0*K0 + ... + w4*K4 in 64 bits, then the high half XOR the
- * low half. loader/exact.go computes the same; a test checks. */
-#define DIR_EXACT_K0 0x9e3779b97f4a7c15ULL
-#define DIR_EXACT_K1 0xc2b2ae3d27d4eb4fULL
-#define DIR_EXACT_K2 0x165667b19e3779f9ULL
-#define DIR_EXACT_K3 0xd6e8feb86659fd93ULL
-#define DIR_EXACT_K4 0xff51afd7ed558ccdULL
+ * low half. The 64-bit multipliers are given in halves, as enum values
+ * (which bpf2go passes to Go) hold 32 bits; loader/exact.go computes the
+ * same hash, and a test checks it against the program's. */
+enum dir_exact_mult {
+	DIR_EXACT_K0_HI = 0x9e3779b9, DIR_EXACT_K0_LO = 0x7f4a7c15,
+	DIR_EXACT_K1_HI = 0xc2b2ae3d, DIR_EXACT_K1_LO = 0x27d4eb4f,
+	DIR_EXACT_K2_HI = 0x165667b1, DIR_EXACT_K2_LO = 0x9e3779f9,
+	DIR_EXACT_K3_HI = 0xd6e8feb8, DIR_EXACT_K3_LO = 0x6659fd93,
+	DIR_EXACT_K4_HI = 0xff51afd7, DIR_EXACT_K4_LO = 0xed558ccd,
+};
+#define DIR_EXACT_K(i) ((__u64)DIR_EXACT_K##i##_HI << 32 | DIR_EXACT_K##i##_LO)
 
 /* Bind maps come in two generations, each a trie and an exact table
  * (binds[gen], bind_exact[gen]). An apply writes its tables into slots
  * neither generation references, fills the inactive generation, then flips
  * dir_config.bind_gen: one aligned 4-byte store moves every packet to the
  * new binds, and so to the new tables, at once. */
-#define DIR_BIND_GENS 2
 
 /* Global counters: one per-CPU array entry of these. Those every steered
- * packet touches come first, in one cache line. */
+ * packet touches come first, in one cache line. Their names, lower-cased
+ * without DIR_C_, are the counters' names everywhere (stats, replay,
+ * metrics): Go reads them from the object's BTF. */
 enum dir_counter {
 	DIR_C_PROCESSED = 0,
 	DIR_C_MATCHED,
 	DIR_C_ENCAPSULATED,
-	DIR_C_ENCAP_BYTES,
+	DIR_C_ENCAPSULATED_BYTES,
 	DIR_C_BIND_FAST,          /* of matched: found by the exact fast path */
 	DIR_C_PASS_NOT_IP,        /* not IPv4 or IPv6 */
 	DIR_C_PASS_VLAN,          /* QinQ or more than one tag */
@@ -189,16 +200,16 @@ enum dir_counter {
 	DIR_C_PASS_NO_BIND,
 	DIR_C_PASS_HEADERS_SPLIT, /* a multi-buffer frame whose headers run past its first buffer */
 	DIR_C_PASS_TOO_BIG,       /* the encapsulated packet would be over 65,535 bytes */
-	DIR_C_ERR_NO_CONFIG,
-	DIR_C_ERR_NO_TABLE,
-	DIR_C_ERR_ADJUST_HEAD,
-	DIR_C_ERR_BOUNDS,
+	DIR_C_ERROR_NO_CONFIG,
+	DIR_C_ERROR_NO_TABLE,
+	DIR_C_ERROR_ADJUST_HEAD,
+	DIR_C_ERROR_BOUNDS,
 	DIR_C_MAX,
 };
 
-/* Room for counters to come, so that adding one does not change the
- * map's layout (which makes 'director load' refuse the pinned maps). */
-#define DIR_C_SLOTS 32
+/* DIR_C_SLOTS leaves room for counters to come, so that adding one does
+ * not change the map's layout (which makes 'director load' refuse the
+ * pinned maps). */
 _Static_assert(DIR_C_MAX <= DIR_C_SLOTS, "dir_counters has room for every counter");
 
 struct dir_counters {

@@ -72,7 +72,7 @@ const (
 	DirectorDirCounterDIR_C_PROCESSED          DirectorDirCounter = 0
 	DirectorDirCounterDIR_C_MATCHED            DirectorDirCounter = 1
 	DirectorDirCounterDIR_C_ENCAPSULATED       DirectorDirCounter = 2
-	DirectorDirCounterDIR_C_ENCAP_BYTES        DirectorDirCounter = 3
+	DirectorDirCounterDIR_C_ENCAPSULATED_BYTES DirectorDirCounter = 3
 	DirectorDirCounterDIR_C_BIND_FAST          DirectorDirCounter = 4
 	DirectorDirCounterDIR_C_PASS_NOT_IP        DirectorDirCounter = 5
 	DirectorDirCounterDIR_C_PASS_VLAN          DirectorDirCounter = 6
@@ -84,10 +84,10 @@ const (
 	DirectorDirCounterDIR_C_PASS_NO_BIND       DirectorDirCounter = 12
 	DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT DirectorDirCounter = 13
 	DirectorDirCounterDIR_C_PASS_TOO_BIG       DirectorDirCounter = 14
-	DirectorDirCounterDIR_C_ERR_NO_CONFIG      DirectorDirCounter = 15
-	DirectorDirCounterDIR_C_ERR_NO_TABLE       DirectorDirCounter = 16
-	DirectorDirCounterDIR_C_ERR_ADJUST_HEAD    DirectorDirCounter = 17
-	DirectorDirCounterDIR_C_ERR_BOUNDS         DirectorDirCounter = 18
+	DirectorDirCounterDIR_C_ERROR_NO_CONFIG    DirectorDirCounter = 15
+	DirectorDirCounterDIR_C_ERROR_NO_TABLE     DirectorDirCounter = 16
+	DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD  DirectorDirCounter = 17
+	DirectorDirCounterDIR_C_ERROR_BOUNDS       DirectorDirCounter = 18
 	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 19
 )
 
@@ -112,6 +112,21 @@ type DirectorDirExactKey struct {
 	Addr   [16]uint8
 }
 
+type DirectorDirExactMult uint32
+
+const (
+	DirectorDirExactMultDIR_EXACT_K0HI DirectorDirExactMult = 2654435769
+	DirectorDirExactMultDIR_EXACT_K0LO DirectorDirExactMult = 2135587861
+	DirectorDirExactMultDIR_EXACT_K1HI DirectorDirExactMult = 3266489917
+	DirectorDirExactMultDIR_EXACT_K1LO DirectorDirExactMult = 668265295
+	DirectorDirExactMultDIR_EXACT_K2HI DirectorDirExactMult = 374761393
+	DirectorDirExactMultDIR_EXACT_K2LO DirectorDirExactMult = 2654435833
+	DirectorDirExactMultDIR_EXACT_K3HI DirectorDirExactMult = 3605593784
+	DirectorDirExactMultDIR_EXACT_K3LO DirectorDirExactMult = 1717173651
+	DirectorDirExactMultDIR_EXACT_K4HI DirectorDirExactMult = 4283543511
+	DirectorDirExactMultDIR_EXACT_K4LO DirectorDirExactMult = 3981806797
+)
+
 type DirectorDirExactTable struct {
 	_ structs.HostLayout
 	E [8192]DirectorDirExactEntry
@@ -131,6 +146,22 @@ const (
 	DirectorDirHashFieldDIR_HASH_DST_ADDR DirectorDirHashField = 2
 	DirectorDirHashFieldDIR_HASH_SRC_PORT DirectorDirHashField = 4
 	DirectorDirHashFieldDIR_HASH_DST_PORT DirectorDirHashField = 8
+)
+
+type DirectorDirLimit uint32
+
+const (
+	DirectorDirLimitDIR_ROWS         DirectorDirLimit = 65536
+	DirectorDirLimitDIR_ROW_MASK     DirectorDirLimit = 65535
+	DirectorDirLimitDIR_MAX_BACKENDS DirectorDirLimit = 256
+	DirectorDirLimitDIR_MAX_BINDS    DirectorDirLimit = 256
+	DirectorDirLimitDIR_MAX_TABLES   DirectorDirLimit = 64
+	DirectorDirLimitDIR_MAX_SLOTS    DirectorDirLimit = 128
+	DirectorDirLimitDIR_NAME_LEN     DirectorDirLimit = 64
+	DirectorDirLimitDIR_EXACT_SLOTS  DirectorDirLimit = 8192
+	DirectorDirLimitDIR_EXACT_PROBES DirectorDirLimit = 4
+	DirectorDirLimitDIR_BIND_GENS    DirectorDirLimit = 2
+	DirectorDirLimitDIR_C_SLOTS      DirectorDirLimit = 32
 )
 
 type DirectorDirRow struct {
@@ -159,6 +190,46 @@ type DirectorDirTraffic struct {
 	Bytes   uint64
 }
 
+type DirectorGlbEncap struct {
+	_     structs.HostLayout
+	Ip    [20]uint8
+	Sport uint16
+	Dport uint16
+	Len   uint16
+	Check uint16
+	Gue   DirectorGlbGueHdr
+}
+
+type DirectorGlbGueHdr struct {
+	_           structs.HostLayout
+	Hlen        uint8
+	Proto       uint8
+	Flags       uint16
+	PrivateType uint16
+	NextHop     uint8
+	HopCount    uint8
+	Hops        [3]uint32
+}
+
+type DirectorGueConst uint32
+
+const (
+	DirectorGueConstGUE_PORT             DirectorGueConst = 19523
+	DirectorGueConstGUE_MAX_HOPS         DirectorGueConst = 4
+	DirectorGueConstGUE_MAX_LISTED       DirectorGueConst = 3
+	DirectorGueConstGUE_PRIVATE_TYPE_GLB DirectorGueConst = 0
+)
+
+type DirectorXdpAction uint32
+
+const (
+	DirectorXdpActionXDP_ABORTED  DirectorXdpAction = 0
+	DirectorXdpActionXDP_DROP     DirectorXdpAction = 1
+	DirectorXdpActionXDP_PASS     DirectorXdpAction = 2
+	DirectorXdpActionXDP_TX       DirectorXdpAction = 3
+	DirectorXdpActionXDP_REDIRECT DirectorXdpAction = 4
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -170,8 +241,6 @@ const (
 	DirectorMapCounters         = "counters"
 	DirectorMapTables           = "tables"
 	DirectorProgDirector        = "director"
-	DirectorProgXdpPassAll      = "xdp_pass_all"
-	DirectorProgXdpTxBaseline   = "xdp_tx_baseline"
 	DirectorVarUnusedBindKey    = "unused_bind_key"
 	DirectorVarUnusedBindKind   = "unused_bind_kind"
 	DirectorVarUnusedBindVal    = "unused_bind_val"
@@ -179,11 +248,16 @@ const (
 	DirectorVarUnusedCounter    = "unused_counter"
 	DirectorVarUnusedCounters   = "unused_counters"
 	DirectorVarUnusedExactKey   = "unused_exact_key"
+	DirectorVarUnusedExactMult  = "unused_exact_mult"
 	DirectorVarUnusedExactTable = "unused_exact_table"
 	DirectorVarUnusedFamily     = "unused_family"
+	DirectorVarUnusedGlbEncap   = "unused_glb_encap"
+	DirectorVarUnusedGueConst   = "unused_gue_const"
 	DirectorVarUnusedHashField  = "unused_hash_field"
+	DirectorVarUnusedLimit      = "unused_limit"
 	DirectorVarUnusedTable      = "unused_table"
 	DirectorVarUnusedTraffic    = "unused_traffic"
+	DirectorVarUnusedXdpAction  = "unused_xdp_action"
 )
 
 // LoadDirector returns the embedded CollectionSpec for Director.
@@ -228,9 +302,7 @@ type DirectorSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorProgramSpecs struct {
-	Director      *ebpf.ProgramSpec `ebpf:"director"`
-	XdpPassAll    *ebpf.ProgramSpec `ebpf:"xdp_pass_all"`
-	XdpTxBaseline *ebpf.ProgramSpec `ebpf:"xdp_tx_baseline"`
+	Director *ebpf.ProgramSpec `ebpf:"director"`
 }
 
 // DirectorMapSpecs contains maps before they are loaded into the kernel.
@@ -256,11 +328,16 @@ type DirectorVariableSpecs struct {
 	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
 	UnusedExactKey   *ebpf.VariableSpec `ebpf:"unused_exact_key"`
+	UnusedExactMult  *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
 	UnusedExactTable *ebpf.VariableSpec `ebpf:"unused_exact_table"`
 	UnusedFamily     *ebpf.VariableSpec `ebpf:"unused_family"`
+	UnusedGlbEncap   *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
+	UnusedGueConst   *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField  *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedLimit      *ebpf.VariableSpec `ebpf:"unused_limit"`
 	UnusedTable      *ebpf.VariableSpec `ebpf:"unused_table"`
 	UnusedTraffic    *ebpf.VariableSpec `ebpf:"unused_traffic"`
+	UnusedXdpAction  *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
 }
 
 // DirectorObjects contains all objects after they have been loaded into the kernel.
@@ -313,27 +390,28 @@ type DirectorVariables struct {
 	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
 	UnusedExactKey   *ebpf.Variable `ebpf:"unused_exact_key"`
+	UnusedExactMult  *ebpf.Variable `ebpf:"unused_exact_mult"`
 	UnusedExactTable *ebpf.Variable `ebpf:"unused_exact_table"`
 	UnusedFamily     *ebpf.Variable `ebpf:"unused_family"`
+	UnusedGlbEncap   *ebpf.Variable `ebpf:"unused_glb_encap"`
+	UnusedGueConst   *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField  *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedLimit      *ebpf.Variable `ebpf:"unused_limit"`
 	UnusedTable      *ebpf.Variable `ebpf:"unused_table"`
 	UnusedTraffic    *ebpf.Variable `ebpf:"unused_traffic"`
+	UnusedXdpAction  *ebpf.Variable `ebpf:"unused_xdp_action"`
 }
 
 // DirectorPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorPrograms struct {
-	Director      *ebpf.Program `ebpf:"director"`
-	XdpPassAll    *ebpf.Program `ebpf:"xdp_pass_all"`
-	XdpTxBaseline *ebpf.Program `ebpf:"xdp_tx_baseline"`
+	Director *ebpf.Program `ebpf:"director"`
 }
 
 func (p *DirectorPrograms) Close() error {
 	return _DirectorClose(
 		p.Director,
-		p.XdpPassAll,
-		p.XdpTxBaseline,
 	)
 }
 

@@ -1,12 +1,20 @@
 // Package bpf holds the XDP programs' C sources and what bpf2go generates
-// from them: the compiled object (embedded) and Go types for every shared
-// C struct. director.h is the single source of truth for those types.
+// from them: the compiled objects (embedded) and Go types and constants for
+// everything the C and Go share. director.h (the datapath's types and
+// limits) and gue.h (GLB's wire format) are the single source of truth;
+// Go never restates them.
+//
+// Three objects: director (the production datapath 'director load' pins),
+// backend (GLB's proxy side for backend hosts), and lab (the traffic
+// generator and the baseline and pass-all programs that benchmarks and
+// tests use). They are compiled with -nostdinc against the headers in
+// include/, so the build machine's packages cannot change them.
 //
 // Regenerate with `make generate`, which pins the compiler (clang-14 and
 // llvm-strip-14, passed as BPF_CLANG and BPF_STRIP). The generated files are
 // committed so that `go build` needs no C toolchain.
 package bpf
 
-//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types -type dir_config -type dir_table -type dir_backend -type dir_bind -type dir_row -type dir_bind_key -type dir_bind_val -type dir_counters -type dir_traffic -type dir_counter -type dir_hash_field -type dir_family -type dir_bind_kind -type dir_exact_key -type dir_exact_entry -type dir_exact_table Director director.c
-//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types -type tg_config -type tg_frame Trafficgen trafficgen.c
-//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -no-global-types -type be_config -type be_counters -type be_counter Backend backend.c
+//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types -type dir_config -type dir_table -type dir_backend -type dir_bind -type dir_row -type dir_bind_key -type dir_bind_val -type dir_counters -type dir_traffic -type dir_counter -type dir_hash_field -type dir_family -type dir_bind_kind -type dir_exact_key -type dir_exact_entry -type dir_exact_table -type dir_limit -type dir_exact_mult -type gue_const -type glb_gue_hdr -type glb_encap -type xdp_action Director director.c
+//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types -type be_config -type be_counters -type be_counter Backend backend.c
+//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types -type tg_config -type tg_frame -type tg_limit Lab lab.c

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/pkt"
+	"github.com/director/director/loader/lab"
+
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 // configB changes configA (testConfig) in every way an apply can: a
@@ -86,7 +88,7 @@ func TestApplyIsAtomic(t *testing.T) {
 				default:
 				}
 				f := frames[(n*7+w)%len(frames)]
-				v, out, err := d.Run(f)
+				v, out, err := lab.Run(d.Prog, f)
 				ra, rb := mA.Process(f), mB.Process(f)
 				okA := err == nil && int(v) == ra.Verdict && bytes.Equal(out, ra.Out)
 				okB := err == nil && int(v) == rb.Verdict && bytes.Equal(out, rb.Out)
@@ -234,7 +236,7 @@ func TestKillDuringApply(t *testing.T) {
 			t.Fatalf("round %d: after kill the live tables are neither config: %s", round, fp)
 		}
 		for _, f := range frames {
-			v, o, err := d.Run(f)
+			v, o, err := lab.Run(d.Prog, f)
 			r := m.Process(f)
 			if err != nil || int(v) != r.Verdict || !bytes.Equal(o, r.Out) {
 				t.Fatalf("round %d: frame %x handled unlike the live config", round, f)

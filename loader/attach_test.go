@@ -10,20 +10,20 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
+	"github.com/director/director/loader/lab"
 )
 
 // TestAttachmentStates: an attachment seen from another network namespace
 // keeps the name it was attached by (never another interface's of the same
-// index), and once its namespace is deleted it shows as gone, until detach
-// removes it; attaching that name again replaces the stale pin.
+// index), and once its interface is deleted (with its namespace, say) it
+// shows as gone, until detach removes it.
 func TestAttachmentStates(t *testing.T) {
 	testenv.Kernel(t)
 	d := loadTest(t)
 	ready, done, exited := make(chan error), make(chan struct{}), make(chan error, 1)
 	go func() {
-		exited <- testnet.InNetns(func() error {
-			err := testnet.Veth("far0", "far1")
+		exited <- lab.InNetns(func() error {
+			err := lab.Veth("far0", "far1")
 			if err == nil {
 				_, err = d.Attach("far0", ModeGeneric)
 			}
@@ -36,7 +36,9 @@ func TestAttachmentStates(t *testing.T) {
 			}
 			ready <- err
 			<-done
-			return nil
+			// The interface goes, as it does with its namespace (which
+			// the kernel tears down in the background, in its own time).
+			return lab.DeleteLink("far0")
 		})
 	}()
 	if err := <-ready; err != nil {
@@ -50,7 +52,6 @@ func TestAttachmentStates(t *testing.T) {
 	if err := <-exited; err != nil {
 		t.Fatal(err)
 	}
-	// The namespace, and the veth with it, goes away in the background.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		atts, err = d.Attachments()
@@ -81,11 +82,11 @@ func TestAttachmentStates(t *testing.T) {
 func TestAttachNamesTheHolder(t *testing.T) {
 	testenv.Kernel(t)
 	d := loadTest(t)
-	err := testnet.InNetns(func() error {
-		if err := testnet.Veth("busy0", "busy1"); err != nil {
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("busy0", "busy1"); err != nil {
 			return err
 		}
-		other, err := PassAll()
+		other, err := lab.PassAll()
 		if err != nil {
 			return err
 		}

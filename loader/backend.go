@@ -19,11 +19,9 @@ import (
 // default directory, so a host can run both.
 const BackendDir = "/sys/fs/bpf/director-backend"
 
-// BackendCounterNames are the backend program's counters, in its order.
-var BackendCounterNames = []string{
-	"processed", "decap_syn", "decap_known", "decap_not_tcp", "decap_last_hop",
-	"forwarded", "pass_not_gue", "drop_malformed", "drop_no_route", "drop_no_config",
-}
+// BackendCounterNames are the backend program's counters, by index: enum
+// be_counter's in bpf/backend.c.
+func BackendCounterNames() []string { return bpf.BackendCounterNames() }
 
 // Backend is the backend-side program: GUE decapsulation with GLB's second
 // chance (bpf/backend.c).
@@ -196,7 +194,7 @@ func (b *Backend) Counters() (map[string]uint64, error) {
 	}
 	out := map[string]uint64{}
 	for _, c := range per {
-		for i, n := range BackendCounterNames {
+		for i, n := range BackendCounterNames() {
 			out[n] += c.C[i]
 		}
 	}

@@ -8,36 +8,34 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
-	"github.com/director/director/table/model"
+	"github.com/director/director/loader/lab"
+	"github.com/director/director/table/gue"
+	"github.com/director/director/table/pkt"
 )
 
-// gue builds a director-style GUE frame around an inner IP packet, with the
-// hops after the primary and the next-hop index.
-func gue(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
+// gueFrame builds a director's GUE frame (table/gue) around an inner IP
+// packet, to this host (192.168.77.1), with the hops listed after it and
+// the next-hop index.
+func gueFrame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
 	t.Helper()
-	g := []byte{byte(1 + len(hops)), 4, 0, 0, 0, 0, next, byte(len(hops))}
+	h := gue.Header{Src: a("192.0.2.1"), Hops: append([]netip.Addr{a("192.168.77.1")}, hops...), SourcePort: 0x8123,
+		NextHop: next, Proto: gue.ProtoIPv4}
 	if inner[0]>>4 == 6 {
-		g[1] = 41
+		h.Proto = gue.ProtoIPv6
 	}
-	for _, h := range hops {
-		a := h.As4()
-		g = append(g, a[:]...)
-	}
-	udp := pkt.UDP(0x8123, model.GUEPort, append(g, inner...))
-	return pkt.Eth(pkt.DirectorMAC, pkt.GatewayMAC, 0, 0x0800, pkt.IPv4(a("192.0.2.1"), a("192.168.77.1"), 17, udp, pkt.V4Opts{}))
+	f := pkt.Eth(pkt.DirectorMAC, pkt.GatewayMAC, 0, 0x0800, nil)
+	f = h.Append(f, len(inner))
+	return append(f, inner...)
 }
 
 // TestBackendProgram runs the backend program with BPF_PROG_RUN in a
 // private namespace that has a real TCP connection, a listener and a route.
 func TestBackendProgram(t *testing.T) {
 	testenv.Kernel(t)
-	err := testnet.InNetns(func() error {
+	err := lab.InNetns(func() error {
 		lo, _ := netlink.LinkByName("lo")
 		netlink.LinkSetUp(lo)
 		for _, s := range []string{"10.0.0.1/32", "10.0.0.2/32"} {
@@ -46,7 +44,7 @@ func TestBackendProgram(t *testing.T) {
 				return err
 			}
 		}
-		if err := testnet.Veth("be0", "be1"); err != nil {
+		if err := lab.Veth("be0", "be1"); err != nil {
 			return err
 		}
 		be0, _ := netlink.LinkByName("be0")
@@ -107,27 +105,27 @@ func TestBackendProgram(t *testing.T) {
 		}{
 			{"not GUE", pkt.Frame(tcp(1000, 0x10)), 2, "pass_not_gue", nil},
 			{"GUE for another host", func() []byte {
-				f := gue(t, tcp(1000, 0x02), 0, other)
+				f := gueFrame(t, tcp(1000, 0x02), 0, other)
 				copy(f[14+16:], []byte{192, 168, 77, 9})
 				return f
 			}(), 2, "pass_not_gue", nil},
-			{"SYN", gue(t, tcp(1000, 0x02), 0, other), 2, "decap_syn", tcp(1000, 0x02)},
+			{"SYN", gueFrame(t, tcp(1000, 0x02), 0, other), 2, "decap_syn", tcp(1000, 0x02)},
 			{"SYN to another local address", func() []byte {
-				f := gue(t, tcp(1000, 0x02), 0, other)
+				f := gueFrame(t, tcp(1000, 0x02), 0, other)
 				copy(f[14+16:], []byte{10, 0, 0, 1})
 				return f
 			}(), 2, "decap_syn", tcp(1000, 0x02)},
-			{"known connection", gue(t, tcp(cport, 0x10), 0, other), 2, "decap_known", tcp(cport, 0x10)},
-			{"UDP", gue(t, pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 0, other), 2, "decap_not_tcp", pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{})},
-			{"unknown, last hop", gue(t, tcp(1001, 0x10), 1, other), 2, "decap_last_hop", tcp(1001, 0x10)},
-			{"IPv6 SYN", gue(t, tcp6(0x02), 0, other), 2, "decap_syn", tcp6(0x02)},
-			{"IPv6 unknown, forwarded", gue(t, tcp6(0x10), 0, other), 3, "forwarded", nil},
-			{"unknown, forwarded", gue(t, tcp(1001, 0x10), 0, other), 3, "forwarded", nil},
-			{"unknown, no route", gue(t, tcp(1001, 0x10), 0, a("203.0.113.50")), 1, "drop_no_route", nil},
-			{"bad GUE", func() []byte { f := gue(t, tcp(1000, 0x02), 0, other); f[14+28] = 0x40; return f }(), 1, "drop_malformed", nil},
+			{"known connection", gueFrame(t, tcp(cport, 0x10), 0, other), 2, "decap_known", tcp(cport, 0x10)},
+			{"UDP", gueFrame(t, pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 0, other), 2, "decap_not_tcp", pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{})},
+			{"unknown, last hop", gueFrame(t, tcp(1001, 0x10), 1, other), 2, "decap_last_hop", tcp(1001, 0x10)},
+			{"IPv6 SYN", gueFrame(t, tcp6(0x02), 0, other), 2, "decap_syn", tcp6(0x02)},
+			{"IPv6 unknown, forwarded", gueFrame(t, tcp6(0x10), 0, other), 3, "forwarded", nil},
+			{"unknown, forwarded", gueFrame(t, tcp(1001, 0x10), 0, other), 3, "forwarded", nil},
+			{"unknown, no route", gueFrame(t, tcp(1001, 0x10), 0, a("203.0.113.50")), 1, "drop_no_route", nil},
+			{"bad GUE", func() []byte { f := gueFrame(t, tcp(1000, 0x02), 0, other); f[14+28] = 0x40; return f }(), 1, "drop_malformed", nil},
 		} {
 			before, _ := b.Counters()
-			v, out, err := runOn(b, c.in, be0.Attrs().Index)
+			v, out, err := lab.RunOn(b.Prog(), c.in, be0.Attrs().Index)
 			if err != nil {
 				return err
 			}
@@ -147,7 +145,7 @@ func TestBackendProgram(t *testing.T) {
 				// MAC from the neighbour table; next-hop index advanced.
 				ip := out[14:]
 				if netip.AddrFrom4([4]byte(ip[12:16])) != a("192.168.77.1") || netip.AddrFrom4([4]byte(ip[16:20])) != other ||
-					!bytes.Equal(out[0:6], mac) || ip[28+6] != 1 || model.Checksum(ip[:20]) != 0 {
+					!bytes.Equal(out[0:6], mac) || ip[28+6] != 1 || gue.Checksum(ip[:20]) != 0 {
 					return fmt.Errorf("forwarded frame %x", out)
 				}
 			}
@@ -157,17 +155,4 @@ func TestBackendProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// runOn runs one frame through the backend program as if it had arrived
-// on ifindex.
-func runOn(b *Backend, frame []byte, ifindex int) (uint32, []byte, error) {
-	buf := make([]byte, len(frame)+256)
-	opts := &ebpf.RunOptions{Data: frame, DataOut: buf,
-		Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}}
-	v, err := b.Prog().Run(opts)
-	if err != nil {
-		return 0, nil, fmt.Errorf("BPF_PROG_RUN: %w", err)
-	}
-	return v, opts.DataOut, nil
 }

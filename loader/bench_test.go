@@ -2,21 +2,19 @@ package loader
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"testing"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 // BenchmarkProgram measures the program's own cost per packet on real
@@ -45,7 +43,7 @@ func BenchmarkProgram(b *testing.B) {
 				// Everything, the sending included, happens on the thread
 				// inside the private namespace: interface indices mean
 				// nothing outside it.
-				err := testnet.InNetns(func() error {
+				err := lab.InNetns(func() error {
 					cost, err := benchProgram(b, f.frame, which == "director", b.N)
 					if err != nil {
 						return err
@@ -62,76 +60,44 @@ func BenchmarkProgram(b *testing.B) {
 }
 
 // benchProgram feeds n copies of frame to the director (or the empty
-// program) attached to a veth and returns the program's run-time stats.
-func benchProgram(b *testing.B, frame []byte, director bool, n int) (Cost, error) {
-	if err := testnet.Veth("bench0", "bench1"); err != nil {
-		return Cost{}, err
-	}
-	ifc, err := net.InterfaceByName("bench0")
-	if err != nil {
-		return Cost{}, err
-	}
-	peer, err := net.InterfaceByName("bench1")
-	if err != nil {
-		return Cost{}, err
-	}
+// program) on a lab.Rig and returns the program's run-time stats.
+func benchProgram(b *testing.B, frame []byte, director bool, n int) (lab.Cost, error) {
 	d, m := setup(b, directorConfig())
 	if m.Process(frame).Verdict != model.XDPTX {
-		return Cost{}, fmt.Errorf("frame is not steered")
+		return lab.Cost{}, fmt.Errorf("frame is not steered")
 	}
 	prog := d.Prog
 	if !director {
-		if prog, err = Baseline(); err != nil {
-			return Cost{}, err
+		var err error
+		if prog, err = lab.Baseline(); err != nil {
+			return lab.Cost{}, err
 		}
 		defer prog.Close()
 	}
-	pass, err := PassAll()
+	rig, err := lab.NewRig("bench0", prog, lab.ModeNative)
 	if err != nil {
-		return Cost{}, err
+		return lab.Cost{}, err
 	}
-	defer pass.Close()
-	// The peer needs NAPI to accept XDP_TX'd frames.
-	pl, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: peer.Index, Flags: link.XDPDriverMode})
-	if err != nil {
-		return Cost{}, err
-	}
-	defer pl.Close()
-	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifc.Index, Flags: link.XDPDriverMode})
-	if err != nil {
-		return Cost{}, err
-	}
-	defer l.Close()
-	tg, err := NewTrafficgen()
-	if err != nil {
-		return Cost{}, err
-	}
-	defer tg.Close()
-	stop, err := EnableRunStats()
-	if err != nil {
-		return Cost{}, err
-	}
-	defer stop()
-
+	defer rig.Close()
 	before, _ := d.GlobalCounters()
 	b.ResetTimer()
-	cost, err := MeasureCost(prog, func() error { return tg.Send(frame, peer.Index, uint32(n)) })
+	cost, err := rig.Send([][]byte{frame}, uint32(n))
 	b.StopTimer()
 	if err != nil {
-		return Cost{}, err
+		return lab.Cost{}, err
 	}
 	// The generator can outpace the receiving ring, which then drops
 	// frames before the program sees them; the kernel's own packets (IPv6
 	// neighbour discovery) add a handful of runs. Every run of the
 	// director on a generated frame must have encapsulated it.
 	if cost.Runs < uint64(n)/10 || cost.Runs > uint64(n)+100 {
-		return Cost{}, fmt.Errorf("%d runs counted for %d packets", cost.Runs, n)
+		return lab.Cost{}, fmt.Errorf("%d runs counted for %d packets", cost.Runs, n)
 	}
 	if director {
 		after, _ := d.GlobalCounters()
 		got := after[model.CounterEncapsulated] - before[model.CounterEncapsulated]
 		if got > cost.Runs || got+100 < cost.Runs {
-			return Cost{}, fmt.Errorf("%d of %d runs encapsulated", got, cost.Runs)
+			return lab.Cost{}, fmt.Errorf("%d of %d runs encapsulated", got, cost.Runs)
 		}
 	}
 	return cost, nil
@@ -150,7 +116,7 @@ func BenchmarkApply(b *testing.B) {
 	}
 	defer d.Close()
 	dc := directorConfig()
-	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
+	if err := d.SetConfig(&dc, dc.GatewayMAC); err != nil {
 		b.Fatal(err)
 	}
 	cfg, err := table.LoadConfig("../testdata/configs/big256.json")
@@ -220,12 +186,12 @@ func BenchmarkProgramPaired(b *testing.B) {
 		{"ipv4-tcp-4096flows", nil},
 		{"ipv6-tcp", [][]byte{pkt.Frame(pkt.IPv6(netip.MustParseAddr("2001:db8::9"), netip.MustParseAddr("fd00:20::1"), 6, pkt.TCP(40000, 443, 0x10, make([]byte, 64))))}},
 	}
-	for i := 0; i < TrafficgenMaxFrames; i++ {
+	for i := 0; i < lab.TrafficgenMaxFrames; i++ {
 		cases[1].frames = append(cases[1].frames, tcp4(i))
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			err := testnet.InNetns(func() error { return benchPaired(b, c.frames) })
+			err := lab.InNetns(func() error { return benchPaired(b, c.frames) })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -240,58 +206,19 @@ func benchPaired(b *testing.B, frames [][]byte) error {
 			return fmt.Errorf("frame %d is not steered", i)
 		}
 	}
-	base, err := Baseline()
+	base, err := lab.Baseline()
 	if err != nil {
 		return err
 	}
 	defer base.Close()
-	pass, err := PassAll()
-	if err != nil {
-		return err
-	}
-	defer pass.Close()
-	// Two pairs: the program under test on the first end, the
-	// pass-everything program (NAPI for XDP_TX'd frames) on the peer,
-	// where the generator sends.
-	peers := map[*ebpf.Program]int{}
+	// Two rigs side by side: the empty program's and the director's.
+	var rigs [2]*lab.Rig
 	for i, p := range []*ebpf.Program{base, d.Prog} {
-		a, z := fmt.Sprintf("pair%da", i), fmt.Sprintf("pair%dz", i)
-		if err := testnet.Veth(a, z); err != nil {
+		if rigs[i], err = lab.NewRig(fmt.Sprintf("pair%d", i), p, lab.ModeNative); err != nil {
 			return err
 		}
-		ia, err := net.InterfaceByName(a)
-		if err != nil {
-			return err
-		}
-		iz, err := net.InterfaceByName(z)
-		if err != nil {
-			return err
-		}
-		lz, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: iz.Index, Flags: link.XDPDriverMode})
-		if err != nil {
-			return err
-		}
-		defer lz.Close()
-		la, err := link.AttachXDP(link.XDPOptions{Program: p, Interface: ia.Index, Flags: link.XDPDriverMode})
-		if err != nil {
-			return err
-		}
-		defer la.Close()
-		peers[p] = iz.Index
+		defer rigs[i].Close()
 	}
-	tg, err := NewTrafficgen()
-	if err != nil {
-		return err
-	}
-	defer tg.Close()
-	if err := tg.Prepare(frames); err != nil {
-		return err
-	}
-	stop, err := EnableRunStats()
-	if err != nil {
-		return err
-	}
-	defer stop()
 
 	const windows = 20
 	per := uint32(max(b.N/windows, 10000))
@@ -300,24 +227,20 @@ func benchPaired(b *testing.B, frames [][]byte) error {
 	var dirRuns uint64
 	b.ResetTimer()
 	for w := 0; w < windows; w++ {
-		order := []*ebpf.Program{base, d.Prog}
+		order := []int{0, 1}
 		if w%2 == 1 {
-			order[0], order[1] = order[1], order[0]
+			order[0], order[1] = 1, 0
 		}
-		var cost [2]Cost
-		for _, p := range order {
-			c, err := MeasureCost(p, func() error { return tg.Run(peers[p], per) })
+		var cost [2]lab.Cost
+		for _, i := range order {
+			c, err := rigs[i].Send(frames, per)
 			if err != nil {
 				return err
 			}
 			if c.Runs < uint64(per)/10 {
 				return fmt.Errorf("%d runs counted for %d packets", c.Runs, per)
 			}
-			if p == base {
-				cost[0] = c
-			} else {
-				cost[1] = c
-			}
+			cost[i] = c
 		}
 		bn := float64(cost[0].Runtime.Nanoseconds()) / float64(cost[0].Runs)
 		dn := float64(cost[1].Runtime.Nanoseconds()) / float64(cost[1].Runs)

@@ -9,10 +9,12 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/director/director/internal/pkt"
+	"github.com/director/director/loader/lab"
+
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 // testConfig has several tables, IPv4 and IPv6 VIPs, prefixes, port ranges
@@ -239,7 +241,7 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 	if len(frame) < 14 {
 		return "" // BPF_PROG_RUN refuses these; no NIC delivers them either
 	}
-	verdict, out, err := d.Run(frame)
+	verdict, out, err := lab.Run(d.Prog, frame)
 	if err != nil {
 		return err.Error()
 	}
@@ -329,7 +331,7 @@ func checkCounters(t *testing.T, d *Director, tl *tally) {
 	}
 	for i := 0; i < model.NumCounters; i++ {
 		if got[i] != tl.counters[i] {
-			t.Errorf("counter %s = %d, model %d", CounterNames[i], got[i], tl.counters[i])
+			t.Errorf("counter %s = %d, model %d", CounterNames()[i], got[i], tl.counters[i])
 		}
 	}
 	st, err := d.Stats()

@@ -8,10 +8,10 @@ import (
 	"github.com/director/director/table"
 )
 
-// Geometry of the exact-match table, from director.h.
+// Geometry of the exact-match table (enum dir_limit in director.h).
 const (
-	exactSlots  = 8192
-	exactProbes = 4
+	exactSlots  = uint32(bpf.DirectorDirLimitDIR_EXACT_SLOTS)
+	exactProbes = uint32(bpf.DirectorDirLimitDIR_EXACT_PROBES)
 )
 
 func exactKey(proto table.Proto, addr netip.Addr, port uint16) bpf.DirectorDirExactKey {
@@ -20,8 +20,15 @@ func exactKey(proto table.Proto, addr netip.Addr, port uint16) bpf.DirectorDirEx
 	return k
 }
 
-// exactMul are DIR_EXACT_K0..K4 from director.h.
-var exactMul = [5]uint64{0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0xd6e8feb86659fd93, 0xff51afd7ed558ccd}
+// exactMul are DIR_EXACT_K(0)..K(4) from director.h, whose halves
+// bpf2go gives (enum dir_exact_mult).
+var exactMul = [5]uint64{
+	uint64(bpf.DirectorDirExactMultDIR_EXACT_K0HI)<<32 | uint64(bpf.DirectorDirExactMultDIR_EXACT_K0LO),
+	uint64(bpf.DirectorDirExactMultDIR_EXACT_K1HI)<<32 | uint64(bpf.DirectorDirExactMultDIR_EXACT_K1LO),
+	uint64(bpf.DirectorDirExactMultDIR_EXACT_K2HI)<<32 | uint64(bpf.DirectorDirExactMultDIR_EXACT_K2LO),
+	uint64(bpf.DirectorDirExactMultDIR_EXACT_K3HI)<<32 | uint64(bpf.DirectorDirExactMultDIR_EXACT_K3LO),
+	uint64(bpf.DirectorDirExactMultDIR_EXACT_K4HI)<<32 | uint64(bpf.DirectorDirExactMultDIR_EXACT_K4LO),
+}
 
 // exactHash is the C exact_hash: the key's five 32-bit words, read in host
 // (little-endian) order, each times its constant, summed in 64 bits, the

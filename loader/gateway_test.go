@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )
 
@@ -18,12 +18,12 @@ import (
 // namespace's own default route is never a fallback.
 func TestResolveGatewayOfNamedInterface(t *testing.T) {
 	testenv.Kernel(t)
-	err := testnet.InNetns(func() error {
+	err := lab.InNetns(func() error {
 		dc := table.DefaultDirectorConfig()
-		if err := testnet.Veth("gw0", "gw1"); err != nil {
+		if err := lab.Veth("gw0", "gw1"); err != nil {
 			return err
 		}
-		if err := testnet.Veth("other0", "other1"); err != nil {
+		if err := lab.Veth("other0", "other1"); err != nil {
 			return err
 		}
 		mac, _ := net.ParseMAC("02:00:00:00:00:09")

@@ -11,10 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/internal/pkt"
+	"github.com/director/director/loader/lab"
+
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
+	"github.com/director/director/table/gue"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -75,7 +78,7 @@ func TestGoldenPackets(t *testing.T) {
 	fmt.Fprintf(&out, "# Golden packets: go test ./loader -run GoldenPackets -update\n")
 	fmt.Fprintf(&out, "# Tables: loader/datapath_test.go testConfig. Source IP %s, gateway %x.\n", dc.SrcIP, pkt.GatewayMAC)
 	for _, c := range goldenCases() {
-		v, o, err := d.Run(c.frame)
+		v, o, err := lab.Run(d.Prog, c.frame)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,14 +87,14 @@ func TestGoldenPackets(t *testing.T) {
 			t.Errorf("%s: kernel and model differ", c.name)
 		}
 		verdict := "XDP_TX"
-		if v == model.XDPPass {
-			verdict = "XDP_PASS " + CounterNames[res.Reason]
+		if int(v) == model.XDPPass {
+			verdict = "XDP_PASS " + CounterNames()[res.Reason]
 		}
-		if strings.HasPrefix(c.name, "pass-") != (v == model.XDPPass) {
+		if strings.HasPrefix(c.name, "pass-") != (int(v) == model.XDPPass) {
 			t.Errorf("%s: verdict %s", c.name, verdict)
 		}
 		fmt.Fprintf(&out, "\n%s: %s\n  in  %s\n  out %s\n", c.name, verdict, hex.EncodeToString(c.frame), hex.EncodeToString(o))
-		if v == model.XDPTX {
+		if int(v) == model.XDPTX {
 			checkGUE(t, c.name, c.frame, o, res, dc)
 		}
 	}
@@ -133,7 +136,7 @@ func checkGUE(t *testing.T, name string, in, out []byte, res model.Result, dc ta
 	if ip[0] != 0x45 || ip[8] != 64 || ip[9] != 17 || ip[6] != 0x40 || ip[4] != 0 || ip[5] != 0 {
 		t.Errorf("%s: outer IPv4 header %x", name, ip[:20])
 	}
-	if model.Checksum(ip[:20]) != 0 {
+	if gue.Checksum(ip[:20]) != 0 {
 		t.Errorf("%s: outer IPv4 checksum wrong", name)
 	}
 	if netip.AddrFrom4([4]byte(ip[12:16])) != dc.SrcIP || netip.AddrFrom4([4]byte(ip[16:20])) != hops[0] {

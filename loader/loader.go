@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/table"
 )
 
 // DefaultBPFFS is where a director pins its objects unless told otherwise.
@@ -80,8 +81,6 @@ func Load(dir string) (*Director, error) {
 	d := &Director{Dir: dir, spec: spec}
 	restart := fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir)
 	err = loadPinned(dir, "the XDP program", restart, spec, pinnedMaps, &objs, &objs.Director, func() error {
-		objs.XdpTxBaseline.Close() // only benchmarks use it
-		objs.XdpPassAll.Close()    // only tests use it
 		d.Maps = objs.DirectorMaps
 		if err := d.createBindMaps(); err != nil {
 			return err
@@ -413,4 +412,19 @@ func lockDir(dir string) (unlock func(), err error) {
 		unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// Private loads a private instance (nothing pinned, never attached) that
+// serves tables with the director config c, its gateway set: what replays
+// and benchmarks run packets through, apart from any live director.
+func Private(c *table.DirectorConfig, tables []*table.Table) (*Director, error) {
+	d, err := Load("")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.ApplyChange(Change{Tables: tables, Config: c}, nil); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
 }

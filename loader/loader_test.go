@@ -85,8 +85,8 @@ func TestSharedTypeSizes(t *testing.T) {
 			t.Errorf("%s is %d bytes, want %d", c.name, c.got, c.want)
 		}
 	}
-	if int(bpf.DirectorDirCounterDIR_C_MAX) != len(CounterNames) {
-		t.Errorf("%d counter names for %d counters", len(CounterNames), bpf.DirectorDirCounterDIR_C_MAX)
+	if int(bpf.DirectorDirCounterDIR_C_MAX) != len(CounterNames()) {
+		t.Errorf("%d counter names for %d counters", len(CounterNames()), bpf.DirectorDirCounterDIR_C_MAX)
 	}
 }
 

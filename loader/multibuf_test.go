@@ -11,10 +11,10 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 // bigFrames are frames around and beyond the first buffer BPF_PROG_RUN
@@ -106,7 +106,7 @@ func TestMultiBufferFramesMatchModel(t *testing.T) {
 						seen["tx multi-buffer"]++
 					}
 				} else {
-					seen[CounterNames[r.Reason]]++
+					seen[CounterNames()[r.Reason]]++
 				}
 			}
 			checkCounters(t, d, tl)
@@ -129,16 +129,20 @@ func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
 	testenv.Kernel(t)
 	dc := directorConfig()
 	tabs := testTables(t, testConfig)
-	r, err := NewReplayer(&dc, pkt.GatewayMAC[:], tabs)
+	d, err := Private(&dc, tabs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer d.Close()
+	r, err := lab.NewReplayer(d.Prog, d.Maps.Counters)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := model.New(dc, pkt.GatewayMAC, tabs)
 	small := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
 	huge := append(append([]byte(nil), small...), make([]byte, model.MaxFrame)...)
 	frames := [][]byte{small, huge, small[:model.MaxFrame%len(small)]}
-	out := make([]Outcome, len(frames))
+	out := make([]lab.Outcome, len(frames))
 	if err := r.Run(frames, out); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +165,7 @@ func TestVethJumboFrames(t *testing.T) {
 	for _, mode := range []string{ModeNative, ModeGeneric} {
 		t.Run(mode, func(t *testing.T) {
 			dir := testDir(t)
-			if err := testnet.InNetns(func() error { return vethJumbo(dir, mode) }); err != nil {
+			if err := lab.InNetns(func() error { return vethJumbo(dir, mode) }); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -169,7 +173,7 @@ func TestVethJumboFrames(t *testing.T) {
 }
 
 func vethJumbo(dir, mode string) error {
-	if err := testnet.Veth("dir0", "peer0"); err != nil {
+	if err := lab.Veth("dir0", "peer0"); err != nil {
 		return err
 	}
 	// The encapsulated frame is 40 bytes longer than what came in.
@@ -197,7 +201,7 @@ func vethJumbo(dir, mode string) error {
 		return err
 	}
 	if mode == ModeNative {
-		pass, err := PassAll()
+		pass, err := lab.PassAll()
 		if err != nil {
 			return err
 		}
@@ -212,7 +216,7 @@ func vethJumbo(dir, mode string) error {
 		}
 		defer l.Close()
 	}
-	sock, err := testnet.Listen("peer0")
+	sock, err := lab.Listen("peer0")
 	if err != nil {
 		return err
 	}

@@ -10,14 +10,9 @@ import (
 	"github.com/director/director/table"
 )
 
-// CounterNames are the global counters, in the datapath's order (enum
-// dir_counter in bpf/director.h; a test checks they agree).
-var CounterNames = []string{
-	"processed", "matched", "encapsulated", "encapsulated_bytes", "bind_fast",
-	"pass_not_ip", "pass_vlan", "pass_malformed", "pass_fragment", "pass_ipv6_ext",
-	"pass_proto", "pass_icmp_echo_off", "pass_no_bind", "pass_headers_split", "pass_too_big",
-	"error_no_config", "error_no_table", "error_adjust_head", "error_bounds",
-}
+// CounterNames are the global counters' names, by index: enum
+// dir_counter's in bpf/director.h (bpf.DirectorCounterNames).
+func CounterNames() []string { return bpf.DirectorCounterNames() }
 
 // Traffic is packets and bytes (of the original IP packets).
 type Traffic struct {
@@ -68,7 +63,7 @@ func (d *Director) GlobalCounters() ([]uint64, error) {
 	if err := d.Maps.Counters.Lookup(uint32(0), &per); err != nil {
 		return nil, err
 	}
-	out := make([]uint64, len(CounterNames))
+	out := make([]uint64, len(CounterNames()))
 	for _, c := range per {
 		for i := range out {
 			out[i] += c.C[i]
@@ -100,7 +95,7 @@ func (d *Director) Stats() (*Stats, error) {
 	if s.Interfaces, err = d.InterfaceStats(); err != nil {
 		return nil, err
 	}
-	for i, n := range CounterNames {
+	for i, n := range CounterNames() {
 		s.Global[n] = g[i]
 	}
 	live, err := d.Live()

@@ -19,11 +19,12 @@ import (
 // hold the live tables, the previous apply's and the next one's.
 const MaxTables = 32
 
-// Datapath limits, from director.h.
+// Datapath limits (enum dir_limit in bpf/director.h).
 const (
-	DirMaxTables   = 64  // counter blocks
-	DirMaxSlots    = 128 // table slots
-	DirMaxBackends = 256
+	DirMaxTables   = int(bpf.DirectorDirLimitDIR_MAX_TABLES) // counter blocks
+	DirMaxSlots    = int(bpf.DirectorDirLimitDIR_MAX_SLOTS)  // table slots
+	DirMaxBackends = int(bpf.DirectorDirLimitDIR_MAX_BACKENDS)
+	DirBindGens    = uint32(bpf.DirectorDirLimitDIR_BIND_GENS)
 )
 
 // LiveTable is a table as the kernel holds it.
@@ -36,10 +37,34 @@ type LiveTable struct {
 	Stat []uint8
 }
 
-// Live reads every live table back from the kernel maps, in slot order.
-// What it returns is what packets are steered with.
+// Live reads every live table back from the kernel maps, in index order.
+// What it returns is what packets are steered with. It takes no lock: it
+// reads the generation counter before and after, and reads again if an
+// apply committed meanwhile (an apply in progress writes only the other
+// generation's binds and slots neither generation uses).
 func (d *Director) Live() ([]LiveTable, error) {
-	slots, err := d.liveSlots()
+	for try := 0; ; try++ {
+		before, err := d.generation()
+		if err != nil {
+			return nil, err
+		}
+		out, err := d.liveAt(before)
+		after, gerr := d.generation()
+		if gerr != nil {
+			return nil, gerr
+		}
+		if after == before {
+			return out, err
+		}
+		if try == 100 {
+			return nil, errors.New("reading live tables: applies keep committing under the reader")
+		}
+	}
+}
+
+// liveAt reads the tables generation gen registers.
+func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
+	slots, err := d.registered(gen % DirBindGens)
 	if err != nil {
 		return nil, err
 	}
@@ -55,13 +80,14 @@ func (d *Director) Live() ([]LiveTable, error) {
 	return out, nil
 }
 
-// generation returns the live bind generation.
+// generation returns the bind generation counter: every commit adds one,
+// and its parity (what the program reads) picks the live binds.
 func (d *Director) generation() (uint32, error) {
 	var c bpf.DirectorDirConfig
 	if err := d.Maps.Config.Lookup(uint32(0), &c); err != nil {
 		return 0, err
 	}
-	return c.BindGen % 2, nil
+	return c.BindGen, nil
 }
 
 // trie opens a generation's bind trie; the caller closes it.
@@ -73,15 +99,6 @@ func innerMap(outer *ebpf.Map, key uint32) (*ebpf.Map, error) {
 		return nil, fmt.Errorf("reading %s[%d]: %w", outer, key, err)
 	}
 	return ebpf.NewMapFromID(id)
-}
-
-// liveSlots lists the slots the live bind generation registers.
-func (d *Director) liveSlots() ([]int, error) {
-	gen, err := d.generation()
-	if err != nil {
-		return nil, err
-	}
-	return d.registered(gen)
 }
 
 // registered lists the table slots a bind generation's trie registers.
@@ -190,14 +207,14 @@ func nativeFromBE(b [4]byte) uint32 {
 }
 
 func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
-	if dt.NumBackends == 0 || dt.NumBackends > DirMaxBackends || int(dt.NumBinds) > len(dt.Binds) {
+	if dt.NumBackends == 0 || int(dt.NumBackends) > DirMaxBackends || int(dt.NumBinds) > len(dt.Binds) {
 		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
 	}
 	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows)}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
 	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t}
 	// Rows name backends by counter index; map those back to positions.
-	var byStat [DirMaxBackends]int32
+	var byStat [bpf.DirectorDirLimitDIR_MAX_BACKENDS]int32
 	for i := range byStat {
 		byStat[i] = -1
 	}
@@ -338,7 +355,7 @@ func (d *Director) ApplyChange(ch Change, check func(live State) error) (*ApplyR
 	if err != nil {
 		return nil, err
 	}
-	previous, err := d.registered(1 - gen)
+	previous, err := d.registered((gen + 1) % DirBindGens) // the inactive generation
 	if err != nil {
 		return nil, err
 	}
@@ -581,7 +598,8 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 	if err != nil {
 		return err
 	}
-	next := 1 - gen
+	next := gen + 1
+	inactive := next % DirBindGens
 	var refs []table.BindRef
 	for i, t := range tables {
 		for _, b := range t.Binds {
@@ -589,7 +607,7 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		}
 	}
 	// Nothing reads the inactive generation: empty its trie, then fill it.
-	trie, err := d.trie(next)
+	trie, err := d.trie(inactive)
 	if err != nil {
 		return err
 	}
@@ -627,7 +645,7 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		}
 	}
 	et, _ := buildExact(entries, tables, slots)
-	if err := d.Maps.BindExact.Put(next, et); err != nil {
+	if err := d.Maps.BindExact.Put(inactive, et); err != nil {
 		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
 

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
+	"github.com/director/director/loader/lab"
+	"github.com/director/director/table/pkt"
 )
 
 // TestLoadReplacesAnOlderProgram pins another program in the director's
@@ -19,8 +19,8 @@ import (
 func TestLoadReplacesAnOlderProgram(t *testing.T) {
 	testenv.Kernel(t)
 	dir := testDir(t)
-	err := testnet.InNetns(func() error {
-		if err := testnet.Veth("up0", "up1"); err != nil {
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("up0", "up1"); err != nil {
 			return err
 		}
 		d, err := Load(dir)
@@ -33,7 +33,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 		}
 		// The "old version": a program that passes everything, pinned and
 		// attached where the director's would be.
-		old, err := PassAll()
+		old, err := lab.PassAll()
 		if err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 		if a.ProgramID != uint32(oldID) {
 			return fmt.Errorf("attached program %d, want the old %d", a.ProgramID, oldID)
 		}
-		sock, err := testnet.Listen("up1")
+		sock, err := lab.Listen("up1")
 		if err != nil {
 			return err
 		}
@@ -99,13 +99,13 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 func TestLoadBackendReplacesAnOlderProgram(t *testing.T) {
 	testenv.Kernel(t)
 	dir := testDir(t)
-	err := testnet.InNetns(func() error {
-		if err := testnet.Veth("bu0", "bu1"); err != nil {
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("bu0", "bu1"); err != nil {
 			return err
 		}
 		// The "old version", pinned and attached where the backend
 		// program would be.
-		old, err := PassAll()
+		old, err := lab.PassAll()
 		if err != nil {
 			return err
 		}

@@ -11,10 +11,10 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 // isGUE reports whether a frame is IPv4/UDP to GLB's GUE port.
@@ -30,7 +30,7 @@ func TestVethSteering(t *testing.T) {
 	for _, mode := range []string{ModeNative, ModeGeneric} {
 		t.Run(mode, func(t *testing.T) {
 			dir := testDir(t)
-			err := testnet.InNetns(func() error { return vethSteering(dir, mode) })
+			err := lab.InNetns(func() error { return vethSteering(dir, mode) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +39,7 @@ func TestVethSteering(t *testing.T) {
 }
 
 func vethSteering(dir, mode string) error {
-	if err := testnet.Veth("dir0", "peer0"); err != nil {
+	if err := lab.Veth("dir0", "peer0"); err != nil {
 		return err
 	}
 	d, err := Load(dir)
@@ -67,7 +67,7 @@ func vethSteering(dir, mode string) error {
 	if mode == ModeNative {
 		// XDP_TX'd frames reach the peer only if it runs NAPI: give it a
 		// program that passes everything.
-		pass, err := PassAll()
+		pass, err := lab.PassAll()
 		if err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func vethSteering(dir, mode string) error {
 		defer l.Close()
 	}
 
-	sock, err := testnet.Listen("peer0")
+	sock, err := lab.Listen("peer0")
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func vethSteering(dir, mode string) error {
 	if err := sock.Send(pkt.Frame(g.steeredIP())); err != nil {
 		return err
 	}
-	if _, err := sock.Recv(300*time.Millisecond, isGUE); !errors.Is(err, testnet.ErrTimeout) {
+	if _, err := sock.Recv(300*time.Millisecond, isGUE); !errors.Is(err, lab.ErrTimeout) {
 		return fmt.Errorf("after detach a GUE packet still came back (%v)", err)
 	}
 	return nil

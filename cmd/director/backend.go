@@ -148,7 +148,7 @@ func backendStatus(e *env, dir string, asJSON bool) error {
 	} else {
 		fmt.Fprintln(e.stdout, "second chance OFF: every GUE packet is decapsulated here")
 	}
-	for _, n := range loader.BackendCounterNames {
+	for _, n := range loader.BackendCounterNames() {
 		fmt.Fprintf(e.stdout, "%-16s %12d\n", n, counters[n])
 	}
 	return nil

@@ -4,17 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
-	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
 	"github.com/director/director/table/model"
@@ -98,30 +96,32 @@ func runBench(e *env, c *command, args []string) error {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
 	defer signal.Stop(stop)
-	err = testnet.InNetns(func() error {
-		rp, err := loader.NewReplayer(dc, gw, tables)
+	err = lab.InNetns(func() error {
+		c := *dc
+		c.GatewayMAC = gw
+		d, err := loader.Private(&c, tables)
 		if err != nil {
 			return err
 		}
-		defer rp.Close()
-		base, err := loader.Baseline()
+		defer d.Close()
+		base, err := lab.Baseline()
 		if err != nil {
 			return err
 		}
 		defer base.Close()
-		before, err := rp.D.GlobalCounters()
+		before, err := d.GlobalCounters()
 		if err != nil {
 			return err
 		}
-		if doc.Director, err = benchProgram(rp.D.Prog, frames, *mode, *duration, stop); err != nil {
+		if doc.Director, err = benchProgram(d.Prog, frames, *mode, *duration, stop); err != nil {
 			return err
 		}
-		after, err := rp.D.GlobalCounters()
+		after, err := d.GlobalCounters()
 		if err != nil {
 			return err
 		}
 		doc.Counters = map[string]any{}
-		for i, n := range loader.CounterNames {
+		for i, n := range loader.CounterNames() {
 			doc.Counters[n] = after[i] - before[i]
 		}
 		// Each path on its own, when the capture takes more than one.
@@ -129,7 +129,7 @@ func runBench(e *env, c *command, args []string) error {
 			if len(p.frames) == 0 || len(p.frames) == len(frames) {
 				continue
 			}
-			run, err := benchProgram(rp.D.Prog, p.frames, *mode, *duration, stop)
+			run, err := benchProgram(d.Prog, p.frames, *mode, *duration, stop)
 			if err != nil {
 				return err
 			}
@@ -200,108 +200,49 @@ func window(w, size, n int) int {
 	return (w % windows) * size
 }
 
-// benchProgram attaches prog to a fresh veth pair in the current (private)
-// namespace and injects frames for d. It runs on the namespace's thread.
+// benchProgram measures prog on frames for d, on a Rig in the current
+// (private) namespace, sending the capture window by window: the
+// generator holds TrafficgenMaxFrames frames at a time. It runs on the
+// namespace's thread.
 func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Duration, stop chan os.Signal) (benchRun, error) {
 	var r benchRun
-	if err := testnet.Veth("dir0", "gen0"); err != nil {
+	rig, err := lab.NewRig("dir0", prog, mode)
+	if err != nil {
 		return r, err
 	}
-	defer func() {
-		if l, err := net.InterfaceByName("dir0"); err == nil {
-			testnet.DeleteLink(l.Name)
-		}
-	}()
-	dir, _ := net.InterfaceByName("dir0")
-	gen, _ := net.InterfaceByName("gen0")
-	flags := link.XDPDriverMode
+	defer rig.Close()
+	size := lab.TrafficgenMaxFrames
 	if mode == loader.ModeGeneric {
-		flags = link.XDPGenericMode
+		size = 4096 // a packet socket's batch
 	}
-	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: dir.Index, Flags: flags})
-	if err != nil {
-		return r, err
-	}
-	defer l.Close()
-	pass, err := loader.PassAll()
-	if err != nil {
-		return r, err
-	}
-	defer pass.Close()
-	// The generating end needs NAPI to take back what the program transmits.
-	pl, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: gen.Index, Flags: link.XDPDriverMode})
-	if err != nil {
-		return r, err
-	}
-	defer pl.Close()
-	tg, err := loader.NewTrafficgen()
-	if err != nil {
-		return r, err
-	}
-	defer tg.Close()
-	stopStats, err := loader.EnableRunStats()
-	if err != nil {
-		return r, err
-	}
-	defer stopStats()
 	start := time.Now()
 	// Windows sent, by their first frame: how much of the capture ran.
 	sent := map[int]int{}
-	inject := func() error {
-		// The generator holds up to TrafficgenMaxFrames frames at a time;
-		// a longer capture is sent in windows of that many.
-		for w := 0; time.Since(start) < d; w++ {
-			lo := window(w, loader.TrafficgenMaxFrames, len(frames))
-			hi := min(lo+loader.TrafficgenMaxFrames, len(frames))
-			sent[lo] = hi - lo
-			if err := tg.Prepare(frames[lo:hi]); err != nil {
-				return err
-			}
-			select {
-			case <-stop:
-				return errors.New("interrupted")
-			default:
-			}
-			// Each call costs milliseconds to set up, so it sends many
-			// frames: a window is cycled through windowRepeats times.
-			n := uint32(perCall)
-			if len(frames) > loader.TrafficgenMaxFrames {
-				n = uint32(hi-lo) * windowRepeats
-			}
-			if err := tg.Run(gen.Index, n); err != nil {
-				return err
-			}
+	var cost lab.Cost
+	for w := 0; time.Since(start) < d; w++ {
+		select {
+		case <-stop:
+			return r, errors.New("interrupted")
+		default:
 		}
-		return nil
-	}
-	if mode == loader.ModeGeneric {
-		// Redirected frames only reach a veth whose peer runs native XDP;
-		// generic XDP sees the stack's packets, so send through a packet
-		// socket, in sendmmsg batches.
-		inject = func() error {
-			sock, err := testnet.Listen("gen0")
-			if err != nil {
-				return err
-			}
-			defer sock.Close()
-			for w := 0; time.Since(start) < d; w++ {
-				select {
-				case <-stop:
-					return errors.New("interrupted")
-				default:
-				}
-				lo := window(w, 4096, len(frames))
-				sent[lo] = min(lo+4096, len(frames)) - lo
-				if err := sock.SendBatch(frames[lo:min(lo+4096, len(frames))]); err != nil {
-					return err
-				}
-			}
-			return nil
+		lo := window(w, size, len(frames))
+		hi := min(lo+size, len(frames))
+		sent[lo] = hi - lo
+		// Each generator call costs milliseconds to set up, so it sends
+		// many frames: a window is cycled through windowRepeats times,
+		// and a capture that fits is sent perCall times over.
+		n := uint32(hi-lo) * windowRepeats
+		if mode == loader.ModeGeneric {
+			n = uint32(hi - lo)
+		} else if len(frames) <= size {
+			n = perCall
 		}
-	}
-	cost, err := loader.MeasureCost(prog, inject)
-	if err != nil {
-		return r, err
+		c, err := rig.Send(frames[lo:hi], n)
+		if err != nil {
+			return r, err
+		}
+		cost.Runs += c.Runs
+		cost.Runtime += c.Runtime
 	}
 	r.Seconds = time.Since(start).Seconds()
 	for _, n := range sent {
@@ -368,13 +309,13 @@ func printBench(w io.Writer, d *benchDoc) {
 	}
 	if d.Director.DistinctFrames < d.Frames {
 		fmt.Fprintf(w, "  (the generator holds %d frames at a time: a longer capture is sent in windows, as many as --duration allows)\n",
-			loader.TrafficgenMaxFrames)
+			lab.TrafficgenMaxFrames)
 	}
 	fmt.Fprintf(w, "generator: %.0f packets/s through the director, %.0f through the empty program over %.1fs each\n",
 		d.Director.PacketsPerSec, d.Baseline.PacketsPerSec, d.Director.Seconds)
 	fmt.Fprintln(w, "  (the rate this machine generates at, not the director's capacity)")
 	fmt.Fprintln(w, "  director verdicts:")
-	for _, n := range loader.CounterNames {
+	for _, n := range loader.CounterNames() {
 		if v, ok := d.Counters[n].(uint64); ok && v > 0 {
 			fmt.Fprintf(w, "    %-20s %12d\n", n, v)
 		}

@@ -14,11 +14,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
-	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
+	"github.com/director/director/table/pkt"
 )
 
 // bpffsDir gives a test its own director pin directory, unloaded at the end.
@@ -148,8 +148,8 @@ func TestBackendCommands(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t) + "-backend"
 	t.Cleanup(func() { loader.Unload(dir) })
-	err := testnet.InNetns(func() error {
-		if err := testnet.Veth("bk0", "bk1"); err != nil {
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("bk0", "bk1"); err != nil {
 			return err
 		}
 		b := []string{"backend", "--backend-bpffs", dir}
@@ -377,8 +377,8 @@ func TestLoadUnderIPNetnsExec(t *testing.T) {
 func TestStatsShowsInterfaceDrops(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t)
-	err := testnet.InNetns(func() error {
-		if err := testnet.Veth("drop0", "drop1"); err != nil {
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("drop0", "drop1"); err != nil {
 			return err
 		}
 		b := []string{"--bpffs", dir}
@@ -388,7 +388,7 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 				return fmt.Errorf("%v: %s%s", args, out, errOut)
 			}
 		}
-		sock, err := testnet.Listen("drop1")
+		sock, err := lab.Listen("drop1")
 		if err != nil {
 			return err
 		}

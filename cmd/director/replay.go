@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
 	"github.com/director/director/table/model"
@@ -82,10 +83,11 @@ func runReplay(e *env, c *command, args []string) error {
 }
 
 type side struct {
-	path   string
-	tables []*table.Table
-	model  *model.Datapath
-	kernel *loader.Replayer
+	path    string
+	tables  []*table.Table
+	model   *model.Datapath
+	private *loader.Director // the private instance the kernel runs
+	kernel  *lab.Replayer
 }
 
 type replayer struct {
@@ -128,13 +130,8 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 		tables := src.Tables
 		s := &side{path: path, tables: tables, model: model.New(*dc, rp.gw, tables)}
 		if !modelOnly {
-			if s.kernel, err = loader.NewReplayer(dc, gw, tables); err != nil {
-				if errors.Is(err, unix.EPERM) {
-					// Not cilium/ebpf's hint about MEMLOCK: privileges are missing.
-					return nil, errors.New("replay: running the XDP program in the kernel (BPF_PROG_RUN) needs root, or CAP_BPF " +
-						"and CAP_NET_ADMIN; --model replays through the Go model and needs neither")
-				}
-				return nil, fmt.Errorf("replay: %w", err)
+			if s.private, s.kernel, err = privateReplayer(dc, gw, tables); err != nil {
+				return nil, err
 			}
 		}
 		return s, nil
@@ -153,10 +150,32 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 
 func (rp *replayer) close() {
 	for _, s := range []*side{rp.cur, rp.new} {
-		if s != nil && s.kernel != nil {
-			s.kernel.Close()
+		if s != nil && s.private != nil {
+			s.private.Close()
 		}
 	}
+}
+
+// privateReplayer loads a private director serving tables and a
+// replayer running frames through it.
+func privateReplayer(dc *table.DirectorConfig, gw net.HardwareAddr, tables []*table.Table) (*loader.Director, *lab.Replayer, error) {
+	c := *dc
+	c.GatewayMAC = gw
+	d, err := loader.Private(&c, tables)
+	if errors.Is(err, unix.EPERM) {
+		// Not cilium/ebpf's hint about MEMLOCK: privileges are missing.
+		return nil, nil, errors.New("replay: running the XDP program in the kernel (BPF_PROG_RUN) needs root, or CAP_BPF " +
+			"and CAP_NET_ADMIN; --model replays through the Go model and needs neither")
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	r, err := lab.NewReplayer(d.Prog, d.Maps.Counters)
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	return d, r, nil
 }
 
 const replayBatch = 1 << 14
@@ -183,7 +202,7 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	for i, t := range rp.cur.tables {
 		names[i] = t.Name
 	}
-	agg := replay.NewAggregator(path, r.Frmt, names, loader.CounterNames)
+	agg := replay.NewAggregator(path, r.Frmt, names, loader.CounterNames())
 	var vr *replay.VerifyReport
 	if verify {
 		vr = &replay.VerifyReport{First: []replay.Mismatch{}}
@@ -308,7 +327,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 	aggs := make([]*replay.Aggregator, n)
 	aggs[0] = agg
 	for i := 1; i < n; i++ {
-		aggs[i] = replay.NewAggregator("", "", nil, loader.CounterNames)
+		aggs[i] = replay.NewAggregator("", "", nil, loader.CounterNames())
 	}
 	// Reading is the part that cannot be shared, so the reader counts no
 	// flows unless it is alone. A flow's worker is the high half of its
@@ -515,7 +534,7 @@ func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay
 type outcome struct {
 	verdict int          // the XDP action
 	out     []byte       // the frame as the program left it
-	reason  int          // for XDP_PASS: the pass counter, an index in loader.CounterNames; -1 if none moved
+	reason  int          // for XDP_PASS: the pass counter, an index in loader.CounterNames(); -1 if none moved
 	res     model.Result // the model's view (flow, table, row)
 }
 
@@ -549,7 +568,7 @@ func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) 
 	for i := range batch {
 		frames[i] = batch[i].Frame
 	}
-	ko := make([]loader.Outcome, len(batch))
+	ko := make([]lab.Outcome, len(batch))
 	if err := s.kernel.Run(frames, ko); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -649,10 +668,10 @@ func verdictName(verdict, reason int) string {
 	if verdict != model.XDPPass {
 		return name
 	}
-	if reason < 0 || reason >= len(loader.CounterNames) {
+	if reason < 0 || reason >= len(loader.CounterNames()) {
 		return name + " (no counter)"
 	}
-	return name + " " + loader.CounterNames[reason]
+	return name + " " + loader.CounterNames()[reason]
 }
 
 func printReplay(w io.Writer, r *replay.Report) {
@@ -673,7 +692,7 @@ func printReplay(w io.Writer, r *replay.Report) {
 			fmt.Fprintf(w, "  XDP_%-8s%10d packets %12d bytes  %s\n", strings.ToUpper(v), o.Packets, o.Bytes, share(o.Packets, c.Packets))
 		}
 	}
-	for _, name := range loader.CounterNames {
+	for _, name := range loader.CounterNames() {
 		if rc, ok := r.Reasons[name]; ok {
 			fmt.Fprintf(w, "    %-20s %10d packets %12d bytes\n", name, rc.Packets, rc.Bytes)
 		}

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 	"github.com/director/director/table/replay"
 )
 

@@ -100,7 +100,7 @@ func printStats(e *env, s, prev *loader.Stats) {
 	if prev != nil {
 		dt = s.Time.Sub(prev.Time)
 	}
-	for _, n := range loader.CounterNames {
+	for _, n := range loader.CounterNames() {
 		v := s.Global[n]
 		r := ""
 		if prev != nil {

@@ -27,8 +27,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/director/director/internal/testnet"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )
 
@@ -190,7 +190,7 @@ func New(n int) (_ *Testbed, err error) {
 	// rewritten by XDP on the way, so they must leave with finished
 	// checksums, not offloaded ones.
 	err = tb.Client.Do(func() error {
-		if err := testnet.DisableOffloads("eth0"); err != nil {
+		if err := lab.DisableOffloads("eth0"); err != nil {
 			return err
 		}
 		l, _ := netlink.LinkByName("eth0")
@@ -262,7 +262,7 @@ func (tb *Testbed) join(name string, ip netip.Addr) (*Host, error) {
 	// The LAN end runs NAPI (a pass-all XDP program), so frames the host's
 	// XDP program transmits back are accepted.
 	err = tb.LAN.Do(func() error {
-		pass, err := loader.PassAll()
+		pass, err := lab.PassAll()
 		if err != nil {
 			return err
 		}

@@ -11,42 +11,41 @@ import (
 	"os"
 	"sync"
 
+	"github.com/director/director/bpf"
 	"github.com/director/director/table"
+	"github.com/director/director/table/gue"
 )
 
-// Verdicts, as XDP numbers them.
+// Verdicts, as XDP numbers them (enum xdp_action).
 const (
-	XDPPass = 2
-	XDPTX   = 3
+	XDPPass = int(bpf.DirectorXdpActionXDP_PASS)
+	XDPTX   = int(bpf.DirectorXdpActionXDP_TX)
 )
 
-// Reasons a packet is passed, numbered as the datapath's counters (enum
-// dir_counter in bpf/director.h; the loader's tests check they agree).
+// The datapath's counters (enum dir_counter in bpf/director.h); the
+// reasons a packet is passed are among them.
 const (
-	CounterProcessed = iota
-	CounterMatched
-	CounterEncapsulated
-	CounterEncapBytes
-	BindFast // bind found through the exact-match fast path (a performance counter; not modelled)
-	PassNotIP
-	PassVLAN
-	PassMalformed
-	PassFragment
-	PassIPv6Ext
-	PassProto
-	PassICMPEchoOff
-	PassNoBind
-	PassHeadersSplit // a multi-buffer frame whose headers run past its first buffer
-	PassTooBig       // the encapsulated packet would be over 65,535 bytes
-	ErrNoConfig
-	ErrNoTable
-	ErrAdjustHead
-	ErrBounds
-	NumCounters
+	CounterProcessed    = int(bpf.DirectorDirCounterDIR_C_PROCESSED)
+	CounterMatched      = int(bpf.DirectorDirCounterDIR_C_MATCHED)
+	CounterEncapsulated = int(bpf.DirectorDirCounterDIR_C_ENCAPSULATED)
+	CounterEncapBytes   = int(bpf.DirectorDirCounterDIR_C_ENCAPSULATED_BYTES)
+	BindFast            = int(bpf.DirectorDirCounterDIR_C_BIND_FAST) // found through the exact-match fast path (a performance counter; not modelled)
+	PassNotIP           = int(bpf.DirectorDirCounterDIR_C_PASS_NOT_IP)
+	PassVLAN            = int(bpf.DirectorDirCounterDIR_C_PASS_VLAN)
+	PassMalformed       = int(bpf.DirectorDirCounterDIR_C_PASS_MALFORMED)
+	PassFragment        = int(bpf.DirectorDirCounterDIR_C_PASS_FRAGMENT)
+	PassIPv6Ext         = int(bpf.DirectorDirCounterDIR_C_PASS_IPV6EXT)
+	PassProto           = int(bpf.DirectorDirCounterDIR_C_PASS_PROTO)
+	PassICMPEchoOff     = int(bpf.DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF)
+	PassNoBind          = int(bpf.DirectorDirCounterDIR_C_PASS_NO_BIND)
+	PassHeadersSplit    = int(bpf.DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT) // a multi-buffer frame whose headers run past its first buffer
+	PassTooBig          = int(bpf.DirectorDirCounterDIR_C_PASS_TOO_BIG)       // the encapsulated packet would be over 65,535 bytes
+	ErrNoConfig         = int(bpf.DirectorDirCounterDIR_C_ERROR_NO_CONFIG)
+	ErrNoTable          = int(bpf.DirectorDirCounterDIR_C_ERROR_NO_TABLE)
+	ErrAdjustHead       = int(bpf.DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD)
+	ErrBounds           = int(bpf.DirectorDirCounterDIR_C_ERROR_BOUNDS)
+	NumCounters         = int(bpf.DirectorDirCounterDIR_C_MAX)
 )
-
-// GUEPort is the UDP port GLB's proxies listen on for GUE.
-const GUEPort = 19523
 
 // Datapath is a configured director.
 type Datapath struct {
@@ -273,7 +272,7 @@ func (c *Classifier) remember(slot int, k *flowKey, r *Result) int {
 
 // recall rebuilds the Result steer gave the flow's first packet.
 func (c *Classifier) recall(ft *fate, frame []byte, f *flow, l2len, ipLen int) Result {
-	if ft.verdict != XDPTX {
+	if int(ft.verdict) != XDPTX {
 		return passed(frame, int(ft.reason), true, f)
 	}
 	t := c.d.Tables[ft.table]
@@ -285,7 +284,7 @@ func (c *Classifier) recall(ft *fate, frame []byte, f *flow, l2len, ipLen int) R
 		r.HopList[2], r.HopList[3] = t.Backends[ft.hops[2]].IP, t.Backends[ft.hops[3]].IP
 		r.NHops = 4
 	}
-	r.OuterLen = l2len + encapSize(r.NHops) + ipLen
+	r.OuterLen = l2len + gue.Size(r.NHops) + ipLen
 	return r
 }
 
@@ -398,7 +397,7 @@ func parseFrame(frame []byte, f *flow) (l2len, ipLen int, v6 bool, reason int) {
 	}
 	// The outer IPv4 length must hold the largest encapsulation and the
 	// packet.
-	if reason == 0 && ipLen > 0xffff-encapSize(4) {
+	if reason == 0 && ipLen > 0xffff-gue.Size(gue.MaxHops) {
 		return 0, 0, false, PassTooBig
 	}
 	return l2len, ipLen, v6, reason
@@ -478,13 +477,8 @@ func (d *Datapath) steer(frame []byte, f *flow, l2len, ipLen int, v6, build bool
 	}
 	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
-		OuterLen: l2len + encapSize(nhops) + ipLen}
+		OuterLen: l2len + gue.Size(nhops) + ipLen}
 }
-
-// encapSize is the size of GLB's encapsulation with nhops hops (the
-// primary, in the outer IPv4 header, and the rest listed in GUE): outer
-// IPv4, UDP, GUE and GLB's private data.
-func encapSize(nhops int) int { return 20 + 8 + 4 + 4 + 4*(nhops-1) }
 
 // flowHash is GLB's flow hash over the enabled fields, in order.
 func flowHash(key table.Key, f flow, fields table.HashFields) uint64 {
@@ -673,62 +667,22 @@ func parseIPv6(v ipView, f *flow) (ipLen, reason int) {
 	return tot, 0
 }
 
-// encapsulate builds GLB's GUE packet: the L2 header with new MACs, outer
-// IPv4, UDP, GUE with GLB's private hop list, then everything after the
-// original L2 header (the IP packet and any trailing padding).
+// encapsulate builds GLB's GUE packet: the L2 header with new MACs, then
+// the encapsulation (table/gue), then everything after the original L2
+// header (the IP packet and any trailing padding).
 func encapsulate(l2 []byte, gw [6]byte, src netip.Addr, hops []netip.Addr, sport uint16, family, ipLen int, rest []byte) []byte {
-	listed := len(hops) - 1
-	esize := encapSize(len(hops))
-	out := make([]byte, 0, len(l2)+esize+len(rest))
+	out := make([]byte, 0, len(l2)+gue.Size(len(hops))+len(rest))
 	out = append(out, gw[:]...)
 	out = append(out, l2[0:6]...) // source: the frame's destination
 	if len(l2) == 18 {
 		out = append(out, l2[12:16]...)
 	}
 	out = append(out, 0x08, 0x00)
-
-	ipsz := esize + ipLen
-	ip := make([]byte, 20)
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(ipsz))
-	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
-	ip[8] = 64
-	ip[9] = 17
-	s4, d4 := src.As4(), hops[0].As4()
-	copy(ip[12:], s4[:])
-	copy(ip[16:], d4[:])
-	binary.BigEndian.PutUint16(ip[10:], Checksum(ip))
-	out = append(out, ip...)
-
-	out = binary.BigEndian.AppendUint16(out, sport)
-	out = binary.BigEndian.AppendUint16(out, GUEPort)
-	out = binary.BigEndian.AppendUint16(out, uint16(ipsz-20))
-	out = append(out, 0, 0) // no UDP checksum
-
-	proto := byte(4)
+	proto := uint8(gue.ProtoIPv4)
 	if family == 6 {
-		proto = 41
+		proto = gue.ProtoIPv6
 	}
-	out = append(out, byte(1+listed), proto, 0, 0) // GUE: version 0, C 0, hlen; proto; flags
-	out = append(out, 0, 0, 0, byte(listed))       // GLB private: type 0, next hop 0, hop count
-	for _, h := range hops[1:] {
-		a := h.As4()
-		out = append(out, a[:]...)
-	}
+	h := gue.Header{Src: src, Hops: hops, SourcePort: sport, Proto: proto}
+	out = h.Append(out, ipLen)
 	return append(out, rest...)
-}
-
-// Checksum is the Internet checksum of b.
-func Checksum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }

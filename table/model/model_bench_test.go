@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 // benchModel is the medium config's datapath.

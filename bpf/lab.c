@@ -1,6 +1,9 @@
 //go:build ignore
 
-/* trafficgen: run with BPF_PROG_RUN in live-frames mode, it sends frames
+/* lab: the programs benchmarks and tests use, kept out of the production
+ * object that 'director load' pins.
+ *
+ * xdp_trafficgen: run with BPF_PROG_RUN in live-frames mode, it sends frames
  * out of an interface with XDP_REDIRECT, in bulk, as fast as the kernel
  * allows (the technique of xdp-trafficgen). Each run writes the next of up
  * to TG_MAX_FRAMES prepared frames into the packet and trims it to that
@@ -13,8 +16,11 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define TG_MAX_FRAME  1536  /* bytes: a 1500-byte packet with Ethernet and a VLAN tag */
-#define TG_MAX_FRAMES 4096
+/* An enum, so that bpf2go gives Go the generator's limits. */
+enum tg_limit {
+	TG_MAX_FRAME = 1536,  /* bytes: a 1500-byte packet with Ethernet and a VLAN tag */
+	TG_MAX_FRAMES = 4096,
+};
 
 struct tg_config {
 	__u32 ifindex;  /* where frames go */
@@ -28,6 +34,7 @@ struct tg_frame {
 
 const struct tg_config *unused_tg_config __attribute__((unused));
 const struct tg_frame *unused_tg_frame __attribute__((unused));
+const enum tg_limit *unused_tg_limit __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -80,4 +87,21 @@ int xdp_trafficgen(struct xdp_md *ctx)
 	if (bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
 		return XDP_DROP;
 	return bpf_redirect(c->ifindex, 0);
+}
+
+/* An empty program that transmits every packet back: the baseline that
+ * benchmarks subtract. */
+SEC("xdp")
+int xdp_tx_baseline(struct xdp_md *ctx)
+{
+	return XDP_TX;
+}
+
+/* Passes everything: attached to the receiving end of a veth pair in tests
+ * so that it runs NAPI and accepts frames the director sends with XDP_TX
+ * (multi-buffer ones included, for jumbo MTUs). */
+SEC("xdp.frags")
+int xdp_pass_all(struct xdp_md *ctx)
+{
+	return XDP_PASS;
 }

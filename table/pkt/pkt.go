@@ -1,18 +1,18 @@
-// Package pkt builds test frames byte by byte: Ethernet (optionally
-// 802.1Q-tagged), IPv4 (with options, fragments), IPv6 (with extension
-// headers), TCP, UDP and ICMP. Checksums of the IP headers are correct;
-// transport checksums are left zero unless asked for, since steering never
-// reads them.
+// Package pkt builds frames byte by byte, for synthetic captures
+// (gen-capture) and tests: Ethernet (optionally 802.1Q-tagged), IPv4 (with
+// options, fragments), IPv6 (with extension headers), TCP, UDP and ICMP.
+// Checksums of the IP headers are correct; transport checksums are left
+// zero unless asked for, since steering never reads them.
 package pkt
 
 import (
 	"encoding/binary"
 	"net/netip"
 
-	"github.com/director/director/table/model"
+	"github.com/director/director/table/gue"
 )
 
-// MACs used by tests.
+// MACs the frames use: a client, the director and its gateway.
 var (
 	ClientMAC   = [6]byte{0x02, 0, 0, 0, 0, 0x01}
 	DirectorMAC = [6]byte{0x02, 0, 0, 0, 0, 0x02}
@@ -71,7 +71,7 @@ func IPv4(src, dst netip.Addr, proto uint8, payload []byte, o V4Opts) []byte {
 	copy(h[12:], s[:])
 	copy(h[16:], d[:])
 	copy(h[20:], o.Options)
-	binary.BigEndian.PutUint16(h[10:], model.Checksum(h))
+	binary.BigEndian.PutUint16(h[10:], gue.Checksum(h))
 	return append(h, payload...)
 }
 
@@ -141,6 +141,6 @@ func ICMP(typ, code uint8, rest uint32, body []byte) []byte {
 	h[0], h[1] = typ, code
 	binary.BigEndian.PutUint32(h[4:], rest)
 	b := append(h, body...)
-	binary.BigEndian.PutUint16(b[2:], model.Checksum(b))
+	binary.BigEndian.PutUint16(b[2:], gue.Checksum(b))
 	return b
 }

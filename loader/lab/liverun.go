@@ -1,4 +1,4 @@
-package loader
+package lab
 
 import (
 	"fmt"

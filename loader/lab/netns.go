@@ -1,7 +1,11 @@
-// Package testnet gives tests private network namespaces, veth pairs and
-// raw packet sockets. Everything it creates lives in a namespace that
-// disappears when the test's function returns, whether it passed or not.
-package testnet
+// Package lab is the director's laboratory, kept apart from the loader's
+// production path: it runs programs with BPF_PROG_RUN (one frame, a
+// capture's worth in parallel, or live frames), measures their cost from
+// the kernel's run-time statistics, generates traffic into veth pairs, and
+// makes the private network namespaces, veth pairs and packet sockets that
+// replay, bench and the tests work in. Everything it creates in a
+// namespace goes with the namespace, whether the work succeeded or not.
+package lab
 
 import (
 	"errors"

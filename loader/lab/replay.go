@@ -1,15 +1,14 @@
-package loader
+package lab
 
 import (
 	"fmt"
-	"net"
 	"runtime"
 	"sync"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/table"
 	"github.com/director/director/table/model"
 )
 
@@ -17,37 +16,27 @@ import (
 type Outcome struct {
 	Verdict uint32
 	Out     []byte // the frame as the program left it
-	Reason  int    // for XDP_PASS: the counter it incremented (index in CounterNames); -1 otherwise
+	Reason  int    // for XDP_PASS: the counter it incremented (index in the counter names); -1 otherwise
 }
 
-// Replayer runs frames through a private, unpinned director that serves
-// the given tables: it never touches a live director and needs no
-// interface.
+// Replayer runs frames through a private, unpinned director program (its
+// caller loads and configures it), in parallel, one worker pinned to each
+// CPU, reading each passed frame's reason from that CPU's counters.
 type Replayer struct {
-	D       *Director
-	workers []int // CPUs, one worker pinned to each
+	prog     *ebpf.Program
+	counters *ebpf.Map // the director's per-CPU global counters
+	workers  []int     // CPUs, one worker pinned to each
 }
 
-// NewReplayer loads a private director with the config and tables.
-func NewReplayer(dc *table.DirectorConfig, gateway net.HardwareAddr, tables []*table.Table) (*Replayer, error) {
-	d, err := Load("")
-	if err != nil {
-		return nil, err
-	}
-	if err := d.SetConfig(dc, gateway); err != nil {
-		d.Close()
-		return nil, err
-	}
-	if _, err := d.Apply(tables, nil); err != nil {
-		d.Close()
-		return nil, err
-	}
+// NewReplayer runs frames through prog, whose global counters are
+// counters: a director no interface is attached to, so that the counters
+// move only for the frames run here.
+func NewReplayer(prog *ebpf.Program, counters *ebpf.Map) (*Replayer, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		d.Close()
 		return nil, err
 	}
-	r := &Replayer{D: d}
+	r := &Replayer{prog: prog, counters: counters}
 	for cpu := 0; cpu < 1024 && len(r.workers) < runtime.GOMAXPROCS(0); cpu++ {
 		if set.IsSet(cpu) {
 			r.workers = append(r.workers, cpu)
@@ -55,9 +44,6 @@ func NewReplayer(dc *table.DirectorConfig, gateway net.HardwareAddr, tables []*t
 	}
 	return r, nil
 }
-
-// Close unloads the private director.
-func (r *Replayer) Close() error { return r.D.Close() }
 
 // Run processes frames in parallel, one worker per CPU, and fills out
 // (len(out) == len(frames)). Each worker is pinned to its CPU so that, for
@@ -100,7 +86,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		return fmt.Errorf("pinning a replay worker to CPU %d: %w", cpu, err)
 	}
 	var before []bpf.DirectorDirCounters
-	if err := r.D.Maps.Counters.Lookup(uint32(0), &before); err != nil {
+	if err := r.counters.Lookup(uint32(0), &before); err != nil {
 		return err
 	}
 	for i, f := range frames {
@@ -108,26 +94,26 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		// an Ethernet header, or longer than a first buffer and every
 		// fragment. The model gives them the same fate.
 		if len(f) < 14 {
-			out[i] = Outcome{Verdict: 2, Out: f, Reason: int(bpf.DirectorDirCounterDIR_C_PASS_MALFORMED)}
+			out[i] = Outcome{Verdict: uint32(model.XDPPass), Out: f, Reason: model.PassMalformed}
 			continue
 		}
 		if len(f) > model.MaxFrame {
-			out[i] = Outcome{Verdict: 2, Out: f, Reason: int(bpf.DirectorDirCounterDIR_C_PASS_TOO_BIG)}
+			out[i] = Outcome{Verdict: uint32(model.XDPPass), Out: f, Reason: model.PassTooBig}
 			continue
 		}
-		v, o, err := r.D.Run(f)
+		v, o, err := Run(r.prog, f)
 		if err != nil {
 			return fmt.Errorf("frame %d: %w", i, err)
 		}
 		out[i] = Outcome{Verdict: v, Out: o, Reason: -1}
-		if v == 3 { // XDP_TX: the counters it moved are known
+		if int(v) == model.XDPTX { // the counters it moved are known
 			continue
 		}
 		var now []bpf.DirectorDirCounters
-		if err := r.D.Maps.Counters.Lookup(uint32(0), &now); err != nil {
+		if err := r.counters.Lookup(uint32(0), &now); err != nil {
 			return err
 		}
-		for c := int(bpf.DirectorDirCounterDIR_C_PASS_NOT_IP); c < int(bpf.DirectorDirCounterDIR_C_MAX); c++ {
+		for c := model.PassNotIP; c < model.NumCounters; c++ {
 			if now[cpu].C[c] != before[cpu].C[c] {
 				out[i].Reason = c
 				break

@@ -1,4 +1,4 @@
-package loader
+package lab
 
 import (
 	"fmt"
@@ -8,10 +8,10 @@ import (
 	"github.com/director/director/bpf"
 )
 
-// Limits of the traffic generator, from trafficgen.c.
+// Limits of the traffic generator (enum tg_limit in bpf/lab.c).
 const (
-	TrafficgenMaxFrame  = 1536
-	TrafficgenMaxFrames = 4096
+	TrafficgenMaxFrame  = int(bpf.LabTgLimitTG_MAX_FRAME)
+	TrafficgenMaxFrames = int(bpf.LabTgLimitTG_MAX_FRAMES)
 )
 
 // Trafficgen sends frames out of an interface as fast as the kernel can,
@@ -19,14 +19,14 @@ const (
 // program that writes the next prepared frame into a fresh packet and
 // redirects it to the interface; the kernel flushes them in bulk.
 type Trafficgen struct {
-	objs bpf.TrafficgenObjects
+	objs bpf.LabObjects
 	n    int
 }
 
 // NewTrafficgen loads the generator.
 func NewTrafficgen() (*Trafficgen, error) {
 	g := &Trafficgen{}
-	if err := bpf.LoadTrafficgenObjects(&g.objs, nil); err != nil {
+	if err := bpf.LoadLabObjects(&g.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading the traffic generator: %w", err)
 	}
 	return g, nil
@@ -45,7 +45,7 @@ func (g *Trafficgen) Prepare(frames [][]byte) error {
 		if len(f) < 14 || len(f) > TrafficgenMaxFrame {
 			return fmt.Errorf("frame %d is %d bytes: the generator takes 14 to %d", i, len(f), TrafficgenMaxFrame)
 		}
-		v := bpf.TrafficgenTgFrame{Len: uint32(len(f))}
+		v := bpf.LabTgFrame{Len: uint32(len(f))}
 		copy(v.Data[:], f)
 		if err := g.objs.TgFrames.Put(uint32(i), &v); err != nil {
 			return err
@@ -69,16 +69,8 @@ func (g *Trafficgen) Run(ifindex int, count uint32) error {
 	if g.n == 0 {
 		return fmt.Errorf("no frames prepared")
 	}
-	if err := g.objs.TgCfg.Put(uint32(0), &bpf.TrafficgenTgConfig{Ifindex: uint32(ifindex), Nframes: uint32(g.n)}); err != nil {
+	if err := g.objs.TgCfg.Put(uint32(0), &bpf.LabTgConfig{Ifindex: uint32(ifindex), Nframes: uint32(g.n)}); err != nil {
 		return err
 	}
 	return RunLive(g.objs.XdpTrafficgen, make([]byte, TrafficgenMaxFrame), count, ifindex)
-}
-
-// Send transmits one frame count times out of ifindex.
-func (g *Trafficgen) Send(frame []byte, ifindex int, count uint32) error {
-	if err := g.Prepare([][]byte{frame}); err != nil {
-		return err
-	}
-	return g.Run(ifindex, count)
 }

@@ -1,0 +1,151 @@
+// Package gue is GLB's GUE encapsulation in Go: what a director puts in
+// front of a packet it steers (outer IPv4, UDP, GUE with GLB's hop list),
+// and how such a packet is read back. The model encapsulates with it, and
+// replays and tests read hops with it. Its constants and layout are
+// bpf/gue.h's, through bpf2go: the wire format has one definition.
+package gue
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"github.com/director/director/bpf"
+)
+
+// Constants of the format (bpf/gue.h).
+const (
+	// Port is the UDP destination port of GUE packets.
+	Port = uint16(bpf.DirectorGueConstGUE_PORT)
+	// MaxHops is the most hops a packet carries: a row's primary and
+	// secondary, and with alt_hash_fields the alternate row's two.
+	MaxHops = int(bpf.DirectorGueConstGUE_MAX_HOPS)
+	// PrivateTypeGLB is GLB's private data type.
+	PrivateTypeGLB = uint16(bpf.DirectorGueConstGUE_PRIVATE_TYPE_GLB)
+	// Inner protocols, as GUE's proto field gives them.
+	ProtoIPv4 = 4
+	ProtoIPv6 = 41
+)
+
+// Where the fields are, from the generated struct glb_encap.
+var (
+	encap    bpf.DirectorGlbEncap
+	offSport = int(unsafe.Offsetof(encap.Sport))
+	offDport = int(unsafe.Offsetof(encap.Dport))
+	offLen   = int(unsafe.Offsetof(encap.Len))
+	offCheck = int(unsafe.Offsetof(encap.Check))
+	offGUE   = int(unsafe.Offsetof(encap.Gue))
+	offProto = offGUE + int(unsafe.Offsetof(encap.Gue.Proto))
+	offFlags = offGUE + int(unsafe.Offsetof(encap.Gue.Flags))
+	offType  = offGUE + int(unsafe.Offsetof(encap.Gue.PrivateType))
+	offNext  = offGUE + int(unsafe.Offsetof(encap.Gue.NextHop))
+	offCount = offGUE + int(unsafe.Offsetof(encap.Gue.HopCount))
+	offHops  = offGUE + int(unsafe.Offsetof(encap.Gue.Hops))
+	fullSize = int(unsafe.Sizeof(encap))
+)
+
+// Size is the encapsulation's length with nhops hops: the primary, which
+// is the outer destination, and the others listed in GUE.
+func Size(nhops int) int { return fullSize - 4*(MaxHops-nhops) }
+
+// Header is one packet's encapsulation.
+type Header struct {
+	Src        netip.Addr   // the outer IPv4 source: the director
+	Hops       []netip.Addr // primary first (the outer destination), then those listed; IPv4
+	SourcePort uint16       // UDP source port
+	NextHop    uint8        // index in the listed hops of the next to try
+	Proto      uint8        // the inner packet's: ProtoIPv4 or ProtoIPv6
+}
+
+// Append appends h's encapsulation, Size(len(h.Hops)) bytes, to b, for an
+// inner IP packet of innerLen bytes that follows it: an outer IPv4 header
+// (IHL 5, DF, TTL 64, checksum), UDP to Port with no checksum, GUE
+// version 0 with GLB's private data.
+func (h *Header) Append(b []byte, innerLen int) []byte {
+	n := len(h.Hops)
+	size := Size(n)
+	start := len(b)
+	b = append(b, make([]byte, size)...)
+	e := b[start:]
+	ipLen := size + innerLen
+	e[0] = 0x45
+	binary.BigEndian.PutUint16(e[2:], uint16(ipLen))
+	binary.BigEndian.PutUint16(e[6:], 0x4000) // DF
+	e[8], e[9] = 64, 17                       // TTL, UDP
+	src, dst := h.Src.As4(), h.Hops[0].As4()
+	copy(e[12:], src[:])
+	copy(e[16:], dst[:])
+	binary.BigEndian.PutUint16(e[10:], Checksum(e[:20]))
+	binary.BigEndian.PutUint16(e[offSport:], h.SourcePort)
+	binary.BigEndian.PutUint16(e[offDport:], Port)
+	binary.BigEndian.PutUint16(e[offLen:], uint16(ipLen-20))
+	binary.BigEndian.PutUint16(e[offCheck:], 0)
+	e[offGUE] = byte(n) // version 0, C 0, hlen = 1 + listed
+	e[offProto] = h.Proto
+	binary.BigEndian.PutUint16(e[offFlags:], 0)
+	binary.BigEndian.PutUint16(e[offType:], PrivateTypeGLB)
+	e[offNext], e[offCount] = h.NextHop, byte(n-1)
+	for i, hop := range h.Hops[1:] {
+		a := hop.As4()
+		copy(e[offHops+4*i:], a[:])
+	}
+	return b
+}
+
+// ErrNotGUE is Parse's error for a packet that is not GLB's GUE.
+var ErrNotGUE = errors.New("not a GLB GUE packet")
+
+// Parse reads the encapsulation at the start of p, which begins with the
+// outer IPv4 header, and returns it with the inner packet's offset in p.
+func Parse(p []byte) (Header, int, error) {
+	var h Header
+	if len(p) < offHops || p[0] != 0x45 || p[9] != 17 || binary.BigEndian.Uint16(p[offDport:]) != Port {
+		return h, 0, ErrNotGUE
+	}
+	hlen, listed := int(p[offGUE]), int(p[offCount])
+	if hlen>>5 != 0 || hlen != 1+listed || listed > MaxHops-1 || binary.BigEndian.Uint16(p[offType:]) != PrivateTypeGLB {
+		return h, 0, fmt.Errorf("%w: GUE header %x", ErrNotGUE, p[offGUE:offHops])
+	}
+	inner := offHops + 4*listed
+	if len(p) < inner {
+		return h, 0, fmt.Errorf("%w: %d hops listed in %d bytes", ErrNotGUE, listed, len(p))
+	}
+	h.Src = netip.AddrFrom4([4]byte(p[12:16]))
+	h.Hops = append(h.Hops, netip.AddrFrom4([4]byte(p[16:20])))
+	for i := 0; i < listed; i++ {
+		h.Hops = append(h.Hops, netip.AddrFrom4([4]byte(p[offHops+4*i:])))
+	}
+	h.SourcePort = binary.BigEndian.Uint16(p[offSport:])
+	h.NextHop, h.Proto = p[offNext], p[offProto]
+	return h, inner, nil
+}
+
+// ParseFrame is Parse of an Ethernet frame (one 802.1Q tag allowed).
+func ParseFrame(f []byte) (Header, int, error) {
+	l2 := 14
+	if len(f) >= 18 && f[12] == 0x81 && f[13] == 0 {
+		l2 = 18
+	}
+	if len(f) < l2 || f[l2-2] != 0x08 || f[l2-1] != 0 {
+		return Header{}, 0, ErrNotGUE
+	}
+	h, inner, err := Parse(f[l2:])
+	return h, l2 + inner, err
+}
+
+// Checksum is the Internet checksum of b, for checking headers.
+func Checksum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
