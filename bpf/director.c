@@ -522,6 +522,9 @@ static __always_inline int lookup_bind(const struct flow *f, struct dir_counters
 }
 
 _Static_assert(sizeof(struct glb_encap) == 20 + 8 + 8 + 4 * GUE_MAX_LISTED, "GLB's encapsulation: IPv4, UDP, GUE");
+#define GUE_OFF __builtin_offsetof(struct glb_encap, gue)
+#define HOPS_OFF (GUE_OFF + __builtin_offsetof(struct glb_gue_hdr, hops))
+_Static_assert(GUE_OFF == 28 && HOPS_OFF == 36, "the stores below write the words they mean to");
 
 static __always_inline void count(struct dir_counters *c, int i)
 {
@@ -603,11 +606,13 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	*(__u64 *)(p + 20) = bpf_htons(sport) | (__u64)bpf_htons(GUE_PORT) << 16 |
 			     (__u64)bpf_htons(ipsz - sizeof(struct iphdr)) << 32;   /* UDP, checksum 0 */
 	__u8 gproto = ip_family == DIR_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
-	*(__u64 *)&e->gue = (1 + listed) | (__u64)gproto << 8 | (__u64)listed << 56; /* GUE, GLB private data (type 0, next hop 0) */
-	e->gue.hops[0] = hops[1];
+	/* Through p, not e: the compiler takes a packed struct's members as
+	 * unaligned and would store them byte by byte. */
+	*(__u64 *)(p + GUE_OFF) = (1 + listed) | (__u64)gproto << 8 | (__u64)listed << 56; /* GUE, GLB private data (type 0, next hop 0) */
+	*(__u32 *)(p + HOPS_OFF) = hops[1];
 	if (listed == 3) {
-		e->gue.hops[1] = hops[2];
-		e->gue.hops[2] = hops[3];
+		*(__u32 *)(p + HOPS_OFF + 4) = hops[2];
+		*(__u32 *)(p + HOPS_OFF + 8) = hops[3];
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + ipsz;
