@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
+	"github.com/director/director/table/classify"
+	"github.com/director/director/table/gue"
 	"github.com/director/director/table/model"
 	"github.com/director/director/table/replay"
 )
@@ -88,6 +89,7 @@ type side struct {
 	model   *model.Datapath
 	private *loader.Director // the private instance the kernel runs
 	kernel  *lab.Replayer
+	cls     []*classify.Classifier // the model's, one per worker
 }
 
 type replayer struct {
@@ -211,7 +213,31 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	start, last := time.Now(), time.Now()
 	if rp.modelOnly {
 		var readErr error
-		agg, readErr = rp.runModel(e, r, path, agg, progress)
+		var nw *model.Datapath
+		if rp.new != nil {
+			nw = rp.new.model
+		}
+		var read atomic.Uint64
+		stop := make(chan struct{})
+		if progress {
+			go func() {
+				t := time.NewTicker(500 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", read.Load(), float64(read.Load())/time.Since(start).Seconds())
+					}
+				}
+			}()
+		}
+		readErr = replay.RunModel(r, path, rp.cur.model, nw, agg, &read)
+		close(stop)
+		if readErr != nil {
+			readErr = fmt.Errorf("replay: %w", readErr)
+		}
 		return rp.finish(e, agg, nil, start, progress, hot), readErr
 	}
 
@@ -311,225 +337,6 @@ func (rp *replayer) finish(e *env, agg *replay.Aggregator, vr *replay.VerifyRepo
 	return rep
 }
 
-// modelChunk is how many packets the model replay's reader hands another
-// worker at a time.
-const modelChunk = 256
-
-// runModel replays through the Go model alone. The first worker reads
-// the capture and parses every packet; flows are shared out among the
-// other workers by a hash of their keys. Each flow is thus classified and
-// counted by one worker only, with its own Classifiers and aggregator,
-// and the aggregators merge without looking flows up. Reading stays on
-// one CPU, with its buffers, and the other workers get only what the
-// model needs: flows, sizes and places, not frames.
-func (rp *replayer) runModel(e *env, r *capture.Reader, path string, agg *replay.Aggregator, progress bool) (*replay.Aggregator, error) {
-	n := runtime.GOMAXPROCS(0)
-	aggs := make([]*replay.Aggregator, n)
-	aggs[0] = agg
-	for i := 1; i < n; i++ {
-		aggs[i] = replay.NewAggregator("", "", nil, loader.CounterNames())
-	}
-	// Reading is the part that cannot be shared, so the reader counts no
-	// flows unless it is alone. A flow's worker is the high half of its
-	// hash scaled to the others' number: no division per packet.
-	others := uint64(max(n-1, 0))
-
-	// The reader is done with a packet when it hands it on: the frame is
-	// not needed, only its flow, size and place. An item is one cache
-	// line: its place counts from its batch's base.
-	type item struct {
-		off, size uint32
-		parsed    model.Parsed
-	}
-	type batch struct {
-		base  int
-		items []item
-	}
-	inbox := make([]chan batch, n)
-	for i := range inbox {
-		inbox[i] = make(chan batch, 64)
-	}
-	// Batches go back to the reader once counted, rather than becoming
-	// garbage: a fresh 16 KB batch every 256 packets is zeroed memory the
-	// reader would wait for.
-	free := make(chan []item, 64*n)
-	var read atomic.Uint64
-	var readErr error // the reader's; read after wg.Wait
-	var wg sync.WaitGroup
-	// A worker that would wait maps the capture's pages ahead of the
-	// reader instead (Populate): work the reader would otherwise do, in
-	// page faults.
-	receive := func(c chan batch) (batch, bool) {
-		for {
-			select {
-			case b, ok := <-c:
-				return b, ok
-			default:
-				if !r.Populate() {
-					b, ok := <-c
-					return b, ok
-				}
-			}
-		}
-	}
-	send := func(c chan batch, b batch) {
-		for {
-			select {
-			case c <- b:
-				return
-			default:
-				if !r.Populate() {
-					c <- b
-					return
-				}
-			}
-		}
-	}
-	// worker w counts the flows it owns; worker 0 reads.
-	worker := func(w int) {
-		a := aggs[w]
-		cur := rp.cur.model.NewClassifier()
-		var nw *model.Classifier
-		if rp.new != nil {
-			nw = rp.new.model.NewClassifier()
-		}
-		var s replay.Sample
-		var res model.Result // a flow's first: FlowOf fills it once per flow
-		count := func(num, size int, ps *model.Parsed) {
-			// Most packets belong to a flow already seen: their fate
-			// is the flow's, and counting them is an add.
-			id, _, fresh := cur.FlowOf(ps, &res)
-			if id < 0 || !a.CountFlow(id, size) {
-				if !fresh {
-					res = cur.FlowResult(id)
-				}
-				replay.FromModel(&s, num, size, &res)
-				a.Add(&s)
-			}
-			if nw == nil || (id > 0 && a.SeenAgainstFlow(id)) {
-				return
-			}
-			if nid, _, fresh := nw.FlowOf(ps, &res); !fresh {
-				res = nw.FlowResult(nid)
-			}
-			replay.FromModel(&s, num, size, &res)
-			a.AddAgainstFlow(id, &s)
-		}
-		if w > 0 {
-			for {
-				b, ok := receive(inbox[w])
-				if !ok {
-					break
-				}
-				for i := range b.items {
-					it := &b.items[i]
-					count(b.base+int(it.off), int(it.size), &it.parsed)
-				}
-				select {
-				case free <- b.items[:0]:
-				default:
-				}
-			}
-			return
-		}
-		// The reader.
-		defer func() {
-			for _, c := range inbox[1:] {
-				close(c)
-			}
-		}()
-		out := make([]batch, n)
-		flush := func(to int) {
-			send(inbox[to], out[to])
-			select {
-			case out[to].items = <-free:
-			default:
-				out[to].items = make([]item, 0, modelChunk)
-			}
-		}
-		var ps model.Parsed
-		for {
-			p, err := r.Next()
-			if err != nil {
-				if err != io.EOF {
-					readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
-				}
-				break
-			}
-			size := len(p.Frame)
-			a.Captured(size, p.Truncated)
-			model.Parse(p.Frame, &ps)
-			if reason := ps.Reason(); reason != 0 {
-				a.CountOther(size, reason)
-			} else if to := min(n-1, 1) + int((ps.Hash()>>32)*others>>32); to == 0 {
-				count(p.N, size, &ps)
-			} else {
-				// A batch ends when full, and before a place it cannot
-				// hold (a worker given no flow for 4 billion packets).
-				if len(out[to].items) > 0 && p.N-out[to].base > math.MaxUint32 {
-					flush(to)
-				}
-				b := &out[to]
-				if len(b.items) == 0 {
-					b.base = p.N
-				}
-				b.items = append(b.items, item{uint32(p.N - b.base), uint32(size), ps})
-				if len(b.items) == modelChunk {
-					flush(to)
-				}
-			}
-			if p.N%modelChunk == 0 {
-				read.Store(uint64(p.N))
-			}
-		}
-		for to := 1; to < n; to++ {
-			if len(out[to].items) > 0 {
-				inbox[to] <- out[to]
-			}
-		}
-		read.Store(uint64(r.Count()))
-	}
-	var fault error // the reader's: the mapped capture shrank
-	for w := 0; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if w > 0 {
-				worker(w) // touches no frame
-				return
-			}
-			// A mapped capture that shrinks faults: an error, not a
-			// crash. The reader's deferred close still ends the others.
-			fault = r.Guard(func() { worker(w) })
-		}()
-	}
-	stop := make(chan struct{})
-	if progress {
-		go func() {
-			t := time.NewTicker(500 * time.Millisecond)
-			defer t.Stop()
-			start := time.Now()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", read.Load(), float64(read.Load())/time.Since(start).Seconds())
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	for _, o := range aggs[1:] {
-		agg.MergeDisjoint(o)
-	}
-	if fault != nil && readErr == nil {
-		readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, fault, r.Count())
-	}
-	return agg, readErr
-}
-
 // outcome is one packet's result on one side.
 type outcome struct {
 	verdict int          // the XDP action
@@ -541,14 +348,14 @@ type outcome struct {
 func (o *outcome) tx() bool { return o.verdict == model.XDPTX }
 
 func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) {
-	classify := s.model.Classify
-	if rp.verify {
-		classify = s.model.Process // the bytes are compared
-	}
 	out := make([]outcome, len(batch))
-	// The model: parallel, it is pure.
+	// The model, in parallel: the reference when its bytes are compared,
+	// otherwise the fast classifier, one per worker, kept across batches.
 	var wg sync.WaitGroup
 	n := runtime.GOMAXPROCS(0)
+	for len(s.cls) < n {
+		s.cls = append(s.cls, classify.New(s.model))
+	}
 	chunk := (len(batch) + n - 1) / n
 	for w := 0; w < n; w++ {
 		lo, hi := w*chunk, min((w+1)*chunk, len(batch))
@@ -559,7 +366,11 @@ func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) 
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
-				out[i].res = classify(batch[i].Frame)
+				if rp.verify {
+					out[i].res = s.model.Process(batch[i].Frame)
+				} else {
+					out[i].res, _ = s.cls[w].Classify(batch[i].Frame)
+				}
 			}
 		}()
 	}
@@ -580,25 +391,6 @@ func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) 
 	return out, nil
 }
 
-// hopsOf reads the hops of an encapsulated frame: the outer destination,
-// then the GUE hop list.
-func hopsOf(frame []byte) []netip.Addr {
-	l2 := 14
-	if len(frame) > 13 && frame[12] == 0x81 && frame[13] == 0 {
-		l2 = 18
-	}
-	if len(frame) < l2+36 {
-		return nil
-	}
-	ip := frame[l2:]
-	hops := []netip.Addr{netip.AddrFrom4([4]byte(ip[16:20]))}
-	n := int(ip[35])
-	for i := 0; i < n && len(ip) >= 40+4*i; i++ {
-		hops = append(hops, netip.AddrFrom4([4]byte(ip[36+4*i:40+4*i])))
-	}
-	return hops
-}
-
 func sample(p capture.Packet, o outcome) replay.Sample {
 	s := replay.Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1}
 	if o.res.Parsed {
@@ -606,7 +398,9 @@ func sample(p capture.Packet, o outcome) replay.Sample {
 		s.Flow = replay.FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
 	}
 	if o.tx() {
-		s.Hops = hopsOf(o.out)
+		if h, _, err := gue.ParseFrame(o.out); err == nil {
+			s.Hops = h.Hops
+		}
 		if len(s.Hops) > 0 {
 			s.Primary = s.Hops[0]
 		}

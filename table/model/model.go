@@ -1,15 +1,16 @@
 // Package model is a Go reference model of the XDP datapath: the same
 // parse, bind lookup, hash, row choice and encapsulation, written from the
-// definitions rather than from the C. Tests run packets through both the
-// kernel program and this model and require identical verdicts and bytes.
-// It has no kernel dependencies, so replays can also run on it alone.
+// definitions rather than from the C, and kept plain: no caches, no
+// memos. Tests run packets through both the kernel program and this model
+// and require identical verdicts, reasons, bytes and counters. It needs no
+// kernel, so replays can also run on it alone; table/classify is its fast
+// per-flow form, tested equal to it.
 package model
 
 import (
 	"encoding/binary"
 	"net/netip"
 	"os"
-	"sync"
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/table"
@@ -54,243 +55,11 @@ type Datapath struct {
 	Configured bool
 	Tables     []*table.Table
 	refs       []table.BindRef
-	// Bind answers are memoised: ResolveBind scans every bind, and a
-	// replay asks the same few questions millions of times.
-	mu    sync.RWMutex
-	binds map[bindQuery]bindAnswer
-}
-
-type bindQuery struct {
-	vip   netip.Addr
-	port  uint16
-	proto uint8
-	echo  bool
-}
-
-type bindAnswer struct {
-	table int
-	ok    bool
-}
-
-// maxMemo bounds the memo: traffic to many addresses just stops being
-// memoised.
-const maxMemo = 1 << 16
-
-func (d *Datapath) resolve(f flow) (int, bool) {
-	q := bindQuery{f.vip, f.vipPort, f.proto, f.echo}
-	d.mu.RLock()
-	a, hit := d.binds[q]
-	d.mu.RUnlock()
-	if hit {
-		return a.table, a.ok
-	}
-	a.table, a.ok = table.ResolveBind(d.refs, f.vip, table.Proto(f.proto), f.vipPort, f.echo)
-	d.mu.Lock()
-	if len(d.binds) < maxMemo {
-		d.binds[q] = a
-	}
-	d.mu.Unlock()
-	return a.table, a.ok
-}
-
-// Classifier is Classify for one goroutine. What happens to a packet that
-// parses depends only on its flow, so a Classifier remembers each flow's
-// fate and works out the bind, hash and row once per flow, not per packet.
-// Its memos are its own: goroutines classifying in parallel share no lock
-// or cache line.
-type Classifier struct {
-	d     *Datapath
-	binds map[bindQuery]bindAnswer
-	flows flowTable
-	limit int // how many flows it remembers (maxFlows; less in tests)
-}
-
-// flowKey is a flow without pointers, for hashing.
-type flowKey struct {
-	client, vip         [16]byte
-	clientPort, vipPort uint16
-	proto               uint8
-	echo, v4            bool
-}
-
-// fate is a flow's Result, less what belongs to each packet. Hops are
-// kept as indexes in the table's backends, so that recalling them touches
-// no row.
-type fate struct {
-	table, row, altRow int32
-	hops               [4]uint32
-	verdict, reason    uint8
-}
-
-// maxFlows bounds a Classifier's flow memo; later flows are classified
-// packet by packet.
-const maxFlows = 1 << 24
-
-// NewClassifier returns a Classifier of d for use by one goroutine.
-func (d *Datapath) NewClassifier() *Classifier {
-	return &Classifier{d: d, binds: map[bindQuery]bindAnswer{}, limit: maxFlows}
-}
-
-func (c *Classifier) resolve(f flow) (int, bool) {
-	q := bindQuery{f.vip, f.vipPort, f.proto, f.echo}
-	if a, hit := c.binds[q]; hit {
-		return a.table, a.ok
-	}
-	var a bindAnswer
-	a.table, a.ok = table.ResolveBind(c.d.refs, f.vip, table.Proto(f.proto), f.vipPort, f.echo)
-	if len(c.binds) < maxMemo {
-		c.binds[q] = a
-	}
-	return a.table, a.ok
-}
-
-// Classify is Datapath.Classify, with Result.Flow numbering the flows.
-func (c *Classifier) Classify(frame []byte) Result {
-	var f flow
-	l2len, ipLen, v6, reason := parseFrame(frame, &f)
-	if reason != 0 {
-		return passed(frame, reason, false, &f)
-	}
-	k := keyOf(&f)
-	rec, id, slot := c.flows.find(&k)
-	if rec != nil {
-		r := c.recall(&rec.fate, frame, &f, l2len, ipLen)
-		r.Flow = int(id)
-		return r
-	}
-	r := c.d.steer(frame, &f, l2len, ipLen, v6, false, c.resolve)
-	if c.flows.recs.Len() < c.limit {
-		r.Flow = c.remember(slot, &k, &r)
-	}
-	return r
-}
-
-// Parsed is a frame parsed up to its flow, which does not depend on any
-// config: one parse serves every Classifier, and its Hash can decide
-// which of several workers counts the flow.
-// It keeps only the flow: where a frame goes depends on nothing else, and
-// replays hand it from one goroutine to another for every packet.
-type Parsed struct {
-	key    flowKey
-	hash   uint64
-	reason uint8
-}
-
-// Parse parses frame into p.
-func Parse(frame []byte, p *Parsed) {
-	var f flow
-	_, _, _, reason := parseFrame(frame, &f)
-	if reason != 0 {
-		*p = Parsed{reason: uint8(reason)}
-		return
-	}
-	p.key = keyOf(&f)
-	p.hash = p.key.hash()
-	p.reason = 0
-}
-
-// Reason is the pass reason of a frame that does not parse to a flow, or 0.
-func (p *Parsed) Reason() int { return int(p.reason) }
-
-// Hash is a hash of the frame's flow as replay.FlowKey sees it (the
-// client and VIP addresses and ports, and the protocol), for frames that
-// parse.
-func (p *Parsed) Hash() uint64 { return p.hash }
-
-// FlowOf is the least of Classify, for replays, on a frame Parse parsed
-// into p (the frame itself is not needed): the number of the frame's flow
-// (Result.Flow), whose Result FlowResult gives; or 0 and the pass reason
-// of a frame that does not parse to a flow. For a flow it had not seen, it
-// sets *first (when not nil) to the flow's Result, as FlowResult would
-// give it, and returns fresh true: the work is done once. A flow it has
-// no room to remember is -1, with its Result in *first every time.
-func (c *Classifier) FlowOf(p *Parsed, first *Result) (id, reason int, fresh bool) {
-	if p.reason != 0 {
-		return 0, int(p.reason), false
-	}
-	rec, fid, slot := c.flows.findHashed(&p.key, p.hash)
-	if rec != nil {
-		return int(fid), 0, false
-	}
-	f := p.key.flow()
-	// The frame's lengths and family matter only to the bytes of its
-	// Result (Out, IPLen, OuterLen), which FlowOf leaves out.
-	r := c.d.steer(nil, &f, 0, 0, false, false, c.resolve)
-	id = -1
-	if c.flows.recs.Len() < c.limit {
-		id = c.remember(slot, &p.key, &r)
-	}
-	if first != nil {
-		*first = r
-		first.Flow, first.Out, first.IPLen, first.OuterLen = max(id, 0), nil, 0, 0
-	}
-	return id, 0, true
-}
-
-// FlowResult is the Result of a packet of flow id (from FlowOf or
-// Classify), without what belongs to the packet itself (Out, IPLen and
-// OuterLen are zero).
-func (c *Classifier) FlowResult(id int) Result {
-	rec := c.flows.recs.At(id - 1)
-	f := rec.key.flow()
-	r := c.recall(&rec.fate, nil, &f, 0, 0)
-	r.Flow, r.OuterLen = id, 0
-	return r
-}
-
-// flow is the flow k was made from (keyOf).
-func (k *flowKey) flow() flow {
-	f := flow{client: netip.AddrFrom16(k.client), vip: netip.AddrFrom16(k.vip), clientPort: k.clientPort,
-		vipPort: k.vipPort, proto: k.proto, echo: k.echo}
-	if k.v4 {
-		f.client, f.vip = f.client.Unmap(), f.vip.Unmap()
-	}
-	return f
-}
-
-func keyOf(f *flow) flowKey {
-	return flowKey{client: f.client.As16(), vip: f.vip.As16(), clientPort: f.clientPort, vipPort: f.vipPort,
-		proto: f.proto, echo: f.echo, v4: f.client.Is4()}
-}
-
-// remember records the fate steer gave a new flow and returns its number.
-func (c *Classifier) remember(slot int, k *flowKey, r *Result) int {
-	ft := fate{verdict: uint8(r.Verdict), reason: uint8(r.Reason)}
-	if r.Verdict == XDPTX {
-		t := c.d.Tables[r.Table]
-		ft.table = int32(r.Table)
-		row := t.Rows[r.Row]
-		ft.hops = [4]uint32{row.Primary, row.Secondary}
-		if r.AltRow >= 0 {
-			alt := t.Rows[r.AltRow]
-			ft.hops[2], ft.hops[3] = alt.Primary, alt.Secondary
-		}
-	}
-	ft.row, ft.altRow = int32(r.Row), int32(r.AltRow)
-	return int(c.flows.insert(slot, k, ft))
-}
-
-// recall rebuilds the Result steer gave the flow's first packet.
-func (c *Classifier) recall(ft *fate, frame []byte, f *flow, l2len, ipLen int) Result {
-	if int(ft.verdict) != XDPTX {
-		return passed(frame, int(ft.reason), true, f)
-	}
-	t := c.d.Tables[ft.table]
-	r := Result{Verdict: XDPTX, Parsed: true, Table: int(ft.table), Row: int(ft.row), AltRow: int(ft.altRow), IPLen: ipLen,
-		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
-	r.HopList[0], r.HopList[1] = t.Backends[ft.hops[0]].IP, t.Backends[ft.hops[1]].IP
-	r.NHops = 2
-	if ft.altRow >= 0 {
-		r.HopList[2], r.HopList[3] = t.Backends[ft.hops[2]].IP, t.Backends[ft.hops[3]].IP
-		r.NHops = 4
-	}
-	r.OuterLen = l2len + gue.Size(r.NHops) + ipLen
-	return r
 }
 
 // New makes a datapath serving tables.
 func New(cfg table.DirectorConfig, gateway [6]byte, tables []*table.Table) *Datapath {
-	d := &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables, binds: map[bindQuery]bindAnswer{}}
+	d := &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables}
 	for i, t := range tables {
 		for _, b := range t.Binds {
 			d.refs = append(d.refs, table.BindRef{Table: i, Bind: b})
@@ -324,29 +93,50 @@ type Result struct {
 	// OuterLen is the encapsulated packet's length up to the end of the
 	// outer IP packet (trailing Ethernet padding excluded).
 	OuterLen int
-	// Flow, from a Classifier, numbers the packet's flow: 1 for the first
-	// flow it saw, 2 for the next... 0 when the packet did not parse to a
-	// flow, or the Classifier remembers no more flows.
-	Flow int
 }
 
 // Hops is HopList[:NHops].
 func (r *Result) Hops() []netip.Addr { return r.HopList[:r.NHops] }
 
-// flow is a packet's flow seen from the client.
-type flow struct {
-	client, vip         netip.Addr
-	clientPort, vipPort uint16
-	proto               uint8
-	echo                bool
+// Flow is a packet's flow seen from the client: what steering depends on,
+// beside the packet's own lengths and bytes.
+type Flow struct {
+	Client, VIP         netip.Addr
+	ClientPort, VIPPort uint16
+	Proto               uint8 // TCP or UDP; ICMP or ICMPv6 for echo requests
+	Echo                bool  // an ICMP echo request
 }
 
 // Process runs one frame through the datapath.
-func (d *Datapath) Process(frame []byte) Result { return d.process(frame, true, d.resolve) }
+func (d *Datapath) Process(frame []byte) Result { return d.process(frame, true) }
 
 // Classify is Process without building the encapsulated frame (Out is nil
 // for XDP_TX): all a replay needs to know where a packet goes.
-func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false, d.resolve) }
+func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false) }
+
+// TableOf is the table a flow's bind selects: the longest prefix that
+// matches it (table.ResolveBind).
+func (d *Datapath) TableOf(f *Flow) (int, bool) {
+	return table.ResolveBind(d.refs, f.VIP, table.Proto(f.Proto), f.VIPPort, f.Echo)
+}
+
+// ParseFlow reads a frame up to its flow: the flow and 0, or the reason
+// the frame is passed without one. It depends on no config.
+func ParseFlow(frame []byte) (Flow, int) {
+	var f Flow
+	_, _, _, reason := parseFrame(frame, &f)
+	return f, reason
+}
+
+// SteerFlow is what happens to a packet of flow f, less what belongs to
+// the packet itself (its bytes and lengths: Out is nil, IPLen and
+// OuterLen are zero). tableOf answers the bind lookup: TableOf, or a
+// memo of it.
+func (d *Datapath) SteerFlow(f *Flow, tableOf func(*Flow) (int, bool)) Result {
+	r := d.steer(nil, f, 0, 0, false, false, tableOf)
+	r.OuterLen = 0
+	return r
+}
 
 // How frames reach the program in BPF_PROG_RUN, which replays and tests
 // run it with: the first FirstBuffer bytes of a frame in its first
@@ -362,7 +152,7 @@ var (
 
 // parseFrame reads a frame up to its flow. A reason other than 0 is the
 // pass counter the frame is passed for (f may then be partly filled).
-func parseFrame(frame []byte, f *flow) (l2len, ipLen int, v6 bool, reason int) {
+func parseFrame(frame []byte, f *Flow) (l2len, ipLen int, v6 bool, reason int) {
 	if len(frame) > MaxFrame {
 		return 0, 0, false, PassTooBig // no XDP hook receives a frame this large
 	}
@@ -425,31 +215,31 @@ func (v *ipView) read(off, n int) int {
 }
 
 // passed is the Result of a passed frame.
-func passed(frame []byte, reason int, parsed bool, f *flow) Result {
-	return Result{Verdict: XDPPass, Reason: reason, Out: frame, Parsed: parsed, Client: f.client, ClientPort: f.clientPort,
-		VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo}
+func passed(frame []byte, reason int, parsed bool, f *Flow) Result {
+	return Result{Verdict: XDPPass, Reason: reason, Out: frame, Parsed: parsed, Client: f.Client, ClientPort: f.ClientPort,
+		VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
 }
 
-func (d *Datapath) process(frame []byte, build bool, resolve func(flow) (int, bool)) Result {
-	var f flow
+func (d *Datapath) process(frame []byte, build bool) Result {
+	var f Flow
 	l2len, ipLen, v6, reason := parseFrame(frame, &f)
 	if reason != 0 {
 		return passed(frame, reason, false, &f)
 	}
-	return d.steer(frame, &f, l2len, ipLen, v6, build, resolve)
+	return d.steer(frame, &f, l2len, ipLen, v6, build, d.TableOf)
 }
 
 // steer is what happens to a parsed frame. Apart from the frame's own
 // lengths and bytes, it depends only on the flow.
-func (d *Datapath) steer(frame []byte, f *flow, l2len, ipLen int, v6, build bool, resolve func(flow) (int, bool)) Result {
-	ti, ok := resolve(*f)
+func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool, tableOf func(*Flow) (int, bool)) Result {
+	ti, ok := tableOf(f)
 	if !ok {
 		return passed(frame, PassNoBind, true, f)
 	}
 	if !d.Configured {
 		return passed(frame, ErrNoConfig, true, f)
 	}
-	if f.echo && !d.Config.ForwardICMPEcho {
+	if f.Echo && !d.Config.ForwardICMPEcho {
 		return passed(frame, PassICMPEchoOff, true, f)
 	}
 	nhops := 2
@@ -468,7 +258,7 @@ func (d *Datapath) steer(frame []byte, f *flow, l2len, ipLen int, v6, build bool
 	}
 	var out []byte
 	if build {
-		sport := 0x8000 | uint16((h^uint64(f.clientPort))&0x7fff)
+		sport := 0x8000 | uint16((h^uint64(f.ClientPort))&0x7fff)
 		family := 4
 		if v6 {
 			family = 6
@@ -476,12 +266,12 @@ func (d *Datapath) steer(frame []byte, f *flow, l2len, ipLen int, v6, build bool
 		out = encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops[:nhops], sport, family, ipLen, frame[l2len:])
 	}
 	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
-		Client: f.client, ClientPort: f.clientPort, VIP: f.vip, Proto: f.proto, VIPPort: f.vipPort, Echo: f.echo,
+		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
 		OuterLen: l2len + gue.Size(nhops) + ipLen}
 }
 
 // flowHash is GLB's flow hash over the enabled fields, in order.
-func flowHash(key table.Key, f flow, fields table.HashFields) uint64 {
+func flowHash(key table.Key, f Flow, fields table.HashFields) uint64 {
 	var buf [36]byte // two IPv6 addresses and two ports at most
 	n := 0
 	addr := func(a netip.Addr) {
@@ -494,38 +284,38 @@ func flowHash(key table.Key, f flow, fields table.HashFields) uint64 {
 		}
 	}
 	if fields&table.HashSrcAddr != 0 {
-		addr(f.client)
+		addr(f.Client)
 	}
 	if fields&table.HashDstAddr != 0 {
-		addr(f.vip)
+		addr(f.VIP)
 	}
 	if fields&table.HashSrcPort != 0 {
-		binary.BigEndian.PutUint16(buf[n:], f.clientPort)
+		binary.BigEndian.PutUint16(buf[n:], f.ClientPort)
 		n += 2
 	}
 	if fields&table.HashDstPort != 0 {
-		binary.BigEndian.PutUint16(buf[n:], f.vipPort)
+		binary.BigEndian.PutUint16(buf[n:], f.VIPPort)
 		n += 2
 	}
 	return table.FlowHash(key, buf[:n])
 }
 
 // ports reads the two ports at off.
-func (v *ipView) ports(off int, reversed bool, f *flow) int {
+func (v *ipView) ports(off int, reversed bool, f *Flow) int {
 	if r := v.read(off, 4); r != 0 {
 		return r
 	}
 	a, c := binary.BigEndian.Uint16(v.p[off:]), binary.BigEndian.Uint16(v.p[off+2:])
 	if reversed {
-		f.vipPort, f.clientPort = a, c
+		f.VIPPort, f.ClientPort = a, c
 	} else {
-		f.clientPort, f.vipPort = a, c
+		f.ClientPort, f.VIPPort = a, c
 	}
 	return 0
 }
 
 // parseL4 reads a TCP (20-byte minimum header) or UDP header at off.
-func (v *ipView) parseL4(proto uint8, off int, f *flow) int {
+func (v *ipView) parseL4(proto uint8, off int, f *Flow) int {
 	need := 8
 	if proto == 6 {
 		need = 20
@@ -533,11 +323,11 @@ func (v *ipView) parseL4(proto uint8, off int, f *flow) int {
 	if r := v.read(off, need); r != 0 {
 		return r
 	}
-	f.proto = proto
+	f.Proto = proto
 	return v.ports(off, false, f)
 }
 
-func parseIPv4(v ipView, f *flow) (ipLen, reason int) {
+func parseIPv4(v ipView, f *Flow) (ipLen, reason int) {
 	p := v.p
 	if v.first < 20 {
 		return 0, PassMalformed
@@ -554,8 +344,8 @@ func parseIPv4(v ipView, f *flow) (ipLen, reason int) {
 	if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
 		return 0, PassFragment
 	}
-	f.client = netip.AddrFrom4([4]byte(p[12:16]))
-	f.vip = netip.AddrFrom4([4]byte(p[16:20]))
+	f.Client = netip.AddrFrom4([4]byte(p[12:16]))
+	f.VIP = netip.AddrFrom4([4]byte(p[16:20]))
 	switch p[9] {
 	case 6, 17:
 		return tot, v.parseL4(p[9], hl, f)
@@ -569,7 +359,7 @@ func parseIPv4(v ipView, f *flow) (ipLen, reason int) {
 	}
 	switch p[icmp] {
 	case 8: // echo request
-		f.proto, f.echo = 1, true
+		f.Proto, f.Echo = 1, true
 		return tot, 0
 	case 3: // destination unreachable
 	default:
@@ -586,9 +376,9 @@ func parseIPv4(v ipView, f *flow) (ipLen, reason int) {
 	if p[q+9] != 6 && p[q+9] != 17 {
 		return 0, PassProto
 	}
-	f.vip = netip.AddrFrom4([4]byte(p[q+12 : q+16]))
-	f.client = netip.AddrFrom4([4]byte(p[q+16 : q+20]))
-	f.proto = p[q+9]
+	f.VIP = netip.AddrFrom4([4]byte(p[q+12 : q+16]))
+	f.Client = netip.AddrFrom4([4]byte(p[q+16 : q+20]))
+	f.Proto = p[q+9]
 	if r := v.ports(q+qhl, true, f); r != 0 {
 		return 0, r
 	}
@@ -597,7 +387,7 @@ func parseIPv4(v ipView, f *flow) (ipLen, reason int) {
 
 func isExt(nh uint8) bool { return nh == 0 || nh == 43 || nh == 60 }
 
-func parseIPv6(v ipView, f *flow) (ipLen, reason int) {
+func parseIPv6(v ipView, f *Flow) (ipLen, reason int) {
 	p := v.p
 	if v.first < 40 {
 		return 0, PassMalformed
@@ -610,8 +400,8 @@ func parseIPv6(v ipView, f *flow) (ipLen, reason int) {
 		return 0, PassMalformed
 	}
 	v.tot = tot
-	f.client = netip.AddrFrom16([16]byte(p[8:24]))
-	f.vip = netip.AddrFrom16([16]byte(p[24:40]))
+	f.Client = netip.AddrFrom16([16]byte(p[8:24]))
+	f.VIP = netip.AddrFrom16([16]byte(p[24:40]))
 	nh := p[6]
 	off := 40
 	for i := 0; i < 4 && isExt(nh); i++ {
@@ -642,7 +432,7 @@ func parseIPv6(v ipView, f *flow) (ipLen, reason int) {
 	}
 	switch p[off] {
 	case 128: // echo request
-		f.proto, f.echo = 58, true
+		f.Proto, f.Echo = 58, true
 		return tot, 0
 	case 2: // packet too big
 	default:
@@ -658,9 +448,9 @@ func parseIPv6(v ipView, f *flow) (ipLen, reason int) {
 	if p[q+6] != 6 && p[q+6] != 17 {
 		return 0, PassProto
 	}
-	f.vip = netip.AddrFrom16([16]byte(p[q+8 : q+24]))
-	f.client = netip.AddrFrom16([16]byte(p[q+24 : q+40]))
-	f.proto = p[q+6]
+	f.VIP = netip.AddrFrom16([16]byte(p[q+8 : q+24]))
+	f.Client = netip.AddrFrom16([16]byte(p[q+24 : q+40]))
+	f.Proto = p[q+6]
 	if r := v.ports(q+40, true, f); r != 0 {
 		return 0, r
 	}

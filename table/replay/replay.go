@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/director/director/table/classify"
 	"github.com/director/director/table/internal/chunk"
 	"github.com/director/director/table/model"
 )
@@ -42,11 +43,12 @@ type Sample struct {
 	Reason  int  // pass reason, for XDP_PASS: an index in the reason names
 	HasFlow bool // the packet parsed to a flow (it reached the bind lookup)
 	Flow    FlowKey
-	// FlowID, when not 0, is the model Classifier's number for the flow
-	// (model.Result.Flow): the Aggregator then finds the flow by it
-	// without hashing the key. The samples given to Add must all come from
-	// one Classifier, and those given to AddAgainst from one other.
-	FlowID  int
+	// FlowID, when valid, is the flow as a Classifier numbered it: the
+	// Aggregator then finds the flow by its number without hashing the
+	// key. An Aggregator takes IDs of one Classifier for Add and of one
+	// other for AddAgainst (the first it is given), and panics on any
+	// other's.
+	FlowID  classify.FlowID
 	Table   int // the table that matched, or -1
 	Row     int
 	Primary netip.Addr // for TX
@@ -60,15 +62,15 @@ func (s *Sample) TX() bool { return s.Verdict == model.XDPTX }
 var verdictNames = [...]string{"aborted", "drop", "pass", "tx", "redirect"}
 
 // FromModel fills s with what the Go model did to the packet at capture
-// position n, of bytes bytes.
-func FromModel(s *Sample, n, bytes int, res *model.Result) {
+// position n, of bytes bytes, whose flow a Classifier numbered id.
+func FromModel(s *Sample, n, bytes int, res *model.Result, id classify.FlowID) {
 	*s = Sample{N: n, Bytes: bytes, Verdict: res.Verdict, Table: -1}
 	if !s.TX() {
 		s.Reason = res.Reason
 	}
 	if res.Parsed {
 		s.HasFlow = true
-		s.FlowID = res.Flow
+		s.FlowID = id
 		s.Flow = FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
 	}
 	if s.TX() {
@@ -204,8 +206,10 @@ type Aggregator struct {
 	tables  []*tableAgg // by table index
 	flowIdx map[flowKey]int32
 	flows   chunk.List[flowAgg]
-	// byID and byIDNew map Sample.FlowID to 1 + an index in flows.
+	// byID and byIDNew map Sample.FlowID's number to 1 + an index in flows;
+	// cls and clsNew are the Classifiers that number them.
 	byID, byIDNew []int32
+	cls, clsNew   *classify.Classifier
 	// counts, by Sample.FlowID, holds what CountFlow counted and has not
 	// yet moved to the flows (foldCounts): a dense array of small
 	// records, so that counting a packet touches no flow record.
@@ -325,7 +329,7 @@ func (a *Aggregator) Add(s *Sample) {
 	}
 	var f *flowAgg
 	if s.HasFlow {
-		f = a.flowOf(s, &a.byID)
+		f = a.flowOf(s, &a.byID, &a.cls)
 		f.packets++
 		f.bytes += uint64(s.Bytes)
 		f.unmatched = f.unmatched || unmatched
@@ -337,9 +341,9 @@ func (a *Aggregator) Add(s *Sample) {
 			f.reason = int16(s.Reason)
 			// A flow found by its id has one fate (CountFlow); one found
 			// by its key may have had packets fare differently.
-			f.fated = s.FlowID > 0 && (s.TX() == f.oldTX)
+			f.fated = s.FlowID.Valid() && (s.TX() == f.oldTX)
 		}
-		a.setFated(s.FlowID, f)
+		a.setFated(s.FlowID.Number(), f)
 	}
 	if s.TX() && s.Table >= 0 {
 		t := a.table(s.Table)
@@ -371,7 +375,8 @@ func (a *Aggregator) Add(s *Sample) {
 // Sample's FlowID), when that flow was already added (Add, with the
 // FlowID): it then returns true. It returns false for a flow not seen
 // yet: the caller adds the packet with Add, as the flow's first.
-func (a *Aggregator) CountFlow(id, bytes int) bool {
+func (a *Aggregator) CountFlow(fid classify.FlowID, bytes int) bool {
+	id := a.number(&a.cls, fid)
 	if id <= 0 || id >= len(a.counts) || !a.counts[id].fated {
 		return false
 	}
@@ -471,7 +476,7 @@ func (a *Aggregator) AddAgainst(s *Sample) {
 	if !s.HasFlow {
 		return
 	}
-	a.setAgainst(a.flowOf(s, &a.byIDNew), s)
+	a.setAgainst(a.flowOf(s, &a.byIDNew, &a.clsNew), s)
 }
 
 func (a *Aggregator) setAgainst(f *flowAgg, s *Sample) {
@@ -482,9 +487,24 @@ func (a *Aggregator) setAgainst(f *flowAgg, s *Sample) {
 	}
 }
 
-// byCurID is the flow the current config's Classifier numbered id, if
+// number is id's number, after checking id is of the Classifier *c,
+// which the first valid ID sets.
+func (a *Aggregator) number(c **classify.Classifier, id classify.FlowID) int {
+	if !id.Valid() {
+		return 0
+	}
+	if *c == nil {
+		*c = id.Classifier()
+	} else if *c != id.Classifier() {
+		panic("replay: flows numbered by two Classifiers in one Aggregator")
+	}
+	return id.Number()
+}
+
+// byCurID is the flow the current config's Classifier numbered fid, if
 // Add has had it.
-func (a *Aggregator) byCurID(id int) *flowAgg {
+func (a *Aggregator) byCurID(fid classify.FlowID) *flowAgg {
+	id := a.number(&a.cls, fid)
 	if id <= 0 || id >= len(a.byID) || a.byID[id] == 0 {
 		return nil
 	}
@@ -494,7 +514,7 @@ func (a *Aggregator) byCurID(id int) *flowAgg {
 // AddAgainstFlow is AddAgainst for a packet whose flow the current
 // config's Classifier numbered curID and Add has had: the flow is found by
 // that number, so the two configs' Classifiers need not number flows alike.
-func (a *Aggregator) AddAgainstFlow(curID int, s *Sample) {
+func (a *Aggregator) AddAgainstFlow(curID classify.FlowID, s *Sample) {
 	if f := a.byCurID(curID); f != nil && s.HasFlow {
 		a.setAgainst(f, s)
 		return
@@ -504,7 +524,7 @@ func (a *Aggregator) AddAgainstFlow(curID int, s *Sample) {
 
 // SeenAgainstFlow reports whether AddAgainstFlow already had the flow the
 // current config's Classifier numbered curID.
-func (a *Aggregator) SeenAgainstFlow(curID int) bool {
+func (a *Aggregator) SeenAgainstFlow(curID classify.FlowID) bool {
 	f := a.byCurID(curID)
 	return f != nil && f.firstNew != 0
 }
@@ -521,9 +541,10 @@ func (a *Aggregator) table(i int) *tableAgg {
 	return t
 }
 
-// flowOf finds the sample's flow, by its FlowID when it has one.
-func (a *Aggregator) flowOf(s *Sample, byID *[]int32) *flowAgg {
-	id := s.FlowID
+// flowOf finds the sample's flow, by its FlowID when it has one (whose
+// Classifier is *c's).
+func (a *Aggregator) flowOf(s *Sample, byID *[]int32, c **classify.Classifier) *flowAgg {
+	id := a.number(c, s.FlowID)
 	if id <= 0 {
 		return a.flow(s.Flow)
 	}

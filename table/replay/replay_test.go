@@ -2,25 +2,31 @@ package replay_test
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
+	"github.com/director/director/table/classify"
 	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 	"github.com/director/director/table/replay"
 )
 
 var reasons = []string{"processed", "matched", "encapsulated", "encap_bytes", "bind_fast", "pass_not_ip", "pass_vlan",
 	"pass_malformed", "pass_fragment", "pass_ipv6_ext", "pass_proto", "pass_icmp_echo_off", "pass_no_bind"}
 
-func sampleOf(n int, frame []byte, res *model.Result, withID bool) *replay.Sample {
+func sampleOf(n int, frame []byte, res *model.Result, id classify.FlowID, withID bool) *replay.Sample {
 	var s replay.Sample
-	replay.FromModel(&s, n, len(frame), res)
 	if !withID {
-		s.FlowID = 0
+		id = classify.FlowID{}
 	}
+	replay.FromModel(&s, n, len(frame), res, id)
 	return &s
 }
 
@@ -57,15 +63,15 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 	for i, f := range frames {
 		one.Captured(len(f), false)
 		r := cur.Classify(f)
-		one.Add(sampleOf(i+1, f, &r, false))
+		one.Add(sampleOf(i+1, f, &r, classify.FlowID{}, false))
 		r = nw.Classify(f)
-		one.AddAgainst(sampleOf(i+1, f, &r, false))
+		one.AddAgainst(sampleOf(i+1, f, &r, classify.FlowID{}, false))
 	}
 	want := one.Report(20, "new")
 
 	type worker struct {
 		agg      *replay.Aggregator
-		cur, new *model.Classifier
+		cur, new *classify.Classifier
 	}
 	// owner gives a flow's worker: the first way, all share; the second,
 	// as replay --model shares out flows, the first worker counts none,
@@ -79,13 +85,13 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 		// any order: here backwards), with the packets of known flows counted
 		// by CountFlow, merged as disjoint, as replay --model does.
 		for i := range ws {
-			ws[i] = worker{replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons), cur.NewClassifier(), nw.NewClassifier()}
+			ws[i] = worker{replay.NewAggregator("f", "pcap", []string{"a", "b", "c"}, reasons), classify.New(cur), classify.New(nw)}
 		}
-		var ps model.Parsed
+		var ps classify.Parsed
 		counted := 0
 		for i := len(frames) - 1; i >= 0; i-- { // backwards: order must not matter
 			f := frames[i]
-			model.Parse(f, &ps)
+			classify.Parse(f, &ps)
 			if ps.Reason() != 0 {
 				ws[i%3].agg.Captured(len(f), false)
 				ws[i%3].agg.CountOther(len(f), ps.Reason())
@@ -102,11 +108,11 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 				if !fresh {
 					r = w.cur.FlowResult(id)
 				}
-				w.agg.Add(sampleOf(i+1, f, &r, i%5 != 0)) // some found by key, as when a Classifier is full
+				w.agg.Add(sampleOf(i+1, f, &r, id, i%5 != 0)) // some found by key, as when a Classifier is full
 			}
 			nid, _, _ := w.new.FlowOf(&ps, nil)
 			r := w.new.FlowResult(nid)
-			w.agg.AddAgainstFlow(id, sampleOf(i+1, f, &r, true))
+			w.agg.AddAgainstFlow(id, sampleOf(i+1, f, &r, nid, true))
 		}
 		for _, w := range ws[1:] {
 			ws[0].agg.MergeDisjoint(w.agg)
@@ -170,5 +176,104 @@ func TestOtherVerdictsAreTheirOwn(t *testing.T) {
 	}
 	if len(r.Reasons) != 1 || r.Reasons["pass_proto"].Packets != 1 {
 		t.Errorf("reasons %+v", r.Reasons)
+	}
+}
+
+// TestFlowIDsOfOneClassifier: an Aggregator refuses flow IDs of a second
+// Classifier for the same side: their numbers would name other flows.
+func TestFlowIDsOfOneClassifier(t *testing.T) {
+	src, err := table.Load("../../testdata/configs/small.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := table.DefaultDirectorConfig()
+	dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+	d := model.New(dc, [6]byte{}, src.Tables)
+	f := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.10.10.10"), 6, pkt.TCP(1000, 80, 2, nil), pkt.V4Opts{}))
+	a := replay.NewAggregator("f", "pcap", []string{"api"}, reasons)
+	for i, c := range []*classify.Classifier{classify.New(d), classify.New(d)} {
+		r, id := c.Classify(f)
+		func() {
+			defer func() {
+				if p := recover(); (p != nil) != (i == 1) {
+					t.Errorf("classifier %d: panic %v", i, p)
+				}
+			}()
+			a.Add(sampleOf(1, f, &r, id, true))
+		}()
+	}
+}
+
+// TestRunModelMatchesReference replays a capture file with RunModel (the
+// reader hands flows to workers, known flows are counted with an add, the
+// workers' reports merge), with one CPU and three, and with and without a
+// change against it: the report is the one the reference model gives
+// packet by packet.
+func TestRunModelMatchesReference(t *testing.T) {
+	src, err := table.Load("../../testdata/configs/medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, _ := table.Load("../../testdata/configs/medium.json")
+	changed.Config.Tables[0].Backends[0].State = table.StateDraining
+	changedTables, err := table.BuildAll(changed.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := table.DefaultDirectorConfig()
+	dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+	cur, nw := model.New(dc, [6]byte{}, src.Tables), model.New(dc, [6]byte{}, changedTables)
+	path := filepath.Join(t.TempDir(), "c.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := capture.NewWriter(f)
+	var frames [][]byte
+	if _, err := capture.Generate(src.Config, capture.GenOptions{Flows: 3000, Seed: 4}, func(ts time.Time, fr []byte) error {
+		frames = append(frames, fr)
+		return w.Write(ts, fr)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	f.Close()
+	for _, against := range []*model.Datapath{nil, nw} {
+		one := replay.NewAggregator(path, "pcap", []string{"a", "b", "c"}, reasons)
+		for i, f := range frames {
+			one.Captured(len(f), false)
+			r := cur.Classify(f)
+			one.Add(sampleOf(i+1, f, &r, classify.FlowID{}, false))
+			if against != nil {
+				r = against.Classify(f)
+				one.AddAgainst(sampleOf(i+1, f, &r, classify.FlowID{}, false))
+			}
+		}
+		name := ""
+		if against != nil {
+			name = "new"
+		}
+		want := one.Report(10, name)
+		for _, procs := range []int{1, 3} {
+			old := runtime.GOMAXPROCS(procs)
+			r, err := capture.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			agg := replay.NewAggregator(path, r.Frmt, []string{"a", "b", "c"}, reasons)
+			var read atomic.Uint64
+			err = replay.RunModel(r, path, cur, against, agg, &read)
+			r.Close()
+			runtime.GOMAXPROCS(old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := agg.Report(10, name); !reflect.DeepEqual(want, got) {
+				t.Fatalf("against %v, %d CPUs: RunModel's report differs from the reference's:\nwant %+v\ngot  %+v", against != nil, procs, want, got)
+			}
+			if read.Load() != uint64(len(frames)) {
+				t.Errorf("read %d of %d packets", read.Load(), len(frames))
+			}
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package model
+package classify
 
 import (
 	"encoding/binary"
@@ -36,10 +36,8 @@ func (k *flowKey) hash() uint64 {
 	return h
 }
 
-// find returns k's flow, or nil and the index slot it would take.
-func (t *flowTable) find(k *flowKey) (*flowRec, int32, int) { return t.findHashed(k, k.hash()) }
-
-// findHashed is find with k.hash() already computed.
+// findHashed returns k's flow, or nil and the index slot it would take;
+// h is k.hash().
 func (t *flowTable) findHashed(k *flowKey, h uint64) (*flowRec, int32, int) {
 	if t.index == nil {
 		t.index = make([]uint64, minFlowSlots)

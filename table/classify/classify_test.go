@@ -1,4 +1,4 @@
-package model_test
+package classify_test
 
 import (
 	"net/netip"
@@ -8,11 +8,13 @@ import (
 
 	"github.com/director/director/table"
 	"github.com/director/director/table/capture"
+	"github.com/director/director/table/classify"
 	"github.com/director/director/table/model"
 )
 
 // A Classifier remembers each flow's fate; it must give every packet the
-// Result the Datapath computes from scratch, truncated ones included.
+// Result the reference model computes from scratch (less the packet's own
+// bytes and lengths), truncated ones included.
 func TestClassifierMatchesDatapath(t *testing.T) {
 	for _, cfg := range []string{"medium.json", "ipv6.json", "glb-example.json"} {
 		for _, alt := range []bool{false, true} {
@@ -28,9 +30,9 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 				dc.ForwardICMPEcho = false
 			}
 			d := model.New(dc, [6]byte{2, 0, 0, 0, 0, 9}, src.Tables)
-			c, c2 := d.NewClassifier(), d.NewClassifier()
+			c, c2 := classify.New(d), classify.New(d)
 			const flowLimit = 200 // c2 remembers fewer flows than there are
-			model.SetFlowLimit(c2, flowLimit)
+			classify.SetFlowLimit(c2, flowLimit)
 			beyond := 0
 			var frames [][]byte
 			if _, err := capture.Generate(src.Config, capture.GenOptions{Flows: 300, Seed: 3}, func(_ time.Time, f []byte) error {
@@ -47,51 +49,50 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 			tx := 0
 			for i, f := range frames {
 				want := d.Classify(f)
-				got := c.Classify(f)
-				if want.Parsed != (got.Flow > 0) {
-					t.Fatalf("%s alt=%v frame %d: parsed %v but flow %d", cfg, alt, i, want.Parsed, got.Flow)
+				want.Out, want.IPLen, want.OuterLen = nil, 0, 0
+				got, gotID := c.Classify(f)
+				if want.Parsed != gotID.Valid() {
+					t.Fatalf("%s alt=%v frame %d: parsed %v but flow %v", cfg, alt, i, want.Parsed, gotID.Valid())
 				}
-				if got.Flow > 0 {
+				n := gotID.Number()
+				if gotID.Valid() {
 					k := [5]any{got.Client, got.VIP, got.ClientPort, got.VIPPort, [2]any{got.Proto, got.Echo}}
-					if prev, ok := flowOf[got.Flow]; ok && prev != k {
-						t.Fatalf("%s frame %d: flow %d is %v and %v", cfg, i, got.Flow, prev, k)
+					if prev, ok := flowOf[n]; ok && prev != k {
+						t.Fatalf("%s frame %d: flow %d is %v and %v", cfg, i, n, prev, k)
 					}
-					flowOf[got.Flow] = k
+					flowOf[n] = k
 				}
 				// FlowOf numbers the same flows the same way, up to its
 				// limit, and FlowResult is the packet's Result less its own
 				// lengths and bytes.
-				var ps model.Parsed
-				model.Parse(f, &ps)
+				var ps classify.Parsed
+				classify.Parse(f, &ps)
 				var first model.Result
 				id, reason, fresh := c2.FlowOf(&ps, &first)
-				wantID := got.Flow
-				if wantID > flowLimit {
-					wantID = -1
+				past := gotID.Valid() && n > flowLimit
+				if (past && id.Valid()) || (!past && id.Number() != n) || (!id.Valid() && !want.Parsed && reason != want.Reason) {
+					t.Fatalf("%s alt=%v frame %d: FlowOf gives %d/%d, Classify %d/%d", cfg, alt, i, id.Number(), reason, n, want.Reason)
 				}
-				if id != wantID || (id == 0 && reason != want.Reason) {
-					t.Fatalf("%s alt=%v frame %d: FlowOf gives %d/%d, Classify %d/%d", cfg, alt, i, id, reason, got.Flow, want.Reason)
+				if id.Valid() && id.Classifier() != c2 {
+					t.Fatalf("%s frame %d: FlowOf's ID is another Classifier's", cfg, i)
 				}
-				if fresh != (id == -1 || (id > 0 && !seen[id])) {
-					t.Fatalf("%s alt=%v frame %d: FlowOf says fresh %v for flow %d", cfg, alt, i, fresh, id)
+				if fresh != (past || (id.Valid() && !seen[id.Number()])) {
+					t.Fatalf("%s alt=%v frame %d: FlowOf says fresh %v for flow %d", cfg, alt, i, fresh, id.Number())
 				}
-				exp := want
-				exp.Flow, exp.Out, exp.IPLen, exp.OuterLen = max(id, 0), nil, 0, 0
-				if id > 0 {
-					seen[id] = true
-					if fr := c2.FlowResult(id); !reflect.DeepEqual(exp, fr) {
-						t.Fatalf("%s alt=%v frame %d: FlowResult\nwant %+v\ngot  %+v", cfg, alt, i, exp, fr)
+				if id.Valid() {
+					seen[id.Number()] = true
+					if fr := c2.FlowResult(id); !reflect.DeepEqual(want, fr) {
+						t.Fatalf("%s alt=%v frame %d: FlowResult\nwant %+v\ngot  %+v", cfg, alt, i, want, fr)
 					}
 				}
 				// A new flow's first Result is FlowResult's; a flow
 				// past the limit has its Result every time.
-				if fresh && !reflect.DeepEqual(exp, first) {
-					t.Fatalf("%s alt=%v frame %d: FlowOf's first Result\nwant %+v\ngot  %+v", cfg, alt, i, exp, first)
+				if fresh && !reflect.DeepEqual(want, first) {
+					t.Fatalf("%s alt=%v frame %d: FlowOf's first Result\nwant %+v\ngot  %+v", cfg, alt, i, want, first)
 				}
-				if id == -1 {
+				if past {
 					beyond++
 				}
-				got.Flow = 0
 				if !reflect.DeepEqual(want, got) {
 					t.Fatalf("%s alt=%v frame %d:\nwant %+v\ngot  %+v", cfg, alt, i, want, got)
 				}
