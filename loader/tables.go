@@ -359,84 +359,14 @@ func (d *Director) ApplyChange(ch Change, check func(live State) error) (*ApplyR
 	if err != nil {
 		return nil, err
 	}
-	used := map[int]bool{} // slots either generation references
-	statsUsed := map[int]bool{}
-	for _, lt := range live {
-		used[lt.Slot] = true
-		statsUsed[lt.StatsID] = true
-	}
-	for _, s := range previous {
-		used[s] = true
-	}
-	match := matchTables(live, tables)
-
-	type plan struct {
-		slot, statsID int
-		stat          []uint8
-		write         bool
-	}
-	plans := make([]plan, len(tables))
-	newStatsIDs := map[int]bool{}
-	for i, t := range tables {
-		var p plan
-		var old *LiveTable
-		if j := match[i]; j >= 0 {
-			old = &live[j]
-			p.statsID = old.StatsID
-		} else {
-			p.statsID = -1
-		}
-		p.stat = assignStats(old, t)
-		if old != nil && sameTable(old, i, t, p.stat) {
-			p.slot = old.Slot
-		} else {
-			p.write = true
-			p.slot = -1
-		}
-		plans[i] = p
-	}
-	// Stats IDs for new tables: unused ones, counters zeroed.
-	for i := range plans {
-		if plans[i].statsID >= 0 {
-			newStatsIDs[plans[i].statsID] = true
-			continue
-		}
-		for id := 0; id < DirMaxTables; id++ {
-			if !statsUsed[id] && !newStatsIDs[id] {
-				plans[i].statsID = id
-				newStatsIDs[id] = true
-				break
-			}
-		}
-	}
-	// Fresh slots: neither live nor taken by this apply.
-	taken := map[int]bool{}
-	for k := range used {
-		taken[k] = true
-	}
-	for i := range plans {
-		if !plans[i].write {
-			continue
-		}
-		for s := 0; s < DirMaxSlots; s++ {
-			if !taken[s] {
-				plans[i].slot = s
-				taken[s] = true
-				break
-			}
-		}
-		if plans[i].slot < 0 {
-			return nil, errors.New("no free table slot")
-		}
+	plans, err := place(live, previous, tables)
+	if err != nil {
+		return nil, err
 	}
 
 	// Zero the counters of tables and backends that are new to their slot.
 	for i, p := range plans {
-		var old *LiveTable
-		if j := match[i]; j >= 0 {
-			old = &live[j]
-		}
-		if err := d.resetCounters(p.statsID, old, tables[i], p.stat); err != nil {
+		if err := d.resetCounters(p.statsID, p.old, tables[i], p.stat); err != nil {
 			return nil, err
 		}
 	}
@@ -484,86 +414,6 @@ func Tables(live []LiveTable) []*table.Table {
 		out[i] = live[i].Table
 	}
 	return out
-}
-
-// matchTables pairs each new table with a live one: by name when all have
-// names, else by position. -1 where there is none.
-func matchTables(live []LiveTable, tables []*table.Table) []int {
-	match := make([]int, len(tables))
-	named := true
-	for _, lt := range live {
-		named = named && lt.Table.Name != ""
-	}
-	for _, t := range tables {
-		named = named && t.Name != ""
-	}
-	for i, t := range tables {
-		match[i] = -1
-		for j, lt := range live {
-			if (named && lt.Table.Name == t.Name) || (!named && j == i) {
-				match[i] = j
-			}
-		}
-	}
-	return match
-}
-
-// assignStats keeps each backend's counter index from the live table and
-// gives new backends free ones.
-func assignStats(old *LiveTable, t *table.Table) []uint8 {
-	stat := make([]uint8, len(t.Backends))
-	taken := map[uint8]bool{}
-	known := map[netip.Addr]uint8{}
-	if old != nil {
-		for i, b := range old.Table.Backends {
-			known[b.IP] = old.Stat[i]
-		}
-	}
-	assigned := make([]bool, len(t.Backends))
-	for i, b := range t.Backends {
-		if s, ok := known[b.IP]; ok && !taken[s] {
-			stat[i], assigned[i], taken[s] = s, true, true
-		}
-	}
-	next := 0
-	for i := range t.Backends {
-		if assigned[i] {
-			continue
-		}
-		for taken[uint8(next)] {
-			next++
-		}
-		stat[i] = uint8(next)
-		taken[uint8(next)] = true
-	}
-	return stat
-}
-
-func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
-	o := old.Table
-	if old.Index != index {
-		return false
-	}
-	if o.Name != t.Name || o.HashKey != t.HashKey || len(o.Backends) != len(t.Backends) || len(o.Binds) != len(t.Binds) {
-		return false
-	}
-	for i := range t.Backends {
-		a, b := o.Backends[i], t.Backends[i]
-		if a.IP != b.IP || a.State != b.State || a.Healthy != b.Healthy || old.Stat[i] != stat[i] {
-			return false
-		}
-	}
-	for i := range t.Binds {
-		if o.Binds[i] != t.Binds[i] {
-			return false
-		}
-	}
-	for r := range t.Rows {
-		if o.Rows[r] != t.Rows[r] {
-			return false
-		}
-	}
-	return true
 }
 
 // slotMap returns the map holding a slot's table, creating it the first

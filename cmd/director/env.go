@@ -5,6 +5,9 @@ import (
 	"github.com/director/director/table"
 )
 
+// What commands share: adopting the pinned director and reading the
+// director config.
+
 // open adopts the director pinned at --bpffs.
 func (e *env) open() (*loader.Director, error) {
 	return loader.Open(e.bpffs)

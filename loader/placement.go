@@ -1,0 +1,173 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/director/director/table"
+)
+
+// Where an apply puts each table, decided without the kernel: which live
+// table it continues (keeping its counters), which counter index each of
+// its backends has, and whether it is unchanged (it stays in its slot) or
+// must be written into a fresh slot that no packet can be reading.
+
+// placement is where an apply puts one table.
+type placement struct {
+	old     *LiveTable // the live table it continues, or nil
+	slot    int        // its table slot
+	statsID int        // its counter block
+	stat    []uint8    // each backend's counter index in the block
+	write   bool       // a changed or new table: slot is fresh
+}
+
+// place decides where tables go, given the live tables and the slots the
+// inactive bind generation still registers (previous): an unchanged table
+// keeps its slot; a changed or new one gets a slot neither generation
+// references; a table continuing a live one keeps its counter block and
+// each backend's counter index (by address); a new table gets a free
+// block.
+func place(live []LiveTable, previous []int, tables []*table.Table) ([]placement, error) {
+	taken := map[int]bool{} // slots either generation references, and this apply's
+	statsTaken := map[int]bool{}
+	for _, lt := range live {
+		taken[lt.Slot] = true
+		statsTaken[lt.StatsID] = true
+	}
+	for _, s := range previous {
+		taken[s] = true
+	}
+	match := matchTables(live, tables)
+	out := make([]placement, len(tables))
+	for i, t := range tables {
+		p := &out[i]
+		p.statsID, p.slot = -1, -1
+		if j := match[i]; j >= 0 {
+			p.old = &live[j]
+			p.statsID = p.old.StatsID
+		}
+		p.stat = assignStats(p.old, t)
+		if p.old != nil && sameTable(p.old, i, t, p.stat) {
+			p.slot = p.old.Slot
+		} else {
+			p.write = true
+		}
+	}
+	// Counter blocks for new tables: free ones (their counters are zeroed).
+	for i := range out {
+		if out[i].statsID >= 0 {
+			statsTaken[out[i].statsID] = true
+		}
+	}
+	for i := range out {
+		if out[i].statsID >= 0 {
+			continue
+		}
+		for id := 0; id < DirMaxTables && out[i].statsID < 0; id++ {
+			if !statsTaken[id] {
+				out[i].statsID = id
+				statsTaken[id] = true
+			}
+		}
+		if out[i].statsID < 0 {
+			return nil, errors.New("no free counter block")
+		}
+	}
+	// Fresh slots: neither generation's, nor taken by this apply.
+	for i := range out {
+		if !out[i].write {
+			continue
+		}
+		for s := 0; s < DirMaxSlots && out[i].slot < 0; s++ {
+			if !taken[s] {
+				out[i].slot = s
+				taken[s] = true
+			}
+		}
+		if out[i].slot < 0 {
+			return nil, fmt.Errorf("tables[%d]: no free table slot", i)
+		}
+	}
+	return out, nil
+}
+
+// matchTables pairs each new table with a live one: by name when all have
+// names, else by position. -1 where there is none.
+func matchTables(live []LiveTable, tables []*table.Table) []int {
+	match := make([]int, len(tables))
+	named := true
+	for _, lt := range live {
+		named = named && lt.Table.Name != ""
+	}
+	for _, t := range tables {
+		named = named && t.Name != ""
+	}
+	for i, t := range tables {
+		match[i] = -1
+		for j, lt := range live {
+			if (named && lt.Table.Name == t.Name) || (!named && j == i) {
+				match[i] = j
+			}
+		}
+	}
+	return match
+}
+
+// assignStats keeps each backend's counter index from the live table and
+// gives new backends free ones.
+func assignStats(old *LiveTable, t *table.Table) []uint8 {
+	stat := make([]uint8, len(t.Backends))
+	taken := map[uint8]bool{}
+	known := map[netip.Addr]uint8{}
+	if old != nil {
+		for i, b := range old.Table.Backends {
+			known[b.IP] = old.Stat[i]
+		}
+	}
+	assigned := make([]bool, len(t.Backends))
+	for i, b := range t.Backends {
+		if s, ok := known[b.IP]; ok && !taken[s] {
+			stat[i], assigned[i], taken[s] = s, true, true
+		}
+	}
+	next := 0
+	for i := range t.Backends {
+		if assigned[i] {
+			continue
+		}
+		for taken[uint8(next)] {
+			next++
+		}
+		stat[i] = uint8(next)
+		taken[uint8(next)] = true
+	}
+	return stat
+}
+
+func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
+	o := old.Table
+	if old.Index != index {
+		return false
+	}
+	if o.Name != t.Name || o.HashKey != t.HashKey || len(o.Backends) != len(t.Backends) || len(o.Binds) != len(t.Binds) {
+		return false
+	}
+	for i := range t.Backends {
+		a, b := o.Backends[i], t.Backends[i]
+		if a.IP != b.IP || a.State != b.State || a.Healthy != b.Healthy || old.Stat[i] != stat[i] {
+			return false
+		}
+	}
+	for i := range t.Binds {
+		if o.Binds[i] != t.Binds[i] {
+			return false
+		}
+	}
+	for r := range t.Rows {
+		if o.Rows[r] != t.Rows[r] {
+			return false
+		}
+	}
+	return true
+}

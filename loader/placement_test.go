@@ -1,0 +1,56 @@
+package loader
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/director/director/table"
+)
+
+// TestPlace decides where an apply puts tables, without the kernel: an
+// unchanged table stays, a changed one moves to a slot neither generation
+// uses and keeps its counters, a new one gets a free counter block, and
+// backends keep their counter index by address.
+func TestPlace(t *testing.T) {
+	tabs := testTables(t, testConfig) // web, dns, special, v6
+	live := []LiveTable{
+		{Slot: 0, Index: 0, StatsID: 5, Table: tabs[0], Stat: []uint8{0, 1, 2, 3, 4, 5}},
+		{Slot: 3, Index: 1, StatsID: 0, Table: tabs[1], Stat: []uint8{3, 2, 1, 0}},
+	}
+	previous := []int{1, 2} // the inactive generation's
+	// dns changes: its first backend goes, another comes.
+	dns := *tabs[1]
+	dns.Backends = append([]table.Backend{{IP: netip.MustParseAddr("192.168.20.9"), State: table.StateActive, Healthy: true}}, tabs[1].Backends[1:]...)
+	next := []*table.Table{tabs[0], &dns, tabs[2]}
+	got, err := place(live, previous, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// web is unchanged: same slot, not written, same counters.
+	if p := got[0]; p.write || p.slot != 0 || p.statsID != 5 || p.old != &live[0] || string(p.stat) != string([]uint8{0, 1, 2, 3, 4, 5}) {
+		t.Errorf("web: %+v", p)
+	}
+	// dns changed: a fresh slot (not 0-3), its counter block, and its
+	// surviving backends' indices; the new backend takes the free one.
+	if p := got[1]; !p.write || p.slot != 4 || p.statsID != 0 || p.old != &live[1] || string(p.stat) != string([]uint8{3, 2, 1, 0}) {
+		t.Errorf("dns: %+v", p)
+	}
+	// special is new: the next fresh slot and the first free block.
+	if p := got[2]; !p.write || p.slot != 5 || p.statsID != 1 || p.old != nil {
+		t.Errorf("special: %+v", p)
+	}
+	// Tables matched by name keep their counters when they move in order.
+	got, err = place(live, previous, []*table.Table{tabs[1], tabs[0]})
+	if err != nil || got[0].statsID != 0 || got[1].statsID != 5 || !got[0].write || !got[1].write {
+		t.Errorf("reordered: %+v %v", got, err)
+	}
+	// No slot left.
+	var all []int
+	for s := 0; s < DirMaxSlots; s++ {
+		all = append(all, s)
+	}
+	if _, err := place(nil, all, next); err == nil || !strings.Contains(err.Error(), "no free table slot") {
+		t.Errorf("with every slot taken: %v", err)
+	}
+}
