@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // GLB's binary format fixes these; configs are held to them so that every
@@ -21,8 +22,39 @@ const (
 // Config is a forwarding-table config in GitHub GLB Director's JSON format.
 type Config struct {
 	Tables []TableConfig
+	// Checks is the top-level "healthchecks" block of the file
+	// glb-healthcheck reads (forwarding_table.src.json), with GLB's
+	// defaults when it is absent.
+	Checks CheckSettings
 	// Warnings are accepted oddities worth an operator's glance.
 	Warnings []string
+}
+
+// CheckSettings is how backends are health-checked: every Interval, each
+// check given Timeout; Rise consecutive passes bring a backend up, Fall
+// consecutive failures take it down. GLB's "trigger" sets both; "rise"
+// and "fall" (director's extension) set them apart.
+type CheckSettings struct {
+	Interval, Timeout time.Duration
+	Rise, Fall        int
+}
+
+// DefaultCheckSettings are glb-healthcheck's: 2 s, 1 s, trigger 3.
+func DefaultCheckSettings() CheckSettings {
+	return CheckSettings{Interval: 2 * time.Second, Timeout: time.Second, Rise: 3, Fall: 3}
+}
+
+// Checked reports whether any backend's health is left to the checks
+// (its "healthy" is absent).
+func (c *Config) Checked() bool {
+	for i := range c.Tables {
+		for _, b := range c.Tables[i].Backends {
+			if b.Checked {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TableConfig is one service: the addresses it answers on and the backends
@@ -106,9 +138,14 @@ func ParseProto(s string) (Proto, error) {
 
 // Backend is a server behind a table.
 type Backend struct {
-	IP           netip.Addr
-	State        State
-	Healthy      bool
+	IP      netip.Addr
+	State   State
+	Healthy bool
+	// Checked is set when the config leaves the backend's health to the
+	// checks (no "healthy"): Healthy is then what they found, and false
+	// until they have. A present "healthy" is the operator's, and the
+	// checks do not change it.
+	Checked      bool
 	Healthchecks *Healthchecks // nil when absent
 }
 
@@ -297,16 +334,20 @@ func (p *parser) required(path string, v *jsonValue, key string, kind jsonKind) 
 }
 
 func (p *parser) config(root *jsonValue) *Config {
-	c := &Config{}
-	if !p.object("", root, "tables") {
+	c := &Config{Checks: DefaultCheckSettings()}
+	if !p.object("", root, "tables", "healthchecks") {
 		return c
+	}
+	if hc := root.get("healthchecks"); hc != nil {
+		c.Checks = p.checkSettings("healthchecks", hc)
 	}
 	tables := p.required("", root, "tables", jsonArray)
 	if tables == nil {
 		return c
 	}
 	if len(tables.elems) == 0 {
-		p.fail("tables", "empty: a config needs at least one table")
+		// GLB's packaged default: a director with nothing to serve yet.
+		p.warns = append(p.warns, "tables: empty: there is nothing to steer, and a director serving this passes every packet")
 	}
 	if err := p.lim.check(int64(len(tables.elems))); err != nil {
 		p.errs = append(p.errs, err.(*FieldError))
@@ -532,7 +573,7 @@ func (p *parser) backend(path string, v *jsonValue) (Backend, bool) {
 		b.State = s
 	}
 	if hv := v.get("healthy"); hv == nil {
-		p.fail(path+".healthy", "missing (must be true or false; there is no default)")
+		b.Checked = true // the checks decide; until they do, down
 	} else if hv.kind != jsonBool {
 		p.fail(path+".healthy", "%s is not true or false", hv.brief())
 	} else {
@@ -576,4 +617,44 @@ func (p *parser) healthchecks(path string, v *jsonValue) *Healthchecks {
 		}
 	}
 	return h
+}
+
+// checkSettings parses the top-level "healthchecks" block.
+func (p *parser) checkSettings(path string, v *jsonValue) CheckSettings {
+	c := DefaultCheckSettings()
+	if !p.object(path, v, "interval_ms", "timeout_ms", "trigger", "rise", "fall") {
+		return c
+	}
+	num := func(key string, lo, hi int64) (int64, bool) {
+		f := v.get(key)
+		if f == nil {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(f.num.String(), 10, 64)
+		if f.kind != jsonNumber || err != nil || n < lo || n > hi {
+			p.fail(join(path, key), "%s is not a whole number from %d to %d", f.brief(), lo, hi)
+			return 0, false
+		}
+		return n, true
+	}
+	if n, ok := num("interval_ms", 10, 3600_000); ok {
+		c.Interval = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := num("timeout_ms", 1, 600_000); ok {
+		c.Timeout = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := num("trigger", 1, 100); ok {
+		c.Rise, c.Fall = int(n), int(n)
+	}
+	if n, ok := num("rise", 1, 100); ok {
+		c.Rise = int(n)
+	}
+	if n, ok := num("fall", 1, 100); ok {
+		c.Fall = int(n)
+	}
+	if c.Timeout > c.Interval {
+		p.fail(join(path, "timeout_ms"), "%d ms is longer than interval_ms %d: a check would still run when the next starts",
+			c.Timeout.Milliseconds(), c.Interval.Milliseconds())
+	}
+	return c
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 const (
@@ -78,7 +79,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{"not json", `{"tables": [`, []string{"invalid JSON: line 1"}},
 		{"trailing", `{"tables": []} x`, []string{"invalid JSON"}},
 		{"no tables", `{}`, []string{"tables: missing"}},
-		{"empty tables", `{"tables": []}`, []string{"tables: empty"}},
 		{"unknown top", `{"tables": [], "tabels": 1}`, []string{"tabels: unknown field"}},
 		{"table not object", `{"tables": [3]}`, []string{"tables[0]: 3 is not an object"}},
 		{"unknown table field", cfg(tbl(goodBackends() + `, "hash_fields": 1`)), []string{"tables[0].hash_fields: unknown field"}},
@@ -87,8 +87,6 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`tables[0].backends[0].ip: "10.0.0.300" is not an IP address`}},
 		{"zone", cfg(tbl(backends(`{"ip": "fe80::1%eth0", "state": "active", "healthy": true}`))),
 			[]string{`tables[0].backends[0].ip: "fe80::1%eth0" is not an IP address`}},
-		{"missing healthy", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active"}`))),
-			[]string{"tables[0].backends[0].healthy: missing"}},
 		{"healthy string", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": "true"}`))),
 			[]string{`tables[0].backends[0].healthy: "true" is not true or false`}},
 		{"bad state", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "up", "healthy": true}`))),
@@ -260,5 +258,49 @@ func TestSecretOfAnyTypeNeverEchoed(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHealthLeftToChecks: the file glb-healthcheck reads may leave a
+// backend's health out (the checks decide) and carry a top-level
+// "healthchecks" block; the one-shot commands' reader refuses it, saying
+// where health comes from. GLB's packaged {"tables": []} is accepted.
+func TestHealthLeftToChecks(t *testing.T) {
+	in := `{"healthchecks": {"interval_ms": 500, "timeout_ms": 200, "trigger": 2, "fall": 4},
+	  "tables": [` + tbl(`, "backends": [{"ip": "10.1.0.1", "state": "active", "healthchecks": {"http": 80}},
+	                                {"ip": "10.1.0.2", "state": "active", "healthy": false}]`) + `]}`
+	c, err := ParseConfig([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Tables[0].Backends
+	if !c.Checked() || !b[0].Checked || b[0].Healthy || b[1].Checked || b[1].Healthy {
+		t.Fatalf("backends %+v", b)
+	}
+	want := CheckSettings{Interval: 500 * time.Millisecond, Timeout: 200 * time.Millisecond, Rise: 2, Fall: 4}
+	if c.Checks != want {
+		t.Errorf("checks %+v, want %+v", c.Checks, want)
+	}
+	if d, _ := ParseConfig([]byte(cfg(tbl(goodBackends())))); d.Checks != DefaultCheckSettings() || d.Checked() {
+		t.Errorf("defaults: %+v", d.Checks)
+	}
+	_, err = ParseSource("f.json", []byte(in), ToolLimit)
+	if err == nil || !strings.Contains(err.Error(), "f.json: tables[0].backends[0].healthy: missing: health is left to the checks") ||
+		!strings.Contains(err.Error(), "director run") || !strings.Contains(err.Error(), "director healthcheck") {
+		t.Errorf("one-shot reader: %v", err)
+	}
+	for bad, msg := range map[string]string{
+		`{"interval_ms": 0}`:                      "healthchecks.interval_ms: 0 is not a whole number",
+		`{"interval_ms": 100, "timeout_ms": 200}`: "healthchecks.timeout_ms: 200 ms is longer than interval_ms 100",
+		`{"trigger": "3"}`:                        `healthchecks.trigger: "3" is not a whole number`,
+		`{"retries": 3}`:                          "healthchecks.retries: unknown field",
+	} {
+		if _, err := ParseConfig([]byte(`{"healthchecks": ` + bad + `, "tables": []}`)); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: %v, want %q", bad, err, msg)
+		}
+	}
+	e, err := ParseSource("empty.json", []byte(`{"tables": []}`), ToolLimit)
+	if err != nil || len(e.Tables) != 0 || len(e.Warnings) != 1 || !strings.Contains(e.Warnings[0], "passes every packet") {
+		t.Errorf("empty tables: %v %+v", err, e)
 	}
 }

@@ -137,3 +137,43 @@ func TestDiffPairsTables(t *testing.T) {
 func hasWarning(td TableDiff, s string) bool {
 	return slices.ContainsFunc(td.Warnings, func(w string) bool { return strings.Contains(w, s) })
 }
+
+// TestVerdictStateChangesNotHealth: GLB's one-at-a-time rule is about
+// draining and filling, an operator's choice; backends the checks found
+// down do not make a change unsafe by their number (rows at risk and rows
+// with no good backend still do).
+func TestVerdictStateChangesNotHealth(t *testing.T) {
+	c, err := ParseConfig([]byte(cfg(tbl(`, "backends": [
+	  {"ip": "10.1.0.1", "state": "active", "healthy": true}, {"ip": "10.1.0.2", "state": "active", "healthy": true},
+	  {"ip": "10.1.0.3", "state": "active", "healthy": true}, {"ip": "10.1.0.4", "state": "active", "healthy": true}]`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(edit func(bs []Backend)) []*Table {
+		tc := c.Tables[0]
+		tc.Backends = append([]Backend(nil), tc.Backends...)
+		edit(tc.Backends)
+		tb, err := Build(&tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []*Table{tb}
+	}
+	base := build(func([]Backend) {})
+	twoDown := build(func(bs []Backend) { bs[0].Healthy, bs[1].Healthy = false, false })
+	if safe, reasons := Verdict(Compare(base, twoDown)); !safe {
+		t.Errorf("two backends found down: unsafe %v", reasons)
+	}
+	twoDraining := build(func(bs []Backend) { bs[0].State, bs[1].State = StateDraining, StateDraining })
+	if safe, reasons := Verdict(Compare(base, twoDraining)); safe || !strings.Contains(strings.Join(reasons, ";"), "2 backends draining or filling at once") {
+		t.Errorf("two draining: %v %v", safe, reasons)
+	}
+	allDown := build(func(bs []Backend) {
+		for i := range bs {
+			bs[i].Healthy = false
+		}
+	})
+	if safe, reasons := Verdict(Compare(base, allDown)); safe || !strings.Contains(strings.Join(reasons, ";"), "rows have no active healthy backend") {
+		t.Errorf("all down: %v %v", safe, reasons)
+	}
+}

@@ -82,6 +82,9 @@ func ParseSource(path string, data []byte, lim Limit) (*Source, error) {
 		if s.Config, err = ParseConfigLimit(data, lim); err != nil {
 			return nil, InFile(path, err)
 		}
+		if err := oneShot(s.Config); err != nil {
+			return nil, InFile(path, err)
+		}
 		if s.Tables, err = BuildAll(s.Config); err != nil {
 			return nil, InFile(path, err)
 		}
@@ -226,4 +229,19 @@ func startsPlan(data []byte) bool {
 	}
 	t, err := dec.Token()
 	return err == nil && t == "plan_version"
+}
+
+// oneShot refuses a config that leaves health to the checks: the one-shot
+// commands run none, and would take every such backend for down.
+func oneShot(c *Config) error {
+	for i := range c.Tables {
+		for j, b := range c.Tables[i].Backends {
+			if b.Checked {
+				return &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].healthy", i, j),
+					Msg: "missing: health is left to the checks in this config: serve it with 'director run', which checks, " +
+						"or fill it in with 'director healthcheck CONFIG -o CHECKED.json' and use that"}
+			}
+		}
+	}
+	return nil
 }

@@ -78,7 +78,7 @@ func SamePlanTables(a, b []PlanTable) bool {
 
 // Verdict judges a diff: safe, or unsafe with reasons. Unsafe is anything
 // that breaks established connections or stops steering traffic: rows at
-// risk, more than one backend not active and healthy in a table, rows with
+// risk, more than one backend of a table draining or filling, rows with
 // no good backend, a changed hash key, tables or binds removed.
 func Verdict(d *Diff) (safe bool, reasons []string) {
 	for _, td := range d.Tables {
@@ -99,14 +99,19 @@ func Verdict(d *Diff) (safe bool, reasons []string) {
 		if td.Rows.NoGoodRows > 0 {
 			reasons = append(reasons, fmt.Sprintf("table %s: %d rows have no active healthy backend", td.Name, td.Rows.NoGoodRows))
 		}
-		bad := 0
+		// GLB's rule of one state change at a time: draining or filling
+		// (what an operator sets). Health is what checks find, not a
+		// choice, and the builder gives every row a good primary however
+		// many backends are down; rows at risk and rows with no good
+		// backend are what make a health change unsafe.
+		moving := 0
 		for _, bc := range td.Backends {
-			if bc.New != nil && bc.New.State != "inactive" && (bc.New.State != "active" || !bc.New.Healthy) {
-				bad++
+			if bc.New != nil && bc.New.State != "inactive" && bc.New.State != "active" {
+				moving++
 			}
 		}
-		if bad > 1 {
-			reasons = append(reasons, fmt.Sprintf("table %s: %d backends not active and healthy (GLB's safety rule allows one)", td.Name, bad))
+		if moving > 1 {
+			reasons = append(reasons, fmt.Sprintf("table %s: %d backends draining or filling at once (GLB's safety rule allows one)", td.Name, moving))
 		}
 	}
 	return len(reasons) == 0, reasons

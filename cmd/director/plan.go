@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -41,15 +40,7 @@ func runPlan(e *env, c *command, args []string) error {
 		return err
 	}
 	defer d.Close()
-	live, err := d.Live()
-	if err != nil {
-		return err
-	}
-	liveConfig, err := d.LiveConfig()
-	if err != nil {
-		return err
-	}
-	p, err := makePlan(e, loader.State{Tables: loader.Tables(live), Config: liveConfig}, src, dc)
+	p, err := d.Plan(&loader.Proposal{Tables: src.Tables, Input: src.Data, Config: dc})
 	if err != nil {
 		return err
 	}
@@ -106,25 +97,6 @@ func buildForApply(e *env, path string, data []byte) (*table.Source, error) {
 	}
 	warnAll(e, src.Warnings)
 	return src, nil
-}
-
-// makePlan judges going from the live state to src's tables and, when
-// dc is not nil, to the director config dc (its gateway resolved).
-func makePlan(e *env, live loader.State, src *table.Source, dc *table.DirectorConfig) (*table.Plan, error) {
-	d := table.Compare(live.Tables, src.Tables)
-	safe, reasons := table.Verdict(d)
-	if reasons == nil {
-		reasons = []string{}
-	}
-	p := &table.Plan{PlanVersion: table.PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: e.bpffs,
-		Base: table.PlanTables(live.Tables), Result: table.PlanTables(src.Tables), Safe: safe, Reasons: reasons, Diff: d}
-	p.SetInput(src.Data)
-	if dc != nil {
-		if err := p.JudgeDirector(live.Config, dc); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
 }
 
 func printPlan(e *env, p *table.Plan) {

@@ -1,0 +1,100 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/director/director/table"
+)
+
+// The one path by which a change reaches the kernel, whoever asks: the
+// plan and apply commands, and director run's loop. A change is planned
+// (table.Plan: the diff against what is live and a verdict), judged by
+// the caller, and applied under the apply lock against exactly the state
+// it was planned against; then what the kernel holds is read back and
+// checked against the plan.
+
+// Proposal is a change to plan, and perhaps apply.
+type Proposal struct {
+	Tables []*table.Table
+	// Input is the config or GLB binary the tables were built from, for
+	// a plan file; nil when there is none (director run's health changes).
+	Input []byte
+	// Config, when not nil, is the director config to apply with the
+	// tables, its gateway resolved.
+	Config *table.DirectorConfig
+}
+
+// PlanAgainst judges p against the live state.
+func PlanAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
+	d := table.Compare(live.Tables, p.Tables)
+	safe, reasons := table.Verdict(d)
+	if reasons == nil {
+		reasons = []string{}
+	}
+	plan := &table.Plan{PlanVersion: table.PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: bpffs,
+		Base: table.PlanTables(live.Tables), Result: table.PlanTables(p.Tables), Safe: safe, Reasons: reasons, Diff: d}
+	if p.Input != nil {
+		plan.SetInput(p.Input)
+	}
+	if p.Config != nil {
+		if err := plan.JudgeDirector(live.Config, p.Config); err != nil {
+			return nil, err
+		}
+	}
+	return plan, nil
+}
+
+// LiveState reads what is live: the tables and the director config.
+func (d *Director) LiveState() (State, error) {
+	live, err := d.Live()
+	if err != nil {
+		return State{}, err
+	}
+	c, err := d.LiveConfig()
+	if err != nil {
+		return State{}, err
+	}
+	return State{Tables: Tables(live), Config: c}, nil
+}
+
+// Plan judges p against what is live now.
+func (d *Director) Plan(p *Proposal) (*table.Plan, error) {
+	live, err := d.LiveState()
+	if err != nil {
+		return nil, err
+	}
+	return PlanAgainst(d.Dir, live, p)
+}
+
+// Commit plans p against what is live, under the apply lock, asks allow
+// whether to apply it (a non-nil error refuses, and is returned), applies
+// it, and checks that the tables and director config read back from the
+// kernel are the ones planned. It returns the plan it applied.
+func (d *Director) Commit(p *Proposal, allow func(live State, plan *table.Plan) error) (*table.Plan, *ApplyResult, error) {
+	var plan *table.Plan
+	res, err := d.ApplyChange(Change{Tables: p.Tables, Config: p.Config}, func(live State) error {
+		var err error
+		if plan, err = PlanAgainst(d.Dir, live, p); err != nil {
+			return err
+		}
+		return allow(live, plan)
+	})
+	if err != nil {
+		return plan, nil, err
+	}
+	if got := table.PlanTables(Tables(res.Tables)); !table.SamePlanTables(got, plan.Result) {
+		return plan, res, errors.New("the tables read back from the kernel differ from the ones applied")
+	}
+	if p.Config != nil {
+		now, err := d.LiveConfig()
+		if err != nil {
+			return plan, res, err
+		}
+		if now == nil || len(table.CompareDirectorConfig(now, p.Config)) > 0 {
+			return plan, res, fmt.Errorf("the director config read back from the kernel differs from the one applied")
+		}
+	}
+	return plan, res, nil
+}
