@@ -304,3 +304,32 @@ func TestHealthLeftToChecks(t *testing.T) {
 		t.Errorf("empty tables: %v %+v", err, e)
 	}
 }
+
+// TestFillHealth: the backends the checks decide get "healthy", the rest
+// of the file is kept, and the result is a config the one-shot commands
+// take, with the same tables as the input built with that health.
+func TestFillHealth(t *testing.T) {
+	in := `{"healthchecks": {"trigger": 2}, "tables": [{"name": "api", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}],
+	  "backends": [{"ip": "10.1.0.1", "state": "active", "healthchecks": {"http": 80, "http_uri": "/up"}},
+	               {"ip": "10.1.0.2", "state": "active", "healthy": false},
+	               {"ip": "10.1.0.3", "state": "draining"}]}]}`
+	out, err := FillHealth([]byte(in), func(i, j int) bool { return j == 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig(out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b := c.Tables[0].Backends
+	if c.Checked() || !b[0].Healthy || b[1].Healthy || b[2].Healthy || c.Checks.Rise != 2 || *b[0].Healthchecks.HTTPURI != "/up" {
+		t.Fatalf("filled: %+v\n%s", b, out)
+	}
+	if !strings.Contains(string(out), `"healthchecks": {`) || strings.Index(string(out), `"name"`) > strings.Index(string(out), `"hash_key"`) {
+		t.Errorf("the file's content or order changed:\n%s", out)
+	}
+	if _, err := ParseSource("checked.json", out, ToolLimit); err != nil {
+		t.Errorf("the one-shot commands refuse the filled file: %v", err)
+	}
+}

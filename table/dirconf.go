@@ -51,7 +51,10 @@ type DirectorConfig struct {
 	HashFields        HashFields // never 0
 	AltHashFields     HashFields // 0: no alternate hash
 	ForwardICMPEcho   bool
-	Warnings          []string
+	// StatsdPort, when not 0, is where 'director run' sends GLB's statsd
+	// metrics (to 127.0.0.1), as GLB's XDP director does.
+	StatsdPort int
+	Warnings   []string
 }
 
 // DefaultDirectorConfig is what an empty file gives, bar the required
@@ -61,7 +64,7 @@ func DefaultDirectorConfig() DirectorConfig {
 }
 
 // GLB's DPDK director reads these; an XDP director has no use for them.
-var dpdkOnlyKeys = []string{"statsd_port", "kni_ip", "num_worker_queues", "rx_drop_en", "flow_paths", "lcores"}
+var dpdkOnlyKeys = []string{"kni_ip", "num_worker_queues", "rx_drop_en", "flow_paths", "lcores"}
 
 // LoadDirectorConfig reads and validates a director config file.
 func LoadDirectorConfig(path string) (*DirectorConfig, error) {
@@ -85,7 +88,7 @@ func ParseDirectorConfig(data []byte) (*DirectorConfig, error) {
 	p := &parser{}
 	c := DefaultDirectorConfig()
 	allowed := append([]string{"outbound_gateway_mac", "outbound_src_ip", "outbound_interface", "hash_fields", "alt_hash_fields",
-		"forward_icmp_ping_responses"}, dpdkOnlyKeys...)
+		"forward_icmp_ping_responses", "statsd_port"}, dpdkOnlyKeys...)
 	if p.object("", root, allowed...) {
 		for _, m := range root.members {
 			for _, k := range dpdkOnlyKeys {
@@ -124,6 +127,11 @@ func ParseDirectorConfig(data []byte) (*DirectorConfig, error) {
 				p.fail("forward_icmp_ping_responses", "%s is not true or false", v.brief())
 			} else {
 				c.ForwardICMPEcho = v.boolean
+			}
+		}
+		if v := root.get("statsd_port"); v != nil {
+			if n, ok := p.port("statsd_port", v); ok {
+				c.StatsdPort = int(n)
 			}
 		}
 		if v := root.get("hash_fields"); v != nil {

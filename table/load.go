@@ -67,6 +67,29 @@ func LoadLimit(path string, lim Limit) (*Source, error) {
 	return ParseSource(path, data, lim)
 }
 
+// ParseSourceHealth is ParseSource for a config that may leave health to
+// the checks: such backends' health is health(table, backend) (the plan
+// and apply commands take it from the live tables, where director run
+// keeps what its checks find), and Data is the config with it filled in
+// (FillHealth), so that a plan applies exactly what it shows. filled
+// reports whether any was.
+func ParseSourceHealth(path string, data []byte, lim Limit, health func(table, backend int, c *TableConfig) bool) (s *Source, filled bool, err error) {
+	if !IsGLBBinary(data) {
+		c, err := ParseConfigLimit(data, lim)
+		if err != nil {
+			return nil, false, InFile(path, err)
+		}
+		if c.Checked() {
+			if data, err = FillHealth(data, func(i, j int) bool { return health(i, j, &c.Tables[i]) }); err != nil {
+				return nil, false, InFile(path, err)
+			}
+			filled = true
+		}
+	}
+	s, err = ParseSource(path, data, lim)
+	return s, filled, err
+}
+
 // ParseSource parses data, read from path, as a config or a GLB binary and
 // builds its tables. Warnings include what the datapath cannot serve
 // (Unservable), so that every command that reads a file says so.
