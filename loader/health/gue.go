@@ -1,0 +1,120 @@
+package health
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/director/director/table/gue"
+	"github.com/director/director/table/pkt"
+)
+
+// pinger sends GUE probes and matches their echo replies: GLB's
+// TunnelHealthChecker. A probe is a UDP datagram to the backend's GUE
+// port holding GLB's GUE header and an IPv4 ICMP echo request from the
+// director to the backend; the backend's decapsulating program hands the
+// request to its stack, which answers the director directly. Replies are
+// read from a raw ICMP socket (it needs CAP_NET_RAW) and matched by
+// source, identifier and sequence number.
+type pinger struct {
+	src  netip.Addr
+	udp  *net.UDPConn
+	icmp net.PacketConn
+	id   uint16
+	seq  atomic.Uint32
+
+	mu      sync.Mutex
+	waiting map[probeKey]chan struct{}
+}
+
+type probeKey struct {
+	from netip.Addr
+	seq  uint16
+}
+
+func newPinger(src netip.Addr) (*pinger, error) {
+	if !src.Is4() {
+		return nil, fmt.Errorf("GUE probes need the director's IPv4 address, not %v", src)
+	}
+	udp, err := net.ListenUDP("udp4", nil)
+	if err != nil {
+		return nil, fmt.Errorf("GUE probes: %w", err)
+	}
+	icmp, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("GUE probes: reading echo replies needs a raw ICMP socket (CAP_NET_RAW): %w", err)
+	}
+	var b [2]byte
+	rand.Read(b[:])
+	g := &pinger{src: src, udp: udp, icmp: icmp, id: binary.BigEndian.Uint16(b[:]), waiting: map[probeKey]chan struct{}{}}
+	go g.receive()
+	return g, nil
+}
+
+func (g *pinger) close() error {
+	g.udp.Close()
+	return g.icmp.Close()
+}
+
+// receive delivers echo replies to their probes until the socket closes.
+func (g *pinger) receive() {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := g.icmp.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		m := buf[:n] // the ICMP message: Go strips the IPv4 header
+		if n < 8 || m[0] != 0 || m[1] != 0 || binary.BigEndian.Uint16(m[4:]) != g.id {
+			continue
+		}
+		addr, ok := netip.AddrFromSlice(from.(*net.IPAddr).IP.To4())
+		if !ok {
+			continue
+		}
+		k := probeKey{addr, binary.BigEndian.Uint16(m[6:])}
+		g.mu.Lock()
+		if ch, ok := g.waiting[k]; ok {
+			close(ch)
+			delete(g.waiting, k)
+		}
+		g.mu.Unlock()
+	}
+}
+
+// ping sends one probe to ip's GUE port and waits for its reply.
+func (g *pinger) ping(ctx context.Context, ip netip.Addr, port int) error {
+	if !ip.Is4() {
+		return fmt.Errorf("GUE probes go to IPv4 backends, not %v", ip)
+	}
+	seq := uint16(g.seq.Add(1))
+	inner := pkt.IPv4(g.src, ip, 1, pkt.ICMP(8, 0, uint32(g.id)<<16|uint32(seq), []byte("director gue probe")), pkt.V4Opts{})
+	h := gue.Header{Src: g.src, Hops: []netip.Addr{ip}, Proto: gue.ProtoIPv4}
+	const outer = 28 // the outer IPv4 and UDP headers, which the socket adds
+	msg := append(h.Append(nil, len(inner))[outer:], inner...)
+	k := probeKey{ip, seq}
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.waiting[k] = ch
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.waiting, k)
+		g.mu.Unlock()
+	}()
+	if _, err := g.udp.WriteToUDPAddrPort(msg, netip.AddrPortFrom(ip, uint16(port))); err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return errNoReply
+	}
+}

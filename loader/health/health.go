@@ -1,0 +1,234 @@
+// Package health checks backends as GLB's glb-healthcheck does, and turns
+// results into health: an HTTP GET, a TCP connect, and a GUE probe (an ICMP
+// echo request encapsulated in GUE to the backend's GUE port, which the
+// backend's decapsulating program hands to its stack, and whose echo reply
+// comes back: the probe crosses the tunnel path steered traffic takes).
+// A Dampener changes a backend's state only after several equal results;
+// a Scheduler runs checks every interval, with jittered start times and
+// bounded concurrency.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/director/director/table"
+)
+
+// Kinds of check, as GLB's healthchecks block names them.
+const (
+	HTTP = "http"
+	TCP  = "tcp"
+	GUE  = "gue"
+)
+
+// Checks are one backend's checks: a port each, 0 where there is none.
+type Checks struct {
+	HTTP, TCP, GUE int
+	HTTPURI        string // "/" by default
+}
+
+// ChecksOf reads a backend's healthchecks block. GLB's "fou" check is not
+// run: FOU is GLB's old encapsulation, and the director sends GUE.
+func ChecksOf(h *table.Healthchecks) Checks {
+	var c Checks
+	if h == nil {
+		return c
+	}
+	if h.HTTP != nil {
+		c.HTTP = *h.HTTP
+	}
+	if h.TCP != nil {
+		c.TCP = *h.TCP
+	}
+	if h.GUE != nil {
+		c.GUE = *h.GUE
+	}
+	c.HTTPURI = "/"
+	if h.HTTPURI != nil && *h.HTTPURI != "" {
+		c.HTTPURI = *h.HTTPURI
+	}
+	return c
+}
+
+// Kinds lists the checks c has, in a fixed order.
+func (c Checks) Kinds() []string {
+	var k []string
+	if c.HTTP != 0 {
+		k = append(k, HTTP)
+	}
+	if c.TCP != 0 {
+		k = append(k, TCP)
+	}
+	if c.GUE != 0 {
+		k = append(k, GUE)
+	}
+	return k
+}
+
+// Result is one check's outcome.
+type Result struct {
+	Kind    string
+	OK      bool
+	Latency time.Duration
+	Reason  string // why it failed: timeout, refused, status 503, no reply...
+}
+
+// Prober runs checks. It is safe for concurrent use.
+type Prober struct {
+	Timeout time.Duration
+	// Source is the director's address: the inner source of GUE probes,
+	// where their echo replies come back to.
+	Source netip.Addr
+	client *http.Client
+
+	mu  sync.Mutex
+	gue *pinger
+}
+
+// NewProber returns a Prober whose checks give up after timeout.
+func NewProber(timeout time.Duration, source netip.Addr) *Prober {
+	tr := &http.Transport{DisableKeepAlives: true, Proxy: nil,
+		DialContext: (&net.Dialer{Timeout: timeout}).DialContext, ResponseHeaderTimeout: timeout}
+	return &Prober{Timeout: timeout, Source: source, client: &http.Client{Transport: tr, Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// Close releases the GUE prober's sockets.
+func (p *Prober) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gue != nil {
+		return p.gue.close()
+	}
+	return nil
+}
+
+// Probe runs every check of c against ip, concurrently, and returns their
+// results in Kinds order. A backend is healthy when all of them pass.
+func (p *Prober) Probe(ctx context.Context, ip netip.Addr, c Checks) []Result {
+	kinds := c.Kinds()
+	out := make([]Result, len(kinds))
+	var wg sync.WaitGroup
+	for i, k := range kinds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+			defer cancel()
+			start := time.Now()
+			var err error
+			switch k {
+			case HTTP:
+				err = p.http(ctx, ip, c.HTTP, c.HTTPURI)
+			case TCP:
+				err = p.tcp(ctx, ip, c.TCP)
+			case GUE:
+				err = p.gueProbe(ctx, ip, c.GUE)
+			}
+			out[i] = Result{Kind: k, OK: err == nil, Latency: time.Since(start)}
+			if err != nil {
+				out[i].Reason = reason(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// Healthy reports whether every result passed.
+func Healthy(rs []Result) bool {
+	for _, r := range rs {
+		if !r.OK {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Prober) http(ctx context.Context, ip netip.Addr, port int, uri string) error {
+	url := "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(port)) + uri
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "director-healthcheck")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return statusError(resp.StatusCode)
+	}
+	return nil
+}
+
+type statusError int
+
+func (s statusError) Error() string { return "status " + strconv.Itoa(int(s)) }
+
+func (p *Prober) tcp(ctx context.Context, ip netip.Addr, port int) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// errNoReply is a GUE probe's failure: no echo reply came back.
+var errNoReply = errors.New("no reply")
+
+func (p *Prober) gueProbe(ctx context.Context, ip netip.Addr, port int) error {
+	p.mu.Lock()
+	if p.gue == nil {
+		g, err := newPinger(p.Source)
+		if err != nil {
+			p.mu.Unlock()
+			return err
+		}
+		p.gue = g
+	}
+	g := p.gue
+	p.mu.Unlock()
+	return g.ping(ctx, ip, port)
+}
+
+// reason names a check's failure for metrics and logs: a short, stable
+// word rather than the error's text.
+func reason(err error) string {
+	var se statusError
+	var ne net.Error
+	switch {
+	case errors.As(err, &se):
+		return se.Error()
+	case errors.Is(err, errNoReply):
+		return "no reply"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "unreachable"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset"
+	}
+	return "error"
+}
+
+// describe is a result for a log line.
+func (r Result) String() string {
+	if r.OK {
+		return fmt.Sprintf("%s ok in %s", r.Kind, r.Latency.Round(time.Microsecond))
+	}
+	return fmt.Sprintf("%s failed: %s", r.Kind, r.Reason)
+}

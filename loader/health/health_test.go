@@ -1,0 +1,151 @@
+package health
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestDampener: Fall failures take a backend down, Rise passes bring it
+// up, anything less changes nothing, and the first result decides an
+// unknown health at once.
+func TestDampener(t *testing.T) {
+	d := NewDampener(2, 3)
+	if d.Known() {
+		t.Fatal("known before any result")
+	}
+	steps := []struct {
+		ok, changed, up bool
+	}{
+		{true, true, true},                       // the first result decides
+		{false, false, true}, {false, false, true}, // two failures: not yet
+		{true, false, true},                      // a pass resets the run
+		{false, false, true}, {false, false, true}, {false, true, false}, // three in a row
+		{true, false, false}, {false, false, false}, // one pass, then a failure: the run restarts
+		{true, false, false}, {true, true, true}, // two passes in a row
+	}
+	for i, s := range steps {
+		if changed := d.Observe(s.ok); changed != s.changed || d.Up() != s.up {
+			t.Fatalf("step %d (ok=%v): changed %v up %v, want %v %v", i, s.ok, changed, d.Up(), s.changed, s.up)
+		}
+	}
+	a := NewDampener(3, 3)
+	a.StartAt(false)
+	if a.Observe(true) || a.Observe(true) || !a.Observe(true) || !a.Up() {
+		t.Fatal("an adopted down backend does not come up after three passes")
+	}
+}
+
+// TestJitter: first checks spread over the whole interval, and the gaps
+// between checks stay within a tenth of it, without all being equal.
+func TestJitter(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	iv := time.Second
+	first := FirstDelays(1000, iv, r)
+	var buckets [10]int
+	for _, d := range first {
+		if d < 0 || d >= iv {
+			t.Fatalf("first delay %v outside the interval", d)
+		}
+		buckets[int(d*10/iv)]++
+	}
+	for i, b := range buckets {
+		if b < 60 || b > 140 { // 100 expected in each tenth
+			t.Errorf("tenth %d of the interval holds %d of 1000 first checks", i, b)
+		}
+	}
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 1000; i++ {
+		d := NextDelay(iv, r)
+		if d < 900*time.Millisecond || d > 1100*time.Millisecond {
+			t.Fatalf("next delay %v beyond a tenth of the interval", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 500 {
+		t.Errorf("only %d distinct gaps in 1000", len(seen))
+	}
+}
+
+// TestSchedulerLimitsConcurrency: with 200 targets and a limit of 5, no
+// more than 5 checks run at once, and every target is checked repeatedly.
+func TestSchedulerLimitsConcurrency(t *testing.T) {
+	var running, most atomic.Int32
+	var mu sync.Mutex
+	count := map[int]int{}
+	s := &Scheduler{Interval: 40 * time.Millisecond, Limit: 5, Seed: 3}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	s.Run(ctx, 200, func(ctx context.Context, i int) {
+		n := running.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond)
+		running.Add(-1)
+		mu.Lock()
+		count[i]++
+		mu.Unlock()
+	})
+	if most.Load() > 5 || most.Load() < 2 {
+		t.Errorf("at most %d checks ran at once, limit 5", most.Load())
+	}
+	for i := 0; i < 200; i++ {
+		if count[i] < 2 {
+			t.Errorf("target %d checked %d times", i, count[i])
+		}
+	}
+}
+
+// TestProbeHTTPAndTCP checks real servers on loopback: 200 passes, 503
+// fails with its status, a closed port is refused, a silent one times out.
+func TestProbeHTTPAndTCP(t *testing.T) {
+	status := atomic.Int32{}
+	status.Store(200)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" {
+			w.WriteHeader(404)
+			return
+		}
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	silent, _ := net.Listen("tcp4", "127.0.0.1:0") // accepts into its backlog, never answers
+	defer silent.Close()
+	closed, _ := net.Listen("tcp4", "127.0.0.1:0")
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+	p := NewProber(200*time.Millisecond, netip.MustParseAddr("127.0.0.1"))
+	defer p.Close()
+	lo := netip.MustParseAddr("127.0.0.1")
+	probe := func(c Checks) []Result { return p.Probe(context.Background(), lo, c) }
+	if rs := probe(Checks{HTTP: port, HTTPURI: "/health", TCP: port}); !Healthy(rs) || len(rs) != 2 {
+		t.Fatalf("healthy server: %v", rs)
+	}
+	status.Store(503)
+	if rs := probe(Checks{HTTP: port, HTTPURI: "/health"}); Healthy(rs) || rs[0].Reason != "status 503" {
+		t.Fatalf("503: %v", rs)
+	}
+	if rs := probe(Checks{TCP: closedPort}); Healthy(rs) || rs[0].Reason != "refused" {
+		t.Fatalf("closed port: %v", rs)
+	}
+	if rs := probe(Checks{HTTP: silent.Addr().(*net.TCPAddr).Port, HTTPURI: "/"}); Healthy(rs) || rs[0].Reason != "timeout" {
+		t.Fatalf("silent server: %v", rs)
+	}
+	if k := (Checks{HTTP: 1, GUE: 2}).Kinds(); len(k) != 2 || k[0] != HTTP || k[1] != GUE {
+		t.Errorf("kinds %v", k)
+	}
+	_ = strconv.Itoa
+}
