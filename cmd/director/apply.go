@@ -51,7 +51,7 @@ func runApply(e *env, c *command, args []string) error {
 	if plan != nil {
 		input = plan.Input()
 	}
-	src, err := buildForApply(e, pos[0], input)
+	src, err := buildForApply(e, pos[0], input, e.liveHealth)
 	if err != nil {
 		return err
 	}

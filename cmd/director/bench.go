@@ -78,7 +78,7 @@ func runBench(e *env, c *command, args []string) error {
 	if *mode != loader.ModeNative && *mode != loader.ModeGeneric {
 		return fmt.Errorf("bench: --mode %q: want native or generic", *mode)
 	}
-	src, err := loadForApply(e, *cfgPath)
+	src, err := loadForApply(e, *cfgPath, nil)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,7 @@ type env struct {
 	// usage prints a flag set's command's usage: for -h, and only then
 	// (package flag would print it on every error too).
 	usage map[*flag.FlagSet]func()
+	live  *loader.State // what is live, once read
 }
 
 // exitCode lets a command end with a status other than 0 or 1 without it

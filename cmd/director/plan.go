@@ -27,7 +27,7 @@ func runPlan(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	src, err := loadForApply(e, pos[0])
+	src, err := loadForApply(e, pos[0], e.liveHealth)
 	if err != nil {
 		return err
 	}
@@ -76,19 +76,43 @@ func runPlan(e *env, c *command, args []string) error {
 	return nil
 }
 
+// healthSource gives the health of backends a config leaves to the
+// checks; nil where there is none to take it from.
+type healthSource func() (func(table, backend int, tc *table.TableConfig) bool, error)
+
 // loadForApply reads a config or GLB binary for the datapath: within its
-// limits, built, and checked that the datapath can serve it.
-func loadForApply(e *env, path string) (*table.Source, error) {
+// limits, built, and checked that the datapath can serve it. Health the
+// config leaves to the checks comes from health, and without it such a
+// config is refused.
+func loadForApply(e *env, path string, health healthSource) (*table.Source, error) {
 	data, err := table.ReadInput(path, loader.Limit)
 	if err != nil {
 		return nil, err
 	}
-	return buildForApply(e, path, data)
+	return buildForApply(e, path, data, health)
 }
 
 // buildForApply is loadForApply of data read from path (or a plan).
-func buildForApply(e *env, path string, data []byte) (*table.Source, error) {
-	src, err := table.ParseSource(path, data, loader.Limit)
+func buildForApply(e *env, path string, data []byte, health healthSource) (*table.Source, error) {
+	var src *table.Source
+	var err error
+	if health == nil {
+		src, err = table.ParseSource(path, data, loader.Limit)
+	} else {
+		var filled bool
+		src, filled, err = table.ParseSourceHealth(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
+			h, herr := health()
+			if herr != nil {
+				err = herr
+				return false
+			}
+			return h(i, j, tc)
+		})
+		if filled && err == nil {
+			fmt.Fprintf(e.stderr, "director: note: %s leaves health to the checks: it is taken from the live tables, where "+
+				"'director run' keeps what its checks find (a backend they do not hold counts as down)\n", path)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -151,4 +175,40 @@ func readPlan(data []byte) (*table.Plan, error) {
 		return nil, errors.New("plan has no config")
 	}
 	return &p, nil
+}
+
+// liveHealth gives the health the live tables hold: a backend's in the
+// live table of the same name (or position, unnamed), down where there is
+// none.
+func (e *env) liveHealth() (func(table, backend int, tc *table.TableConfig) bool, error) {
+	if e.live == nil {
+		d, err := e.open()
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		live, err := d.LiveState()
+		if err != nil {
+			return nil, err
+		}
+		e.live = &live
+	}
+	tables := e.live.Tables
+	return func(i, j int, tc *table.TableConfig) bool {
+		var lt *table.Table
+		for k, t := range tables {
+			if (tc.Name != "" && t.Name == tc.Name) || (tc.Name == "" && k == i) {
+				lt = t
+			}
+		}
+		if lt == nil {
+			return false
+		}
+		for _, b := range lt.Backends {
+			if b.IP == tc.Backends[j].IP {
+				return b.Healthy
+			}
+		}
+		return false
+	}, nil
 }

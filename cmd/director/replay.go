@@ -125,7 +125,7 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 	rp := &replayer{dc: *dc, modelOnly: modelOnly}
 	copy(rp.gw[:], gw)
 	load := func(path string) (*side, error) {
-		src, err := loadForApply(e, path)
+		src, err := loadForApply(e, path, nil)
 		if err != nil {
 			return nil, err
 		}
