@@ -57,7 +57,7 @@ func runDiff(e *env, c *command, args []string) error {
 }
 
 func sideString(s *table.BackendSide) string {
-	return s.State + "/" + health(s.Healthy)
+	return s.State + "/" + healthWord(s.Healthy)
 }
 
 func printDiff(w io.Writer, d *table.Diff) {

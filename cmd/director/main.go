@@ -38,7 +38,7 @@ type command struct {
 // datapath's lifecycle, its inspection, the lab, the backend.
 var commands = []*command{
 	buildCmd, showCmd, diffCmd,
-	loadCmd, planCmd, applyCmd, attachCmd, detachCmd, unloadCmd,
+	loadCmd, planCmd, applyCmd, attachCmd, detachCmd, unloadCmd, runServiceCmd, healthcheckCmd,
 	statusCmd, statsCmd,
 	replayCmd, benchCmd, genCaptureCmd,
 	backendCmd,

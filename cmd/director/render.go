@@ -31,7 +31,7 @@ func pct(rows int) string {
 	return fmt.Sprintf("%5.1f%%", 100*float64(rows)/table.Rows)
 }
 
-func health(h bool) string {
+func healthWord(h bool) string {
 	if h {
 		return "healthy"
 	}

@@ -200,7 +200,7 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 		iw := ipWidth(t.Backends)
 		fmt.Fprintf(w, "  %-*s %-8s %-9s %-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", barWidth+14, "PRIMARY ROWS", "SECONDARY")
 		for _, b := range st.Backends {
-			fmt.Fprintf(w, "  %-*s %-8s %-9s %s %s %6d %s\n", iw, b.IP, b.State, health(b.Healthy),
+			fmt.Fprintf(w, "  %-*s %-8s %-9s %s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy),
 				bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
 		}
 		for _, warn := range table.TableWarnings(t) {

@@ -115,7 +115,7 @@ func printStats(e *env, s, prev *loader.Stats) {
 		}
 		fmt.Fprintf(w, "\ntable %s: %d packets, %d bytes%s\n", t.Name, t.Traffic.Packets, t.Traffic.Bytes, r)
 		for _, b := range t.Backends {
-			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes\n", b.IP, b.State, health(b.Healthy), b.Packets, b.Bytes)
+			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes\n", b.IP, b.State, healthWord(b.Healthy), b.Packets, b.Bytes)
 		}
 	}
 	printInterfaces(e, s.Interfaces)

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -84,6 +85,7 @@ type Testbed struct {
 	BPFFS                 string // the director's pins
 	GatewayMAC            net.HardwareAddr
 	servers               []net.Listener
+	health                map[int]*http.Server
 	conns                 sync.WaitGroup
 }
 
@@ -384,6 +386,9 @@ func (tb *Testbed) Close() error {
 	var errs []error
 	for _, ln := range tb.servers {
 		ln.Close()
+	}
+	for _, srv := range tb.health {
+		srv.Close()
 	}
 	if tb.BPFFS != "" {
 		errs = append(errs, loader.Unload(tb.BPFFS))

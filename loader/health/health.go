@@ -232,3 +232,53 @@ func (r Result) String() string {
 	}
 	return fmt.Sprintf("%s failed: %s", r.Kind, r.Reason)
 }
+
+// Once checks every backend of c whose health is left to the checks (no
+// "healthy"; inactive ones are not checked) once, at most limit at a
+// time, each address and set of checks once however many tables hold it.
+// It returns the results by table and backend: nil for backends it did not
+// check.
+func Once(ctx context.Context, p *Prober, c *table.Config, limit int) [][][]Result {
+	out := make([][][]Result, len(c.Tables))
+	type key struct {
+		ip netip.Addr
+		c  Checks
+	}
+	results := map[key][]Result{}
+	var order []key
+	for i := range c.Tables {
+		out[i] = make([][]Result, len(c.Tables[i].Backends))
+		for _, b := range c.Tables[i].Backends {
+			k := key{b.IP, ChecksOf(b.Healthchecks)}
+			if _, ok := results[k]; ok || !b.Checked || b.State == table.StateInactive {
+				continue
+			}
+			results[k] = nil
+			order = append(order, k)
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(limit, 1))
+	for _, k := range order {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rs := p.Probe(ctx, k.ip, k.c)
+			mu.Lock()
+			results[k] = rs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for i := range c.Tables {
+		for j, b := range c.Tables[i].Backends {
+			if b.Checked && b.State != table.StateInactive {
+				out[i][j] = results[key{b.IP, ChecksOf(b.Healthchecks)}]
+			}
+		}
+	}
+	return out
+}

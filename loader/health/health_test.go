@@ -25,9 +25,9 @@ func TestDampener(t *testing.T) {
 	steps := []struct {
 		ok, changed, up bool
 	}{
-		{true, true, true},                       // the first result decides
+		{true, true, true},                         // the first result decides
 		{false, false, true}, {false, false, true}, // two failures: not yet
-		{true, false, true},                      // a pass resets the run
+		{true, false, true},                                              // a pass resets the run
 		{false, false, true}, {false, false, true}, {false, true, false}, // three in a row
 		{true, false, false}, {false, false, false}, // one pass, then a failure: the run restarts
 		{true, false, false}, {true, true, true}, // two passes in a row

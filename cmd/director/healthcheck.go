@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/director/director/loader/health"
+	"github.com/director/director/table"
+)
+
+var healthcheckCmd = &command{
+	name: "healthcheck", args: "CONFIG -o CHECKED.json",
+	summary: "Check the backends once and write the config with \"healthy\" filled in.",
+	help: "Run every check of CONFIG's backends once, as 'director run' does (GLB's glb-healthcheck), and\n" +
+		"write CONFIG with \"healthy\" filled in for the backends that leave it out; the rest of the file\n" +
+		"is kept as it is. For operators who keep GLB's pipeline: check, then plan and apply the result.\n" +
+		"GUE checks need the director's address: --director-config's src_ip. The results are printed.",
+	run: runHealthcheck,
+}
+
+func runHealthcheck(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	out := fs.String("o", "", "write the checked config to `FILE`")
+	pos, err := e.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return fmt.Errorf("healthcheck: -o FILE is required (see 'director help healthcheck')")
+	}
+	data, err := table.ReadInput(pos[0], table.ToolLimit)
+	if err != nil {
+		return err
+	}
+	cfg, err := table.ParseConfig(data)
+	if err != nil {
+		return table.InFile(pos[0], err)
+	}
+	warnAll(e, cfg.Warnings)
+	var src netip.Addr
+	if dc, err := e.directorConfig(); err != nil {
+		return err
+	} else if dc != nil {
+		src = dc.SrcIP
+	}
+	p := health.NewProber(cfg.Checks.Timeout, src)
+	defer p.Close()
+	results := health.Once(context.Background(), p, cfg, 64)
+	filled, err := table.FillHealth(data, func(i, j int) bool { return results[i][j] != nil && health.Healthy(results[i][j]) })
+	if err != nil {
+		return table.InFile(pos[0], err)
+	}
+	up, down := 0, 0
+	for i := range cfg.Tables {
+		tc := &cfg.Tables[i]
+		name := tc.Name
+		if name == "" {
+			name = fmt.Sprintf("tables[%d]", i)
+		}
+		for j, b := range tc.Backends {
+			rs := results[i][j]
+			switch {
+			case !b.Checked:
+				fmt.Fprintf(e.stdout, "%s %s: healthy %v (set in the config; not checked)\n", name, b.IP, b.Healthy)
+			case b.State == table.StateInactive:
+				fmt.Fprintf(e.stdout, "%s %s: inactive, not checked (healthy false)\n", name, b.IP)
+			default:
+				parts := make([]string, len(rs))
+				for k, r := range rs {
+					parts[k] = r.String()
+				}
+				h := health.Healthy(rs)
+				if h {
+					up++
+				} else {
+					down++
+				}
+				fmt.Fprintf(e.stdout, "%s %s: %s (%s)\n", name, b.IP, map[bool]string{true: "up", false: "DOWN"}[h], strings.Join(parts, ", "))
+			}
+		}
+	}
+	if err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error { _, err := w.Write(filled); return err }); err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "%d up, %d down; wrote %s\n", up, down, *out)
+	return nil
+}

@@ -1,0 +1,613 @@
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader"
+	"github.com/director/director/table"
+)
+
+// The service's check settings in these tests: GLB's, scaled down.
+const (
+	interval = 300 * time.Millisecond
+	trigger  = 2
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// directorBinary builds the director, once: the service is tested as the
+// process an operator runs.
+func directorBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "director-bin-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "director")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/director/director/cmd/director").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// checkedConfig is the testbed's table with health left to the checks
+// (no "healthy"): HTTP on each backend's /health and GUE through its
+// decapsulating program.
+func checkedConfig(states map[int]string, n int) string {
+	var bs []string
+	for i := 1; i <= n; i++ {
+		st, ok := states[i]
+		if !ok {
+			st = "active"
+		}
+		if st == "absent" {
+			continue
+		}
+		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthchecks": {"http": %d, "http_uri": "/health", "gue": 19523}}`,
+			BackendIP(i), st, HealthPort))
+	}
+	return fmt.Sprintf(`{"healthchecks": {"interval_ms": %d, "timeout_ms": 200, "trigger": %d},
+ "tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
+  "binds": [{"ip": "%s", "proto": "tcp", "port": 80}],
+  "backends": [%s]}]}`, interval.Milliseconds(), trigger, VIP, strings.Join(bs, ", "))
+}
+
+// fingerprint is the fingerprint of the testbed's table with the given
+// states and health, built apart from any service.
+func fingerprint(t *testing.T, states map[int]string, healthy map[int]bool) string {
+	t.Helper()
+	c, err := table.ParseConfig([]byte(BackendConfig(states, healthy, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table.Fingerprint(tabs[0])
+}
+
+// liveFingerprint reads the live table's fingerprint from the kernel.
+func liveFingerprint(t *testing.T, tb *Testbed) string {
+	t.Helper()
+	d, err := tb.OpenDirector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	live, err := d.LiveState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live.Tables) != 1 {
+		return fmt.Sprintf("%d tables", len(live.Tables))
+	}
+	return table.Fingerprint(live.Tables[0])
+}
+
+// waitFingerprint waits until the live table is want, and says how long
+// that took.
+func waitFingerprint(t *testing.T, tb *Testbed, want string, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		got := liveFingerprint(t, tb)
+		if got == want {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s: the live table is not the expected one after %v (%s, want %s)", what, within,
+				table.ShortFingerprint(got), table.ShortFingerprint(want))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// proc is a running 'director run'.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs []map[string]any
+	raw  []string
+	done chan struct{}
+	err  error
+}
+
+// startRun starts 'director run' in the director's namespace and waits
+// until it is running.
+func startRun(t *testing.T, tb *Testbed, cfg string, extra ...string) *proc {
+	t.Helper()
+	p, err := spawn(t, tb, cfg, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.waitLog(0, msg("running"), 20*time.Second); !ok {
+		t.Fatalf("director run did not start:\n%s", p.output())
+	}
+	return p
+}
+
+func spawn(t *testing.T, tb *Testbed, cfg string, extra ...string) (*proc, error) {
+	args := append([]string{"run", "--bpffs", tb.BPFFS, "--config", cfg, "--attach", "eth0", "--mode", "native",
+		"--metrics", "127.0.0.1:9464", "--log-format", "json"}, extra...)
+	p := &proc{cmd: exec.Command(directorBinary(t), args...), done: make(chan struct{})}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := tb.Director.Start(p.cmd); err != nil {
+		return nil, err
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			json.Unmarshal(sc.Bytes(), &m)
+			p.mu.Lock()
+			p.raw = append(p.raw, sc.Text())
+			if m != nil {
+				p.logs = append(p.logs, m)
+			}
+			p.mu.Unlock()
+		}
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("director run's log:\n%s", p.output())
+		}
+	})
+	return p, nil
+}
+
+// stop sends SIGTERM and waits for the process to end.
+func (p *proc) stop() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("director run did not stop on SIGTERM")
+	}
+	return p.err
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.raw, "\n")
+}
+
+// count counts the log records that match.
+func (p *proc) count(match func(map[string]any) bool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, m := range p.logs {
+		if match(m) {
+			n++
+		}
+	}
+	return n
+}
+
+// mark is where the log is now, for waitLog.
+func (p *proc) mark() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.logs)
+}
+
+// waitLog waits for a log record after mark that matches.
+func (p *proc) waitLog(mark int, match func(map[string]any) bool, within time.Duration) (map[string]any, bool) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		for _, m := range p.logs[mark:] {
+			if match(m) {
+				p.mu.Unlock()
+				return m, true
+			}
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.done:
+			return nil, false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil, false
+}
+
+func msg(s string) func(map[string]any) bool {
+	return func(m map[string]any) bool { return m["msg"] == s }
+}
+
+// scrape reads /metrics over HTTP and parses it with Prometheus's parser.
+func scrape(t *testing.T, tb *Testbed) map[string]*dto.MetricFamily {
+	t.Helper()
+	var fams map[string]*dto.MetricFamily
+	// The connection is made in the director's namespace; the HTTP
+	// client's own dials would run on other threads, outside it.
+	var conn net.Conn
+	err := tb.Director.Do(func() error {
+		var err error
+		conn, err = net.Dial("tcp4", "127.0.0.1:9464")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}}
+	resp, err := c.Get("http://127.0.0.1:9464/metrics")
+	if err == nil {
+		defer resp.Body.Close()
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err = p.TextToMetricFamilies(resp.Body)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// value is a metric's value: the sample of fam whose labels include want.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	t.Helper()
+	fam := fams[name]
+	if fam == nil {
+		t.Fatalf("no metric %s", name)
+	}
+outer:
+	for _, m := range fam.Metric {
+		for i := 0; i+1 < len(want); i += 2 {
+			found := false
+			for _, l := range m.Label {
+				if l.GetName() == want[i] && l.GetValue() == want[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue outer
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Untyped != nil:
+			return m.Untyped.GetValue()
+		}
+	}
+	t.Fatalf("no %s sample with %v", name, want)
+	return 0
+}
+
+func writeConfig(t *testing.T, path, cfg string) {
+	t.Helper()
+	// Written aside and renamed, as an operator's tools should.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRun is 'director run' as a process, end to end: real HTTP health
+// endpoints on the backends, real GUE probes through their decapsulating
+// programs, real connections through the VIP.
+func TestRun(t *testing.T) {
+	testenv.Kernel(t)
+	tb := newTestbed(t)
+	for i := 1; i <= 3; i++ {
+		if err := tb.ServeHealth(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "forwarding_table.src.json")
+	writeConfig(t, cfg, checkedConfig(nil, 3))
+	allUp := fingerprint(t, nil, nil)
+	p := startRun(t, tb, cfg)
+	waitFingerprint(t, tb, allUp, 2*time.Second, "start")
+
+	t.Run("second run refused", func(t *testing.T) {
+		q, err := spawn(t, tb, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-q.done
+		if q.err == nil || !strings.Contains(q.output(), "already serves") {
+			t.Fatalf("a second director run on the same pins: %v\n%s", q.err, q.output())
+		}
+	})
+
+	t.Run("backend down and back", func(t *testing.T) {
+		var sessions []*Session
+		for i := 0; i < 12; i++ {
+			s := open(t, tb, i)
+			s.Start()
+			sessions = append(sessions, s)
+		}
+		defer func() {
+			for _, s := range sessions {
+				s.Stop()
+			}
+		}()
+		if err := tb.StopHealth(1); err != nil {
+			t.Fatal(err)
+		}
+		within := interval*trigger + interval
+		took := waitFingerprint(t, tb, fingerprint(t, nil, map[int]bool{1: false}), within, "backend1's server stopped")
+		t.Logf("detected and applied in %v (bound: interval %v x trigger %d + interval = %v)", took.Round(time.Millisecond), interval, trigger, within)
+		if got := spread(t, tb, 30); got["backend1"] != 0 {
+			t.Errorf("new connections still reach backend1: %v", got)
+		}
+		time.Sleep(300 * time.Millisecond) // more exchanges after the change
+		for _, s := range sessions {
+			if ok, failed, err := s.Result(); s.Backend != "backend1" && (failed != 0 || ok == 0) {
+				t.Errorf("connection %d to %s: %d ok, %d failed: %v", s.ID, s.Backend, ok, failed, err)
+			}
+		}
+		if err := tb.ServeHealth(1); err != nil {
+			t.Fatal(err)
+		}
+		took = waitFingerprint(t, tb, allUp, interval*(trigger+2), "backend1's server back")
+		t.Logf("back in %v", took.Round(time.Millisecond))
+		rec, ok := p.waitLog(0, func(m map[string]any) bool {
+			return m["msg"] == "applied" && strings.Contains(fmt.Sprint(m["changes"]), "vip/10.50.0.11: down (checks: http failed: refused")
+		}, time.Second)
+		if !ok {
+			t.Fatalf("no apply record names backend1 going down and why")
+		}
+		if strings.Contains(fmt.Sprint(rec), "0f0e0d0c") || strings.Contains(p.output(), "00112233445566778899") {
+			t.Fatal("a key is in the log")
+		}
+	})
+
+	t.Run("gue check", func(t *testing.T) {
+		// backend2's server still answers, but GUE is no longer decapsulated.
+		err := tb.Backends[1].Do(func() error {
+			b, err := loader.OpenBackend(tb.BackendBPFFS(2))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			return b.Detach("eth0")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFingerprint(t, tb, fingerprint(t, nil, map[int]bool{2: false}), interval*(trigger+1)+200*time.Millisecond, "backend2's program detached")
+		m := scrape(t, tb)
+		if value(t, m, "director_check_up", "backend", "10.50.0.12", "check", "gue") != 0 ||
+			value(t, m, "director_check_up", "backend", "10.50.0.12", "check", "http") != 1 {
+			t.Error("the gue check should fail and the http check pass")
+		}
+		err = tb.Backends[1].Do(func() error {
+			b, err := loader.OpenBackend(tb.BackendBPFFS(2))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			_, err = b.Attach("eth0", loader.ModeNative)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFingerprint(t, tb, allUp, interval*(trigger+2), "backend2's program back")
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		before := scrape(t, tb)
+		var out strings.Builder
+		cmd := exec.Command(directorBinary(t), "stats", "--json", "--bpffs", tb.BPFFS)
+		cmd.Stdout = &out
+		if err := tb.Director.Do(cmd.Run); err != nil {
+			t.Fatal(err)
+		}
+		after := scrape(t, tb)
+		var st loader.Stats
+		if err := json.Unmarshal([]byte(out.String()), &st); err != nil {
+			t.Fatal(err)
+		}
+		// Probes' replies cross the program all the time: the stats
+		// read between two scrapes lie between them.
+		between := func(name string, got uint64, labels ...string) {
+			lo, hi := value(t, before, name, labels...), value(t, after, name, labels...)
+			if float64(got) < lo || float64(got) > hi {
+				t.Errorf("%s%v: stats says %d, the scrapes %v and %v", name, labels, got, lo, hi)
+			}
+		}
+		between("director_packets_processed_total", st.Global["processed"])
+		between("director_packets_encapsulated_total", st.Global["encapsulated"])
+		between("director_packets_passed_total", st.Global["pass_no_bind"], "reason", "no_bind")
+		for _, b := range st.Tables[0].Backends {
+			between("director_backend_packets_total", b.Packets, "table", "vip", "backend", b.IP)
+			between("director_backend_bytes_total", b.Bytes, "table", "vip", "backend", b.IP)
+		}
+		between("director_interface_packets_total", st.Interfaces[0].RxPackets, "interface", "eth0", "direction", "rx")
+		if st.Global["processed"] == 0 || st.Tables[0].Backends[0].Packets == 0 {
+			t.Errorf("no traffic counted: %+v", st.Global)
+		}
+		types := map[string]dto.MetricType{
+			"director_packets_processed_total":              dto.MetricType_COUNTER,
+			"director_backend_healthy":                      dto.MetricType_GAUGE,
+			"director_check_latency_seconds":                dto.MetricType_GAUGE,
+			"director_apply_duration_seconds":               dto.MetricType_HISTOGRAM,
+			"director_applies_total":                        dto.MetricType_COUNTER,
+			"director_table_info":                           dto.MetricType_GAUGE,
+			"director_interface_attached":                   dto.MetricType_GAUGE,
+			"director_interface_dropped_total":              dto.MetricType_COUNTER,
+			"director_last_apply_success_timestamp_seconds": dto.MetricType_GAUGE,
+		}
+		for name, typ := range types {
+			if f := after[name]; f == nil || f.GetType() != typ {
+				t.Errorf("%s: %v, want a %v", name, f.GetType(), typ)
+			}
+		}
+		if value(t, after, "director_table_info", "table", "vip", "fingerprint", allUp) != 1 ||
+			value(t, after, "director_interface_attached", "interface", "eth0", "mode", "native") != 1 ||
+			value(t, after, "director_backend_healthy", "table", "vip", "backend", "10.50.0.11") != 1 {
+			t.Error("table, interface or backend state not exported")
+		}
+	})
+
+	t.Run("fail-static", func(t *testing.T) {
+		for i := 1; i <= 3; i++ {
+			if err := tb.StopHealth(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(interval*(trigger+3) + 500*time.Millisecond)
+		for time.Now().Before(deadline) {
+			if got := liveFingerprint(t, tb); got != allUp {
+				t.Fatalf("every check fails, and the table changed")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if v := value(t, scrape(t, tb), "director_fail_static", "table", "vip"); v != 1 {
+			t.Fatalf("director_fail_static %v, want 1", v)
+		}
+		if p.count(msg("FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table, "+
+			"as the director's own probe path is the likelier failure. Check the director's network.")) == 0 {
+			t.Error("fail-static was not logged")
+		}
+		mark := p.mark()
+		for i := 1; i <= 3; i++ {
+			if err := tb.ServeHealth(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, ok := p.waitLog(mark, msg("fail-static over: the checks agree again"), interval*(trigger+3)); !ok {
+			t.Fatal("fail-static did not end when the checks passed again")
+		}
+		if v := value(t, scrape(t, tb), "director_fail_static", "table", "vip"); v != 0 || liveFingerprint(t, tb) != allUp {
+			t.Fatalf("after recovery: director_fail_static %v, table changed %v", v, liveFingerprint(t, tb) != allUp)
+		}
+	})
+
+	t.Run("config edits", func(t *testing.T) {
+		mark := p.mark()
+		writeConfig(t, cfg, checkedConfig(map[int]string{3: "draining"}, 3))
+		drained := fingerprint(t, map[int]string{3: "draining"}, nil)
+		waitFingerprint(t, tb, drained, 3*time.Second, "backend3 drained in the config file")
+		if _, ok := p.waitLog(mark, func(m map[string]any) bool {
+			return m["msg"] == "applied" && strings.Contains(fmt.Sprint(m["changes"]), "vip/10.50.0.13: active -> draining (config edit)")
+		}, time.Second); !ok {
+			t.Error("the drain's apply record does not say what changed")
+		}
+		// Removing an active backend outright breaks its connections.
+		unsafe := checkedConfig(map[int]string{2: "absent", 3: "draining"}, 3)
+		mark = p.mark()
+		writeConfig(t, cfg, unsafe)
+		if _, ok := p.waitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
+			"'director apply --allow-unsafe' if it is what you want"), 3*time.Second); !ok {
+			t.Fatal("the unsafe edit was not held")
+		}
+		time.Sleep(2 * interval)
+		if liveFingerprint(t, tb) != drained {
+			t.Fatal("an unsafe edit was applied by the service")
+		}
+		if v := value(t, scrape(t, tb), "director_held_changes"); v != 1 {
+			t.Fatalf("director_held_changes %v, want 1", v)
+		}
+		// A person applies it; the service adopts it.
+		var out strings.Builder
+		mark = p.mark()
+		cmd := exec.Command(directorBinary(t), "apply", cfg, "--yes", "--allow-unsafe", "--bpffs", tb.BPFFS)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := tb.Director.Do(cmd.Run); err != nil {
+			t.Fatalf("director apply: %v\n%s", err, out.String())
+		}
+		if _, ok := p.waitLog(mark, msg("config edit adopted"), 3*interval); !ok {
+			t.Fatal("the service did not adopt the config a person applied")
+		}
+		if v := value(t, scrape(t, tb), "director_held_changes"); v != 0 {
+			t.Fatalf("director_held_changes %v after the apply, want 0", v)
+		}
+		if got := liveFingerprint(t, tb); got != fingerprint(t, map[int]string{2: "absent", 3: "draining"}, nil) {
+			t.Fatal("the live table is not the one a person applied")
+		}
+	})
+
+	t.Run("restart", func(t *testing.T) {
+		var sessions []*Session
+		for i := 0; i < 8; i++ {
+			s := open(t, tb, 200+i)
+			s.Start()
+			sessions = append(sessions, s)
+		}
+		defer func() {
+			for _, s := range sessions {
+				s.Stop()
+			}
+		}()
+		before := liveFingerprint(t, tb)
+		if err := p.stop(); err != nil {
+			t.Fatalf("director run on SIGTERM: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond) // steering goes on without the service
+		q := startRun(t, tb, cfg)
+		time.Sleep(3 * interval)
+		if n := q.count(msg("applied")); n != 0 || liveFingerprint(t, tb) != before {
+			t.Errorf("the restart changed the table (%d applies)", n)
+		}
+		for _, s := range sessions {
+			if ok, failed, err := s.Result(); failed != 0 || ok < 5 {
+				t.Errorf("connection %d to %s across the restart: %d ok, %d failed: %v", s.ID, s.Backend, ok, failed, err)
+			}
+		}
+		if err := q.stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,157 @@
+package service
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/director/director/loader"
+	"github.com/director/director/loader/health"
+)
+
+// metrics are what director run exports at /metrics. The datapath's and
+// the interfaces' counters are read from the kernel at each scrape (a
+// Collector), so they are exactly what 'director stats' reads; the rest is
+// the service's own state.
+type metrics struct {
+	reg *prometheus.Registry
+
+	backendHealthy *prometheus.GaugeVec   // table, backend: the health applied
+	checkUp        *prometheus.GaugeVec   // backend, check: the last result
+	checkLatency   *prometheus.GaugeVec   // backend, check
+	checkFailures  *prometheus.CounterVec // backend, check, reason
+	tableInfo      *prometheus.GaugeVec   // table, fingerprint
+	applies        *prometheus.CounterVec // result
+	applyDuration  prometheus.Histogram
+	lastApply      prometheus.Gauge
+	held           prometheus.Gauge
+	failStatic     *prometheus.GaugeVec // table
+	configErrors   prometheus.Counter
+	attached       *prometheus.GaugeVec // interface, mode
+}
+
+func newMetrics(d *loader.Director) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.backendHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_healthy",
+		Help: "1 when the backend is healthy in the live table, 0 when not (the checks' dampened state, or the operator's)."}, []string{"table", "backend"})
+	m.checkUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_check_up",
+		Help: "1 when the backend's last check of this kind passed, 0 when it failed."}, []string{"backend", "check"})
+	m.checkLatency = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_check_latency_seconds",
+		Help: "How long the backend's last check of this kind took."}, []string{"backend", "check"})
+	m.checkFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "director_check_failures_total",
+		Help: "Failed checks, by backend, kind and reason."}, []string{"backend", "check", "reason"})
+	m.tableInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_table_info",
+		Help: "1 for each live table, with its fingerprint: directors that agree have equal fingerprints."}, []string{"table", "fingerprint"})
+	m.applies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "director_applies_total",
+		Help: "Changes the service planned, by result: applied, held (unsafe, or fail-static), failed."}, []string{"result"})
+	m.applyDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "director_apply_duration_seconds",
+		Help: "How long an apply took, from the plan to the tables read back.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.lastApply = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_last_apply_success_timestamp_seconds",
+		Help: "When the last change was applied (Unix time)."})
+	m.held = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_held_changes",
+		Help: "1 while an unsafe config change waits for an operator's 'director apply --allow-unsafe'."})
+	m.failStatic = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_fail_static",
+		Help: "1 while a table's health changes are held because too many backends would go down at once."}, []string{"table"})
+	m.configErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "director_config_errors_total",
+		Help: "Config files the service could not read or use (it keeps the last good one)."})
+	m.attached = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_interface_attached",
+		Help: "1 for each interface the program is attached to, with its XDP mode."}, []string{"interface", "mode"})
+	for _, c := range []prometheus.Collector{m.backendHealthy, m.checkUp, m.checkLatency, m.checkFailures, m.tableInfo, m.applies,
+		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached} {
+		f(c)
+	}
+	f(&datapathCollector{d: d})
+	return m
+}
+
+// observe exports a round of a backend's check results. A backend is
+// checked once for every table it is in, so these carry no table.
+func (m *metrics) observe(ip netip.Addr, rs []health.Result) {
+	b := ip.String()
+	for _, r := range rs {
+		up := 0.0
+		if r.OK {
+			up = 1
+		} else {
+			m.checkFailures.WithLabelValues(b, r.Kind, r.Reason).Inc()
+		}
+		m.checkUp.WithLabelValues(b, r.Kind).Set(up)
+		m.checkLatency.WithLabelValues(b, r.Kind).Set(r.Latency.Seconds())
+	}
+}
+
+// forgetTarget drops a backend no config checks any more.
+func (m *metrics) forgetTarget(t *target) {
+	for _, k := range t.checks.Kinds() {
+		m.checkUp.DeleteLabelValues(t.ip.String(), k)
+		m.checkLatency.DeleteLabelValues(t.ip.String(), k)
+		m.checkFailures.DeletePartialMatch(prometheus.Labels{"backend": t.ip.String(), "check": k})
+	}
+}
+
+// datapathCollector reads the datapath's counters and the attached
+// interfaces' at each scrape.
+type datapathCollector struct{ d *loader.Director }
+
+var (
+	descProcessed = prometheus.NewDesc("director_packets_processed_total", "Packets the program saw.", nil, nil)
+	descMatched   = prometheus.NewDesc("director_packets_matched_total", "Packets for a bind whose table was found.", nil, nil)
+	descEncap     = prometheus.NewDesc("director_packets_encapsulated_total", "Packets encapsulated and sent (XDP_TX).", nil, nil)
+	descEncapB    = prometheus.NewDesc("director_encapsulated_bytes_total", "Bytes of the encapsulated packets sent.", nil, nil)
+	descFast      = prometheus.NewDesc("director_bind_fast_total", "Packets whose bind the exact-match table found.", nil, nil)
+	descPassed    = prometheus.NewDesc("director_packets_passed_total", "Packets passed to the stack, by reason.", []string{"reason"}, nil)
+	descErrors    = prometheus.NewDesc("director_packet_errors_total", "Packets passed because of a setup or kernel problem, by reason.", []string{"reason"}, nil)
+	descBackendP  = prometheus.NewDesc("director_backend_packets_total", "Packets sent to the backend as primary.", []string{"table", "backend"}, nil)
+	descBackendB  = prometheus.NewDesc("director_backend_bytes_total", "Bytes (of the original IP packets) sent to the backend as primary.", []string{"table", "backend"}, nil)
+	descIfPackets = prometheus.NewDesc("director_interface_packets_total", "Packets the attached interface received or sent.", []string{"interface", "direction"}, nil)
+	descIfDropped = prometheus.NewDesc("director_interface_dropped_total", "Packets the attached interface dropped (tx: what the program sent that did not leave).", []string{"interface", "direction"}, nil)
+	descIfErrors  = prometheus.NewDesc("director_interface_errors_total", "The attached interface's errors.", []string{"interface", "direction"}, nil)
+)
+
+func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descProcessed, descMatched, descEncap, descEncapB, descFast, descPassed, descErrors,
+		descBackendP, descBackendB, descIfPackets, descIfDropped, descIfErrors} {
+		ch <- d
+	}
+}
+
+func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
+	st, err := c.d.Stats()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descProcessed, err)
+		return
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	g := st.Global
+	counter(descProcessed, g["processed"])
+	counter(descMatched, g["matched"])
+	counter(descEncap, g["encapsulated"])
+	counter(descEncapB, g["encapsulated_bytes"])
+	counter(descFast, g["bind_fast"])
+	for _, n := range loader.CounterNames() {
+		switch {
+		case strings.HasPrefix(n, "pass_"):
+			counter(descPassed, g[n], strings.TrimPrefix(n, "pass_"))
+		case strings.HasPrefix(n, "error_"):
+			counter(descErrors, g[n], strings.TrimPrefix(n, "error_"))
+		}
+	}
+	for _, t := range st.Tables {
+		for _, b := range t.Backends {
+			counter(descBackendP, b.Packets, t.Name, b.IP)
+			counter(descBackendB, b.Bytes, t.Name, b.IP)
+		}
+	}
+	for _, i := range st.Interfaces {
+		counter(descIfPackets, i.RxPackets, i.Interface, "rx")
+		counter(descIfPackets, i.TxPackets, i.Interface, "tx")
+		counter(descIfDropped, i.RxDropped, i.Interface, "rx")
+		counter(descIfDropped, i.TxDropped, i.Interface, "tx")
+		counter(descIfErrors, i.RxErrors, i.Interface, "rx")
+		counter(descIfErrors, i.TxErrors, i.Interface, "tx")
+	}
+}

@@ -1,0 +1,437 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/director/director/loader"
+	"github.com/director/director/loader/health"
+	"github.com/director/director/table"
+)
+
+// built is a table as last built for an input, and what it was built
+// from: the backends' states and health.
+type built struct {
+	sig string
+	t   *table.Table
+	fp  string
+}
+
+// healthSig is what a table's build depends on beyond the input's fixed
+// fields.
+func healthSig(tc *table.TableConfig) string {
+	var b strings.Builder
+	for _, be := range tc.Backends {
+		fmt.Fprintf(&b, "%d%t ", be.State, be.Healthy)
+	}
+	return b.String()
+}
+
+// build is table i of in with tc's states and health. Health flips are
+// applied to the table's builder one backend at a time (table.Builder.Set,
+// each O(rows)); anything else rebuilds it.
+func (in *input) build(i int, tc *table.TableConfig) (*table.Table, string, error) {
+	sig := healthSig(tc)
+	if m := in.memo[i]; m.t != nil && m.sig == sig {
+		return m.t, m.fp, nil
+	}
+	b := in.builders[i]
+	if b != nil {
+		cur := b.Config()
+		for k := range tc.Backends {
+			o, n := cur.Backends[k], tc.Backends[k]
+			if o.State != n.State || o.Healthy != n.Healthy {
+				if err := b.Set(k, n.State, n.Healthy); err != nil {
+					b = nil
+					break
+				}
+			}
+		}
+	}
+	if b == nil {
+		var err error
+		if b, err = table.NewBuilder(tc); err != nil {
+			in.builders[i] = nil
+			return nil, "", err
+		}
+		in.builders[i] = b
+	}
+	t := b.Table()
+	fp := table.Fingerprint(t)
+	in.memo[i] = built{sig: sig, t: t, fp: fp}
+	return t, fp, nil
+}
+
+// desired builds in's tables with the health the checks found. A table
+// where more than the fail-static fraction of its checked backends would
+// go down at once, or all of them would, keeps its live health (the
+// checker is the likelier failure): frozen names those tables. A backend
+// counts as going down when it is up in the live table and its checks'
+// dampened state is down or its last check failed: the checks of a
+// partitioned director fail at jittered times, and it is their last
+// results together, not the dampened flips one by one, that show it.
+func (s *service) desired(in *input) (tables []*table.Table, fps []string, frozen []string, err error) {
+	type view struct {
+		up, ok                  bool
+		checkedAt, failingSince time.Time
+	}
+	views := map[string]view{}
+	s.mu.Lock()
+	for k, t := range s.targets {
+		views[k] = view{t.damp.Up(), t.lastOK, t.checkedAt, t.failingSince}
+	}
+	s.mu.Unlock()
+	waiting := false
+	defer func() { s.waiting.Store(waiting) }()
+	for i := range in.cfg.Tables {
+		tc := in.cfg.Tables[i]
+		tc.Backends = append([]table.Backend(nil), tc.Backends...)
+		lt := s.liveTable(&in.cfg.Tables[i], i)
+		checked, failing, goingDown, wantDown := 0, 0, 0, 0
+		var since time.Time  // when the first backend that would go down began failing
+		var oldest time.Time // the oldest result of a backend that passes
+		for k, b := range tc.Backends {
+			if !b.Checked {
+				continue
+			}
+			if b.State == table.StateInactive {
+				tc.Backends[k].Healthy = false // not checked, so not known to be up
+				continue
+			}
+			v := views[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
+			was, inLive := liveHealth(lt, b.IP)
+			checked++
+			if !v.up || !v.ok {
+				failing++
+				if inLive && was {
+					goingDown++
+				}
+			}
+			if inLive && was && !v.up && !v.ok {
+				wantDown++
+				if since.IsZero() || v.failingSince.Before(since) {
+					since = v.failingSince
+				}
+			}
+			if v.up && v.ok && (oldest.IsZero() || v.checkedAt.Before(oldest)) {
+				oldest = v.checkedAt
+			}
+			tc.Backends[k].Healthy = v.up
+			if inLive && was && v.ok {
+				// Passing again on its way up (after fail-static kept it):
+				// a backend whose last check passed is not taken down.
+				tc.Backends[k].Healthy = true
+			}
+		}
+		failStatic := wantDown > 0 && (float64(goingDown) > s.o.FailStatic*float64(checked) || failing == checked)
+		if failStatic {
+			frozen = append(frozen, tableName(&tc, i))
+		}
+		// A backend goes down only once every other one has been checked
+		// since it began failing: a partition makes them all fail, but at
+		// jittered times, and the first to fall must not go alone.
+		fresh := wantDown == 0 || oldest.IsZero() || !oldest.Before(since)
+		if !fresh {
+			waiting = true
+		}
+		if failStatic || !fresh {
+			for k, b := range tc.Backends {
+				if was, ok := liveHealth(lt, b.IP); ok && b.Checked && b.State != table.StateInactive {
+					tc.Backends[k].Healthy = was
+				}
+			}
+		}
+		t, fp, err := in.build(i, &tc)
+		if err != nil {
+			return nil, nil, nil, table.InFile(s.o.Config, fmt.Errorf("tables[%d]: %w", i, err))
+		}
+		tables = append(tables, t)
+		fps = append(fps, fp)
+	}
+	if err := loader.CheckDatapath(tables); err != nil {
+		return nil, nil, nil, table.InFile(s.o.Config, err)
+	}
+	return tables, fps, frozen, nil
+}
+
+// sameAsLive reports whether tables (and dc) are what the kernel holds, as
+// far as the service knows: then there is nothing to plan.
+func (s *service) sameAsLive(tables []*table.Table, fps []string, dc *table.DirectorConfig) bool {
+	if len(tables) != len(s.live) {
+		return false
+	}
+	if dc != nil && (s.liveConfig == nil || len(table.CompareDirectorConfig(s.liveConfig, dc)) > 0) {
+		return false
+	}
+	for i, t := range tables {
+		l := s.live[i]
+		if t.Name != l.Name || fps[i] != s.liveFPs[i] || len(t.Backends) != len(l.Backends) || len(t.Binds) != len(l.Binds) {
+			return false
+		}
+		for k, b := range t.Backends {
+			o := l.Backends[k]
+			if b.IP != o.IP || b.State != o.State || b.Healthy != o.Healthy {
+				return false
+			}
+		}
+		for k := range t.Binds {
+			if t.Binds[k] != l.Binds[k] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+type outcome int
+
+const (
+	unchanged outcome = iota
+	applied
+	held
+	failed
+)
+
+var errUnchanged = errors.New("nothing to change")
+
+// heldError is an unsafe plan, which the service does not apply.
+type heldError struct{ reasons []string }
+
+func (e *heldError) Error() string { return "unsafe: " + strings.Join(e.reasons, "; ") }
+
+// reconcile brings the kernel to what the config and the checks say,
+// through the one path (loader.Director.Commit): a pending config edit
+// first, and, while it is held, the served config with the health found.
+// first allows an unsafe plan when nothing is live yet. It returns an
+// error only for a config that cannot be built or applied.
+func (s *service) reconcile(trigger string, first bool) error {
+	heldCount := 0
+	defer func() { s.m.held.Set(float64(heldCount)) }()
+	if s.pending != nil {
+		out, frozen, err := s.try(s.pending, trigger, first)
+		switch {
+		case err != nil:
+			s.m.configErrors.Inc()
+			s.log.Error("config edit refused; the last good one is kept", "err", err)
+			s.pending = nil
+		case out == held:
+			heldCount++
+		default:
+			s.log.Info("config edit adopted", "config", s.o.Config, "result", map[outcome]string{applied: "applied", unchanged: "already live"}[out])
+			s.cur, s.pending = s.pending, nil
+			s.setFailStatic(frozen)
+			return nil
+		}
+	}
+	out, frozen, err := s.try(s.cur, trigger, first)
+	s.heldHealth = out == held
+	if out == held {
+		heldCount++
+	}
+	if err == nil {
+		s.setFailStatic(frozen)
+	}
+	if s.pending == nil && out != held {
+		s.held = ""
+	}
+	return err
+}
+
+// try plans in against what is live and applies it when safe.
+func (s *service) try(in *input, trigger string, first bool) (outcome, []string, error) {
+	tables, fps, frozen, err := s.desired(in)
+	if err != nil {
+		return failed, nil, err
+	}
+	if s.sameAsLive(tables, fps, in.dc) {
+		return unchanged, frozen, nil
+	}
+	changes := s.changes(in, tables)
+	before := append([]string(nil), s.liveFPs...)
+	start := time.Now()
+	var allowedUnsafe bool
+	plan, res, err := s.d.Commit(&loader.Proposal{Tables: tables, Config: in.dc}, func(live loader.State, plan *table.Plan) error {
+		if !plan.Changed() {
+			return errUnchanged
+		}
+		if plan.Safe {
+			return nil
+		}
+		if first && len(live.Tables) == 0 {
+			allowedUnsafe = true
+			return nil
+		}
+		return &heldError{reasons: plan.Reasons}
+	})
+	var he *heldError
+	switch {
+	case errors.Is(err, errUnchanged):
+		// Live already (applied by hand, say): the service's view was old.
+		s.setLive(tables, plan.Result, in.dc)
+		return unchanged, frozen, nil
+	case errors.As(err, &he):
+		s.m.applies.WithLabelValues("held").Inc()
+		why := strings.Join(he.reasons, "; ")
+		if why != s.held {
+			s.held = why
+			what := "health change"
+			if in != s.cur {
+				what = "config edit"
+			}
+			s.log.Warn("UNSAFE "+what+" held: not applied by the service; review it with 'director plan' and apply it with "+
+				"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
+		}
+		return held, frozen, nil
+	case err != nil:
+		s.m.applies.WithLabelValues("failed").Inc()
+		s.log.Error("apply failed; the live tables keep serving", "trigger", trigger, "err", err)
+		if res != nil { // applied, but not as planned: read what is there
+			if live, lerr := s.d.LiveState(); lerr == nil {
+				s.setLive(live.Tables, table.PlanTables(live.Tables), live.Config)
+			}
+		}
+		return failed, frozen, err
+	}
+	took := time.Since(start)
+	s.m.applies.WithLabelValues("applied").Inc()
+	s.m.applyDuration.Observe(took.Seconds())
+	s.m.lastApply.SetToCurrentTime()
+	s.setLive(loader.Tables(res.Tables), plan.Result, in.dc)
+	verdict := "safe"
+	if allowedUnsafe {
+		verdict = "unsafe, applied because nothing was live: " + strings.Join(plan.Reasons, "; ")
+	}
+	var fpChanges []string
+	for i, p := range plan.Result {
+		old := "(new)"
+		if i < len(before) && i < len(plan.Base) && plan.Base[i].Name == p.Name {
+			old = table.ShortFingerprint(before[i])
+		}
+		fpChanges = append(fpChanges, fmt.Sprintf("%s %s->%s", nameOr(p.Name, i), old, table.ShortFingerprint(p.Fingerprint)))
+	}
+	s.log.Info("applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
+		"took", took.Round(time.Microsecond))
+	return applied, frozen, nil
+}
+
+func nameOr(name string, i int) string {
+	if name == "" {
+		return fmt.Sprintf("tables[%d]", i)
+	}
+	return name
+}
+
+// changes lists, for the audit log, what tables change from the live ones
+// and why: a config edit, or what the checks found.
+func (s *service) changes(in *input, tables []*table.Table) []string {
+	var out []string
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	why := func(b table.Backend) string {
+		if !b.Checked {
+			return "config edit"
+		}
+		for _, t := range s.targets {
+			if t.ip == b.IP && t.checks == health.ChecksOf(b.Healthchecks) {
+				if len(t.last) == 0 {
+					return "checks"
+				}
+				return "checks: " + describe(t.last)
+			}
+		}
+		return "checks"
+	}
+	seen := map[*table.Table]bool{}
+	for i, t := range tables {
+		tc := &in.cfg.Tables[i]
+		name := tableName(tc, i)
+		lt := s.liveTable(tc, i)
+		if lt == nil {
+			out = append(out, fmt.Sprintf("%s: table added (config edit)", name))
+			continue
+		}
+		seen[lt] = true
+		old := map[string]table.Backend{}
+		for _, b := range lt.Backends {
+			old[b.IP.String()] = b
+		}
+		for k, b := range t.Backends {
+			b.Checked = tc.Backends[k].Checked
+			o, ok := old[b.IP.String()]
+			delete(old, b.IP.String())
+			switch {
+			case !ok:
+				out = append(out, fmt.Sprintf("%s/%s: added, %s, %s (config edit)", name, b.IP, b.State, upDown(b.Healthy)))
+			case o.State != b.State:
+				out = append(out, fmt.Sprintf("%s/%s: %s -> %s (config edit)", name, b.IP, o.State, b.State))
+			case o.Healthy != b.Healthy:
+				out = append(out, fmt.Sprintf("%s/%s: %s (%s)", name, b.IP, upDown(b.Healthy), why(b)))
+			}
+		}
+		var gone []string
+		for ip := range old {
+			gone = append(gone, ip)
+		}
+		sort.Strings(gone)
+		for _, ip := range gone {
+			out = append(out, fmt.Sprintf("%s/%s: removed (config edit)", name, ip))
+		}
+		if !sameBinds(lt.Binds, t.Binds) {
+			out = append(out, fmt.Sprintf("%s: binds changed (config edit)", name))
+		}
+	}
+	for i, lt := range s.live {
+		if !seen[lt] {
+			out = append(out, fmt.Sprintf("%s: table removed (config edit)", nameOr(lt.Name, i)))
+		}
+	}
+	if in.dc != nil && (s.liveConfig == nil || len(table.CompareDirectorConfig(s.liveConfig, in.dc)) > 0) {
+		out = append(out, "director config changed (config edit)")
+	}
+	return out
+}
+
+func sameBinds(a, b []table.Bind) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// setFailStatic exports which of the served config's tables are held
+// fail-static, and says so loudly when that changes.
+func (s *service) setFailStatic(frozen []string) {
+	now := map[string]bool{}
+	for _, n := range frozen {
+		now[n] = true
+	}
+	for i := range s.cur.cfg.Tables {
+		name := tableName(&s.cur.cfg.Tables[i], i)
+		v := 0.0
+		if now[name] {
+			v = 1
+		}
+		s.m.failStatic.WithLabelValues(name).Set(v)
+	}
+	for n := range now {
+		if !s.failStatic[n] {
+			s.log.Error("FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table, "+
+				"as the director's own probe path is the likelier failure. Check the director's network.", "table", n,
+				"fraction", s.o.FailStatic)
+		}
+	}
+	for n := range s.failStatic {
+		if !now[n] {
+			s.log.Info("fail-static over: the checks agree again", "table", n)
+		}
+	}
+	s.failStatic = now
+}

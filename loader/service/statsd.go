@@ -1,0 +1,106 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/director/director/loader"
+)
+
+// GLB's XDP director sends these to statsd on 127.0.0.1:statsd_port every
+// 10 s (its test_director_metrics.py checks their names and tags): counts
+// since the last send, DogStatsD tags, the engine tag first. Dashboards
+// built on them keep working through a migration.
+const statsdEvery = 10 * time.Second
+
+// glbResults map GLB's result tags to the datapath's counters.
+var glbResults = []struct {
+	tag      string
+	counters []string
+}{
+	{"result:Matched", []string{"matched"}},
+	{"result:NoMatchingBind", []string{"pass_no_bind", "pass_icmp_echo_off"}},
+	{"result:UnknownFormat", []string{"pass_not_ip", "pass_vlan", "pass_malformed", "pass_fragment", "pass_ipv6_ext", "pass_proto",
+		"pass_headers_split", "pass_too_big"}},
+}
+
+var glbErrors = []struct {
+	tag      string
+	counters []string
+}{
+	{"error:ErrorTable", []string{"error_no_table"}},
+	{"error:ErrorCreatingSpace", []string{"error_adjust_head"}},
+	{"error:ErrorMissingGatewayMAC", []string{"error_no_config"}},
+	{"error:ErrorMissingRow", []string{"error_bounds"}},
+}
+
+// statsdLines are GLB's metrics for the counters' change from prev to cur.
+func statsdLines(prev, cur map[string]uint64) []string {
+	diff := func(names ...string) uint64 {
+		var n uint64
+		for _, c := range names {
+			if cur[c] >= prev[c] {
+				n += cur[c] - prev[c]
+			}
+		}
+		return n
+	}
+	const engine = "glb_engine:xdp"
+	count := func(name string, v uint64, tags ...string) string {
+		return fmt.Sprintf("glb.director.%s:%d|c|#%s", name, v, strings.Join(append([]string{engine}, tags...), ","))
+	}
+	lines := []string{
+		count("packets.processed", diff("processed")),
+		count("packets.encapsulated", diff("encapsulated")),
+		count("packets.encapsulated_bytes", diff("encapsulated_bytes")),
+	}
+	for _, r := range glbResults {
+		lines = append(lines, count("packets.results", diff(r.counters...), r.tag))
+	}
+	for _, e := range glbErrors {
+		lines = append(lines, count("packets.internal_errors", diff(e.counters...), e.tag))
+	}
+	return lines
+}
+
+// sendStatsd sends GLB's metrics to 127.0.0.1:port every interval until
+// ctx ends.
+func sendStatsd(ctx context.Context, d *loader.Director, port int, every time.Duration) error {
+	conn, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	read := func() map[string]uint64 {
+		g, err := d.GlobalCounters()
+		if err != nil {
+			return nil
+		}
+		m := map[string]uint64{}
+		for i, n := range loader.CounterNames() {
+			m[n] = g[i]
+		}
+		return m
+	}
+	prev := read()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		cur := read()
+		if cur == nil {
+			continue
+		}
+		for _, l := range statsdLines(prev, cur) {
+			conn.Write([]byte(l)) // one metric a datagram; a lost one is a lost sample
+		}
+		prev = cur
+	}
+}
