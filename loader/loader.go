@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -37,6 +38,12 @@ type Director struct {
 	Prog *ebpf.Program
 	Maps bpf.DirectorMaps
 	spec *ebpf.CollectionSpec
+
+	// known holds, by slot, the table this process last wrote or read
+	// there. A table read back equal to it is returned as that same
+	// table, whose fingerprint is then computed once, not at every plan.
+	knownMu sync.Mutex
+	known   map[int]*table.Table
 }
 
 // Close releases this process's handles; pinned objects stay.

@@ -20,9 +20,10 @@ func TestPlace(t *testing.T) {
 	}
 	previous := []int{1, 2} // the inactive generation's
 	// dns changes: its first backend goes, another comes.
-	dns := *tabs[1]
-	dns.Backends = append([]table.Backend{{IP: netip.MustParseAddr("192.168.20.9"), State: table.StateActive, Healthy: true}}, tabs[1].Backends[1:]...)
-	next := []*table.Table{tabs[0], &dns, tabs[2]}
+	old := tabs[1]
+	dns := &table.Table{Name: old.Name, HashKey: old.HashKey, Binds: old.Binds, Rows: old.Rows,
+		Backends: append([]table.Backend{{IP: netip.MustParseAddr("192.168.20.9"), State: table.StateActive, Healthy: true}}, old.Backends[1:]...)}
+	next := []*table.Table{tabs[0], dns, tabs[2]}
 	got, err := place(live, previous, next)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
@@ -143,7 +144,45 @@ func (d *Director) readSlot(slot int) (*LiveTable, error) {
 		return nil, err
 	}
 	lt.Slot = slot
+	lt.Table = d.canonical(slot, lt.Table)
 	return lt, nil
+}
+
+// canonical is t, or the table known to be in slot when t's content
+// equals it.
+func (d *Director) canonical(slot int, t *table.Table) *table.Table {
+	d.knownMu.Lock()
+	defer d.knownMu.Unlock()
+	if k := d.known[slot]; k != nil && sameContent(k, t) {
+		return k
+	}
+	d.remember(slot, t)
+	return t
+}
+
+// remember records t as slot's content; the caller holds knownMu.
+func (d *Director) remember(slot int, t *table.Table) {
+	if d.known == nil {
+		d.known = map[int]*table.Table{}
+	}
+	d.known[slot] = t
+}
+
+// sameContent reports whether two tables hold the same thing in the
+// kernel: name, key, binds, backends and rows. (NoGoodRows, which only
+// a build records, is not kept in the kernel.)
+func sameContent(a, b *table.Table) bool {
+	if a.Name != b.Name || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
+		len(a.Backends) != len(b.Backends) {
+		return false
+	}
+	for i := range a.Backends {
+		x, y := a.Backends[i], b.Backends[i]
+		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy {
+			return false
+		}
+	}
+	return true
 }
 
 func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
@@ -390,6 +429,9 @@ func (d *Director) ApplyChange(ch Change, check func(live State) error) (*ApplyR
 		if err != nil {
 			return nil, fmt.Errorf("writing tables[%d]: %w", i, err)
 		}
+		d.knownMu.Lock()
+		d.remember(p.slot, tables[i])
+		d.knownMu.Unlock()
 	}
 
 	// The commit: the new binds for all tables, in one generation flip.

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Table is a built forwarding table: what a director serves for one service.
@@ -20,6 +21,8 @@ type Table struct {
 	// NoGoodRows counts rows with no active-or-filling healthy backend; their
 	// hops are the two best-ranked backends regardless. Built tables only.
 	NoGoodRows int
+
+	fp atomic.Pointer[string] // Fingerprint, once computed
 }
 
 // Row names a row's two hops by index into Table.Backends.

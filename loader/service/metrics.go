@@ -31,7 +31,9 @@ type metrics struct {
 	attached       *prometheus.GaugeVec // interface, mode
 }
 
-func newMetrics(d *loader.Director) *metrics {
+// newMetrics makes the service's metrics; stats reads the datapath's
+// counters (loader.Director.Stats) at each scrape.
+func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.backendHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_healthy",
@@ -62,7 +64,7 @@ func newMetrics(d *loader.Director) *metrics {
 		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached} {
 		f(c)
 	}
-	f(&datapathCollector{d: d})
+	f(&datapathCollector{stats: stats})
 	return m
 }
 
@@ -93,7 +95,9 @@ func (m *metrics) forgetTarget(t *target) {
 
 // datapathCollector reads the datapath's counters and the attached
 // interfaces' at each scrape.
-type datapathCollector struct{ d *loader.Director }
+type datapathCollector struct {
+	stats func() (*loader.Stats, error)
+}
 
 var (
 	descProcessed = prometheus.NewDesc("director_packets_processed_total", "Packets the program saw.", nil, nil)
@@ -118,7 +122,7 @@ func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
-	st, err := c.d.Stats()
+	st, err := c.stats()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(descProcessed, err)
 		return

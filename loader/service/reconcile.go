@@ -93,6 +93,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		checked, failing, goingDown, wantDown := 0, 0, 0, 0
 		var since time.Time  // when the first backend that would go down began failing
 		var oldest time.Time // the oldest result of a backend that passes
+		haveOldest := false
 		for k, b := range tc.Backends {
 			if !b.Checked {
 				continue
@@ -116,8 +117,8 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 					since = v.failingSince
 				}
 			}
-			if v.up && v.ok && (oldest.IsZero() || v.checkedAt.Before(oldest)) {
-				oldest = v.checkedAt
+			if v.up && v.ok && (!haveOldest || v.checkedAt.Before(oldest)) {
+				oldest, haveOldest = v.checkedAt, true
 			}
 			tc.Backends[k].Healthy = v.up
 			if inLive && was && v.ok {
@@ -133,7 +134,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		// A backend goes down only once every other one has been checked
 		// since it began failing: a partition makes them all fail, but at
 		// jittered times, and the first to fall must not go alone.
-		fresh := wantDown == 0 || oldest.IsZero() || !oldest.Before(since)
+		fresh := wantDown == 0 || !haveOldest || !oldest.Before(since)
 		if !fresh {
 			waiting = true
 		}

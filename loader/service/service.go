@@ -133,7 +133,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer s.d.Close()
-	s.m = newMetrics(s.d)
+	s.m = newMetrics(s.d.Stats)
 	var ln net.Listener
 	if o.MetricsAddr != "" {
 		if ln, err = net.Listen("tcp", o.MetricsAddr); err != nil {

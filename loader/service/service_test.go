@@ -1,0 +1,356 @@
+package service
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader"
+	"github.com/director/director/loader/health"
+	"github.com/director/director/table"
+)
+
+const (
+	testKey  = "0f0e0d0c0b0a09080706050403020100"
+	testSeed = "00112233445566778899aabbccddeeff"
+)
+
+func backendIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
+
+// checkedInput is a one-table config whose n backends are all left to an
+// HTTP check.
+func checkedInput(t testing.TB, n int) *input {
+	t.Helper()
+	var bs []string
+	for i := 1; i <= n; i++ {
+		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "active", "healthchecks": {"http": 80}}`, backendIP(i)))
+	}
+	data := []byte(fmt.Sprintf(`{"tables": [{"name": "api", "hash_key": "%s", "seed": "%s",
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [%s]}]}`, testKey, testSeed, strings.Join(bs, ", ")))
+	cfg, err := table.ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &input{data: data, cfg: cfg, builders: make([]*table.Builder, 1), memo: make([]built, 1)}
+}
+
+// newTestService is a service with no kernel behind it: enough for
+// desired, which decides what to apply.
+func newTestService(t testing.TB, in *input) *service {
+	s := &service{o: Options{FailStatic: 0.5}, cur: in, targets: map[string]*target{}, failStatic: map[string]bool{},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	checkedBackends(in, func(i int, tc *table.TableConfig, k int, b table.Backend) {
+		c := health.ChecksOf(b.Healthchecks)
+		d := health.NewDampener(2, 2)
+		d.StartAt(true)
+		// Checked, all passing, an hour ago.
+		s.targets[targetKey(b.IP, c)] = &target{ip: b.IP, checks: c, damp: d, lastOK: true, checkedAt: time.Now().Add(-time.Hour)}
+	})
+	return s
+}
+
+// result gives backend i a check result at time at.
+func (s *service) result(i int, ok bool, at time.Time) {
+	for _, t := range s.targets {
+		if t.ip == backendIP(i) {
+			t.damp.Observe(ok)
+			if !ok && t.lastOK {
+				t.failingSince = at
+			} else if ok {
+				t.failingSince = time.Time{}
+			}
+			t.lastOK, t.checkedAt = ok, at
+		}
+	}
+}
+
+// healthOf runs desired and says which backends it would make healthy,
+// and whether the table is held fail-static.
+func healthOf(t *testing.T, s *service) (string, bool) {
+	t.Helper()
+	tables, _, frozen, err := s.desired(s.cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, be := range tables[0].Backends {
+		b.WriteString(map[bool]string{true: "+", false: "-"}[be.Healthy])
+	}
+	return b.String(), len(frozen) == 1
+}
+
+// TestFailStaticDecisions: what desired makes of check results, against a
+// live table with every backend up.
+func TestFailStaticDecisions(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	cases := []struct {
+		name     string
+		n        int
+		fraction float64
+		results  func(s *service)
+		want     string
+		frozen   bool
+	}{
+		{"all pass", 4, 0.5, func(s *service) {
+			for i := 1; i <= 4; i++ {
+				s.result(i, true, at(10))
+			}
+		}, "++++", false},
+		{"one falls; the others were checked since", 4, 0.5, func(s *service) {
+			s.result(1, false, at(0))
+			for i := 2; i <= 4; i++ {
+				s.result(i, true, at(100+i))
+			}
+			s.result(1, false, at(300))
+		}, "-+++", false},
+		{"one falls before the others were checked again: it waits", 4, 0.5, func(s *service) {
+			s.result(2, true, at(-50))
+			s.result(1, false, at(0))
+			s.result(1, false, at(300))
+		}, "++++", false},
+		{"half fall: not more than the fraction", 4, 0.5, func(s *service) {
+			s.result(1, false, at(0))
+			s.result(2, false, at(0))
+			s.result(3, true, at(50))
+			s.result(4, true, at(50))
+			s.result(1, false, at(300))
+			s.result(2, false, at(300))
+		}, "--++", false},
+		{"three of four fail", 4, 0.5, func(s *service) {
+			s.result(1, false, at(0))
+			s.result(2, false, at(10))
+			s.result(3, false, at(20))
+			s.result(4, true, at(30))
+			s.result(1, false, at(300))
+		}, "++++", true},
+		{"a partition: the first to fall, the rest failing once", 4, 0.5, func(s *service) {
+			for i := 1; i <= 4; i++ {
+				s.result(i, false, at(i))
+			}
+			s.result(1, false, at(300))
+		}, "++++", true},
+		{"all fail, whatever the fraction", 2, 1, func(s *service) {
+			for r := 0; r < 2; r++ {
+				s.result(1, false, at(r*300))
+				s.result(2, false, at(r*300+1))
+			}
+		}, "++", true},
+		{"one of two falls with fraction 0.5: exactly half", 2, 0.5, func(s *service) {
+			s.result(2, true, at(100))
+			s.result(1, false, at(0))
+			s.result(1, false, at(300))
+		}, "-+", false},
+		{"a backend passing again on its way up stays", 2, 0.5, func(s *service) {
+			s.result(2, true, at(100))
+			s.result(1, false, at(0))
+			s.result(1, false, at(300))
+			s.result(1, true, at(600)) // dampened: still down
+		}, "++", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := checkedInput(t, c.n)
+			s := newTestService(t, in)
+			s.o.FailStatic = c.fraction
+			all, err := table.BuildAll(upConfig(in.cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.live = all
+			c.results(s)
+			got, frozen := healthOf(t, s)
+			if got != c.want || frozen != c.frozen {
+				t.Errorf("health %s fail-static %v, want %s %v", got, frozen, c.want, c.frozen)
+			}
+		})
+	}
+}
+
+// upConfig is c with every backend healthy.
+func upConfig(c *table.Config) *table.Config {
+	u := *c
+	u.Tables = append([]table.TableConfig(nil), c.Tables...)
+	for i := range u.Tables {
+		u.Tables[i].Backends = append([]table.Backend(nil), u.Tables[i].Backends...)
+		for k := range u.Tables[i].Backends {
+			u.Tables[i].Backends[k].Healthy = true
+		}
+	}
+	return &u
+}
+
+// TestIncrementalBuildMatchesFull: the tables desired builds by flipping
+// one backend at a time on its builder are the tables a full build gives.
+func TestIncrementalBuildMatchesFull(t *testing.T) {
+	in := checkedInput(t, 40)
+	s := newTestService(t, in)
+	s.live = nil // nothing live: no fail-static, health as found
+	for step, i := range []int{3, 17, 3, 40, 1, 17} {
+		for _, tg := range s.targets {
+			if tg.ip == backendIP(i) {
+				tg.damp.StartAt(!tg.damp.Up())
+			}
+		}
+		tables, fps, _, err := s.desired(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := in.cfg.Tables[0]
+		c.Backends = append([]table.Backend(nil), tables[0].Backends...)
+		want, err := table.Build(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fps[0] != table.Fingerprint(want) || table.Fingerprint(tables[0]) != fps[0] {
+			t.Fatalf("step %d: the incremental table differs from a full build", step)
+		}
+	}
+}
+
+// TestCoalescer: a lone change is applied at once; a burst within a
+// window costs one more apply, at the window's end.
+func TestCoalescer(t *testing.T) {
+	c := coalescer{window: 50 * time.Millisecond}
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	if w := c.change(at(0)); w != 0 {
+		t.Fatalf("a lone change waits %v", w)
+	}
+	c.applied(at(2))
+	applies := 1
+	var due time.Time
+	for ms := 3; ms < 40; ms += 3 { // a burst: twelve changes
+		w := c.change(at(ms))
+		if w == 0 {
+			t.Fatalf("change at %dms applied at once, within the window", ms)
+		}
+		if d := at(ms).Add(w); !due.IsZero() && !d.Equal(due) {
+			t.Fatalf("changes of one burst are due at different times: %v, %v", due, d)
+		} else {
+			due = d
+		}
+	}
+	if !due.Equal(at(52)) {
+		t.Errorf("the burst is due at %v, want the window's end after the last apply", due.Sub(t0))
+	}
+	c.applied(at(53))
+	applies++
+	if applies != 2 {
+		t.Fatal(applies)
+	}
+	if w := c.change(at(200)); w != 0 {
+		t.Errorf("a change long after is not applied at once: %v", w)
+	}
+}
+
+// TestMetricNamesAndTypes: every metric the service exports, by name and
+// type, linted with client_golang's testutil (names, units, _total).
+func TestMetricNamesAndTypes(t *testing.T) {
+	m := newMetrics(func() (*loader.Stats, error) {
+		return &loader.Stats{Global: map[string]uint64{"processed": 10, "pass_no_bind": 2, "error_no_table": 1},
+			Tables: []loader.TableStats{{Name: "api", Backends: []loader.BackendStats{{IP: "10.1.0.1", Traffic: loader.Traffic{Packets: 3, Bytes: 300}}}}},
+			Interfaces: []loader.InterfaceStats{{Interface: "eth0", RxPackets: 5}}}, nil
+	})
+	m.observe(netip.MustParseAddr("10.1.0.1"), []health.Result{{Kind: "http", OK: false, Reason: "refused"}, {Kind: "gue", OK: true}})
+	m.backendHealthy.WithLabelValues("api", "10.1.0.1").Set(1)
+	m.tableInfo.WithLabelValues("api", "abc").Set(1)
+	m.applies.WithLabelValues("applied").Inc()
+	m.applyDuration.Observe(0.004)
+	m.lastApply.SetToCurrentTime()
+	m.held.Set(0)
+	m.failStatic.WithLabelValues("api").Set(0)
+	m.configErrors.Add(0)
+	m.attached.WithLabelValues("eth0", "native").Set(1)
+	problems, err := testutil.GatherAndLint(m.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fams {
+		got[f.GetName()] = strings.ToLower(f.GetType().String())
+	}
+	want := map[string]string{
+		"director_backend_healthy": "gauge", "director_check_up": "gauge", "director_check_latency_seconds": "gauge",
+		"director_check_failures_total": "counter", "director_table_info": "gauge", "director_applies_total": "counter",
+		"director_apply_duration_seconds": "histogram", "director_last_apply_success_timestamp_seconds": "gauge",
+		"director_held_changes": "gauge", "director_fail_static": "gauge", "director_config_errors_total": "counter",
+		"director_interface_attached": "gauge",
+		"director_packets_processed_total": "counter", "director_packets_matched_total": "counter",
+		"director_packets_encapsulated_total": "counter", "director_encapsulated_bytes_total": "counter",
+		"director_bind_fast_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
+		"director_backend_packets_total": "counter", "director_backend_bytes_total": "counter",
+		"director_interface_packets_total": "counter", "director_interface_dropped_total": "counter", "director_interface_errors_total": "counter",
+	}
+	for name, typ := range want {
+		if got[name] != typ {
+			t.Errorf("%s: %q, want %s", name, got[name], typ)
+		}
+	}
+	for name := range got {
+		if want[name] == "" {
+			t.Errorf("%s is exported but not known to this test (and the README?)", name)
+		}
+	}
+	if v := testutil.ToFloat64(m.checkFailures.WithLabelValues("10.1.0.1", "http", "refused")); v != 1 {
+		t.Errorf("check failures: %v", v)
+	}
+}
+
+// BenchmarkHealthFlipApplied is a health flip of one backend of a
+// 256-backend table, from the checks' verdict to the table applied in the
+// kernel and read back: the incremental rebuild, the plan, the apply and
+// its check, through the service's own path.
+func BenchmarkHealthFlipApplied(b *testing.B) {
+	testenv.Kernel(b)
+	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("director-bench-%d", time.Now().UnixNano()))
+	d, err := loader.Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer loader.Unload(dir)
+	defer d.Close()
+	in := checkedInput(b, 256)
+	s := newTestService(b, in)
+	s.d, s.m = d, newMetrics(d.Stats)
+	s.o.BPFFS = dir
+	if err := s.reconcile("start", true); err != nil {
+		b.Fatal(err)
+	}
+	var flip *target
+	for _, t := range s.targets {
+		if t.ip == backendIP(100) {
+			flip = t
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		up := i%2 == 1
+		flip.damp.StartAt(up)
+		flip.lastOK = up
+		flip.failingSince = time.Now().Add(-2 * time.Hour) // before the others' last results
+		before := s.m.applies.WithLabelValues("applied")
+		n := testutil.ToFloat64(before)
+		if err := s.reconcile("checks", false); err != nil {
+			b.Fatal(err)
+		}
+		if testutil.ToFloat64(before) != n+1 {
+			b.Fatalf("flip %d was not applied", i)
+		}
+	}
+}
