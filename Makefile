@@ -8,12 +8,26 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-14
 BPF_STRIP ?= llvm-strip-14
 
-.PHONY: all build test bench lint fuzz clean generate check-generated demo
+.PHONY: all build test bench lint fuzz clean generate check-generated demo install
 
 all: build
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/director
+
+# The binary and the systemd unit (README, "Running as a service"). The
+# unit's paths follow PREFIX; DESTDIR stages an install for packaging.
+PREFIX  ?= /usr/local
+UNITDIR ?= /etc/systemd/system
+ETCDIR  ?= /etc/director
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/director
+	install -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(ETCDIR)
+	sed 's|/usr/local/bin/director|$(PREFIX)/bin/director|' cmd/director/systemd/director.service \
+		> $(DESTDIR)$(UNITDIR)/director.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/director.service
+	@echo "installed $(PREFIX)/bin/director and $(UNITDIR)/director.service; put the configs in $(ETCDIR)," \
+		"then: systemctl daemon-reload && systemctl enable --now director"
 
 # The table package is tested twice: with the vector scoring path this CPU
 # has, and with the portable one (-tags purego), so both stay correct.
@@ -34,6 +48,7 @@ bench:
 	$(GO) test -run '^$$' -bench Read ./table/capture
 	$(GO) test -run '^$$' -bench Program -benchtime 1000000x ./loader
 	$(GO) test -run '^$$' -bench Apply -benchtime 10x ./loader
+	$(GO) test -run '^$$' -bench HealthFlip -benchtime 200x ./loader/service
 
 generate:
 	cd bpf && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...

@@ -141,12 +141,13 @@ func waitFingerprint(t *testing.T, tb *Testbed, want string, within time.Duratio
 
 // proc is a running 'director run'.
 type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs []map[string]any
-	raw  []string
-	done chan struct{}
-	err  error
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	logs  []map[string]any
+	raw   []string
+	ready chan string // systemd's notifications, as the unit's Type=notify reads them
+	done  chan struct{}
+	err   error
 }
 
 // startRun starts 'director run' in the director's namespace and waits
@@ -157,8 +158,15 @@ func startRun(t *testing.T, tb *Testbed, cfg string, extra ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := p.waitLog(0, msg("running"), 20*time.Second); !ok {
-		t.Fatalf("director run did not start:\n%s", p.output())
+	select {
+	case n := <-p.ready:
+		if !strings.Contains(n, "READY=1") {
+			t.Fatalf("first notification %q is not READY=1", n)
+		}
+	case <-p.done:
+		t.Fatalf("director run exited: %v\n%s", p.err, p.output())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("director run sent no READY=1:\n%s", p.output())
 	}
 	return p
 }
@@ -166,11 +174,32 @@ func startRun(t *testing.T, tb *Testbed, cfg string, extra ...string) *proc {
 func spawn(t *testing.T, tb *Testbed, cfg string, extra ...string) (*proc, error) {
 	args := append([]string{"run", "--bpffs", tb.BPFFS, "--config", cfg, "--attach", "eth0", "--mode", "native",
 		"--metrics", "127.0.0.1:9464", "--log-format", "json"}, extra...)
-	p := &proc{cmd: exec.Command(directorBinary(t), args...), done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(directorBinary(t), args...), done: make(chan struct{}), ready: make(chan string, 8)}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
+	// A notify socket, as systemd gives a Type=notify service.
+	sock := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ln.Read(buf)
+			if err != nil {
+				return
+			}
+			select {
+			case p.ready <- string(buf[:n]):
+			default:
+			}
+		}
+	}()
+	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
 	if err := tb.Director.Start(p.cmd); err != nil {
 		return nil, err
 	}
@@ -356,7 +385,9 @@ func TestRun(t *testing.T) {
 	writeConfig(t, cfg, checkedConfig(nil, 3))
 	allUp := fingerprint(t, nil, nil)
 	p := startRun(t, tb, cfg)
-	waitFingerprint(t, tb, allUp, 2*time.Second, "start")
+	if liveFingerprint(t, tb) != allUp {
+		t.Fatal("READY=1 came before the first apply")
+	}
 
 	t.Run("second run refused", func(t *testing.T) {
 		q, err := spawn(t, tb, cfg)
