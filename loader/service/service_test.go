@@ -257,7 +257,7 @@ func TestCoalescer(t *testing.T) {
 func TestMetricNamesAndTypes(t *testing.T) {
 	m := newMetrics(func() (*loader.Stats, error) {
 		return &loader.Stats{Global: map[string]uint64{"processed": 10, "pass_no_bind": 2, "error_no_table": 1},
-			Tables: []loader.TableStats{{Name: "api", Backends: []loader.BackendStats{{IP: "10.1.0.1", Traffic: loader.Traffic{Packets: 3, Bytes: 300}}}}},
+			Tables:     []loader.TableStats{{Name: "api", Backends: []loader.BackendStats{{IP: "10.1.0.1", Traffic: loader.Traffic{Packets: 3, Bytes: 300}}}}},
 			Interfaces: []loader.InterfaceStats{{Interface: "eth0", RxPackets: 5}}}, nil
 	})
 	m.observe(netip.MustParseAddr("10.1.0.1"), []health.Result{{Kind: "http", OK: false, Reason: "refused"}, {Kind: "gue", OK: true}})
@@ -290,7 +290,7 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		"director_check_failures_total": "counter", "director_table_info": "gauge", "director_applies_total": "counter",
 		"director_apply_duration_seconds": "histogram", "director_last_apply_success_timestamp_seconds": "gauge",
 		"director_held_changes": "gauge", "director_fail_static": "gauge", "director_config_errors_total": "counter",
-		"director_interface_attached": "gauge",
+		"director_interface_attached":      "gauge",
 		"director_packets_processed_total": "counter", "director_packets_matched_total": "counter",
 		"director_packets_encapsulated_total": "counter", "director_encapsulated_bytes_total": "counter",
 		"director_bind_fast_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
