@@ -53,6 +53,11 @@ type RowChanges struct {
 	// AtRisk rows have an old primary that is in neither new hop: their
 	// established connections break even with second chance.
 	AtRisk int `json:"at_risk"`
+	// AtRiskDown of them have an old primary that went from healthy to
+	// unhealthy in this change: the checks found it down, so its
+	// connections go with it whatever the table says. The verdict does not
+	// count them.
+	AtRiskDown int `json:"at_risk_down"`
 	// MinimalPrimaryMoves is the fewest primary changes that reach the new
 	// per-backend primary counts: the sum of every backend's gain.
 	MinimalPrimaryMoves int  `json:"minimal_primary_moves"`
@@ -306,6 +311,12 @@ func bindSet(t *Table) map[Bind]bool {
 func compareRows(td *TableDiff, o, n *Table) {
 	rc := &td.Rows
 	rc.NoGoodRows = n.NoGoodRows
+	wentDown := map[netip.Addr]bool{}
+	for _, bc := range td.Backends {
+		if bc.Old != nil && bc.New != nil && bc.Old.Healthy && !bc.New.Healthy {
+			wentDown[netip.MustParseAddr(bc.IP)] = true
+		}
+	}
 	for r := range n.Rows {
 		op, osec := o.Backends[o.Rows[r].Primary].IP, o.Backends[o.Rows[r].Secondary].IP
 		np, nsec := n.Backends[n.Rows[r].Primary].IP, n.Backends[n.Rows[r].Secondary].IP
@@ -320,6 +331,9 @@ func compareRows(td *TableDiff, o, n *Table) {
 		}
 		if op != np && op != nsec {
 			rc.AtRisk++
+			if wentDown[op] {
+				rc.AtRiskDown++
+			}
 		}
 	}
 	oldPrim := map[netip.Addr]int{}

@@ -176,4 +176,23 @@ func TestVerdictStateChangesNotHealth(t *testing.T) {
 	if safe, reasons := Verdict(Compare(base, allDown)); safe || !strings.Contains(strings.Join(reasons, ";"), "rows have no active healthy backend") {
 		t.Errorf("all down: %v %v", safe, reasons)
 	}
+	// While one drains, another going down puts rows at risk, but only
+	// rows whose old primary is the one going down: not counted. Coming
+	// back up puts rows of healthy backends at risk: unsafe.
+	draining := build(func(bs []Backend) { bs[0].State = StateDraining })
+	downWhileDraining := build(func(bs []Backend) { bs[0].State, bs[1].Healthy = StateDraining, false })
+	d := Compare(draining, downWhileDraining)
+	if r := d.Tables[0].Rows; r.AtRisk == 0 || r.AtRiskDown != r.AtRisk {
+		t.Errorf("down while draining: %d rows at risk, %d of them on the backend going down", r.AtRisk, r.AtRiskDown)
+	}
+	if safe, reasons := Verdict(d); !safe {
+		t.Errorf("a backend found down while another drains: unsafe %v", reasons)
+	}
+	d = Compare(downWhileDraining, draining)
+	if r := d.Tables[0].Rows; r.AtRisk == 0 || r.AtRiskDown != 0 {
+		t.Errorf("up while draining: %d at risk, %d down", r.AtRisk, r.AtRiskDown)
+	}
+	if safe, _ := Verdict(d); safe {
+		t.Error("a backend coming back while another drains breaks connections of healthy backends: safe")
+	}
 }

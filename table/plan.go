@@ -87,8 +87,10 @@ func Verdict(d *Diff) (safe bool, reasons []string) {
 			reasons = append(reasons, fmt.Sprintf("table %s is removed", td.Name))
 			continue
 		}
-		if td.Rows.AtRisk > 0 {
-			reasons = append(reasons, fmt.Sprintf("table %s: %d rows at risk (their connections break)", td.Name, td.Rows.AtRisk))
+		// Rows at risk on a backend the checks found down are not a
+		// choice: its connections are lost with it.
+		if risk := td.Rows.AtRisk - td.Rows.AtRiskDown; risk > 0 {
+			reasons = append(reasons, fmt.Sprintf("table %s: %d rows at risk (their connections break)", td.Name, risk))
 		}
 		if len(td.BindsRemoved) > 0 {
 			reasons = append(reasons, fmt.Sprintf("table %s: binds removed: %v", td.Name, td.BindsRemoved))

@@ -119,6 +119,9 @@ func printDiff(w io.Writer, d *table.Diff) {
 			fmt.Fprintf(w, "    secondary changed  %6d %s\n", r.SecondaryChanged, pct(r.SecondaryChanged))
 			fmt.Fprintf(w, "    swapped            %6d %s\n", r.Swapped, pct(r.Swapped))
 			fmt.Fprintf(w, "    at risk            %6d %s   (old primary in neither new hop)\n", r.AtRisk, pct(r.AtRisk))
+			if r.AtRiskDown > 0 {
+				fmt.Fprintf(w, "      of which         %6d %s   on backends that went unhealthy (lost with them; not counted by the verdict)\n", r.AtRiskDown, pct(r.AtRiskDown))
+			}
 		}
 		printShares(w, td)
 		for _, warn := range td.Warnings {

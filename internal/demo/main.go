@@ -3,7 +3,9 @@
 // connections spreading over the backends, reviews and applies a drain
 // with the real `director` binary, shows that open connections on the
 // drained backend keep working while new ones go elsewhere, shows the
-// counters, and tears everything down. Run as root.
+// counters; then runs `director run`, which takes a backend whose health
+// server stops out of the table by itself and back, and shows /metrics.
+// It tears everything down at the end. Run as root.
 package main
 
 import (
@@ -168,6 +170,97 @@ func run(tb *testbed.Testbed) int {
 	say("what the kernel holds, and the counters")
 	director(tb, "status")
 	director(tb, "stats")
+
+	return service(tb, dir, sessions, x)
+}
+
+// service runs 'director run' over the same director: it adopts the live
+// table, then takes a backend whose health endpoint stops answering out by
+// itself, and brings it back.
+func service(tb *testbed.Testbed, dir string, sessions []*testbed.Session, drained string) int {
+	const interval, trigger = 500 * time.Millisecond, 2
+	checked := filepath.Join(dir, "forwarding_table.src.json")
+	os.WriteFile(checked, []byte(testbed.CheckedConfig(nil, 3, interval, trigger)), 0o600)
+	for i := 1; i <= 3; i++ {
+		if err := tb.ServeHealth(i); err != nil {
+			check(false, "%v", err)
+			return 1
+		}
+	}
+	say("director run: the config with %s active again and no \"healthy\": every backend's /health (HTTP) and GUE path "+
+		"checked every %v, trigger %d", drained, interval, trigger)
+	mark := 0
+	svc, err := tb.StartService(*bin, dir, checked)
+	if err != nil {
+		check(false, "%v", err)
+		return 1
+	}
+	defer svc.Stop()
+	if err := svc.Ready(20 * time.Second); err != nil {
+		check(false, "%v\n%s", err, svc.Output())
+		return 1
+	}
+	rec, ok := svc.WaitLog(mark, testbed.Msg("applied"), time.Second)
+	check(ok, "ready (sd_notify READY=1) after applying the config by itself: its plan is safe")
+	if ok {
+		fmt.Printf("   log: %v, verdict %v\n", rec["changes"], rec["verdict"])
+	}
+	before, _ := tb.LiveFingerprint()
+
+	y := testbed.Busiest(sessions)
+	results := map[*testbed.Session][2]int{}
+	for _, s := range sessions {
+		ok, bad, _ := s.Result()
+		results[s] = [2]int{ok, bad}
+	}
+	say("stopping %s's health server (its TCP service on the VIP keeps running)", y)
+	mark = svc.Mark()
+	start := time.Now()
+	tb.StopHealth(testbed.BackendIndex(y))
+	rec, ok = svc.WaitLog(mark, testbed.Msg("applied"), 5*time.Second)
+	check(ok, "%s taken out of the table by itself in %v (at most interval x trigger + interval = %v)", y, time.Since(start).Round(time.Millisecond), interval*trigger+interval)
+	if ok {
+		fmt.Printf("   log: %v\n", rec["changes"])
+	}
+	got, err := tb.Spread(60)
+	if err != nil {
+		check(false, "%v", err)
+		return 1
+	}
+	bars(got, 60)
+	check(got[y] == 0, "60 new connections avoid %s", y)
+	time.Sleep(time.Second)
+	failed := 0
+	for _, s := range sessions {
+		_, bad, _ := s.Result()
+		failed += bad - results[s][1]
+	}
+	check(failed == 0, "the 30 open connections, those on %s included (second chance): no failed exchange meanwhile", y)
+
+	say("starting %s's health server again", y)
+	mark = svc.Mark()
+	start = time.Now()
+	tb.ServeHealth(testbed.BackendIndex(y))
+	_, ok = svc.WaitLog(mark, testbed.Msg("applied"), 5*time.Second)
+	now, _ := tb.LiveFingerprint()
+	check(ok && now == before, "back in the table in %v; the fingerprint is the one before", time.Since(start).Round(time.Millisecond))
+
+	say("a few lines of /metrics")
+	text, err := tb.MetricsText()
+	if err != nil {
+		check(false, "%v", err)
+		return 1
+	}
+	for _, line := range strings.Split(text, "\n") {
+		for _, p := range []string{"director_backend_healthy{", "director_check_failures_total{", "director_applies_total{",
+			"director_fail_static{", "director_packets_encapsulated_total ", "director_table_info{"} {
+			if strings.HasPrefix(line, p) {
+				fmt.Printf("   %s\n", line)
+			}
+		}
+	}
+	say("SIGTERM: the service stops; the datapath stays attached and steering goes on")
+	check(svc.Stop() == nil, "director run exited cleanly")
 	return 0
 }
 

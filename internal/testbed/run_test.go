@@ -1,24 +1,17 @@
 package testbed
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
@@ -66,26 +59,8 @@ func directorBinary(t *testing.T) string {
 	return binPath
 }
 
-// checkedConfig is the testbed's table with health left to the checks
-// (no "healthy"): HTTP on each backend's /health and GUE through its
-// decapsulating program.
 func checkedConfig(states map[int]string, n int) string {
-	var bs []string
-	for i := 1; i <= n; i++ {
-		st, ok := states[i]
-		if !ok {
-			st = "active"
-		}
-		if st == "absent" {
-			continue
-		}
-		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthchecks": {"http": %d, "http_uri": "/health", "gue": 19523}}`,
-			BackendIP(i), st, HealthPort))
-	}
-	return fmt.Sprintf(`{"healthchecks": {"interval_ms": %d, "timeout_ms": 200, "trigger": %d},
- "tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
-  "binds": [{"ip": "%s", "proto": "tcp", "port": 80}],
-  "backends": [%s]}]}`, interval.Milliseconds(), trigger, VIP, strings.Join(bs, ", "))
+	return CheckedConfig(states, n, interval, trigger)
 }
 
 // fingerprint is the fingerprint of the testbed's table with the given
@@ -106,19 +81,11 @@ func fingerprint(t *testing.T, states map[int]string, healthy map[int]bool) stri
 // liveFingerprint reads the live table's fingerprint from the kernel.
 func liveFingerprint(t *testing.T, tb *Testbed) string {
 	t.Helper()
-	d, err := tb.OpenDirector()
+	fp, err := tb.LiveFingerprint()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	live, err := d.LiveState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(live.Tables) != 1 {
-		return fmt.Sprintf("%d tables", len(live.Tables))
-	}
-	return table.Fingerprint(live.Tables[0])
+	return fp
 }
 
 // waitFingerprint waits until the live table is want, and says how long
@@ -139,191 +106,42 @@ func waitFingerprint(t *testing.T, tb *Testbed, want string, within time.Duratio
 	}
 }
 
-// proc is a running 'director run'.
-type proc struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	logs  []map[string]any
-	raw   []string
-	ready chan string // systemd's notifications, as the unit's Type=notify reads them
-	done  chan struct{}
-	err   error
-}
-
 // startRun starts 'director run' in the director's namespace and waits
-// until it is running.
-func startRun(t *testing.T, tb *Testbed, cfg string, extra ...string) *proc {
+// for its READY=1.
+func startRun(t *testing.T, tb *Testbed, cfg string, extra ...string) *Service {
 	t.Helper()
-	p, err := spawn(t, tb, cfg, extra...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case n := <-p.ready:
-		if !strings.Contains(n, "READY=1") {
-			t.Fatalf("first notification %q is not READY=1", n)
-		}
-	case <-p.done:
-		t.Fatalf("director run exited: %v\n%s", p.err, p.output())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("director run sent no READY=1:\n%s", p.output())
+	p := spawn(t, tb, cfg, extra...)
+	if err := p.Ready(20 * time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, p.Output())
 	}
 	return p
 }
 
-func spawn(t *testing.T, tb *Testbed, cfg string, extra ...string) (*proc, error) {
-	args := append([]string{"run", "--bpffs", tb.BPFFS, "--config", cfg, "--attach", "eth0", "--mode", "native",
-		"--metrics", "127.0.0.1:9464", "--log-format", "json"}, extra...)
-	p := &proc{cmd: exec.Command(directorBinary(t), args...), done: make(chan struct{}), ready: make(chan string, 8)}
-	stderr, err := p.cmd.StderrPipe()
+func spawn(t *testing.T, tb *Testbed, cfg string, extra ...string) *Service {
+	t.Helper()
+	p, err := tb.StartService(directorBinary(t), t.TempDir(), cfg, extra...)
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	// A notify socket, as systemd gives a Type=notify service.
-	sock := filepath.Join(t.TempDir(), "notify")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := ln.Read(buf)
-			if err != nil {
-				return
-			}
-			select {
-			case p.ready <- string(buf[:n]):
-			default:
-			}
-		}
-	}()
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
-	if err := tb.Director.Start(p.cmd); err != nil {
-		return nil, err
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var m map[string]any
-			json.Unmarshal(sc.Bytes(), &m)
-			p.mu.Lock()
-			p.raw = append(p.raw, sc.Text())
-			if m != nil {
-				p.logs = append(p.logs, m)
-			}
-			p.mu.Unlock()
-		}
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		p.stop()
+		p.Stop()
 		if t.Failed() {
-			t.Logf("director run's log:\n%s", p.output())
+			t.Logf("director run's log:\n%s", p.Output())
 		}
 	})
-	return p, nil
+	return p
 }
 
-// stop sends SIGTERM and waits for the process to end.
-func (p *proc) stop() error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("director run did not stop on SIGTERM")
-	}
-	return p.err
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.raw, "\n")
-}
-
-// count counts the log records that match.
-func (p *proc) count(match func(map[string]any) bool) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, m := range p.logs {
-		if match(m) {
-			n++
-		}
-	}
-	return n
-}
-
-// mark is where the log is now, for waitLog.
-func (p *proc) mark() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.logs)
-}
-
-// waitLog waits for a log record after mark that matches.
-func (p *proc) waitLog(mark int, match func(map[string]any) bool, within time.Duration) (map[string]any, bool) {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		for _, m := range p.logs[mark:] {
-			if match(m) {
-				p.mu.Unlock()
-				return m, true
-			}
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.done:
-			return nil, false
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil, false
-}
-
-func msg(s string) func(map[string]any) bool {
-	return func(m map[string]any) bool { return m["msg"] == s }
-}
-
-// scrape reads /metrics over HTTP and parses it with Prometheus's parser.
 func scrape(t *testing.T, tb *Testbed) map[string]*dto.MetricFamily {
 	t.Helper()
-	var fams map[string]*dto.MetricFamily
-	// The connection is made in the director's namespace; the HTTP
-	// client's own dials would run on other threads, outside it.
-	var conn net.Conn
-	err := tb.Director.Do(func() error {
-		var err error
-		conn, err = net.Dial("tcp4", "127.0.0.1:9464")
-		return err
-	})
+	m, err := tb.Scrape()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}}
-	resp, err := c.Get("http://127.0.0.1:9464/metrics")
-	if err == nil {
-		defer resp.Body.Close()
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err = p.TextToMetricFamilies(resp.Body)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fams
+	return m
 }
+
+var msg = Msg
 
 // value is a metric's value: the sample of fam whose labels include want.
 func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
@@ -390,13 +208,10 @@ func TestRun(t *testing.T) {
 	}
 
 	t.Run("second run refused", func(t *testing.T) {
-		q, err := spawn(t, tb, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-q.done
-		if q.err == nil || !strings.Contains(q.output(), "already serves") {
-			t.Fatalf("a second director run on the same pins: %v\n%s", q.err, q.output())
+		q := spawn(t, tb, cfg)
+		<-q.Done()
+		if q.Err() == nil || !strings.Contains(q.Output(), "already serves") {
+			t.Fatalf("a second director run on the same pins: %v\n%s", q.Err(), q.Output())
 		}
 	})
 
@@ -432,13 +247,13 @@ func TestRun(t *testing.T) {
 		}
 		took = waitFingerprint(t, tb, allUp, interval*(trigger+2), "backend1's server back")
 		t.Logf("back in %v", took.Round(time.Millisecond))
-		rec, ok := p.waitLog(0, func(m map[string]any) bool {
+		rec, ok := p.WaitLog(0, func(m map[string]any) bool {
 			return m["msg"] == "applied" && strings.Contains(fmt.Sprint(m["changes"]), "vip/10.50.0.11: down (checks: http failed: refused")
 		}, time.Second)
 		if !ok {
 			t.Fatalf("no apply record names backend1 going down and why")
 		}
-		if strings.Contains(fmt.Sprint(rec), "0f0e0d0c") || strings.Contains(p.output(), "00112233445566778899") {
+		if strings.Contains(fmt.Sprint(rec), "0f0e0d0c") || strings.Contains(p.Output(), "00112233445566778899") {
 			t.Fatal("a key is in the log")
 		}
 	})
@@ -548,17 +363,17 @@ func TestRun(t *testing.T) {
 		if v := value(t, scrape(t, tb), "director_fail_static", "table", "vip"); v != 1 {
 			t.Fatalf("director_fail_static %v, want 1", v)
 		}
-		if p.count(msg("FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table, "+
+		if p.Count(msg("FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table, "+
 			"as the director's own probe path is the likelier failure. Check the director's network.")) == 0 {
 			t.Error("fail-static was not logged")
 		}
-		mark := p.mark()
+		mark := p.Mark()
 		for i := 1; i <= 3; i++ {
 			if err := tb.ServeHealth(i); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, ok := p.waitLog(mark, msg("fail-static over: the checks agree again"), interval*(trigger+3)); !ok {
+		if _, ok := p.WaitLog(mark, msg("fail-static over: the checks agree again"), interval*(trigger+3)); !ok {
 			t.Fatal("fail-static did not end when the checks passed again")
 		}
 		if v := value(t, scrape(t, tb), "director_fail_static", "table", "vip"); v != 0 || liveFingerprint(t, tb) != allUp {
@@ -567,20 +382,20 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("config edits", func(t *testing.T) {
-		mark := p.mark()
+		mark := p.Mark()
 		writeConfig(t, cfg, checkedConfig(map[int]string{3: "draining"}, 3))
 		drained := fingerprint(t, map[int]string{3: "draining"}, nil)
 		waitFingerprint(t, tb, drained, 3*time.Second, "backend3 drained in the config file")
-		if _, ok := p.waitLog(mark, func(m map[string]any) bool {
+		if _, ok := p.WaitLog(mark, func(m map[string]any) bool {
 			return m["msg"] == "applied" && strings.Contains(fmt.Sprint(m["changes"]), "vip/10.50.0.13: active -> draining (config edit)")
 		}, time.Second); !ok {
 			t.Error("the drain's apply record does not say what changed")
 		}
 		// Removing an active backend outright breaks its connections.
 		unsafe := checkedConfig(map[int]string{2: "absent", 3: "draining"}, 3)
-		mark = p.mark()
+		mark = p.Mark()
 		writeConfig(t, cfg, unsafe)
-		if _, ok := p.waitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
+		if _, ok := p.WaitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 			"'director apply --allow-unsafe' if it is what you want"), 3*time.Second); !ok {
 			t.Fatal("the unsafe edit was not held")
 		}
@@ -593,13 +408,13 @@ func TestRun(t *testing.T) {
 		}
 		// A person applies it; the service adopts it.
 		var out strings.Builder
-		mark = p.mark()
+		mark = p.Mark()
 		cmd := exec.Command(directorBinary(t), "apply", cfg, "--yes", "--allow-unsafe", "--bpffs", tb.BPFFS)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := tb.Director.Do(cmd.Run); err != nil {
 			t.Fatalf("director apply: %v\n%s", err, out.String())
 		}
-		if _, ok := p.waitLog(mark, msg("config edit adopted"), 3*interval); !ok {
+		if _, ok := p.WaitLog(mark, msg("config edit adopted"), 3*interval); !ok {
 			t.Fatal("the service did not adopt the config a person applied")
 		}
 		if v := value(t, scrape(t, tb), "director_held_changes"); v != 0 {
@@ -623,13 +438,13 @@ func TestRun(t *testing.T) {
 			}
 		}()
 		before := liveFingerprint(t, tb)
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			t.Fatalf("director run on SIGTERM: %v", err)
 		}
 		time.Sleep(500 * time.Millisecond) // steering goes on without the service
 		q := startRun(t, tb, cfg)
 		time.Sleep(3 * interval)
-		if n := q.count(msg("applied")); n != 0 || liveFingerprint(t, tb) != before {
+		if n := q.Count(msg("applied")); n != 0 || liveFingerprint(t, tb) != before {
 			t.Errorf("the restart changed the table (%d applies)", n)
 		}
 		for _, s := range sessions {
@@ -637,7 +452,7 @@ func TestRun(t *testing.T) {
 				t.Errorf("connection %d to %s across the restart: %d ok, %d failed: %v", s.ID, s.Backend, ok, failed, err)
 			}
 		}
-		if err := q.stop(); err != nil {
+		if err := q.Stop(); err != nil {
 			t.Fatal(err)
 		}
 	})

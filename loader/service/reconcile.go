@@ -278,12 +278,14 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 		why := strings.Join(he.reasons, "; ")
 		if why != s.held {
 			s.held = why
-			what := "health change"
 			if in != s.cur {
-				what = "config edit"
+				s.log.Warn("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
+					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
+			} else {
+				s.log.Warn("UNSAFE health change held: applied by the service once it is safe (when a drain in progress ends, say); "+
+					"a person may apply it sooner with 'director healthcheck' and 'director apply --allow-unsafe'",
+					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			}
-			s.log.Warn("UNSAFE "+what+" held: not applied by the service; review it with 'director plan' and apply it with "+
-				"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
 		}
 		return held, frozen, nil
 	case err != nil:
