@@ -287,7 +287,7 @@ func (s *service) configure(in *input) {
 			ctx, cancel := context.WithCancel(context.Background())
 			s.stopStatsd = cancel
 			go func() {
-				if err := sendStatsd(ctx, s.d, port, statsdEvery); err != nil {
+				if err := sendStatsd(ctx, s.d.GlobalCounters, port, statsdEvery); err != nil {
 					s.log.Error("statsd", "port", port, "err", err)
 				}
 			}()

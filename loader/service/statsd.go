@@ -67,15 +67,16 @@ func statsdLines(prev, cur map[string]uint64) []string {
 }
 
 // sendStatsd sends GLB's metrics to 127.0.0.1:port every interval until
-// ctx ends.
-func sendStatsd(ctx context.Context, d *loader.Director, port int, every time.Duration) error {
+// ctx ends; counters reads the datapath's global counters
+// (loader.Director.GlobalCounters).
+func sendStatsd(ctx context.Context, counters func() ([]uint64, error), port int, every time.Duration) error {
 	conn, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	read := func() map[string]uint64 {
-		g, err := d.GlobalCounters()
+		g, err := counters()
 		if err != nil {
 			return nil
 		}
