@@ -391,6 +391,16 @@ func TestRun(t *testing.T) {
 		}, time.Second); !ok {
 			t.Error("the drain's apply record does not say what changed")
 		}
+		// A broken edit is refused and counted; the table keeps serving.
+		mark = p.Mark()
+		writeConfig(t, cfg, `{"tables": [{"name": "vip", "hash_key": "0f0e"}]}`)
+		if rec, ok := p.WaitLog(mark, msg("config not used; the last good one is kept"), 3*time.Second); !ok ||
+			!strings.Contains(fmt.Sprint(rec["err"]), "tables[0].hash_key") {
+			t.Fatalf("a broken config edit: %v", rec)
+		}
+		if v := value(t, scrape(t, tb), "director_config_errors_total"); v != 1 || liveFingerprint(t, tb) != drained {
+			t.Fatalf("after a broken edit: director_config_errors_total %v, table changed %v", v, liveFingerprint(t, tb) != drained)
+		}
 		// Removing an active backend outright breaks its connections.
 		unsafe := checkedConfig(map[int]string{2: "absent", 3: "draining"}, 3)
 		mark = p.Mark()

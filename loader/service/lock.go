@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,13 +26,13 @@ func lockRun(lockDir, bpffs string) (unlock func(), err error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(lockDir, 0o755); err != nil {
-		return nil, fmt.Errorf("run lock: %w", err)
+		return nil, fmt.Errorf("run lock: %w%s", err, needsRoot(err))
 	}
 	name := "run" + strings.ReplaceAll(filepath.Clean(abs), "/", "-") + ".lock"
 	path := filepath.Join(lockDir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("run lock: %w", err)
+		return nil, fmt.Errorf("run lock: %w%s", err, needsRoot(err))
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder := ""
@@ -51,4 +52,11 @@ func lockRun(lockDir, bpffs string) (unlock func(), err error) {
 		unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+func needsRoot(err error) string {
+	if errors.Is(err, fs.ErrPermission) {
+		return " (director run runs as root, or with the capabilities README.md lists)"
+	}
+	return ""
 }

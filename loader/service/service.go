@@ -121,14 +121,15 @@ func Run(ctx context.Context, o Options) (err error) {
 	o.defaults()
 	s := &service{o: o, log: o.Log, targets: map[string]*target{}, kick: make(chan struct{}, 1),
 		failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce}}
+	// Bad input is reported before anything else is touched.
+	if s.cur, err = s.read(); err != nil {
+		return err
+	}
 	unlock, err := lockRun(o.LockDir, o.BPFFS)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if s.cur, err = s.read(); err != nil {
-		return err
-	}
 	if s.d, err = loader.Load(o.BPFFS); err != nil {
 		return err
 	}
