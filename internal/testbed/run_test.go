@@ -466,4 +466,24 @@ func TestRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+
+	t.Run("detach on exit", func(t *testing.T) {
+		q := startRun(t, tb, cfg, "--detach-on-exit")
+		if err := q.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		var atts []loader.Attachment
+		err := tb.Director.Do(func() error {
+			d, err := tb.OpenDirector()
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			atts, err = d.Attachments()
+			return err
+		})
+		if err != nil || len(atts) != 0 {
+			t.Fatalf("after --detach-on-exit: %v %+v", err, atts)
+		}
+	})
 }
