@@ -195,20 +195,7 @@ func (e *env) liveHealth() (func(table, backend int, tc *table.TableConfig) bool
 	}
 	tables := e.live.Tables
 	return func(i, j int, tc *table.TableConfig) bool {
-		var lt *table.Table
-		for k, t := range tables {
-			if (tc.Name != "" && t.Name == tc.Name) || (tc.Name == "" && k == i) {
-				lt = t
-			}
-		}
-		if lt == nil {
-			return false
-		}
-		for _, b := range lt.Backends {
-			if b.IP == tc.Backends[j].IP {
-				return b.Healthy
-			}
-		}
-		return false
+		h, _ := table.HealthOf(table.Replaced(tables, tc, i), tc.Backends[j].IP)
+		return h
 	}, nil
 }

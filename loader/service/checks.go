@@ -70,7 +70,7 @@ func (s *service) track(ctx context.Context) {
 			t := s.targets[key]
 			if t == nil {
 				t = &target{ip: b.IP, checks: c, damp: health.NewDampener(rise, fall)}
-				if up, ok := liveHealth(s.liveTable(tc, i), b.IP); ok {
+				if up, ok := table.HealthOf(s.liveTable(tc, i), b.IP); ok {
 					t.damp.StartAt(up)
 					t.lastOK = up
 				} else {

@@ -103,7 +103,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 				continue
 			}
 			v := views[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
-			was, inLive := liveHealth(lt, b.IP)
+			was, inLive := table.HealthOf(lt, b.IP)
 			checked++
 			if !v.up || !v.ok {
 				failing++
@@ -140,7 +140,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		}
 		if failStatic || !fresh {
 			for k, b := range tc.Backends {
-				if was, ok := liveHealth(lt, b.IP); ok && b.Checked && b.State != table.StateInactive {
+				if was, ok := table.HealthOf(lt, b.IP); ok && b.Checked && b.State != table.StateInactive {
 					tc.Backends[k].Healthy = was
 				}
 			}

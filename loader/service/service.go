@@ -418,27 +418,7 @@ func (s *service) setLive(tables []*table.Table, pts []table.PlanTable, dc *tabl
 	}
 }
 
-// liveTable is the live table a config's table i replaces: the one of its
-// name, or at its position when unnamed.
+// liveTable is the live table a config's table i replaces.
 func (s *service) liveTable(tc *table.TableConfig, i int) *table.Table {
-	for k, t := range s.live {
-		if (tc.Name != "" && t.Name == tc.Name) || (tc.Name == "" && t.Name == "" && k == i) {
-			return t
-		}
-	}
-	return nil
-}
-
-// liveHealth is a backend's health in a live table, and whether it is
-// there at all.
-func liveHealth(t *table.Table, ip netip.Addr) (healthy, ok bool) {
-	if t == nil {
-		return false, false
-	}
-	for _, b := range t.Backends {
-		if b.IP == ip {
-			return b.Healthy, true
-		}
-	}
-	return false, false
+	return table.Replaced(s.live, tc, i)
 }
