@@ -54,7 +54,9 @@ type DirectorConfig struct {
 	// StatsdPort, when not 0, is where 'director run' sends GLB's statsd
 	// metrics (to 127.0.0.1), as GLB's XDP director does.
 	StatsdPort int
-	Warnings   []string
+	// BGP, when not nil, is how 'director run' announces the VIPs.
+	BGP      *BGP
+	Warnings []string
 }
 
 // DefaultDirectorConfig is what an empty file gives, bar the required
@@ -88,7 +90,7 @@ func ParseDirectorConfig(data []byte) (*DirectorConfig, error) {
 	p := &parser{}
 	c := DefaultDirectorConfig()
 	allowed := append([]string{"outbound_gateway_mac", "outbound_src_ip", "outbound_interface", "hash_fields", "alt_hash_fields",
-		"forward_icmp_ping_responses", "statsd_port"}, dpdkOnlyKeys...)
+		"forward_icmp_ping_responses", "statsd_port", "bgp"}, dpdkOnlyKeys...)
 	if p.object("", root, allowed...) {
 		for _, m := range root.members {
 			for _, k := range dpdkOnlyKeys {
@@ -133,6 +135,9 @@ func ParseDirectorConfig(data []byte) (*DirectorConfig, error) {
 			if n, ok := p.port("statsd_port", v); ok {
 				c.StatsdPort = int(n)
 			}
+		}
+		if v := root.get("bgp"); v != nil {
+			c.BGP = p.bgp("bgp", v)
 		}
 		if v := root.get("hash_fields"); v != nil {
 			c.HashFields = p.hashFields("hash_fields", v)
