@@ -241,7 +241,10 @@ func attrs(f gobgplog.Fields) []any {
 	return a
 }
 
-func (l *logger) Panic(msg string, f gobgplog.Fields) { l.l.Error("bgp: "+msg, attrs(f)...); panic(msg) }
+func (l *logger) Panic(msg string, f gobgplog.Fields) {
+	l.l.Error("bgp: "+msg, attrs(f)...)
+	panic(msg)
+}
 func (l *logger) Fatal(msg string, f gobgplog.Fields) { l.l.Error("bgp: "+msg, attrs(f)...) }
 func (l *logger) Error(msg string, f gobgplog.Fields) { l.l.Error("bgp: "+msg, attrs(f)...) }
 func (l *logger) Warn(msg string, f gobgplog.Fields)  { l.l.Warn("bgp: "+msg, attrs(f)...) }
