@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"path/filepath"
+	"time"
 
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/service"
 	"github.com/director/director/table"
 )
 
@@ -18,6 +21,9 @@ type statusDoc struct {
 	// The attached interfaces' own counters, drops included.
 	Interfaces []loader.InterfaceStats `json:"interfaces"`
 	Tables     []statusTable           `json:"tables"`
+	// Service is what a 'director run' for these pins publishes (its BGP
+	// sessions); null when none runs.
+	Service *service.Status `json:"service"`
 }
 
 type statusProgram struct {
@@ -108,6 +114,9 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 		}
 		doc.Tables = append(doc.Tables, st)
 	}
+	if doc.Service, err = service.ReadStatus(service.DefaultLockDir, e.bpffs); err != nil {
+		return nil, err
+	}
 	return doc, nil
 }
 
@@ -140,6 +149,30 @@ func printStatus(e *env, doc *statusDoc) {
 			name = fmt.Sprintf("tables[%d]", t.Index)
 		}
 		fmt.Fprintf(w, "table        %s  fingerprint %s  %d backends  binds %v\n", name, table.ShortFingerprint(t.Fingerprint), t.Backends, t.Binds)
+	}
+	printService(w, doc.Service)
+}
+
+func printService(w io.Writer, st *service.Status) {
+	switch {
+	case st == nil:
+		fmt.Fprintln(w, "service      (no 'director run' for these pins)")
+		return
+	case st.Stale:
+		fmt.Fprintf(w, "service      (not running: the last status is from pid %d at %s)\n", st.PID, st.Time.Format(time.RFC3339))
+		return
+	case st.BGP == nil:
+		fmt.Fprintf(w, "service      director run, pid %d; no bgp settings\n", st.PID)
+		return
+	}
+	b := st.BGP
+	fmt.Fprintf(w, "service      director run, pid %d; bgp as %d, router id %s, announcing %v\n", st.PID, b.ASN, b.RouterID, b.Announced)
+	for _, p := range b.Peers {
+		since := ""
+		if p.Established {
+			since = " since " + p.Since.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "bgp peer     %s as %d: %s%s, %d prefixes advertised, %d flaps\n", p.Address, p.ASN, p.State, since, p.Advertised, p.Flaps)
 	}
 }
 

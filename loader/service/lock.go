@@ -20,6 +20,14 @@ const DefaultLockDir = "/run/director"
 // lockRun takes bpffs's run lock, or says which process holds it. The
 // kernel drops the lock when the process dies, so a crash never leaves it
 // stuck.
+// runFile is the path of a file of bpffs's run in lockDir.
+func runFile(lockDir, bpffs, ext string) string {
+	if abs, err := filepath.Abs(bpffs); err == nil {
+		bpffs = abs
+	}
+	return filepath.Join(lockDir, "run"+strings.ReplaceAll(filepath.Clean(bpffs), "/", "-")+ext)
+}
+
 func lockRun(lockDir, bpffs string) (unlock func(), err error) {
 	abs, err := filepath.Abs(bpffs)
 	if err != nil {
@@ -28,8 +36,7 @@ func lockRun(lockDir, bpffs string) (unlock func(), err error) {
 	if err := os.MkdirAll(lockDir, 0o755); err != nil {
 		return nil, fmt.Errorf("run lock: %w%s", err, needsRoot(err))
 	}
-	name := "run" + strings.ReplaceAll(filepath.Clean(abs), "/", "-") + ".lock"
-	path := filepath.Join(lockDir, name)
+	path := runFile(lockDir, abs, ".lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("run lock: %w%s", err, needsRoot(err))

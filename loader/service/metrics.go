@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/bgp"
 	"github.com/director/director/loader/health"
 )
 
@@ -29,6 +30,9 @@ type metrics struct {
 	failStatic     *prometheus.GaugeVec // table
 	configErrors   prometheus.Counter
 	attached       *prometheus.GaugeVec // interface, mode
+	vipsAnnounced  prometheus.Gauge
+	// bgpPeers reports the BGP sessions at each scrape (nil: none).
+	bgpPeers func() []bgp.PeerState
 }
 
 // newMetrics makes the service's metrics; stats reads the datapath's
@@ -60,11 +64,14 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 		Help: "Config files the service could not read or use (it keeps the last good one)."})
 	m.attached = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_interface_attached",
 		Help: "1 for each interface the program is attached to, with its XDP mode."}, []string{"interface", "mode"})
+	m.vipsAnnounced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_bgp_vips_announced",
+		Help: "VIPs this director announces over BGP."})
 	for _, c := range []prometheus.Collector{m.backendHealthy, m.checkUp, m.checkLatency, m.checkFailures, m.tableInfo, m.applies,
-		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached} {
+		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached, m.vipsAnnounced} {
 		f(c)
 	}
 	f(&datapathCollector{stats: stats})
+	f(&bgpCollector{m: m})
 	return m
 }
 
@@ -157,5 +164,35 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descIfDropped, i.TxDropped, i.Interface, "tx")
 		counter(descIfErrors, i.RxErrors, i.Interface, "rx")
 		counter(descIfErrors, i.TxErrors, i.Interface, "tx")
+	}
+}
+
+// bgpCollector reports the BGP sessions at each scrape.
+type bgpCollector struct{ m *metrics }
+
+var (
+	descSession = prometheus.NewDesc("director_bgp_session_established", "1 when the BGP session to the peer is established.", []string{"peer"}, nil)
+	descFlaps   = prometheus.NewDesc("director_bgp_session_flaps_total", "Times the session to the peer left the established state.", []string{"peer"}, nil)
+	descAdv     = prometheus.NewDesc("director_bgp_advertised_prefixes", "Prefixes announced to the peer.", []string{"peer"}, nil)
+)
+
+func (c *bgpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSession
+	ch <- descFlaps
+	ch <- descAdv
+}
+
+func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.bgpPeers == nil {
+		return
+	}
+	for _, p := range c.m.bgpPeers() {
+		up := 0.0
+		if p.Established {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSession, prometheus.GaugeValue, up, p.Address)
+		ch <- prometheus.MustNewConstMetric(descFlaps, prometheus.CounterValue, float64(p.Flaps), p.Address)
+		ch <- prometheus.MustNewConstMetric(descAdv, prometheus.GaugeValue, float64(p.Advertised), p.Address)
 	}
 }

@@ -210,7 +210,10 @@ func (e *heldError) Error() string { return "unsafe: " + strings.Join(e.reasons,
 // error only for a config that cannot be built or applied.
 func (s *service) reconcile(trigger string, first bool) error {
 	heldCount := 0
-	defer func() { s.m.held.Set(float64(heldCount)) }()
+	defer func() {
+		s.m.held.Set(float64(heldCount))
+		s.announce()
+	}()
 	if s.pending != nil {
 		out, frozen, err := s.try(s.pending, trigger, first)
 		switch {
@@ -224,6 +227,11 @@ func (s *service) reconcile(trigger string, first bool) error {
 			s.log.Info("config edit adopted", "config", s.o.Config, "result", map[outcome]string{applied: "applied", unchanged: "already live"}[out])
 			s.cur, s.pending = s.pending, nil
 			s.setFailStatic(frozen)
+			if s.started {
+				if err := s.startBGP(); err != nil {
+					s.log.Error("bgp", "err", err)
+				}
+			}
 			return nil
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/bgp"
 	"github.com/director/director/loader/health"
 	"github.com/director/director/table"
 )
@@ -110,6 +111,11 @@ type service struct {
 	checksDone chan struct{}
 	statsdPort int
 	stopStatsd context.CancelFunc
+
+	started  bool // attached after the first apply: BGP may announce
+	bgp      *bgp.Speaker
+	bgpCfg   *table.BGP
+	statusMu sync.Mutex
 }
 
 // Run runs the service until ctx ends (SIGTERM), then stops the checks and
@@ -135,6 +141,12 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer s.d.Close()
 	s.m = newMetrics(s.d.Stats)
+	s.m.bgpPeers = func() []bgp.PeerState {
+		if sp := s.bgp; sp != nil {
+			return sp.Peers()
+		}
+		return nil
+	}
 	var ln net.Listener
 	if o.MetricsAddr != "" {
 		if ln, err = net.Listen("tcp", o.MetricsAddr); err != nil {
@@ -160,6 +172,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.attach(); err != nil {
 		return err
 	}
+	s.started = true
+	if err := s.startBGP(); err != nil {
+		return err
+	}
+	defer os.Remove(StatusPath(o.LockDir, o.BPFFS))
 	status := fmt.Sprintf("serving %d tables", len(s.live))
 	if s.held != "" {
 		status += "; a change is held: " + s.held
@@ -169,8 +186,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		"interval", s.cur.cfg.Checks.Interval, "rise", s.cur.cfg.Checks.Rise, "fall", s.cur.cfg.Checks.Fall)
 	s.startChecks(ctx)
 	s.loop(ctx)
-	s.stopAll()
 	notify("STOPPING=1")
+	s.stopBGP()
+	s.stopAll()
 	if o.DetachOnExit {
 		for _, iface := range o.Attach {
 			if err := s.d.Detach(iface); err != nil {

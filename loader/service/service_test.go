@@ -14,6 +14,7 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/bgp"
 	"github.com/director/director/loader/health"
 	"github.com/director/director/table"
 )
@@ -270,6 +271,10 @@ func TestMetricNamesAndTypes(t *testing.T) {
 	m.failStatic.WithLabelValues("api").Set(0)
 	m.configErrors.Add(0)
 	m.attached.WithLabelValues("eth0", "native").Set(1)
+	m.vipsAnnounced.Set(1)
+	m.bgpPeers = func() []bgp.PeerState {
+		return []bgp.PeerState{{Address: "10.78.0.1", ASN: 65000, State: "established", Established: true, Flaps: 2, Advertised: 1}}
+	}
 	problems, err := testutil.GatherAndLint(m.reg)
 	if err != nil {
 		t.Fatal(err)
@@ -296,6 +301,8 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		"director_bind_fast_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
 		"director_backend_packets_total": "counter", "director_backend_bytes_total": "counter",
 		"director_interface_packets_total": "counter", "director_interface_dropped_total": "counter", "director_interface_errors_total": "counter",
+		"director_bgp_vips_announced": "gauge", "director_bgp_session_established": "gauge", "director_bgp_session_flaps_total": "counter",
+		"director_bgp_advertised_prefixes": "gauge",
 	}
 	for name, typ := range want {
 		if got[name] != typ {

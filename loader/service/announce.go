@@ -1,0 +1,159 @@
+package service
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"reflect"
+	"syscall"
+	"time"
+
+	"github.com/director/director/loader/bgp"
+	"github.com/director/director/table"
+)
+
+// VIPs are what a director announces for tables: each bind's prefix (a
+// host route for an address), for tables with a good backend, or all of
+// them when withdrawAll is false.
+func VIPs(tables []*table.Table, withdrawWhenDown bool) []netip.Prefix {
+	up := map[netip.Prefix]bool{}
+	for _, t := range tables {
+		good := false
+		for _, b := range t.Backends {
+			if b.Good() {
+				good = true
+				break
+			}
+		}
+		for _, b := range t.Binds {
+			p := b.Prefix.Masked()
+			up[p] = up[p] || good || !withdrawWhenDown
+		}
+	}
+	var out []netip.Prefix
+	for p, ok := range up {
+		if ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startBGP starts announcing with the served director config's bgp
+// settings, if it has any; once the datapath is attached and the tables
+// applied, so routers never send traffic to a director not ready for it.
+func (s *service) startBGP() error {
+	var cfg *table.BGP
+	if s.cur.dc != nil {
+		cfg = s.cur.dc.BGP
+	}
+	if reflect.DeepEqual(cfg, s.bgpCfg) && (cfg == nil) == (s.bgp == nil) {
+		return nil
+	}
+	if s.bgp != nil {
+		s.log.Info("bgp settings changed: restarting the sessions")
+		s.bgp.Stop()
+		s.bgp = nil
+	}
+	s.bgpCfg = cfg
+	if cfg == nil {
+		s.writeStatus()
+		return nil
+	}
+	sp, err := bgp.Start(cfg, s.log, func(bgp.PeerState) { s.writeStatus() })
+	if err != nil {
+		return err
+	}
+	s.bgp = sp
+	s.announce()
+	return nil
+}
+
+// announce brings the announced VIPs to what the live tables serve.
+func (s *service) announce() {
+	if s.bgp == nil {
+		return
+	}
+	if err := s.bgp.Announce(VIPs(s.live, s.bgpCfg.WithdrawWhenDown)); err != nil {
+		s.log.Error("bgp", "err", err)
+	}
+	s.m.vipsAnnounced.Set(float64(len(s.bgp.Announced())))
+	s.writeStatus()
+}
+
+// stopBGP withdraws every VIP, waits for routers to move the flows away,
+// and ends the sessions.
+func (s *service) stopBGP() {
+	if s.bgp == nil {
+		return
+	}
+	if err := s.bgp.Announce(nil); err != nil {
+		s.log.Error("bgp", "err", err)
+	}
+	s.writeStatus()
+	s.log.Info("bgp: every VIP withdrawn; draining before the sessions end", "drain", s.bgpCfg.Drain)
+	time.Sleep(s.bgpCfg.Drain)
+	s.bgp.Stop()
+	s.bgp = nil
+}
+
+// Status is what a running service publishes for 'director status': its
+// BGP sessions and announcements (the kernel holds the rest).
+type Status struct {
+	Version int        `json:"version"`
+	PID     int        `json:"pid"`
+	Time    time.Time  `json:"time"`
+	BGP     *StatusBGP `json:"bgp"` // null without a bgp block
+	Stale   bool       `json:"stale,omitempty"`
+}
+
+// StatusBGP is the BGP part of Status.
+type StatusBGP struct {
+	ASN       uint32          `json:"asn"`
+	RouterID  string          `json:"router_id"`
+	Announced []netip.Prefix  `json:"announced"`
+	Peers     []bgp.PeerState `json:"peers"`
+}
+
+// StatusPath is where the service for bpffs publishes its Status.
+func StatusPath(lockDir, bpffs string) string { return runFile(lockDir, bpffs, ".status.json") }
+
+// ReadStatus reads the Status of the service for bpffs; nil when none has
+// been published. A status whose process is gone is marked Stale.
+func ReadStatus(lockDir, bpffs string) (*Status, error) {
+	data, err := os.ReadFile(StatusPath(lockDir, bpffs))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st Status
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, err
+	}
+	if st.PID <= 0 || syscall.Kill(st.PID, 0) == syscall.ESRCH {
+		st.Stale = true
+	}
+	return &st, nil
+}
+
+// writeStatus publishes the Status, written aside and renamed into place.
+// It is called from the loop and from GoBGP's goroutine.
+func (s *service) writeStatus() {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	st := Status{Version: 1, PID: os.Getpid(), Time: time.Now().UTC()}
+	if sp, cfg := s.bgp, s.bgpCfg; sp != nil && cfg != nil {
+		st.BGP = &StatusBGP{ASN: cfg.ASN, RouterID: cfg.RouterID.String(), Announced: sp.Announced(), Peers: sp.Peers()}
+		if st.BGP.Announced == nil {
+			st.BGP.Announced = []netip.Prefix{}
+		}
+	}
+	data, _ := json.MarshalIndent(st, "", "  ")
+	path := StatusPath(s.o.LockDir, s.o.BPFFS)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {
+		os.Rename(tmp, path)
+	}
+}
