@@ -84,7 +84,13 @@ type Service struct {
 // the director's eth0 and serving metrics at MetricsAddr; dir holds its
 // notify socket. It does not wait for it to be ready (Ready does).
 func (tb *Testbed) StartService(bin, dir, cfg string, extra ...string) (*Service, error) {
-	args := append([]string{"run", "--bpffs", tb.BPFFS, "--config", cfg, "--attach", "eth0", "--mode", "native",
+	return StartService(tb.Director, tb.BPFFS, bin, dir, cfg, extra...)
+}
+
+// StartService is Testbed.StartService for the director on host h, its
+// pins in bpffs.
+func StartService(h *Host, bpffs, bin, dir, cfg string, extra ...string) (*Service, error) {
+	args := append([]string{"run", "--bpffs", bpffs, "--config", cfg, "--attach", "eth0", "--mode", "native",
 		"--metrics", MetricsAddr, "--log-format", "json"}, extra...)
 	s := &Service{cmd: exec.Command(bin, args...), done: make(chan struct{}), ready: make(chan string, 8)}
 	stderr, err := s.cmd.StderrPipe()
@@ -109,7 +115,7 @@ func (tb *Testbed) StartService(bin, dir, cfg string, extra ...string) (*Service
 		}
 	}()
 	s.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+path)
-	if err := tb.Director.Start(s.cmd); err != nil {
+	if err := h.Start(s.cmd); err != nil {
 		s.sock.Close()
 		return nil, err
 	}
@@ -224,11 +230,17 @@ func Msg(msg string) func(map[string]any) bool {
 }
 
 // MetricsText fetches /metrics from the director's namespace.
-func (tb *Testbed) MetricsText() (string, error) {
-	// The connection is made in the director's namespace; the HTTP
-	// client's own dials would run on other threads, outside it.
+func (tb *Testbed) MetricsText() (string, error) { return MetricsText(tb.Director) }
+
+// Scrape fetches /metrics and parses it with Prometheus's text parser.
+func (tb *Testbed) Scrape() (map[string]*dto.MetricFamily, error) { return Scrape(tb.Director) }
+
+// MetricsText fetches /metrics from a service on host h.
+func MetricsText(h *Host) (string, error) {
+	// The connection is made in the host's namespace; the HTTP client's
+	// own dials would run on other threads, outside it.
 	var conn net.Conn
-	err := tb.Director.Do(func() error {
+	err := h.Do(func() error {
 		var err error
 		conn, err = net.Dial("tcp4", MetricsAddr)
 		return err
@@ -247,9 +259,9 @@ func (tb *Testbed) MetricsText() (string, error) {
 	return string(b), err
 }
 
-// Scrape fetches /metrics and parses it with Prometheus's text parser.
-func (tb *Testbed) Scrape() (map[string]*dto.MetricFamily, error) {
-	text, err := tb.MetricsText()
+// Scrape is MetricsText parsed with Prometheus's text parser.
+func Scrape(h *Host) (map[string]*dto.MetricFamily, error) {
+	text, err := MetricsText(h)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -26,8 +27,11 @@ type Session struct {
 }
 
 // Open connects and does a first exchange, which names the backend.
-func (tb *Testbed) Open(id int) (*Session, error) {
-	c, err := tb.Dial()
+func (tb *Testbed) Open(id int) (*Session, error) { return tb.OpenFrom(id, netip.Addr{}) }
+
+// OpenFrom is Open from the client's address src (any when not valid).
+func (tb *Testbed) OpenFrom(id int, src netip.Addr) (*Session, error) {
+	c, err := tb.DialFrom(src)
 	if err != nil {
 		return nil, fmt.Errorf("connection %d: %w", id, err)
 	}

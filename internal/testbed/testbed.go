@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -137,6 +138,25 @@ func ClearStale() {
 // and attached, but has no tables yet; the backends run their program and
 // a TCP server on VIP:80 that answers each line with "NAME LINE".
 func New(n int) (_ *Testbed, err error) {
+	tb, err := build(n, func(tb *Testbed) error {
+		if tb.Director, err = tb.join("director", DirIP); err != nil {
+			return err
+		}
+		return nil
+	}, DirIP)
+	if err != nil {
+		return nil, err
+	}
+	if err := tb.setupDirector(); err != nil {
+		tb.Close()
+		return nil, fmt.Errorf("director: %w", err)
+	}
+	return tb, nil
+}
+
+// build makes the LAN, the client, whatever directors adds, and n
+// backends; the client reaches the VIP through via.
+func build(n int, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
 	ClearStale()
 	tb := &Testbed{BPFFS: fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid())}
 	defer func() {
@@ -178,7 +198,7 @@ func New(n int) (_ *Testbed, err error) {
 	if tb.Client, err = tb.join("client", ClientIP); err != nil {
 		return nil, err
 	}
-	if tb.Director, err = tb.join("director", DirIP); err != nil {
+	if err := directors(tb); err != nil {
 		return nil, err
 	}
 	for i := 1; i <= n; i++ {
@@ -197,7 +217,7 @@ func New(n int) (_ *Testbed, err error) {
 		}
 		l, _ := netlink.LinkByName("eth0")
 		_, dst, _ := net.ParseCIDR(VIP.String() + "/32")
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: DirIP.AsSlice()})
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: via.AsSlice()})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("client route: %w", err)
@@ -206,9 +226,6 @@ func New(n int) (_ *Testbed, err error) {
 		if err := tb.setupBackend(i+1, h); err != nil {
 			return nil, fmt.Errorf("%s: %w", h.Name, err)
 		}
-	}
-	if err := tb.setupDirector(); err != nil {
-		return nil, fmt.Errorf("director: %w", err)
 	}
 	return tb, nil
 }
@@ -370,11 +387,19 @@ func (tb *Testbed) setupDirector() error {
 func (tb *Testbed) OpenDirector() (*loader.Director, error) { return loader.Open(tb.BPFFS) }
 
 // Dial connects from the client to the VIP.
-func (tb *Testbed) Dial() (net.Conn, error) {
+func (tb *Testbed) Dial() (net.Conn, error) { return tb.DialFrom(netip.Addr{}) }
+
+// DialFrom connects from the client's address src (any when not valid)
+// to the VIP.
+func (tb *Testbed) DialFrom(src netip.Addr) (net.Conn, error) {
 	var c net.Conn
 	err := tb.Client.Do(func() error {
+		d := net.Dialer{Timeout: 3 * time.Second}
+		if src.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+		}
 		var err error
-		c, err = net.DialTimeout("tcp4", VIP.String()+":80", 3e9)
+		c, err = d.Dial("tcp4", VIP.String()+":80")
 		return err
 	})
 	return c, err
