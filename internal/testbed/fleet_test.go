@@ -1,16 +1,18 @@
 package testbed
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader"
 )
 
 // fleet is a fleet under test: its network and its services.
@@ -125,20 +127,26 @@ func (fl *fleet) sessions(n int) []*Session {
 	return ss
 }
 
-// check requires every session to have worked since mark, with no failed
-// exchange, except those on backends in down; it returns the longest gap
-// between two exchanges that worked.
-func (fl *fleet) check(ss []*Session, what string, down ...string) {
+// check requires every session to have worked, with no failed exchange,
+// and returns the longest time a connection went without one.
+func (fl *fleet) check(ss []*Session, what string) time.Duration {
 	fl.t.Helper()
+	var gap time.Duration
 	for _, s := range ss {
 		ok, failed, err := s.Result()
-		if slices.Contains(down, s.Backend) {
-			continue
-		}
 		if failed != 0 || ok == 0 {
 			fl.t.Errorf("%s: connection %d (%s): %d ok, %d failed: %v", what, s.ID, s.Backend, ok, failed, err)
 		}
+		gap = max(gap, s.MaxGap())
 	}
+	return gap
+}
+
+// use makes t the test fl reports to, until the returned func.
+func (fl *fleet) use(t *testing.T) func() {
+	old := fl.t
+	fl.t = t
+	return func() { fl.t = old }
 }
 
 // encapsulated is director i's count of packets steered.
@@ -195,6 +203,207 @@ func TestFleetSpreadsAndAgrees(t *testing.T) {
 		if !strings.Contains(out.String(), fmt.Sprintf("bgp peer     10.78.%d.1 as 65000: established", i)) ||
 			!strings.Contains(out.String(), "announcing [10.60.0.1/32]") {
 			t.Errorf("director%d's status:\n%s", i, out.String())
+		}
+	}
+}
+
+// TestFleetFailures: long-lived connections through the VIP, one exchange
+// every 100 ms, while in turn a director's service is killed, hangs, loses
+// its link, stops gracefully, a director is added, and a drain is rolled
+// out one director at a time. No connection may fail; each event's time
+// to move the router's route, and the longest stall a connection saw,
+// are logged (docs/performance.md).
+func TestFleetFailures(t *testing.T) {
+	fl := newFleet(t, 3)
+	cfg := BackendConfig(nil, nil, 3)
+	event := func(name string, f func(t *testing.T)) {
+		t.Run(name, func(t *testing.T) {
+			defer fl.use(t)()
+			f(t)
+		})
+	}
+	during := func(t *testing.T, what string, f func() string) {
+		ss := fl.sessions(32)
+		time.Sleep(300 * time.Millisecond)
+		moved := f()
+		time.Sleep(700 * time.Millisecond)
+		gap := fl.check(ss, what)
+		t.Logf("%s: %s; longest time a connection went without an exchange: %v (one every 100 ms)", what, moved, gap.Round(time.Millisecond))
+		for _, s := range ss {
+			s.Stop()
+		}
+	}
+	event("SIGKILL", func(t *testing.T) {
+		during(t, "director1's service killed", func() string {
+			start := time.Now()
+			fl.services[1].Signal(syscall.SIGKILL)
+			fl.waitNexthops("[2 3]", 5*time.Second)
+			return fmt.Sprintf("route moved in %v", time.Since(start).Round(time.Millisecond))
+		})
+		start := time.Now()
+		fl.start(1, cfg)
+		fl.waitNexthops("[1 2 3]", 15*time.Second)
+		t.Logf("director1 back in the route %v after its service restarted (adopting its datapath)", time.Since(start).Round(time.Millisecond))
+	})
+	event("SIGSTOP", func(t *testing.T) {
+		during(t, "director2's service stopped (SIGSTOP)", func() string {
+			start := time.Now()
+			fl.services[2].Signal(syscall.SIGSTOP)
+			fl.waitNexthops("[1 3]", 10*time.Second)
+			return fmt.Sprintf("route moved in %v (the hold timer, 3 s)", time.Since(start).Round(time.Millisecond))
+		})
+		start := time.Now()
+		fl.services[2].Signal(syscall.SIGCONT)
+		fl.waitNexthops("[1 2 3]", 15*time.Second)
+		t.Logf("director2 back in the route %v after SIGCONT", time.Since(start).Round(time.Millisecond))
+	})
+	event("link down", func(t *testing.T) {
+		during(t, "director3's link down", func() string {
+			start := time.Now()
+			if err := fl.SetDirectorLink(3, false); err != nil {
+				t.Fatal(err)
+			}
+			fl.waitNexthops("[1 2]", 5*time.Second)
+			return fmt.Sprintf("route moved in %v", time.Since(start).Round(100*time.Microsecond))
+		})
+		start := time.Now()
+		if err := fl.SetDirectorLink(3, true); err != nil {
+			t.Fatal(err)
+		}
+		fl.waitNexthops("[1 2 3]", 15*time.Second)
+		t.Logf("director3 back in the route %v after its link came up", time.Since(start).Round(time.Millisecond))
+	})
+	event("graceful stop", func(t *testing.T) {
+		during(t, "director1 stopped with SIGTERM", func() string {
+			mark := fl.services[1].Mark()
+			start := time.Now()
+			fl.services[1].Signal(syscall.SIGTERM)
+			fl.waitNexthops("[2 3]", 5*time.Second)
+			took := time.Since(start)
+			if _, ok := fl.services[1].WaitLog(mark, Msg("bgp: every VIP withdrawn; draining before the sessions end"), time.Second); !ok {
+				t.Error("no withdrawal logged")
+			}
+			select {
+			case <-fl.services[1].Done():
+				t.Error("exited before draining")
+			default:
+			}
+			return fmt.Sprintf("route moved in %v", took.Round(time.Millisecond))
+		})
+		if err := fl.services[1].Stop(); err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+		fl.start(1, cfg)
+		fl.waitNexthops("[1 2 3]", 15*time.Second)
+	})
+	event("director added", func(t *testing.T) {
+		ss := fl.sessions(32)
+		time.Sleep(300 * time.Millisecond)
+		start := time.Now()
+		fl.start(4, cfg)
+		ready := time.Since(start)
+		route := fl.waitNexthops("[1 2 3 4]", 15*time.Second) + ready
+		for fl.encapsulated(4) == 0 {
+			if time.Since(start) > 10*time.Second {
+				t.Fatal("director4 takes no traffic")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		traffic := time.Since(start)
+		time.Sleep(700 * time.Millisecond)
+		gap := fl.check(ss, "director4 added")
+		t.Logf("director4: ready %v after its service started, in the route after %v, steering traffic after %v; longest stall %v",
+			ready.Round(time.Millisecond), route.Round(time.Millisecond), traffic.Round(time.Millisecond), gap.Round(time.Millisecond))
+		for _, s := range ss {
+			s.Stop()
+		}
+	})
+	drained := BackendConfig(map[int]string{2: "draining"}, nil, 3)
+	rollout := func(t *testing.T, cfg string) {
+		for i := 1; i <= 4; i++ {
+			mark := fl.services[i].Mark()
+			writeConfig(t, fl.configs[i], cfg)
+			if _, ok := fl.services[i].WaitLog(mark, Msg("applied"), 5*time.Second); !ok {
+				t.Fatalf("director%d did not apply the new config", i)
+			}
+			time.Sleep(700 * time.Millisecond) // the fleet holds different tables meanwhile
+		}
+	}
+	event("rolling drain", func(t *testing.T) {
+		ss := fl.sessions(48)
+		time.Sleep(300 * time.Millisecond)
+		rollout(t, drained)
+		gap := fl.check(ss, "a drain rolled out one director at a time")
+		t.Logf("rolling drain: longest stall %v", gap.Round(time.Millisecond))
+		for _, s := range ss {
+			s.Stop()
+		}
+		fl.agree(t, fingerprint(t, map[int]string{2: "draining"}, nil))
+	})
+	event("rolling undrain without second chance breaks", func(t *testing.T) {
+		ss := fl.sessions(48)
+		time.Sleep(300 * time.Millisecond)
+		fl.secondChance(t, false)
+		defer fl.secondChance(t, true)
+		rollout(t, cfg)
+		failed := 0
+		for _, s := range ss {
+			if _, f, _ := s.Result(); f > 0 {
+				failed++
+			}
+		}
+		if failed == 0 {
+			t.Error("no connection broke with second chance off: the rollout test cannot tell")
+		}
+		t.Logf("negative control: %d of %d connections broke with second chance off", failed, len(ss))
+		for _, s := range ss {
+			s.Stop()
+		}
+		fl.agree(t, fingerprint(t, nil, nil))
+	})
+}
+
+// agree requires every director to report want as its table's
+// fingerprint, in status --json and in its metrics.
+func (fl *fleet) agree(t *testing.T, want string) {
+	for i := range fl.services {
+		var out strings.Builder
+		cmd := fl.statusCmd(i, &out, "--json")
+		if err := fl.Directors[i].Do(cmd.Run); err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Tables []struct{ Fingerprint string }
+		}
+		if err := json.Unmarshal([]byte(out.String()), &doc); err != nil || len(doc.Tables) != 1 || doc.Tables[0].Fingerprint != want {
+			t.Errorf("director%d's status: %v %+v", i, err, doc)
+		}
+		m, err := Scrape(fl.Directors[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := value(t, m, "director_table_info", "table", "vip", "fingerprint", want); v != 1 {
+			t.Errorf("director%d's metrics: table info %v", i, v)
+		}
+	}
+}
+
+// secondChance turns second chance on or off on every backend.
+func (fl *fleet) secondChance(t *testing.T, on bool) {
+	for i, h := range fl.Backends {
+		err := h.Do(func() error {
+			b, err := loader.OpenBackend(fl.BackendBPFFS(i + 1))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if on {
+				return b.SetSelf(h.IP)
+			}
+			return b.DisableSecondChance(h.IP)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -154,6 +154,9 @@ func (s *Service) Ready(within time.Duration) error {
 	}
 }
 
+// Signal sends sig to the process.
+func (s *Service) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+
 // Done is closed when the process has exited; Err is then its exit error.
 func (s *Service) Done() <-chan struct{} { return s.done }
 func (s *Service) Err() error            { return s.err }

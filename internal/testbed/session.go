@@ -24,6 +24,8 @@ type Session struct {
 	stop    chan struct{}
 	done    chan struct{}
 	running bool
+	lastOK  time.Time
+	maxGap  time.Duration // the longest time between two exchanges that worked
 }
 
 // Open connects and does a first exchange, which names the backend.
@@ -83,6 +85,11 @@ func (s *Session) Start() {
 				s.lastErr = fmt.Errorf("answered by %s, then by %s", s.Backend, who)
 			default:
 				s.ok++
+				now := time.Now()
+				if !s.lastOK.IsZero() && now.Sub(s.lastOK) > s.maxGap {
+					s.maxGap = now.Sub(s.lastOK)
+				}
+				s.lastOK = now
 			}
 			s.mu.Unlock()
 			if err != nil {
@@ -100,6 +107,14 @@ func (s *Session) Stop() {
 		s.running = false
 	}
 	s.conn.Close()
+}
+
+// MaxGap is the longest time between two exchanges that worked: about
+// 100 ms when nothing stalls.
+func (s *Session) MaxGap() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxGap
 }
 
 // Result is how the session went: exchanges that worked and that failed.
