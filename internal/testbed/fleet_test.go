@@ -388,19 +388,31 @@ func (fl *fleet) agree(t *testing.T, want string) {
 	}
 }
 
-// secondChance turns second chance on or off on every backend.
+// secondChance turns second chance on or off on every backend, with the
+// operator's switch: 'director backend attach IFACE [--no-second-chance]'
+// again on the attached backend.
 func (fl *fleet) secondChance(t *testing.T, on bool) {
 	for i, h := range fl.Backends {
+		args := []string{"backend", "attach", "eth0", "--backend-bpffs", fl.BackendBPFFS(i + 1)}
+		if !on {
+			args = append(args, "--no-second-chance")
+		}
+		var out strings.Builder
+		cmd := exec.Command(directorBinary(t), args...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := h.Do(cmd.Run); err != nil {
+			t.Fatalf("%s: director %s: %v\n%s", h.Name, strings.Join(args, " "), err, out.String())
+		}
 		err := h.Do(func() error {
 			b, err := loader.OpenBackend(fl.BackendBPFFS(i + 1))
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if on {
-				return b.SetSelf(h.IP)
+			if got, err := b.SecondChance(); err != nil || got != on {
+				return fmt.Errorf("second chance %v after the switch, want %v (%v)", got, on, err)
 			}
-			return b.DisableSecondChance(h.IP)
+			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
