@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-14
 BPF_STRIP ?= llvm-strip-14
 
-.PHONY: all build test bench lint fuzz clean generate check-generated demo install
+.PHONY: all build test bench lint fuzz clean generate check-generated demo demo-fleet install
 
 all: build
 
@@ -41,6 +41,10 @@ test: lint
 # TCP through the director, a reviewed drain that breaks no connection.
 demo: build
 	$(GO) run ./internal/demo --director $(BIN)
+
+# Three directors behind a BIRD router: one fails, its connections carry on.
+demo-fleet: build
+	$(GO) run ./internal/demo --director $(BIN) --fleet
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table

@@ -23,8 +23,9 @@ import (
 )
 
 var (
-	bin    = flag.String("director", "bin/director", "the director binary")
-	failed bool
+	bin       = flag.String("director", "bin/director", "the director binary")
+	fleetDemo = flag.Bool("fleet", false, "show a fleet of directors behind a BGP router instead (make demo-fleet)")
+	failed    bool
 )
 
 func say(format string, args ...any) { fmt.Printf("\n== "+format+"\n", args...) }
@@ -70,23 +71,34 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo: run as root (it creates network namespaces and loads XDP programs)")
 		os.Exit(1)
 	}
-	say("bringing up the testbed: a client, a director (XDP on eth0), a router, 3 backends (backend program, VIP %s on lo, a TCP server)", testbed.VIP)
-	tb, err := testbed.New(3)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
+	var code int
+	var closer interface{ Close() error }
+	if *fleetDemo {
+		say("bringing up a fleet: a router running BIRD (ECMP over the directors it hears the VIP %s from), 3 directors each "+
+			"running director run with a BGP session, 3 backends, a client with 16 addresses", testbed.VIP)
+		dir, _ := os.MkdirTemp("", "director-demo-fleet-")
+		defer os.RemoveAll(dir)
+		f, err := testbed.NewFleet(3, 3, 16, dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		closer = f
+		onInterrupt(f)
+		code = runFleet(f, dir)
+	} else {
+		say("bringing up the testbed: a client, a director (XDP on eth0), a router, 3 backends (backend program, VIP %s on lo, a TCP server)", testbed.VIP)
+		tb, err := testbed.New(3)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		closer = tb
+		onInterrupt(tb)
+		code = run(tb)
 	}
-	// Tear down on every exit path, Ctrl-C included.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt)
-	go func() {
-		<-sig
-		tb.Close()
-		os.Exit(130)
-	}()
-	code := run(tb)
 	say("tearing down")
-	if err := tb.Close(); err != nil {
+	if err := closer.Close(); err != nil {
 		check(false, "teardown: %v", err)
 		code = 1
 	}
@@ -94,6 +106,17 @@ func main() {
 	if code != 0 || failed {
 		os.Exit(1)
 	}
+}
+
+// onInterrupt tears down on Ctrl-C too.
+func onInterrupt(c interface{ Close() error }) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	go func() {
+		<-sig
+		c.Close()
+		os.Exit(130)
+	}()
 }
 
 func run(tb *testbed.Testbed) int {

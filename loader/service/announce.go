@@ -13,8 +13,9 @@ import (
 )
 
 // VIPs are what a director announces for tables: each bind's prefix (a
-// host route for an address), for tables with a good backend, or all of
-// them when withdrawAll is false.
+// host route for an address) of the tables with a good backend, or of
+// every table when withdrawWhenDown is false. A prefix several tables
+// bind is announced while any of them has one.
 func VIPs(tables []*table.Table, withdrawWhenDown bool) []netip.Prefix {
 	up := map[netip.Prefix]bool{}
 	for _, t := range tables {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -359,5 +360,39 @@ func BenchmarkHealthFlipApplied(b *testing.B) {
 		if testutil.ToFloat64(before) != n+1 {
 			b.Fatalf("flip %d was not applied", i)
 		}
+	}
+}
+
+// TestVIPs: each bind's prefix (an address as a host route, host bits of a
+// prefix cleared), for tables with a good backend; with withdraw-when-down
+// off, every table's.
+func TestVIPs(t *testing.T) {
+	c, err := table.ParseConfig([]byte(`{"tables": [
+	  {"name": "up", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+	   "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}, {"ip": "10.9.0.7/24", "proto": "udp", "port": 53}, {"ip": "fd00::1", "proto": "tcp", "port": 80}],
+	   "backends": [{"ip": "10.1.0.1", "state": "active", "healthy": true}]},
+	  {"name": "down", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+	   "binds": [{"ip": "10.0.0.2", "proto": "tcp", "port": 80}, {"ip": "10.0.0.1", "proto": "tcp", "port": 443}],
+	   "backends": [{"ip": "10.1.0.2", "state": "active", "healthy": false}, {"ip": "10.1.0.3", "state": "draining", "healthy": true}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := func(ps []netip.Prefix) string {
+		s := make([]string, len(ps))
+		for i, p := range ps {
+			s[i] = p.String()
+		}
+		sort.Strings(s)
+		return strings.Join(s, " ")
+	}
+	if got := show(VIPs(tables, true)); got != "10.0.0.1/32 10.9.0.0/24 fd00::1/128" {
+		t.Errorf("withdraw when down: %s", got)
+	}
+	if got := show(VIPs(tables, false)); got != "10.0.0.1/32 10.0.0.2/32 10.9.0.0/24 fd00::1/128" {
+		t.Errorf("announce all: %s", got)
 	}
 }
