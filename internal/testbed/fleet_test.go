@@ -201,9 +201,24 @@ func TestFleetSpreadsAndAgrees(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !strings.Contains(out.String(), fmt.Sprintf("bgp peer     10.78.%d.1 as 65000: established", i)) ||
-			!strings.Contains(out.String(), "announcing [10.60.0.1/32]") {
+			!strings.Contains(out.String(), "announcing [10.60.0.1/32]") || !strings.Contains(out.String(), "attached     eth0, native mode") {
 			t.Errorf("director%d's status:\n%s", i, out.String())
 		}
+	}
+	// From outside the directors' and backends' namespaces, status never
+	// names an interface of this namespace that happens to have the index.
+	out.Reset()
+	if err := fl.statusCmd(1, &out).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "attached     eth0, in another network namespace") {
+		t.Errorf("director1's status from the host's namespace:\n%s", out.String())
+	}
+	out.Reset()
+	cmd := exec.Command(directorBinary(t), "backend", "status", "--backend-bpffs", fl.BackendBPFFS(1))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "eth0, in another network namespace") {
+		t.Errorf("backend1's status from the host's namespace: %v\n%s", err, out.String())
 	}
 }
 
