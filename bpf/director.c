@@ -35,6 +35,7 @@ const enum dir_family *unused_family __attribute__((unused));
 const enum dir_bind_kind *unused_bind_kind __attribute__((unused));
 const struct dir_exact_key *unused_exact_key __attribute__((unused));
 const struct dir_exact_table *unused_exact_table __attribute__((unused));
+const struct dir_group_table *unused_group_table __attribute__((unused));
 const enum dir_limit *unused_limit __attribute__((unused));
 const enum dir_exact_mult *unused_exact_mult __attribute__((unused));
 const enum gue_const *unused_gue_const __attribute__((unused));
@@ -75,6 +76,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct dir_exact_table);
 } bind_exact SEC(".maps");
+
+/* The group tables of both generations, like bind_exact. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DIR_BIND_GENS);
+	__type(key, __u32);
+	__type(value, struct dir_group_table);
+} bind_groups SEC(".maps");
 
 struct table_slot {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -482,6 +491,99 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
 	return probe_exact(et, exact_hash(w0, a[0], a[1], a[2], a[3]), w0, a[0], a[1], a[2], a[3], 5, c, state);
 }
 
+/* mask32 is the network-order mask of the first bits bits of a word. */
+static __always_inline __u32 mask32(int bits)
+{
+	if (bits <= 0)
+		return 0;
+	if (bits >= 32)
+		return ~0u;
+	return bpf_htonl(~0u << (32 - bits));
+}
+
+/* scan_ranges looks for port among a group's ranges: its slot, or -1. */
+static __always_inline int scan_ranges(struct dir_group_table *gt, struct dir_group_entry *e, __u16 port,
+				       struct dir_counters *c, const __u64 **state)
+{
+	__u32 first = e->first, count = e->count;
+#pragma unroll
+	for (int j = 0; j < DIR_GROUP_SCAN; j++) {
+		if (j >= count)
+			return -1;
+		struct dir_port_range *r = &gt->r[(first + j) & (DIR_GROUP_RANGES - 1)];
+		if (port >= r->lo && port <= r->hi) {
+			__u32 slot = r->slot & (DIR_MAX_SLOTS - 1);
+			c->c[DIR_C_BIND_GROUP]++;
+			*state = gt->state[slot];
+			return slot;
+		}
+	}
+	return -1;
+}
+
+/* probe_group looks for the group of key w0..w4 from home h: its answer
+ * (a slot, -1 for no bind, -2 for the trie), or -3 when there is none. */
+static __always_inline int probe_group(struct dir_group_table *gt, __u32 w0, __u32 m0, __u32 m1, __u32 m2, __u32 m3,
+				       __u16 port, struct dir_counters *c, const __u64 **state)
+{
+	__u32 h = exact_hash(w0, m0, m1, m2, m3);
+#pragma unroll
+	for (int i = 0; i < DIR_GROUP_PROBES; i++) {
+		struct dir_group_entry *e = &gt->e[(h + i) & (DIR_GROUP_SLOTS - 1)];
+		if (!e->count)
+			return -3;
+		__u32 *ew = (__u32 *)&e->key;
+		if (ew[0] == w0 && ew[1] == m0 && ew[2] == m1 && ew[3] == m2 && ew[4] == m3) {
+			if (e->trie)
+				return -2;
+			/* The longest prefix decides: no range, no bind. */
+			return scan_ranges(gt, e, port, c, state);
+		}
+	}
+	return -3;
+}
+
+/* probe_len probes the group of the flow's address at the family's li-th
+ * prefix length. */
+static __always_inline int probe_len(struct dir_group_table *gt, const struct flow *f, int fi, int li,
+				     struct dir_counters *c, const __u64 **state)
+{
+	const __u32 *a = (const __u32 *)f->vip;
+	__u16 port = bpf_ntohs(f->vip_port);
+	int plen = gt->lens[fi & 1][li];
+	__u32 w0 = f->proto | (__u32)f->family << 8 | (__u32)plen << 16;
+	if (fi)
+		return probe_group(gt, w0, a[0] & mask32(plen), a[1] & mask32(plen - 32), a[2] & mask32(plen - 64),
+				   a[3] & mask32(plen - 96), port, c, state);
+	return probe_group(gt, w0, a[0] & mask32(plen), 0, 0, 0, port, c, state);
+}
+
+/* lookup_groups returns the table slot for a flow and its hash state, -1
+ * for no bind, or -2 when the trie must answer. */
+static __always_inline int lookup_groups(struct dir_group_table *gt, const struct flow *f, struct dir_counters *c,
+					 const __u64 **state)
+{
+	if (!gt->ready)
+		return -2;
+	int fi = f->family == DIR_FAMILY_IPV6;
+	__u32 n = gt->nlens[fi];
+	if (n == DIR_GROUP_TRIE)
+		return -2;
+	/* The lengths are tried by hand: clang will not unroll a loop around
+	 * the probes' own unrolled loops. */
+	int r;
+	_Static_assert(DIR_GROUP_LENS == 4, "one try per length");
+	if (n == 0 || (r = probe_len(gt, f, fi, 0, c, state)) != -3)
+		return n == 0 ? -1 : r;
+	if (n == 1 || (r = probe_len(gt, f, fi, 1, c, state)) != -3)
+		return n == 1 ? -1 : r;
+	if (n == 2 || (r = probe_len(gt, f, fi, 2, c, state)) != -3)
+		return n == 2 ? -1 : r;
+	if (n == 3 || (r = probe_len(gt, f, fi, 3, c, state)) != -3)
+		return n == 3 ? -1 : r;
+	return -1;
+}
+
 static __always_inline int lookup_trie(void *trie, const struct flow *f)
 {
 	struct dir_bind_key k = {};
@@ -513,6 +615,12 @@ static __always_inline int lookup_bind(const struct flow *f, struct dir_counters
 	if (et) {
 		int slot = lookup_exact(et, f, c, state);
 		if (slot >= 0)
+			return slot;
+	}
+	struct dir_group_table *gt = bpf_map_lookup_elem(&bind_groups, &gen);
+	if (gt) {
+		int slot = lookup_groups(gt, f, c, state);
+		if (slot != -2)
 			return slot;
 	}
 	void *trie = bpf_map_lookup_elem(&binds, &gen);

@@ -21,6 +21,12 @@ enum dir_limit {
 	DIR_NAME_LEN = 64,
 	DIR_EXACT_SLOTS = 8192, /* exact-bind table entries, a power of two (see below) */
 	DIR_EXACT_PROBES = 4,
+	DIR_GROUP_SLOTS = 8192, /* bind-group table entries, a power of two (see below) */
+	DIR_GROUP_PROBES = 4,
+	DIR_GROUP_LENS = 4,    /* prefix lengths per family the group path probes */
+	DIR_GROUP_RANGES = 16384, /* port ranges of every group, a power of two */
+	DIR_GROUP_SCAN = 8,    /* port ranges of one group the program scans */
+	DIR_GROUP_TRIE = 0xff, /* dir_group_table.nlens: this family is the trie's */
 	DIR_BIND_GENS = 2,     /* bind generations (see below) */
 	DIR_C_SLOTS = 32,      /* room in dir_counters (see below) */
 };
@@ -174,8 +180,51 @@ enum dir_exact_mult {
 };
 #define DIR_EXACT_K(i) ((__u64)DIR_EXACT_K##i##_HI << 32 | DIR_EXACT_K##i##_LO)
 
-/* Bind maps come in two generations, each a trie and an exact table
- * (binds[gen], bind_exact[gen]). An apply writes its tables into slots
+/* The group path: every bind, as the trie holds it, in hash tables, for
+ * packets the exact table does not answer (prefix binds, port ranges).
+ * A group is one (protocol, family, address prefix) with its effective
+ * port map: disjoint port ranges, each naming a table slot. The program
+ * probes the prefix lengths its family has, longest first (at most
+ * DIR_GROUP_LENS, else the family is left to the trie), hashing the key
+ * (proto | family << 8 | plen << 16, then the masked address words) as
+ * the exact table does; the first group found decides, as the trie's
+ * longest match does, and its port is looked for among its ranges (a
+ * group with more than DIR_GROUP_SCAN is left to the trie). So the cost is
+ * a few cache lines whatever the number of binds. Each slot's SipHash
+ * state is kept here too, as exact entries keep theirs. */
+struct dir_group_key {
+	__u8 proto;
+	__u8 family;
+	__u8 plen;
+	__u8 pad;
+	__u8 addr[16];     /* masked to plen */
+};
+
+struct dir_group_entry {
+	struct dir_group_key key;
+	__u16 first;       /* its first range in dir_group_table.r */
+	__u8 count;        /* ranges; 0: an empty entry */
+	__u8 trie;         /* 1: more ranges than the program scans: ask the trie */
+	__u8 pad[8];
+};
+
+struct dir_port_range {
+	__u16 lo, hi;      /* inclusive, host order */
+	__u32 slot;        /* table slot */
+};
+
+struct dir_group_table {
+	__u8 ready;        /* 0: never written (a program newer than the binds): ask the trie */
+	__u8 nlens[2];     /* per family (0: IPv4, 1: IPv6): prefix lengths, or DIR_GROUP_TRIE */
+	__u8 lens[2][DIR_GROUP_LENS]; /* longest first */
+	__u8 pad[5];
+	__u64 state[DIR_MAX_SLOTS][4]; /* each slot's table's SipHash state, as in dir_exact_entry */
+	struct dir_group_entry e[DIR_GROUP_SLOTS];
+	struct dir_port_range r[DIR_GROUP_RANGES];
+};
+
+/* Bind maps come in two generations, each a trie, an exact table and a
+ * group table (binds[gen], bind_exact[gen], bind_groups[gen]). An apply writes its tables into slots
  * neither generation references, fills the inactive generation, then flips
  * dir_config.bind_gen: one aligned 4-byte store moves every packet to the
  * new binds, and so to the new tables, at once. */
@@ -204,6 +253,7 @@ enum dir_counter {
 	DIR_C_ERROR_NO_TABLE,
 	DIR_C_ERROR_ADJUST_HEAD,
 	DIR_C_ERROR_BOUNDS,
+	DIR_C_BIND_GROUP,         /* of matched: found by the group path (prefixes, port ranges) */
 	DIR_C_MAX,
 };
 

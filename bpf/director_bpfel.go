@@ -88,7 +88,8 @@ const (
 	DirectorDirCounterDIR_C_ERROR_NO_TABLE     DirectorDirCounter = 16
 	DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD  DirectorDirCounter = 17
 	DirectorDirCounterDIR_C_ERROR_BOUNDS       DirectorDirCounter = 18
-	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 19
+	DirectorDirCounterDIR_C_BIND_GROUP         DirectorDirCounter = 19
+	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 20
 )
 
 type DirectorDirCounters struct {
@@ -139,6 +140,35 @@ const (
 	DirectorDirFamilyDIR_FAMILY_IPV6 DirectorDirFamily = 2
 )
 
+type DirectorDirGroupEntry struct {
+	_     structs.HostLayout
+	Key   DirectorDirGroupKey
+	First uint16
+	Count uint8
+	Trie  uint8
+	Pad   [8]uint8
+}
+
+type DirectorDirGroupKey struct {
+	_      structs.HostLayout
+	Proto  uint8
+	Family uint8
+	Plen   uint8
+	Pad    uint8
+	Addr   [16]uint8
+}
+
+type DirectorDirGroupTable struct {
+	_     structs.HostLayout
+	Ready uint8
+	Nlens [2]uint8
+	Lens  [2][4]uint8
+	Pad   [5]uint8
+	State [128][4]uint64
+	E     [8192]DirectorDirGroupEntry
+	R     [16384]DirectorDirPortRange
+}
+
 type DirectorDirHashField uint32
 
 const (
@@ -160,9 +190,22 @@ const (
 	DirectorDirLimitDIR_NAME_LEN     DirectorDirLimit = 64
 	DirectorDirLimitDIR_EXACT_SLOTS  DirectorDirLimit = 8192
 	DirectorDirLimitDIR_EXACT_PROBES DirectorDirLimit = 4
+	DirectorDirLimitDIR_GROUP_SLOTS  DirectorDirLimit = 8192
+	DirectorDirLimitDIR_GROUP_PROBES DirectorDirLimit = 4
+	DirectorDirLimitDIR_GROUP_LENS   DirectorDirLimit = 4
+	DirectorDirLimitDIR_GROUP_RANGES DirectorDirLimit = 16384
+	DirectorDirLimitDIR_GROUP_SCAN   DirectorDirLimit = 8
+	DirectorDirLimitDIR_GROUP_TRIE   DirectorDirLimit = 255
 	DirectorDirLimitDIR_BIND_GENS    DirectorDirLimit = 2
 	DirectorDirLimitDIR_C_SLOTS      DirectorDirLimit = 32
 )
+
+type DirectorDirPortRange struct {
+	_    structs.HostLayout
+	Lo   uint16
+	Hi   uint16
+	Slot uint32
+}
 
 type DirectorDirRow struct {
 	_         structs.HostLayout
@@ -236,6 +279,7 @@ const (
 const (
 	DirectorMapBackendTraffic   = "backend_traffic"
 	DirectorMapBindExact        = "bind_exact"
+	DirectorMapBindGroups       = "bind_groups"
 	DirectorMapBinds            = "binds"
 	DirectorMapConfig           = "config"
 	DirectorMapCounters         = "counters"
@@ -252,6 +296,7 @@ const (
 	DirectorVarUnusedExactTable = "unused_exact_table"
 	DirectorVarUnusedFamily     = "unused_family"
 	DirectorVarUnusedGlbEncap   = "unused_glb_encap"
+	DirectorVarUnusedGroupTable = "unused_group_table"
 	DirectorVarUnusedGueConst   = "unused_gue_const"
 	DirectorVarUnusedHashField  = "unused_hash_field"
 	DirectorVarUnusedLimit      = "unused_limit"
@@ -311,6 +356,7 @@ type DirectorProgramSpecs struct {
 type DirectorMapSpecs struct {
 	BackendTraffic *ebpf.MapSpec `ebpf:"backend_traffic"`
 	BindExact      *ebpf.MapSpec `ebpf:"bind_exact"`
+	BindGroups     *ebpf.MapSpec `ebpf:"bind_groups"`
 	Binds          *ebpf.MapSpec `ebpf:"binds"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
@@ -332,6 +378,7 @@ type DirectorVariableSpecs struct {
 	UnusedExactTable *ebpf.VariableSpec `ebpf:"unused_exact_table"`
 	UnusedFamily     *ebpf.VariableSpec `ebpf:"unused_family"`
 	UnusedGlbEncap   *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
+	UnusedGroupTable *ebpf.VariableSpec `ebpf:"unused_group_table"`
 	UnusedGueConst   *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField  *ebpf.VariableSpec `ebpf:"unused_hash_field"`
 	UnusedLimit      *ebpf.VariableSpec `ebpf:"unused_limit"`
@@ -362,6 +409,7 @@ func (o *DirectorObjects) Close() error {
 type DirectorMaps struct {
 	BackendTraffic *ebpf.Map `ebpf:"backend_traffic"`
 	BindExact      *ebpf.Map `ebpf:"bind_exact"`
+	BindGroups     *ebpf.Map `ebpf:"bind_groups"`
 	Binds          *ebpf.Map `ebpf:"binds"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
@@ -372,6 +420,7 @@ func (m *DirectorMaps) Close() error {
 	return _DirectorClose(
 		m.BackendTraffic,
 		m.BindExact,
+		m.BindGroups,
 		m.Binds,
 		m.Config,
 		m.Counters,
@@ -394,6 +443,7 @@ type DirectorVariables struct {
 	UnusedExactTable *ebpf.Variable `ebpf:"unused_exact_table"`
 	UnusedFamily     *ebpf.Variable `ebpf:"unused_family"`
 	UnusedGlbEncap   *ebpf.Variable `ebpf:"unused_glb_encap"`
+	UnusedGroupTable *ebpf.Variable `ebpf:"unused_group_table"`
 	UnusedGueConst   *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField  *ebpf.Variable `ebpf:"unused_hash_field"`
 	UnusedLimit      *ebpf.Variable `ebpf:"unused_limit"`

@@ -249,6 +249,10 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 	if (want.Verdict == model.XDPTX || want.Reason == model.PassNoBind || want.Reason == model.PassICMPEchoOff) &&
 		tl.exact[exactKeyT{want.Proto, want.VIP, want.VIPPort}] {
 		tl.counters[model.BindFast]++
+	} else if want.Verdict == model.XDPTX || want.Reason == model.PassICMPEchoOff {
+		// Every test config fits the group path: it finds what the
+		// exact table does not.
+		tl.counters[model.BindGroup]++
 	}
 	if want.Verdict == model.XDPTX {
 		tl.counters[model.CounterMatched]++

@@ -3,6 +3,7 @@ package loader
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/table"
@@ -68,4 +69,94 @@ func buildExact(entries []table.BindEntry, tables []*table.Table, slots []int) (
 		}
 	}
 	return t, placed
+}
+
+// Geometry of the group table (enum dir_limit in director.h).
+const (
+	groupSlots  = uint32(bpf.DirectorDirLimitDIR_GROUP_SLOTS)
+	groupProbes = uint32(bpf.DirectorDirLimitDIR_GROUP_PROBES)
+	groupLens   = int(bpf.DirectorDirLimitDIR_GROUP_LENS)
+	groupRanges = int(bpf.DirectorDirLimitDIR_GROUP_RANGES)
+	groupScan   = int(bpf.DirectorDirLimitDIR_GROUP_SCAN)
+	groupTrie   = uint8(bpf.DirectorDirLimitDIR_GROUP_TRIE)
+)
+
+// groupHash is the C exact_hash of a group key, whose words are laid out as
+// an exact key's.
+func groupHash(k bpf.DirectorDirGroupKey) uint32 {
+	return exactHash(bpf.DirectorDirExactKey{Proto: k.Proto, Family: k.Family, Port: uint16(k.Plen) | uint16(k.Pad)<<8, Addr: k.Addr})
+}
+
+// buildGroups fills a group table with every bind group (table.CompileGroups),
+// tables[i] being in slots[i]. What it cannot hold it leaves to the trie, so
+// that every answer is still the trie's: a family with more prefix lengths
+// than the program probes, a group with more ranges than it scans (flagged),
+// and, when a group finds no entry within groupProbes of its home or the
+// ranges run out, the whole family.
+func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *bpf.DirectorDirGroupTable {
+	gt := new(bpf.DirectorDirGroupTable)
+	gt.Ready = 1
+	for i, t := range tables {
+		gt.State[slots[i]&(len(gt.State)-1)] = table.FlowHashState(t.HashKey)
+	}
+	fam := func(p netip.Prefix) int {
+		if p.Addr().Is6() {
+			return 1
+		}
+		return 0
+	}
+	var lens [2][]int
+	for _, g := range groups {
+		f := fam(g.Prefix)
+		if !slices.Contains(lens[f], g.Prefix.Bits()) {
+			lens[f] = append(lens[f], g.Prefix.Bits())
+		}
+	}
+	for f := range lens {
+		slices.Sort(lens[f])
+		slices.Reverse(lens[f])
+		if len(lens[f]) > groupLens {
+			gt.Nlens[f] = groupTrie
+			continue
+		}
+		gt.Nlens[f] = uint8(len(lens[f]))
+		for i, l := range lens[f] {
+			gt.Lens[f][i] = uint8(l)
+		}
+	}
+	next := 0
+	for _, g := range groups {
+		f := fam(g.Prefix)
+		if gt.Nlens[f] == groupTrie || len(g.Ranges) == 0 {
+			continue
+		}
+		k := bpf.DirectorDirGroupKey{Proto: uint8(g.Proto), Plen: uint8(g.Prefix.Bits())}
+		k.Family, k.Addr = putAddr(g.Prefix.Addr())
+		e := bpf.DirectorDirGroupEntry{Key: k, First: uint16(next), Count: uint8(min(len(g.Ranges), 255))}
+		if len(g.Ranges) > groupScan {
+			e.Trie = 1
+		} else if next+len(g.Ranges) > groupRanges {
+			gt.Nlens[f] = groupTrie
+			continue
+		} else {
+			for _, r := range g.Ranges {
+				gt.R[next] = bpf.DirectorDirPortRange{Lo: r.Lo, Hi: r.Hi, Slot: uint32(slots[r.Table])}
+				next++
+			}
+		}
+		h := groupHash(k)
+		placed := false
+		for i := uint32(0); i < groupProbes; i++ {
+			s := &gt.E[(h+i)&(groupSlots-1)]
+			if s.Count == 0 {
+				*s = e
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			gt.Nlens[f] = groupTrie
+		}
+	}
+	return gt
 }

@@ -60,7 +60,7 @@ func (d *Director) Close() error {
 
 // pinnedMaps are the maps a director keeps across processes.
 var pinnedMaps = []string{
-	bpf.DirectorMapConfig, bpf.DirectorMapBinds, bpf.DirectorMapBindExact,
+	bpf.DirectorMapConfig, bpf.DirectorMapBinds, bpf.DirectorMapBindExact, bpf.DirectorMapBindGroups,
 	bpf.DirectorMapTables, bpf.DirectorMapCounters, bpf.DirectorMapBackendTraffic,
 }
 
@@ -267,6 +267,14 @@ func Open(dir string) (*Director, error) {
 	if err != nil {
 		d.Close()
 		return nil, err
+	}
+	// Pins from before the group table have none until 'load' upgrades
+	// them; their program does not read one either.
+	if m, gerr := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.DirectorMapBindGroups), nil); gerr == nil {
+		d.Maps.BindGroups = m
+	} else if !errors.Is(gerr, os.ErrNotExist) {
+		d.Close()
+		return nil, fmt.Errorf("opening pinned map %s: %w", bpf.DirectorMapBindGroups, gerr)
 	}
 	return d, nil
 }

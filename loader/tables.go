@@ -540,6 +540,11 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 	if err := d.Maps.BindExact.Put(inactive, et); err != nil {
 		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
+	if d.Maps.BindGroups != nil {
+		if err := d.Maps.BindGroups.Put(inactive, buildGroups(table.CompileGroups(refs), tables, slots)); err != nil {
+			return fmt.Errorf("writing the bind group table: %w", err)
+		}
+	}
 
 	// The commit point. Without a new director config, the rest of the
 	// entry is rewritten with the values it has, and only the aligned

@@ -70,44 +70,11 @@ const (
 	ProtoICMPv6 Proto = 58
 )
 
-type portRange struct {
-	lo, hi uint16
-	table  int
-}
-
 // CompileBinds turns every table's binds into the entries of the two-stage
 // lookup. It is deterministic: the same binds give the same entries.
 func CompileBinds(refs []BindRef) []BindEntry {
-	type key struct {
-		proto  Proto
-		prefix netip.Prefix
-	}
-	var keys []key
-	seen := map[key]bool{}
-	add := func(k key) {
-		if !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	for _, r := range refs {
-		p := r.Bind.Prefix.Masked()
-		add(key{r.Bind.Proto, p})
-		echo := ProtoICMP
-		if p.Addr().Is6() {
-			echo = ProtoICMPv6
-		}
-		add(key{echo, p})
-	}
-	sort.SliceStable(keys, func(i, j int) bool {
-		if keys[i].proto != keys[j].proto {
-			return keys[i].proto < keys[j].proto
-		}
-		if c := keys[i].prefix.Addr().Compare(keys[j].prefix.Addr()); c != 0 {
-			return c < 0
-		}
-		return keys[i].prefix.Bits() < keys[j].prefix.Bits()
-	})
+	type key = groupKey
+	keys := groupKeys(refs)
 
 	var out []BindEntry
 	exact := map[key]map[uint16]bool{}
@@ -135,9 +102,82 @@ func CompileBinds(refs []BindRef) []BindEntry {
 		}
 		addExact(echo, p, 0, r.Table)
 	}
-	for g, k := range keys {
-		out = append(out, BindEntry{Group: g, Proto: k.proto, Prefix: k.prefix})
-		var ranges []portRange
+	for g, grp := range groups(refs, keys) {
+		out = append(out, BindEntry{Group: g, Proto: grp.Proto, Prefix: grp.Prefix})
+		for _, r := range grp.Ranges {
+			for _, blk := range portBlocks(r.Lo, r.Hi) {
+				out = append(out, BindEntry{Group: g, IsPort: true, Port: blk.start, PortBits: blk.bits, Table: r.Table})
+			}
+		}
+	}
+	return out
+}
+
+// BindGroup is one (protocol, address prefix) of the bind lookup with its
+// effective port map: disjoint port ranges in order, each with its table.
+// A packet's bind is found in the group of the longest prefix holding its
+// destination (for its protocol), then the range holding its port; none
+// there means no bind, whatever shorter prefixes hold.
+type BindGroup struct {
+	Proto  Proto
+	Prefix netip.Prefix // masked
+	Ranges []PortRange
+}
+
+// PortRange is ports Lo to Hi, inclusive, of table Table.
+type PortRange struct {
+	Lo, Hi uint16
+	Table  int
+}
+
+// CompileGroups is the groups of CompileBinds, each with its port ranges
+// whole rather than in aligned blocks: what the datapath's group table
+// holds. Same order as CompileBinds's groups.
+func CompileGroups(refs []BindRef) []BindGroup {
+	return groups(refs, groupKeys(refs))
+}
+
+type groupKey struct {
+	proto  Proto
+	prefix netip.Prefix
+}
+
+// groupKeys lists every (protocol, prefix) that binds and their echo
+// lookups need, in a fixed order.
+func groupKeys(refs []BindRef) []groupKey {
+	var keys []groupKey
+	seen := map[groupKey]bool{}
+	add := func(k groupKey) {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for _, r := range refs {
+		p := r.Bind.Prefix.Masked()
+		add(groupKey{r.Bind.Proto, p})
+		echo := ProtoICMP
+		if p.Addr().Is6() {
+			echo = ProtoICMPv6
+		}
+		add(groupKey{echo, p})
+	}
+	sort.SliceStable(keys, func(i, j int) bool {
+		if keys[i].proto != keys[j].proto {
+			return keys[i].proto < keys[j].proto
+		}
+		if c := keys[i].prefix.Addr().Compare(keys[j].prefix.Addr()); c != 0 {
+			return c < 0
+		}
+		return keys[i].prefix.Bits() < keys[j].prefix.Bits()
+	})
+	return keys
+}
+
+func groups(refs []BindRef, keys []groupKey) []BindGroup {
+	out := make([]BindGroup, 0, len(keys))
+	for _, k := range keys {
+		g := BindGroup{Proto: k.proto, Prefix: k.prefix}
 		if k.proto == ProtoICMP || k.proto == ProtoICMPv6 {
 			// Echo: the table of the most specific bind covering the
 			// whole prefix, the first listed among equals.
@@ -150,23 +190,19 @@ func CompileBinds(refs []BindRef) []BindEntry {
 				}
 			}
 			if best >= 0 {
-				ranges = []portRange{{0, 65535, refs[best].Table}}
+				g.Ranges = []PortRange{{0, 65535, refs[best].Table}}
 			}
 		} else {
-			ranges = effectivePorts(refs, k.proto, k.prefix)
+			g.Ranges = effectivePorts(refs, k.proto, k.prefix)
 		}
-		for _, r := range ranges {
-			for _, blk := range portBlocks(r.lo, r.hi) {
-				out = append(out, BindEntry{Group: g, IsPort: true, Port: blk.start, PortBits: blk.bits, Table: r.table})
-			}
-		}
+		out = append(out, g)
 	}
 	return out
 }
 
 // effectivePorts overlays the port ranges of every bind whose prefix
 // contains p, least specific first, so more specific binds win.
-func effectivePorts(refs []BindRef, proto Proto, p netip.Prefix) []portRange {
+func effectivePorts(refs []BindRef, proto Proto, p netip.Prefix) []PortRange {
 	var cover []BindRef
 	for _, r := range refs {
 		b := r.Bind
@@ -177,30 +213,30 @@ func effectivePorts(refs []BindRef, proto Proto, p netip.Prefix) []portRange {
 	}
 	sort.SliceStable(cover, func(i, j int) bool { return cover[i].Bind.Prefix.Bits() < cover[j].Bind.Prefix.Bits() })
 	// owner[port] would be 64K entries; ranges are few, so paint intervals.
-	var cur []portRange
+	var cur []PortRange
 	for _, r := range cover {
-		cur = paint(cur, portRange{r.Bind.PortStart, r.Bind.PortEnd, r.Table})
+		cur = paint(cur, PortRange{r.Bind.PortStart, r.Bind.PortEnd, r.Table})
 	}
 	return cur
 }
 
 // paint lays r over a sorted list of disjoint ranges.
-func paint(rs []portRange, r portRange) []portRange {
-	var out []portRange
+func paint(rs []PortRange, r PortRange) []PortRange {
+	var out []PortRange
 	for _, x := range rs {
-		if x.hi < r.lo || x.lo > r.hi {
+		if x.Hi < r.Lo || x.Lo > r.Hi {
 			out = append(out, x)
 			continue
 		}
-		if x.lo < r.lo {
-			out = append(out, portRange{x.lo, r.lo - 1, x.table})
+		if x.Lo < r.Lo {
+			out = append(out, PortRange{x.Lo, r.Lo - 1, x.Table})
 		}
-		if x.hi > r.hi {
-			out = append(out, portRange{r.hi + 1, x.hi, x.table})
+		if x.Hi > r.Hi {
+			out = append(out, PortRange{r.Hi + 1, x.Hi, x.Table})
 		}
 	}
 	out = append(out, r)
-	sort.Slice(out, func(i, j int) bool { return out[i].lo < out[j].lo })
+	sort.Slice(out, func(i, j int) bool { return out[i].Lo < out[j].Lo })
 	return out
 }
 

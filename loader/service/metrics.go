@@ -112,6 +112,7 @@ var (
 	descEncap     = prometheus.NewDesc("director_packets_encapsulated_total", "Packets encapsulated and sent (XDP_TX).", nil, nil)
 	descEncapB    = prometheus.NewDesc("director_encapsulated_bytes_total", "Bytes of the encapsulated packets sent.", nil, nil)
 	descFast      = prometheus.NewDesc("director_bind_fast_total", "Packets whose bind the exact-match table found.", nil, nil)
+	descGroup     = prometheus.NewDesc("director_bind_group_total", "Packets whose bind the group table found (prefix binds, port ranges).", nil, nil)
 	descPassed    = prometheus.NewDesc("director_packets_passed_total", "Packets passed to the stack, by reason.", []string{"reason"}, nil)
 	descErrors    = prometheus.NewDesc("director_packet_errors_total", "Packets passed because of a setup or kernel problem, by reason.", []string{"reason"}, nil)
 	descBackendP  = prometheus.NewDesc("director_backend_packets_total", "Packets sent to the backend as primary.", []string{"table", "backend"}, nil)
@@ -122,7 +123,7 @@ var (
 )
 
 func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProcessed, descMatched, descEncap, descEncapB, descFast, descPassed, descErrors,
+	for _, d := range []*prometheus.Desc{descProcessed, descMatched, descEncap, descEncapB, descFast, descGroup, descPassed, descErrors,
 		descBackendP, descBackendB, descIfPackets, descIfDropped, descIfErrors} {
 		ch <- d
 	}
@@ -143,6 +144,7 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEncap, g["encapsulated"])
 	counter(descEncapB, g["encapsulated_bytes"])
 	counter(descFast, g["bind_fast"])
+	counter(descGroup, g["bind_group"])
 	for _, n := range loader.CounterNames() {
 		switch {
 		case strings.HasPrefix(n, "pass_"):

@@ -299,7 +299,7 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		"director_interface_attached":      "gauge",
 		"director_packets_processed_total": "counter", "director_packets_matched_total": "counter",
 		"director_packets_encapsulated_total": "counter", "director_encapsulated_bytes_total": "counter",
-		"director_bind_fast_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
+		"director_bind_fast_total": "counter", "director_bind_group_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
 		"director_backend_packets_total": "counter", "director_backend_bytes_total": "counter",
 		"director_interface_packets_total": "counter", "director_interface_dropped_total": "counter", "director_interface_errors_total": "counter",
 		"director_bgp_vips_announced": "gauge", "director_bgp_session_established": "gauge", "director_bgp_session_flaps_total": "counter",
