@@ -491,25 +491,15 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
 	return probe_exact(et, exact_hash(w0, a[0], a[1], a[2], a[3]), w0, a[0], a[1], a[2], a[3], 5, c, state);
 }
 
-/* mask32 is the network-order mask of the first bits bits of a word. */
-static __always_inline __u32 mask32(int bits)
+/* scan_more looks for port among a group's ranges after range0: its slot,
+ * or -1. Out of line: only groups with several ranges come here, and
+ * inlined at every probe it would make the program too big to unroll. */
+static __noinline int scan_more(struct dir_group_table *gt, struct dir_group_entry *e, __u32 port,
+				struct dir_counters *c, const __u64 **state)
 {
-	if (bits <= 0)
-		return 0;
-	if (bits >= 32)
-		return ~0u;
-	return bpf_htonl(~0u << (32 - bits));
-}
-
-/* scan_ranges looks for port among a group's ranges: its slot, or -1. */
-static __always_inline int scan_ranges(struct dir_group_table *gt, struct dir_group_entry *e, __u16 port,
-				       struct dir_counters *c, const __u64 **state)
-{
-	__u32 first = e->first, count = e->count;
-#pragma unroll
-	for (int j = 0; j < DIR_GROUP_SCAN; j++) {
-		if (j >= count)
-			return -1;
+	__u32 first = e->first, more = e->count - 1;
+	/* A bounded loop, which the verifier follows. */
+	for (__u32 j = 0; j < DIR_GROUP_SCAN - 1 && j < more; j++) {
 		struct dir_port_range *r = &gt->r[(first + j) & (DIR_GROUP_RANGES - 1)];
 		if (port >= r->lo && port <= r->hi) {
 			__u32 slot = r->slot & (DIR_MAX_SLOTS - 1);
@@ -519,6 +509,20 @@ static __always_inline int scan_ranges(struct dir_group_table *gt, struct dir_gr
 		}
 	}
 	return -1;
+}
+
+/* scan_ranges looks for port among a group's ranges: its slot, or -1. */
+static __always_inline int scan_ranges(struct dir_group_table *gt, struct dir_group_entry *e, __u16 port,
+				       struct dir_counters *c, const __u64 **state)
+{
+	if (port >= e->range0.lo && port <= e->range0.hi) {
+		c->c[DIR_C_BIND_GROUP]++;
+		*state = e->state;
+		return e->range0.slot & (DIR_MAX_SLOTS - 1);
+	}
+	if (e->count < 2)
+		return -1;
+	return scan_more(gt, e, port, c, state);
 }
 
 /* probe_group looks for the group of key w0..w4 from home h: its answer
@@ -550,12 +554,12 @@ static __always_inline int probe_len(struct dir_group_table *gt, const struct fl
 {
 	const __u32 *a = (const __u32 *)f->vip;
 	__u16 port = bpf_ntohs(f->vip_port);
-	int plen = gt->lens[fi & 1][li];
-	__u32 w0 = f->proto | (__u32)f->family << 8 | (__u32)plen << 16;
+	struct dir_group_len *l = &gt->lens[fi & 1][li];
+	__u32 w0 = f->proto | (__u32)f->family << 8 | (__u32)l->plen << 16;
 	if (fi)
-		return probe_group(gt, w0, a[0] & mask32(plen), a[1] & mask32(plen - 32), a[2] & mask32(plen - 64),
-				   a[3] & mask32(plen - 96), port, c, state);
-	return probe_group(gt, w0, a[0] & mask32(plen), 0, 0, 0, port, c, state);
+		return probe_group(gt, w0, a[0] & l->mask[0], a[1] & l->mask[1], a[2] & l->mask[2], a[3] & l->mask[3],
+				   port, c, state);
+	return probe_group(gt, w0, a[0] & l->mask[0], 0, 0, 0, port, c, state);
 }
 
 /* lookup_groups returns the table slot for a flow and its hash state, -1

@@ -200,25 +200,36 @@ struct dir_group_key {
 	__u8 addr[16];     /* masked to plen */
 };
 
-struct dir_group_entry {
-	struct dir_group_key key;
-	__u16 first;       /* its first range in dir_group_table.r */
-	__u8 count;        /* ranges; 0: an empty entry */
-	__u8 trie;         /* 1: more ranges than the program scans: ask the trie */
-	__u8 pad[8];
-};
-
 struct dir_port_range {
 	__u16 lo, hi;      /* inclusive, host order */
 	__u32 slot;        /* table slot */
 };
 
+/* One cache line: a group whose ports all go to one range (the common
+ * case) is answered from it alone, its table's hash state included. */
+struct dir_group_entry {
+	struct dir_group_key key;
+	__u8 count;        /* ranges; 0: an empty entry */
+	__u8 trie;         /* 1: more ranges than the program scans: ask the trie */
+	__u16 first;       /* its other ranges, after range0, in dir_group_table.r */
+	struct dir_port_range range0; /* its widest range */
+	__u64 state[4];    /* range0's table's SipHash state, as in dir_exact_entry */
+};
+
+/* A prefix length the program probes, with its address mask (network
+ * order, per 32-bit word) ready. */
+struct dir_group_len {
+	__u8 plen;
+	__u8 pad[3];
+	__u32 mask[4];
+};
+
 struct dir_group_table {
 	__u8 ready;        /* 0: never written (a program newer than the binds): ask the trie */
 	__u8 nlens[2];     /* per family (0: IPv4, 1: IPv6): prefix lengths, or DIR_GROUP_TRIE */
-	__u8 lens[2][DIR_GROUP_LENS]; /* longest first */
 	__u8 pad[5];
-	__u64 state[DIR_MAX_SLOTS][4]; /* each slot's table's SipHash state, as in dir_exact_entry */
+	struct dir_group_len lens[2][DIR_GROUP_LENS]; /* longest first */
+	__u64 state[DIR_MAX_SLOTS][4]; /* each slot's table's SipHash state */
 	struct dir_group_entry e[DIR_GROUP_SLOTS];
 	struct dir_port_range r[DIR_GROUP_RANGES];
 };

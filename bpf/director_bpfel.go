@@ -141,12 +141,13 @@ const (
 )
 
 type DirectorDirGroupEntry struct {
-	_     structs.HostLayout
-	Key   DirectorDirGroupKey
-	First uint16
-	Count uint8
-	Trie  uint8
-	Pad   [8]uint8
+	_      structs.HostLayout
+	Key    DirectorDirGroupKey
+	Count  uint8
+	Trie   uint8
+	First  uint16
+	Range0 DirectorDirPortRange
+	State  [4]uint64
 }
 
 type DirectorDirGroupKey struct {
@@ -158,12 +159,19 @@ type DirectorDirGroupKey struct {
 	Addr   [16]uint8
 }
 
+type DirectorDirGroupLen struct {
+	_    structs.HostLayout
+	Plen uint8
+	Pad  [3]uint8
+	Mask [4]uint32
+}
+
 type DirectorDirGroupTable struct {
 	_     structs.HostLayout
 	Ready uint8
 	Nlens [2]uint8
-	Lens  [2][4]uint8
 	Pad   [5]uint8
+	Lens  [2][4]DirectorDirGroupLen
 	State [128][4]uint64
 	E     [8192]DirectorDirGroupEntry
 	R     [16384]DirectorDirPortRange

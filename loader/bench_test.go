@@ -178,20 +178,29 @@ func BenchmarkProgramPaired(b *testing.B) {
 		src := netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)})
 		return pkt.Frame(pkt.IPv4(src, netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, make([]byte, 64)), pkt.V4Opts{}))
 	}
+	to := func(dst string, port uint16) [][]byte {
+		return [][]byte{pkt.Frame(pkt.IPv4(netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr(dst), 6, pkt.TCP(40000, port, 0x10, make([]byte, 64)), pkt.V4Opts{}))}
+	}
 	cases := []struct {
 		name   string
+		cfg    string
 		frames [][]byte
 	}{
-		{"ipv4-tcp", [][]byte{tcp4(9)}},
-		{"ipv4-tcp-4096flows", nil},
-		{"ipv6-tcp", [][]byte{pkt.Frame(pkt.IPv6(netip.MustParseAddr("2001:db8::9"), netip.MustParseAddr("fd00:20::1"), 6, pkt.TCP(40000, 443, 0x10, make([]byte, 64))))}},
+		{"ipv4-tcp", testConfig, [][]byte{tcp4(9)}},
+		{"ipv4-tcp-4096flows", testConfig, nil},
+		{"ipv6-tcp", testConfig, [][]byte{pkt.Frame(pkt.IPv6(netip.MustParseAddr("2001:db8::9"), netip.MustParseAddr("fd00:20::1"), 6, pkt.TCP(40000, 443, 0x10, make([]byte, 64))))}},
+		// The binds of GLB's example config: an exact bind, a port range on
+		// the same address, a prefix.
+		{"binds/exact", bindsConfig, to("192.0.2.1", 80)},
+		{"binds/range", bindsConfig, to("192.0.2.1", 8080)},
+		{"binds/prefix", bindsConfig, to("198.18.0.77", 80)},
 	}
 	for i := 0; i < lab.TrafficgenMaxFrames; i++ {
 		cases[1].frames = append(cases[1].frames, tcp4(i))
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error { return benchPaired(b, c.frames) })
+			err := lab.InNetns(func() error { return benchPaired(b, c.cfg, c.frames) })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -199,8 +208,16 @@ func BenchmarkProgramPaired(b *testing.B) {
 	}
 }
 
-func benchPaired(b *testing.B, frames [][]byte) error {
-	d, m := setup(b, directorConfig())
+// bindsConfig has an exact bind, a port range on the same address and a
+// prefix bind.
+const bindsConfig = `{"tables": [{"name": "web", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+  "binds": [{"ip": "192.0.2.1", "proto": "tcp", "port": 80}, {"ip": "192.0.2.1", "proto": "tcp", "port_start": 8000, "port_end": 9000},
+            {"ip": "198.18.0.0/24", "proto": "tcp", "port": 80}],
+  "backends": [{"ip": "10.1.0.1", "state": "active", "healthy": true}, {"ip": "10.1.0.2", "state": "active", "healthy": true},
+               {"ip": "10.1.0.3", "state": "active", "healthy": true}, {"ip": "10.1.0.4", "state": "active", "healthy": true}]}]}`
+
+func benchPaired(b *testing.B, cfg string, frames [][]byte) error {
+	d, m := setupWith(b, directorConfig(), cfg)
 	for i, f := range frames {
 		if m.Process(f).Verdict != model.XDPTX {
 			return fmt.Errorf("frame %d is not steered", i)

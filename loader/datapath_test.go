@@ -56,12 +56,18 @@ func testTables(_ testing.TB, cfg string) []*table.Table {
 // model of the same.
 func setup(t testing.TB, dc table.DirectorConfig) (*Director, *model.Datapath) {
 	t.Helper()
+	return setupWith(t, dc, testConfig)
+}
+
+// setupWith is setup with the tables of cfg.
+func setupWith(t testing.TB, dc table.DirectorConfig, cfg string) (*Director, *model.Datapath) {
+	t.Helper()
 	d, err := Load("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	tabs := testTables(t, testConfig)
+	tabs := testTables(t, cfg)
 	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"slices"
+	"sort"
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/table"
@@ -121,7 +122,7 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		}
 		gt.Nlens[f] = uint8(len(lens[f]))
 		for i, l := range lens[f] {
-			gt.Lens[f][i] = uint8(l)
+			gt.Lens[f][i] = groupLen(l)
 		}
 	}
 	next := 0
@@ -133,13 +134,19 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		k := bpf.DirectorDirGroupKey{Proto: uint8(g.Proto), Plen: uint8(g.Prefix.Bits())}
 		k.Family, k.Addr = putAddr(g.Prefix.Addr())
 		e := bpf.DirectorDirGroupEntry{Key: k, First: uint16(next), Count: uint8(min(len(g.Ranges), 255))}
-		if len(g.Ranges) > groupScan {
+		// The widest range goes in the entry, with its table's hash
+		// state: most packets of the group are answered from one line.
+		rs := slices.Clone(g.Ranges)
+		sort.SliceStable(rs, func(i, j int) bool { return int(rs[i].Hi)-int(rs[i].Lo) > int(rs[j].Hi)-int(rs[j].Lo) })
+		e.Range0 = bpf.DirectorDirPortRange{Lo: rs[0].Lo, Hi: rs[0].Hi, Slot: uint32(slots[rs[0].Table])}
+		e.State = table.FlowHashState(tables[rs[0].Table].HashKey)
+		if len(rs) > groupScan {
 			e.Trie = 1
-		} else if next+len(g.Ranges) > groupRanges {
+		} else if next+len(rs)-1 > groupRanges {
 			gt.Nlens[f] = groupTrie
 			continue
 		} else {
-			for _, r := range g.Ranges {
+			for _, r := range rs[1:] {
 				gt.R[next] = bpf.DirectorDirPortRange{Lo: r.Lo, Hi: r.Hi, Slot: uint32(slots[r.Table])}
 				next++
 			}
@@ -159,4 +166,20 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		}
 	}
 	return gt
+}
+
+// groupLen is a prefix length with its address mask, word by word in
+// network order as the program ANDs them.
+func groupLen(bits int) bpf.DirectorDirGroupLen {
+	l := bpf.DirectorDirGroupLen{Plen: uint8(bits)}
+	for i := range l.Mask {
+		var m uint32
+		if b := min(bits-32*i, 32); b > 0 {
+			m = ^uint32(0) << (32 - b)
+		}
+		var w [4]byte
+		binary.BigEndian.PutUint32(w[:], m)
+		l.Mask[i] = binary.LittleEndian.Uint32(w[:]) // the bytes as the program loads them
+	}
+	return l
 }
