@@ -230,8 +230,20 @@ func (b *Builder) rankRow(r int, out []uint64) {
 	w := b.v4w
 	if haveVectorScores {
 		vectorScores(&st, w, out)
+		// Most scores are beaten already: one comparison against the
+		// worst score that still matters (the second best, or the best
+		// good one when that is worse) skips them.
+		thr := ^uint64(0)
 		for j, i := range b.v4idx {
-			consider(bits.ReverseBytes64(out[j]), i)
+			s := bits.ReverseBytes64(out[j])
+			if s > thr {
+				continue
+			}
+			good := b.flags[i]&flagGood != 0
+			if s <= rk.s1 || (good && s <= rk.sg) {
+				b.insert(&rk, s, i, good)
+				thr = max(rk.s1, rk.sg)
+			}
 		}
 	} else {
 		j := 0
