@@ -491,83 +491,65 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
 	return probe_exact(et, exact_hash(w0, a[0], a[1], a[2], a[3]), w0, a[0], a[1], a[2], a[3], 5, c, state);
 }
 
-/* scan_more looks for port among a group's ranges after range0: its slot,
- * or -1. Out of line: only groups with several ranges come here, and
- * inlined at every probe it would make the program too big to unroll. */
-static __noinline int scan_more(struct dir_group_table *gt, struct dir_group_entry *e, __u32 port,
-				struct dir_counters *c, const __u64 **state)
+/* The group path is one global function: the verifier checks it once, on
+ * its own, rather than at every use, which keeps the program's load time
+ * (and replay's start-up) what it was before it. It returns -1 for no
+ * bind, -2 when the trie must answer, or a match: the table slot in the
+ * low 8 bits, and where its hash state is: GROUP_IN_ENTRY | entry << 9
+ * (the entry's own) or else the slot's in dir_group_table.state. */
+#define GROUP_IN_ENTRY (1u << 8)
+
+static __always_inline int group_match(struct dir_group_entry *e, __u32 idx, __u16 port, struct dir_group_table *gt)
 {
+	if (port >= e->range0.lo && port <= e->range0.hi)
+		return (e->range0.slot & (DIR_MAX_SLOTS - 1)) | GROUP_IN_ENTRY | idx << 9;
 	__u32 first = e->first, more = e->count - 1;
 	/* A bounded loop, which the verifier follows. */
 	for (__u32 j = 0; j < DIR_GROUP_SCAN - 1 && j < more; j++) {
 		struct dir_port_range *r = &gt->r[(first + j) & (DIR_GROUP_RANGES - 1)];
-		if (port >= r->lo && port <= r->hi) {
-			__u32 slot = r->slot & (DIR_MAX_SLOTS - 1);
-			c->c[DIR_C_BIND_GROUP]++;
-			*state = gt->state[slot];
-			return slot;
-		}
+		if (port >= r->lo && port <= r->hi)
+			return r->slot & (DIR_MAX_SLOTS - 1);
 	}
+	/* The longest prefix decides: no range, no bind. */
 	return -1;
 }
 
-/* scan_ranges looks for port among a group's ranges: its slot, or -1. */
-static __always_inline int scan_ranges(struct dir_group_table *gt, struct dir_group_entry *e, __u16 port,
-				       struct dir_counters *c, const __u64 **state)
-{
-	if (port >= e->range0.lo && port <= e->range0.hi) {
-		c->c[DIR_C_BIND_GROUP]++;
-		*state = e->state;
-		return e->range0.slot & (DIR_MAX_SLOTS - 1);
-	}
-	if (e->count < 2)
-		return -1;
-	return scan_more(gt, e, port, c, state);
-}
-
-/* probe_group looks for the group of key w0..w4 from home h: its answer
- * (a slot, -1 for no bind, -2 for the trie), or -3 when there is none. */
+/* probe_group looks for the group of key w0..w4: its answer, or -3 when
+ * there is none. */
 static __always_inline int probe_group(struct dir_group_table *gt, __u32 w0, __u32 m0, __u32 m1, __u32 m2, __u32 m3,
-				       __u16 port, struct dir_counters *c, const __u64 **state)
+				       __u16 port)
 {
 	__u32 h = exact_hash(w0, m0, m1, m2, m3);
 #pragma unroll
 	for (int i = 0; i < DIR_GROUP_PROBES; i++) {
-		struct dir_group_entry *e = &gt->e[(h + i) & (DIR_GROUP_SLOTS - 1)];
+		__u32 idx = (h + i) & (DIR_GROUP_SLOTS - 1);
+		struct dir_group_entry *e = &gt->e[idx];
 		if (!e->count)
 			return -3;
 		__u32 *ew = (__u32 *)&e->key;
-		if (ew[0] == w0 && ew[1] == m0 && ew[2] == m1 && ew[3] == m2 && ew[4] == m3) {
-			if (e->trie)
-				return -2;
-			/* The longest prefix decides: no range, no bind. */
-			return scan_ranges(gt, e, port, c, state);
-		}
+		if (ew[0] == w0 && ew[1] == m0 && ew[2] == m1 && ew[3] == m2 && ew[4] == m3)
+			return e->trie ? -2 : group_match(e, idx, port, gt);
 	}
 	return -3;
 }
 
 /* probe_len probes the group of the flow's address at the family's li-th
  * prefix length. */
-static __always_inline int probe_len(struct dir_group_table *gt, const struct flow *f, int fi, int li,
-				     struct dir_counters *c, const __u64 **state)
+static __always_inline int probe_len(struct dir_group_table *gt, const struct flow *f, int fi, int li)
 {
 	const __u32 *a = (const __u32 *)f->vip;
 	__u16 port = bpf_ntohs(f->vip_port);
 	struct dir_group_len *l = &gt->lens[fi & 1][li];
 	__u32 w0 = f->proto | (__u32)f->family << 8 | (__u32)l->plen << 16;
-	if (fi)
-		return probe_group(gt, w0, a[0] & l->mask[0], a[1] & l->mask[1], a[2] & l->mask[2], a[3] & l->mask[3],
-				   port, c, state);
-	return probe_group(gt, w0, a[0] & l->mask[0], 0, 0, 0, port, c, state);
+	/* One path for both families: an IPv4 length's masks are zero past
+	 * the first word (and the flow's address words are too), so the
+	 * program, and the verifier's work, stays small. */
+	return probe_group(gt, w0, a[0] & l->mask[0], a[1] & l->mask[1], a[2] & l->mask[2], a[3] & l->mask[3], port);
 }
 
-/* lookup_groups returns the table slot for a flow and its hash state, -1
- * for no bind, or -2 when the trie must answer. */
-static __always_inline int lookup_groups(struct dir_group_table *gt, const struct flow *f, struct dir_counters *c,
-					 const __u64 **state)
+__noinline int dir_group_lookup(struct dir_group_table *gt, const struct flow *f)
 {
-	if (!gt->ready)
+	if (!gt || !f || !gt->ready)
 		return -2;
 	int fi = f->family == DIR_FAMILY_IPV6;
 	__u32 n = gt->nlens[fi];
@@ -577,15 +559,32 @@ static __always_inline int lookup_groups(struct dir_group_table *gt, const struc
 	 * the probes' own unrolled loops. */
 	int r;
 	_Static_assert(DIR_GROUP_LENS == 4, "one try per length");
-	if (n == 0 || (r = probe_len(gt, f, fi, 0, c, state)) != -3)
+	if (n == 0 || (r = probe_len(gt, f, fi, 0)) != -3)
 		return n == 0 ? -1 : r;
-	if (n == 1 || (r = probe_len(gt, f, fi, 1, c, state)) != -3)
+	if (n == 1 || (r = probe_len(gt, f, fi, 1)) != -3)
 		return n == 1 ? -1 : r;
-	if (n == 2 || (r = probe_len(gt, f, fi, 2, c, state)) != -3)
+	if (n == 2 || (r = probe_len(gt, f, fi, 2)) != -3)
 		return n == 2 ? -1 : r;
-	if (n == 3 || (r = probe_len(gt, f, fi, 3, c, state)) != -3)
+	if (n == 3 || (r = probe_len(gt, f, fi, 3)) != -3)
 		return n == 3 ? -1 : r;
 	return -1;
+}
+
+/* lookup_groups returns the table slot for a flow and its hash state, -1
+ * for no bind, or -2 when the trie must answer. */
+static __always_inline int lookup_groups(struct dir_group_table *gt, const struct flow *f, struct dir_counters *c,
+					 const __u64 **state)
+{
+	int r = dir_group_lookup(gt, f);
+	if (r < 0)
+		return r;
+	__u32 slot = r & (DIR_MAX_SLOTS - 1);
+	if (r & GROUP_IN_ENTRY)
+		*state = gt->e[((__u32)r >> 9) & (DIR_GROUP_SLOTS - 1)].state;
+	else
+		*state = gt->state[slot];
+	c->c[DIR_C_BIND_GROUP]++;
+	return slot;
 }
 
 static __always_inline int lookup_trie(void *trie, const struct flow *f)
