@@ -166,28 +166,43 @@ func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []s
 // createBindMaps gives both bind generations their inner maps, once: an
 // apply only ever changes their contents.
 func (d *Director) createBindMaps() error {
-	for _, outer := range []*ebpf.Map{d.Maps.Binds} {
-		for gen := uint32(0); gen < 2; gen++ {
-			var id ebpf.MapID
-			err := outer.Lookup(gen, &id)
-			if err == nil {
-				continue
-			}
-			if !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return err
-			}
-			inner, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapBinds].InnerMap)
-			if err != nil {
-				return fmt.Errorf("creating bind maps: %w", err)
-			}
-			err = outer.Put(gen, inner)
-			inner.Close()
-			if err != nil {
-				return fmt.Errorf("installing bind maps: %w", err)
-			}
+	// Each outer-map update waits for an RCU grace period: the two
+	// generations' are made at once, so that they wait together.
+	return concurrently(2, func(i int) error {
+		gen := uint32(i)
+		var id ebpf.MapID
+		err := d.Maps.Binds.Lookup(gen, &id)
+		if err == nil {
+			return nil
 		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+		inner, err := ebpf.NewMap(d.spec.Maps[bpf.DirectorMapBinds].InnerMap)
+		if err != nil {
+			return fmt.Errorf("creating bind maps: %w", err)
+		}
+		defer inner.Close()
+		if err := d.Maps.Binds.Put(gen, inner); err != nil {
+			return fmt.Errorf("installing bind maps: %w", err)
+		}
+		return nil
+	})
+}
+
+// concurrently runs f(0) to f(n-1) at once and returns their first error.
+func concurrently(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // install pins prog as dir's program and returns the program dir now runs.
@@ -437,9 +452,18 @@ func Private(c *table.DirectorConfig, tables []*table.Table) (*Director, error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.ApplyChange(Change{Tables: tables, Config: c}, nil); err != nil {
+	if err := d.Serve(c, tables); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// Serve makes a private instance (Load("")) serve tables with the
+// director config c, its gateway set: Private in two steps, so that a
+// caller can load the program (the verifier's work) while it builds the
+// tables.
+func (d *Director) Serve(c *table.DirectorConfig, tables []*table.Table) error {
+	_, err := d.ApplyChange(Change{Tables: tables, Config: c}, nil)
+	return err
 }

@@ -410,6 +410,24 @@ func (d *Director) ApplyChange(ch Change, check func(live State) error) (*ApplyR
 		}
 	}
 
+	// A slot used for the first time gets its map, and installing it
+	// waits for an RCU grace period: new slots are installed at once, so
+	// that they wait together.
+	var fresh []int
+	for _, p := range plans {
+		if p.write {
+			fresh = append(fresh, p.slot)
+		}
+	}
+	if err := concurrently(len(fresh), func(i int) error {
+		m, err := d.slotMap(fresh[i])
+		if err == nil {
+			m.Close()
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
 	for i, p := range plans {
 		if !p.write {
 			continue

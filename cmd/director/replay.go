@@ -124,25 +124,56 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 	}
 	rp := &replayer{dc: *dc, modelOnly: modelOnly}
 	copy(rp.gw[:], gw)
-	load := func(path string) (*side, error) {
+	// The program is loaded (the verifier's work) while the tables are
+	// built: start-up is the longer of the two, not their sum.
+	type loaded struct {
+		d   *loader.Director
+		err error
+	}
+	preload := func() chan loaded {
+		ch := make(chan loaded, 1)
+		if !modelOnly {
+			go func() {
+				d, err := loader.Load("")
+				ch <- loaded{d, err}
+			}()
+		}
+		return ch
+	}
+	load := func(path string, pre chan loaded) (*side, error) {
 		src, err := loadForApply(e, path, nil)
 		if err != nil {
+			if !modelOnly {
+				if l := <-pre; l.d != nil {
+					l.d.Close()
+				}
+			}
 			return nil, err
 		}
 		tables := src.Tables
 		s := &side{path: path, tables: tables, model: model.New(*dc, rp.gw, tables)}
 		if !modelOnly {
-			if s.private, s.kernel, err = privateReplayer(dc, gw, tables); err != nil {
+			l := <-pre
+			if s.private, s.kernel, err = privateReplayer(l.d, l.err, dc, gw, tables); err != nil {
 				return nil, err
 			}
 		}
 		return s, nil
 	}
-	if rp.cur, err = load(cfgPath); err != nil {
+	pres := []chan loaded{preload()}
+	if againstPath != "" {
+		pres = append(pres, preload())
+	}
+	if rp.cur, err = load(cfgPath, pres[0]); err != nil {
+		if len(pres) > 1 && !modelOnly {
+			if l := <-pres[1]; l.d != nil {
+				l.d.Close()
+			}
+		}
 		return nil, err
 	}
 	if againstPath != "" {
-		if rp.new, err = load(againstPath); err != nil {
+		if rp.new, err = load(againstPath, pres[1]); err != nil {
 			rp.close()
 			return nil, err
 		}
@@ -160,10 +191,14 @@ func (rp *replayer) close() {
 
 // privateReplayer loads a private director serving tables and a
 // replayer running frames through it.
-func privateReplayer(dc *table.DirectorConfig, gw net.HardwareAddr, tables []*table.Table) (*loader.Director, *lab.Replayer, error) {
+func privateReplayer(d *loader.Director, err error, dc *table.DirectorConfig, gw net.HardwareAddr, tables []*table.Table) (*loader.Director, *lab.Replayer, error) {
 	c := *dc
 	c.GatewayMAC = gw
-	d, err := loader.Private(&c, tables)
+	if err == nil {
+		if err = d.Serve(&c, tables); err != nil {
+			d.Close()
+		}
+	}
 	if errors.Is(err, unix.EPERM) {
 		// Not cilium/ebpf's hint about MEMLOCK: privileges are missing.
 		return nil, nil, errors.New("replay: running the XDP program in the kernel (BPF_PROG_RUN) needs root, or CAP_BPF " +
