@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"unsafe"
 	"sync/atomic"
 )
 
@@ -211,8 +212,9 @@ func (b *Builder) reindex() {
 	}
 }
 
-// scratch is a per-worker buffer for rankRow.
-func (b *Builder) scratch() []uint64 { return make([]uint64, len(b.v4w)) }
+// scratch is a per-worker buffer for rankRow: the scores, then the
+// vector path's masks (a bit per score).
+func (b *Builder) scratch() []uint64 { return make([]uint64, len(b.v4w)+len(b.v4w)/vectorWidth/4+1) }
 
 // rankRow recomputes row r's rank from every ranked backend. This loop is
 // the whole cost of a full build: IPv4 scores are computed in bulk (vector
@@ -228,21 +230,30 @@ func (b *Builder) rankRow(r int, out []uint64) {
 		}
 	}
 	w := b.v4w
-	if haveVectorScores {
-		vectorScores(&st, w, out)
-		// Most scores are beaten already: one comparison against the
-		// worst score that still matters (the second best, or the best
-		// good one when that is worse) skips them.
-		thr := ^uint64(0)
-		for j, i := range b.v4idx {
-			s := bits.ReverseBytes64(out[j])
-			if s > thr {
-				continue
-			}
-			good := b.flags[i]&flagGood != 0
-			if s <= rk.s1 || (good && s <= rk.sg) {
-				b.insert(&rk, s, i, good)
-				thr = max(rk.s1, rk.sg)
+	if haveVectorScores && len(w) > 0 {
+		// The first vectorWidth backends are ranked one by one; the rest
+		// are scored with their comparison against the threshold that
+		// gives (the worst score that still matters: the second best, or
+		// the best good one when that is worse), which can only fall,
+		// done in the vector unit: only flagged scores are looked at.
+		n := len(b.v4idx)
+		masks := out[len(w):]
+		m16 := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(masks))), len(w)/vectorWidth)
+		head := min(vectorWidth, len(w))
+		vectorScores(&st, w[:head], out[:head], ^uint64(0), m16[:1])
+		for j := 0; j < min(head, n); j++ {
+			consider(out[j], b.v4idx[j])
+		}
+		if len(w) > head {
+			vectorScores(&st, w[head:], out[head:len(w)], max(rk.s1, rk.sg), m16[1:])
+			for k, m := range m16[1:] {
+				for m != 0 {
+					j := head + k*vectorWidth + bits.TrailingZeros16(m)
+					m &= m - 1
+					if j < n {
+						consider(out[j], b.v4idx[j])
+					}
+				}
 			}
 		}
 	} else {

@@ -513,10 +513,16 @@ func TestVectorScoresMatchReference(t *testing.T) {
 			w[j] = wordsFor(AddrBytes(addrs[j])).w1
 		}
 		out := make([]uint64, len(w))
-		vectorScores(&st, w, out)
+		masks := make([]uint16, len(w)/vectorWidth)
+		thr := rng.Uint64()
+		vectorScores(&st, w, out, thr, masks)
 		for j, a := range addrs {
-			if got, want := bits.ReverseBytes64(out[j]), refScore(seed, row, a); got != want {
+			want := refScore(seed, row, a)
+			if got := out[j]; got != want {
 				t.Fatalf("lane %d: %#x, reference %#x", j, got, want)
+			}
+			if flagged := masks[j/vectorWidth]>>(j%vectorWidth)&1 == 1; flagged != (want <= thr) {
+				t.Fatalf("lane %d: score %#x, threshold %#x, flagged %v", j, want, thr, flagged)
 			}
 		}
 	}

@@ -19,23 +19,40 @@
 	VPXORQ v2, v1, v1; \
 	VPROLQ $32, v2, v2
 
-// func scoresV4AVX512(st *sipState, w *uint64, out *uint64, n int)
+// Byte reversal of each 64-bit lane, for VPSHUFB: scores are read as
+// big-endian integers.
+DATA bswap64<>+0x00(SB)/8, $0x0001020304050607
+DATA bswap64<>+0x08(SB)/8, $0x08090a0b0c0d0e0f
+DATA bswap64<>+0x10(SB)/8, $0x0001020304050607
+DATA bswap64<>+0x18(SB)/8, $0x08090a0b0c0d0e0f
+DATA bswap64<>+0x20(SB)/8, $0x0001020304050607
+DATA bswap64<>+0x28(SB)/8, $0x08090a0b0c0d0e0f
+DATA bswap64<>+0x30(SB)/8, $0x0001020304050607
+DATA bswap64<>+0x38(SB)/8, $0x08090a0b0c0d0e0f
+GLOBL bswap64<>(SB), RODATA|NOPTR, $64
+
+// func scoresV4AVX512(st *sipState, w *uint64, out *uint64, n int, thr uint64, masks *uint16)
 //
 // For each of n (a multiple of 16) final message words w[i], finishes the
-// SipHash whose state after the row seed is st: out[i] = SipHash output
-// (little-endian; the caller byte-swaps). Two groups of eight lanes are
-// interleaved to hide the rounds' latency.
-TEXT ·scoresV4AVX512(SB), NOSPLIT, $0-32
+// SipHash whose state after the row seed is st: out[i] = the score (the
+// SipHash output read big-endian), and bit i%16 of masks[i/16] set when
+// out[i] <= thr. Two groups of eight lanes are interleaved to hide the
+// rounds' latency.
+TEXT ·scoresV4AVX512(SB), NOSPLIT, $0-48
 	MOVQ st+0(FP), AX
 	MOVQ w+8(FP), SI
 	MOVQ out+16(FP), DI
 	MOVQ n+24(FP), CX
+	MOVQ masks+40(FP), R8
 	VPBROADCASTQ 0(AX), Z16
 	VPBROADCASTQ 8(AX), Z17
 	VPBROADCASTQ 16(AX), Z18
 	VPBROADCASTQ 24(AX), Z19
 	MOVQ $0xff, BX
 	VPBROADCASTQ BX, Z20
+	VMOVDQU64 bswap64<>(SB), Z21
+	MOVQ thr+32(FP), BX
+	VPBROADCASTQ BX, Z22
 
 loop:
 	VMOVDQU64 0(SI), Z8
@@ -70,10 +87,20 @@ loop:
 	VPXORQ Z5, Z4, Z4
 	VPXORQ Z7, Z6, Z6
 	VPXORQ Z6, Z4, Z4
+	VPSHUFB   Z21, Z0, Z0
+	VPSHUFB   Z21, Z4, Z4
 	VMOVDQU64 Z0, 0(DI)
 	VMOVDQU64 Z4, 64(DI)
+	VPCMPUQ   $2, Z22, Z0, K1
+	VPCMPUQ   $2, Z22, Z4, K2
+	KMOVB     K1, AX
+	KMOVB     K2, BX
+	SHLL      $8, BX
+	ORL       BX, AX
+	MOVW      AX, 0(R8)
 	ADDQ $128, SI
 	ADDQ $128, DI
+	ADDQ $2, R8
 	SUBQ $16, CX
 	JNZ  loop
 	VZEROUPPER

@@ -4,4 +4,4 @@ package table
 
 var haveVectorScores = false
 
-func vectorScores(st *sipState, w, out []uint64) { panic("unreachable") }
+func vectorScores(st *sipState, w, out []uint64, thr uint64, masks []uint16) { panic("unreachable") }
