@@ -8,8 +8,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"unsafe"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Table is a built forwarding table: what a director serves for one service.
