@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
 )
 
 // A fleet is the testbed with several directors behind a router, as GLB
@@ -178,60 +177,21 @@ func (f *Fleet) AddDirector(i int) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	port := fmt.Sprintf("d%d", i)
 	var gw net.HardwareAddr
-	err = f.LAN.Do(func() error {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "eth0"}
-		if err := netlink.LinkAdd(v); err != nil {
-			return err
-		}
-		peer, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetNsFd(peer, int(h.NS)); err != nil {
-			return err
-		}
-		l, _ := netlink.LinkByName(port)
+	err = f.plug(h, fmt.Sprintf("d%d", i), d, func(p netlink.Link) error {
+		gw = p.Attrs().HardwareAddr
 		a, _ := netlink.ParseAddr(r.String() + "/24")
-		if err := netlink.AddrAdd(l, a); err != nil {
-			return err
-		}
-		gw = l.Attrs().HardwareAddr
-		sysctl("net.ipv4.conf."+port+".rp_filter", "0")
-		sysctl("net.ipv4.conf."+port+".send_redirects", "0")
-		if err := netlink.LinkSetUp(l); err != nil {
-			return err
-		}
-		// The director's XDP_TX'd frames arrive here: NAPI is needed.
-		pass, err := lab.PassAll()
-		if err != nil {
-			return err
-		}
-		defer pass.Close()
-		return netlink.LinkSetXdpFdWithFlags(l, pass.FD(), 4 /* XDP_FLAGS_DRV_MODE */)
+		return netlink.AddrAdd(p, a)
 	})
-	if err != nil {
-		h.NS.Close()
-		return nil, fmt.Errorf("director%d: link: %w", i, err)
+	if err == nil {
+		err = h.Do(func() error {
+			l, err := netlink.LinkByName("eth0")
+			if err != nil {
+				return err
+			}
+			return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: r.AsSlice()})
+		})
 	}
-	err = h.Do(func() error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		a, _ := netlink.ParseAddr(d.String() + "/24")
-		if err := netlink.AddrAdd(l, a); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return err
-		}
-		h.MAC = l.Attrs().HardwareAddr
-		sysctl("net.ipv4.conf.all.rp_filter", "0")
-		sysctl("net.ipv4.conf.eth0.rp_filter", "0")
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: r.AsSlice()})
-	})
 	if err != nil {
 		h.NS.Close()
 		return nil, fmt.Errorf("director%d: %w", i, err)

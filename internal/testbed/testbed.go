@@ -236,8 +236,23 @@ func (tb *Testbed) join(name string, ip netip.Addr) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	port := "p-" + name
-	err = tb.LAN.Do(func() error {
+	err = tb.plug(h, "p-"+name, ip, func(p netlink.Link) error {
+		br, _ := netlink.LinkByName("br0")
+		return netlink.LinkSetMaster(p, br)
+	})
+	if err != nil {
+		h.NS.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// plug links host h's eth0 (address ip/24, up) to a port of the LAN
+// namespace, which lan sets up (a bridge port, an address) before it is
+// brought up. The port runs NAPI (a pass-all XDP program), so frames the
+// host's XDP program transmits back are accepted.
+func (tb *Testbed) plug(h *Host, port string, ip netip.Addr, lan func(netlink.Link) error) error {
+	err := tb.LAN.Do(func() error {
 		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "eth0"}
 		if err := netlink.LinkAdd(v); err != nil {
 			return err
@@ -249,15 +264,27 @@ func (tb *Testbed) join(name string, ip netip.Addr) (*Host, error) {
 		if err := netlink.LinkSetNsFd(peer, int(h.NS)); err != nil {
 			return err
 		}
-		p, _ := netlink.LinkByName(port)
-		br, _ := netlink.LinkByName("br0")
-		if err := netlink.LinkSetMaster(p, br); err != nil {
+		p, err := netlink.LinkByName(port)
+		if err != nil {
 			return err
 		}
-		return netlink.LinkSetUp(p)
+		sysctl("net.ipv4.conf."+port+".rp_filter", "0")
+		sysctl("net.ipv4.conf."+port+".send_redirects", "0")
+		if err := lan(p); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(p); err != nil {
+			return err
+		}
+		pass, err := lab.PassAll()
+		if err != nil {
+			return err
+		}
+		defer pass.Close()
+		return netlink.LinkSetXdpFdWithFlags(p, pass.FD(), 4 /* XDP_FLAGS_DRV_MODE */)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: plugging in: %w", name, err)
+		return fmt.Errorf("%s: plugging in: %w", h.Name, err)
 	}
 	err = h.Do(func() error {
 		l, err := netlink.LinkByName("eth0")
@@ -276,23 +303,9 @@ func (tb *Testbed) join(name string, ip netip.Addr) (*Host, error) {
 		return sysctl("net.ipv4.conf.eth0.rp_filter", "0")
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", h.Name, err)
 	}
-	// The LAN end runs NAPI (a pass-all XDP program), so frames the host's
-	// XDP program transmits back are accepted.
-	err = tb.LAN.Do(func() error {
-		pass, err := lab.PassAll()
-		if err != nil {
-			return err
-		}
-		defer pass.Close()
-		p, _ := netlink.LinkByName(port)
-		return netlink.LinkSetXdpFdWithFlags(p, pass.FD(), 4 /* XDP_FLAGS_DRV_MODE */)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: lan-side XDP: %w", name, err)
-	}
-	return h, nil
+	return nil
 }
 
 func (tb *Testbed) setupBackend(i int, h *Host) error {
