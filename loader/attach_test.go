@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
@@ -86,20 +85,11 @@ func TestAttachNamesTheHolder(t *testing.T) {
 		if err := lab.Veth("busy0", "busy1"); err != nil {
 			return err
 		}
-		other, err := lab.PassAll()
+		detach, err := lab.AttachPassAll("busy0", link.XDPGenericMode)
 		if err != nil {
 			return err
 		}
-		defer other.Close()
-		nl, err := netlink.LinkByName("busy0")
-		if err != nil {
-			return err
-		}
-		l, err := link.AttachXDP(link.XDPOptions{Program: other, Interface: nl.Attrs().Index, Flags: link.XDPGenericMode})
-		if err != nil {
-			return err
-		}
-		defer l.Close()
+		defer detach()
 		_, err = d.Attach("busy0", ModeGeneric)
 		if err == nil || !strings.Contains(err.Error(), `"xdp_pass_all"`) || !strings.Contains(err.Error(), "already holds busy0's XDP hook") {
 			return fmt.Errorf("attach to a taken interface: %v", err)

@@ -201,20 +201,11 @@ func vethJumbo(dir, mode string) error {
 		return err
 	}
 	if mode == ModeNative {
-		pass, err := lab.PassAll()
+		detach, err := lab.AttachPassAll("peer0", link.XDPDriverMode)
 		if err != nil {
 			return err
 		}
-		defer pass.Close()
-		peer, err := netlink.LinkByName("peer0")
-		if err != nil {
-			return err
-		}
-		l, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: peer.Attrs().Index, Flags: link.XDPDriverMode})
-		if err != nil {
-			return err
-		}
-		defer l.Close()
+		defer detach()
 	}
 	sock, err := lab.Listen("peer0")
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
@@ -67,20 +66,11 @@ func vethSteering(dir, mode string) error {
 	if mode == ModeNative {
 		// XDP_TX'd frames reach the peer only if it runs NAPI: give it a
 		// program that passes everything.
-		pass, err := lab.PassAll()
+		detach, err := lab.AttachPassAll("peer0", link.XDPDriverMode)
 		if err != nil {
 			return err
 		}
-		defer pass.Close()
-		peer, err := netlink.LinkByName("peer0")
-		if err != nil {
-			return err
-		}
-		l, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: peer.Attrs().Index, Flags: link.XDPDriverMode})
-		if err != nil {
-			return err
-		}
-		defer l.Close()
+		defer detach()
 	}
 
 	sock, err := lab.Listen("peer0")

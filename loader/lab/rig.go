@@ -68,16 +68,11 @@ func NewRig(name string, prog *ebpf.Program, mode string) (r *Rig, err error) {
 		return nil, err
 	}
 	r.peer = peer.Index
-	pass, err := PassAll()
+	detach, err := AttachPassAll(gen, link.XDPDriverMode)
 	if err != nil {
 		return nil, err
 	}
-	r.closers = append(r.closers, pass.Close)
-	pl, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: peer.Index, Flags: link.XDPDriverMode})
-	if err != nil {
-		return nil, err
-	}
-	r.closers = append(r.closers, pl.Close)
+	r.closers = append(r.closers, func() error { detach(); return nil })
 	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: dir.Index, Flags: flags})
 	if err != nil {
 		return nil, err

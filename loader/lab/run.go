@@ -2,8 +2,10 @@ package lab
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/director/director/bpf"
 )
@@ -43,6 +45,29 @@ func Baseline() (*ebpf.Program, error) {
 // XDP (NAPI).
 func PassAll() (*ebpf.Program, error) {
 	return labProgram(func(o *bpf.LabPrograms) **ebpf.Program { return &o.XdpPassAll })
+}
+
+// AttachPassAll attaches PassAll to the interface named iface (in this
+// thread's network namespace) through a link, in the mode flags give; the
+// returned func detaches it and releases the program.
+func AttachPassAll(iface string, flags link.XDPAttachFlags) (detach func(), err error) {
+	nl, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, err
+	}
+	pass, err := PassAll()
+	if err != nil {
+		return nil, err
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: nl.Index, Flags: flags})
+	if err != nil {
+		pass.Close()
+		return nil, err
+	}
+	return func() {
+		l.Close()
+		pass.Close()
+	}, nil
 }
 
 func labProgram(pick func(*bpf.LabPrograms) **ebpf.Program) (*ebpf.Program, error) {
