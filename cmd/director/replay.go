@@ -477,14 +477,26 @@ func (rp *replayer) aggregate(batch []capture.Packet, cur, nw []outcome, agg *re
 // the same. An XDP_ABORTED or XDP_DROP that leaves the bytes alone is a
 // disagreement with the model's XDP_PASS, however alike the bytes.
 func compare(k *outcome, m *model.Result) (desc string, same bool) {
-	kv, mv := verdictName(k.verdict, k.reason), verdictName(m.Verdict, m.Reason)
+	// Names are made only for a difference: this runs for every packet.
 	switch {
-	case kv != mv:
-		return "kernel " + kv + ", model " + mv, false
+	case !sameVerdict(k.verdict, k.reason, m.Verdict, m.Reason):
+		return "kernel " + verdictName(k.verdict, k.reason) + ", model " + verdictName(m.Verdict, m.Reason), false
 	case string(k.out) != string(m.Out):
-		return kv + " by both, different bytes", false
+		return verdictName(k.verdict, k.reason) + " by both, different bytes", false
 	}
 	return "", true
+}
+
+// sameVerdict reports whether two verdicts have the same verdictName.
+func sameVerdict(v1, r1, v2, r2 int) bool {
+	if v1 != v2 {
+		return false
+	}
+	if v1 != model.XDPPass {
+		return true
+	}
+	n := len(loader.CounterNames())
+	return r1 == r2 || ((r1 < 0 || r1 >= n) && (r2 < 0 || r2 >= n))
 }
 
 // verdictName is an XDP action, with the pass reason for XDP_PASS.

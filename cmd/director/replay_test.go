@@ -313,6 +313,9 @@ func TestVerifyComparesVerdictReasonAndBytes(t *testing.T) {
 		{"no counter moved", outcome{verdict: model.XDPPass, reason: -1, out: frame}, pass, "kernel XDP_PASS (no counter), model XDP_PASS pass_malformed"},
 		{"other bytes", outcome{verdict: model.XDPPass, reason: model.PassMalformed, out: []byte("x")}, pass, "XDP_PASS pass_malformed by both, different bytes"},
 		{"tx", outcome{verdict: model.XDPTX, reason: -1, out: frame}, model.Result{Verdict: model.XDPTX, Out: frame}, ""},
+		{"neither has a counter", outcome{verdict: model.XDPPass, reason: -1, out: frame}, model.Result{Verdict: model.XDPPass, Reason: 1 << 20, Out: frame}, ""},
+		{"tx, another reason", outcome{verdict: model.XDPTX, reason: -1, out: frame}, model.Result{Verdict: model.XDPTX, Reason: model.PassProto, Out: frame}, ""},
+		{"unknown actions", outcome{verdict: 7, reason: -1, out: frame}, model.Result{Verdict: 8, Out: frame}, "kernel XDP action 7, model XDP action 8"},
 	} {
 		desc, same := compare(&c.kernel, &c.model)
 		if same != (c.want == "") || desc != c.want {

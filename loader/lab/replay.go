@@ -89,7 +89,15 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 	if err := r.counters.Lookup(uint32(0), &before); err != nil {
 		return err
 	}
+	// The outputs share one allocation: a replay makes one per frame.
+	room := 0
+	for _, f := range frames {
+		room += len(f) + encapRoom
+	}
+	arena := make([]byte, room)
 	for i, f := range frames {
+		buf := arena[: len(f)+encapRoom : len(f)+encapRoom]
+		arena = arena[len(buf):]
 		// BPF_PROG_RUN refuses frames no interface delivers: shorter than
 		// an Ethernet header, or longer than a first buffer and every
 		// fragment. The model gives them the same fate.
@@ -101,7 +109,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 			out[i] = Outcome{Verdict: uint32(model.XDPPass), Out: f, Reason: model.PassTooBig}
 			continue
 		}
-		v, o, err := Run(r.prog, f)
+		v, o, err := runInto(r.prog, f, buf)
 		if err != nil {
 			return fmt.Errorf("frame %d: %w", i, err)
 		}

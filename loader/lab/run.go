@@ -3,6 +3,10 @@ package lab
 import (
 	"fmt"
 	"net"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -13,13 +17,48 @@ import (
 // Run runs one frame through p with BPF_PROG_RUN and returns the verdict
 // and the frame as the program left it.
 func Run(p *ebpf.Program, frame []byte) (verdict uint32, out []byte, err error) {
-	buf := make([]byte, len(frame)+256) // room for the encapsulation
-	opts := &ebpf.RunOptions{Data: frame, DataOut: buf}
-	v, err := p.Run(opts)
-	if err != nil {
-		return 0, nil, fmt.Errorf("BPF_PROG_RUN: %w", err)
+	return runInto(p, frame, make([]byte, len(frame)+encapRoom))
+}
+
+// encapRoom is what the output buffer has beyond the frame: room for the
+// encapsulation.
+const encapRoom = 256
+
+// runInto is Run with the output in buf (len(frame)+encapRoom bytes).
+//
+// It makes the BPF_PROG_TEST_RUN system call itself: cilium/ebpf's
+// Program.Run also blocks and unblocks SIGPROF around it (so that a
+// profiler cannot keep a run of many repeats from finishing), two more
+// system calls, which made a one-frame run 1.38 µs against 0.89 here. A
+// run of one repeat cannot be cut short that way: the kernel looks for
+// signals only after a run, and before 6.0 reported a signal found then as
+// EINTR although the frame had run.
+func runInto(p *ebpf.Program, frame, buf []byte) (verdict uint32, out []byte, err error) {
+	if len(frame) == 0 || len(buf) == 0 {
+		return 0, nil, fmt.Errorf("BPF_PROG_RUN: empty frame or buffer")
 	}
-	return v, opts.DataOut, nil
+	// The test member of union bpf_attr (include/uapi/linux/bpf.h), up to
+	// batch_size.
+	attr := struct {
+		progFd, retval, dataSizeIn, dataSizeOut uint32
+		dataIn, dataOut                         uint64
+		repeat, duration, ctxSizeIn, ctxSizeOut uint32
+		ctxIn, ctxOut                           uint64
+		flags, cpu, batchSize, _                uint32
+	}{
+		progFd: uint32(p.FD()), dataSizeIn: uint32(len(frame)), dataSizeOut: uint32(len(buf)),
+		dataIn: uint64(uintptr(unsafe.Pointer(&frame[0]))), dataOut: uint64(uintptr(unsafe.Pointer(&buf[0]))), repeat: 1,
+	}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_TEST_RUN, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(frame)
+	runtime.KeepAlive(buf)
+	if errno != 0 && errno != unix.EINTR {
+		return 0, nil, fmt.Errorf("BPF_PROG_RUN: %w", errno)
+	}
+	if int(attr.dataSizeOut) > len(buf) {
+		return 0, nil, fmt.Errorf("BPF_PROG_RUN: %d bytes out, room for %d", attr.dataSizeOut, len(buf))
+	}
+	return attr.retval, buf[:attr.dataSizeOut], nil
 }
 
 // RunOn runs one frame through p as if it had arrived on ifindex (the
