@@ -89,6 +89,7 @@ type Builder struct {
 	v6idx   []int32    // ranked IPv6 backends
 	states  []sipState // per row: SipHash state after the row seed
 	ranks   []rank     // per row
+	allGood bool       // every ranked backend is good: G is R[0]
 	workers int
 }
 
@@ -196,10 +197,12 @@ const vectorWidth = 16
 // whenever the backend list changes.
 func (b *Builder) reindex() {
 	b.v4idx, b.v6idx, b.v4w = b.v4idx[:0], b.v6idx[:0], b.v4w[:0]
+	b.allGood = true
 	for i := range b.words {
 		if b.flags[i]&flagActive == 0 {
 			continue
 		}
+		b.allGood = b.allGood && b.flags[i]&flagGood != 0
 		if b.words[i].v6 {
 			b.v6idx = append(b.v6idx, int32(i))
 		} else {
@@ -228,6 +231,10 @@ func (b *Builder) rankRow(r int, out []uint64) {
 		if s <= rk.s1 || (good && s <= rk.sg) {
 			b.insert(&rk, s, i, good)
 		}
+	}
+	if b.allGood && haveVectorScores && len(b.v6idx) == 0 {
+		b.rankRowGood(r, out)
+		return
 	}
 	w := b.v4w
 	if haveVectorScores && len(w) > 0 {
@@ -271,6 +278,78 @@ func (b *Builder) rankRow(r int, out []uint64) {
 		consider(b.words[i].score(st), i)
 	}
 	b.ranks[r] = rk
+}
+
+// rankBlock is how many scores rankRowGood has the vector unit compute at
+// a time, after the first vectorWidth.
+const rankBlock = 64
+
+// rankRowGood is rankRow for the usual case, made fast: every ranked
+// backend is good and IPv4, and the vector unit scores. G is then R[0],
+// so only the best two are kept, with the comparisons inline.
+func (b *Builder) rankRowGood(r int, out []uint64) {
+	s0, s1 := ^uint64(0), ^uint64(0)
+	i0, i1 := int32(none), int32(none)
+	st := b.states[r]
+	w, idx := b.v4w, b.v4idx
+	n := len(idx)
+	consider := func(s uint64, i int32) {
+		if s < s1 || (s == s1 && b.before(s, i, s1, i1)) {
+			if s < s0 || (s == s0 && b.before(s, i, s0, i0)) {
+				s1, i1, s0, i0 = s0, i0, s, i
+			} else {
+				s1, i1 = s, i
+			}
+		}
+	}
+	// considerAll is consider for scores that are all looked at: which of
+	// them enter the best two is random, so it is chosen without
+	// branches (conditional moves), and only a tie, which needs the
+	// addresses, takes one.
+	considerAll := func(scores []uint64, idx []int32) {
+		for j, s := range scores {
+			i := idx[j]
+			if s == s0 || s == s1 {
+				consider(s, i)
+				continue
+			}
+			c0, c1 := s < s0, s < s1
+			ns1, ni1 := s1, i1
+			if c1 {
+				ns1, ni1 = s, i
+			}
+			if c0 {
+				ns1, ni1 = s0, i0
+			}
+			if c0 {
+				s0, i0 = s, i
+			}
+			s1, i1 = ns1, ni1
+		}
+	}
+	if len(w) > 0 {
+		masks := out[len(w):]
+		m16 := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(masks))), len(w)/vectorWidth)
+		head := min(vectorWidth, len(w))
+		vectorScores(&st, w[:head], out[:head], ^uint64(0), m16[:1])
+		considerAll(out[:min(head, n)], idx)
+		// The rest in blocks, the threshold (the second best) falling
+		// after each: fewer scores are flagged than with the head's alone.
+		for lo := head; lo < len(w); lo += rankBlock {
+			hi := min(lo+rankBlock, len(w))
+			vectorScores(&st, w[lo:hi], out[lo:hi], s1, m16[lo/vectorWidth:hi/vectorWidth])
+			for k, m := range m16[lo/vectorWidth : hi/vectorWidth] {
+				for m != 0 {
+					j := lo + k*vectorWidth + bits.TrailingZeros16(m)
+					m &= m - 1
+					if j < n {
+						consider(out[j], idx[j])
+					}
+				}
+			}
+		}
+	}
+	b.ranks[r] = rank{s0: s0, s1: s1, sg: s0, i0: i0, i1: i1, ig: i0}
 }
 
 // insert adds backend i with score s to a rank.
