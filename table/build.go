@@ -159,20 +159,27 @@ func checkBuildable(bs []Backend) error {
 	return fmt.Errorf("every backend is inactive")
 }
 
-// parallel runs f over row ranges on all CPUs.
+// parallelChunk is how many rows a parallel worker takes at a time.
+const parallelChunk = 1024
+
+// parallel runs f over row ranges on all CPUs. Each worker takes the next
+// chunk of rows when done with one, so that a CPU the machine lends to
+// something else meanwhile does not hold up the rest.
 func (b *Builder) parallel(f func(lo, hi int)) {
-	n := b.workers
-	if n < 1 {
-		n = 1
-	}
+	n := max(b.workers, 1)
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	chunk := (Rows + n - 1) / n
-	for lo := 0; lo < Rows; lo += chunk {
-		hi := min(lo+chunk, Rows)
+	for w := 0; w < n; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f(lo, hi)
+			for {
+				lo := int(next.Add(parallelChunk)) - parallelChunk
+				if lo >= Rows {
+					return
+				}
+				f(lo, min(lo+parallelChunk, Rows))
+			}
 		}()
 	}
 	wg.Wait()
