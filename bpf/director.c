@@ -233,45 +233,63 @@ static __always_inline __u64 flow_hash(const __u8 *key, const struct flow *f, __
 	return siphash(key, &m, off);
 }
 
-/* The default hash, source address only, of an IPv4 client: a single
- * SipHash block, inlined, from the state the bind's exact entry holds
- * (dir_exact_entry.hash_state) or else from the table's key. Everything
- * else goes through flow_hash. */
+/* The default hash, source address only: for an IPv4 client a single
+ * SipHash block, for an IPv6 one two and the length block, inlined, from
+ * the state the bind's entry holds (dir_exact_entry.hash_state) or else
+ * from the table's key. Everything else goes through flow_hash. */
 static __always_inline __u64 hash_flow(const __u8 *key, const __u64 *state, const struct flow *f, __u32 fields)
 {
-	if (fields == DIR_HASH_SRC_ADDR && f->family == DIR_FAMILY_IPV4) {
-		__u64 v0, v1, v2, v3;
+	if (fields != DIR_HASH_SRC_ADDR)
+		return flow_hash(key, f, fields);
+	int v4 = f->family == DIR_FAMILY_IPV4;
+	__u64 v0, v1, v2, v3, w, w2 = 0;
+	if (v4) {
 		__u32 a;
 		__builtin_memcpy(&a, f->client, 4);
-		__u64 w = (__u64)a | (4ULL << 56);
-		if (state) {
-			v0 = state[0];
-			v1 = state[1];
-			v2 = state[2];
-			v3 = state[3] ^ w;
-			/* The rest of the first round. */
-			v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;
-			v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;
-			v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);
-		} else {
-			__u64 k0 = *(const __u64 *)key, k1 = *(const __u64 *)(key + 8);
-			v0 = k0 ^ 0x736f6d6570736575ULL;
-			v1 = k1 ^ 0x646f72616e646f6dULL;
-			v2 = k0 ^ 0x6c7967656e657261ULL;
-			v3 = k1 ^ 0x7465646279746573ULL;
-			v3 ^= w;
-			SIPROUND;
-		}
+		w = (__u64)a | (4ULL << 56);
+	} else {
+		__builtin_memcpy(&w, f->client, 8);
+		__builtin_memcpy(&w2, f->client + 8, 8);
+	}
+	/* The first block. */
+	if (state) {
+		v0 = state[0];
+		v1 = state[1];
+		v2 = state[2];
+		v3 = state[3] ^ w;
+		/* The rest of the first round. */
+		v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;
+		v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;
+		v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);
+	} else {
+		__u64 k0 = *(const __u64 *)key, k1 = *(const __u64 *)(key + 8);
+		v0 = k0 ^ 0x736f6d6570736575ULL;
+		v1 = k1 ^ 0x646f72616e646f6dULL;
+		v2 = k0 ^ 0x6c7967656e657261ULL;
+		v3 = k1 ^ 0x7465646279746573ULL;
+		v3 ^= w;
+		SIPROUND;
+	}
+	SIPROUND;
+	v0 ^= w;
+	if (!v4) {
+		/* The second half of the address, then the length block. */
+		v3 ^= w2;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= w2;
+		w = 16ULL << 56;
+		v3 ^= w;
+		SIPROUND;
 		SIPROUND;
 		v0 ^= w;
-		v2 ^= 0xff;
-		SIPROUND;
-		SIPROUND;
-		SIPROUND;
-		SIPROUND;
-		return v0 ^ v1 ^ v2 ^ v3;
 	}
-	return flow_hash(key, f, fields);
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
 }
 
 /* ---- parsing ----
