@@ -215,7 +215,11 @@ func privateReplayer(d *loader.Director, err error, dc *table.DirectorConfig, gw
 	return d, r, nil
 }
 
-const replayBatch = 1 << 14
+// replayBatch is how many packets go through the stages (read, run,
+// aggregate) at a time. Small enough that the first batch's read and the
+// last one's aggregation, which nothing overlaps, are short; 2,048 was
+// fastest of 1,024 to 16,384 on a 100,000-packet capture.
+const replayBatch = 1 << 11
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
