@@ -42,7 +42,7 @@ func LoadBackend(dir string) (*Backend, error) {
 	b := &Backend{Dir: dir}
 	pinned := []string{bpf.BackendMapBeCfg, bpf.BackendMapBeStats, bpf.BackendMapBeLocal}
 	restart := fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir)
-	if err := loadPinned(dir, "the backend program", restart, spec, pinned, &b.objs, &b.objs.Backend, nil); err != nil {
+	if err := loadPinned(dir, "the backend program", restart, spec, pinned, &b.objs.BackendMaps, &b.objs.BackendPrograms, &b.objs.Backend, nil); err != nil {
 		return nil, err
 	}
 	return b, nil

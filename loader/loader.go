@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,7 +80,16 @@ func collectionSpec() (*ebpf.CollectionSpec, error) {
 //
 // With dir "" it loads a private instance: nothing is pinned, and it lives
 // as long as this process holds it (replays and tests use this).
-func Load(dir string) (*Director, error) {
+func Load(dir string) (*Director, error) { return LoadServing(dir, nil) }
+
+// LoadServing is Load with serve, when not nil, run on the new director
+// while the kernel verifies its program: the maps exist and are set up, so
+// serve may fill them (Serve), but d.Prog is not set yet. Verifying takes
+// about 50 ms and filling the maps waits for RCU grace periods; a command
+// that starts a private director to run packets through (replay) waits for
+// the longer of the two rather than their sum. An error from serve fails
+// the load.
+func LoadServing(dir string, serve func(d *Director) error) (*Director, error) {
 	spec, err := collectionSpec()
 	if err != nil {
 		return nil, err
@@ -87,13 +97,16 @@ func Load(dir string) (*Director, error) {
 	var objs bpf.DirectorObjects
 	d := &Director{Dir: dir, spec: spec}
 	restart := fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir)
-	err = loadPinned(dir, "the XDP program", restart, spec, pinnedMaps, &objs, &objs.Director, func() error {
+	err = loadPinned(dir, "the XDP program", restart, spec, pinnedMaps, &objs.DirectorMaps, &objs.DirectorPrograms, &objs.Director, func() error {
 		d.Maps = objs.DirectorMaps
 		if err := d.createBindMaps(); err != nil {
 			return err
 		}
 		if err := d.refreshConfig(); err != nil {
 			return fmt.Errorf("updating the config entry: %w", err)
+		}
+		if serve != nil {
+			return serve(d)
 		}
 		return nil
 	})
@@ -106,14 +119,15 @@ func Load(dir string) (*Director, error) {
 
 // loadPinned is how both programs, the director and the backend, are
 // loaded: into dir under its lock, the maps named in pinned pinned by name
-// (adopted when already there), objs filled (LoadAndAssign), then setup
-// run, then *prog installed as dir's program (install), replacing an older
-// version on every attached interface. With dir "" nothing is pinned and
-// the objects are private to this process. On error, objs is closed.
+// (adopted when already there) and assigned to mapObjs, then progObjs
+// assigned, the program verified while setup runs on the maps, then *prog
+// installed as dir's program (install), replacing an older version on
+// every attached interface. With dir "" nothing is pinned and the objects
+// are private to this process. On error, mapObjs and progObjs are closed.
 //
 // restart says how to start over when pinned maps have another layout.
-func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, objs io.Closer, prog **ebpf.Program, setup func() error) error {
-	var opts *ebpf.CollectionOptions
+func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, mapObjs, progObjs io.Closer, prog **ebpf.Program, setup func() error) error {
+	var opts ebpf.CollectionOptions
 	unlock := func() {}
 	if dir != "" {
 		if err := ensureDir(dir); err != nil {
@@ -126,10 +140,10 @@ func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []s
 		for _, name := range pinned {
 			spec.Maps[name].Pinning = ebpf.PinByName
 		}
-		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
+		opts.Maps = ebpf.MapOptions{PinPath: dir}
 	}
 	defer unlock()
-	if err := spec.LoadAndAssign(objs, opts); err != nil {
+	loadErr := func(err error) error {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return fmt.Errorf("loading %s: %+v", what, ve)
@@ -140,14 +154,40 @@ func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []s
 		}
 		return fmt.Errorf("loading %s: %w", what, err)
 	}
+	// The maps first, every one of the object's (its data sections
+	// included), so that the program can be given them all.
+	mapSpec := spec.Copy()
+	mapSpec.Programs = nil
+	coll, err := ebpf.NewCollectionWithOptions(mapSpec, opts)
+	if err != nil {
+		return loadErr(err)
+	}
+	defer coll.Close() // what mapObjs does not take
+	// Assign takes maps out of coll.Maps: the program gets them from a
+	// copy (and clones each).
+	progOpts := ebpf.CollectionOptions{MapReplacements: maps.Clone(coll.Maps)}
+	if err := coll.Assign(mapObjs); err != nil {
+		return loadErr(err)
+	}
+	// The verifier's work and setup's (map updates that wait for RCU grace
+	// periods) at once.
+	verified := make(chan error, 1)
+	go func() { verified <- spec.LoadAndAssign(progObjs, &progOpts) }()
+	var setupErr error
+	if setup != nil {
+		setupErr = setup()
+	}
+	if err := <-verified; err != nil {
+		mapObjs.Close()
+		return loadErr(err)
+	}
 	fail := func(err error) error {
-		objs.Close()
+		progObjs.Close()
+		mapObjs.Close()
 		return err
 	}
-	if setup != nil {
-		if err := setup(); err != nil {
-			return fail(err)
-		}
+	if setupErr != nil {
+		return fail(setupErr)
 	}
 	if dir == "" {
 		return nil

@@ -1,18 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
@@ -435,39 +434,24 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 	}
 }
 
-// checkUnprivileged runs f on a thread without capabilities (root's euid
-// is kept, as a sandbox might, so it is the errors that must tell) and
-// checks it said replay needs root or CAP_BPF, and that --model does not.
-func checkUnprivileged(t *testing.T, f func() (string, int)) {
+// checkUnprivileged runs this test binary as director with args, as root
+// without any capability (root's euid is kept, as a sandbox might, so it
+// is the errors that must tell): setpriv empties the bounding set, so that
+// exec gives root none, in every thread. It checks the command said it
+// needs root or CAP_BPF, and that --model does not.
+func checkUnprivileged(t *testing.T, args ...string) {
 	t.Helper()
-	type result struct {
-		errOut string
-		code   int
-		err    error
+	cmd := asDirector("setpriv", append([]string{"--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--", os.Args[0]}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
 	}
-	res := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread goes with its capabilities
-		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &data[0]); err != nil {
-			res <- result{err: err}
-			return
-		}
-		data[0].Effective, data[1].Effective = 0, 0
-		if err := unix.Capset(&hdr, &data[0]); err != nil {
-			res <- result{err: err}
-			return
-		}
-		errOut, code := f()
-		res <- result{errOut, code, nil}
-	}()
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.code != 1 || !strings.Contains(r.errOut, "needs root, or CAP_BPF") || !strings.Contains(r.errOut, "--model") ||
-		strings.Contains(r.errOut, "MEMLOCK") {
-		t.Fatalf("without capabilities: exit %d: %s", r.code, r.errOut)
+	errOut := stderr.String()
+	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(errOut, "needs root, or CAP_BPF") || !strings.Contains(errOut, "--model") ||
+		strings.Contains(errOut, "MEMLOCK") {
+		t.Fatalf("without capabilities: exit %d: %s", cmd.ProcessState.ExitCode(), errOut)
 	}
 }

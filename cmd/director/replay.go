@@ -125,24 +125,36 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 	rp := &replayer{dc: *dc, modelOnly: modelOnly}
 	copy(rp.gw[:], gw)
 	// The program is loaded (the verifier's work) while the tables are
-	// built: start-up is the longer of the two, not their sum.
+	// built, and served while it is verified: start-up is the longest of
+	// the three, not their sum.
+	c := *dc
+	c.GatewayMAC = gw
 	type loaded struct {
 		d   *loader.Director
 		err error
 	}
-	preload := func() chan loaded {
+	errNoTables := errors.New("no tables") // the config was refused; its error is reported
+	preload := func() (chan<- []*table.Table, <-chan loaded) {
+		tables := make(chan []*table.Table, 1)
 		ch := make(chan loaded, 1)
 		if !modelOnly {
 			go func() {
-				d, err := loader.Load("")
+				d, err := loader.LoadServing("", func(d *loader.Director) error {
+					t, ok := <-tables
+					if !ok {
+						return errNoTables
+					}
+					return d.Serve(&c, t)
+				})
 				ch <- loaded{d, err}
 			}()
 		}
-		return ch
+		return tables, ch
 	}
-	load := func(path string, pre chan loaded) (*side, error) {
+	load := func(path string, tablesTo chan<- []*table.Table, pre <-chan loaded) (*side, error) {
 		src, err := loadForApply(e, path, nil)
 		if err != nil {
+			close(tablesTo)
 			if !modelOnly {
 				if l := <-pre; l.d != nil {
 					l.d.Close()
@@ -153,27 +165,40 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 		tables := src.Tables
 		s := &side{path: path, tables: tables, model: model.New(*dc, rp.gw, tables)}
 		if !modelOnly {
+			tablesTo <- tables
 			l := <-pre
-			if s.private, s.kernel, err = privateReplayer(l.d, l.err, dc, gw, tables); err != nil {
+			if s.private, s.kernel, err = privateReplayer(l.d, l.err); err != nil {
 				return nil, err
 			}
 		}
 		return s, nil
 	}
-	pres := []chan loaded{preload()}
-	if againstPath != "" {
-		pres = append(pres, preload())
+	type pending struct {
+		tables chan<- []*table.Table
+		loaded <-chan loaded
 	}
-	if rp.cur, err = load(cfgPath, pres[0]); err != nil {
-		if len(pres) > 1 && !modelOnly {
-			if l := <-pres[1]; l.d != nil {
-				l.d.Close()
+	sides := 1
+	if againstPath != "" {
+		sides = 2
+	}
+	var pres []pending
+	for range sides {
+		t, l := preload()
+		pres = append(pres, pending{t, l})
+	}
+	if rp.cur, err = load(cfgPath, pres[0].tables, pres[0].loaded); err != nil {
+		if sides > 1 {
+			close(pres[1].tables)
+			if !modelOnly {
+				if l := <-pres[1].loaded; l.d != nil {
+					l.d.Close()
+				}
 			}
 		}
 		return nil, err
 	}
 	if againstPath != "" {
-		if rp.new, err = load(againstPath, pres[1]); err != nil {
+		if rp.new, err = load(againstPath, pres[1].tables, pres[1].loaded); err != nil {
 			rp.close()
 			return nil, err
 		}
@@ -189,16 +214,9 @@ func (rp *replayer) close() {
 	}
 }
 
-// privateReplayer loads a private director serving tables and a
-// replayer running frames through it.
-func privateReplayer(d *loader.Director, err error, dc *table.DirectorConfig, gw net.HardwareAddr, tables []*table.Table) (*loader.Director, *lab.Replayer, error) {
-	c := *dc
-	c.GatewayMAC = gw
-	if err == nil {
-		if err = d.Serve(&c, tables); err != nil {
-			d.Close()
-		}
-	}
+// privateReplayer makes a replayer running frames through d, the private
+// director loaded (with err) to serve a side's tables.
+func privateReplayer(d *loader.Director, err error) (*loader.Director, *lab.Replayer, error) {
 	if errors.Is(err, unix.EPERM) {
 		// Not cilium/ebpf's hint about MEMLOCK: privileges are missing.
 		return nil, nil, errors.New("replay: running the XDP program in the kernel (BPF_PROG_RUN) needs root, or CAP_BPF " +
