@@ -139,8 +139,8 @@ func NewBuilder(tc *TableConfig) (*Builder, error) {
 	b.reindex()
 	b.parallel(func(lo, hi int) {
 		out := b.scratch()
+		rowStates(b.k0, b.k1, uint32(lo), b.states[lo:hi])
 		for r := lo; r < hi; r++ {
-			b.states[r] = rowState(b.k0, b.k1, uint32(r))
 			b.rankRow(r, out)
 		}
 	})

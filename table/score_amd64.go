@@ -23,3 +23,27 @@ func vectorScores(st *sipState, w, out []uint64, thr uint64, masks []uint16) {
 		scoresV4AVX512(st, &w[0], &out[0], len(w), thr, &masks[0])
 	}
 }
+
+// rowStatesAVX512 is in score_amd64.s.
+//
+//go:noescape
+func rowStatesAVX512(k *[2]uint64, row uint32, out *[4][8]uint64)
+
+// rowStates fills out with the states of rows from, from+1, ... (rowState),
+// eight at a time in the vector unit where it can.
+func rowStates(k0, k1 uint64, from uint32, out []sipState) {
+	i := 0
+	if haveVectorScores {
+		k := [2]uint64{k0, k1}
+		var v [4][8]uint64
+		for ; i+8 <= len(out); i += 8 {
+			rowStatesAVX512(&k, from+uint32(i), &v)
+			for l := range 8 {
+				out[i+l] = sipState{v[0][l], v[1][l], v[2][l], v[3][l]}
+			}
+		}
+	}
+	for ; i < len(out); i++ {
+		out[i] = rowState(k0, k1, from+uint32(i))
+	}
+}

@@ -105,3 +105,81 @@ loop:
 	JNZ  loop
 	VZEROUPPER
 	RET
+
+// func rowStatesAVX512(k *[2]uint64, row uint32, out *[4][8]uint64)
+//
+// The states of rows row to row+7 (rowState), lane i for row+i, each
+// state word in its own vector: out[j][i] is row+i's vj.
+TEXT ·rowStatesAVX512(SB), NOSPLIT, $0-24
+	MOVQ k+0(FP), AX
+	MOVL row+8(FP), BX
+	MOVQ out+16(FP), DI
+	// The initial state, for both hashes.
+	MOVQ 0(AX), CX
+	MOVQ $0x736f6d6570736575, DX
+	XORQ CX, DX
+	VPBROADCASTQ DX, Z16
+	MOVQ $0x6c7967656e657261, DX
+	XORQ CX, DX
+	VPBROADCASTQ DX, Z18
+	MOVQ 8(AX), CX
+	MOVQ $0x646f72616e646f6d, DX
+	XORQ CX, DX
+	VPBROADCASTQ DX, Z17
+	MOVQ $0x7465646279746573, DX
+	XORQ CX, DX
+	VPBROADCASTQ DX, Z19
+	// The seed message of row+i: 4<<56 | bswap32(row+i).
+	VPBROADCASTD BX, Y8
+	VPADDD    rowlanes<>(SB), Y8, Y8
+	VPSHUFB   bswap32<>(SB), Y8, Y8
+	VPMOVZXDQ Y8, Z8
+	MOVQ $0x0400000000000000, DX
+	VPBROADCASTQ DX, Z9
+	VPORQ Z9, Z8, Z8
+	// rowSeed: compress, finalize.
+	VMOVDQA64 Z16, Z0
+	VMOVDQA64 Z17, Z1
+	VMOVDQA64 Z18, Z2
+	VPXORQ    Z8, Z19, Z3
+	ROUND(Z0, Z1, Z2, Z3)
+	ROUND(Z0, Z1, Z2, Z3)
+	VPXORQ Z8, Z0, Z0
+	MOVQ $0xff, DX
+	VPBROADCASTQ DX, Z9
+	VPXORQ Z9, Z2, Z2
+	ROUND(Z0, Z1, Z2, Z3)
+	ROUND(Z0, Z1, Z2, Z3)
+	ROUND(Z0, Z1, Z2, Z3)
+	ROUND(Z0, Z1, Z2, Z3)
+	VPXORQ Z1, Z0, Z8
+	VPXORQ Z3, Z2, Z9
+	VPXORQ Z9, Z8, Z8
+	// The row's state: a fresh one compresses the seed.
+	VMOVDQA64 Z16, Z0
+	VMOVDQA64 Z17, Z1
+	VMOVDQA64 Z18, Z2
+	VPXORQ    Z8, Z19, Z3
+	ROUND(Z0, Z1, Z2, Z3)
+	ROUND(Z0, Z1, Z2, Z3)
+	VPXORQ Z8, Z0, Z0
+	VMOVDQU64 Z0, 0(DI)
+	VMOVDQU64 Z1, 64(DI)
+	VMOVDQU64 Z2, 128(DI)
+	VMOVDQU64 Z3, 192(DI)
+	VZEROUPPER
+	RET
+
+// 0..7, the lane offsets of the rows.
+DATA rowlanes<>+0x00(SB)/8, $0x0000000100000000
+DATA rowlanes<>+0x08(SB)/8, $0x0000000300000002
+DATA rowlanes<>+0x10(SB)/8, $0x0000000500000004
+DATA rowlanes<>+0x18(SB)/8, $0x0000000700000006
+GLOBL rowlanes<>(SB), RODATA|NOPTR, $32
+
+// Byte reversal of each 32-bit lane.
+DATA bswap32<>+0x00(SB)/8, $0x0405060700010203
+DATA bswap32<>+0x08(SB)/8, $0x0c0d0e0f08090a0b
+DATA bswap32<>+0x10(SB)/8, $0x0405060700010203
+DATA bswap32<>+0x18(SB)/8, $0x0c0d0e0f08090a0b
+GLOBL bswap32<>(SB), RODATA|NOPTR, $32

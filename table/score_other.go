@@ -5,3 +5,10 @@ package table
 var haveVectorScores = false
 
 func vectorScores(st *sipState, w, out []uint64, thr uint64, masks []uint16) { panic("unreachable") }
+
+// rowStates fills out with the states of rows from, from+1, ... (rowState).
+func rowStates(k0, k1 uint64, from uint32, out []sipState) {
+	for i := range out {
+		out[i] = rowState(k0, k1, from+uint32(i))
+	}
+}

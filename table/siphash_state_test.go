@@ -35,3 +35,36 @@ func TestFlowHashState(t *testing.T) {
 		}
 	}
 }
+
+// TestRowStates: the states rowStates makes in bulk (eight rows at a time
+// in the vector unit, where there is one) are rowState's, for any start and
+// length, at the ends of the row numbers too.
+func TestRowStates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	check := func(name string) {
+		for i := 0; i < 200; i++ {
+			k0, k1 := rng.Uint64(), rng.Uint64()
+			from := rng.Uint32()
+			switch i % 4 {
+			case 0:
+				from = 0
+			case 1:
+				from = Rows - 24
+			case 2:
+				from = ^uint32(0) - 5 // row numbers wrap in the message, as uint32
+			}
+			out := make([]sipState, rng.IntN(40))
+			rowStates(k0, k1, from, out)
+			for j, got := range out {
+				if want := rowState(k0, k1, from+uint32(j)); got != want {
+					t.Fatalf("%s: keys %#x %#x, row %d: %+v, want %+v", name, k0, k1, from+uint32(j), got, want)
+				}
+			}
+		}
+	}
+	check("default")
+	saved := haveVectorScores
+	defer func() { haveVectorScores = saved }()
+	haveVectorScores = false
+	check("portable")
+}
