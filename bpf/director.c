@@ -533,11 +533,13 @@ static __always_inline int group_match(struct dir_group_entry *e, __u32 idx, __u
 }
 
 /* probe_group looks for the group of key w0..w4: its answer, or -3 when
- * there is none. */
+ * there is none. v4, a constant at each use, says an IPv4 key: its last
+ * three words are zero, so they add nothing to the hash and need no
+ * comparing (the family is in w0), as in probe_exact. */
 static __always_inline int probe_group(struct dir_group_table *gt, __u32 w0, __u32 m0, __u32 m1, __u32 m2, __u32 m3,
-				       __u16 port)
+				       __u16 port, int v4)
 {
-	__u32 h = exact_hash(w0, m0, m1, m2, m3);
+	__u32 h = v4 ? exact_hash(w0, m0, 0, 0, 0) : exact_hash(w0, m0, m1, m2, m3);
 #pragma unroll
 	for (int i = 0; i < DIR_GROUP_PROBES; i++) {
 		__u32 idx = (h + i) & (DIR_GROUP_SLOTS - 1);
@@ -545,24 +547,40 @@ static __always_inline int probe_group(struct dir_group_table *gt, __u32 w0, __u
 		if (!e->count)
 			return -3;
 		__u32 *ew = (__u32 *)&e->key;
-		if (ew[0] == w0 && ew[1] == m0 && ew[2] == m1 && ew[3] == m2 && ew[4] == m3)
+		if (ew[0] == w0 && ew[1] == m0 && (v4 || (ew[2] == m1 && ew[3] == m2 && ew[4] == m3)))
 			return e->trie ? -2 : group_match(e, idx, port, gt);
 	}
 	return -3;
 }
 
 /* probe_len probes the group of the flow's address at the family's li-th
- * prefix length. */
-static __always_inline int probe_len(struct dir_group_table *gt, const struct flow *f, int fi, int li)
+ * prefix length; v4 (a constant) says the family is IPv4. */
+static __always_inline int probe_len(struct dir_group_table *gt, const struct flow *f, int v4, int li)
 {
 	const __u32 *a = (const __u32 *)f->vip;
 	__u16 port = bpf_ntohs(f->vip_port);
-	struct dir_group_len *l = &gt->lens[fi & 1][li];
+	struct dir_group_len *l = &gt->lens[v4 ? 0 : 1][li];
 	__u32 w0 = f->proto | (__u32)f->family << 8 | (__u32)l->plen << 16;
-	/* One path for both families: an IPv4 length's masks are zero past
-	 * the first word (and the flow's address words are too), so the
-	 * program, and the verifier's work, stays small. */
-	return probe_group(gt, w0, a[0] & l->mask[0], a[1] & l->mask[1], a[2] & l->mask[2], a[3] & l->mask[3], port);
+	if (v4)
+		return probe_group(gt, w0, a[0] & l->mask[0], 0, 0, 0, port, 1);
+	return probe_group(gt, w0, a[0] & l->mask[0], a[1] & l->mask[1], a[2] & l->mask[2], a[3] & l->mask[3], port, 0);
+}
+
+/* lookup_lens tries the family's n prefix lengths, longest first, by hand:
+ * clang will not unroll a loop around the probes' own unrolled loops. */
+static __always_inline int lookup_lens(struct dir_group_table *gt, const struct flow *f, int v4, __u32 n)
+{
+	int r;
+	_Static_assert(DIR_GROUP_LENS == 4, "one try per length");
+	if (n == 0 || (r = probe_len(gt, f, v4, 0)) != -3)
+		return n == 0 ? -1 : r;
+	if (n == 1 || (r = probe_len(gt, f, v4, 1)) != -3)
+		return n == 1 ? -1 : r;
+	if (n == 2 || (r = probe_len(gt, f, v4, 2)) != -3)
+		return n == 2 ? -1 : r;
+	if (n == 3 || (r = probe_len(gt, f, v4, 3)) != -3)
+		return n == 3 ? -1 : r;
+	return -1;
 }
 
 __noinline int dir_group_lookup(struct dir_group_table *gt, const struct flow *f)
@@ -573,19 +591,9 @@ __noinline int dir_group_lookup(struct dir_group_table *gt, const struct flow *f
 	__u32 n = gt->nlens[fi];
 	if (n == DIR_GROUP_TRIE)
 		return -2;
-	/* The lengths are tried by hand: clang will not unroll a loop around
-	 * the probes' own unrolled loops. */
-	int r;
-	_Static_assert(DIR_GROUP_LENS == 4, "one try per length");
-	if (n == 0 || (r = probe_len(gt, f, fi, 0)) != -3)
-		return n == 0 ? -1 : r;
-	if (n == 1 || (r = probe_len(gt, f, fi, 1)) != -3)
-		return n == 1 ? -1 : r;
-	if (n == 2 || (r = probe_len(gt, f, fi, 2)) != -3)
-		return n == 2 ? -1 : r;
-	if (n == 3 || (r = probe_len(gt, f, fi, 3)) != -3)
-		return n == 3 ? -1 : r;
-	return -1;
+	if (!fi)
+		return lookup_lens(gt, f, 1, n);
+	return lookup_lens(gt, f, 0, n);
 }
 
 /* lookup_groups returns the table slot for a flow and its hash state, -1
