@@ -1,7 +1,9 @@
 package loader
 
 import (
+	"bytes"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,9 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader/lab"
+	"github.com/director/director/table/model"
+	"github.com/director/director/table/pkt"
 )
 
 // testDir gives a test its own pin directory under /sys/fs/bpf and
@@ -144,4 +149,46 @@ func TestLoadRefreshesConfig(t *testing.T) {
 	if v.CsumBase != want {
 		t.Fatalf("after load, csum_base is %#x, want %#x", v.CsumBase, want)
 	}
+}
+
+// TestLoadServing: what serve puts in the maps (while the program is
+// verified) is what the program then steers by, and serve's error fails
+// the load and leaves the pin directory usable.
+func TestLoadServing(t *testing.T) {
+	testenv.Kernel(t)
+	dc := directorConfig()
+	tabs := testTables(t, testConfig)
+	m := model.New(dc, pkt.GatewayMAC, tabs)
+	frame := pkt.Frame(pkt.IPv4(netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
+	want := m.Process(frame)
+	if want.Verdict != model.XDPTX {
+		t.Fatal("the frame is not steered")
+	}
+	served := false
+	d, err := LoadServing("", func(d *Director) error {
+		served = true
+		return d.Serve(&dc, tabs)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if !served || d.Prog == nil {
+		t.Fatalf("served %v, program %v", served, d.Prog)
+	}
+	v, out, err := lab.Run(d.Prog, frame)
+	if err != nil || int(v) != model.XDPTX || !bytes.Equal(out, want.Out) {
+		t.Fatalf("verdict %d (%v), output %x, want %x", v, err, out, want.Out)
+	}
+
+	dir := testDir(t)
+	refused := errors.New("refused")
+	if _, err := LoadServing(dir, func(*Director) error { return refused }); !errors.Is(err, refused) {
+		t.Fatalf("serve's error: %v", err)
+	}
+	d2, err := Load(dir) // the lock was released
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.Close()
 }
