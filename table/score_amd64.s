@@ -106,6 +106,17 @@ loop:
 	VZEROUPPER
 	RET
 
+// A fresh state (Z0-Z3, from the initial one in Z16-Z19) that has
+// compressed the message words in m.
+#define FRESH_COMPRESS(m) \
+	VMOVDQA64 Z16, Z0; \
+	VMOVDQA64 Z17, Z1; \
+	VMOVDQA64 Z18, Z2; \
+	VPXORQ    m, Z19, Z3; \
+	ROUND(Z0, Z1, Z2, Z3); \
+	ROUND(Z0, Z1, Z2, Z3); \
+	VPXORQ m, Z0, Z0
+
 // func rowStatesAVX512(k *[2]uint64, row uint32, out *[4][8]uint64)
 //
 // The states of rows row to row+7 (rowState), lane i for row+i, each
@@ -138,13 +149,7 @@ TEXT ·rowStatesAVX512(SB), NOSPLIT, $0-24
 	VPBROADCASTQ DX, Z9
 	VPORQ Z9, Z8, Z8
 	// rowSeed: compress, finalize.
-	VMOVDQA64 Z16, Z0
-	VMOVDQA64 Z17, Z1
-	VMOVDQA64 Z18, Z2
-	VPXORQ    Z8, Z19, Z3
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z0, Z1, Z2, Z3)
-	VPXORQ Z8, Z0, Z0
+	FRESH_COMPRESS(Z8)
 	MOVQ $0xff, DX
 	VPBROADCASTQ DX, Z9
 	VPXORQ Z9, Z2, Z2
@@ -156,13 +161,7 @@ TEXT ·rowStatesAVX512(SB), NOSPLIT, $0-24
 	VPXORQ Z3, Z2, Z9
 	VPXORQ Z9, Z8, Z8
 	// The row's state: a fresh one compresses the seed.
-	VMOVDQA64 Z16, Z0
-	VMOVDQA64 Z17, Z1
-	VMOVDQA64 Z18, Z2
-	VPXORQ    Z8, Z19, Z3
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z0, Z1, Z2, Z3)
-	VPXORQ Z8, Z0, Z0
+	FRESH_COMPRESS(Z8)
 	VMOVDQU64 Z0, 0(DI)
 	VMOVDQU64 Z1, 64(DI)
 	VMOVDQU64 Z2, 128(DI)
