@@ -85,7 +85,7 @@ func Load(dir string) (*Director, error) { return LoadServing(dir, nil) }
 // LoadServing is Load with serve, when not nil, run on the new director
 // while the kernel verifies its program: the maps exist and are set up, so
 // serve may fill them (Serve), but d.Prog is not set yet. Verifying takes
-// about 50 ms and filling the maps waits for RCU grace periods; a command
+// about 40 ms and filling the maps waits for RCU grace periods; a command
 // that starts a private director to run packets through (replay) waits for
 // the longer of the two rather than their sum. An error from serve fails
 // the load.

@@ -31,8 +31,8 @@ const encapRoom = 256
 // profiler cannot keep a run of many repeats from finishing), two more
 // system calls, which made a one-frame run 1.38 µs against 0.89 here. A
 // run of one repeat cannot be cut short that way: the kernel looks for
-// signals only after a run, and before 6.0 reported a signal found then as
-// EINTR although the frame had run.
+// signals only after a run, and older kernels that reported a signal
+// found then as EINTR had run the frame all the same.
 func runInto(p *ebpf.Program, frame, buf []byte) (verdict uint32, out []byte, err error) {
 	if len(frame) == 0 || len(buf) == 0 {
 		return 0, nil, fmt.Errorf("BPF_PROG_RUN: empty frame or buffer")
