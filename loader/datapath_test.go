@@ -78,6 +78,22 @@ func setupWith(t testing.TB, dc table.DirectorConfig, cfg string) (*Director, *m
 	return d, model.New(dc, pkt.GatewayMAC, tabs)
 }
 
+// loadServingTest loads a director into dir serving the test config's
+// tables and director config, for tests that attach it, and the model of
+// the same.
+func loadServingTest(dir string) (*Director, *model.Datapath, error) {
+	dc := directorConfig()
+	tabs := testTables(nil, testConfig)
+	d, err := LoadServing(dir, func(d *Director) error {
+		_, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, model.New(dc, pkt.GatewayMAC, tabs), nil
+}
+
 func directorConfig() table.DirectorConfig {
 	dc := table.DefaultDirectorConfig()
 	dc.SrcIP = netip.MustParseAddr("192.0.2.1")

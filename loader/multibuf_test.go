@@ -186,17 +186,11 @@ func vethJumbo(dir, mode string) error {
 			return err
 		}
 	}
-	d, err := Load(dir)
+	d, m, err := loadServingTest(dir)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	dc := directorConfig()
-	tabs := testTables(nil, testConfig)
-	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
-		return err
-	}
-	m := model.New(dc, pkt.GatewayMAC, tabs)
 	if _, err := d.Attach("dir0", mode); err != nil {
 		return err
 	}

@@ -41,17 +41,11 @@ func vethSteering(dir, mode string) error {
 	if err := lab.Veth("dir0", "peer0"); err != nil {
 		return err
 	}
-	d, err := Load(dir)
+	d, m, err := loadServingTest(dir)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	dc := directorConfig()
-	tabs := testTables(nil, testConfig)
-	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
-		return err
-	}
-	m := model.New(dc, pkt.GatewayMAC, tabs)
 
 	a, err := d.Attach("dir0", mode)
 	if err != nil {
@@ -98,7 +92,7 @@ func vethSteering(dir, mode string) error {
 		}
 		// The outer destination is the primary the table names for the
 		// client: check it from the table, independently of the model.
-		tab := tabs[want.Table]
+		tab := m.Tables[want.Table]
 		client := clientOf(frame)
 		_, p, _ := tab.Lookup(flowHashOf(tab, client))
 		if dst := fmt.Sprintf("%d.%d.%d.%d", got[30], got[31], got[32], got[33]); dst != p.IP.String() {
