@@ -84,11 +84,12 @@ func setupWith(t testing.TB, dc table.DirectorConfig, cfg string) (*Director, *m
 func loadServingTest(dir string) (*Director, *model.Datapath, error) {
 	dc := directorConfig()
 	tabs := testTables(nil, testConfig)
-	d, err := LoadServing(dir, func(d *Director) error {
-		_, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil)
-		return err
-	})
+	d, err := Load(dir)
 	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
+		d.Close()
 		return nil, nil, err
 	}
 	return d, model.New(dc, pkt.GatewayMAC, tabs), nil

@@ -80,16 +80,19 @@ func collectionSpec() (*ebpf.CollectionSpec, error) {
 //
 // With dir "" it loads a private instance: nothing is pinned, and it lives
 // as long as this process holds it (replays and tests use this).
-func Load(dir string) (*Director, error) { return LoadServing(dir, nil) }
+func Load(dir string) (*Director, error) { return load(dir, nil) }
 
-// LoadServing is Load with serve, when not nil, run on the new director
+// LoadServing loads a private director (Load("")) and runs serve on it
 // while the kernel verifies its program: the maps exist and are set up, so
 // serve may fill them (Serve), but d.Prog is not set yet. Verifying takes
 // about 40 ms and filling the maps waits for RCU grace periods; a command
 // that starts a private director to run packets through (replay) waits for
 // the longer of the two rather than their sum. An error from serve fails
-// the load.
-func LoadServing(dir string, serve func(d *Director) error) (*Director, error) {
+// the load. A private director only: a pinned one is loaded under its
+// directory's lock, which an apply takes as well.
+func LoadServing(serve func(d *Director) error) (*Director, error) { return load("", serve) }
+
+func load(dir string, serve func(d *Director) error) (*Director, error) {
 	spec, err := collectionSpec()
 	if err != nil {
 		return nil, err

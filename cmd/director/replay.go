@@ -139,7 +139,7 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 		ch := make(chan loaded, 1)
 		if !modelOnly {
 			go func() {
-				d, err := loader.LoadServing("", func(d *loader.Director) error {
+				d, err := loader.LoadServing(func(d *loader.Director) error {
 					t, ok := <-tables
 					if !ok {
 						return errNoTables
