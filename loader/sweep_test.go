@@ -21,6 +21,9 @@ var sweepBinds = []struct{ name, binds string }{
 	{"wide", `{"ip": "10.40.1.2", "proto": "tcp", "port_start": 1, "port_end": 65535}, {"ip": "10.40.1.1", "proto": "tcp", "port": 22}`},
 	{"p24", `{"ip": "10.40.1.0/24", "proto": "tcp", "port_start": 80, "port_end": 8080}, {"ip": "10.40.1.0/24", "proto": "udp", "port": 53}`},
 	{"p16", `{"ip": "10.40.0.0/16", "proto": "tcp", "port": 443}, {"ip": "10.40.0.0/16", "proto": "udp", "port_start": 0, "port_end": 65535}`},
+	// Shorter than /16: it covers many of the /16s the program indexes
+	// IPv4's prefix lengths by.
+	{"p12", `{"ip": "10.32.0.0/12", "proto": "tcp", "port": 25}, {"ip": "10.32.0.0/12", "proto": "udp", "port_start": 5000, "port_end": 5100}`},
 	{"p64", `{"ip": "fd00:40::/64", "proto": "tcp", "port_start": 1000, "port_end": 2000}, {"ip": "fd00:40::/48", "proto": "udp", "port": 53}`},
 }
 
@@ -65,7 +68,7 @@ func TestBindSweep(t *testing.T) {
 		addrs []string
 		trie  bool
 	}{
-		{"group path", nil, []string{"10.40.1.1", "10.40.1.2", "10.40.1.77", "10.40.9.9", "10.41.0.1", "fd00:40::1", "fd00:40::99", "fd00:40:0:1::1", "fd00:41::1"}, false},
+		{"group path", nil, []string{"10.40.1.1", "10.40.1.2", "10.40.1.77", "10.40.9.9", "10.41.0.1", "10.32.7.7", "10.47.255.1", "10.48.0.1", "fd00:40::1", "fd00:40::99", "fd00:40:0:1::1", "fd00:41::1"}, false},
 		{"trie fallback", many, []string{"10.40.1.1", "10.40.1.77", "10.50.1.3", "10.50.1.40", "10.50.1.100", "10.50.2.1", "fd00:50::1", "fd00:40::99"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) { sweep(t, sweepConfig(c.extra...), c.addrs, c.trie) })
