@@ -512,21 +512,25 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
 /* The group path is one global function: the verifier checks it once, on
  * its own, rather than at every use, which keeps the program's load time
  * (and replay's start-up) what it was before it. It returns -1 for no
- * bind, -2 when the trie must answer, or a match: the table slot in the
- * low 8 bits, and where its hash state is: GROUP_IN_ENTRY | entry << 9
- * (the entry's own) or else the slot's in dir_group_table.state. */
-#define GROUP_IN_ENTRY (1u << 8)
+ * bind, -2 when the trie must answer, or where the match is: GROUP_IN_ENTRY
+ * | the entry (its range0, and its own hash state), or else the index of
+ * the range in dir_group_table.r (and the state is its slot's). Where, not
+ * what: the caller's hash state then waits for the probe's hash alone,
+ * not for a load of the slot as well. */
+#define GROUP_IN_ENTRY (1u << 15)
+_Static_assert(DIR_GROUP_SLOTS <= GROUP_IN_ENTRY && DIR_GROUP_RANGES <= GROUP_IN_ENTRY, "GROUP_IN_ENTRY is no index");
 
 static __always_inline int group_match(struct dir_group_entry *e, __u32 idx, __u16 port, struct dir_group_table *gt)
 {
 	if (port >= e->range0.lo && port <= e->range0.hi)
-		return (e->range0.slot & (DIR_MAX_SLOTS - 1)) | GROUP_IN_ENTRY | idx << 9;
+		return GROUP_IN_ENTRY | idx;
 	__u32 first = e->first, more = e->count - 1;
 	/* A bounded loop, which the verifier follows. */
 	for (__u32 j = 0; j < DIR_GROUP_SCAN - 1 && j < more; j++) {
-		struct dir_port_range *r = &gt->r[(first + j) & (DIR_GROUP_RANGES - 1)];
+		__u32 ri = (first + j) & (DIR_GROUP_RANGES - 1);
+		struct dir_port_range *r = &gt->r[ri];
 		if (port >= r->lo && port <= r->hi)
-			return r->slot & (DIR_MAX_SLOTS - 1);
+			return ri;
 	}
 	/* The longest prefix decides: no range, no bind. */
 	return -1;
@@ -604,11 +608,15 @@ static __always_inline int lookup_groups(struct dir_group_table *gt, const struc
 	int r = dir_group_lookup(gt, f);
 	if (r < 0)
 		return r;
-	__u32 slot = r & (DIR_MAX_SLOTS - 1);
-	if (r & GROUP_IN_ENTRY)
-		*state = gt->e[((__u32)r >> 9) & (DIR_GROUP_SLOTS - 1)].state;
-	else
+	__u32 slot;
+	if (r & GROUP_IN_ENTRY) {
+		struct dir_group_entry *e = &gt->e[r & (DIR_GROUP_SLOTS - 1)];
+		slot = e->range0.slot & (DIR_MAX_SLOTS - 1);
+		*state = e->state;
+	} else {
+		slot = gt->r[r & (DIR_GROUP_RANGES - 1)].slot & (DIR_MAX_SLOTS - 1);
 		*state = gt->state[slot];
+	}
 	c->c[DIR_C_BIND_GROUP]++;
 	return slot;
 }
