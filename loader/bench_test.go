@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"flag"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -298,6 +299,106 @@ func benchVersus(b *testing.B, cfg string, base, versus [][]byte) error {
 	slices.Sort(diff)
 	b.ReportMetric(median(ns[0]), "base-ns/pkt")
 	b.ReportMetric(median(ns[1]), "versus-ns/pkt")
+	b.ReportMetric(median(diff), "diff-ns/pkt")
+	b.ReportMetric(diff[len(diff)/4], "diff-q1-ns/pkt")
+	b.ReportMetric(diff[len(diff)*3/4], "diff-q3-ns/pkt")
+	return nil
+}
+
+var abObject = flag.String("ab.object", "", "BenchmarkProgramAB: the other build's director BPF object (bpf/director_bpfel.o) to compare this build's with; none: this build's with itself")
+
+// BenchmarkProgramAB compares this build's program with another build's
+// (-ab.object, an object whose maps are laid out as this build's), in one
+// run rather than runs of two test binaries, which a shared machine's
+// drift between runs separates by more than most changes: each build is
+// loaded as a director on its own veth pair, and windows of the same
+// traffic alternate between them (the order flips every window). Reported
+// are each build's median kernel-ns/pkt (a-ns: the other build, b-ns:
+// this one) and the median of the per-window differences, this build's
+// cost minus the other's, with their quartiles. Without -ab.object both
+// are this build: the differences then show what the two veth pairs alone
+// make of the same program.
+//
+//	go test -c -o new.test ./loader  # and in the other build's tree:
+//	./new.test -test.run '^$' -test.bench ProgramAB -test.benchtime 4000000x -ab.object OTHER/bpf/director_bpfel.o
+func BenchmarkProgramAB(b *testing.B) {
+	testenv.Kernel(b)
+	cases := []struct {
+		name   string
+		cfg    string
+		frames [][]byte
+	}{
+		{"ipv4-tcp", testConfig, [][]byte{benchTCP4(9)}},
+		{"ipv6-tcp", testConfig, [][]byte{benchTCP6()}},
+		{"binds-exact", bindsConfig, benchTo("192.0.2.1", 80)},
+		{"binds-range", bindsConfig, benchTo("192.0.2.1", 8080)},
+		{"binds-prefix", bindsConfig, benchTo("198.18.0.77", 80)},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			err := lab.InNetns(func() error { return benchAB(b, c.cfg, c.frames) })
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+func benchAB(b *testing.B, cfg string, frames [][]byte) error {
+	var ds [2]*Director
+	for i := range ds {
+		if i == 0 && *abObject != "" {
+			defer func(orig func() (*ebpf.CollectionSpec, error)) { directorSpec = orig }(directorSpec)
+			directorSpec = func() (*ebpf.CollectionSpec, error) { return ebpf.LoadCollectionSpec(*abObject) }
+		}
+		ds[i], _ = setupWith(b, directorConfig(), cfg)
+		directorSpec = bpf.LoadDirector
+	}
+	var rigs [2]*lab.Rig
+	for i, d := range ds {
+		var err error
+		if rigs[i], err = lab.NewRig(fmt.Sprintf("ab%d", i), d.Prog, lab.ModeNative); err != nil {
+			return err
+		}
+		defer rigs[i].Close()
+	}
+	const windows = 20
+	per := uint32(max(b.N/windows/2, 10000))
+	var ns [2][]float64
+	var diff []float64
+	b.ResetTimer()
+	for w := 0; w < windows; w++ {
+		order := []int{0, 1}
+		if w%2 == 1 {
+			order[0], order[1] = 1, 0
+		}
+		var cost [2]float64
+		for _, i := range order {
+			c, err := rigs[i].Send(frames, per)
+			if err != nil {
+				return err
+			}
+			if c.Runs < uint64(per)/10 {
+				return fmt.Errorf("%d runs counted for %d packets", c.Runs, per)
+			}
+			cost[i] = float64(c.Runtime.Nanoseconds()) / float64(c.Runs)
+			ns[i] = append(ns[i], cost[i])
+		}
+		diff = append(diff, cost[1]-cost[0])
+	}
+	b.StopTimer()
+	for i, d := range ds {
+		got, err := d.GlobalCounters()
+		if err != nil {
+			return err
+		}
+		if got[model.CounterEncapsulated] == 0 {
+			return fmt.Errorf("build %d encapsulated nothing", i)
+		}
+	}
+	slices.Sort(diff)
+	b.ReportMetric(median(ns[0]), "a-ns/pkt")
+	b.ReportMetric(median(ns[1]), "b-ns/pkt")
 	b.ReportMetric(median(diff), "diff-ns/pkt")
 	b.ReportMetric(diff[len(diff)/4], "diff-q1-ns/pkt")
 	b.ReportMetric(diff[len(diff)*3/4], "diff-q3-ns/pkt")

@@ -65,8 +65,13 @@ var pinnedMaps = []string{
 	bpf.DirectorMapTables, bpf.DirectorMapCounters, bpf.DirectorMapBackendTraffic,
 }
 
+// directorSpec reads the BPF object loads use: the embedded one, unless a
+// benchmark comparing two builds of the program (BenchmarkProgramAB) loads
+// the other build's.
+var directorSpec = bpf.LoadDirector
+
 func collectionSpec() (*ebpf.CollectionSpec, error) {
-	spec, err := bpf.LoadDirector()
+	spec, err := directorSpec()
 	if err != nil {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
