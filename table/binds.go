@@ -3,6 +3,7 @@ package table
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 )
 
@@ -175,17 +176,17 @@ func groupKeys(refs []BindRef) []groupKey {
 }
 
 func groups(refs []BindRef, keys []groupKey) []BindGroup {
+	cov := newCoverIndex(refs)
 	out := make([]BindGroup, 0, len(keys))
 	for _, k := range keys {
 		g := BindGroup{Proto: k.proto, Prefix: k.prefix}
+		cover := cov.covering(k.prefix)
 		if k.proto == ProtoICMP || k.proto == ProtoICMPv6 {
 			// Echo: the table of the most specific bind covering the
 			// whole prefix, the first listed among equals.
 			best := -1
-			for i, r := range refs {
-				b := r.Bind
-				if b.Prefix.Addr().Is4() == k.prefix.Addr().Is4() && b.Prefix.Bits() <= k.prefix.Bits() &&
-					b.Prefix.Masked().Contains(k.prefix.Addr()) && (best < 0 || b.Prefix.Bits() > refs[best].Bind.Prefix.Bits()) {
+			for _, i := range cover {
+				if best < 0 || refs[i].Bind.Prefix.Bits() > refs[best].Bind.Prefix.Bits() {
 					best = i
 				}
 			}
@@ -193,28 +194,69 @@ func groups(refs []BindRef, keys []groupKey) []BindGroup {
 				g.Ranges = []PortRange{{0, 65535, refs[best].Table}}
 			}
 		} else {
-			g.Ranges = effectivePorts(refs, k.proto, k.prefix)
+			g.Ranges = effectivePorts(refs, cover, k.proto)
 		}
 		out = append(out, g)
 	}
 	return out
 }
 
-// effectivePorts overlays the port ranges of every bind whose prefix
-// contains p, least specific first, so more specific binds win.
-func effectivePorts(refs []BindRef, proto Proto, p netip.Prefix) []PortRange {
-	var cover []BindRef
-	for _, r := range refs {
-		b := r.Bind
-		if b.Proto == proto && b.Prefix.Addr().Is4() == p.Addr().Is4() &&
-			b.Prefix.Bits() <= p.Bits() && b.Prefix.Masked().Contains(p.Addr()) {
-			cover = append(cover, r)
+// coverIndex finds the binds whose prefixes hold a given prefix without
+// looking at every bind: by the masked prefix, at each length binds use. A
+// config at the limits (8,192 binds) would otherwise take seconds.
+type coverIndex struct {
+	at   map[netip.Prefix][]int // masked bind prefix: its binds, in listing order
+	lens [2][]int               // the prefix lengths binds use, IPv4's and IPv6's
+}
+
+func newCoverIndex(refs []BindRef) *coverIndex {
+	c := &coverIndex{at: map[netip.Prefix][]int{}}
+	for i, r := range refs {
+		p := r.Bind.Prefix.Masked()
+		f := 0
+		if p.Addr().Is6() {
+			f = 1
+		}
+		if !slices.Contains(c.lens[f], p.Bits()) {
+			c.lens[f] = append(c.lens[f], p.Bits())
+		}
+		c.at[p] = append(c.at[p], i)
+	}
+	return c
+}
+
+// covering returns the indices of the binds whose prefixes contain p (of
+// p's family, no longer than p), in listing order.
+func (c *coverIndex) covering(p netip.Prefix) []int {
+	f := 0
+	if p.Addr().Is6() {
+		f = 1
+	}
+	var out []int
+	for _, l := range c.lens[f] {
+		if l <= p.Bits() {
+			q, _ := p.Addr().Prefix(l)
+			out = append(out, c.at[q]...)
 		}
 	}
-	sort.SliceStable(cover, func(i, j int) bool { return cover[i].Bind.Prefix.Bits() < cover[j].Bind.Prefix.Bits() })
+	slices.Sort(out)
+	return out
+}
+
+// effectivePorts overlays the port ranges of the binds of proto among
+// cover (those whose prefixes contain the group's, in listing order),
+// least specific first, so more specific binds win.
+func effectivePorts(refs []BindRef, cover []int, proto Proto) []PortRange {
+	var rs []BindRef
+	for _, i := range cover {
+		if refs[i].Bind.Proto == proto {
+			rs = append(rs, refs[i])
+		}
+	}
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Bind.Prefix.Bits() < rs[j].Bind.Prefix.Bits() })
 	// owner[port] would be 64K entries; ranges are few, so paint intervals.
 	var cur []PortRange
-	for _, r := range cover {
+	for _, r := range rs {
 		cur = paint(cur, PortRange{r.Bind.PortStart, r.Bind.PortEnd, r.Table})
 	}
 	return cur
