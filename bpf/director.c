@@ -517,7 +517,7 @@ static __always_inline int lookup_exact(struct dir_exact_table *et, const struct
  * the range in dir_group_table.r (and the state is its slot's). Where, not
  * what: the caller's hash state then waits for the probe's hash alone,
  * not for a load of the slot as well. */
-#define GROUP_IN_ENTRY (1u << 15)
+#define GROUP_IN_ENTRY (1u << 16)
 _Static_assert(DIR_GROUP_SLOTS <= GROUP_IN_ENTRY && DIR_GROUP_RANGES <= GROUP_IN_ENTRY, "GROUP_IN_ENTRY is no index");
 
 static __always_inline int group_match(struct dir_group_entry *e, __u32 idx, __u16 port, struct dir_group_table *gt)
@@ -536,10 +536,11 @@ static __always_inline int group_match(struct dir_group_entry *e, __u32 idx, __u
 	return -1;
 }
 
-/* probe_group looks for the group of key w0..w4: its answer, or -3 when
- * there is none. v4, a constant at each use, says an IPv4 key: its last
- * three words are zero, so they add nothing to the hash and need no
- * comparing (the family is in w0), as in probe_exact. */
+/* probe_group looks for the group of key w0..w4: its answer, -3 when
+ * there is none, or -2 (ask the trie) when its probes are all full: a group
+ * that did not fit may be the key's. v4, a constant at each use, says an
+ * IPv4 key: its last three words are zero, so they add nothing to the hash
+ * and need no comparing (the family is in w0), as in probe_exact. */
 static __always_inline int probe_group(struct dir_group_table *gt, __u32 w0, __u32 m0, __u32 m1, __u32 m2, __u32 m3,
 				       __u16 port, int v4)
 {
@@ -554,7 +555,7 @@ static __always_inline int probe_group(struct dir_group_table *gt, __u32 w0, __u
 		if (ew[0] == w0 && ew[1] == m0 && (v4 || (ew[2] == m1 && ew[3] == m2 && ew[4] == m3)))
 			return e->trie ? -2 : group_match(e, idx, port, gt);
 	}
-	return -3;
+	return -2;
 }
 
 /* probe_len probes the group of the flow's address at the family's li-th

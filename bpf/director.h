@@ -19,9 +19,9 @@ enum dir_limit {
 	DIR_MAX_TABLES = 64,   /* counter blocks: tables live at once, with room to spare */
 	DIR_MAX_SLOTS = 128,   /* table slots: live, previous and next apply's tables */
 	DIR_NAME_LEN = 64,
-	DIR_EXACT_SLOTS = 8192, /* exact-bind table entries, a power of two (see below) */
+	DIR_EXACT_SLOTS = 16384, /* exact-bind table entries, a power of two (see below) */
 	DIR_EXACT_PROBES = 4,
-	DIR_GROUP_SLOTS = 8192, /* bind-group table entries, a power of two (see below) */
+	DIR_GROUP_SLOTS = 32768, /* bind-group table entries, a power of two (see below) */
 	DIR_GROUP_PROBES = 4,
 	DIR_GROUP_LENS = 4,    /* prefix lengths per family the group path probes */
 	DIR_GROUP_RANGES = 16384, /* port ranges of every group, a power of two */
@@ -141,8 +141,11 @@ struct dir_bind_val {
  * most packets find their table with one cache line or two instead of two
  * trie walks. Its answer is always the trie's: a full-length prefix is the
  * most specific match, and binds of different tables may not overlap at the
- * same prefix. An entry that does not fit within DIR_EXACT_PROBES of its
- * home is left to the trie. */
+ * same prefix. Entries are placed Robin Hood style (loader/exact.go), at
+ * most DIR_EXACT_PROBES - 1 slots past their home; one that does not fit
+ * is left to the group path. Echo binds are not here: an echo request finds
+ * its group, which holds every port. Sized so that the most exact binds a
+ * config may have (256 per table, 32 tables) fill it to one half. */
 struct dir_exact_key {
 	__u8 proto;
 	__u8 family;
@@ -191,7 +194,12 @@ enum dir_exact_mult {
  * longest match does, and its port is looked for among its ranges (a
  * group with more than DIR_GROUP_SCAN is left to the trie). So the cost is
  * a few cache lines whatever the number of binds. Each slot's SipHash
- * state is kept here too, as exact entries keep theirs. */
+ * state is kept here too, as exact entries keep theirs. Groups are placed
+ * as exact entries are. A group that does not fit leaves the probes of its
+ * home all full, and a probe that finds them full without its key asks
+ * the trie: only that group's packets, not the family's, take the slow
+ * path. At the limits (8,192 binds to as many addresses, and their echo
+ * groups) the table is half full. */
 struct dir_group_key {
 	__u8 proto;
 	__u8 family;

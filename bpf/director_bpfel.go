@@ -130,7 +130,7 @@ const (
 
 type DirectorDirExactTable struct {
 	_ structs.HostLayout
-	E [8192]DirectorDirExactEntry
+	E [16384]DirectorDirExactEntry
 }
 
 type DirectorDirFamily uint32
@@ -173,7 +173,7 @@ type DirectorDirGroupTable struct {
 	Pad   [5]uint8
 	Lens  [2][4]DirectorDirGroupLen
 	State [128][4]uint64
-	E     [8192]DirectorDirGroupEntry
+	E     [32768]DirectorDirGroupEntry
 	R     [16384]DirectorDirPortRange
 }
 
@@ -196,9 +196,9 @@ const (
 	DirectorDirLimitDIR_MAX_TABLES   DirectorDirLimit = 64
 	DirectorDirLimitDIR_MAX_SLOTS    DirectorDirLimit = 128
 	DirectorDirLimitDIR_NAME_LEN     DirectorDirLimit = 64
-	DirectorDirLimitDIR_EXACT_SLOTS  DirectorDirLimit = 8192
+	DirectorDirLimitDIR_EXACT_SLOTS  DirectorDirLimit = 16384
 	DirectorDirLimitDIR_EXACT_PROBES DirectorDirLimit = 4
-	DirectorDirLimitDIR_GROUP_SLOTS  DirectorDirLimit = 8192
+	DirectorDirLimitDIR_GROUP_SLOTS  DirectorDirLimit = 32768
 	DirectorDirLimitDIR_GROUP_PROBES DirectorDirLimit = 4
 	DirectorDirLimitDIR_GROUP_LENS   DirectorDirLimit = 4
 	DirectorDirLimitDIR_GROUP_RANGES DirectorDirLimit = 16384

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -354,6 +355,78 @@ func benchAB(b *testing.B, cfg string, frames [][]byte) error {
 		ds[i], _ = setupWith(b, directorConfig(), cfg)
 		directorSpec = bpf.LoadDirector
 	}
+	return benchTwo(b, ds, frames)
+}
+
+// BenchmarkProgramManyBinds measures whether a packet's cost depends on
+// how many binds there are: as ProgramAB, but both directors are this
+// build, one serving bindsConfig (three binds) and the other the same
+// table among 32 tables of 256 binds (8,192, each to its own address,
+// half of them port ranges). diff-ns/pkt is the second's cost minus the
+// first's.
+//
+//	go test ./loader -run '^$' -bench ProgramManyBinds -benchtime 4000000x
+func BenchmarkProgramManyBinds(b *testing.B) {
+	testenv.Kernel(b)
+	cases := []struct {
+		name   string
+		frames [][]byte
+	}{
+		{"exact", benchTo("192.0.2.1", 80)},
+		{"range", benchTo("192.0.2.1", 8080)},
+		{"prefix", benchTo("198.18.0.77", 80)},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			err := lab.InNetns(func() error {
+				var ds [2]*Director
+				for i, cfg := range []string{bindsConfig, manyBindsConfig()} {
+					ds[i], _ = setupWith(b, directorConfig(), cfg)
+				}
+				return benchTwo(b, ds, c.frames)
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// manyBindsConfig is bindsConfig's table, its binds filled up to 256, among
+// 31 more tables of 256 binds: each bind to its own address in
+// 100.64.0.0/10, every other one a port range.
+func manyBindsConfig() string {
+	var ts []string
+	for t := 0; t < MaxTables; t++ {
+		var binds []string
+		n := table.MaxBinds
+		if t == 0 {
+			binds = append(binds, `{"ip": "192.0.2.1", "proto": "tcp", "port": 80}, {"ip": "192.0.2.1", "proto": "tcp", "port_start": 8000, "port_end": 9000},
+            {"ip": "198.18.0.0/24", "proto": "tcp", "port": 80}`)
+			n -= 3
+		}
+		for i := 0; i < n; i++ {
+			a := netip.AddrFrom4([4]byte{100, 64 + byte(t), byte(i), 1})
+			if i%2 == 0 {
+				binds = append(binds, fmt.Sprintf(`{"ip": "%s", "proto": "tcp", "port": 443}`, a))
+			} else {
+				binds = append(binds, fmt.Sprintf(`{"ip": "%s", "proto": "tcp", "port_start": 1000, "port_end": 2000}`, a))
+			}
+		}
+		ts = append(ts, fmt.Sprintf(`{"name": "t%d", "hash_key": "00112233445566778899aabbccddee%02x", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1%02x",
+  "binds": [%s],
+  "backends": [{"ip": "10.1.%d.1", "state": "active", "healthy": true}, {"ip": "10.1.%d.2", "state": "active", "healthy": true},
+               {"ip": "10.1.%d.3", "state": "active", "healthy": true}, {"ip": "10.1.%d.4", "state": "active", "healthy": true}]}`,
+			t, t, t, strings.Join(binds, ", "), t, t, t, t))
+	}
+	return `{"tables": [` + strings.Join(ts, ",\n") + `]}`
+}
+
+// benchTwo runs the same frames through two directors, each on its own
+// veth pair, windows alternating, and reports each one's median cost and
+// the median of the per-window differences (the second's minus the
+// first's) with their quartiles.
+func benchTwo(b *testing.B, ds [2]*Director, frames [][]byte) error {
 	var rigs [2]*lab.Rig
 	for i, d := range ds {
 		var err error

