@@ -19,23 +19,21 @@ func TestPlaceRH(t *testing.T) {
 	const n, probes = 1024, 4
 	for _, load := range []int{256, 512, 900, 1024, 1500} {
 		rng := rand.New(rand.NewPCG(uint64(load), 1))
-		slots := make([]int, n)
-		homes := newHomes(n)
+		slots := make([]int, n) // entries are 1..load; 0 is an empty slot
 		home := map[int]uint32{}
+		used := func(e *int) bool { return *e != 0 }
+		homeOf := func(e *int) uint32 { return home[*e] }
 		placed := 0
 		for k := 1; k <= load; k++ {
 			home[k] = rng.Uint32()
-			if placeRH(slots, homes, home[k], k, probes) {
+			if placeRH(slots, used, homeOf, home[k], k, probes) {
 				placed++
 			}
 		}
 		at := map[int]int{}
 		for i, k := range slots {
-			if homes[i] >= 0 {
+			if k != 0 {
 				at[k] = i
-				if uint32(homes[i]) != home[k]&(n-1) {
-					t.Fatalf("load %d: slot %d records home %d, its entry's is %d", load, i, homes[i], home[k]&(n-1))
-				}
 			}
 		}
 		if len(at) != placed && load <= n {
@@ -46,7 +44,7 @@ func TestPlaceRH(t *testing.T) {
 			i, ok := at[k]
 			if !ok {
 				for d := 0; d < probes; d++ {
-					if homes[(h+d)&(n-1)] < 0 {
+					if slots[(h+d)&(n-1)] == 0 {
 						t.Fatalf("load %d: entry %d was dropped, but slot %d of its probes is empty", load, k, d)
 					}
 				}
@@ -57,7 +55,7 @@ func TestPlaceRH(t *testing.T) {
 				t.Fatalf("load %d: entry %d is %d slots past its home", load, k, d)
 			}
 			for j := 0; j < d; j++ {
-				if homes[(h+j)&(n-1)] < 0 {
+				if slots[(h+j)&(n-1)] == 0 {
 					t.Fatalf("load %d: entry %d lies past an empty slot", load, k)
 				}
 			}

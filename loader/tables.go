@@ -555,11 +555,16 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		}
 	}
 	et, _ := buildExact(entries, tables, slots)
-	if err := d.Maps.BindExact.Put(inactive, et); err != nil {
+	err = d.Maps.BindExact.Put(inactive, et)
+	exactTables.Put(et)
+	if err != nil {
 		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
 	if d.Maps.BindGroups != nil {
-		if err := d.Maps.BindGroups.Put(inactive, buildGroups(table.CompileGroups(refs), tables, slots)); err != nil {
+		gt := buildGroups(table.CompileGroups(refs), tables, slots)
+		err := d.Maps.BindGroups.Put(inactive, gt)
+		groupTables.Put(gt)
+		if err != nil {
 			return fmt.Errorf("writing the bind group table: %w", err)
 		}
 	}
