@@ -419,8 +419,7 @@ func exactSet(tabs []*table.Table) map[exactKeyT]bool {
 	}
 	out := map[exactKeyT]bool{}
 	for _, e := range table.CompileBinds(refs) {
-		// Echo binds are left to the group path (buildExact).
-		if e.Exact && e.Proto != table.ProtoICMP && e.Proto != table.ProtoICMPv6 {
+		if InExactTable(e) {
 			out[exactKeyT{uint8(e.Proto), e.Prefix.Addr(), e.Port}] = true
 		}
 	}

@@ -48,6 +48,13 @@ func exactHash(k bpf.DirectorDirExactKey) uint32 {
 	return uint32(h>>32) ^ uint32(h)
 }
 
+// InExactTable reports whether the exact table is for e, a compiled bind
+// entry (it holds e when there is room): binds to one address and one
+// port. Echo entries are left to their groups, which hold every port.
+func InExactTable(e table.BindEntry) bool {
+	return e.Exact && e.Proto != table.ProtoICMP && e.Proto != table.ProtoICMPv6
+}
+
 // buildExact places the exact entries in an open-addressing table, Robin
 // Hood style (placeRH). An entry that finds no slot within exactProbes of
 // its home is left out: the group path, which holds every bind, answers
@@ -60,7 +67,7 @@ func buildExact(entries []table.BindEntry, tables []*table.Table, slots []int) (
 	home := func(e *bpf.DirectorDirExactEntry) uint32 { return exactHash(e.Key) }
 	n, dropped := 0, 0
 	for _, e := range entries {
-		if !e.Exact || e.Proto == table.ProtoICMP || e.Proto == table.ProtoICMPv6 {
+		if !InExactTable(e) {
 			continue
 		}
 		k := exactKey(e.Proto, e.Prefix.Addr(), e.Port)

@@ -119,7 +119,7 @@ func TestBindTablesAtLimits(t *testing.T) {
 			entries := table.CompileBinds(refs)
 			wantExact := 0
 			for _, e := range entries {
-				if e.Exact && e.Proto != table.ProtoICMP && e.Proto != table.ProtoICMPv6 {
+				if InExactTable(e) {
 					wantExact++
 				}
 			}

@@ -263,7 +263,8 @@ type pathFrames struct {
 
 // splitByPath sorts frames by the path they take through the program, as
 // the model and the compiled binds say: the exact-bind hash table, the
-// prefix and port-range trie, or passed.
+// group table (prefixes, port ranges, echo requests) or the trie, or
+// passed.
 func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pathFrames {
 	var refs []table.BindRef
 	for i, t := range tables {
@@ -278,7 +279,7 @@ func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pa
 	}
 	exact := map[key]bool{}
 	for _, e := range table.CompileBinds(refs) {
-		if e.Exact {
+		if loader.InExactTable(e) {
 			exact[key{uint8(e.Proto), e.Prefix.Addr(), e.Port}] = true
 		}
 	}
