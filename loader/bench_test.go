@@ -286,37 +286,14 @@ func benchVersus(b *testing.B, cfg string, base, versus [][]byte) error {
 		return err
 	}
 	defer rig.Close()
-	const windows = 20
-	per := uint32(max(b.N/windows/2, 10000))
-	var ns [2][]float64
-	var diff []float64
-	b.ResetTimer()
-	for w := 0; w < windows; w++ {
-		order := []int{0, 1}
-		if w%2 == 1 {
-			order[0], order[1] = 1, 0
-		}
-		var cost [2]float64
-		for _, i := range order {
-			c, err := rig.Send([][][]byte{base, versus}[i], per)
-			if err != nil {
-				return err
-			}
-			if c.Runs < uint64(per)/10 {
-				return fmt.Errorf("%d runs counted for %d packets", c.Runs, per)
-			}
-			cost[i] = float64(c.Runtime.Nanoseconds()) / float64(c.Runs)
-			ns[i] = append(ns[i], cost[i])
-		}
-		diff = append(diff, cost[1]-cost[0])
+	send := func(frames [][]byte) func(uint32) (lab.Cost, error) {
+		return func(per uint32) (lab.Cost, error) { return rig.Send(frames, per) }
 	}
-	b.StopTimer()
-	slices.Sort(diff)
-	b.ReportMetric(median(ns[0]), "base-ns/pkt")
-	b.ReportMetric(median(ns[1]), "versus-ns/pkt")
-	b.ReportMetric(median(diff), "diff-ns/pkt")
-	b.ReportMetric(diff[len(diff)/4], "diff-q1-ns/pkt")
-	b.ReportMetric(diff[len(diff)*3/4], "diff-q3-ns/pkt")
+	ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (lab.Cost, error){send(base), send(versus)})
+	if err != nil {
+		return err
+	}
+	reportDiff(b, ns, diff, "base", "versus")
 	return nil
 }
 
@@ -449,46 +426,23 @@ func benchTwo(b *testing.B, ds [2]*Director, frames [][]byte) error {
 		}
 		defer rigs[i].Close()
 	}
-	const windows = 20
-	per := uint32(max(b.N/windows/2, 10000))
-	var ns [2][]float64
-	var diff []float64
-	b.ResetTimer()
-	for w := 0; w < windows; w++ {
-		order := []int{0, 1}
-		if w%2 == 1 {
-			order[0], order[1] = 1, 0
-		}
-		var cost [2]float64
-		for _, i := range order {
-			c, err := rigs[i].Send(frames, per)
-			if err != nil {
-				return err
-			}
-			if c.Runs < uint64(per)/10 {
-				return fmt.Errorf("%d runs counted for %d packets", c.Runs, per)
-			}
-			cost[i] = float64(c.Runtime.Nanoseconds()) / float64(c.Runs)
-			ns[i] = append(ns[i], cost[i])
-		}
-		diff = append(diff, cost[1]-cost[0])
+	send := func(r *lab.Rig) func(uint32) (lab.Cost, error) {
+		return func(per uint32) (lab.Cost, error) { return r.Send(frames, per) }
 	}
-	b.StopTimer()
+	ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (lab.Cost, error){send(rigs[0]), send(rigs[1])})
+	if err != nil {
+		return err
+	}
 	for i, d := range ds {
 		got, err := d.GlobalCounters()
 		if err != nil {
 			return err
 		}
 		if got[model.CounterEncapsulated] == 0 {
-			return fmt.Errorf("build %d encapsulated nothing", i)
+			return fmt.Errorf("director %d encapsulated nothing", i)
 		}
 	}
-	slices.Sort(diff)
-	b.ReportMetric(median(ns[0]), "a-ns/pkt")
-	b.ReportMetric(median(ns[1]), "b-ns/pkt")
-	b.ReportMetric(median(diff), "diff-ns/pkt")
-	b.ReportMetric(diff[len(diff)/4], "diff-q1-ns/pkt")
-	b.ReportMetric(diff[len(diff)*3/4], "diff-q3-ns/pkt")
+	reportDiff(b, ns, diff, "a", "b")
 	return nil
 }
 
@@ -521,43 +475,66 @@ func benchPaired(b *testing.B, cfg string, frames [][]byte) error {
 		defer rigs[i].Close()
 	}
 
-	const windows = 20
-	per := uint32(max(b.N/windows, 10000))
 	before, _ := d.GlobalCounters()
-	var baseNs, dirNs, diff []float64
-	var dirRuns uint64
+	send := func(r *lab.Rig) func(uint32) (lab.Cost, error) {
+		return func(per uint32) (lab.Cost, error) { return r.Send(frames, per) }
+	}
+	ns, diff, runs, err := alternate(b, uint32(max(b.N/20, 10000)), [2]func(uint32) (lab.Cost, error){send(rigs[0]), send(rigs[1])})
+	if err != nil {
+		return err
+	}
+	after, _ := d.GlobalCounters()
+	if got := after[model.CounterEncapsulated] - before[model.CounterEncapsulated]; got > runs[1] || got+100 < runs[1] {
+		return fmt.Errorf("%d of %d runs encapsulated", got, runs[1])
+	}
+	b.ReportMetric(median(ns[0]), "base-ns/pkt")
+	b.ReportMetric(median(ns[1]), "director-ns/pkt")
+	b.ReportMetric(median(diff), "above-ns/pkt")
+	b.ReportMetric(slices.Min(diff), "above-min-ns/pkt")
+	return nil
+}
+
+// alternate sends windows of traffic to two sides, per packets a window
+// each (send[i]), the order flipping every window, and returns each
+// side's kernel-ns/pkt per window, the per-window differences (side 1's
+// minus side 0's) and each side's runs. The paired benchmarks all measure
+// this way: the machine's noise moves both sides alike within a window.
+func alternate(b *testing.B, per uint32, send [2]func(uint32) (lab.Cost, error)) (ns [2][]float64, diff []float64, runs [2]uint64, err error) {
+	const windows = 20
 	b.ResetTimer()
 	for w := 0; w < windows; w++ {
 		order := []int{0, 1}
 		if w%2 == 1 {
 			order[0], order[1] = 1, 0
 		}
-		var cost [2]lab.Cost
+		var cost [2]float64
 		for _, i := range order {
-			c, err := rigs[i].Send(frames, per)
+			c, err := send[i](per)
 			if err != nil {
-				return err
+				return ns, nil, runs, err
 			}
 			if c.Runs < uint64(per)/10 {
-				return fmt.Errorf("%d runs counted for %d packets", c.Runs, per)
+				return ns, nil, runs, fmt.Errorf("%d runs counted for %d packets", c.Runs, per)
 			}
-			cost[i] = c
+			cost[i] = float64(c.Runtime.Nanoseconds()) / float64(c.Runs)
+			ns[i] = append(ns[i], cost[i])
+			runs[i] += c.Runs
 		}
-		bn := float64(cost[0].Runtime.Nanoseconds()) / float64(cost[0].Runs)
-		dn := float64(cost[1].Runtime.Nanoseconds()) / float64(cost[1].Runs)
-		baseNs, dirNs, diff = append(baseNs, bn), append(dirNs, dn), append(diff, dn-bn)
-		dirRuns += cost[1].Runs
+		diff = append(diff, cost[1]-cost[0])
 	}
 	b.StopTimer()
-	after, _ := d.GlobalCounters()
-	if got := after[model.CounterEncapsulated] - before[model.CounterEncapsulated]; got > dirRuns || got+100 < dirRuns {
-		return fmt.Errorf("%d of %d runs encapsulated", got, dirRuns)
-	}
-	b.ReportMetric(median(baseNs), "base-ns/pkt")
-	b.ReportMetric(median(dirNs), "director-ns/pkt")
-	b.ReportMetric(median(diff), "above-ns/pkt")
-	b.ReportMetric(slices.Min(diff), "above-min-ns/pkt")
-	return nil
+	return ns, diff, runs, nil
+}
+
+// reportDiff reports the medians of two sides' costs, named a and b, and
+// of their per-window differences, with the differences' quartiles.
+func reportDiff(b *testing.B, ns [2][]float64, diff []float64, a, bn string) {
+	slices.Sort(diff)
+	b.ReportMetric(median(ns[0]), a+"-ns/pkt")
+	b.ReportMetric(median(ns[1]), bn+"-ns/pkt")
+	b.ReportMetric(median(diff), "diff-ns/pkt")
+	b.ReportMetric(diff[len(diff)/4], "diff-q1-ns/pkt")
+	b.ReportMetric(diff[len(diff)*3/4], "diff-q3-ns/pkt")
 }
 
 func median(v []float64) float64 {
