@@ -176,11 +176,27 @@ func BenchmarkApply(b *testing.B) {
 //	go test ./loader -run '^$' -bench ProgramPaired -benchtime 4000000x
 func BenchmarkProgramPaired(b *testing.B) {
 	testenv.Kernel(b)
-	cases := []struct {
-		name   string
-		cfg    string
-		frames [][]byte
-	}{
+	for _, c := range programCases() {
+		b.Run(c.name, func(b *testing.B) {
+			err := lab.InNetns(func() error { return benchPaired(b, c.cfg, c.frames) })
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// programCase is a kind of packet the program benchmarks send, with the
+// config that steers it.
+type programCase struct {
+	name   string
+	cfg    string
+	frames [][]byte
+}
+
+// programCases are the kinds of packet ProgramPaired and ProgramAB measure.
+func programCases() []programCase {
+	return []programCase{
 		{"ipv4-tcp", testConfig, [][]byte{benchTCP4(9)}},
 		{"ipv4-tcp-4096flows", testConfig, benchFlows()},
 		{"ipv6-tcp", testConfig, [][]byte{benchTCP6()}},
@@ -189,14 +205,6 @@ func BenchmarkProgramPaired(b *testing.B) {
 		{"binds/exact", bindsConfig, benchTo("192.0.2.1", 80)},
 		{"binds/range", bindsConfig, benchTo("192.0.2.1", 8080)},
 		{"binds/prefix", bindsConfig, benchTo("198.18.0.77", 80)},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error { return benchPaired(b, c.cfg, c.frames) })
-			if err != nil {
-				b.Fatal(err)
-			}
-		})
 	}
 }
 
@@ -315,18 +323,7 @@ var abObject = flag.String("ab.object", "", "BenchmarkProgramAB: the other build
 //	./new.test -test.run '^$' -test.bench ProgramAB -test.benchtime 4000000x -ab.object OTHER/bpf/director_bpfel.o
 func BenchmarkProgramAB(b *testing.B) {
 	testenv.Kernel(b)
-	cases := []struct {
-		name   string
-		cfg    string
-		frames [][]byte
-	}{
-		{"ipv4-tcp", testConfig, [][]byte{benchTCP4(9)}},
-		{"ipv6-tcp", testConfig, [][]byte{benchTCP6()}},
-		{"binds-exact", bindsConfig, benchTo("192.0.2.1", 80)},
-		{"binds-range", bindsConfig, benchTo("192.0.2.1", 8080)},
-		{"binds-prefix", bindsConfig, benchTo("198.18.0.77", 80)},
-	}
-	for _, c := range cases {
+	for _, c := range programCases() {
 		b.Run(c.name, func(b *testing.B) {
 			err := lab.InNetns(func() error { return benchAB(b, c.cfg, c.frames) })
 			if err != nil {
