@@ -20,9 +20,9 @@ enum dir_limit {
 	DIR_MAX_SLOTS = 128,   /* table slots: live, previous and next apply's tables */
 	DIR_NAME_LEN = 64,
 	DIR_EXACT_SLOTS = 16384, /* exact-bind table entries, a power of two (see below) */
-	DIR_EXACT_PROBES = 4,
+	DIR_EXACT_PROBES = 8,  /* slots from its home an exact entry may be in */
 	DIR_GROUP_SLOTS = 32768, /* bind-group table entries, a power of two (see below) */
-	DIR_GROUP_PROBES = 4,
+	DIR_GROUP_PROBES = 8,  /* likewise for a group: half-full tables leave next to none out */
 	DIR_GROUP_LENS = 4,    /* prefix lengths per family the group path probes */
 	DIR_GROUP_RANGES = 16384, /* port ranges of every group, a power of two */
 	DIR_GROUP_SCAN = 8,    /* port ranges of one group the program scans */

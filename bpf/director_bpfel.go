@@ -197,9 +197,9 @@ const (
 	DirectorDirLimitDIR_MAX_SLOTS    DirectorDirLimit = 128
 	DirectorDirLimitDIR_NAME_LEN     DirectorDirLimit = 64
 	DirectorDirLimitDIR_EXACT_SLOTS  DirectorDirLimit = 16384
-	DirectorDirLimitDIR_EXACT_PROBES DirectorDirLimit = 4
+	DirectorDirLimitDIR_EXACT_PROBES DirectorDirLimit = 8
 	DirectorDirLimitDIR_GROUP_SLOTS  DirectorDirLimit = 32768
-	DirectorDirLimitDIR_GROUP_PROBES DirectorDirLimit = 4
+	DirectorDirLimitDIR_GROUP_PROBES DirectorDirLimit = 8
 	DirectorDirLimitDIR_GROUP_LENS   DirectorDirLimit = 4
 	DirectorDirLimitDIR_GROUP_RANGES DirectorDirLimit = 16384
 	DirectorDirLimitDIR_GROUP_SCAN   DirectorDirLimit = 8

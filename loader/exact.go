@@ -97,9 +97,10 @@ var (
 // which moves on. An entry that would go probes or more past its home is
 // dropped (this one or one it moved): it returns false then. A dropped
 // entry's probes are all full, and stay so, which the group table's lookup
-// relies on. Compared with taking the first free slot, Robin Hood drops
-// about a sixth as many entries at half full (a simulation of 16,384
-// entries in 32,768 slots: 60-94 against 406-470).
+// relies on. At half full, with eight probes, it drops next to nothing
+// where taking the first free slot drops about one entry in 200 (a
+// simulation of 16,384 entries in 32,768 slots, five runs: 0-1 against
+// 71-99; with four probes, 60-94 against 406-470).
 func placeRH[T any](slots []T, used func(*T) bool, home func(*T) uint32, h uint32, e T, probes int) bool {
 	mask := uint32(len(slots) - 1)
 	at := h & mask

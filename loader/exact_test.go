@@ -65,8 +65,8 @@ func TestPlaceRH(t *testing.T) {
 }
 
 // TestBindTablesAtLimits builds the exact and group tables of configs at
-// the limits, 32 tables of 256 binds, and checks that nearly every bind
-// has its place and that no family is left to the trie for want of room:
+// the limits, 32 tables of 256 binds, and checks that all but one in a
+// thousand binds have their place and that no family is left to the trie for want of room:
 // the lookup's cost must not depend on how many binds there are.
 func TestBindTablesAtLimits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -143,10 +143,11 @@ func TestBindTablesAtLimits(t *testing.T) {
 			if gt.Nlens[0] == groupTrie || gt.Nlens[1] == groupTrie {
 				t.Errorf("a family is left to the trie: %v", gt.Nlens)
 			}
-			if lost := wantExact - placed; lost*100 > wantExact {
+			// A place for all but one in a thousand.
+			if lost := wantExact - placed; lost*1000 > wantExact {
 				t.Errorf("%d of %d exact binds have no place", lost, wantExact)
 			}
-			if lost := withRanges - inTable; lost*100 > withRanges {
+			if lost := withRanges - inTable; lost*1000 > withRanges {
 				t.Errorf("%d of %d groups have no place", lost, withRanges)
 			}
 		})

@@ -62,11 +62,11 @@ func TestBindSweep(t *testing.T) {
 		 {"ip": "fd00:50::1", "proto": "tcp", "port_start": 130, "port_end": 139}, {"ip": "fd00:50::1", "proto": "tcp", "port_start": 150, "port_end": 159},
 		 {"ip": "fd00:50::1", "proto": "tcp", "port_start": 170, "port_end": 179}, {"ip": "fd00:50::1", "proto": "tcp", "port_start": 190, "port_end": 199}`,
 	}
-	// Six addresses whose groups share a home: the table's probes hold
-	// four, so two groups are left to the trie, whose packets the full
+	// Ten addresses whose groups share a home: the table's probes hold
+	// eight, so two groups are left to the trie, whose packets the full
 	// probes send there.
 	var full []string
-	colliding := collidingGroups(6)
+	colliding := collidingGroups(int(groupProbes) + 2)
 	for _, a := range colliding {
 		full = append(full, a.String())
 	}
