@@ -143,6 +143,17 @@ struct flow {
 		v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32); \
 	} while (0)
 
+/* sip_finish is SipHash-2-4's finalization, after the last block. */
+static __always_inline __u64 sip_finish(__u64 v0, __u64 v1, __u64 v2, __u64 v3)
+{
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
 /* The message: at most source and destination IPv6 addresses and two
  * ports, 36 bytes, zero-padded to whole words. */
 struct hashbuf {
@@ -177,12 +188,7 @@ static __always_inline __u64 siphash(const __u8 key[16], const struct hashbuf *m
 	SIPROUND;
 	SIPROUND;
 	v0 ^= w;
-	v2 ^= 0xff;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	return v0 ^ v1 ^ v2 ^ v3;
+	return sip_finish(v0, v1, v2, v3);
 }
 
 /* flow_hash is GLB's: SipHash over the enabled fields, concatenated in
@@ -284,12 +290,7 @@ static __always_inline __u64 hash_flow(const __u8 *key, const __u64 *state, cons
 		SIPROUND;
 		v0 ^= w;
 	}
-	v2 ^= 0xff;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	return v0 ^ v1 ^ v2 ^ v3;
+	return sip_finish(v0, v1, v2, v3);
 }
 
 /* ---- parsing ----
