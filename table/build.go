@@ -86,6 +86,7 @@ type Builder struct {
 	flags   []uint8    // per backend: flagActive, flagGood
 	v4idx   []int32    // ranked IPv4 backends
 	v4w     []uint64   // their final SipHash words, padded to vectorWidth
+	v4tail  uint16     // which of v4w's last vectorWidth words are not padding
 	v6idx   []int32    // ranked IPv6 backends
 	states  []sipState // per row: SipHash state after the row seed
 	ranks   []rank     // per row
@@ -220,6 +221,9 @@ func (b *Builder) reindex() {
 	for len(b.v4w)%vectorWidth != 0 {
 		b.v4w = append(b.v4w, 0) // padding; its scores are ignored
 	}
+	if len(b.v4w) > 0 {
+		b.v4tail = uint16(1)<<(len(b.v4idx)-(len(b.v4w)-vectorWidth)) - 1
+	}
 }
 
 // scratch is a per-worker buffer for rankRow: the scores, then the
@@ -287,70 +291,32 @@ func (b *Builder) rankRow(r int, out []uint64) {
 	b.ranks[r] = rk
 }
 
-// rankBlock is how many scores rankRowGood has the vector unit compute at
-// a time, after the first vectorWidth.
-const rankBlock = 64
-
 // rankRowGood is rankRow for the usual case, made fast: every ranked
 // backend is good and IPv4, and the vector unit scores. G is then R[0],
-// so only the best two are kept, with the comparisons inline.
+// so only the best two are kept. The vector unit also finds the second
+// best score and flags the scores at or under it, so Go looks at two
+// scores a row (more only on a tie).
 func (b *Builder) rankRowGood(r int, out []uint64) {
 	s0, s1 := ^uint64(0), ^uint64(0)
 	i0, i1 := int32(none), int32(none)
-	st := b.states[r]
 	w, idx := b.v4w, b.v4idx
 	n := len(idx)
-	consider := func(s uint64, i int32) {
-		if s < s1 || (s == s1 && b.before(s, i, s1, i1)) {
-			if s < s0 || (s == s0 && b.before(s, i, s0, i0)) {
-				s1, i1, s0, i0 = s0, i0, s, i
-			} else {
-				s1, i1 = s, i
-			}
-		}
-	}
-	// considerAll is consider for scores that are all looked at: which of
-	// them enter the best two is random, so it is chosen without
-	// branches (conditional moves), and only a tie, which needs the
-	// addresses, takes one.
-	considerAll := func(scores []uint64, idx []int32) {
-		for j, s := range scores {
-			i := idx[j]
-			if s == s0 || s == s1 {
-				consider(s, i)
-				continue
-			}
-			c0, c1 := s < s0, s < s1
-			ns1, ni1 := s1, i1
-			if c1 {
-				ns1, ni1 = s, i
-			}
-			if c0 {
-				ns1, ni1 = s0, i0
-			}
-			if c0 {
-				s0, i0 = s, i
-			}
-			s1, i1 = ns1, ni1
-		}
-	}
 	if len(w) > 0 {
 		masks := out[len(w):]
-		m16 := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(masks))), len(w)/vectorWidth)
-		head := min(vectorWidth, len(w))
-		vectorScores(&st, w[:head], out[:head], ^uint64(0), m16[:1])
-		considerAll(out[:min(head, n)], idx)
-		// The rest in blocks, the threshold (the second best) falling
-		// after each: fewer scores are flagged than with the head's alone.
-		for lo := head; lo < len(w); lo += rankBlock {
-			hi := min(lo+rankBlock, len(w))
-			vectorScores(&st, w[lo:hi], out[lo:hi], s1, m16[lo/vectorWidth:hi/vectorWidth])
-			for k, m := range m16[lo/vectorWidth : hi/vectorWidth] {
-				for m != 0 {
-					j := lo + k*vectorWidth + bits.TrailingZeros16(m)
-					m &= m - 1
-					if j < n {
-						consider(out[j], idx[j])
+		vectorBest2(&b.states[r], w, out[:len(w)], b.v4tail, masks)
+		for k, m := range masks[:(len(w)+63)/64] {
+			for m != 0 {
+				j := k*64 + bits.TrailingZeros64(m)
+				m &= m - 1
+				if j >= n {
+					break // padding, or bits a longer row left
+				}
+				s, i := out[j], idx[j]
+				if s < s1 || (s == s1 && b.before(s, i, s1, i1)) {
+					if s < s0 || (s == s0 && b.before(s, i, s0, i0)) {
+						s1, i1, s0, i0 = s0, i0, s, i
+					} else {
+						s1, i1 = s, i
 					}
 				}
 			}

@@ -528,6 +528,81 @@ func TestVectorScoresMatchReference(t *testing.T) {
 	}
 }
 
+// TestVectorBest2MatchesReference checks the all-good rows' vector path:
+// every score, and exactly the real scores at or under the second best
+// flagged, whatever the padding scores.
+func TestVectorBest2MatchesReference(t *testing.T) {
+	if !haveVectorScores {
+		t.Log("no vector unit on this CPU: the portable path is the only one")
+		return
+	}
+	rng := rand.New(rand.NewPCG(25, 26))
+	for i := 0; i < 300; i++ {
+		var seed Key
+		for j := range seed {
+			seed[j] = byte(rng.Uint32())
+		}
+		k0, k1 := keyWords(seed)
+		row := uint32(rng.IntN(Rows))
+		st := rowState(k0, k1, row)
+		n := 1 + rng.IntN(80)
+		w := make([]uint64, (n+vectorWidth-1)/vectorWidth*vectorWidth)
+		want := make([]uint64, n)
+		for j := 0; j < n; j++ {
+			a := netip.AddrFrom4([4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+			w[j] = wordsFor(AddrBytes(a)).w1
+			want[j] = refScore(seed, row, a)
+		}
+		for j := n; j < len(w); j++ {
+			w[j] = rng.Uint64() // padding: must not count, whatever it scores
+		}
+		if i%10 == 0 && n > 2 {
+			// A tie for second place: both must be flagged.
+			j, k := rng.IntN(n), rng.IntN(n)
+			for k == j {
+				k = rng.IntN(n)
+			}
+			w[k], want[k] = w[j], want[j]
+		}
+		sorted := slices.Clone(want)
+		slices.Sort(sorted)
+		second := sorted[min(1, n-1)]
+		if n == 1 {
+			second = ^uint64(0)
+		}
+		out := make([]uint64, len(w))
+		masks := make([]uint64, (len(w)+63)/64)
+		tail := uint16(1)<<(n-(len(w)-vectorWidth)) - 1
+		vectorBest2(&st, w, out, tail, masks)
+		for j := 0; j < n; j++ {
+			if out[j] != want[j] {
+				t.Fatalf("case %d lane %d: %#x, reference %#x", i, j, out[j], want[j])
+			}
+			if flagged := masks[j/64]>>(j%64)&1 == 1; flagged != (want[j] <= second) {
+				t.Fatalf("case %d (%d backends) lane %d: score %#x, second best %#x, flagged %v", i, n, j, want[j], second, flagged)
+			}
+		}
+	}
+}
+
+// TestPortableAndVectorGoodBuildsAgree covers rankRowGood: IPv4 backends,
+// all good, at sizes around the vector width and GLB's usual ones.
+func TestPortableAndVectorGoodBuildsAgree(t *testing.T) {
+	saved := haveVectorScores
+	defer func() { haveVectorScores = saved }()
+	for _, n := range []int{1, 2, 3, 15, 16, 17, 33, 64, 100, 256} {
+		tc := benchTable(n)
+		haveVectorScores = false
+		portable, err := Build(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		haveVectorScores = saved
+		fast, _ := Build(tc)
+		sameTable(t, fmt.Sprintf("%d backends", n), fast, portable)
+	}
+}
+
 func TestPortableAndVectorBuildsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	saved := haveVectorScores

@@ -2,7 +2,11 @@
 
 package table
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // scoresV4AVX512 is in score_amd64.s.
 //
@@ -21,6 +25,23 @@ func vectorScores(st *sipState, w, out []uint64, thr uint64, masks []uint16) {
 	if len(w) > 0 {
 		_ = masks[len(w)/vectorWidth-1]
 		scoresV4AVX512(st, &w[0], &out[0], len(w), thr, &masks[0])
+	}
+}
+
+// best2V4AVX512 is in score_amd64.s.
+//
+//go:noescape
+func best2V4AVX512(st *sipState, w *uint64, out *uint64, n int, tail uint16, masks *byte)
+
+// vectorBest2 is vectorScores for a row whose backends are all good: it
+// scores every IPv4 final word in w (len a multiple of vectorWidth) into
+// out and flags in masks (a bit per score, 64 to a word) those at most
+// the second best score. Lanes of the last vectorWidth words not set in
+// tail are padding; they never count as best.
+func vectorBest2(st *sipState, w, out []uint64, tail uint16, masks []uint64) {
+	if len(w) > 0 {
+		_ = masks[(len(w)-1)/64]
+		best2V4AVX512(st, &w[0], &out[0], len(w), tail, (*byte)(unsafe.Pointer(&masks[0])))
 	}
 }
 
