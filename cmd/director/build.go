@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/director/director/table"
 )
@@ -36,7 +37,15 @@ func runBuild(e *env, c *command, args []string) error {
 		return fmt.Errorf("build: %s is already a GLB binary table; build takes a JSON config", pos[0])
 	}
 	warnAll(e, src.Warnings)
-	if err := table.WriteGLBFile(*out, src.Tables); err != nil {
+	// The fingerprints (SHA-256 over 2 MB a table) are computed while the
+	// file is written and synced, rather than after.
+	var fps sync.WaitGroup
+	for _, t := range src.Tables {
+		fps.Go(func() { table.Fingerprint(t) })
+	}
+	err = table.WriteGLBFile(*out, src.Tables)
+	fps.Wait()
+	if err != nil {
 		return fmt.Errorf("build: writing %s: %w", *out, err)
 	}
 	fmt.Fprintf(e.stdout, "wrote %s: %d tables\n", *out, len(src.Tables))
