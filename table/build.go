@@ -309,7 +309,7 @@ func (b *Builder) rankRowGood(r int, out []uint64) {
 				j := k*64 + bits.TrailingZeros64(m)
 				m &= m - 1
 				if j >= n {
-					break // padding, or bits a longer row left
+					break // padding, flagged when there are fewer than two backends
 				}
 				s, i := out[j], idx[j]
 				if s < s1 || (s == s1 && b.before(s, i, s1, i1)) {
