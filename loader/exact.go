@@ -55,29 +55,157 @@ func InExactTable(e table.BindEntry) bool {
 	return e.Exact && e.Proto != table.ProtoICMP && e.Proto != table.ProtoICMPv6
 }
 
-// buildExact places the exact entries in an open-addressing table, Robin
-// Hood style (placeRH). An entry that finds no slot within exactProbes of
-// its home is left out: the group path, which holds every bind, answers
-// for it. Echo entries are left to the group path too, where their group
-// holds every port. It returns how many were placed.
-func buildExact(entries []table.BindEntry, tables []*table.Table, slots []int) (*bpf.DirectorDirExactTable, int) {
+// exactBudget is how many entries the exact table is given: half its
+// slots, where Robin Hood placement over exactProbes drops next to nothing
+// (see placeRH).
+const exactBudget = int(exactSlots / 2)
+
+// ExactPoint is one key of the exact table, and the table (an index into
+// the applied tables) it answers with.
+type ExactPoint struct {
+	Proto table.Proto
+	Addr  netip.Addr
+	Port  uint16
+	Table int
+}
+
+// ExactPoints lists what the exact table holds for the compiled binds
+// (table.CompileBinds) and their groups (table.CompileGroups). First every
+// exact bind (InExactTable). Then, while the table stays within
+// exactBudget, prefix and port-range binds spelled out point by point, as
+// GLB spells out port ranges: every (address, port) of a group whose
+// addresses no longer group of its protocol holds, with the table the
+// group's ranges give, which is the answer the group path gives for it. A
+// group goes in whole or not at all, the smallest first. So with room, a
+// prefix or range bind costs what an exact one does; with none (8,192
+// exact binds) nothing changes. Whatever the exact table does not hold
+// goes to the group path, which holds every bind: the exact table makes
+// answers faster, never different.
+func ExactPoints(entries []table.BindEntry, groups []table.BindGroup) []ExactPoint {
+	return exactPoints(entries, groups, spellOut)
+}
+
+// spellOut is whether ExactPoints spells out prefix and range binds; tests
+// of the group table and the trie turn it off, so that their packets go
+// there.
+var spellOut = true
+
+func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool) []ExactPoint {
+	type key struct {
+		proto table.Proto
+		addr  netip.Addr
+		port  uint16
+	}
+	var out []ExactPoint
+	for _, e := range entries {
+		if InExactTable(e) {
+			out = append(out, ExactPoint{e.Proto, e.Prefix.Addr(), e.Port, e.Table})
+		}
+	}
+	// The candidates, with how many points they would add at most.
+	type cand struct {
+		g    *table.BindGroup
+		size int
+	}
+	type lensKey struct {
+		proto table.Proto
+		v6    bool
+	}
+	type groupKey struct {
+		proto  table.Proto
+		prefix netip.Prefix
+	}
+	var cands []cand
+	lens := map[lensKey][]int{}
+	have := map[groupKey]bool{}
+	for i := range groups {
+		g := &groups[i]
+		if g.Proto == table.ProtoICMP || g.Proto == table.ProtoICMPv6 {
+			continue
+		}
+		lk := lensKey{g.Proto, g.Prefix.Addr().Is6()}
+		if !slices.Contains(lens[lk], g.Prefix.Bits()) {
+			lens[lk] = append(lens[lk], g.Prefix.Bits())
+		}
+		have[groupKey{g.Proto, g.Prefix}] = true
+		host := g.Prefix.Addr().BitLen() - g.Prefix.Bits()
+		if len(g.Ranges) == 0 || host >= 16 {
+			continue
+		}
+		ports := 0
+		for _, r := range g.Ranges {
+			ports += int(r.Hi) - int(r.Lo) + 1
+		}
+		cands = append(cands, cand{g, ports << host})
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].size < cands[j].size })
+	room := exactBudget - len(out)
+	if !spell || len(cands) == 0 || cands[0].size > room {
+		return out
+	}
+	seen := make(map[key]bool, len(out))
+	for _, p := range out {
+		seen[key{p.Proto, p.Addr, p.Port}] = true
+	}
+	// shadowed reports whether a longer group of proto holds a: its
+	// packets are that group's.
+	shadowed := func(proto table.Proto, a netip.Addr, bits int) bool {
+		for _, l := range lens[lensKey{proto, a.Is6()}] {
+			if l > bits {
+				if q, _ := a.Prefix(l); have[groupKey{proto, q}] {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, c := range cands {
+		if c.size > room {
+			break // the rest are no smaller
+		}
+		g := c.g
+		a := g.Prefix.Addr()
+		for range 1 << (a.BitLen() - g.Prefix.Bits()) {
+			if !shadowed(g.Proto, a, g.Prefix.Bits()) {
+				for _, r := range g.Ranges {
+					for port := int(r.Lo); port <= int(r.Hi); port++ {
+						k := key{g.Proto, a, uint16(port)}
+						if !seen[k] {
+							seen[k] = true
+							out = append(out, ExactPoint{g.Proto, a, uint16(port), r.Table})
+							room--
+						}
+					}
+				}
+			}
+			a = a.Next()
+		}
+	}
+	return out
+}
+
+// buildExact places the exact table's points (ExactPoints) in an
+// open-addressing table, Robin Hood style (placeRH). A point that finds no
+// slot within exactProbes of its home is left out: the group path, which
+// holds every bind, answers for it. It returns how many were placed.
+func buildExact(points []ExactPoint, tables []*table.Table, slots []int) (*bpf.DirectorDirExactTable, int) {
 	t := exactTables.Get().(*bpf.DirectorDirExactTable)
 	*t = bpf.DirectorDirExactTable{}
 	used := func(e *bpf.DirectorDirExactEntry) bool { return e.SlotPlus1 != 0 }
 	home := func(e *bpf.DirectorDirExactEntry) uint32 { return exactHash(e.Key) }
-	n, dropped := 0, 0
-	for _, e := range entries {
-		if !InExactTable(e) {
-			continue
-		}
-		k := exactKey(e.Proto, e.Prefix.Addr(), e.Port)
-		v := bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[e.Table]) + 1, HashState: table.FlowHashState(tables[e.Table].HashKey)}
-		n++
-		if !placeRH(t.E[:], used, home, exactHash(k), v, int(exactProbes)) {
-			dropped++
+	states := make([][4]uint64, len(tables))
+	for i, tb := range tables {
+		states[i] = table.FlowHashState(tb.HashKey)
+	}
+	placed := 0
+	for _, p := range points {
+		k := exactKey(p.Proto, p.Addr, p.Port)
+		v := bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[p.Table]) + 1, HashState: states[p.Table]}
+		if placeRH(t.E[:], used, home, exactHash(k), v, int(exactProbes)) {
+			placed++
 		}
 	}
-	return t, n - dropped
+	return t, placed
 }
 
 // The exact and group tables are megabytes, built at every apply: their

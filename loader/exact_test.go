@@ -117,14 +117,13 @@ func TestBindTablesAtLimits(t *testing.T) {
 				}
 			}
 			entries := table.CompileBinds(refs)
-			wantExact := 0
-			for _, e := range entries {
-				if InExactTable(e) {
-					wantExact++
-				}
-			}
-			_, placed := buildExact(entries, tables, slots)
 			groups := table.CompileGroups(refs)
+			points := ExactPoints(entries, groups)
+			wantExact := len(points)
+			if wantExact > exactBudget {
+				t.Errorf("%d exact points, more than the budget of %d", wantExact, exactBudget)
+			}
+			_, placed := buildExact(points, tables, slots)
 			gt := buildGroups(groups, tables, slots)
 			inTable := 0
 			for _, e := range gt.E {
@@ -145,7 +144,7 @@ func TestBindTablesAtLimits(t *testing.T) {
 			}
 			// A place for all but one in a thousand.
 			if lost := wantExact - placed; lost*1000 > wantExact {
-				t.Errorf("%d of %d exact binds have no place", lost, wantExact)
+				t.Errorf("%d of %d exact points have no place", lost, wantExact)
 			}
 			if lost := withRanges - inTable; lost*1000 > withRanges {
 				t.Errorf("%d of %d groups have no place", lost, withRanges)
@@ -184,4 +183,96 @@ func fullWindowBinds(addrs []netip.Addr) string {
 			a, 1000+i, a, 2000+10*i, 2005+10*i)
 	}
 	return s
+}
+
+// TestExactPointsAnswerAsResolveBind checks the exact table's contents on
+// random configs of nested prefixes and overlapping port ranges: every
+// point answers as table.ResolveBind does, no key is there twice, the
+// budget holds, and exact binds all come first.
+func TestExactPointsAnswerAsResolveBind(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for c := 0; c < 200; c++ {
+		var refs []table.BindRef
+		for i := 0; i < 1+rng.IntN(12); i++ {
+			proto := table.ProtoTCP
+			if rng.IntN(3) == 0 {
+				proto = table.ProtoUDP
+			}
+			var p netip.Prefix
+			if rng.IntN(4) == 0 {
+				a := netip.AddrFrom16([16]byte{0x20, 0x01, 0xd, 0xb8, 15: byte(rng.IntN(4))})
+				p = netip.PrefixFrom(a, 120+rng.IntN(9))
+			} else {
+				a := netip.AddrFrom4([4]byte{198, 18, byte(rng.IntN(2)), byte(rng.IntN(256))})
+				p = netip.PrefixFrom(a, []int{22, 24, 26, 30, 32, 32}[rng.IntN(6)])
+			}
+			lo := uint16(rng.IntN(100))
+			hi := lo
+			if rng.IntN(2) == 0 {
+				hi += uint16(rng.IntN(2000))
+			}
+			r := table.BindRef{Table: rng.IntN(3), Bind: table.Bind{Prefix: p, Proto: proto, PortStart: lo, PortEnd: hi}}
+			// A config may not have two tables claim one prefix,
+			// protocol and port.
+			clash := false
+			for _, o := range refs {
+				ob := o.Bind
+				clash = clash || (o.Table != r.Table && ob.Proto == proto && ob.Prefix.Masked() == p.Masked() && ob.PortStart <= hi && lo <= ob.PortEnd)
+			}
+			if !clash {
+				refs = append(refs, r)
+			}
+		}
+		entries := table.CompileBinds(refs)
+		points := ExactPoints(entries, table.CompileGroups(refs))
+		if len(points) > exactBudget {
+			t.Fatalf("config %d: %d points, budget %d", c, len(points), exactBudget)
+		}
+		type key struct {
+			proto table.Proto
+			addr  netip.Addr
+			port  uint16
+		}
+		seen := map[key]bool{}
+		exact := 0
+		for _, e := range entries {
+			if InExactTable(e) {
+				exact++
+			}
+		}
+		for i, p := range points {
+			k := key{p.Proto, p.Addr, p.Port}
+			if seen[k] {
+				t.Fatalf("config %d: %v %v:%d twice", c, p.Proto, p.Addr, p.Port)
+			}
+			seen[k] = true
+			want, ok := table.ResolveBind(refs, p.Addr, p.Proto, p.Port, false)
+			if !ok || want != p.Table {
+				t.Fatalf("config %d, point %d (exact binds: %d): %v %v:%d answers table %d, ResolveBind %d (bound %v)\nbinds: %v",
+					c, i, exact, p.Proto, p.Addr, p.Port, p.Table, want, ok, refs)
+			}
+		}
+	}
+}
+
+// TestExactPointsSpellOutSmallBinds: with room, the config has its
+// port range and its /24 in the exact table whole; at the limits (a full
+// budget of exact binds) nothing is spelled out.
+func TestExactPointsSpellOutSmallBinds(t *testing.T) {
+	ref := func(p string, lo, hi uint16) table.BindRef {
+		return table.BindRef{Bind: table.Bind{Prefix: netip.MustParsePrefix(p), Proto: table.ProtoTCP, PortStart: lo, PortEnd: hi}}
+	}
+	refs := []table.BindRef{ref("192.0.2.1/32", 80, 80), ref("192.0.2.1/32", 8000, 9000), ref("198.18.0.0/24", 80, 80)}
+	points := ExactPoints(table.CompileBinds(refs), table.CompileGroups(refs))
+	if want := 1 + 1001 + 256; len(points) != want {
+		t.Fatalf("%d points, want %d", len(points), want)
+	}
+	var full []table.BindRef
+	for i := 0; i < exactBudget; i++ {
+		full = append(full, ref(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 32).String(), 80, 80))
+	}
+	full = append(full, refs[1:]...)
+	if points := ExactPoints(table.CompileBinds(full), table.CompileGroups(full)); len(points) != exactBudget {
+		t.Fatalf("at the limits: %d points, want the %d exact binds", len(points), exactBudget)
+	}
 }

@@ -27,18 +27,32 @@ var sweepBinds = []struct{ name, binds string }{
 	{"p64", `{"ip": "fd00:40::/64", "proto": "tcp", "port_start": 1000, "port_end": 2000}, {"ip": "fd00:40::/48", "proto": "udp", "port": 53}`},
 }
 
+// smallBinds are nested prefixes and ranges small enough for the exact
+// table to hold spelled out (ExactPoints), in both families.
+var smallBinds = []struct{ name, binds string }{
+	{"exact", `{"ip": "10.60.1.1", "proto": "tcp", "port": 80}, {"ip": "10.60.2.7", "proto": "tcp", "port": 80}`},
+	{"range", `{"ip": "10.60.1.1", "proto": "tcp", "port_start": 8000, "port_end": 9000}, {"ip": "fd00:60::1", "proto": "tcp", "port_start": 443, "port_end": 450}`},
+	{"p24", `{"ip": "10.60.2.0/24", "proto": "tcp", "port": 80}, {"ip": "10.60.2.0/24", "proto": "udp", "port_start": 1000, "port_end": 1003}`},
+	{"p25", `{"ip": "10.60.2.128/25", "proto": "tcp", "port_start": 80, "port_end": 81}, {"ip": "10.60.3.0/28", "proto": "udp", "port_start": 53, "port_end": 60}`},
+	{"p124", `{"ip": "fd00:60::/124", "proto": "tcp", "port": 443}, {"ip": "fd00:60::/124", "proto": "udp", "port": 53}`},
+}
+
 // sweepConfig is a config of sweepBinds, plus extra tables' binds.
-func sweepConfig(extra ...string) string {
+func sweepConfig(extra ...string) string { return sweepConfigOf(sweepBinds, extra...) }
+
+// sweepConfigOf is a config of a table for each of binds, plus extra
+// tables' binds.
+func sweepConfigOf(binds []struct{ name, binds string }, extra ...string) string {
 	var ts []string
 	add := func(i int, name, binds string) {
 		ts = append(ts, fmt.Sprintf(`{"name": %q, "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
 		  "binds": [%s], "backends": [{"ip": "192.168.%d.1", "state": "active", "healthy": true}]}`, name, binds, 100+i))
 	}
-	for i, b := range sweepBinds {
+	for i, b := range binds {
 		add(i, b.name, b.binds)
 	}
 	for i, b := range extra {
-		add(len(sweepBinds)+i, fmt.Sprintf("extra%d", i), b)
+		add(len(binds)+i, fmt.Sprintf("extra%d", i), b)
 	}
 	return `{"tables": [` + strings.Join(ts, ",\n") + `]}`
 }
@@ -70,21 +84,31 @@ func TestBindSweep(t *testing.T) {
 	for _, a := range colliding {
 		full = append(full, a.String())
 	}
+	groupAddrs := []string{"10.40.1.1", "10.40.1.2", "10.40.1.77", "10.40.9.9", "10.41.0.1", "10.32.7.7", "10.47.255.1", "10.48.0.1", "fd00:40::1", "fd00:40::99", "fd00:40:0:1::1", "fd00:41::1"}
+	// The first three leave the exact table to exact binds, so that the
+	// group table and the trie answer the rest; the last is as a
+	// director runs, prefix and range binds spelled out where they fit.
 	for _, c := range []struct {
-		name  string
-		extra []string
-		addrs []string
-		trie  bool
+		name    string
+		cfg     string
+		addrs   []string
+		trie    bool
+		spelled bool
 	}{
-		{"group path", nil, []string{"10.40.1.1", "10.40.1.2", "10.40.1.77", "10.40.9.9", "10.41.0.1", "10.32.7.7", "10.47.255.1", "10.48.0.1", "fd00:40::1", "fd00:40::99", "fd00:40:0:1::1", "fd00:41::1"}, false},
-		{"full probes", []string{fullWindowBinds(colliding)}, full, true},
-		{"trie fallback", many, []string{"10.40.1.1", "10.40.1.77", "10.50.1.3", "10.50.1.40", "10.50.1.100", "10.50.2.1", "fd00:50::1", "fd00:40::99"}, true},
+		{"group path", sweepConfig(), groupAddrs, false, false},
+		{"full probes", sweepConfig(fullWindowBinds(colliding)), full, true, false},
+		{"trie fallback", sweepConfig(many...), []string{"10.40.1.1", "10.40.1.77", "10.50.1.3", "10.50.1.40", "10.50.1.100", "10.50.2.1", "fd00:50::1", "fd00:40::99"}, true, false},
+		{"spelled out", sweepConfigOf(smallBinds), []string{"10.60.1.1", "10.60.1.2", "10.60.2.1", "10.60.2.7", "10.60.2.130", "10.60.2.255", "10.60.3.5", "10.60.3.16", "fd00:60::1", "fd00:60::5", "fd00:60::10"}, false, true},
 	} {
-		t.Run(c.name, func(t *testing.T) { sweep(t, sweepConfig(c.extra...), c.addrs, c.trie) })
+		t.Run(c.name, func(t *testing.T) {
+			spellOut = c.spelled
+			defer func() { spellOut = true }()
+			sweep(t, c.cfg, c.addrs, c.trie, c.spelled)
+		})
 	}
 }
 
-func sweep(t *testing.T, cfg string, addrs []string, trie bool) {
+func sweep(t *testing.T, cfg string, addrs []string, trie, spelled bool) {
 	tabs := testTables(t, cfg)
 	dc := directorConfig()
 	d, err := Private(&dc, tabs)
@@ -186,6 +210,13 @@ func sweep(t *testing.T, cfg string, addrs []string, trie bool) {
 	}
 	if trie && fast+group == matched {
 		t.Errorf("matched %d = exact %d + group %d: the trie fallback was not exercised", matched, fast, group)
+	}
+	// Spelled out, the exact table answers all; else only exact binds.
+	if spelled && fast != matched {
+		t.Errorf("matched %d, exact %d: not every bind was spelled out", matched, fast)
+	}
+	if !spelled && fast > matched/2 {
+		t.Errorf("matched %d, exact %d: the group path was not exercised", matched, fast)
 	}
 	t.Logf("%d packets, %d mismatches; matched %d (exact %d, group %d)", checked, mismatches, matched, fast, group)
 }

@@ -554,14 +554,15 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 			return fmt.Errorf("writing table registry: %w", err)
 		}
 	}
-	et, _ := buildExact(entries, tables, slots)
+	groups := table.CompileGroups(refs)
+	et, _ := buildExact(ExactPoints(entries, groups), tables, slots)
 	err = d.Maps.BindExact.Put(inactive, et)
 	exactTables.Put(et)
 	if err != nil {
 		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
 	if d.Maps.BindGroups != nil {
-		gt := buildGroups(table.CompileGroups(refs), tables, slots)
+		gt := buildGroups(groups, tables, slots)
 		err := d.Maps.BindGroups.Put(inactive, gt)
 		groupTables.Put(gt)
 		if err != nil {

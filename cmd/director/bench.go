@@ -42,8 +42,10 @@ type benchRun struct {
 }
 
 // benchPath is the frames of a capture that take one path through the
-// program: steered by an exact bind (one address, one port: the hash
-// table), by a prefix or port-range bind (the trie), or passed.
+// program: steered from the exact table (exact binds, and prefix and
+// port-range binds small enough to be spelled out into it), from the group
+// table or the trie (path prefix_range: the prefix and port-range binds
+// that are not), or passed.
 type benchPath struct {
 	Path   string   `json:"path"` // exact, prefix_range or passed
 	Frames int      `json:"frames"`
@@ -262,9 +264,10 @@ type pathFrames struct {
 }
 
 // splitByPath sorts frames by the path they take through the program, as
-// the model and the compiled binds say: the exact-bind hash table, the
-// group table (prefixes, port ranges, echo requests) or the trie, or
-// passed.
+// the model and the compiled binds say: the exact table (exact binds, and
+// the prefix and port-range binds spelled out into it: loader.ExactPoints),
+// the group table (the other prefixes and port ranges, echo requests) or
+// the trie, or passed.
 func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pathFrames {
 	var refs []table.BindRef
 	for i, t := range tables {
@@ -278,10 +281,8 @@ func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pa
 		port  uint16
 	}
 	exact := map[key]bool{}
-	for _, e := range table.CompileBinds(refs) {
-		if loader.InExactTable(e) {
-			exact[key{uint8(e.Proto), e.Prefix.Addr(), e.Port}] = true
-		}
+	for _, p := range loader.ExactPoints(table.CompileBinds(refs), table.CompileGroups(refs)) {
+		exact[key{uint8(p.Proto), p.Addr, p.Port}] = true
 	}
 	out := []pathFrames{{name: "exact"}, {name: "prefix_range"}, {name: "passed"}}
 	for _, f := range frames {
@@ -306,7 +307,7 @@ func printBench(w io.Writer, d *benchDoc) {
 	}
 	line("all frames", d.Director, d.Frames)
 	for _, p := range d.Paths {
-		line(map[string]string{"exact": "exact binds", "prefix_range": "prefix/range binds", "passed": "passed"}[p.Path], p.Run, p.Frames)
+		line(map[string]string{"exact": "exact table", "prefix_range": "group table/trie", "passed": "passed"}[p.Path], p.Run, p.Frames)
 	}
 	if d.Director.DistinctFrames < d.Frames {
 		fmt.Fprintf(w, "  (the generator holds %d frames at a time: a longer capture is sent in windows, as many as --duration allows)\n",
