@@ -91,29 +91,30 @@ func ExactPoints(entries []table.BindEntry, groups []table.BindGroup) []ExactPoi
 var spellOut = true
 
 func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool) []ExactPoint {
-	type key struct {
-		proto table.Proto
-		addr  netip.Addr
-		port  uint16
-	}
 	var out []ExactPoint
 	for _, e := range entries {
 		if InExactTable(e) {
 			out = append(out, ExactPoint{e.Proto, e.Prefix.Addr(), e.Port, e.Table})
 		}
 	}
-	// The candidates, with how many points they would add at most.
-	type cand struct {
-		g    *table.BindGroup
-		size int
+	if !spell {
+		return out
 	}
+	// Map keys without pointers (netip values hold one), which the
+	// garbage collector would scan.
 	type lensKey struct {
 		proto table.Proto
 		v6    bool
 	}
 	type groupKey struct {
-		proto  table.Proto
-		prefix netip.Prefix
+		proto table.Proto
+		bits  uint8
+		addr  [16]byte
+	}
+	// The candidates, with how many points they would add at most.
+	type cand struct {
+		g    *table.BindGroup
+		size int
 	}
 	var cands []cand
 	lens := map[lensKey][]int{}
@@ -127,7 +128,7 @@ func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool
 		if !slices.Contains(lens[lk], g.Prefix.Bits()) {
 			lens[lk] = append(lens[lk], g.Prefix.Bits())
 		}
-		have[groupKey{g.Proto, g.Prefix}] = true
+		have[groupKey{g.Proto, uint8(g.Prefix.Bits()), g.Prefix.Addr().As16()}] = true
 		host := g.Prefix.Addr().BitLen() - g.Prefix.Bits()
 		if len(g.Ranges) == 0 || host >= 16 {
 			continue
@@ -140,41 +141,54 @@ func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].size < cands[j].size })
 	room := exactBudget - len(out)
-	if !spell || len(cands) == 0 || cands[0].size > room {
-		return out
-	}
-	seen := make(map[key]bool, len(out))
-	for _, p := range out {
-		seen[key{p.Proto, p.Addr, p.Port}] = true
-	}
 	// shadowed reports whether a longer group of proto holds a: its
 	// packets are that group's.
 	shadowed := func(proto table.Proto, a netip.Addr, bits int) bool {
 		for _, l := range lens[lensKey{proto, a.Is6()}] {
 			if l > bits {
-				if q, _ := a.Prefix(l); have[groupKey{proto, q}] {
+				if q, _ := a.Prefix(l); have[groupKey{proto, uint8(l), q.Addr().As16()}] {
 					return true
 				}
 			}
 		}
 		return false
 	}
+	// An address's own group holds its exact binds' ports, which are in
+	// already. Only such groups can repeat a point: any other address's
+	// points come from its longest group alone.
+	type pointKey struct {
+		proto table.Proto
+		port  uint16
+		addr  [16]byte
+	}
+	var exact map[pointKey]bool
+	total := 0
+	for _, c := range cands {
+		total += c.size
+	}
+	out = slices.Grow(out, min(room, total))
 	for _, c := range cands {
 		if c.size > room {
 			break // the rest are no smaller
 		}
 		g := c.g
 		a := g.Prefix.Addr()
+		single := g.Prefix.IsSingleIP()
+		if single && exact == nil {
+			exact = make(map[pointKey]bool, len(out))
+			for _, p := range out {
+				exact[pointKey{p.Proto, p.Port, p.Addr.As16()}] = true
+			}
+		}
 		for range 1 << (a.BitLen() - g.Prefix.Bits()) {
 			if !shadowed(g.Proto, a, g.Prefix.Bits()) {
 				for _, r := range g.Ranges {
 					for port := int(r.Lo); port <= int(r.Hi); port++ {
-						k := key{g.Proto, a, uint16(port)}
-						if !seen[k] {
-							seen[k] = true
-							out = append(out, ExactPoint{g.Proto, a, uint16(port), r.Table})
-							room--
+						if single && exact[pointKey{g.Proto, uint16(port), a.As16()}] {
+							continue
 						}
+						out = append(out, ExactPoint{g.Proto, a, uint16(port), r.Table})
+						room--
 					}
 				}
 			}

@@ -276,3 +276,30 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 		t.Fatalf("at the limits: %d points, want the %d exact binds", len(points), exactBudget)
 	}
 }
+
+// BenchmarkExactPoints times what spelling binds out adds to an apply:
+// the issue's three binds (1,258 points), and 32 /24s of one port each,
+// which fill the budget (8,192 points).
+func BenchmarkExactPoints(b *testing.B) {
+	ref := func(p string, lo, hi uint16) table.BindRef {
+		return table.BindRef{Bind: table.Bind{Prefix: netip.MustParsePrefix(p), Proto: table.ProtoTCP, PortStart: lo, PortEnd: hi}}
+	}
+	small := []table.BindRef{ref("192.0.2.1/32", 80, 80), ref("192.0.2.1/32", 8000, 9000), ref("198.18.0.0/24", 80, 80)}
+	var full []table.BindRef
+	for i := 0; i < 32; i++ {
+		full = append(full, ref(fmt.Sprintf("10.%d.0.0/24", i), 443, 443))
+	}
+	for _, c := range []struct {
+		name string
+		refs []table.BindRef
+	}{{"issue", small}, {"full-budget", full}} {
+		entries, groups := table.CompileBinds(c.refs), table.CompileGroups(c.refs)
+		tables := []*table.Table{{}}
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				et, _ := buildExact(ExactPoints(entries, groups), tables, []int{0})
+				exactTables.Put(et)
+			}
+		})
+	}
+}
