@@ -59,6 +59,33 @@
 	VPTERNLOGQ $0x96, v2, v1, v0; \
 	VPXORQ v3, v0, v0
 
+// SCORES16 scores the sixteen final message words at SI into Z0 (the
+// first eight) and Z4 (the next eight), as big-endian integers, from the
+// row state in Z16-Z19 (SHARED1 done), 0xff in every lane of Z20 and the
+// byte reversal in Z21. Two groups of eight lanes are interleaved to hide
+// the rounds' latency.
+#define SCORES16 \
+	VMOVDQU64 0(SI), Z8; \
+	VMOVDQU64 64(SI), Z9; \
+	FIRST(Z8, Z0, Z1, Z2, Z3); \
+	FIRST(Z9, Z4, Z5, Z6, Z7); \
+	ROUND(Z0, Z1, Z2, Z3); \
+	ROUND(Z4, Z5, Z6, Z7); \
+	VPXORQ Z8, Z0, Z0; \
+	VPXORQ Z9, Z4, Z4; \
+	VPXORQ Z20, Z2, Z2; \
+	VPXORQ Z20, Z6, Z6; \
+	ROUND(Z0, Z1, Z2, Z3); \
+	ROUND(Z4, Z5, Z6, Z7); \
+	ROUND(Z0, Z1, Z2, Z3); \
+	ROUND(Z4, Z5, Z6, Z7); \
+	ROUND(Z0, Z1, Z2, Z3); \
+	ROUND(Z4, Z5, Z6, Z7); \
+	LAST(Z0, Z1, Z2, Z3); \
+	LAST(Z4, Z5, Z6, Z7); \
+	VPSHUFB Z21, Z0, Z0; \
+	VPSHUFB Z21, Z4, Z4
+
 // Byte reversal of each 64-bit lane, for VPSHUFB: scores are read as
 // big-endian integers.
 DATA bswap64<>+0x00(SB)/8, $0x0001020304050607
@@ -76,8 +103,7 @@ GLOBL bswap64<>(SB), RODATA|NOPTR, $64
 // For each of n (a multiple of 16) final message words w[i], finishes the
 // SipHash whose state after the row seed is st: out[i] = the score (the
 // SipHash output read big-endian), and bit i%16 of masks[i/16] set when
-// out[i] <= thr. Two groups of eight lanes are interleaved to hide the
-// rounds' latency.
+// out[i] <= thr.
 TEXT ·scoresV4AVX512(SB), NOSPLIT, $0-48
 	MOVQ st+0(FP), AX
 	MOVQ w+8(FP), SI
@@ -96,26 +122,7 @@ TEXT ·scoresV4AVX512(SB), NOSPLIT, $0-48
 	VPBROADCASTQ BX, Z22
 
 loop:
-	VMOVDQU64 0(SI), Z8
-	VMOVDQU64 64(SI), Z9
-	FIRST(Z8, Z0, Z1, Z2, Z3)
-	FIRST(Z9, Z4, Z5, Z6, Z7)
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	VPXORQ Z8, Z0, Z0
-	VPXORQ Z9, Z4, Z4
-	VPXORQ Z20, Z2, Z2
-	VPXORQ Z20, Z6, Z6
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	LAST(Z0, Z1, Z2, Z3)
-	LAST(Z4, Z5, Z6, Z7)
-	VPSHUFB   Z21, Z0, Z0
-	VPSHUFB   Z21, Z4, Z4
+	SCORES16
 	VMOVDQU64 Z0, 0(DI)
 	VMOVDQU64 Z4, 64(DI)
 	VPCMPUQ   $2, Z22, Z0, K1
@@ -179,26 +186,7 @@ TEXT ·best2V4AVX512(SB), NOSPLIT, $0-48
 	MOVQ CX, R10
 
 loop2:
-	VMOVDQU64 0(SI), Z8
-	VMOVDQU64 64(SI), Z9
-	FIRST(Z8, Z0, Z1, Z2, Z3)
-	FIRST(Z9, Z4, Z5, Z6, Z7)
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	VPXORQ Z8, Z0, Z0
-	VPXORQ Z9, Z4, Z4
-	VPXORQ Z20, Z2, Z2
-	VPXORQ Z20, Z6, Z6
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	ROUND(Z0, Z1, Z2, Z3)
-	ROUND(Z4, Z5, Z6, Z7)
-	LAST(Z0, Z1, Z2, Z3)
-	LAST(Z4, Z5, Z6, Z7)
-	VPSHUFB   Z21, Z0, Z0
-	VPSHUFB   Z21, Z4, Z4
+	SCORES16
 	CMPQ CX, $16
 	JNE  full
 	VPORQ Z22, Z0, K3, Z0
