@@ -492,6 +492,21 @@ func TestBackendOrderDoesNotMatter(t *testing.T) {
 	}
 }
 
+// randomRow is a random seed, row and that row's SipHash state.
+func randomRow(rng *rand.Rand) (Key, uint32, sipState) {
+	var seed Key
+	for j := range seed {
+		seed[j] = byte(rng.Uint32())
+	}
+	k0, k1 := keyWords(seed)
+	row := uint32(rng.IntN(Rows))
+	return seed, row, rowState(k0, k1, row)
+}
+
+func randomV4(rng *rand.Rand) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+}
+
 func TestVectorScoresMatchReference(t *testing.T) {
 	if !haveVectorScores {
 		t.Log("no vector unit on this CPU: the portable path is the only one")
@@ -499,17 +514,11 @@ func TestVectorScoresMatchReference(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(21, 22))
 	for i := 0; i < 200; i++ {
-		var seed Key
-		for j := range seed {
-			seed[j] = byte(rng.Uint32())
-		}
-		k0, k1 := keyWords(seed)
-		row := uint32(rng.IntN(Rows))
-		st := rowState(k0, k1, row)
+		seed, row, st := randomRow(rng)
 		addrs := make([]netip.Addr, vectorWidth*(1+rng.IntN(3)))
 		w := make([]uint64, len(addrs))
 		for j := range addrs {
-			addrs[j] = netip.AddrFrom4([4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+			addrs[j] = randomV4(rng)
 			w[j] = wordsFor(AddrBytes(addrs[j])).w1
 		}
 		out := make([]uint64, len(w))
@@ -538,18 +547,12 @@ func TestVectorBest2MatchesReference(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(25, 26))
 	for i := 0; i < 300; i++ {
-		var seed Key
-		for j := range seed {
-			seed[j] = byte(rng.Uint32())
-		}
-		k0, k1 := keyWords(seed)
-		row := uint32(rng.IntN(Rows))
-		st := rowState(k0, k1, row)
+		seed, row, st := randomRow(rng)
 		n := 1 + rng.IntN(80)
 		w := make([]uint64, (n+vectorWidth-1)/vectorWidth*vectorWidth)
 		want := make([]uint64, n)
 		for j := 0; j < n; j++ {
-			a := netip.AddrFrom4([4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+			a := randomV4(rng)
 			w[j] = wordsFor(AddrBytes(a)).w1
 			want[j] = refScore(seed, row, a)
 		}
