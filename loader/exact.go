@@ -69,20 +69,24 @@ type ExactPoint struct {
 	Table int
 }
 
-// ExactPoints lists what the exact table holds for the compiled binds
-// (table.CompileBinds) and their groups (table.CompileGroups). First every
+// ExactPoints lists what the exact table holds for binds refs, compiled
+// (entries: table.CompileBinds, groups: table.CompileGroups). First every
 // exact bind (InExactTable). Then, while the table stays within
 // exactBudget, prefix and port-range binds spelled out point by point, as
 // GLB spells out port ranges: every (address, port) of a group whose
 // addresses no longer group of its protocol holds, with the table the
 // group's ranges give, which is the answer the group path gives for it. A
-// group goes in whole or not at all, the smallest first. So with room, a
-// prefix or range bind costs what an exact one does; with none (8,192
-// exact binds) nothing changes. Whatever the exact table does not hold
-// goes to the group path, which holds every bind: the exact table makes
-// answers faster, never different.
-func ExactPoints(entries []table.BindEntry, groups []table.BindGroup) []ExactPoint {
-	return exactPoints(entries, groups, spellOut)
+// group goes in whole or not at all, the smallest first. Last, for a
+// prefix too large to go in whole, the address it is written with, which
+// is the one address GLB serves for it (GLB ignores the prefix length):
+// a fleet moved from GLB sends that prefix's traffic there.
+//
+// So with room, a prefix or range bind costs what an exact one does; with
+// none (8,192 exact binds) nothing changes. Whatever the exact table does
+// not hold goes to the group path, which holds every bind: the exact table
+// makes answers faster, never different.
+func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table.BindGroup) []ExactPoint {
+	return exactPoints(refs, entries, groups, spellOut)
 }
 
 // spellOut is whether ExactPoints spells out prefix and range binds; tests
@@ -90,7 +94,7 @@ func ExactPoints(entries []table.BindEntry, groups []table.BindGroup) []ExactPoi
 // there.
 var spellOut = true
 
-func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool) []ExactPoint {
+func exactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table.BindGroup, spell bool) []ExactPoint {
 	var out []ExactPoint
 	for _, e := range entries {
 		if InExactTable(e) {
@@ -118,7 +122,7 @@ func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool
 	}
 	var cands []cand
 	lens := map[lensKey][]int{}
-	have := map[groupKey]bool{}
+	have := map[groupKey]*table.BindGroup{}
 	for i := range groups {
 		g := &groups[i]
 		if g.Proto == table.ProtoICMP || g.Proto == table.ProtoICMPv6 {
@@ -128,7 +132,7 @@ func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool
 		if !slices.Contains(lens[lk], g.Prefix.Bits()) {
 			lens[lk] = append(lens[lk], g.Prefix.Bits())
 		}
-		have[groupKey{g.Proto, uint8(g.Prefix.Bits()), g.Prefix.Addr().As16()}] = true
+		have[groupKey{g.Proto, uint8(g.Prefix.Bits()), g.Prefix.Addr().As16()}] = g
 		host := g.Prefix.Addr().BitLen() - g.Prefix.Bits()
 		if len(g.Ranges) == 0 || host >= 16 {
 			continue
@@ -146,12 +150,22 @@ func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool
 	shadowed := func(proto table.Proto, a netip.Addr, bits int) bool {
 		for _, l := range lens[lensKey{proto, a.Is6()}] {
 			if l > bits {
-				if q, _ := a.Prefix(l); have[groupKey{proto, uint8(l), q.Addr().As16()}] {
+				if q, _ := a.Prefix(l); have[groupKey{proto, uint8(l), q.Addr().As16()}] != nil {
 					return true
 				}
 			}
 		}
 		return false
+	}
+	// longest is a's longest group of proto: the one that answers for it.
+	longest := func(proto table.Proto, a netip.Addr) *table.BindGroup {
+		var best *table.BindGroup
+		for _, l := range lens[lensKey{proto, a.Is6()}] {
+			if q, _ := a.Prefix(l); (best == nil || l > best.Prefix.Bits()) && have[groupKey{proto, uint8(l), q.Addr().As16()}] != nil {
+				best = have[groupKey{proto, uint8(l), q.Addr().As16()}]
+			}
+		}
+		return best
 	}
 	// An address's own group holds its exact binds' ports, which are in
 	// already. Only such groups can repeat a point: any other address's
@@ -167,11 +181,13 @@ func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool
 		total += c.size
 	}
 	out = slices.Grow(out, min(room, total))
+	whole := map[*table.BindGroup]bool{}
 	for _, c := range cands {
 		if c.size > room {
 			break // the rest are no smaller
 		}
 		g := c.g
+		whole[g] = true
 		a := g.Prefix.Addr()
 		single := g.Prefix.IsSingleIP()
 		if single && exact == nil {
@@ -194,6 +210,46 @@ func exactPoints(entries []table.BindEntry, groups []table.BindGroup, spell bool
 			}
 			a = a.Next()
 		}
+	}
+	// The addresses prefixes are written with, where their whole groups
+	// did not go in: each with the ranges of its own longest group.
+	type written struct {
+		proto table.Proto
+		addr  netip.Addr
+		g     *table.BindGroup
+		size  int
+	}
+	var ws []written
+	seen := map[groupKey]bool{}
+	for _, r := range refs {
+		b := r.Bind
+		a := b.Prefix.Addr()
+		k := groupKey{b.Proto, 0, a.As16()}
+		if b.Prefix.IsSingleIP() || seen[k] {
+			continue
+		}
+		seen[k] = true
+		g := longest(b.Proto, a)
+		if g == nil || whole[g] || g.Prefix.IsSingleIP() {
+			continue // in already, or an address's own group: in whole or not at all
+		}
+		ports := 0
+		for _, pr := range g.Ranges {
+			ports += int(pr.Hi) - int(pr.Lo) + 1
+		}
+		ws = append(ws, written{b.Proto, a, g, ports})
+	}
+	sort.SliceStable(ws, func(i, j int) bool { return ws[i].size < ws[j].size })
+	for _, w := range ws {
+		if w.size > room {
+			break
+		}
+		for _, pr := range w.g.Ranges {
+			for port := int(pr.Lo); port <= int(pr.Hi); port++ {
+				out = append(out, ExactPoint{w.proto, w.addr, uint16(port), pr.Table})
+			}
+		}
+		room -= w.size
 	}
 	return out
 }

@@ -118,7 +118,7 @@ func TestBindTablesAtLimits(t *testing.T) {
 			}
 			entries := table.CompileBinds(refs)
 			groups := table.CompileGroups(refs)
-			points := ExactPoints(entries, groups)
+			points := ExactPoints(refs, entries, groups)
 			wantExact := len(points)
 			if wantExact > exactBudget {
 				t.Errorf("%d exact points, more than the budget of %d", wantExact, exactBudget)
@@ -224,7 +224,7 @@ func TestExactPointsAnswerAsResolveBind(t *testing.T) {
 			}
 		}
 		entries := table.CompileBinds(refs)
-		points := ExactPoints(entries, table.CompileGroups(refs))
+		points := ExactPoints(refs, entries, table.CompileGroups(refs))
 		if len(points) > exactBudget {
 			t.Fatalf("config %d: %d points, budget %d", c, len(points), exactBudget)
 		}
@@ -256,23 +256,48 @@ func TestExactPointsAnswerAsResolveBind(t *testing.T) {
 }
 
 // TestExactPointsSpellOutSmallBinds: with room, the config has its
-// port range and its /24 in the exact table whole; at the limits (a full
-// budget of exact binds) nothing is spelled out.
+// port range and its /24 in the exact table whole, and GLB's example the
+// addresses its prefixes are written with; at the limits (a full budget of
+// exact binds) nothing is spelled out.
 func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 	ref := func(p string, lo, hi uint16) table.BindRef {
 		return table.BindRef{Bind: table.Bind{Prefix: netip.MustParsePrefix(p), Proto: table.ProtoTCP, PortStart: lo, PortEnd: hi}}
 	}
 	refs := []table.BindRef{ref("192.0.2.1/32", 80, 80), ref("192.0.2.1/32", 8000, 9000), ref("198.18.0.0/24", 80, 80)}
-	points := ExactPoints(table.CompileBinds(refs), table.CompileGroups(refs))
+	points := ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs))
 	if want := 1 + 1001 + 256; len(points) != want {
 		t.Fatalf("%d points, want %d", len(points), want)
 	}
+	// GLB's example: a /24 with 1,001 ports is too large whole, but the
+	// address it is written with, the one GLB serves, goes in; so does a
+	// written address with host bits, with the ranges of its own longest
+	// group (the /26 holding it, not its /24).
+	udp := func(p string, lo, hi uint16, tbl int) table.BindRef {
+		return table.BindRef{Table: tbl, Bind: table.Bind{Prefix: netip.MustParsePrefix(p), Proto: table.ProtoUDP, PortStart: lo, PortEnd: hi}}
+	}
+	glb := []table.BindRef{ref("10.10.10.10/32", 80, 80), udp("10.10.20.0/24", 1000, 2000, 0),
+		udp("10.10.30.77/24", 1000, 2000, 0), udp("10.10.30.64/26", 1500, 1500, 1)}
+	points = ExactPoints(glb, table.CompileBinds(glb), table.CompileGroups(glb))
+	got := map[string]int{}
+	for _, p := range points {
+		got[fmt.Sprintf("%s:%d", p.Addr, p.Port)] = p.Table + 1
+	}
+	for at, want := range map[string]int{"10.10.10.10:80": 1, "10.10.20.0:1000": 1, "10.10.20.0:2000": 1, "10.10.20.1:1000": 0,
+		"10.10.30.77:1000": 1, "10.10.30.77:1500": 2, "10.10.30.64:1500": 2, "10.10.30.76:1500": 0} {
+		if got[at] != want {
+			t.Errorf("%s: table %d (0: not in the exact table), want %d", at, got[at]-1, want-1)
+		}
+	}
+	if want := 1 + 3*1001; len(points) != want { // the /26's own address too
+		t.Errorf("GLB's example: %d points, want %d", len(points), want)
+	}
+
 	var full []table.BindRef
 	for i := 0; i < exactBudget; i++ {
 		full = append(full, ref(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 32).String(), 80, 80))
 	}
 	full = append(full, refs[1:]...)
-	if points := ExactPoints(table.CompileBinds(full), table.CompileGroups(full)); len(points) != exactBudget {
+	if points := ExactPoints(full, table.CompileBinds(full), table.CompileGroups(full)); len(points) != exactBudget {
 		t.Fatalf("at the limits: %d points, want the %d exact binds", len(points), exactBudget)
 	}
 }
@@ -297,7 +322,7 @@ func BenchmarkExactPoints(b *testing.B) {
 		tables := []*table.Table{{}}
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				et, _ := buildExact(ExactPoints(entries, groups), tables, []int{0})
+				et, _ := buildExact(ExactPoints(c.refs, entries, groups), tables, []int{0})
 				exactTables.Put(et)
 			}
 		})

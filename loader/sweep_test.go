@@ -28,13 +28,16 @@ var sweepBinds = []struct{ name, binds string }{
 }
 
 // smallBinds are nested prefixes and ranges small enough for the exact
-// table to hold spelled out (ExactPoints), in both families.
+// table to hold spelled out (ExactPoints), in both families, and a prefix
+// too large for it, written with a host address, which it holds.
 var smallBinds = []struct{ name, binds string }{
 	{"exact", `{"ip": "10.60.1.1", "proto": "tcp", "port": 80}, {"ip": "10.60.2.7", "proto": "tcp", "port": 80}`},
 	{"range", `{"ip": "10.60.1.1", "proto": "tcp", "port_start": 8000, "port_end": 9000}, {"ip": "fd00:60::1", "proto": "tcp", "port_start": 443, "port_end": 450}`},
 	{"p24", `{"ip": "10.60.2.0/24", "proto": "tcp", "port": 80}, {"ip": "10.60.2.0/24", "proto": "udp", "port_start": 1000, "port_end": 1003}`},
 	{"p25", `{"ip": "10.60.2.128/25", "proto": "tcp", "port_start": 80, "port_end": 81}, {"ip": "10.60.3.0/28", "proto": "udp", "port_start": 53, "port_end": 60}`},
 	{"p124", `{"ip": "fd00:60::/124", "proto": "tcp", "port": 443}, {"ip": "fd00:60::/124", "proto": "udp", "port": 53}`},
+	// Too large whole: only the address it is written with goes in.
+	{"written", `{"ip": "10.60.4.9/24", "proto": "tcp", "port_start": 2000, "port_end": 3000}`},
 }
 
 // sweepConfig is a config of sweepBinds, plus extra tables' binds.
@@ -98,7 +101,7 @@ func TestBindSweep(t *testing.T) {
 		{"group path", sweepConfig(), groupAddrs, false, false},
 		{"full probes", sweepConfig(fullWindowBinds(colliding)), full, true, false},
 		{"trie fallback", sweepConfig(many...), []string{"10.40.1.1", "10.40.1.77", "10.50.1.3", "10.50.1.40", "10.50.1.100", "10.50.2.1", "fd00:50::1", "fd00:40::99"}, true, false},
-		{"spelled out", sweepConfigOf(smallBinds), []string{"10.60.1.1", "10.60.1.2", "10.60.2.1", "10.60.2.7", "10.60.2.130", "10.60.2.255", "10.60.3.5", "10.60.3.16", "fd00:60::1", "fd00:60::5", "fd00:60::10"}, false, true},
+		{"spelled out", sweepConfigOf(smallBinds), []string{"10.60.1.1", "10.60.1.2", "10.60.2.1", "10.60.2.7", "10.60.2.130", "10.60.2.255", "10.60.3.5", "10.60.3.16", "10.60.4.9", "fd00:60::1", "fd00:60::5", "fd00:60::10"}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spellOut = c.spelled

@@ -555,7 +555,7 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		}
 	}
 	groups := table.CompileGroups(refs)
-	et, _ := buildExact(ExactPoints(entries, groups), tables, slots)
+	et, _ := buildExact(ExactPoints(refs, entries, groups), tables, slots)
 	err = d.Maps.BindExact.Put(inactive, et)
 	exactTables.Put(et)
 	if err != nil {

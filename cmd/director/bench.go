@@ -281,7 +281,7 @@ func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pa
 		port  uint16
 	}
 	exact := map[key]bool{}
-	for _, p := range loader.ExactPoints(table.CompileBinds(refs), table.CompileGroups(refs)) {
+	for _, p := range loader.ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs)) {
 		exact[key{uint8(p.Proto), p.Addr, p.Port}] = true
 	}
 	out := []pathFrames{{name: "exact"}, {name: "prefix_range"}, {name: "passed"}}
