@@ -260,7 +260,8 @@ func TestBenchRunsAndCleansUp(t *testing.T) {
 	// A capture to prefix, port-range and exact binds, longer than the
 	// generator holds: the cost by path, and how many frames were sent.
 	// GLB's example config has a port range on a /24 too large to be
-	// spelled out in the exact table, so every path has frames.
+	// spelled out in the exact table whole (only the address it is
+	// written with is), so every path has frames.
 	pcap := filepath.Join(t.TempDir(), "m.pcap")
 	mustRun(t, 0, "gen-capture", "--config", cfgDir+"glb-example.json", "-o", pcap, "--flows", "2000", "--seed", "5")
 	out, errOut, code := runCmd("bench", pcap, "--config", cfgDir+"glb-example.json", "--duration", "200ms", "--json")
