@@ -98,6 +98,19 @@ DATA bswap64<>+0x30(SB)/8, $0x0001020304050607
 DATA bswap64<>+0x38(SB)/8, $0x08090a0b0c0d0e0f
 GLOBL bswap64<>(SB), RODATA|NOPTR, $64
 
+// ROWSETUP loads what SCORES16 needs: the row state at AX in every lane
+// of Z16-Z19 (and SHARED1), 0xff in Z20 and the byte reversal in Z21.
+// It clobbers BX.
+#define ROWSETUP \
+	VPBROADCASTQ 0(AX), Z16; \
+	VPBROADCASTQ 8(AX), Z17; \
+	VPBROADCASTQ 16(AX), Z18; \
+	VPBROADCASTQ 24(AX), Z19; \
+	SHARED1; \
+	MOVQ $0xff, BX; \
+	VPBROADCASTQ BX, Z20; \
+	VMOVDQU64 bswap64<>(SB), Z21
+
 // func scoresV4AVX512(st *sipState, w *uint64, out *uint64, n int, thr uint64, masks *uint16)
 //
 // For each of n (a multiple of 16) final message words w[i], finishes the
@@ -110,14 +123,7 @@ TEXT ·scoresV4AVX512(SB), NOSPLIT, $0-48
 	MOVQ out+16(FP), DI
 	MOVQ n+24(FP), CX
 	MOVQ masks+40(FP), R8
-	VPBROADCASTQ 0(AX), Z16
-	VPBROADCASTQ 8(AX), Z17
-	VPBROADCASTQ 16(AX), Z18
-	VPBROADCASTQ 24(AX), Z19
-	SHARED1
-	MOVQ $0xff, BX
-	VPBROADCASTQ BX, Z20
-	VMOVDQU64 bswap64<>(SB), Z21
+	ROWSETUP
 	MOVQ thr+32(FP), BX
 	VPBROADCASTQ BX, Z22
 
@@ -168,14 +174,7 @@ TEXT ·best2V4AVX512(SB), NOSPLIT, $0-48
 	KMOVW BX, K3
 	KNOTW K3, K3
 	KSHIFTRW $8, K3, K4
-	VPBROADCASTQ 0(AX), Z16
-	VPBROADCASTQ 8(AX), Z17
-	VPBROADCASTQ 16(AX), Z18
-	VPBROADCASTQ 24(AX), Z19
-	SHARED1
-	MOVQ $0xff, BX
-	VPBROADCASTQ BX, Z20
-	VMOVDQU64 bswap64<>(SB), Z21
+	ROWSETUP
 	MOVQ $-1, BX
 	VPBROADCASTQ BX, Z22
 	VMOVDQA64 Z22, Z10
