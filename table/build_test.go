@@ -507,9 +507,17 @@ func randomV4(rng *rand.Rand) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
 }
 
-func TestVectorScoresMatchReference(t *testing.T) {
+// vectorUnit reports whether this CPU has the vector scoring path, saying
+// so when it has not.
+func vectorUnit(t *testing.T) bool {
 	if !haveVectorScores {
 		t.Log("no vector unit on this CPU: the portable path is the only one")
+	}
+	return haveVectorScores
+}
+
+func TestVectorScoresMatchReference(t *testing.T) {
+	if !vectorUnit(t) {
 		return
 	}
 	rng := rand.New(rand.NewPCG(21, 22))
@@ -541,8 +549,7 @@ func TestVectorScoresMatchReference(t *testing.T) {
 // every score, and exactly the real scores at or under the second best
 // flagged, whatever the padding scores.
 func TestVectorBest2MatchesReference(t *testing.T) {
-	if !haveVectorScores {
-		t.Log("no vector unit on this CPU: the portable path is the only one")
+	if !vectorUnit(t) {
 		return
 	}
 	rng := rand.New(rand.NewPCG(25, 26))
