@@ -213,14 +213,17 @@ int backend(struct xdp_md *ctx)
 	/* Not ours: on to the next hop, if there is one. */
 	if (next >= count || cfg->no_second_chance)
 		return decap(ctx, strip, inner_proto, c, BE_C_DECAP_LAST_HOP);
+	/* Each hop is checked at its own constant offset. Linux 6.1 and 6.12:
+	 * their verifiers do not carry a check at a variable offset (hops +
+	 * next) over to a read at a constant one. */
 	__be32 dst;
-	if (next == 0)
+	if (next == 0 && (void *)(hops + 1) <= end)
 		dst = hops[0];
-	else if (next == 1)
+	else if (next == 1 && (void *)(hops + 2) <= end)
 		dst = hops[1];
-	else
+	else if (next == 2 && (void *)(hops + 3) <= end)
 		dst = hops[2];
-	if ((void *)(hops + next + 1) > end) {
+	else {
 		c->c[BE_C_DROP_MALFORMED]++;
 		return XDP_DROP;
 	}

@@ -18,4 +18,15 @@ static __always_inline __u16 ipv4_csum(const void *hdr)
 	return ~s;
 }
 
+/* bounded16 is a 16-bit value the compiler and the verifier both take as
+ * one: a byte swap's result goes through it before any use in pointer
+ * arithmetic. Linux 6.1 and 6.12: their verifiers do not bound the result
+ * of a byte swap (the mask, which the compiler would drop, stays because
+ * the empty asm hides what it knows of v). */
+static __always_inline __u32 bounded16(__u32 v)
+{
+	asm volatile("" : "+r"(v));
+	return v & 0xffff;
+}
+
 #endif

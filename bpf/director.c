@@ -349,7 +349,7 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, _
 	__u32 hl = iph->ihl * 4;
 	if (iph->version != 4 || hl < 20)
 		return DIR_C_PASS_MALFORMED;
-	__u32 tot = bpf_ntohs(iph->tot_len);
+	__u32 tot = bounded16(bpf_ntohs(iph->tot_len));
 	if (tot < hl || !ip_fits(ctx, ip, end, l2len, tot))
 		return DIR_C_PASS_MALFORMED;
 	void *ip_end = ip + tot;
@@ -408,7 +408,7 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
 		return DIR_C_PASS_MALFORMED;
 	if (ip6->version != 6)
 		return DIR_C_PASS_MALFORMED;
-	__u32 tot = 40 + bpf_ntohs(ip6->payload_len);
+	__u32 tot = 40 + bounded16(bpf_ntohs(ip6->payload_len));
 	if (!ip_fits(ctx, ip, end, l2len, tot))
 		return DIR_C_PASS_MALFORMED;
 	void *ip_end = ip + tot;

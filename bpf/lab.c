@@ -77,6 +77,11 @@ int xdp_trafficgen(struct xdp_md *ctx)
 
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
+	/* The frame's length, taken before the copy. Linux 6.1: computed after
+	 * it, as data + len - end, it fails the verifier on a path it cannot
+	 * see is dead (pointer arithmetic on pkt_end). */
+	int have = end - data;
+	asm volatile("" : "+r"(have));
 	for (__u32 i = 0; i < TG_MAX_FRAME / 8; i++) {
 		if (i * 8 >= len)
 			break;
@@ -84,7 +89,7 @@ int xdp_trafficgen(struct xdp_md *ctx)
 			return XDP_DROP;
 		*(__u64 *)(data + i * 8) = *(__u64 *)(f->data + i * 8);
 	}
-	if (bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
+	if (bpf_xdp_adjust_tail(ctx, (int)len - have))
 		return XDP_DROP;
 	return bpf_redirect(c->ifindex, 0);
 }
