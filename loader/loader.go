@@ -187,7 +187,7 @@ func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []s
 	}
 	if err := <-verified; err != nil {
 		mapObjs.Close()
-		return loadErr(err)
+		return explainLoad(spec, loadErr(err))
 	}
 	fail := func(err error) error {
 		progObjs.Close()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/director/director/loader"
@@ -13,11 +14,14 @@ import (
 
 // statusDoc is status's JSON document (README, "status --json").
 type statusDoc struct {
-	Version     int                 `json:"version"`
-	BPFFS       string              `json:"bpffs"`
-	Program     statusProgram       `json:"program"`
-	Config      *statusConfig       `json:"config"` // null before one is written
-	Attachments []loader.Attachment `json:"attachments"`
+	Version int           `json:"version"`
+	BPFFS   string        `json:"bpffs"`
+	Program statusProgram `json:"program"`
+	// Kernel is the running kernel, and what the programs use that it
+	// lacks.
+	Kernel      *loader.KernelSupport `json:"kernel"`
+	Config      *statusConfig         `json:"config"` // null before one is written
+	Attachments []loader.Attachment   `json:"attachments"`
 	// The attached interfaces' own counters, drops included.
 	Interfaces []loader.InterfaceStats `json:"interfaces"`
 	Tables     []statusTable           `json:"tables"`
@@ -87,6 +91,9 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 	id, _ := info.ID()
 	doc := &statusDoc{Version: 1, BPFFS: e.bpffs, Program: statusProgram{Pin: filepath.Join(e.bpffs, "prog"), ID: uint32(id), Tag: info.Tag},
 		Attachments: []loader.Attachment{}, Tables: []statusTable{}}
+	if doc.Kernel, err = loader.ProbeKernel(); err != nil {
+		return nil, err
+	}
 	if doc.Attachments, err = d.Attachments(); err != nil {
 		return nil, err
 	}
@@ -123,6 +130,7 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 func printStatus(e *env, doc *statusDoc) {
 	w := e.stdout
 	fmt.Fprintf(w, "program      %d (tag %s) pinned at %s\n", doc.Program.ID, doc.Program.Tag, doc.Program.Pin)
+	fmt.Fprintln(w, kernelLine(doc.Kernel))
 	if len(doc.Attachments) == 0 {
 		fmt.Fprintln(w, "attached     (no interfaces)")
 	}
@@ -186,4 +194,12 @@ func attachmentLine(a loader.Attachment) string {
 	}
 	return fmt.Sprintf("gone         %s: the interface no longer exists, so the link steers nothing (link %d); 'detach %s' removes it",
 		a.Interface, a.LinkID, a.Interface)
+}
+
+// kernelLine describes the running kernel in one line of status text.
+func kernelLine(k *loader.KernelSupport) string {
+	if len(k.Missing) == 0 {
+		return fmt.Sprintf("kernel       %s: has everything the programs use", k.Release)
+	}
+	return fmt.Sprintf("kernel       %s: lacks %s", k.Release, strings.Join(k.Missing, "; "))
 }

@@ -1,0 +1,158 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"unicode"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
+
+	"github.com/director/director/bpf"
+)
+
+// TestedKernels are the kernels every test runs on: 'make test-kernels'
+// boots the first two under qemu, and the last is the development
+// machine's ('make test'). README lists the same.
+var TestedKernels = []string{"6.1", "6.12", "6.18"}
+
+// KernelSupport is what the running kernel offers of what the programs
+// use. What they use is read from the embedded objects themselves (each
+// program's type, flags and helper calls, each map's type), so it cannot
+// drift from the C.
+type KernelSupport struct {
+	// Release is the kernel's, as uname -r gives it.
+	Release string `json:"release"`
+	// Missing is what a program uses that this kernel lacks, as
+	// "PROGRAM: WHAT" ("backend: helper bpf_skc_lookup_tcp"); empty when
+	// it lacks nothing. A director whose own program needs something
+	// missing does not load, and says why.
+	Missing []string `json:"missing"`
+}
+
+// ProbeKernel checks the running kernel for everything the three
+// programs (director, backend, lab) use.
+func ProbeKernel() (*KernelSupport, error) {
+	ks := &KernelSupport{Release: kernelRelease(), Missing: []string{}}
+	for _, o := range []struct {
+		name string
+		load func() (*ebpf.CollectionSpec, error)
+	}{{"director", directorSpec}, {"backend", bpf.LoadBackend}, {"lab", bpf.LoadLab}} {
+		spec, err := o.load()
+		if err != nil {
+			return nil, fmt.Errorf("reading the embedded %s object: %w", o.name, err)
+		}
+		missing, err := lacks(spec)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range missing {
+			ks.Missing = append(ks.Missing, o.name+": "+m)
+		}
+	}
+	return ks, nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// lacks lists what spec's programs and maps use that this kernel does not
+// have. The probes' answers are cached for the process.
+func lacks(spec *ebpf.CollectionSpec) ([]string, error) {
+	set := map[string]bool{}
+	probe := func(what string, err error) error {
+		switch {
+		case err == nil:
+		case errors.Is(err, ebpf.ErrNotSupported):
+			set[what] = true
+		default:
+			return fmt.Errorf("probing the kernel for %s: %w", what, err)
+		}
+		return nil
+	}
+	for _, ms := range spec.Maps {
+		for m := ms; m != nil; m = m.InnerMap {
+			if err := probe("map type "+m.Type.String(), features.HaveMapType(m.Type)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, ps := range spec.Programs {
+		if err := probe("program type "+ps.Type.String(), features.HaveProgramType(ps.Type)); err != nil {
+			return nil, err
+		}
+		if ps.Type == ebpf.XDP && ps.Flags&unix.BPF_F_XDP_HAS_FRAGS != 0 {
+			if err := probe("multi-buffer XDP (xdp.frags)", haveXDPFrags()); err != nil {
+				return nil, err
+			}
+		}
+		for _, ins := range ps.Instructions {
+			if !ins.IsBuiltinCall() {
+				continue
+			}
+			fn := asm.BuiltinFunc(ins.Constant)
+			if err := probe("helper "+helperName(fn), features.HaveProgramHelper(ps.Type, fn)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// helperName is a helper's name as the kernel's documentation gives it:
+// FnXdpGetBuffLen is bpf_xdp_get_buff_len.
+func helperName(fn asm.BuiltinFunc) string {
+	var b strings.Builder
+	b.WriteString("bpf")
+	for _, r := range strings.TrimPrefix(fn.String(), "Fn") {
+		if unicode.IsUpper(r) {
+			b.WriteByte('_')
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// haveXDPFrags says whether the kernel takes XDP programs flagged as
+// handling multi-buffer frames (BPF_F_XDP_HAS_FRAGS, Linux 5.18).
+var haveXDPFrags = sync.OnceValue(func() error {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.XDP, Flags: unix.BPF_F_XDP_HAS_FRAGS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
+	})
+	if errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("BPF_F_XDP_HAS_FRAGS refused: %w", ebpf.ErrNotSupported)
+	}
+	if err != nil {
+		return err
+	}
+	return p.Close()
+})
+
+// explainLoad adds to a program's load failure what this kernel lacks of
+// what spec uses, if anything: that, not the verifier's log, is what an
+// operator on an old kernel needs to read.
+func explainLoad(spec *ebpf.CollectionSpec, err error) error {
+	missing, perr := lacks(spec)
+	if perr != nil || len(missing) == 0 {
+		return err
+	}
+	return fmt.Errorf("this kernel (%s) lacks %s, which the program uses; director is tested on Linux %s: %w",
+		kernelRelease(), strings.Join(missing, ", "), strings.Join(TestedKernels, ", "), err)
+}
