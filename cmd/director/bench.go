@@ -187,13 +187,25 @@ func readFrames(path string) ([][]byte, error) {
 	return frames, nil
 }
 
-// perCall is how many frames one BPF_PROG_RUN call sends; a capture larger
-// than the generator holds is sent in windows, each cycled windowRepeats
-// times.
+// perCall is how many frames one BPF_PROG_RUN call sends at most; a
+// capture larger than the generator holds is sent in windows, each cycled
+// windowRepeats times. The first call sends at most firstCall.
 const (
 	perCall       = 1 << 20
 	windowRepeats = 64
+	firstCall     = 1 << 14
 )
+
+// callBudget is how many frames the next call may send, after one of n
+// frames took took: as many as a quarter of d holds at that rate, at most
+// perCall.
+func callBudget(n uint32, took, d time.Duration) uint32 {
+	if took <= 0 {
+		return perCall
+	}
+	fit := float64(n) * float64(d/4) / float64(took)
+	return uint32(max(1, min(fit, perCall)))
+}
 
 // window is where the w'th window of size frames starts in n frames: the
 // windows go round the capture, the last one perhaps short.
@@ -221,6 +233,12 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 	// Windows sent, by their first frame: how much of the capture ran.
 	sent := map[int]int{}
 	var cost lab.Cost
+	// How many frames a call may send: a call cannot be stopped, so the
+	// first is small and the rest are sized from the rate it showed, to
+	// take at most a quarter of d each. On a slow machine (the emulated
+	// guests of 'make test-kernels', 50,000 frames a second) a call of
+	// perCall frames would take twenty seconds whatever d is.
+	budget := uint32(firstCall)
 	for w := 0; time.Since(start) < d; w++ {
 		select {
 		case <-stop:
@@ -239,12 +257,15 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 		} else if len(frames) <= size {
 			n = perCall
 		}
+		n = max(min(n, budget), uint32(hi-lo))
+		began := time.Now()
 		c, err := rig.Send(frames[lo:hi], n)
 		if err != nil {
 			return r, err
 		}
 		cost.Runs += c.Runs
 		cost.Runtime += c.Runtime
+		budget = callBudget(n, time.Since(began), d)
 	}
 	r.Seconds = time.Since(start).Seconds()
 	for _, n := range sent {

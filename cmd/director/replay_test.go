@@ -263,7 +263,7 @@ func TestBenchRunsAndCleansUp(t *testing.T) {
 	// spelled out in the exact table whole (only the address it is
 	// written with is), so every path has frames.
 	pcap := filepath.Join(t.TempDir(), "m.pcap")
-	mustRun(t, 0, "gen-capture", "--config", cfgDir+"glb-example.json", "-o", pcap, "--flows", "2000", "--seed", "5")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"glb-example.json", "-o", pcap, "--flows", "8000", "--seed", "5")
 	out, errOut, code := runCmd("bench", pcap, "--config", cfgDir+"glb-example.json", "--duration", "200ms", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
