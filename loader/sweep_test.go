@@ -1,8 +1,11 @@
 package loader
 
 import (
+	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,6 +41,40 @@ var smallBinds = []struct{ name, binds string }{
 	{"p124", `{"ip": "fd00:60::/124", "proto": "tcp", "port": 443}, {"ip": "fd00:60::/124", "proto": "udp", "port": 53}`},
 	// Too large whole: only the address it is written with goes in.
 	{"written", `{"ip": "10.60.4.9/24", "proto": "tcp", "port_start": 2000, "port_end": 3000}`},
+}
+
+var sweepSample = flag.Int("sweep.sample", 0, "TestBindSweep: sweep only this many random ports per address and protocol, besides "+
+	"every bind's edges (0: all 65,536); the guest kernels of 'make test-kernels' run a sample, being emulated")
+
+// sweepPorts are the destination ports the sweep sends to: all of them,
+// or with -sweep.sample the first and last, each bind's edges and the
+// ports beside them, and a sample of the rest, the same at every run.
+func sweepPorts(refs []table.BindRef) []int {
+	if *sweepSample <= 0 {
+		ports := make([]int, 65536)
+		for i := range ports {
+			ports[i] = i
+		}
+		return ports
+	}
+	set := map[int]bool{0: true, 65535: true}
+	for _, r := range refs {
+		for _, p := range []int{int(r.Bind.PortStart) - 1, int(r.Bind.PortStart), int(r.Bind.PortEnd), int(r.Bind.PortEnd) + 1} {
+			if p >= 0 && p < 65536 {
+				set[p] = true
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(*sweepSample), 7))
+	for range *sweepSample {
+		set[rng.IntN(65536)] = true
+	}
+	ports := make([]int, 0, len(set))
+	for p := range set {
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	return ports
 }
 
 // sweepConfig is a config of sweepBinds, plus extra tables' binds.
@@ -165,10 +202,11 @@ func sweep(t *testing.T, cfg string, addrs []string, trie, spelled bool) {
 		}
 		frames, probes = frames[:0], probes[:0]
 	}
+	ports := sweepPorts(refs)
 	for _, a := range addrs {
 		dst := netip.MustParseAddr(a)
 		for _, proto := range []table.Proto{6, 17} {
-			for port := 0; port < 65536; port++ {
+			for _, port := range ports {
 				var l4 []byte
 				if proto == 6 {
 					l4 = pkt.TCP(40000, uint16(port), 0x10, nil)

@@ -8,7 +8,9 @@ package testenv
 
 import (
 	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,4 +71,17 @@ func join(s []string) string {
 		}
 	}
 	return out
+}
+
+// Scaled is d, the time a test allows something that takes real time,
+// multiplied by DIRECTOR_TEST_TIME_SCALE (a whole number; 1 when unset).
+// The guest kernels 'make test-kernels' boots run on an emulated CPU,
+// several times slower, and set it: there the tests check what the kernel
+// does, and the host's 'make test' checks how fast.
+func Scaled(d time.Duration) time.Duration {
+	n, err := strconv.Atoi(os.Getenv("DIRECTOR_TEST_TIME_SCALE"))
+	if err != nil || n < 1 {
+		return d
+	}
+	return d * time.Duration(n)
 }
