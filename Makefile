@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-14
 BPF_STRIP ?= llvm-strip-14
 
-.PHONY: all build test bench lint fuzz clean generate check-generated demo demo-fleet install
+.PHONY: all build test test-kernels bench lint fuzz clean generate check-generated demo demo-fleet install
 
 all: build
 
@@ -34,6 +34,13 @@ install: build
 test: lint
 	DIRECTOR_KERNEL_TESTS=required $(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags purego ./table
+
+# The kernel tests again, inside each kernel of internal/vmtest/kernels.go
+# (Debian 12's 6.1 and 6.12) booted under qemu; the kernel packages are
+# downloaded into a cache the first time (docs/development.md, "Older
+# kernels"). As root, after 'make test', which covers the host's kernel.
+test-kernels:
+	$(GO) run ./internal/vmtest $(VMTEST_FLAGS)
 
 # Table builds, then (as root) the datapath: program cost on real veth
 # traffic beside an empty XDP_TX program, and full apply vs per-element.

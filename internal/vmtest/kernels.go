@@ -1,0 +1,27 @@
+package main
+
+// A Kernel is one the harness boots: a Debian cloud kernel package, which
+// has virtio, the serial console, BPF, its JIT and BTF built in.
+type Kernel struct {
+	// Name is the kernel as README lists it, and as -kernels selects it.
+	Name string
+	// Package is the Debian package booted.
+	Package string
+	// Series is the prefix of the packages that may stand in for Package
+	// once Debian no longer serves it: the newest of them is booted, and
+	// the summary says so.
+	Series string
+}
+
+// kernels are the kernels 'make test-kernels' boots, the lowest first.
+// The development kernel (6.18) is the host's: 'make test' covers it. To
+// add one, see docs/development.md, "Older kernels".
+var kernels = []Kernel{
+	{Name: "6.1", Package: "linux-image-6.1.0-57-cloud-amd64", Series: "linux-image-6.1.0-"},
+	{Name: "6.12", Package: "linux-image-6.12.117+deb12-cloud-amd64", Series: "linux-image-6.12."},
+}
+
+// modulesWanted are the modules the guest loads (with what they depend
+// on): veth for every veth pair, bridge for the testbed's LAN. The cloud
+// kernels build both as modules.
+var modulesWanted = []string{"veth", "bridge"}

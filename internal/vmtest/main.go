@@ -1,0 +1,310 @@
+// Command vmtest is 'make test-kernels': it boots each kernel operators
+// run director on (kernels.go) under qemu and runs every kernel test of
+// the module inside it, as root, with DIRECTOR_KERNEL_TESTS=required, so
+// that a test skipped in a guest fails the run as it does on the host.
+//
+// It downloads the Debian kernel packages (apt-get download) into a cache
+// it keeps across runs, builds static test binaries and the director,
+// packs them with busybox, the kernel's veth and bridge modules and
+// testdata into an initramfs, and boots it under TCG (KVM does not work on
+// the machines CI runs on). Lab code: the product never imports it.
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	var (
+		only     = flag.String("kernels", "", "comma-separated kernels to boot (default: all of "+kernelNames()+")")
+		cache    = flag.String("cache", defaultCache(), "where kernel packages are kept across runs ($DIRECTOR_KERNEL_CACHE)")
+		work     = flag.String("work", "", "working directory (default: a temporary one, removed after a run that passed)")
+		timeout  = flag.Duration("timeout", 25*time.Minute, "the longest one guest may run")
+		parallel = flag.Int("parallel", 2, "guests booted at once")
+		cpus     = flag.Int("cpus", 2, "CPUs per guest")
+		mem      = flag.Int("mem", 3072, "MiB of memory per guest")
+	)
+	flag.Parse()
+	if err := runAll(*only, *cache, *work, *timeout, *parallel, *cpus, *mem, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "vmtest: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func kernelNames() string {
+	var n []string
+	for _, k := range kernels {
+		n = append(n, k.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func defaultCache() string {
+	if d := os.Getenv("DIRECTOR_KERNEL_CACHE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "director", "kernels")
+	}
+	return filepath.Join(os.TempDir(), "director-kernels")
+}
+
+func selectKernels(only string) ([]Kernel, error) {
+	if only == "" {
+		return kernels, nil
+	}
+	var out []Kernel
+	for _, name := range strings.Split(only, ",") {
+		found := false
+		for _, k := range kernels {
+			if k.Name == name {
+				out, found = append(out, k), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("-kernels: no kernel %q (there are %s)", name, kernelNames())
+		}
+	}
+	return out, nil
+}
+
+// tools finds what the harness runs, saying which Debian package has what
+// is missing.
+func tools() (qemu, busybox string, err error) {
+	for tool, pkg := range map[string]string{"qemu-system-x86_64": "qemu-system-x86", "dpkg-deb": "dpkg", "apt-get": "apt",
+		"xz": "xz-utils", "go": "Go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "", "", fmt.Errorf("%s not found: install %s", tool, pkg)
+		}
+	}
+	qemu, _ = exec.LookPath("qemu-system-x86_64")
+	busybox = "/bin/busybox"
+	f, err := elf.Open(busybox)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w (install busybox-static)", busybox, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", "", fmt.Errorf("%s is dynamically linked; the guest needs a static one (install busybox-static)", busybox)
+		}
+	}
+	return qemu, busybox, nil
+}
+
+func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem int, out io.Writer) error {
+	start := time.Now()
+	ks, err := selectKernels(only)
+	if err != nil {
+		return err
+	}
+	qemu, busybox, err := tools()
+	if err != nil {
+		return err
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	keep := work != ""
+	if work == "" {
+		if work, err = os.MkdirTemp("", "director-vmtest-"); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return err
+	}
+
+	// The packages first: a fresh machine's run spends its first seconds
+	// here, and a failure should come before the build.
+	type fetched struct {
+		deb, pkg string
+	}
+	debs := map[string]fetched{}
+	for _, k := range ks {
+		deb, pkg, err := fetchKernel(cache, k, out)
+		if err != nil {
+			return err
+		}
+		debs[k.Name] = fetched{deb, pkg}
+	}
+
+	pkgs, err := discover(root)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "vmtest: building the director and %d test binaries (static)\n", len(pkgs))
+	director, err := buildAll(root, filepath.Join(work, "bin"), pkgs)
+	if err != nil {
+		return err
+	}
+	for _, p := range pkgs {
+		for _, s := range p.Skipped {
+			fmt.Fprintf(out, "vmtest: %s: left to the host: %s\n", p.Rel, s)
+		}
+	}
+
+	results := make([]*result, len(ks))
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	var prepErr error
+	var mu sync.Mutex
+	for i, k := range ks {
+		kdir := filepath.Join(work, k.Name)
+		ex, err := extract(debs[k.Name].deb, kdir)
+		if err == nil {
+			err = buildInitramfs(filepath.Join(kdir, "initrd.gz"), busybox, director, root, ex.Modules, pkgs)
+		}
+		if err != nil {
+			mu.Lock()
+			prepErr = errors.Join(prepErr, fmt.Errorf("kernel %s: %w", k.Name, err))
+			mu.Unlock()
+			continue
+		}
+		// Only the image and the modules are needed of the unpacked package.
+		if err := os.Rename(ex.Vmlinuz, filepath.Join(kdir, "vmlinuz")); err != nil {
+			return err
+		}
+		os.RemoveAll(filepath.Join(kdir, "pkg"))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			fmt.Fprintf(out, "vmtest: booting %s (%s)\n", k.Name, debs[k.Name].pkg)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			args := qemuArgs(filepath.Join(kdir, "vmlinuz"), filepath.Join(kdir, "initrd.gz"), cpus, mem)
+			results[i] = boot(ctx, qemu, args, k, debs[k.Name].pkg, pkgs, filepath.Join(work, k.Name+".log"), out)
+		}()
+	}
+	wg.Wait()
+	if prepErr != nil {
+		return prepErr
+	}
+	failed := summary(out, results, pkgs, time.Since(start))
+	if failed {
+		return fmt.Errorf("a kernel failed; the guests' whole consoles are in %s", work)
+	}
+	if !keep {
+		os.RemoveAll(work)
+	}
+	return nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run from inside the director module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// buildAll builds the director and each package's test binary, static
+// (the guest has no C library) and stripped (the initramfs is held in the
+// guest's memory).
+func buildAll(root, bin string, pkgs []pkgTests) (string, error) {
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", err
+	}
+	gobuild := func(args ...string) error {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	director := filepath.Join(bin, "director")
+	if err := gobuild("build", "-ldflags=-s -w", "-o", director, "./cmd/director"); err != nil {
+		return "", err
+	}
+	for i := range pkgs {
+		pkgs[i].Binary = filepath.Join(bin, strings.ReplaceAll(pkgs[i].Rel, "/", "_")+".test")
+		if err := gobuild("test", "-c", "-ldflags=-s -w", "-o", pkgs[i].Binary, "./"+pkgs[i].Rel); err != nil {
+			return "", err
+		}
+	}
+	return director, nil
+}
+
+// summary prints, per kernel, what ran, what failed and what the director
+// reports of the kernel, and says whether any kernel failed.
+func summary(out io.Writer, results []*result, pkgs []pkgTests, total time.Duration) (failed bool) {
+	fmt.Fprintf(out, "\nvmtest: summary (%s in all)\n", total.Round(time.Second))
+	for _, r := range results {
+		if r == nil {
+			continue
+		}
+		verdict := "PASS"
+		if !r.ok() {
+			verdict, failed = "FAIL", true
+		}
+		fmt.Fprintf(out, "%s  kernel %s: %s (%s), %s\n", verdict, r.Kernel.Name, r.Release, r.Package, r.Elapsed.Round(time.Second))
+		if r.Package != r.Kernel.Package {
+			fmt.Fprintf(out, "      %s is no longer served; %s stood in for it\n", r.Kernel.Package, r.Package)
+		}
+		for _, p := range pkgs {
+			fmt.Fprintf(out, "      %-16s %d passed of %d kernel tests", p.Rel, len(r.Passed[p.Rel]), len(p.Tests))
+			for _, what := range []struct {
+				name string
+				m    map[string][]string
+			}{{"failed", r.Failed}, {"skipped", r.Skipped}, {"did not run", r.Missing}} {
+				if n := what.m[p.Rel]; len(n) > 0 {
+					fmt.Fprintf(out, "; %s: %s", what.name, strings.Join(n, ", "))
+				}
+			}
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "      %d subtests passed\n", r.Subtests)
+		for _, pf := range r.PkgFailed {
+			fmt.Fprintf(out, "      package failed: %s\n", pf)
+		}
+		for _, pr := range r.Problems {
+			fmt.Fprintf(out, "      problem: %s\n", pr)
+		}
+		for _, l := range r.KernelLog {
+			fmt.Fprintf(out, "      kernel said: %s\n", l)
+		}
+		fmt.Fprintf(out, "      %s\n", kernelReport(r.Status))
+	}
+	return failed
+}
+
+// kernelReport is the kernel section of the guest's 'director status
+// --json': the release, and what the programs need that it lacks.
+func kernelReport(status string) string {
+	var doc struct {
+		Kernel *struct {
+			Release string   `json:"release"`
+			Missing []string `json:"missing"`
+		} `json:"kernel"`
+	}
+	if err := json.Unmarshal([]byte(status), &doc); err != nil || doc.Kernel == nil {
+		return "director status: no kernel report"
+	}
+	if len(doc.Kernel.Missing) == 0 {
+		return fmt.Sprintf("director status: kernel %s has everything the programs use", doc.Kernel.Release)
+	}
+	sort.Strings(doc.Kernel.Missing)
+	return fmt.Sprintf("director status: kernel %s lacks %s", doc.Kernel.Release, strings.Join(doc.Kernel.Missing, "; "))
+}
