@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
@@ -68,6 +70,22 @@ func TestKernelCommands(t *testing.T) {
 	run(0, "load") // idempotent
 	if out := run(0, "status"); !strings.Contains(out, "tables       (none)") || !strings.Contains(out, "config       (none") {
 		t.Fatalf("status: %s", out)
+	}
+	// The kernel it runs on, which lacks nothing: on every kernel tested.
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	if out := run(0, "status"); !strings.Contains(out, "kernel       "+release+": has everything the programs use\n") {
+		t.Fatalf("status does not report kernel %s as whole: %s", release, out)
+	}
+	var doc statusDoc
+	if err := json.Unmarshal([]byte(run(0, "status", "--json")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Kernel == nil || doc.Kernel.Release != release || doc.Kernel.Missing == nil || len(doc.Kernel.Missing) != 0 {
+		t.Fatalf("status --json kernel: %+v", doc.Kernel)
 	}
 
 	// A reviewed plan, applied exactly, the director config with it.

@@ -56,8 +56,9 @@ type statusTable struct {
 var statusCmd = &command{
 	name: "status", args: "[--json]",
 	summary: "Show what the kernel holds.",
-	help: "Show what the kernel holds: the pinned program, attached interfaces, the director config, and\n" +
-		"the live tables read back from the maps with their fingerprints.",
+	help: "Show what the kernel holds: the pinned program, the kernel's release and anything it lacks of what\n" +
+		"the programs use, attached interfaces, the director config, and the live tables read back from the\n" +
+		"maps with their fingerprints.",
 	run: runStatus,
 }
 
