@@ -153,6 +153,7 @@ func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem
 		return err
 	}
 	for _, p := range pkgs {
+		fmt.Fprintf(out, "vmtest: %s: %d kernel tests: %s\n", p.Rel, len(p.Tests), strings.Join(p.Tests, ", "))
 		for _, s := range p.Skipped {
 			fmt.Fprintf(out, "vmtest: %s: left to the host: %s\n", p.Rel, s)
 		}
