@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dchest/siphash"
@@ -488,6 +489,34 @@ func TestBackendOrderDoesNotMatter(t *testing.T) {
 		}
 		if Fingerprint(a) != Fingerprint(b) {
 			t.Fatalf("table %d: fingerprint changed with backend order", i)
+		}
+	}
+}
+
+// TestFingerprintCoversTheKey: two tables with the same rows and different
+// keys send flows to different hops, and their fingerprints differ; the
+// fingerprint shows nothing of the key, and a table's fingerprint is
+// its own the same whatever its name.
+func TestFingerprintCoversTheKey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	tc := randomTable(rng, 8, 2)
+	a, err := Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Table{Name: "other", HashKey: a.HashKey, Binds: a.Binds, Backends: a.Backends, Rows: a.Rows}
+	if Fingerprint(a) != Fingerprint(b) {
+		t.Fatal("the same key and rows under another name: fingerprints differ")
+	}
+	c := &Table{HashKey: a.HashKey, Binds: a.Binds, Backends: a.Backends, Rows: a.Rows}
+	c.HashKey[15] ^= 1
+	if Fingerprint(a) == Fingerprint(c) {
+		t.Fatal("another key, the same rows: equal fingerprints")
+	}
+	fp := Fingerprint(a)
+	for _, k := range []string{hex.EncodeToString(a.HashKey[:]), hex.EncodeToString(a.HashKey[:8]), hex.EncodeToString(a.HashKey[8:])} {
+		if strings.Contains(fp, k) {
+			t.Fatalf("the fingerprint %s shows the key", fp)
 		}
 	}
 }

@@ -5,11 +5,16 @@ import (
 	"encoding/hex"
 )
 
-// Fingerprint identifies a table's forwarding behaviour: SHA-256 over every
-// row's primary then secondary address (16 bytes each, IPv4 as
-// IPv4-mapped). Two directors with equal fingerprints send every flow to the
-// same hops. It depends on neither keys nor backend order, so it can be
-// shown and compared freely.
+// Fingerprint identifies a table's forwarding behaviour: SHA-256 over a
+// version tag, the table's hash_key, and every row's primary then
+// secondary address (16 bytes each, IPv4 as IPv4-mapped). The key decides
+// which row a flow reads and the rows decide its hops, so two directors
+// with equal fingerprints send every flow to the same hops. The key goes in
+// only through SHA-256, beside data anyone may know: the fingerprint says
+// whether two keys are equal and nothing else of them, so it can be shown
+// and compared freely. The seed needs no place of its own: it decides only
+// the rows, which are in whole (neither the kernel nor GLB's binary keeps
+// it). Backend order and names do not count.
 //
 // A table's fingerprint is computed once and kept with it (a plan, its
 // diff and the read-back check all ask for it): a Table must not be
@@ -23,12 +28,19 @@ func Fingerprint(t *Table) string {
 	return fp
 }
 
+// fingerprintVersion starts what a fingerprint hashes. Version 1 (before
+// 2026-12) hashed the rows alone, so tables differing only in their key
+// had equal fingerprints.
+const fingerprintVersion = "director table fingerprint v2\x00"
+
 func fingerprint(t *Table) string {
 	addrs := make([][16]byte, len(t.Backends))
 	for i, b := range t.Backends {
 		addrs[i] = b.IP.As16()
 	}
 	h := sha256.New()
+	h.Write([]byte(fingerprintVersion))
+	h.Write(t.HashKey[:])
 	const chunk = 32 * 1024
 	buf := make([]byte, 0, chunk)
 	for _, r := range t.Rows {
