@@ -594,6 +594,8 @@ func (p *parser) healthchecks(path string, v *jsonValue) *Healthchecks {
 		if m.key == "http_uri" {
 			if m.val.kind != jsonString {
 				p.fail(join(path, m.key), "%s is not a string", m.val.brief())
+			} else if err := CheckHTTPURI(m.val.str); err != nil {
+				p.fail(join(path, m.key), "%q: %v", m.val.str, err)
 			} else {
 				s := m.val.str
 				h.HTTPURI = &s
@@ -617,6 +619,38 @@ func (p *parser) healthchecks(path string, v *jsonValue) *Healthchecks {
 		}
 	}
 	return h
+}
+
+// CheckHTTPURI says why uri cannot be a health check's http_uri: it must
+// be an absolute path, with a query if wanted, and nothing that could be
+// read as naming another host or scheme (the check's address and port are
+// the backend's alone).
+func CheckHTTPURI(uri string) error {
+	switch {
+	case uri == "":
+		return errors.New("empty: leave http_uri out for /")
+	case uri[0] != '/':
+		return errors.New("not an absolute path: it must start with /")
+	case strings.Contains(uri, "//"):
+		return errors.New("// would start a host name")
+	case strings.Contains(uri, "@"):
+		return errors.New("@ would start a host name")
+	case strings.Contains(uri, `\`):
+		return errors.New(`\ is read as / by some servers`)
+	case strings.Contains(uri, "#"):
+		return errors.New("a fragment (#) is not sent")
+	}
+	for _, r := range uri {
+		switch {
+		case r == ' ':
+			return errors.New("a space is not allowed (write %20)")
+		case r < 0x20 || r == 0x7f:
+			return errors.New("a control character is not allowed")
+		case r > 0x7e:
+			return errors.New("only ASCII is allowed (percent-encode the rest)")
+		}
+	}
+	return nil
 }
 
 // checkSettings parses the top-level "healthchecks" block.

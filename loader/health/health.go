@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"sync"
 	"syscall"
@@ -154,11 +155,25 @@ func Healthy(rs []Result) bool {
 	return true
 }
 
+// http GETs uri from ip:port. The URL is built from its parts, the host
+// from ip and port alone: nothing in uri can aim the check elsewhere (the
+// config refuses such a uri, table.CheckHTTPURI; this is the second line).
 func (p *Prober) http(ctx context.Context, ip netip.Addr, port int, uri string) error {
-	url := "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(port)) + uri
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err := table.CheckHTTPURI(uri); err != nil {
+		return fmt.Errorf("http_uri %q: %w", uri, err)
+	}
+	path, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return fmt.Errorf("http_uri %q: %w", uri, err)
+	}
+	host := net.JoinHostPort(ip.String(), strconv.Itoa(port))
+	u := &url.URL{Scheme: "http", Host: host, Path: path.Path, RawPath: path.RawPath, RawQuery: path.RawQuery}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return err
+	}
+	if req.URL.Host != host {
+		return fmt.Errorf("http_uri %q: the request would go to %s, not %s", uri, req.URL.Host, host)
 	}
 	req.Header.Set("User-Agent", "director-healthcheck")
 	resp, err := p.client.Do(req)

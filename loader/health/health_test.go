@@ -149,3 +149,35 @@ func TestProbeHTTPAndTCP(t *testing.T) {
 	}
 	_ = strconv.Itoa
 }
+
+// TestProbeHTTPStaysOnTheBackend: whatever http_uri says, the GET goes to
+// the backend's address and port. A server elsewhere that would answer 200
+// never sees a request, and the backend (nothing listens there) is down.
+func TestProbeHTTPStaysOnTheBackend(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	otherHost := other.Listener.Addr().String()
+	var seen atomic.Value
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen.Store(r.URL.RequestURI()) }))
+	defer backend.Close()
+	p := NewProber(200*time.Millisecond, netip.MustParseAddr("127.0.0.1"))
+	defer p.Close()
+	// Nothing listens on 127.0.0.2 at the other server's port.
+	down := netip.MustParseAddr("127.0.0.2")
+	otherPort := other.Listener.Addr().(*net.TCPAddr).Port
+	for _, uri := range []string{"@" + otherHost + "/", "//" + otherHost + "/", "/x@" + otherHost + "/", "http://" + otherHost + "/"} {
+		rs := p.Probe(context.Background(), down, Checks{HTTP: otherPort, HTTPURI: uri})
+		if Healthy(rs) {
+			t.Errorf("http_uri %q: a backend nothing listens on is up", uri)
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the server elsewhere got %d requests", n)
+	}
+	lo := netip.MustParseAddr("127.0.0.1")
+	port := backend.Listener.Addr().(*net.TCPAddr).Port
+	if rs := p.Probe(context.Background(), lo, Checks{HTTP: port, HTTPURI: "/ready%20now?deep=1"}); !Healthy(rs) || seen.Load() != "/ready%20now?deep=1" {
+		t.Errorf("a path with a query: %v, the backend saw %v", rs, seen.Load())
+	}
+}
