@@ -181,3 +181,31 @@ func TestProbeHTTPStaysOnTheBackend(t *testing.T) {
 		t.Errorf("a path with a query: %v, the backend saw %v", rs, seen.Load())
 	}
 }
+
+// TestSchedulerKeepsItsRate: checks that take half their interval (a check
+// timing out, say) still start an interval apart, on average, not an
+// interval and a half.
+func TestSchedulerKeepsItsRate(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	var mu sync.Mutex
+	var starts []time.Time
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s := &Scheduler{Interval: interval, Limit: 4, Seed: 3}
+	s.Run(ctx, 1, func(ctx context.Context, _ int) {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(interval / 2):
+		}
+	})
+	if len(starts) < 10 {
+		t.Fatalf("%d checks in 2 s", len(starts))
+	}
+	mean := starts[len(starts)-1].Sub(starts[0]) / time.Duration(len(starts)-1)
+	if mean < interval*9/10 || mean > interval*11/10 {
+		t.Errorf("checks %v apart on average, want %v give or take a tenth", mean, interval)
+	}
+}

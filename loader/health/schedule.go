@@ -10,7 +10,11 @@ import (
 // Scheduler runs a check of every target every Interval: each target's
 // first check at a random point of the first interval and later ones an
 // interval apart give or take a tenth, so that a thousand backends are not
-// probed in lockstep; at most Limit checks run at once.
+// probed in lockstep; at most Limit checks run at once. The schedule is
+// fixed from each check's planned start, not from its end, so a check that
+// takes its whole timeout does not slow its target's rate; one that takes
+// longer than an interval is followed at once, and the schedule goes on
+// from there rather than catching up.
 type Scheduler struct {
 	Interval time.Duration
 	Limit    int
@@ -53,6 +57,7 @@ func (s *Scheduler) Run(ctx context.Context, n int, check func(ctx context.Conte
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, uint64(i)))
+			next := time.Now().Add(first[i])
 			t := time.NewTimer(first[i])
 			defer t.Stop()
 			for {
@@ -68,7 +73,12 @@ func (s *Scheduler) Run(ctx context.Context, n int, check func(ctx context.Conte
 				}
 				check(ctx, i)
 				<-sem
-				t.Reset(NextDelay(s.Interval, r))
+				next = next.Add(NextDelay(s.Interval, r))
+				now := time.Now()
+				if next.Before(now) {
+					next = now
+				}
+				t.Reset(next.Sub(now))
 			}
 		}()
 	}
