@@ -70,7 +70,7 @@ var dpdkOnlyKeys = []string{"kni_ip", "num_worker_queues", "rx_drop_en", "flow_p
 
 // LoadDirectorConfig reads and validates a director config file.
 func LoadDirectorConfig(path string) (*DirectorConfig, error) {
-	data, err := readFileMax(path, maxDirectorConfigBytes, "a director config")
+	data, err := readFileMax(path, MaxDirectorConfigBytes, "a director config")
 	if err != nil {
 		return nil, err
 	}

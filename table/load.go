@@ -22,8 +22,8 @@ const (
 	// MaxTables bounds the tables the table tools (show, diff, build) read
 	// from one file. The datapath holds fewer (see the loader).
 	MaxTables = 256
-	// maxDirectorConfigBytes bounds a director config file, a few keys.
-	maxDirectorConfigBytes = 1 << 20
+	// MaxDirectorConfigBytes bounds a director config file, a few keys.
+	MaxDirectorConfigBytes = 1 << 20
 )
 
 // Limit is how many tables whoever reads a config can hold.

@@ -89,6 +89,10 @@ type service struct {
 	m   *metrics
 
 	cur     *input // the config being served
+	// The config files as last looked at, and the bad version of them
+	// last reported.
+	cfgFile, dcFile *watched
+	badVersion      string
 	pending *input // an edit waiting to be safe to apply
 	held    string // why pending (or the current health) is held, as last logged
 
@@ -249,11 +253,20 @@ func (s *service) loop(ctx context.Context) {
 // pending input, tried at once. A SIGHUP (force) with nothing changed
 // retries what is held.
 func (s *service) reread(ctx context.Context, force bool) {
-	in, err := s.readIfChanged()
+	in, looked, err := s.readIfChanged(force)
 	if err != nil {
-		s.m.configErrors.Inc()
-		s.log.Error("config not used; the last good one is kept", "err", err)
+		// Logged and counted once per bad version: a bad file left in
+		// place costs nothing more at every poll.
+		if v := s.version(); v != s.badVersion {
+			s.badVersion = v
+			s.m.configErrors.Inc()
+			s.log.Error("config not used; the last good one is kept", "err", err)
+		}
 		return
+	}
+	if looked && s.badVersion != "" {
+		s.badVersion = ""
+		s.log.Info("config files usable again", "config", s.o.Config)
 	}
 	if in == nil {
 		if force {
@@ -342,12 +355,47 @@ type input struct {
 	memo         []built               // the last tables built, by table
 }
 
-// read reads the config files.
+// read reads the config files, as at start.
 func (s *service) read() (*input, error) {
-	data, err := table.ReadInput(s.o.Config, loader.Limit)
-	if err != nil {
+	s.cfgFile = newWatched(s.o.Config, table.MaxConfigBytes, "a JSON config")
+	if s.o.DirectorConfig != "" {
+		s.dcFile = newWatched(s.o.DirectorConfig, table.MaxDirectorConfigBytes, "a director config")
+	}
+	if _, err := s.look(true); err != nil {
 		return nil, err
 	}
+	return s.parse()
+}
+
+// look looks at the config files, reading a version not seen yet (force:
+// reading them whatever stat says). It reports whether either is a new
+// version, and why one cannot be used.
+func (s *service) look(force bool) (bool, error) {
+	changed := s.cfgFile.look(force)
+	if s.dcFile != nil && s.dcFile.look(force) {
+		changed = true
+	}
+	if s.cfgFile.err != nil {
+		return changed, s.cfgFile.err
+	}
+	if s.dcFile != nil && s.dcFile.err != nil {
+		return changed, s.dcFile.err
+	}
+	return changed, nil
+}
+
+// version names the config files' versions last looked at.
+func (s *service) version() string {
+	v := s.cfgFile.version()
+	if s.dcFile != nil {
+		v += " " + s.dcFile.version()
+	}
+	return v
+}
+
+// parse parses the config files' contents as last read.
+func (s *service) parse() (*input, error) {
+	data := s.cfgFile.data
 	if table.IsGLBBinary(data) {
 		return nil, fmt.Errorf("%s is a GLB binary table: director run reads the JSON config (forwarding_table.src.json), whose backends it checks", s.o.Config)
 	}
@@ -359,10 +407,8 @@ func (s *service) read() (*input, error) {
 		s.log.Warn("config", "file", s.o.Config, "warning", w)
 	}
 	in := &input{data: data, cfg: cfg, builders: make([]*table.Builder, len(cfg.Tables)), memo: make([]built, len(cfg.Tables))}
-	if s.o.DirectorConfig != "" {
-		if in.dcData, err = os.ReadFile(s.o.DirectorConfig); err != nil {
-			return nil, err
-		}
+	if s.dcFile != nil {
+		in.dcData = s.dcFile.data
 		dc, err := table.ParseDirectorConfig(in.dcData)
 		if err != nil {
 			return nil, table.InFile(s.o.DirectorConfig, err)
@@ -377,27 +423,24 @@ func (s *service) read() (*input, error) {
 	return in, nil
 }
 
-// readIfChanged reads the config files when either differs from what is
-// served or pending; nil when neither does.
-func (s *service) readIfChanged() (*input, error) {
+// readIfChanged looks at the config files and parses them when either is
+// a new version whose contents differ from what is served or pending. It
+// returns the input (nil when nothing is to change), whether a new version
+// was looked at, and why it cannot be used.
+func (s *service) readIfChanged(force bool) (*input, bool, error) {
+	changed, err := s.look(force)
+	if !changed || err != nil {
+		return nil, changed, err
+	}
 	last := s.cur
 	if s.pending != nil {
 		last = s.pending
 	}
-	data, err := os.ReadFile(s.o.Config)
-	if err != nil {
-		return nil, err
+	if string(s.cfgFile.data) == string(last.data) && (s.dcFile == nil || string(s.dcFile.data) == string(last.dcData)) {
+		return nil, true, nil
 	}
-	var dcData []byte
-	if s.o.DirectorConfig != "" {
-		if dcData, err = os.ReadFile(s.o.DirectorConfig); err != nil {
-			return nil, err
-		}
-	}
-	if string(data) == string(last.data) && string(dcData) == string(last.dcData) {
-		return nil, nil
-	}
-	return s.read()
+	in, err := s.parse()
+	return in, true, err
 }
 
 // tableName is how logs and metrics name a config's table.
