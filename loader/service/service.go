@@ -88,13 +88,13 @@ type service struct {
 	d   *loader.Director
 	m   *metrics
 
-	cur     *input // the config being served
+	cur *input // the config being served
 	// The config files as last looked at, and the bad version of them
 	// last reported.
 	cfgFile, dcFile *watched
 	badVersion      string
-	pending *input // an edit waiting to be safe to apply
-	held    string // why pending (or the current health) is held, as last logged
+	pending         *input // an edit waiting to be safe to apply
+	held            string // why pending (or the current health) is held, as last logged
 
 	mu      sync.Mutex
 	targets map[string]*target
