@@ -49,6 +49,14 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	p := health.NewProber(cfg.Checks.Timeout, src)
 	defer p.Close()
 	results := health.Once(context.Background(), p, cfg, 64)
+	for i := range results {
+		for j, rs := range results[i] {
+			if health.Local(rs) {
+				return fmt.Errorf("healthcheck: %s: %s could not be checked: this machine lacks a resource (%s); nothing written",
+					pos[0], cfg.Tables[i].Backends[j].IP, describeResults(rs))
+			}
+		}
+	}
 	filled, err := table.FillHealth(data, func(i, j int) bool { return results[i][j] != nil && health.Healthy(results[i][j]) })
 	if err != nil {
 		return table.InFile(pos[0], err)
@@ -68,17 +76,13 @@ func runHealthcheck(e *env, c *command, args []string) error {
 			case b.State == table.StateInactive:
 				fmt.Fprintf(e.stdout, "%s %s: inactive, not checked (healthy false)\n", name, b.IP)
 			default:
-				parts := make([]string, len(rs))
-				for k, r := range rs {
-					parts[k] = r.String()
-				}
 				h := health.Healthy(rs)
 				if h {
 					up++
 				} else {
 					down++
 				}
-				fmt.Fprintf(e.stdout, "%s %s: %s (%s)\n", name, b.IP, map[bool]string{true: "up", false: "DOWN"}[h], strings.Join(parts, ", "))
+				fmt.Fprintf(e.stdout, "%s %s: %s (%s)\n", name, b.IP, map[bool]string{true: "up", false: "DOWN"}[h], describeResults(rs))
 			}
 		}
 	}
@@ -87,4 +91,13 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "%d up, %d down; wrote %s\n", up, down, *out)
 	return nil
+}
+
+// describeResults is a backend's check results in a line.
+func describeResults(rs []health.Result) string {
+	parts := make([]string, len(rs))
+	for k, r := range rs {
+		parts[k] = r.String()
+	}
+	return strings.Join(parts, ", ")
 }

@@ -81,6 +81,32 @@ type Result struct {
 	OK      bool
 	Latency time.Duration
 	Reason  string // why it failed: timeout, refused, status 503, no reply...
+	// Local is set when the check could not be made because the director
+	// lacked a resource (descriptors, buffers, memory, local ports): the
+	// result says nothing of the backend, and must never take it down.
+	Local bool
+}
+
+// Local reports whether any of rs could not be made for want of the
+// director's own resources.
+func Local(rs []Result) bool {
+	for _, r := range rs {
+		if r.Local {
+			return true
+		}
+	}
+	return false
+}
+
+// localFault reports whether err is the director's own want of a resource
+// rather than anything the backend did.
+func localFault(err error) (syscall.Errno, bool) {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EADDRNOTAVAIL} {
+		if errors.Is(err, e) {
+			return e, true
+		}
+	}
+	return 0, false
 }
 
 // Prober runs checks. It is safe for concurrent use.
@@ -138,6 +164,9 @@ func (p *Prober) Probe(ctx context.Context, ip netip.Addr, c Checks) []Result {
 			out[i] = Result{Kind: k, OK: err == nil, Latency: time.Since(start)}
 			if err != nil {
 				out[i].Reason = reason(err)
+				if e, ok := localFault(err); ok {
+					out[i].Local, out[i].Reason = true, "director: "+e.Error()
+				}
 			}
 		}()
 	}

@@ -154,6 +154,12 @@ func (s *service) check(ctx context.Context, t *target, kick bool) {
 	if ctx.Err() != nil {
 		return // stopping: a cancelled probe says nothing about the backend
 	}
+	if health.Local(rs) {
+		// The director's fault (out of descriptors, say): the backend
+		// keeps the state it had.
+		s.localFault(t, rs)
+		return
+	}
 	ok := health.Healthy(rs)
 	s.mu.Lock()
 	was := t.damp.Up()
@@ -195,4 +201,25 @@ func describe(rs []health.Result) string {
 		parts[i] = r.String()
 	}
 	return strings.Join(parts, ", ")
+}
+
+// localFault records a round of checks the director could not make for want
+// of its own resources: counted, and logged at most once a minute, since
+// every check then fails alike.
+func (s *service) localFault(t *target, rs []health.Result) {
+	for _, r := range rs {
+		if r.Local {
+			s.m.checksSkipped.WithLabelValues(r.Reason).Inc()
+		}
+	}
+	now := time.Now()
+	s.mu.Lock()
+	quiet := now.Sub(s.lastLocalFault) < time.Minute
+	if !quiet {
+		s.lastLocalFault = now
+	}
+	s.mu.Unlock()
+	if !quiet {
+		s.log.Error("checks cannot be made: the director lacks a resource; backends keep their state", "backend", t.ip, "checks", describe(rs))
+	}
 }

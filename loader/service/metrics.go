@@ -22,6 +22,7 @@ type metrics struct {
 	checkUp        *prometheus.GaugeVec   // backend, check: the last result
 	checkLatency   *prometheus.GaugeVec   // backend, check
 	checkFailures  *prometheus.CounterVec // backend, check, reason
+	checksSkipped  *prometheus.CounterVec // reason
 	tableInfo      *prometheus.GaugeVec   // table, fingerprint
 	applies        *prometheus.CounterVec // result
 	applyDuration  prometheus.Histogram
@@ -48,6 +49,8 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 		Help: "How long the backend's last check of this kind took."}, []string{"backend", "check"})
 	m.checkFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "director_check_failures_total",
 		Help: "Failed checks, by backend, kind and reason."}, []string{"backend", "check", "reason"})
+	m.checksSkipped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "director_checks_skipped_total",
+		Help: "Checks the director could not make for want of its own resources (descriptors, buffers, memory, local ports), by reason: they change no backend's health."}, []string{"reason"})
 	m.tableInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_table_info",
 		Help: "1 for each live table, with its fingerprint: directors that agree have equal fingerprints."}, []string{"table", "fingerprint"})
 	m.applies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "director_applies_total",
@@ -66,7 +69,7 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 		Help: "1 for each interface the program is attached to, with its XDP mode."}, []string{"interface", "mode"})
 	m.vipsAnnounced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_bgp_vips_announced",
 		Help: "VIPs this director announces over BGP."})
-	for _, c := range []prometheus.Collector{m.backendHealthy, m.checkUp, m.checkLatency, m.checkFailures, m.tableInfo, m.applies,
+	for _, c := range []prometheus.Collector{m.backendHealthy, m.checkUp, m.checkLatency, m.checkFailures, m.checksSkipped, m.tableInfo, m.applies,
 		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached, m.vipsAnnounced} {
 		f(c)
 	}

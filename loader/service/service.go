@@ -96,8 +96,9 @@ type service struct {
 	pending         *input // an edit waiting to be safe to apply
 	held            string // why pending (or the current health) is held, as last logged
 
-	mu      sync.Mutex
-	targets map[string]*target
+	mu             sync.Mutex
+	targets        map[string]*target
+	lastLocalFault time.Time // when a check the director could not make was last logged
 
 	prober     *health.Prober
 	live       []*table.Table // what the kernel holds, as last read or applied
@@ -158,8 +159,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelError)}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go srv.Serve(ln)
+		srv := serveHTTP(ln, mux, o.Log)
 		defer srv.Close()
 	}
 	live, err := s.d.LiveState()

@@ -1,10 +1,13 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
@@ -394,5 +398,82 @@ func TestVIPs(t *testing.T) {
 	}
 	if got := show(VIPs(tables, false)); got != "10.0.0.1/32 10.0.0.2/32 10.9.0.0/24 fd00::1/128" {
 		t.Errorf("announce all: %s", got)
+	}
+}
+
+// withFewDescriptors runs f with no descriptor to spare: every socket f's
+// checks open fails with EMFILE, as on a director whose descriptors a
+// flood of clients took.
+func withFewDescriptors(t *testing.T, f func()) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// A new descriptor takes the lowest free number: none at or above it
+	// may be had.
+	f0, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowest := f0.Fd()
+	f0.Close()
+	low := old
+	low.Cur = uint64(lowest)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	f()
+}
+
+// TestChecksTheDirectorCannotMakeTakeNothingDown: when the director is out
+// of descriptors, every check fails with EMFILE; none of it is the
+// backends' fault, so they stay up, and the skipped checks are counted.
+func TestChecksTheDirectorCannotMakeTakeNothingDown(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	lo := netip.MustParseAddr("127.0.0.1")
+	s := newTestService(t, checkedInput(t, 1))
+	s.m = newMetrics(nil)
+	s.prober = health.NewProber(200*time.Millisecond, lo)
+	defer s.prober.Close()
+	tg := &target{ip: lo, checks: health.Checks{TCP: port}, damp: health.NewDampener(2, 2), lastOK: true}
+	tg.damp.StartAt(true)
+	withFewDescriptors(t, func() {
+		for i := 0; i < 4; i++ {
+			s.check(context.Background(), tg, false)
+		}
+	})
+	if !tg.damp.Up() || !tg.lastOK {
+		t.Fatalf("after checks the director could not make: up %v, last ok %v", tg.damp.Up(), tg.lastOK)
+	}
+	if got := testutil.ToFloat64(s.m.checksSkipped.WithLabelValues("director: too many open files")); got != 4 {
+		t.Errorf("director_checks_skipped_total %v, want 4", got)
+	}
+	// With descriptors again, a real failure still counts.
+	ln.Close()
+	for i := 0; i < 2; i++ {
+		s.check(context.Background(), tg, false)
+	}
+	if tg.damp.Up() {
+		t.Error("a backend refusing connections stayed up")
 	}
 }
