@@ -26,8 +26,10 @@ func BackendCounterNames() []string { return bpf.BackendCounterNames() }
 // Backend is the backend-side program: GUE decapsulation with GLB's second
 // chance (bpf/backend.c).
 type Backend struct {
-	Dir  string
-	objs bpf.BackendObjects
+	Dir string
+	// Repaired says what LoadBackend put right of the pins it found.
+	Repaired []string
+	objs     bpf.BackendObjects
 }
 
 // LoadBackend loads the backend program into dir (pinned, adopting what is
@@ -42,7 +44,7 @@ func LoadBackend(dir string) (*Backend, error) {
 	b := &Backend{Dir: dir}
 	pinned := []string{bpf.BackendMapBeCfg, bpf.BackendMapBeStats, bpf.BackendMapBeLocal}
 	restart := fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir)
-	if err := loadPinned(dir, "the backend program", restart, spec, pinned, &b.objs.BackendMaps, &b.objs.BackendPrograms, &b.objs.Backend, nil); err != nil {
+	if err := loadPinned(dir, "the backend program", restart, spec, pinned, &b.Repaired, &b.objs.BackendMaps, &b.objs.BackendPrograms, &b.objs.Backend, nil); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -40,6 +40,10 @@ type Director struct {
 	Maps bpf.DirectorMaps
 	spec *ebpf.CollectionSpec
 
+	// Repaired says what Load put right of the pins it found (a map pin
+	// removed or replaced underneath), a line each.
+	Repaired []string
+
 	// known holds, by slot, the table this process last wrote or read
 	// there. A table read back equal to it is returned as that same
 	// table, whose fingerprint is then computed once, not at every plan.
@@ -105,7 +109,7 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	var objs bpf.DirectorObjects
 	d := &Director{Dir: dir, spec: spec}
 	restart := fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir)
-	err = loadPinned(dir, "the XDP program", restart, spec, pinnedMaps, &objs.DirectorMaps, &objs.DirectorPrograms, &objs.Director, func() error {
+	err = loadPinned(dir, "the XDP program", restart, spec, pinnedMaps, &d.Repaired, &objs.DirectorMaps, &objs.DirectorPrograms, &objs.Director, func() error {
 		d.Maps = objs.DirectorMaps
 		if err := d.createBindMaps(); err != nil {
 			return err
@@ -134,7 +138,12 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 // are private to this process. On error, mapObjs and progObjs are closed.
 //
 // restart says how to start over when pinned maps have another layout.
-func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, mapObjs, progObjs io.Closer, prog **ebpf.Program, setup func() error) error {
+//
+// Before anything is created, every map pin is checked against the maps the
+// pinned program uses: one removed or replaced underneath is pinned again
+// from the program's own (what was done goes in *repaired), so the maps
+// adopted are always the datapath's, never a new empty one beside it.
+func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, repaired *[]string, mapObjs, progObjs io.Closer, prog **ebpf.Program, setup func() error) error {
 	var opts ebpf.CollectionOptions
 	unlock := func() {}
 	if dir != "" {
@@ -147,6 +156,20 @@ func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []s
 		}
 		for _, name := range pinned {
 			spec.Maps[name].Pinning = ebpf.PinByName
+		}
+		if old, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err == nil {
+			bad, err := checkPins(dir, old, pinned)
+			old.Close()
+			if err == nil {
+				*repaired, err = repairPins(bad)
+			}
+			if err != nil {
+				unlock()
+				return fmt.Errorf("loading %s: checking the pins: %w", what, err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			unlock()
+			return fmt.Errorf("loading %s: reading the pinned program: %w", what, err)
 		}
 		opts.Maps = ebpf.MapOptions{PinPath: dir}
 	}
@@ -328,8 +351,18 @@ func Open(dir string) (*Director, error) {
 	d.Maps.Counters = open(bpf.DirectorMapCounters)
 	d.Maps.BackendTraffic = open(bpf.DirectorMapBackendTraffic)
 	if err != nil {
+		if bad, cerr := checkPins(dir, prog, pinnedMaps); cerr == nil && len(bad) > 0 {
+			err = pinsError(dir, bad)
+		}
 		d.Close()
 		return nil, err
+	}
+	if bad, err := checkPins(dir, prog, pinnedMaps); err != nil {
+		d.Close()
+		return nil, err
+	} else if len(bad) > 0 {
+		d.Close()
+		return nil, pinsError(dir, bad)
 	}
 	// Pins from before the group table have none until 'load' upgrades
 	// them; their program does not read one either.

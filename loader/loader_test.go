@@ -15,6 +15,7 @@ import (
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
+	"github.com/director/director/table"
 	"github.com/director/director/table/model"
 	"github.com/director/director/table/pkt"
 )
@@ -184,5 +185,75 @@ func TestLoadServing(t *testing.T) {
 	refused := errors.New("refused")
 	if d, err := LoadServing(func(*Director) error { return refused }); !errors.Is(err, refused) || d != nil {
 		t.Fatalf("serve's error: %v, director %v", err, d)
+	}
+}
+
+// TestLoadRepairsPins: a map pin removed underneath, or replaced by a new
+// map, is seen: the tools that read refuse with the way out, and load pins
+// the program's own maps again, so the live table is read back as it was.
+func TestLoadRepairsPins(t *testing.T) {
+	d := loadTest(t)
+	dc := directorConfig()
+	tabs := testTables(t, testConfig)
+	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := table.Fingerprint(tabs[0])
+	liveFP := func(d *Director) string {
+		t.Helper()
+		live, err := d.Live()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return table.Fingerprint(live[0].Table)
+	}
+	// Removed: what 'rm /sys/fs/bpf/DIR/tables' does.
+	if err := os.Remove(filepath.Join(d.Dir, bpf.DirectorMapTables)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(d.Dir); err == nil || !strings.Contains(err.Error(), "tables is missing") ||
+		!strings.Contains(err.Error(), "'director load --bpffs "+d.Dir+"' pins the program's own maps again") {
+		t.Fatalf("open with a pin removed: %v", err)
+	}
+	d2, err := Load(d.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if len(d2.Repaired) != 1 || !strings.Contains(d2.Repaired[0], "tables, which was missing") || liveFP(d2) != want {
+		t.Fatalf("load after a pin was removed: %v", d2.Repaired)
+	}
+	// Replaced by another map of the same kind: it would be adopted as is.
+	path := filepath.Join(d.Dir, bpf.DirectorMapConfig)
+	ms := d.spec.Maps[bpf.DirectorMapConfig].Copy()
+	ms.Pinning = ebpf.PinNone
+	other, err := ebpf.NewMap(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	os.Remove(path)
+	if err := other.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(d.Dir); err == nil || !strings.Contains(err.Error(), "which the program does not use") {
+		t.Fatalf("open with a pin replaced: %v", err)
+	}
+	d3, err := Load(d.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.Close()
+	if len(d3.Repaired) != 1 || !strings.Contains(d3.Repaired[0], "config, which was map") {
+		t.Fatalf("load after a pin was replaced: %v", d3.Repaired)
+	}
+	lc, err := d3.LiveConfig()
+	if err != nil || lc == nil || lc.SrcIP != dc.SrcIP || liveFP(d3) != want {
+		t.Fatalf("after the repair: config %+v, %v", lc, err)
+	}
+	if d4, err := Open(d.Dir); err != nil {
+		t.Fatalf("open after the repairs: %v", err)
+	} else {
+		d4.Close()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/service"
 	"github.com/director/director/table"
 )
 
@@ -65,6 +66,9 @@ func runApply(e *env, c *command, args []string) error {
 			return fmt.Errorf("apply: the plan's director config: %w", err)
 		}
 	} else if dc, err = e.directorConfig(); err != nil {
+		return err
+	}
+	if err := checkServiceAllows(e, tables, dc, *unsafe); err != nil {
 		return err
 	}
 	d, err := e.open()
@@ -127,4 +131,27 @@ func sameBase(plan *table.Plan, live loader.State) bool {
 	// The plan file is indented: compare the documents, not their layout.
 	var a, b bytes.Buffer
 	return json.Compact(&a, base) == nil && json.Compact(&b, plan.Director.Base) == nil && bytes.Equal(a.Bytes(), b.Bytes())
+}
+
+// checkServiceAllows refuses an apply while a 'director run' serves the
+// pins, unless it is the documented way to apply what the service holds:
+// --allow-unsafe, of exactly the tables and director config it holds. Any
+// other change the service would undo at its next look.
+func checkServiceAllows(e *env, tables []*table.Table, dc *table.DirectorConfig, unsafe bool) error {
+	err := loader.CheckNoRun(e.bpffs, "apply")
+	if err == nil {
+		return nil
+	}
+	var re *loader.RunningError
+	if !errors.As(err, &re) {
+		return err
+	}
+	st, serr := service.ReadStatus(service.DefaultLockDir, e.bpffs)
+	if serr == nil && st != nil && st.PID == re.PID && unsafe && st.Holds(tables, dc) {
+		return nil
+	}
+	if serr == nil && st != nil && st.PID == re.PID && len(st.Held) > 0 && !unsafe {
+		return fmt.Errorf("%w; it holds an unsafe change: if this is it, pass --allow-unsafe", err)
+	}
+	return err
 }

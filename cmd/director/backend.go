@@ -67,6 +67,9 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 		return err
 	}
 	defer b.Close()
+	for _, r := range b.Repaired {
+		fmt.Fprintf(e.stderr, "director: %s\n", r)
+	}
 	addr, err := loader.InterfaceIPv4(iface)
 	if self != "" {
 		addr, err = netip.ParseAddr(self)

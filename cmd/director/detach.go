@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/director/director/loader"
+)
 
 var detachCmd = &command{
 	name: "detach", args: "IFACE",
@@ -13,6 +17,9 @@ var detachCmd = &command{
 func runDetach(e *env, c *command, args []string) error {
 	pos, err := e.parse(e.flags(c), args, 1, 1)
 	if err != nil {
+		return err
+	}
+	if err := loader.CheckNoRun(e.bpffs, "detach"); err != nil {
 		return err
 	}
 	d, err := e.open()

@@ -31,6 +31,9 @@ func runLoad(e *env, c *command, args []string) error {
 		return fmt.Errorf("load: %w", err)
 	}
 	defer d.Close()
+	for _, r := range d.Repaired {
+		fmt.Fprintf(e.stderr, "director: %s\n", r)
+	}
 	info, err := d.Prog.Info()
 	if err != nil {
 		return err

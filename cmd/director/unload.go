@@ -17,6 +17,9 @@ func runUnload(e *env, c *command, args []string) error {
 	if _, err := e.parse(e.flags(c), args, 0, 0); err != nil {
 		return err
 	}
+	if err := loader.CheckNoRun(e.bpffs, "unload"); err != nil {
+		return err
+	}
 	if err := loader.Unload(e.bpffs); err != nil {
 		return err
 	}

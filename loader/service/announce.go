@@ -1,7 +1,10 @@
 package service
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"reflect"
@@ -105,7 +108,50 @@ type Status struct {
 	PID     int        `json:"pid"`
 	Time    time.Time  `json:"time"`
 	BGP     *StatusBGP `json:"bgp"` // null without a bgp block
-	Stale   bool       `json:"stale,omitempty"`
+	// Held are the unsafe changes the service holds: what 'director
+	// apply --allow-unsafe' may apply while it runs, and nothing else.
+	Held  []StatusHeld `json:"held"`
+	Stale bool         `json:"stale,omitempty"`
+}
+
+// StatusHeld is a change the service holds: the tables it would make live
+// and the director config with them (configDigest; "" for the live one).
+type StatusHeld struct {
+	Tables  []table.PlanTable `json:"tables"`
+	Config  string            `json:"director_config"`
+	Reasons []string          `json:"reasons"`
+}
+
+// configDigest names a director config for StatusHeld: SHA-256 of GLB's
+// form of it, "" for none.
+func configDigest(dc *table.DirectorConfig) string {
+	if dc == nil {
+		return ""
+	}
+	data, err := dc.MarshalGLB()
+	if err != nil {
+		return "unknown"
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, data) == nil {
+		data = buf.Bytes()
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(data))
+}
+
+// Holds reports whether st holds the change that makes tables live with
+// dc: the documented way, while a service runs, to apply what it holds.
+func (st *Status) Holds(tables []*table.Table, dc *table.DirectorConfig) bool {
+	if st == nil || st.Stale {
+		return false
+	}
+	pts := table.PlanTables(tables)
+	for _, h := range st.Held {
+		if table.SamePlanTables(h.Tables, pts) && h.Config == configDigest(dc) {
+			return true
+		}
+	}
+	return false
 }
 
 // StatusBGP is the BGP part of Status.
@@ -122,7 +168,11 @@ func StatusPath(lockDir, bpffs string) string { return runFile(lockDir, bpffs, "
 // ReadStatus reads the Status of the service for bpffs; nil when none has
 // been published. A status whose process is gone is marked Stale.
 func ReadStatus(lockDir, bpffs string) (*Status, error) {
-	data, err := os.ReadFile(StatusPath(lockDir, bpffs))
+	path := StatusPath(lockDir, bpffs)
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
@@ -144,7 +194,10 @@ func ReadStatus(lockDir, bpffs string) (*Status, error) {
 func (s *service) writeStatus() {
 	s.statusMu.Lock()
 	defer s.statusMu.Unlock()
-	st := Status{Version: 1, PID: os.Getpid(), Time: time.Now().UTC()}
+	st := Status{Version: 1, PID: os.Getpid(), Time: time.Now().UTC(), Held: s.heldNow}
+	if st.Held == nil {
+		st.Held = []StatusHeld{}
+	}
 	if sp, cfg := s.bgp, s.bgpCfg; sp != nil && cfg != nil {
 		st.BGP = &StatusBGP{ASN: cfg.ASN, RouterID: cfg.RouterID.String(), Announced: sp.Announced(), Peers: sp.Peers()}
 		if st.BGP.Announced == nil {
@@ -153,6 +206,9 @@ func (s *service) writeStatus() {
 	}
 	data, _ := json.MarshalIndent(st, "", "  ")
 	path := StatusPath(s.o.LockDir, s.o.BPFFS)
+	if path == "" {
+		return
+	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {
 		os.Rename(tmp, path)

@@ -210,9 +210,14 @@ func (e *heldError) Error() string { return "unsafe: " + strings.Join(e.reasons,
 // error only for a config that cannot be built or applied.
 func (s *service) reconcile(trigger string, first bool) error {
 	heldCount := 0
+	s.holding = nil
 	defer func() {
 		s.m.held.Set(float64(heldCount))
+		s.statusMu.Lock()
+		s.heldNow = s.holding
+		s.statusMu.Unlock()
 		s.announce()
+		s.writeStatus()
 	}()
 	if s.pending != nil {
 		out, frozen, err := s.try(s.pending, trigger, first)
@@ -283,6 +288,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 		return unchanged, frozen, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
+		s.holding = append(s.holding, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc), Reasons: he.reasons})
 		why := strings.Join(he.reasons, "; ")
 		if why != s.held {
 			s.held = why

@@ -93,8 +93,10 @@ type service struct {
 	// last reported.
 	cfgFile, dcFile *watched
 	badVersion      string
-	pending         *input // an edit waiting to be safe to apply
-	held            string // why pending (or the current health) is held, as last logged
+	pending         *input       // an edit waiting to be safe to apply
+	held            string       // why pending (or the current health) is held, as last logged
+	holding         []StatusHeld // what this reconcile holds (the loop's)
+	heldNow         []StatusHeld // what the last reconcile held, published for 'director apply' (statusMu)
 
 	mu             sync.Mutex
 	targets        map[string]*target
@@ -136,11 +138,14 @@ func Run(ctx context.Context, o Options) (err error) {
 	if s.cur, err = s.read(); err != nil {
 		return err
 	}
-	unlock, err := lockRun(o.LockDir, o.BPFFS)
+	unlock, err := loader.LockRun(o.BPFFS)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if err := os.MkdirAll(o.LockDir, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", o.LockDir, err)
+	}
 	if s.d, err = loader.Load(o.BPFFS); err != nil {
 		return err
 	}
