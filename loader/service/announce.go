@@ -78,7 +78,11 @@ func (s *service) announce() {
 	if s.bgp == nil {
 		return
 	}
-	if err := s.bgp.Announce(VIPs(s.live, s.bgpCfg.WithdrawWhenDown)); err != nil {
+	var vips []netip.Prefix
+	if s.steering {
+		vips = VIPs(s.live, s.bgpCfg.WithdrawWhenDown)
+	}
+	if err := s.bgp.Announce(vips); err != nil {
 		s.log.Error("bgp", "err", err)
 	}
 	s.m.vipsAnnounced.Set(float64(len(s.bgp.Announced())))

@@ -120,6 +120,9 @@ type service struct {
 	stopStatsd context.CancelFunc
 
 	started  bool // attached after the first apply: BGP may announce
+	steering bool // an interface runs the program: the VIPs may be announced
+	// problems are what verify found wrong, as last logged, by subject.
+	problems map[string]string
 	bgp      *bgp.Speaker
 	bgpCfg   *table.BGP
 	statusMu sync.Mutex
@@ -133,7 +136,7 @@ type service struct {
 func Run(ctx context.Context, o Options) (err error) {
 	o.defaults()
 	s := &service{o: o, log: o.Log, targets: map[string]*target{}, kick: make(chan struct{}, 1),
-		failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce}}
+		failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce}, problems: map[string]string{}}
 	// Bad input is reported before anything else is touched.
 	if s.cur, err = s.read(); err != nil {
 		return err
@@ -181,7 +184,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.attach(); err != nil {
 		return err
 	}
-	s.started = true
+	s.started, s.steering = true, true
 	if err := s.startBGP(); err != nil {
 		return err
 	}
@@ -217,6 +220,9 @@ func (s *service) loop(ctx context.Context) {
 	defer poll.Stop()
 	retry := time.NewTicker(s.cur.cfg.Checks.Interval)
 	defer retry.Stop()
+	look := time.NewTicker(verifyEvery(s.cur.cfg.Checks.Interval))
+	defer look.Stop()
+	links := s.linkEvents(ctx)
 	var due *time.Timer
 	var dueC <-chan time.Time
 	for {
@@ -244,6 +250,10 @@ func (s *service) loop(ctx context.Context) {
 		case <-s.o.Reload:
 			s.log.Info("SIGHUP: reading the config files")
 			s.reread(ctx, true)
+		case <-look.C:
+			s.verify("interval")
+		case <-links:
+			s.verify("interface change")
 		case <-retry.C:
 			// Held changes are retried: an operator may have applied
 			// the held config by hand, or the checks agree again.
