@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/table"
 )
@@ -90,6 +91,13 @@ func (tb *Testbed) StartService(bin, dir, cfg string, extra ...string) (*Service
 // StartService is Testbed.StartService for the director on host h, its
 // pins in bpffs.
 func StartService(h *Host, bpffs, bin, dir, cfg string, extra ...string) (*Service, error) {
+	return StartServiceLimited(h, bpffs, 0, bin, dir, cfg, extra...)
+}
+
+// StartServiceLimited is StartService with at most nofile descriptors
+// (soft and hard limit; 0: this process's), as a host whose limits are
+// tight would run it.
+func StartServiceLimited(h *Host, bpffs string, nofile int, bin, dir, cfg string, extra ...string) (*Service, error) {
 	args := append([]string{"run", "--bpffs", bpffs, "--config", cfg, "--attach", "eth0", "--mode", "native",
 		"--metrics", MetricsAddr, "--log-format", "json"}, extra...)
 	s := &Service{cmd: exec.Command(bin, args...), done: make(chan struct{}), ready: make(chan string, 8)}
@@ -118,6 +126,15 @@ func StartService(h *Host, bpffs, bin, dir, cfg string, extra ...string) (*Servi
 	if err := h.Start(s.cmd); err != nil {
 		s.sock.Close()
 		return nil, err
+	}
+	if nofile > 0 {
+		// Soft and hard: the Go runtime raises its soft limit to the hard
+		// one as it starts, before or after this, to the same end.
+		lim := unix.Rlimit{Cur: uint64(nofile), Max: uint64(nofile)}
+		if err := unix.Prlimit(s.cmd.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+			s.cmd.Process.Kill()
+			return nil, fmt.Errorf("prlimit: %w", err)
+		}
 	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -152,6 +169,27 @@ func (s *Service) Ready(within time.Duration) error {
 	case <-time.After(within):
 		return fmt.Errorf("director run sent no READY=1 in %v", within)
 	}
+}
+
+// PID is the process's.
+func (s *Service) PID() int { return s.cmd.Process.Pid }
+
+// RSS is the process's resident memory, from /proc.
+func (s *Service) RSS() (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.PID()))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", s.PID())
 }
 
 // Signal sends sig to the process.
@@ -194,11 +232,14 @@ func (s *Service) Mark() int {
 }
 
 // Count counts the log records that match.
-func (s *Service) Count(match func(map[string]any) bool) int {
+func (s *Service) Count(match func(map[string]any) bool) int { return s.CountSince(0, match) }
+
+// CountSince counts the log records after mark (Mark) that match.
+func (s *Service) CountSince(mark int, match func(map[string]any) bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, m := range s.logs {
+	for _, m := range s.logs[min(mark, len(s.logs)):] {
 		if match(m) {
 			n++
 		}
@@ -239,13 +280,17 @@ func (tb *Testbed) MetricsText() (string, error) { return MetricsText(tb.Directo
 func (tb *Testbed) Scrape() (map[string]*dto.MetricFamily, error) { return Scrape(tb.Director) }
 
 // MetricsText fetches /metrics from a service on host h.
-func MetricsText(h *Host) (string, error) {
+func MetricsText(h *Host) (string, error) { return MetricsTextAt(h, MetricsAddr) }
+
+// MetricsTextAt fetches /metrics from a service on host h serving them at
+// addr.
+func MetricsTextAt(h *Host, addr string) (string, error) {
 	// The connection is made in the host's namespace; the HTTP client's
 	// own dials would run on other threads, outside it.
 	var conn net.Conn
 	err := h.Do(func() error {
 		var err error
-		conn, err = net.Dial("tcp4", MetricsAddr)
+		conn, err = net.DialTimeout("tcp4", addr, 5*time.Second)
 		return err
 	})
 	if err != nil {
@@ -253,7 +298,7 @@ func MetricsText(h *Host) (string, error) {
 	}
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}}
-	resp, err := c.Get("http://" + MetricsAddr + "/metrics")
+	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return "", err
 	}
@@ -263,8 +308,11 @@ func MetricsText(h *Host) (string, error) {
 }
 
 // Scrape is MetricsText parsed with Prometheus's text parser.
-func Scrape(h *Host) (map[string]*dto.MetricFamily, error) {
-	text, err := MetricsText(h)
+func Scrape(h *Host) (map[string]*dto.MetricFamily, error) { return ScrapeAt(h, MetricsAddr) }
+
+// ScrapeAt is MetricsTextAt parsed with Prometheus's text parser.
+func ScrapeAt(h *Host, addr string) (map[string]*dto.MetricFamily, error) {
+	text, err := MetricsTextAt(h, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,10 @@ func (s *service) startBGP() error {
 		s.bgp = nil
 	}
 	s.bgpCfg = cfg
+	s.drain.Store(0)
+	if cfg != nil {
+		s.drain.Store(int64(cfg.Drain))
+	}
 	if cfg == nil {
 		s.writeStatus()
 		return nil

@@ -51,6 +51,9 @@ type Options struct {
 	// Ready is called once the first apply is done and the interfaces are
 	// attached; systemd's READY=1 by default.
 	Ready func(status string)
+	// Exit ends the process when a stop takes longer than the BGP drain
+	// and a second (os.Exit by default): SIGTERM always ends the service.
+	Exit func(code int)
 }
 
 func (o *Options) defaults() {
@@ -77,6 +80,9 @@ func (o *Options) defaults() {
 	}
 	if o.Ready == nil {
 		o.Ready = func(status string) { notify("READY=1\nSTATUS=" + status) }
+	}
+	if o.Exit == nil {
+		o.Exit = os.Exit
 	}
 }
 
@@ -119,8 +125,9 @@ type service struct {
 	statsdPort int
 	stopStatsd context.CancelFunc
 
-	started  bool // attached after the first apply: BGP may announce
-	steering bool // an interface runs the program: the VIPs may be announced
+	started  bool         // attached after the first apply: BGP may announce
+	steering bool         // an interface runs the program: the VIPs may be announced
+	drain    atomic.Int64 // the BGP drain, for stopWithin
 	// problems are what verify found wrong, as last logged, by subject.
 	problems map[string]string
 	bgp      *bgp.Speaker
@@ -141,6 +148,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if s.cur, err = s.read(); err != nil {
 		return err
 	}
+	finished := make(chan struct{})
+	defer close(finished)
+	go s.stopWithin(ctx, finished)
 	unlock, err := loader.LockRun(o.BPFFS)
 	if err != nil {
 		return err
@@ -212,6 +222,24 @@ func Run(ctx context.Context, o Options) (err error) {
 		s.log.Info("stopped; the datapath stays attached and serving, for the next start to adopt")
 	}
 	return nil
+}
+
+// stopWithin ends the process if, once ctx ends, the service has not
+// finished stopping within the BGP drain and a second: whatever it is
+// waiting for, SIGTERM ends it, and the datapath keeps serving as it is.
+func (s *service) stopWithin(ctx context.Context, finished <-chan struct{}) {
+	select {
+	case <-finished:
+		return
+	case <-ctx.Done():
+	}
+	limit := time.Duration(s.drain.Load()) + time.Second
+	select {
+	case <-finished:
+	case <-time.After(limit):
+		s.log.Error("stopping took longer than the drain and a second: exiting now; the datapath stays as it is", "limit", limit)
+		s.o.Exit(1)
+	}
 }
 
 // loop waits for changes: check results (kick), config edits, SIGHUP.
