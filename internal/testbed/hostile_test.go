@@ -199,7 +199,9 @@ func TestRunOnAHostileHost(t *testing.T) {
 		// A good edit is applied within 2 s.
 		mark := p.Mark()
 		start := time.Now()
-		put(func(tmp string) error { return os.WriteFile(tmp, []byte(checkedConfig(map[int]string{3: "draining"}, 3)), 0o600) })
+		put(func(tmp string) error {
+			return os.WriteFile(tmp, []byte(checkedConfig(map[int]string{3: "draining"}, 3)), 0o600)
+		})
 		waitFingerprint(t, tb, fingerprint(t, map[int]string{3: "draining"}, nil), 2*time.Second, "the good edit")
 		t.Logf("the good edit after the faults was applied in %v", time.Since(start).Round(time.Millisecond))
 		if _, ok := p.WaitLog(mark, msg("config files usable again"), time.Second); !ok {
