@@ -204,7 +204,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 		})
 		waitFingerprint(t, tb, fingerprint(t, map[int]string{3: "draining"}, nil), 2*time.Second, "the good edit")
 		t.Logf("the good edit after the faults was applied in %v", time.Since(start).Round(time.Millisecond))
-		if _, ok := p.WaitLog(mark, msg("config files usable again"), time.Second); !ok {
+		if _, ok := p.WaitLog(mark, msg("config files usable again"), testenv.Scaled(time.Second)); !ok {
 			t.Error("no word that the config files are usable again")
 		}
 		writeConfig(t, cfg, good)
@@ -431,7 +431,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 		}
 		t.Logf("noticed in %v: %v -> %v", time.Since(start).Round(time.Millisecond), rec["before"], rec["after"])
 		waitFingerprint(t, tb, allUp, 2*time.Second, "the way back from the outside change")
-		if _, ok := p.WaitLog(mark, func(m map[string]any) bool { return m["msg"] == "applied" && m["trigger"] == "outside change" }, time.Second); !ok {
+		if _, ok := p.WaitLog(mark, func(m map[string]any) bool { return m["msg"] == "applied" && m["trigger"] == "outside change" }, testenv.Scaled(time.Second)); !ok {
 			t.Error("the way back was not applied as an outside change's")
 		}
 	})
@@ -447,7 +447,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 		p.Signal(syscall.SIGTERM)
 		select {
 		case <-p.Done():
-		case <-time.After(5 * time.Second):
+		case <-time.After(testenv.Scaled(5 * time.Second)):
 			t.Fatal("director run did not end 5 s after SIGTERM")
 		}
 		// drain_s 1, and a second.
