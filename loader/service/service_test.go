@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -403,31 +404,46 @@ func TestVIPs(t *testing.T) {
 
 // withFewDescriptors runs f with no descriptor to spare: every socket f's
 // checks open fails with EMFILE, as on a director whose descriptors a
-// flood of clients took.
+// flood of clients took. The limit is what is open now and a few more,
+// and those few, and any hole below, are taken by /dev/null, so that a
+// descriptor another test's goroutine closes meanwhile is none to spare.
 func withFewDescriptors(t *testing.T, f func()) {
 	t.Helper()
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
 		t.Fatal(err)
 	}
-	// A new descriptor takes the lowest free number: none at or above it
-	// may be had.
-	f0, err := os.Open(os.DevNull)
+	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lowest := f0.Fd()
-	f0.Close()
+	highest := 0
+	for _, e := range fds {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n > highest {
+			highest = n
+		}
+	}
 	low := old
-	low.Cur = uint64(lowest)
+	low.Cur = uint64(highest + 8)
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
 		t.Fatal(err)
 	}
+	var fill []*os.File
 	defer func() {
+		for _, f := range fill {
+			f.Close()
+		}
 		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
 			t.Fatal(err)
 		}
 	}()
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			break // EMFILE: nothing is left
+		}
+		fill = append(fill, f)
+	}
 	f()
 }
 
