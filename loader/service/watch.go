@@ -158,12 +158,12 @@ func (s *service) setSteering(on bool) {
 		return
 	}
 	s.steering = on
+	s.announce() // first: the log line then says what the metrics already do
 	if on {
 		s.log.Info("steering again: the VIPs are announced")
 	} else {
 		s.log.Error("no interface steers: the VIPs are withdrawn until one does", "interfaces", s.o.Attach)
 	}
-	s.announce()
 }
 
 // verifyLive notices a change of the live tables (or director config)
