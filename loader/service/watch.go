@@ -120,8 +120,8 @@ func (s *service) verifyAttachments(trigger string) {
 			continue
 		}
 		delete(s.problems, "attach "+iface)
-		s.log.Warn("attachment lost: attached again", "interface", iface, "why", why, "mode", got.Mode, "link", got.LinkID, "trigger", trigger)
 		s.setAttached(iface, got.Mode, true)
+		s.log.Warn("attachment lost: attached again", "interface", iface, "why", why, "mode", got.Mode, "link", got.LinkID, "trigger", trigger)
 		steering = true
 	}
 	s.setSteering(steering)
