@@ -273,6 +273,13 @@ enum dir_counter {
 	DIR_C_ERROR_ADJUST_HEAD,
 	DIR_C_ERROR_BOUNDS,
 	DIR_C_BIND_GROUP,         /* of matched: found by the group path (prefixes, port ranges) */
+	/* Of the packets passed for a DIR_C_PASS_ reason, what GLB's director
+	 * would have counted them as (its statsd results): UnknownFormat when
+	 * its parser cannot read the frame, Matched when what it reads is
+	 * bound (GLB would have steered it), NoMatchingBind otherwise. */
+	DIR_C_GLB_UNKNOWN_FORMAT,
+	DIR_C_GLB_NO_MATCHING_BIND,
+	DIR_C_GLB_MATCHED,
 	DIR_C_MAX,
 };
 

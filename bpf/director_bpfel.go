@@ -69,27 +69,30 @@ type DirectorDirConfig struct {
 type DirectorDirCounter uint32
 
 const (
-	DirectorDirCounterDIR_C_PROCESSED          DirectorDirCounter = 0
-	DirectorDirCounterDIR_C_MATCHED            DirectorDirCounter = 1
-	DirectorDirCounterDIR_C_ENCAPSULATED       DirectorDirCounter = 2
-	DirectorDirCounterDIR_C_ENCAPSULATED_BYTES DirectorDirCounter = 3
-	DirectorDirCounterDIR_C_BIND_FAST          DirectorDirCounter = 4
-	DirectorDirCounterDIR_C_PASS_NOT_IP        DirectorDirCounter = 5
-	DirectorDirCounterDIR_C_PASS_VLAN          DirectorDirCounter = 6
-	DirectorDirCounterDIR_C_PASS_MALFORMED     DirectorDirCounter = 7
-	DirectorDirCounterDIR_C_PASS_FRAGMENT      DirectorDirCounter = 8
-	DirectorDirCounterDIR_C_PASS_IPV6EXT       DirectorDirCounter = 9
-	DirectorDirCounterDIR_C_PASS_PROTO         DirectorDirCounter = 10
-	DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF DirectorDirCounter = 11
-	DirectorDirCounterDIR_C_PASS_NO_BIND       DirectorDirCounter = 12
-	DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT DirectorDirCounter = 13
-	DirectorDirCounterDIR_C_PASS_TOO_BIG       DirectorDirCounter = 14
-	DirectorDirCounterDIR_C_ERROR_NO_CONFIG    DirectorDirCounter = 15
-	DirectorDirCounterDIR_C_ERROR_NO_TABLE     DirectorDirCounter = 16
-	DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD  DirectorDirCounter = 17
-	DirectorDirCounterDIR_C_ERROR_BOUNDS       DirectorDirCounter = 18
-	DirectorDirCounterDIR_C_BIND_GROUP         DirectorDirCounter = 19
-	DirectorDirCounterDIR_C_MAX                DirectorDirCounter = 20
+	DirectorDirCounterDIR_C_PROCESSED            DirectorDirCounter = 0
+	DirectorDirCounterDIR_C_MATCHED              DirectorDirCounter = 1
+	DirectorDirCounterDIR_C_ENCAPSULATED         DirectorDirCounter = 2
+	DirectorDirCounterDIR_C_ENCAPSULATED_BYTES   DirectorDirCounter = 3
+	DirectorDirCounterDIR_C_BIND_FAST            DirectorDirCounter = 4
+	DirectorDirCounterDIR_C_PASS_NOT_IP          DirectorDirCounter = 5
+	DirectorDirCounterDIR_C_PASS_VLAN            DirectorDirCounter = 6
+	DirectorDirCounterDIR_C_PASS_MALFORMED       DirectorDirCounter = 7
+	DirectorDirCounterDIR_C_PASS_FRAGMENT        DirectorDirCounter = 8
+	DirectorDirCounterDIR_C_PASS_IPV6EXT         DirectorDirCounter = 9
+	DirectorDirCounterDIR_C_PASS_PROTO           DirectorDirCounter = 10
+	DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF   DirectorDirCounter = 11
+	DirectorDirCounterDIR_C_PASS_NO_BIND         DirectorDirCounter = 12
+	DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT   DirectorDirCounter = 13
+	DirectorDirCounterDIR_C_PASS_TOO_BIG         DirectorDirCounter = 14
+	DirectorDirCounterDIR_C_ERROR_NO_CONFIG      DirectorDirCounter = 15
+	DirectorDirCounterDIR_C_ERROR_NO_TABLE       DirectorDirCounter = 16
+	DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD    DirectorDirCounter = 17
+	DirectorDirCounterDIR_C_ERROR_BOUNDS         DirectorDirCounter = 18
+	DirectorDirCounterDIR_C_BIND_GROUP           DirectorDirCounter = 19
+	DirectorDirCounterDIR_C_GLB_UNKNOWN_FORMAT   DirectorDirCounter = 20
+	DirectorDirCounterDIR_C_GLB_NO_MATCHING_BIND DirectorDirCounter = 21
+	DirectorDirCounterDIR_C_GLB_MATCHED          DirectorDirCounter = 22
+	DirectorDirCounterDIR_C_MAX                  DirectorDirCounter = 23
 )
 
 type DirectorDirCounters struct {

@@ -257,6 +257,36 @@ type tally struct {
 	counters       [model.NumCounters]uint64
 	tablePackets   map[int]uint64
 	backendPackets map[string]uint64
+	glb            [3]uint64 // the kernel's GLB counters after the last passed frame
+}
+
+// glbCounters are the counters of what GLB would have made of a passed
+// frame, in model.GLBUnknownFormat's order.
+var glbCounters = []int{model.GLBUnknownFormat, model.GLBNoMatchingBind, model.GLBMatched}
+
+// glbOf is which of the kernel's GLB counters moved since the last look
+// (-1: none, or more than one), checked for every passed frame: the
+// totals alone would let two wrong answers cancel.
+func glbOf(d *Director, tl *tally) (int, error) {
+	g, err := d.GlobalCounters()
+	if err != nil {
+		return 0, err
+	}
+	moved := -1
+	for i, c := range glbCounters {
+		if g[c] != tl.glb[i] {
+			if moved != -1 || g[c] != tl.glb[i]+1 {
+				moved = -2
+			} else if moved == -1 {
+				moved = c
+			}
+			tl.glb[i] = g[c]
+		}
+	}
+	if moved == -2 {
+		moved = -1
+	}
+	return moved, nil
 }
 
 // compare runs frame through kernel and model; it returns a description of
@@ -287,6 +317,23 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 		tl.backendPackets[want.HopList[0].String()]++
 	} else {
 		tl.counters[want.Reason]++
+		if want.GLB != 0 {
+			tl.counters[want.GLB]++
+		}
+		got, err := glbOf(d, tl)
+		if err != nil {
+			return err.Error()
+		}
+		if got != want.GLB {
+			names := CounterNames()
+			name := func(c int) string {
+				if c <= 0 {
+					return "none"
+				}
+				return names[c]
+			}
+			return fmt.Sprintf("passed (%s); GLB's result: kernel %s, model %s", names[want.Reason], name(got), name(want.GLB))
+		}
 	}
 	if int(verdict) != want.Verdict {
 		return fmt.Sprintf("verdict %d, model %d (reason %d)", verdict, want.Verdict, want.Reason)

@@ -16,15 +16,21 @@ import (
 // built on them keep working through a migration.
 const statsdEvery = 10 * time.Second
 
-// glbResults map GLB's result tags to the datapath's counters.
+// glbResults map GLB's result tags to the datapath's counters: for each
+// frame, the result GLB's XDP director gives it. The program counts a
+// frame it passes by what GLB would have made of it (glb_unknown_format:
+// its parser cannot read it; glb_matched: what it reads is bound, as a
+// first fragment to a VIP is; glb_no_matching_bind), and a frame it
+// steers, or whose table or config is missing, was matched, as GLB counts
+// it: Matched before any error. (A frame GLB cannot read but the
+// director steers, one VLAN tag deep, is Matched: what the director did.)
 var glbResults = []struct {
 	tag      string
 	counters []string
 }{
-	{"result:Matched", []string{"matched"}},
-	{"result:NoMatchingBind", []string{"pass_no_bind", "pass_icmp_echo_off"}},
-	{"result:UnknownFormat", []string{"pass_not_ip", "pass_vlan", "pass_malformed", "pass_fragment", "pass_ipv6_ext", "pass_proto",
-		"pass_headers_split", "pass_too_big"}},
+	{"result:Matched", []string{"matched", "error_no_table", "error_no_config", "glb_matched"}},
+	{"result:NoMatchingBind", []string{"glb_no_matching_bind"}},
+	{"result:UnknownFormat", []string{"glb_unknown_format"}},
 }
 
 var glbErrors = []struct {

@@ -49,7 +49,7 @@ func TestClassifierMatchesDatapath(t *testing.T) {
 			tx := 0
 			for i, f := range frames {
 				want := d.Classify(f)
-				want.Out, want.IPLen, want.OuterLen = nil, 0, 0
+				want.Out, want.IPLen, want.OuterLen, want.GLB = nil, 0, 0, 0
 				got, gotID := c.Classify(f)
 				if want.Parsed != gotID.Valid() {
 					t.Fatalf("%s alt=%v frame %d: parsed %v but flow %v", cfg, alt, i, want.Parsed, gotID.Valid())
