@@ -52,7 +52,7 @@ const (
 	GLBUnknownFormat  = int(bpf.DirectorDirCounterDIR_C_GLB_UNKNOWN_FORMAT)
 	GLBNoMatchingBind = int(bpf.DirectorDirCounterDIR_C_GLB_NO_MATCHING_BIND)
 	GLBMatched        = int(bpf.DirectorDirCounterDIR_C_GLB_MATCHED)
-	NumCounters         = int(bpf.DirectorDirCounterDIR_C_MAX)
+	NumCounters       = int(bpf.DirectorDirCounterDIR_C_MAX)
 )
 
 // Datapath is a configured director.
@@ -78,16 +78,16 @@ func New(cfg table.DirectorConfig, gateway [6]byte, tables []*table.Table) *Data
 // Result is what happened to one frame.
 type Result struct {
 	Verdict int
-	Reason  int    // the pass counter, for XDPPass
+	Reason  int // the pass counter, for XDPPass
 	// GLB is GLBUnknownFormat, GLBNoMatchingBind or GLBMatched for a
 	// frame passed for a Pass reason (not an error): what GLB's director
 	// would have counted it as (GLBResult). It belongs to the frame (a
 	// VLAN tag decides it), not the flow.
-	GLB int
-	Out     []byte // the frame as it leaves: encapsulated for XDPTX, unchanged for XDPPass
-	Table   int    // for matched packets
-	Row     int
-	AltRow  int // the alt_hash_fields row, or -1
+	GLB    int
+	Out    []byte // the frame as it leaves: encapsulated for XDPTX, unchanged for XDPPass
+	Table  int    // for matched packets
+	Row    int
+	AltRow int // the alt_hash_fields row, or -1
 	// HopList[:NHops] are the hops, primary first: 2, or 4 with
 	// alt_hash_fields. An array, so that classifying allocates nothing.
 	HopList [4]netip.Addr
