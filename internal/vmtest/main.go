@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -36,8 +37,18 @@ func main() {
 		parallel = flag.Int("parallel", 2, "guests booted at once")
 		cpus     = flag.Int("cpus", 2, "CPUs per guest")
 		mem      = flag.Int("mem", 3072, "MiB of memory per guest")
+		run      = flag.String("run", "", "run only the kernel tests whose names match this regular expression (a quick look; the whole set is the test)")
 	)
 	flag.Parse()
+	if *run != "" {
+		re, err := regexp.Compile(*run)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "vmtest: -run: %v\n", err)
+			os.Exit(2)
+		}
+		only := re
+		testFilter = func(name string) bool { return only.MatchString(name) }
+	}
 	if err := runAll(*only, *cache, *work, *timeout, *parallel, *cpus, *mem, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "vmtest: %v\n", err)
 		os.Exit(1)
