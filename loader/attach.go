@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -104,15 +105,39 @@ func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachme
 	return readAttachment(pin, iface)
 }
 
-// Detach removes the director from iface. Detaching an interface that is
-// not attached is not an error.
-func (d *Director) Detach(iface string) error {
-	unlock, err := lockDir(d.Dir)
+// Detach removes the director from iface, or removes an attachment whose
+// interface is gone. An interface with no attachment is an error that
+// lists those there are: a typo must not read as done.
+func (d *Director) Detach(iface string) error { return detachNamed(d.Dir, iface) }
+
+// ErrNotAttached is what detaching an interface with no attachment gives.
+var ErrNotAttached = errors.New("not attached")
+
+func detachNamed(dir, iface string) error {
+	unlock, err := lockDir(dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	return detachPinned(linkPin(d.Dir, iface))
+	pin := linkPin(dir, iface)
+	if _, err := os.Lstat(pin); errors.Is(err, os.ErrNotExist) {
+		have, _ := attachments(dir)
+		var names []string
+		for _, a := range have {
+			names = append(names, a.Interface+" ("+a.State+")")
+		}
+		what := "nothing is"
+		if len(names) > 0 {
+			what = strings.Join(names, ", ")
+			if len(names) == 1 {
+				what += " is"
+			} else {
+				what += " are"
+			}
+		}
+		return fmt.Errorf("%s is %w: %s attached here", iface, ErrNotAttached, what)
+	}
+	return detachPinned(pin)
 }
 
 func detachPinned(pin string) error {

@@ -95,14 +95,7 @@ func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
 
 // Detach removes the backend program from iface; idempotent. The program
 // and its counters stay pinned (UnloadBackend removes them).
-func (b *Backend) Detach(iface string) error {
-	unlock, err := lockDir(b.Dir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	return detachPinned(linkPin(b.Dir, iface))
-}
+func (b *Backend) Detach(iface string) error { return detachNamed(b.Dir, iface) }
 
 // Accept sets the outer destinations GUE is accepted for besides the
 // SetSelf address: this host's addresses. It replaces the whole set.

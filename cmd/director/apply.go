@@ -13,6 +13,7 @@ import (
 )
 
 var applyCmd = &command{
+	uses: usesBPFFS | usesDirectorConfig,
 	name: "apply", args: "PLAN|CONFIG [--yes] [--allow-unsafe] [--director-config FILE]",
 	summary: "Apply a reviewed plan, or a config with --yes.",
 	help: "Make the tables (and the director config) live. A PLAN (from 'director plan -o') is applied exactly\n" +

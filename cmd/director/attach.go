@@ -7,6 +7,7 @@ import (
 )
 
 var attachCmd = &command{
+	uses: usesBPFFS,
 	name: "attach", args: "IFACE [--mode native|generic]",
 	summary: "Attach the loaded program to an interface.",
 	help: "Attach the loaded program to an interface through a pinned bpf_link, which outlives this\n" +

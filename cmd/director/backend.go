@@ -10,12 +10,13 @@ import (
 )
 
 var backendCmd = &command{
-	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json]  [--backend-bpffs DIR]",
+	uses: usesBPFFS,
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json]  [--bpffs DIR | --backend-bpffs DIR]",
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
 		"GUE is accepted for any IPv4 address the host has when 'backend attach' runs (run it again after\n" +
-		"adding one). Pinned under --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
+		"adding one). Pinned under --bpffs or --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
 	run: runBackend,
 }
 
@@ -31,13 +32,20 @@ func runBackend(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
+	// --bpffs names the backend's pin directory here, as --backend-bpffs
+	// does (the older name, kept).
+	if e.set["bpffs"] {
+		if e.set["backend-bpffs"] && *dir != e.bpffs {
+			return fmt.Errorf("backend: --bpffs %s and --backend-bpffs %s: give one", e.bpffs, *dir)
+		}
+		*dir = e.bpffs
+	}
 	switch {
 	case pos[0] == "attach" && len(pos) == 2:
 		return backendAttach(e, *dir, pos[1], *mode, *self, !*noSecond)
 	case pos[0] == "detach" && len(pos) == 2:
 		if _, err := os.Stat(*dir); os.IsNotExist(err) {
-			fmt.Fprintf(e.stdout, "detached from %s\n", pos[1])
-			return nil
+			return fmt.Errorf("backend: %s is not attached: no backend program is loaded at %s", pos[1], *dir)
 		}
 		b, err := loader.OpenBackend(*dir)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 )
 
 var detachCmd = &command{
+	uses: usesBPFFS,
 	name: "detach", args: "IFACE",
 	summary: "Detach the program from an interface.",
 	help: "Detach the program from an interface, or remove an attachment whose interface is gone.\n" +

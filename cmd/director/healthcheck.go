@@ -12,6 +12,7 @@ import (
 )
 
 var healthcheckCmd = &command{
+	uses: usesDirectorConfig,
 	name: "healthcheck", args: "CONFIG -o CHECKED.json",
 	summary: "Check the backends once and write the config with \"healthy\" filled in.",
 	help: "Run every check of CONFIG's backends once, as 'director run' does (GLB's glb-healthcheck), and\n" +

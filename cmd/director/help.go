@@ -9,6 +9,7 @@ import (
 // helpCmd is in the command table to be listed; run dispatches it, since
 // it reads the table.
 var helpCmd = &command{
+	uses: usesBPFFS | usesDirectorConfig, // they change and report nothing of the pins: the flags are harmless there
 	name: "help", args: "[COMMAND]",
 	summary: "Describe the commands, or one command and its flags.",
 	help:    "Without a command, list the commands and the global flags; with one, describe it. --help and -h do the same.",

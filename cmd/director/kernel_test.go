@@ -152,8 +152,11 @@ func TestKernelCommands(t *testing.T) {
 		t.Fatalf("stats --watch: %s", out)
 	}
 
-	// Detaching what is not attached, and unloading twice, are no-ops.
-	run(0, "detach", "lo")
+	// Detaching what is not attached is an error naming what is; unloading
+	// twice is a no-op.
+	if out := run(1, "detach", "lo"); !strings.Contains(out, "lo is not attached: nothing is attached here") {
+		t.Fatalf("detach of what is not attached: %s", out)
+	}
 	run(0, "unload")
 	run(0, "unload")
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -177,6 +180,16 @@ func TestBackendCommands(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "attached to bk0 in generic mode") || !strings.Contains(out, "192.0.2.9") ||
 			!strings.Contains(errOut, "forwarding is off on bk0") {
 			return fmt.Errorf("attach: %d %s %s", code, out, errOut)
+		}
+		// --bpffs is the same directory as --backend-bpffs, before or
+		// after the command; the two at odds are refused.
+		for _, args := range [][]string{{"backend", "status", "--bpffs", dir}, {"--bpffs", dir, "backend", "status"}} {
+			if out, errOut, code := runCmd(args...); code != 0 || !strings.Contains(out, "bk0") {
+				return fmt.Errorf("%v: %d %s %s", args, code, out, errOut)
+			}
+		}
+		if _, errOut, code := runCmd("backend", "status", "--bpffs", dir, "--backend-bpffs", dir+"-other"); code != 1 || !strings.Contains(errOut, "give one") {
+			return fmt.Errorf("--bpffs and --backend-bpffs at odds: %d %s", code, errOut)
 		}
 		out, _, code = runCmd(append(b, "status", "--json")...)
 		var doc struct {
@@ -204,10 +217,14 @@ func TestBackendCommands(t *testing.T) {
 		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "second chance on") {
 			return fmt.Errorf("status after attaching again: %s", out)
 		}
-		for i := 0; i < 2; i++ { // detaching twice is fine
-			if out, errOut, code := runCmd(append(b, "detach", "bk0")...); code != 0 || !strings.Contains(out, "backend unload") {
-				return fmt.Errorf("detach: %d %s %s", code, out, errOut)
-			}
+		if out, errOut, code := runCmd(append(b, "detach", "bk0x")...); code != 1 || !strings.Contains(errOut, "bk0x is not attached: bk0 (attached) is attached here") {
+			return fmt.Errorf("detach of a typo: %d %s %s", code, out, errOut)
+		}
+		if out, errOut, code := runCmd(append(b, "detach", "bk0")...); code != 0 || !strings.Contains(out, "backend unload") {
+			return fmt.Errorf("detach: %d %s %s", code, out, errOut)
+		}
+		if _, errOut, code := runCmd(append(b, "detach", "bk0")...); code != 1 || !strings.Contains(errOut, "bk0 is not attached: nothing is attached here") {
+			return fmt.Errorf("detach twice: %d %s", code, errOut)
 		}
 		// unload removes everything, and twice is fine too.
 		for i := 0; i < 2; i++ {

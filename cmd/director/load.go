@@ -9,6 +9,7 @@ import (
 )
 
 var loadCmd = &command{
+	uses: usesBPFFS | usesDirectorConfig,
 	name: "load", args: "[--bpffs DIR]",
 	summary: "Load and pin the XDP program and its maps.",
 	help: "Load the XDP program and its maps and pin them under the bpffs directory (mounting bpffs if\n" +

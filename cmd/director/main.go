@@ -32,6 +32,30 @@ type command struct {
 	summary string // one line, for the command list
 	help    string // the description 'help COMMAND' prints
 	run     func(e *env, c *command, args []string) error
+	// uses says which global flags the command reads; one it does not
+	// read is refused there, rather than silently ignored.
+	uses globalFlag
+}
+
+// globalFlag is a set of global flags.
+type globalFlag int
+
+const (
+	usesBPFFS globalFlag = 1 << iota
+	usesDirectorConfig
+)
+
+var globalNames = map[string]globalFlag{"bpffs": usesBPFFS, "director-config": usesDirectorConfig}
+
+// checkGlobals refuses a global flag given to a command that does not
+// read it.
+func (e *env) checkGlobals(c *command) error {
+	for name := range e.set {
+		if g, ok := globalNames[name]; ok && c.uses&g == 0 {
+			return fmt.Errorf("%s: --%s is not used by '%s' (see 'director help %s')", c.name, name, c.name, c.name)
+		}
+	}
+	return nil
 }
 
 // commands, in the order 'director help' lists them: the table tools, the
@@ -63,7 +87,9 @@ type env struct {
 	// usage prints a flag set's command's usage: for -h, and only then
 	// (package flag would print it on every error too).
 	usage map[*flag.FlagSet]func()
-	live  *loader.State // what is live, once read
+	live  *loader.State   // what is live, once read
+	set   map[string]bool // the flags given, by name
+	cmdOf map[*flag.FlagSet]*command
 }
 
 // exitCode lets a command end with a status other than 0 or 1 without it
@@ -108,6 +134,7 @@ func dispatch(e *env, args []string) error {
 	if err := gfs.Parse(args); err != nil {
 		return fmt.Errorf("%w (see 'director help')", err)
 	}
+	gfs.Visit(e.given)
 	args = gfs.Args()
 	switch {
 	case *showVersion:
@@ -124,7 +151,18 @@ func dispatch(e *env, args []string) error {
 	if c == nil {
 		return fmt.Errorf("unknown command %q (see 'director help')", args[0])
 	}
+	if err := e.checkGlobals(c); err != nil {
+		return err
+	}
 	return c.run(e, c, args[1:])
+}
+
+// given records a flag that was set.
+func (e *env) given(f *flag.Flag) {
+	if e.set == nil {
+		e.set = map[string]bool{}
+	}
+	e.set[f.Name] = true
 }
 
 func usage(w io.Writer) {
@@ -149,7 +187,9 @@ func (e *env) flags(c *command) *flag.FlagSet {
 	e.globalFlags(fs)
 	if e.usage == nil {
 		e.usage = map[*flag.FlagSet]func(){}
+		e.cmdOf = map[*flag.FlagSet]*command{}
 	}
+	e.cmdOf[fs] = c
 	e.usage[fs] = func() {
 		w := e.stdout
 		fmt.Fprintf(w, "usage: director %s %s\n\n%s\n", c.name, c.args, c.help)
@@ -227,6 +267,12 @@ func (e *env) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
+	}
+	fs.Visit(e.given)
+	if c := e.cmdOf[fs]; c != nil {
+		if err := e.checkGlobals(c); err != nil {
+			return nil, err
+		}
 	}
 	if len(pos) < minPos || (maxPos >= 0 && len(pos) > maxPos) {
 		return nil, fmt.Errorf("%s: wrong number of arguments (see 'director help %s')", fs.Name(), fs.Name())

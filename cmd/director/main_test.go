@@ -265,16 +265,34 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestGlobalFlagsEverywhere: --bpffs and --director-config are accepted by
-// every command, before or after it, and a flag error is printed once.
+// TestGlobalFlagsEverywhere: --bpffs and --director-config work before or
+// after every command that reads them, and are refused, never ignored, by
+// one that does not; a flag error is printed once.
 func TestGlobalFlagsEverywhere(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "s.bin")
 	for _, args := range [][]string{
-		{"build", cfgDir + "small.json", "-o", bin, "--bpffs", "/x"}, {"--bpffs", "/x", "show", cfgDir + "small.json"},
-		{"show", cfgDir + "small.json", "--director-config", cfgDir + "director.conf"}, {"diff", "--bpffs", "/x", cfgDir + "small.json", cfgDir + "small.json"},
+		{"build", cfgDir + "small.json", "-o", bin},
+		{"show", cfgDir + "small.json", "--director-config", cfgDir + "director.conf"},
+		{"--director-config", cfgDir + "director.conf", "show", cfgDir + "small.json"},
+		{"--bpffs", "/x", "help", "show"}, {"--bpffs", "/x", "--version"},
 	} {
 		if _, errOut, code := runCmd(args...); code != 0 {
 			t.Errorf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"build", cfgDir + "small.json", "-o", bin, "--bpffs", "/x"}, "build: --bpffs is not used by 'build'"},
+		{[]string{"--bpffs", "/x", "show", cfgDir + "small.json"}, "show: --bpffs is not used by 'show'"},
+		{[]string{"diff", "--bpffs", "/x", cfgDir + "small.json", cfgDir + "small.json"}, "diff: --bpffs is not used by 'diff'"},
+		{[]string{"status", "--director-config", cfgDir + "director.conf"}, "status: --director-config is not used by 'status'"},
+		{[]string{"gen-capture", "--config", cfgDir + "small.json", "-o", bin, "--director-config", cfgDir + "director.conf"},
+			"gen-capture: --director-config is not used by 'gen-capture'"},
+	} {
+		if _, errOut, code := runCmd(c.args...); code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, errOut)
 		}
 	}
 	out, errOut, code := runCmd("show", cfgDir+"small.json", "--bogus")

@@ -11,6 +11,7 @@ import (
 )
 
 var planCmd = &command{
+	uses: usesBPFFS | usesDirectorConfig,
 	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json]",
 	summary: "Judge a change against what is live, and write it as a plan.",
 	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +

@@ -31,6 +31,7 @@ import (
 var replayGateway = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
 
 var replayCmd = &command{
+	uses: usesDirectorConfig,
 	name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model] [--hot N]",
 	summary: "Run a capture through the real program, or the model, and report where it goes.",
 	help: "Run every packet of a capture (pcap or pcapng) through the real XDP program with BPF_PROG_RUN, in a\n" +

@@ -52,6 +52,7 @@ type lookupEntry struct {
 }
 
 var showCmd = &command{
+	uses: usesDirectorConfig,
 	name: "show", args: "CONFIG|FILE [--json] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
 	summary: "Summarise the tables of a config or GLB binary.",
 	help: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +

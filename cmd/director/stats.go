@@ -13,6 +13,7 @@ import (
 )
 
 var statsCmd = &command{
+	uses: usesBPFFS,
 	name: "stats", args: "[--json] [--watch [--interval D] [--count N]]",
 	summary: "Show the datapath's and the attached interfaces' counters.",
 	help: "Show the datapath's counters: global (processed, matched, encapsulated, passed and errors by\n" +

@@ -54,6 +54,7 @@ type statusTable struct {
 }
 
 var statusCmd = &command{
+	uses: usesBPFFS,
 	name: "status", args: "[--json]",
 	summary: "Show what the kernel holds.",
 	help: "Show what the kernel holds: the pinned program, the kernel's release and anything it lacks of what\n" +

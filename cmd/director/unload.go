@@ -7,6 +7,7 @@ import (
 )
 
 var unloadCmd = &command{
+	uses: usesBPFFS,
 	name: "unload", args: "",
 	summary: "Detach every interface and remove every pin.",
 	help:    "Detach every interface and remove every pin: the director stops. Idempotent.",

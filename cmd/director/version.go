@@ -10,6 +10,7 @@ import (
 var version = "dev"
 
 var versionCmd = &command{
+	uses: usesBPFFS | usesDirectorConfig, // they change and report nothing of the pins: the flags are harmless there
 	name: "version", args: "",
 	summary: "Print the version of this binary.",
 	help:    "Print the version, the commit it was built from, the Go version and the platform. --version does the same.",
