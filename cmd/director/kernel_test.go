@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -488,5 +490,75 @@ func checkUnprivileged(t *testing.T, args ...string) {
 	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(errOut, "needs root, or CAP_BPF") || !strings.Contains(errOut, "--model") ||
 		strings.Contains(errOut, "MEMLOCK") {
 		t.Fatalf("without capabilities: exit %d: %s", cmd.ProcessState.ExitCode(), errOut)
+	}
+}
+
+// TestLookupMatchesTheKernel: for 10,000 random flows, 'show --lookup'
+// with a director config whose hash takes ports (and an alternate hash)
+// names the hops the program in the kernel puts on the wire: the outer
+// destination, and the GUE hop list.
+func TestLookupMatchesTheKernel(t *testing.T) {
+	testenv.Kernel(t)
+	src, err := table.Load(cfgDir + "medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := table.DefaultDirectorConfig()
+	dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+	dc.GatewayMAC = net.HardwareAddr{2, 0, 0, 0, 0, 3}
+	dc.HashFields = table.HashSrcAddr | table.HashSrcPort
+	dc.AltHashFields = table.HashSrcAddr | table.HashDstAddr | table.HashDstPort
+	d, err := loader.Private(&dc, src.Tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	type bind struct {
+		vip  netip.Addr
+		port uint16
+	}
+	var binds []bind
+	for _, tb := range src.Tables {
+		for _, b := range tb.Binds {
+			if b.Proto == 6 && b.Prefix.IsSingleIP() {
+				binds = append(binds, bind{b.Prefix.Addr(), b.PortStart})
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(4, 5))
+	for i := 0; i < 10000; i++ {
+		b := binds[rng.IntN(len(binds))]
+		var client netip.Addr
+		if b.vip.Is4() {
+			client = netip.AddrFrom4([4]byte{198, 51, byte(rng.Uint32()), byte(rng.Uint32())})
+		} else {
+			var a [16]byte
+			a[0], a[1] = 0x20, 0x01
+			for j := 2; j < 16; j++ {
+				a[j] = byte(rng.Uint32())
+			}
+			client = netip.AddrFrom16(a)
+		}
+		cport := uint16(1024 + rng.IntN(60000))
+		var frame []byte
+		if b.vip.Is4() {
+			frame = pkt.Frame(pkt.IPv4(client, b.vip, 6, pkt.TCP(cport, b.port, 0x10, nil), pkt.V4Opts{}))
+		} else {
+			frame = pkt.Frame(pkt.IPv6(client, b.vip, 6, pkt.TCP(cport, b.port, 0x10, nil)))
+		}
+		verdict, out, err := lab.Run(d.Prog, frame)
+		if err != nil || verdict != 3 {
+			t.Fatalf("flow %d: verdict %d, %v", i, verdict, err)
+		}
+		hop := func(off int) string { a, _ := netip.AddrFromSlice(out[off : off+4]); return a.String() }
+		kernel := [4]string{hop(14 + 16), hop(50), hop(54), hop(58)} // outer destination, then the GUE hop list
+		ls, err := lookupAll(src.Tables, &dc, netip.AddrPortFrom(client, cport).String(), netip.AddrPortFrom(b.vip, b.port).String(), 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := ls[0]
+		if got := [4]string{l.Primary, l.Secondary, l.AltPrimary, l.AltSecondary}; got != kernel {
+			t.Fatalf("flow %d (%s:%d to %s:%d): lookup %v, kernel %v", i, client, cport, b.vip, b.port, got, kernel)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/director/director/table"
+	"github.com/director/director/table/model"
 )
 
 // showDoc is show's JSON document (README, "show --json").
@@ -49,6 +50,13 @@ type lookupEntry struct {
 	Row       int    `json:"row"`
 	Primary   string `json:"primary"`
 	Secondary string `json:"secondary"`
+	// With alt_hash_fields: the alternate hash's row and hops, listed
+	// after the first two in the GUE hop list.
+	AltRow       *int   `json:"alt_row,omitempty"`
+	AltPrimary   string `json:"alt_primary,omitempty"`
+	AltSecondary string `json:"alt_secondary,omitempty"`
+	// The hash fields the row was found with.
+	HashFields string `json:"hash_fields"`
 }
 
 var showCmd = &command{
@@ -56,7 +64,9 @@ var showCmd = &command{
 	name: "show", args: "CONFIG|FILE [--json] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
 	summary: "Summarise the tables of a config or GLB binary.",
 	help: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
-		"--lookup prints the row and hops a client address maps to (flow hash of the source address).",
+		"--lookup prints the row and hops a client's flow maps to, hashed as the datapath hashes it: the\n" +
+		"fields of --director-config's hash_fields (the source address by default) and alt_hash_fields,\n" +
+		"with the client's port from CLIENT:PORT and the VIP and its port from --to.",
 	run: runShow,
 }
 
@@ -86,7 +96,15 @@ func runShow(e *env, c *command, args []string) error {
 		doc.Tables = append(doc.Tables, describe(i, t))
 	}
 	if *lookup != "" {
-		if doc.Lookups, err = lookupAll(src.Tables, *lookup, *to, proto); err != nil {
+		dc, err := e.directorConfig()
+		if err != nil {
+			return err
+		}
+		if dc == nil {
+			d := table.DefaultDirectorConfig()
+			dc = &d
+		}
+		if doc.Lookups, err = lookupAll(src.Tables, dc, *lookup, *to, proto); err != nil {
 			return fmt.Errorf("show: %w", err)
 		}
 	} else if *to != "" {
@@ -133,8 +151,11 @@ func parseHostPort(s string) (netip.Addr, uint16, bool, error) {
 	return a, 0, false, nil
 }
 
-func lookupAll(tables []*table.Table, client, to string, proto table.Proto) ([]lookupEntry, error) {
-	addr, _, _, err := parseHostPort(client)
+// lookupAll finds a client's row and hops in each table (those with a bind
+// --to matches, if given), hashed as the program hashes: dc's hash fields
+// and alternate ones, over the client, its port, the VIP and its port.
+func lookupAll(tables []*table.Table, dc *table.DirectorConfig, client, to string, proto table.Proto) ([]lookupEntry, error) {
+	addr, cport, hasCPort, err := parseHostPort(client)
 	if err != nil {
 		return nil, fmt.Errorf("--lookup: %w", err)
 	}
@@ -146,25 +167,46 @@ func lookupAll(tables []*table.Table, client, to string, proto table.Proto) ([]l
 			return nil, fmt.Errorf("--to: %w", err)
 		}
 	}
+	fields := dc.HashFields | dc.AltHashFields
+	switch {
+	case fields&table.HashSrcPort != 0 && !hasCPort:
+		return nil, fmt.Errorf("--lookup: the hash fields (%s) include src_port: give CLIENT:PORT", fieldsOf(dc))
+	case fields&table.HashDstAddr != 0 && to == "":
+		return nil, fmt.Errorf("--lookup: the hash fields (%s) include dst_addr: give --to VIP[:PORT]", fieldsOf(dc))
+	case fields&table.HashDstPort != 0 && !hasPort:
+		return nil, fmt.Errorf("--lookup: the hash fields (%s) include dst_port: give --to VIP:PORT", fieldsOf(dc))
+	}
+	f := model.Flow{Client: addr, ClientPort: cport, VIP: vip, VIPPort: vport, Proto: uint8(proto)}
 	var out []lookupEntry
 	for i, t := range tables {
 		if to != "" && !bindsMatch(t, vip, vport, hasPort, proto) {
 			continue
 		}
-		// The default hash: SipHash-2-4 keyed with hash_key over the client
-		// address. Ports only count when hash_fields say so (director config).
-		row, p, s := t.Lookup(table.FlowHash(t.HashKey, table.AddrBytes(addr)))
+		row, p, s := t.Lookup(model.FlowHash(t.HashKey, f, dc.HashFields))
 		name := t.Name
 		if name == "" {
 			name = fmt.Sprintf("tables[%d]", i)
 		}
-		out = append(out, lookupEntry{Table: name, Index: i, Client: addr.String(), Row: row,
-			Primary: p.IP.String(), Secondary: s.IP.String()})
+		l := lookupEntry{Table: name, Index: i, Client: addr.String(), Row: row,
+			Primary: p.IP.String(), Secondary: s.IP.String(), HashFields: fieldsOf(dc)}
+		if dc.AltHashFields != 0 {
+			ar, ap, as := t.Lookup(model.FlowHash(t.HashKey, f, dc.AltHashFields))
+			l.AltRow, l.AltPrimary, l.AltSecondary = &ar, ap.IP.String(), as.IP.String()
+		}
+		out = append(out, l)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no table has a %s bind matching %s", proto, to)
 	}
 	return out, nil
+}
+
+// fieldsOf names the hash fields a lookup uses.
+func fieldsOf(dc *table.DirectorConfig) string {
+	if dc.AltHashFields == 0 {
+		return dc.HashFields.String()
+	}
+	return dc.HashFields.String() + "; alt " + dc.AltHashFields.String()
 }
 
 func bindsMatch(t *table.Table, vip netip.Addr, port uint16, hasPort bool, proto table.Proto) bool {
@@ -211,7 +253,10 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 	if lookups {
 		fmt.Fprintln(w)
 		for _, l := range doc.Lookups {
-			fmt.Fprintf(w, "lookup %s in %s: row %#04x, primary %s, secondary %s\n", l.Client, l.Table, l.Row, l.Primary, l.Secondary)
+			fmt.Fprintf(w, "lookup %s in %s: row %#04x, primary %s, secondary %s (hash %s)\n", l.Client, l.Table, l.Row, l.Primary, l.Secondary, l.HashFields)
+			if l.AltRow != nil {
+				fmt.Fprintf(w, "  alternate hash: row %#04x, primary %s, secondary %s\n", *l.AltRow, l.AltPrimary, l.AltSecondary)
+			}
 		}
 	}
 }

@@ -337,13 +337,13 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool
 		nhops = 4
 	}
 	t := d.Tables[ti]
-	h := flowHash(t.HashKey, *f, d.Config.HashFields)
+	h := FlowHash(t.HashKey, *f, d.Config.HashFields)
 	row, p, s := t.Lookup(h)
 	hops := [4]netip.Addr{p.IP, s.IP}
 	altRow := -1
 	if d.Config.AltHashFields != 0 {
 		var ap, as table.Backend
-		altRow, ap, as = t.Lookup(flowHash(t.HashKey, *f, d.Config.AltHashFields))
+		altRow, ap, as = t.Lookup(FlowHash(t.HashKey, *f, d.Config.AltHashFields))
 		hops[2], hops[3] = ap.IP, as.IP
 	}
 	var out []byte
@@ -360,8 +360,9 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool
 		OuterLen: l2len + gue.Size(nhops) + ipLen}
 }
 
-// flowHash is GLB's flow hash over the enabled fields, in order.
-func flowHash(key table.Key, f Flow, fields table.HashFields) uint64 {
+// FlowHash is GLB's flow hash over the enabled fields, in order: what the
+// program computes, and what 'show --lookup' tells an operator.
+func FlowHash(key table.Key, f Flow, fields table.HashFields) uint64 {
 	var buf [36]byte // two IPv6 addresses and two ports at most
 	n := 0
 	addr := func(a netip.Addr) {
