@@ -78,6 +78,9 @@ func runApply(e *env, c *command, args []string) error {
 	}
 	defer d.Close()
 	verdict, res, err := d.Commit(&loader.Proposal{Tables: tables, Input: src.Data, Config: dc}, func(live loader.State, verdict *table.Plan) error {
+		if !verdict.Changed() {
+			return errNothingToApply
+		}
 		if plan != nil && !sameBase(plan, live) {
 			return errors.New("apply: what is live changed since the plan was made; make a new plan")
 		}
@@ -86,6 +89,14 @@ func runApply(e *env, c *command, args []string) error {
 		}
 		return nil
 	})
+	if errors.Is(err, errNothingToApply) {
+		what := "the config's tables and director config are"
+		if plan != nil {
+			what = "the plan is"
+		}
+		fmt.Fprintf(e.stdout, "nothing applied: %s live already\n", what)
+		return nil
+	}
 	if err != nil {
 		if res != nil { // applied, but not what was planned
 			return fmt.Errorf("apply: %w", err)
@@ -133,6 +144,10 @@ func sameBase(plan *table.Plan, live loader.State) bool {
 	var a, b bytes.Buffer
 	return json.Compact(&a, base) == nil && json.Compact(&b, plan.Director.Base) == nil && bytes.Equal(a.Bytes(), b.Bytes())
 }
+
+// errNothingToApply is what the judge returns when what is proposed is
+// live already: nothing is written.
+var errNothingToApply = errors.New("nothing to apply")
 
 // checkServiceAllows refuses an apply while a 'director run' serves the
 // pins, unless it is the documented way to apply what the service holds:

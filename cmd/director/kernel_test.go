@@ -106,10 +106,22 @@ func TestKernelCommands(t *testing.T) {
 	if got := liveFingerprints(t, dir); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("live %v, want %v", got, want)
 	}
-	// The same plan again: the live state is no longer its base.
-	if out := run(1, "apply", plan); !strings.Contains(out, "what is live changed since the plan was made") {
+	// The same plan again: it is live already, and nothing is written;
+	// a config with --yes that is live already, likewise.
+	if out := run(0, "apply", plan); !strings.Contains(out, "nothing applied: the plan is live already") {
+		t.Fatalf("a plan applied twice: %s", out)
+	}
+	if out := run(0, "apply", cfgDir+"small.json", "--yes"); !strings.Contains(out, "nothing applied: the config's tables and director config are live already") {
+		t.Fatalf("a live config with --yes: %s", out)
+	}
+	// A plan whose base is gone is refused.
+	other := filepath.Join(t.TempDir(), "other.json")
+	run(2, "plan", cfgDir+"small-draining.json", "-o", other)
+	run(0, "apply", cfgDir+"small-unhealthy.json", "--yes", "--allow-unsafe")
+	if out := run(1, "apply", other); !strings.Contains(out, "what is live changed since the plan was made") {
 		t.Fatalf("stale plan: %s", out)
 	}
+	run(0, "apply", cfgDir+"small.json", "--yes", "--allow-unsafe")
 	if out := run(0, "status"); !strings.Contains(out, "gateway 02:00:00:00:00:03") {
 		t.Fatalf("status: %s", out)
 	}
