@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -28,6 +29,10 @@ type Attachment struct {
 	State string `json:"state"`
 	// Mode is native or generic; unknown unless attached here.
 	Mode      string `json:"mode"`
+	// Switched is the mode an Attach switched away from ("" if none), and
+	// Gap how long the interface then ran no program.
+	Switched string        `json:"-"`
+	Gap      time.Duration `json:"-"`
 	Ifindex   uint32 `json:"ifindex"`
 	LinkID    uint32 `json:"link_id"`
 	ProgramID uint32 `json:"program_id"`
@@ -52,7 +57,9 @@ func linkPin(dir, iface string) string { return filepath.Join(dir, pinLinks, ifa
 // Attach attaches the director's program to iface in mode (native or
 // generic) through a pinned bpf_link, which outlives this process.
 // Attaching an interface that is already attached in the same mode is not
-// an error; in the other mode it is.
+// an error; in the other mode it switches: the kernel holds one mode at a
+// time, so the old link goes and the new one comes, the interface running
+// no program for the moment between (Attachment.Gap).
 func (d *Director) Attach(iface, mode string) (*Attachment, error) {
 	return attachPinned(d.Dir, d.Prog, iface, mode)
 }
@@ -86,7 +93,7 @@ func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachme
 				return nil, err
 			}
 		case a.State == StateAttached && a.Mode != mode:
-			return nil, fmt.Errorf("%s is already attached in %s mode; detach it first", iface, a.Mode)
+			return switchMode(pin, prog, iface, nl.Attrs().Index, a.Mode, mode, flags)
 		case a.State == StateAttached:
 			return a, nil
 		default:
@@ -103,6 +110,63 @@ func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachme
 	}
 	os.Chmod(pin, 0o600)
 	return readAttachment(pin, iface)
+}
+
+// switchMode replaces iface's link in mode from with one in mode to. If
+// the new one cannot be made, the old mode is put back.
+func switchMode(pin string, prog *ebpf.Program, iface string, ifindex int, from, to string, flags link.XDPAttachFlags) (*Attachment, error) {
+	back := link.XDPDriverMode
+	if from == ModeGeneric {
+		back = link.XDPGenericMode
+	}
+	start := time.Now()
+	if err := detachPinned(pin); err != nil {
+		return nil, err
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: flags})
+	if err != nil {
+		if old, berr := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: back}); berr == nil {
+			defer old.Close()
+			old.Pin(pin)
+		}
+		return nil, fmt.Errorf("switching %s from %s to %s mode: %w (it stays in %s mode)", iface, from, to, err, from)
+	}
+	gap := time.Since(start)
+	defer l.Close()
+	if err := l.Pin(pin); err != nil {
+		return nil, fmt.Errorf("pinning link: %w", err)
+	}
+	os.Chmod(pin, 0o600)
+	a, err := readAttachment(pin, iface)
+	if err != nil {
+		return nil, err
+	}
+	a.Switched, a.Gap = from, gap
+	return a, nil
+}
+
+// VethWithoutXDPPeer reports whether iface is a veth whose peer this
+// namespace can see and which runs no XDP program, or whose peer it
+// cannot see: there, native XDP drops the frames the program sends back
+// out (XDP_TX), which need the peer's NAPI, running only with its own XDP.
+func VethWithoutXDPPeer(iface string) (bool, error) {
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return false, err
+	}
+	if l.Type() != "veth" {
+		return false, nil
+	}
+	peer := l.Attrs().ParentIndex
+	if peer == 0 || l.Attrs().NetNsID >= 0 {
+		return true, nil // the peer is in another namespace: nothing here says it runs XDP
+	}
+	p, err := netlink.LinkByIndex(peer)
+	if err != nil {
+		return true, nil
+	}
+	x := p.Attrs().Xdp
+	return x == nil || !x.Attached, nil
 }
 
 // Detach removes the director from iface, or removes an attachment whose

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/director/director/loader"
 )
@@ -11,8 +12,11 @@ var attachCmd = &command{
 	name: "attach", args: "IFACE [--mode native|generic]",
 	summary: "Attach the loaded program to an interface.",
 	help: "Attach the loaded program to an interface through a pinned bpf_link, which outlives this\n" +
-		"process. Attaching again in the same mode changes nothing; a stale attachment whose interface is\n" +
-		"gone is replaced. An interface another XDP program holds is refused, naming that program.",
+		"process. Attaching again in the same mode changes nothing; in the other mode it switches modes\n" +
+		"(the kernel holds one at a time: the interface runs no program for the moment between, which it\n" +
+		"reports). A stale attachment whose interface is gone is replaced. An interface another XDP program\n" +
+		"holds is refused, naming that program. Native mode on a veth whose peer runs no XDP program is\n" +
+		"warned of: the frames the program sends back out are dropped there.",
 	run: runAttach,
 }
 
@@ -32,6 +36,18 @@ func runAttach(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "attached to %s in %s mode (link %d, program %d)\n", at.Interface, at.Mode, at.LinkID, at.ProgramID)
+	if at.Switched != "" {
+		fmt.Fprintf(e.stdout, "switched %s from %s to %s mode (link %d, program %d): it ran no program for %v while the link was replaced\n",
+			at.Interface, at.Switched, at.Mode, at.LinkID, at.ProgramID, at.Gap.Round(time.Microsecond))
+	} else {
+		fmt.Fprintf(e.stdout, "attached to %s in %s mode (link %d, program %d)\n", at.Interface, at.Mode, at.LinkID, at.ProgramID)
+	}
+	if at.Mode == loader.ModeNative {
+		if bad, err := loader.VethWithoutXDPPeer(at.Interface); err == nil && bad {
+			fmt.Fprintf(e.stderr, "director: warning: %s is a veth whose peer runs no XDP program (or is in another namespace): "+
+				"in native mode the encapsulated frames the program sends back out are dropped unless the peer runs one; "+
+				"'director stats --watch' shows tx drops as they happen, and --mode generic does without\n", at.Interface)
+		}
+	}
 	return nil
 }

@@ -430,11 +430,15 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 			return err
 		}
 		b := []string{"--bpffs", dir}
-		for _, args := range [][]string{{"load"}, {"apply", cfgDir + "small.json", "--yes", "--director-config", cfgDir + "director.conf"},
-			{"attach", "drop0", "--mode", "native"}} {
+		for _, args := range [][]string{{"load"}, {"apply", cfgDir + "small.json", "--yes", "--director-config", cfgDir + "director.conf"}} {
 			if out, errOut, code := runCmd(append(b, args...)...); code != 0 {
 				return fmt.Errorf("%v: %s%s", args, out, errOut)
 			}
+		}
+		// Native on a veth whose peer runs no XDP program: warned of.
+		if _, errOut, code := runCmd(append(b, "attach", "drop0", "--mode", "native")...); code != 0 ||
+			!strings.Contains(errOut, "warning: drop0 is a veth whose peer runs no XDP program") {
+			return fmt.Errorf("attach native: %d %s", code, errOut)
 		}
 		sock, err := lab.Listen("drop1")
 		if err != nil {
@@ -457,8 +461,31 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 			st.Interfaces[0].Interface != "drop0" || st.Interfaces[0].TxDropped < 20 {
 			return fmt.Errorf("stats: %+v", st)
 		}
-		if out, _, _ := runCmd(append(b, "stats")...); !strings.Contains(out, "interface drop0: rx ") || !strings.Contains(out, "were dropped on their way out") {
+		// Once, the count says since when; watched, drops are flagged only
+		// while they happen.
+		if out, _, _ := runCmd(append(b, "stats")...); !strings.Contains(out, "interface drop0: rx ") ||
+			!strings.Contains(out, "frames dropped on their way out since the interface came up") || strings.Contains(out, "  !") {
 			return fmt.Errorf("stats text: %s", out)
+		}
+		if out, _, _ := runCmd(append(b, "stats", "--watch", "--interval", "50ms", "--count", "2")...); strings.Contains(out, "  !") {
+			return fmt.Errorf("stats --watch with no new drops flags some: %s", out)
+		}
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			for i := 0; i < 20; i++ {
+				sock.Send(frame)
+			}
+		}()
+		if out, _, _ := runCmd(append(b, "stats", "--watch", "--interval", "400ms", "--count", "2")...); !strings.Contains(out, "frames dropped on their way out in the last") {
+			return fmt.Errorf("stats --watch with new drops: %s", out)
+		}
+		// Switching modes is one command, which says what it did.
+		if out, errOut, code := runCmd(append(b, "attach", "drop0", "--mode", "generic")...); code != 0 ||
+			!strings.Contains(out, "switched drop0 from native to generic mode") || !strings.Contains(out, "it ran no program for") {
+			return fmt.Errorf("attach --mode generic over native: %d %s %s", code, out, errOut)
+		}
+		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "drop0, generic mode") {
+			return fmt.Errorf("status after the switch: %s", out)
 		}
 		var doc statusDoc
 		out, _, _ = runCmd(append(b, "status", "--json")...)

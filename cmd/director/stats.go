@@ -119,16 +119,34 @@ func printStats(e *env, s, prev *loader.Stats) {
 			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes\n", b.IP, b.State, healthWord(b.Healthy), b.Packets, b.Bytes)
 		}
 	}
-	printInterfaces(e, s.Interfaces)
+	var before []loader.InterfaceStats
+	if prev != nil {
+		before = prev.Interfaces
+	}
+	printInterfaces(e, s.Interfaces, before, dt)
 }
 
-// printInterfaces prints the attached interfaces' own counters.
-func printInterfaces(e *env, ifs []loader.InterfaceStats) {
+// printInterfaces prints the attached interfaces' own counters. Drops are
+// flagged as they happen: with the previous sample (--watch), when the
+// count grew since; the count alone is what the interface dropped since it
+// came up, perhaps long ago.
+func printInterfaces(e *env, ifs, prev []loader.InterfaceStats, dt time.Duration) {
 	for _, i := range ifs {
 		fmt.Fprintf(e.stdout, "\ninterface %s: rx %d packets, %d dropped, %d errors; tx %d packets, %d dropped, %d errors\n",
 			i.Interface, i.RxPackets, i.RxDropped, i.RxErrors, i.TxPackets, i.TxDropped, i.TxErrors)
-		if i.TxDropped > 0 {
-			fmt.Fprintf(e.stdout, "  ! %d frames were dropped on their way out: encapsulated packets may not be leaving\n", i.TxDropped)
+		var was *loader.InterfaceStats
+		for k := range prev {
+			if prev[k].Interface == i.Interface {
+				was = &prev[k]
+			}
+		}
+		switch {
+		case was != nil && i.TxDropped > was.TxDropped:
+			n := i.TxDropped - was.TxDropped
+			fmt.Fprintf(e.stdout, "  ! %d frames dropped on their way out in the last %v (%.0f/s): encapsulated packets are not all leaving\n",
+				n, dt.Round(time.Millisecond), float64(n)/dt.Seconds())
+		case was == nil && prev == nil && i.TxDropped > 0:
+			fmt.Fprintf(e.stdout, "  (%d frames dropped on their way out since the interface came up; 'stats --watch' shows whether that goes on)\n", i.TxDropped)
 		}
 	}
 }
