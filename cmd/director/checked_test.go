@@ -140,4 +140,17 @@ func TestHealthcheckCommand(t *testing.T) {
 	if _, errOut, code := runCmd("healthcheck", in); code != 1 || !strings.Contains(errOut, "-o FILE is required") {
 		t.Errorf("healthcheck without -o: %d %s", code, errOut)
 	}
+	// README's command on a config with gue checks, as written (no
+	// --director-config): refused up front, saying why, not every backend
+	// marked down.
+	gue := filepath.Join(dir, "gue.json")
+	os.WriteFile(gue, []byte(strings.Replace(cfg, `{"ip": "127.0.0.3", "state": "active", "healthchecks": {"tcp"`, `{"ip": "127.0.0.3", "state": "active", "healthchecks": {"gue": 19523, "tcp"`, 1)), 0o644)
+	os.Remove(out)
+	if _, errOut, code := runCmd("healthcheck", gue, "-o", out); code != 1 || !strings.Contains(errOut, "no outbound_src_ip") ||
+		!strings.Contains(errOut, "pass --director-config") || !strings.Contains(errOut, "nothing written") {
+		t.Errorf("healthcheck of gue checks without a director config: %d %s", code, errOut)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Error("a refused healthcheck wrote its output")
+	}
 }

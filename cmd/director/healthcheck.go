@@ -47,6 +47,9 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	} else if dc != nil {
 		src = dc.SrcIP
 	}
+	if err := health.CanProbe(cfg, src); err != nil {
+		return fmt.Errorf("healthcheck: %s: %w; nothing written", pos[0], err)
+	}
 	p := health.NewProber(cfg.Checks.Timeout, src)
 	defer p.Close()
 	results := health.Once(context.Background(), p, cfg, 64)

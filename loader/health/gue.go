@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/director/director/table/gue"
 	"github.com/director/director/table/pkt"
@@ -37,9 +39,19 @@ type probeKey struct {
 	seq  uint16
 }
 
+// The director's own reasons a GUE probe cannot be made: never the
+// backend's fault (Result.Local).
+var (
+	ErrNoSource = errors.New("no outbound_src_ip: GUE probes come from the director's address (pass --director-config)")
+	ErrNoRaw    = errors.New("needs CAP_NET_RAW: GUE probes' echo replies are read from a raw ICMP socket")
+)
+
 func newPinger(src netip.Addr) (*pinger, error) {
+	if !src.IsValid() {
+		return nil, ErrNoSource
+	}
 	if !src.Is4() {
-		return nil, fmt.Errorf("GUE probes need the director's IPv4 address, not %v", src)
+		return nil, fmt.Errorf("%w (%v is not IPv4)", ErrNoSource, src)
 	}
 	udp, err := net.ListenUDP("udp4", nil)
 	if err != nil {
@@ -48,7 +60,10 @@ func newPinger(src netip.Addr) (*pinger, error) {
 	icmp, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
 	if err != nil {
 		udp.Close()
-		return nil, fmt.Errorf("GUE probes: reading echo replies needs a raw ICMP socket (CAP_NET_RAW): %w", err)
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
+			return nil, ErrNoRaw
+		}
+		return nil, fmt.Errorf("GUE probes: opening a raw ICMP socket: %w", err)
 	}
 	var b [2]byte
 	rand.Read(b[:])

@@ -166,6 +166,8 @@ func (p *Prober) Probe(ctx context.Context, ip netip.Addr, c Checks) []Result {
 				out[i].Reason = reason(err)
 				if e, ok := localFault(err); ok {
 					out[i].Local, out[i].Reason = true, "director: "+e.Error()
+				} else if errors.Is(err, ErrNoSource) || errors.Is(err, ErrNoRaw) {
+					out[i].Local, out[i].Reason = true, "director: "+err.Error()
 				}
 			}
 		}()
@@ -265,8 +267,20 @@ func reason(err error) string {
 		return "unreachable"
 	case errors.Is(err, syscall.ECONNRESET):
 		return "reset"
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		return "not permitted"
 	}
-	return "error"
+	// Something else: say what, in few words, rather than a bare
+	// "error": the system's word for it, where there is one.
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return "error: " + errno.Error()
+	}
+	msg := err.Error()
+	if len(msg) > 80 {
+		msg = msg[:80] + "..."
+	}
+	return "error: " + msg
 }
 
 // describe is a result for a log line.
@@ -325,4 +339,26 @@ func Once(ctx context.Context, p *Prober, c *table.Config, limit int) [][][]Resu
 		}
 	}
 	return out
+}
+
+// CanProbe says why c's checks cannot be made from this process with
+// source as the director's address, or nil: what 'director healthcheck'
+// refuses up front rather than mark every backend down.
+func CanProbe(c *table.Config, source netip.Addr) error {
+	gue := false
+	for i := range c.Tables {
+		for _, b := range c.Tables[i].Backends {
+			if b.Checked && b.State != table.StateInactive && ChecksOf(b.Healthchecks).GUE != 0 {
+				gue = true
+			}
+		}
+	}
+	if !gue {
+		return nil
+	}
+	g, err := newPinger(source)
+	if err != nil {
+		return fmt.Errorf("the gue checks cannot be made: %w", err)
+	}
+	return g.close()
 }

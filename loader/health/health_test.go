@@ -2,16 +2,20 @@ package health
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/director/director/table"
 )
 
 // TestDampener: Fall failures take a backend down, Rise passes bring it
@@ -207,5 +211,24 @@ func TestSchedulerKeepsItsRate(t *testing.T) {
 	mean := starts[len(starts)-1].Sub(starts[0]) / time.Duration(len(starts)-1)
 	if mean < interval*9/10 || mean > interval*11/10 {
 		t.Errorf("checks %v apart on average, want %v give or take a tenth", mean, interval)
+	}
+}
+
+// TestGUEWithoutSourceSaysWhy: a gue check with no director address is the
+// director's problem, said in so many words, and never the backend's.
+func TestGUEWithoutSourceSaysWhy(t *testing.T) {
+	p := NewProber(100*time.Millisecond, netip.Addr{})
+	defer p.Close()
+	rs := p.Probe(context.Background(), netip.MustParseAddr("127.0.0.1"), Checks{GUE: 19523})
+	if len(rs) != 1 || rs[0].OK || !rs[0].Local || !strings.Contains(rs[0].Reason, "no outbound_src_ip") || !strings.Contains(rs[0].Reason, "--director-config") {
+		t.Fatalf("%+v", rs)
+	}
+	c, err := table.ParseConfig([]byte(`{"tables": [{"hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [{"ip": "10.1.0.1", "state": "active", "healthchecks": {"gue": 19523}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CanProbe(c, netip.Addr{}); err == nil || !errors.Is(err, ErrNoSource) {
+		t.Fatalf("CanProbe without a source: %v", err)
 	}
 }
