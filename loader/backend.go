@@ -224,7 +224,7 @@ func OpenBackend(dir string) (*Backend, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("no backend program is loaded at %s", dir)
 		}
-		return nil, err
+		return nil, privilegeError("reading the backend's pins in "+dir, err)
 	}
 	if b.objs.BeCfg, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeCfg), nil); err == nil {
 		b.objs.BeStats, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeStats), nil)

@@ -156,3 +156,47 @@ func explainLoad(spec *ebpf.CollectionSpec, err error) error {
 	return fmt.Errorf("this kernel (%s) lacks %s, which the program uses; director is tested on Linux %s: %w",
 		kernelRelease(), strings.Join(missing, ", "), strings.Join(TestedKernels, ", "), err)
 }
+
+// capsUsed are the capabilities the loader's work needs: loading and
+// reading BPF objects (CAP_BPF), XDP and netlink (CAP_NET_ADMIN), reading
+// map and program IDs back (CAP_PERFMON) and mounting bpffs
+// (CAP_SYS_ADMIN).
+var capsUsed = []struct {
+	bit  int
+	name string
+}{{unix.CAP_BPF, "CAP_BPF"}, {unix.CAP_NET_ADMIN, "CAP_NET_ADMIN"}, {unix.CAP_PERFMON, "CAP_PERFMON"}, {unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"}}
+
+// missingCaps names the capabilities of capsUsed this process lacks.
+func missingCaps() []string {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return nil
+	}
+	var out []string
+	for _, c := range capsUsed {
+		if data[c.bit/32].Effective&(1<<(c.bit%32)) == 0 {
+			out = append(out, c.name)
+		}
+	}
+	return out
+}
+
+// privilegeError is err, when it is the kernel's refusal for want of
+// privileges, said as what is missing: "permission denied" or cilium's
+// MEMLOCK hint tell an operator nothing. Other errors are returned as
+// they are.
+func privilegeError(what string, err error) error {
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+		return err
+	}
+	missing := missingCaps()
+	if len(missing) == 0 {
+		return err // privileged, and refused anyway: the error says why
+	}
+	errno := unix.EPERM
+	if errors.Is(err, unix.EACCES) {
+		errno = unix.EACCES
+	}
+	return fmt.Errorf("%s needs root, or %s, which this process lacks: %w", what, strings.Join(missing, ", "), errno)
+}

@@ -143,12 +143,24 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 // pinned program uses: one removed or replaced underneath is pinned again
 // from the program's own (what was done goes in *repaired), so the maps
 // adopted are always the datapath's, never a new empty one beside it.
-func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, repaired *[]string, mapObjs, progObjs io.Closer, prog **ebpf.Program, setup func() error) error {
+func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, repaired *[]string, mapObjs, progObjs io.Closer, prog **ebpf.Program, setup func() error) (rerr error) {
 	var opts ebpf.CollectionOptions
 	unlock := func() {}
 	if dir != "" {
+		_, serr := os.Lstat(dir)
+		fresh := errors.Is(serr, os.ErrNotExist)
 		if err := ensureDir(dir); err != nil {
-			return err
+			if fresh {
+				os.RemoveAll(dir) // nothing of a failed first load stays behind
+			}
+			return privilegeError("loading "+what+" into "+dir, err)
+		}
+		if fresh {
+			defer func() {
+				if rerr != nil {
+					os.RemoveAll(dir)
+				}
+			}()
 		}
 		var err error
 		if unlock, err = lockDir(dir); err != nil {
@@ -175,6 +187,9 @@ func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []s
 	}
 	defer unlock()
 	loadErr := func(err error) error {
+		if pe := privilegeError("loading "+what, err); pe != err {
+			return pe
+		}
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return fmt.Errorf("loading %s: %+v", what, ve)
@@ -317,6 +332,9 @@ func install(dir string, prog *ebpf.Program) (*ebpf.Program, error) {
 // Open adopts a director pinned in dir.
 func Open(dir string) (*Director, error) {
 	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil)
+	if err != nil {
+		err = privilegeError("reading the pins in "+dir, err)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		if _, private := privateMountNS(); private && !isBPFFS(filepath.Dir(dir)) {
 			return nil, fmt.Errorf("%s: no director is loaded there: %w", dir,
@@ -417,10 +435,39 @@ func ensureDir(dir string) error {
 	if err := checkPersistent(filepath.Dir(dir)); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, pinLinks), 0o700); err != nil {
+	if err := checkOwned(dir); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Join(dir, pinLinks), 0o700); err != nil {
+		return privilegeError("making "+dir, err)
+	}
 	return os.Chmod(dir, 0o700)
+}
+
+// checkOwned refuses a pin directory this user does not own, or that
+// others may write: whoever can write it can move pins under the director
+// (a failed load by a normal user once left one, into which root then
+// loaded). A directory not there yet is fine.
+func checkOwned(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if uid := uint32(os.Geteuid()); st.Uid != uid {
+		return fmt.Errorf("%s belongs to uid %d, not this user (uid %d): its owner could move pins under this director; "+
+			"remove it (rm -r %s) if nothing of it is in use, or choose another --bpffs", dir, st.Uid, uid, dir)
+	}
+	if st.Mode&0o022 != 0 {
+		return fmt.Errorf("%s is writable by group or others (mode %#o): anyone who can write it can move pins under this director; "+
+			"chmod 0700 %s", dir, st.Mode&0o777, dir)
+	}
+	return nil
 }
 
 // privateMountNS reports whether this process runs in a mount namespace

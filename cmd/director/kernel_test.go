@@ -601,3 +601,27 @@ func TestLookupMatchesTheKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadRefusesAPinDirectoryOthersControl: a pin directory another user
+// owns, or others may write, is refused with the way out: whoever can
+// write it could move pins under root's director.
+func TestLoadRefusesAPinDirectoryOthersControl(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, 1, "load", "--bpffs", dir); !strings.Contains(out, "belongs to uid 65534, not this user (uid 0)") {
+		t.Fatalf("load into another user's directory: %s", out)
+	}
+	os.Chown(dir, 0, 0)
+	os.Chmod(dir, 0o777)
+	if out := mustRun(t, 1, "load", "--bpffs", dir); !strings.Contains(out, "is writable by group or others (mode 0777)") {
+		t.Fatalf("load into a world-writable directory: %s", out)
+	}
+	os.Chmod(dir, 0o700)
+	mustRun(t, 0, "load", "--bpffs", dir)
+}

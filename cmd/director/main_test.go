@@ -452,3 +452,55 @@ func TestREADMECommandTable(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadWithoutRootSaysWhatItNeeds: load and backend status without
+// privileges name the capabilities missing (not cilium/ebpf's MEMLOCK
+// hint, nor a bare "permission denied"), and a failed load leaves no pin
+// directory behind.
+func TestLoadWithoutRootSaysWhatItNeeds(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("run as root: it drops root's capabilities for the commands it runs")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	dir := filepath.Join("/sys/fs/bpf", "director-nocaps-"+filepath.Base(t.TempDir()))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// A backend program pinned, as root, for the unprivileged status.
+	be := dir + "-backend"
+	b, err := loader.LoadBackend(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	t.Cleanup(func() { loader.Unload(be) })
+	d, err := loader.Load(dir + "-director")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	t.Cleanup(func() { loader.Unload(dir + "-director") })
+	asUser := []string{"--reuid=65534", "--regid=65534", "--clear-groups"}
+	for _, c := range []struct {
+		user bool // as a normal user too, not only root without capabilities
+		args []string
+	}{{false, []string{"load", "--bpffs", dir}}, {true, []string{"load", "--bpffs", dir}},
+		{true, []string{"backend", "status", "--bpffs", be}}, {true, []string{"status", "--bpffs", dir + "-director"}}} {
+		args := c.args
+		pre := []string{"--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"}
+		if c.user {
+			pre = append(asUser, pre...)
+		}
+		cmd := asDirector("setpriv", append(append(pre, "--", os.Args[0]), args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Run()
+		errOut := stderr.String()
+		if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(errOut, "needs root, or CAP_BPF, CAP_NET_ADMIN") || strings.Contains(errOut, "MEMLOCK") {
+			t.Errorf("%v without capabilities (as a normal user: %v): exit %d: %s", args, c.user, cmd.ProcessState.ExitCode(), errOut)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("a failed load left %s behind", dir)
+	}
+}
