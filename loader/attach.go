@@ -28,15 +28,15 @@ type Attachment struct {
 	// detach or unload removes it).
 	State string `json:"state"`
 	// Mode is native or generic; unknown unless attached here.
-	Mode      string `json:"mode"`
+	Mode string `json:"mode"`
 	// Switched is the mode an Attach switched away from ("" if none), and
 	// Gap how long the interface then ran no program.
-	Switched string        `json:"-"`
-	Gap      time.Duration `json:"-"`
-	Ifindex   uint32 `json:"ifindex"`
-	LinkID    uint32 `json:"link_id"`
-	ProgramID uint32 `json:"program_id"`
-	Pin       string `json:"pin"`
+	Switched  string        `json:"-"`
+	Gap       time.Duration `json:"-"`
+	Ifindex   uint32        `json:"ifindex"`
+	LinkID    uint32        `json:"link_id"`
+	ProgramID uint32        `json:"program_id"`
+	Pin       string        `json:"pin"`
 }
 
 // Attachment states.

@@ -131,8 +131,8 @@ func vethSteering(dir, mode string) error {
 	if err := d.Detach("dir0"); err != nil {
 		return err
 	}
-	if err := d.Detach("dir0"); err != nil {
-		return fmt.Errorf("second detach: %w", err)
+	if err := d.Detach("dir0"); !errors.Is(err, ErrNotAttached) {
+		return fmt.Errorf("second detach: %v, want an error that it is not attached", err)
 	}
 	if err := sock.Send(pkt.Frame(g.steeredIP())); err != nil {
 		return err
