@@ -315,7 +315,7 @@ func CheckBindOverlaps(c *Config) ErrorList {
 	for i := range c.Tables {
 		binds[i] = c.Tables[i].Binds
 	}
-	return checkBindOverlaps(binds)
+	return checkBindOverlaps(binds, nil)
 }
 
 // maxOverlaps stops the overlap check: a config with this many is refused
@@ -327,7 +327,9 @@ const maxOverlaps = 1000
 // so a bind is compared only with the binds of its own prefix whose ranges
 // are still open: 256 tables of 256 binds cost a sort, not billions of
 // comparisons.
-func checkBindOverlaps(tables [][]Bind) ErrorList {
+// index[t][b], when given, is where bind b of table t stood in its file,
+// for the error paths: binds that did not parse are not in tables.
+func checkBindOverlaps(tables [][]Bind, index [][]int) ErrorList {
 	type at struct{ t, b int }
 	type group struct {
 		proto  Proto
@@ -382,11 +384,17 @@ func checkBindOverlaps(tables [][]Bind) ErrorList {
 		return less(pairs[i].earlier, pairs[j].earlier)
 	})
 	var errs ErrorList
+	place := func(x at) int {
+		if x.t < len(index) && x.b < len(index[x.t]) {
+			return index[x.t][x.b]
+		}
+		return x.b
+	}
 	for _, p := range pairs {
 		x, y := p.later, p.earlier
 		errs = append(errs, &FieldError{
-			Path: fmt.Sprintf("tables[%d].binds[%d]", x.t, x.b),
-			Msg:  fmt.Sprintf("%s overlaps tables[%d].binds[%d] (%s): a packet could belong to either table", bind(x), y.t, y.b, bind(y)),
+			Path: fmt.Sprintf("tables[%d].binds[%d]", x.t, place(x)),
+			Msg:  fmt.Sprintf("%s overlaps tables[%d].binds[%d] (%s): a packet could belong to either table", bind(x), y.t, place(y), bind(y)),
 		})
 	}
 	return errs

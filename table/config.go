@@ -272,9 +272,13 @@ func ParseConfigLimit(data []byte, lim Limit) (*Config, error) {
 	}
 	p := &parser{lim: lim}
 	c := p.config(root)
-	if len(p.errs) == 0 {
-		p.errs = append(p.errs, CheckBindOverlaps(c)...)
+	// Every problem at once: the binds that parsed are checked for
+	// overlaps even when others did not parse, named where they stand.
+	binds := make([][]Bind, len(c.Tables))
+	for i := range c.Tables {
+		binds[i] = c.Tables[i].Binds
 	}
+	p.errs = append(p.errs, checkBindOverlaps(binds, p.bindIdx)...)
 	if len(p.errs) > 0 {
 		return nil, p.errs
 	}
@@ -286,6 +290,8 @@ type parser struct {
 	errs  ErrorList
 	warns []string
 	lim   Limit
+	// bindIdx[t] are where table t's parsed binds stood in the file.
+	bindIdx [][]int
 }
 
 func (p *parser) fail(path, format string, args ...any) {
@@ -372,6 +378,8 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func (p *parser) table(path string, v *jsonValue) TableConfig {
 	var t TableConfig
+	var idx []int // where each of t.Binds stood
+	defer func() { p.bindIdx = append(p.bindIdx, idx) }()
 	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends") {
 		return t
 	}
@@ -406,6 +414,7 @@ func (p *parser) table(path string, v *jsonValue) TableConfig {
 			}
 			seen[b] = i
 			t.Binds = append(t.Binds, b)
+			idx = append(idx, i)
 		}
 	}
 

@@ -101,6 +101,12 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{"tables[0].backends[0].weight: unknown field"}},
 		{"bad healthcheck", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true, "healthchecks": {"http": 70000}}`))),
 			[]string{"tables[0].backends[0].healthchecks.http: 70000 is not a port"}},
+		// Every problem in one pass: an overlap among the binds that
+		// parse is reported beside a bind that does not.
+		{"overlap beside a bad bind", `{"tables": [{"hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+		  "binds": [{"ip": "10.0.0.1/33", "proto": "tcp", "port": 80}, {"ip": "10.0.0.2", "proto": "tcp", "port": 80}]` + goodBackends() + `},
+		  {"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [{"ip": "10.0.0.2", "proto": "tcp", "port": 80}]` + goodBackends() + `}]}`,
+			[]string{`tables[0].binds[0].ip: "10.0.0.1/33" has prefix length 33`, "overlaps tables[0].binds[1]"}},
 		// http_uri is a path on the backend: nothing in it may name a host.
 		{"http_uri with a host", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthchecks": {"http": 80, "http_uri": "@10.99.0.10:80/"}}`))),
 			[]string{`tables[0].backends[0].healthchecks.http_uri: "@10.99.0.10:80/": not an absolute path: it must start with /`}},

@@ -198,7 +198,7 @@ func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 		for i, t := range tables {
 			binds[i] = t.Binds
 		}
-		errs = checkBindOverlaps(binds)
+		errs = checkBindOverlaps(binds, nil)
 	}
 	if len(errs) > 0 {
 		return nil, errs

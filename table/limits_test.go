@@ -153,7 +153,7 @@ func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	errs := checkBindOverlaps(tables)
+	errs := checkBindOverlaps(tables, nil)
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("took %v", took)
 	}
@@ -164,7 +164,7 @@ func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
 	same := [][]Bind{{{Prefix: pfx, Proto: ProtoTCP, PortStart: 1, PortEnd: 100}, {Prefix: pfx, Proto: ProtoTCP, PortStart: 50, PortEnd: 60}},
 		{{Prefix: mustPrefix("10.0.0.0/25"), Proto: ProtoTCP, PortStart: 1, PortEnd: 100}, {Prefix: pfx, Proto: ProtoUDP, PortStart: 1, PortEnd: 100},
 			{Prefix: pfx, Proto: ProtoTCP, PortStart: 101, PortEnd: 200}, {Prefix: pfx, Proto: ProtoTCP, PortStart: 60, PortEnd: 60}}}
-	errs = checkBindOverlaps(same)
+	errs = checkBindOverlaps(same, nil)
 	if len(errs) != 2 || errs[0].Path != "tables[1].binds[3]" || !strings.Contains(errs[0].Msg, "tables[0].binds[0]") ||
 		!strings.Contains(errs[1].Msg, "tables[0].binds[1]") {
 		t.Errorf("overlaps: %v", errs)

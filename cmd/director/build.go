@@ -46,7 +46,7 @@ func runBuild(e *env, c *command, args []string) error {
 	if src.Binary {
 		return fmt.Errorf("build: %s is already a GLB binary table; build takes a JSON config", pos[0])
 	}
-	warnAll(e, src.Warnings)
+	warnAll(e, pos[0], src.Warnings)
 	// The fingerprints (SHA-256 over 2 MB a table) are computed while the
 	// file is written and synced, rather than after.
 	var fps sync.WaitGroup

@@ -23,7 +23,7 @@ func (e *env) directorConfig() (*table.DirectorConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	warnAll(e, dc.Warnings)
+	warnAll(e, e.dirConfig, dc.Warnings)
 	r, err := loader.ResolveGateway(dc)
 	if err != nil {
 		return nil, table.InFile(e.dirConfig, err)

@@ -40,7 +40,7 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	if err != nil {
 		return table.InFile(pos[0], err)
 	}
-	warnAll(e, cfg.Warnings)
+	warnAll(e, pos[0], cfg.Warnings)
 	var src netip.Addr
 	if dc, err := e.directorConfig(); err != nil {
 		return err

@@ -360,6 +360,22 @@ func TestErrorLinesNameTheFile(t *testing.T) {
 	}
 }
 
+// TestWarningsNameTheFile: a warning says which file it is about, the
+// director config's included.
+func TestWarningsNameTheFile(t *testing.T) {
+	_, errOut, _ := runCmd("show", cfgDir+"small.json", "--lookup", "198.51.100.7:4000", "--director-config", cfgDir+"glb-director.conf")
+	for _, want := range []string{"director: warning: " + cfgDir + "glb-director.conf: num_worker_queues: ignored"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	for _, l := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		if !strings.HasPrefix(l, "director: warning: "+cfgDir) {
+			t.Errorf("warning %q names no file", l)
+		}
+	}
+}
+
 // TestPlanRefusesMoreTablesThanTheDatapathAtOnce: the datapath's 32 tables
 // are checked before anything is built or the kernel is asked.
 func TestPlanRefusesMoreTablesThanTheDatapathAtOnce(t *testing.T) {

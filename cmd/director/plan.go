@@ -120,7 +120,7 @@ func buildForApply(e *env, path string, data []byte, health healthSource) (*tabl
 	if err := loader.CheckDatapath(src.Tables); err != nil {
 		return nil, table.InFile(path, err)
 	}
-	warnAll(e, src.Warnings)
+	warnAll(e, path, src.Warnings)
 	return src, nil
 }
 

@@ -51,8 +51,9 @@ func tableLabel(t *table.Table, i int) string {
 	return fmt.Sprintf("table tables[%d]", i)
 }
 
-func warnAll(e *env, ws []string) {
+// warnAll prints warnings about file, each naming it.
+func warnAll(e *env, file string, ws []string) {
 	for _, w := range ws {
-		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
+		fmt.Fprintf(e.stderr, "director: warning: %s: %s\n", file, w)
 	}
 }

@@ -114,9 +114,9 @@ func runShow(e *env, c *command, args []string) error {
 		return writeJSON(e.stdout, doc)
 	}
 	if src.Config != nil {
-		warnAll(e, src.Config.Warnings) // table warnings are printed inline
+		warnAll(e, pos[0], src.Config.Warnings) // table warnings are printed inline
 	}
-	warnAll(e, table.UnservableWarnings(src.Tables))
+	warnAll(e, pos[0], table.UnservableWarnings(src.Tables))
 	printShow(e, src.Tables, &doc, *lookup != "")
 	return nil
 }

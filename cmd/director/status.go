@@ -171,12 +171,31 @@ func printService(w io.Writer, st *service.Status) {
 	case st.Stale:
 		fmt.Fprintf(w, "service      (not running: the last status is from pid %d at %s)\n", st.PID, st.Time.Format(time.RFC3339))
 		return
-	case st.BGP == nil:
-		fmt.Fprintf(w, "service      director run, pid %d; no bgp settings\n", st.PID)
+	}
+	files := st.Config
+	if st.DirectorConfig != "" {
+		files += ", " + st.DirectorConfig
+	}
+	fmt.Fprintf(w, "service      director run, pid %d, since %s; config %s\n", st.PID, st.Since.Format(time.RFC3339), files)
+	if a := st.LastApply; a != nil {
+		fmt.Fprintf(w, "last apply   %s (%s): %s\n", a.Time.Format(time.RFC3339), a.Trigger, strings.Join(a.Changes, "; "))
+	} else {
+		fmt.Fprintln(w, "last apply   (none since it started: it found the tables as they should be)")
+	}
+	c := st.Checks
+	fmt.Fprintf(w, "checks       %d backends checked: %d up, %d down; %d failing their last check\n", c.Backends, c.Up, c.Down, c.Failing)
+	for _, t := range st.FailStatic {
+		fmt.Fprintf(w, "fail-static  %s: its health changes are held (too many backends fail their checks at once)\n", t)
+	}
+	for _, h := range st.Held {
+		fmt.Fprintf(w, "held         an unsafe change, for 'director apply --allow-unsafe': %s\n", strings.Join(h.Reasons, "; "))
+	}
+	if st.BGP == nil {
+		fmt.Fprintln(w, "bgp          (no bgp settings)")
 		return
 	}
 	b := st.BGP
-	fmt.Fprintf(w, "service      director run, pid %d; bgp as %d, router id %s, announcing %v\n", st.PID, b.ASN, b.RouterID, b.Announced)
+	fmt.Fprintf(w, "bgp          as %d, router id %s, announcing %v\n", b.ASN, b.RouterID, b.Announced)
 	for _, p := range b.Peers {
 		since := ""
 		if p.Established {

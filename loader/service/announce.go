@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"sort"
 	"syscall"
 	"time"
 
@@ -112,14 +113,42 @@ func (s *service) stopBGP() {
 // Status is what a running service publishes for 'director status': its
 // BGP sessions and announcements (the kernel holds the rest).
 type Status struct {
-	Version int        `json:"version"`
-	PID     int        `json:"pid"`
-	Time    time.Time  `json:"time"`
-	BGP     *StatusBGP `json:"bgp"` // null without a bgp block
+	Version int       `json:"version"`
+	PID     int       `json:"pid"`
+	Time    time.Time `json:"time"` // when this was written
+	// Since is when the service started; Config and DirectorConfig its
+	// files ("" for none).
+	Since          time.Time `json:"since"`
+	Config         string    `json:"config"`
+	DirectorConfig string    `json:"director_config"`
+	// LastApply is the service's last change of the kernel's state: nil
+	// before one (a start that found the tables right changes nothing).
+	LastApply *StatusApply `json:"last_apply"`
+	// FailStatic names the tables held fail-static.
+	FailStatic []string `json:"fail_static"`
+	// Checks sums up the backends' checks.
+	Checks StatusChecks `json:"checks"`
+	BGP    *StatusBGP   `json:"bgp"` // null without a bgp block
 	// Held are the unsafe changes the service holds: what 'director
 	// apply --allow-unsafe' may apply while it runs, and nothing else.
 	Held  []StatusHeld `json:"held"`
 	Stale bool         `json:"stale,omitempty"`
+}
+
+// StatusApply is an apply the service made.
+type StatusApply struct {
+	Time    time.Time `json:"time"`
+	Trigger string    `json:"trigger"` // start, checks, config, outside change, ...
+	Changes []string  `json:"changes"`
+}
+
+// StatusChecks sums up the checks: backends checked, up and down as their
+// dampened state says, and failing (their last check failed).
+type StatusChecks struct {
+	Backends int `json:"backends"`
+	Up       int `json:"up"`
+	Down     int `json:"down"`
+	Failing  int `json:"failing"`
 }
 
 // StatusHeld is a change the service holds: the tables it would make live
@@ -202,9 +231,13 @@ func ReadStatus(lockDir, bpffs string) (*Status, error) {
 func (s *service) writeStatus() {
 	s.statusMu.Lock()
 	defer s.statusMu.Unlock()
-	st := Status{Version: 1, PID: os.Getpid(), Time: time.Now().UTC(), Held: s.heldNow}
+	st := s.view
+	st.Version, st.PID, st.Time, st.Held = 1, os.Getpid(), time.Now().UTC(), s.heldNow
 	if st.Held == nil {
 		st.Held = []StatusHeld{}
+	}
+	if st.FailStatic == nil {
+		st.FailStatic = []string{}
 	}
 	if sp, cfg := s.bgp, s.bgpCfg; sp != nil && cfg != nil {
 		st.BGP = &StatusBGP{ASN: cfg.ASN, RouterID: cfg.RouterID.String(), Announced: sp.Announced(), Peers: sp.Peers()}
@@ -221,4 +254,33 @@ func (s *service) writeStatus() {
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {
 		os.Rename(tmp, path)
 	}
+}
+
+// publish updates what writeStatus says of the service's own state: the
+// loop's, read here in the loop, and kept for GoBGP's goroutine too.
+func (s *service) publish() {
+	var c StatusChecks
+	s.mu.Lock()
+	for _, t := range s.targets {
+		c.Backends++
+		if t.damp.Up() {
+			c.Up++
+		} else {
+			c.Down++
+		}
+		if !t.lastOK {
+			c.Failing++
+		}
+	}
+	s.mu.Unlock()
+	var fs []string
+	for n := range s.failStatic {
+		fs = append(fs, n)
+	}
+	sort.Strings(fs)
+	s.statusMu.Lock()
+	s.view.Since, s.view.Config, s.view.DirectorConfig = s.started0, s.o.Config, s.o.DirectorConfig
+	s.view.LastApply, s.view.FailStatic, s.view.Checks = s.lastApply, fs, c
+	s.heldNow = s.holding
+	s.statusMu.Unlock()
 }

@@ -58,7 +58,7 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 	m.applyDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "director_apply_duration_seconds",
 		Help: "How long an apply took, from the plan to the tables read back.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	m.lastApply = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_last_apply_success_timestamp_seconds",
-		Help: "When the last change was applied (Unix time)."})
+		Help: "When the last change was applied, or a start found the tables as they should be (Unix time)."})
 	m.held = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_held_changes",
 		Help: "1 while an unsafe config change waits for an operator's 'director apply --allow-unsafe'."})
 	m.failStatic = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_fail_static",

@@ -213,9 +213,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 	s.holding = nil
 	defer func() {
 		s.m.held.Set(float64(heldCount))
-		s.statusMu.Lock()
-		s.heldNow = s.holding
-		s.statusMu.Unlock()
+		s.publish()
 		s.announce()
 		s.writeStatus()
 	}()
@@ -331,6 +329,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 	}
 	s.log.Info("applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
 		"took", took.Round(time.Microsecond))
+	s.lastApply = &StatusApply{Time: time.Now().UTC(), Trigger: trigger, Changes: changes}
 	return applied, frozen, nil
 }
 
@@ -440,9 +439,8 @@ func (s *service) setFailStatic(frozen []string) {
 	}
 	for n := range now {
 		if !s.failStatic[n] {
-			s.log.Error("FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table, "+
-				"as the director's own probe path is the likelier failure. Check the director's network.", "table", n,
-				"fraction", s.o.FailStatic)
+			s.log.Error("FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table. "+
+				s.failStaticWhy(n), "table", n, "fraction", s.o.FailStatic)
 		}
 	}
 	for n := range s.failStatic {
@@ -451,4 +449,39 @@ func (s *service) setFailStatic(frozen []string) {
 		}
 	}
 	s.failStatic = now
+}
+
+// failStaticWhy says what the failing checks of table name point at. When
+// the backends' GUE checks pass, the director reaches them through the
+// tunnel, so it is the services on them that fail (a bad deploy, say), not
+// the director's network; otherwise the director's own probe path is the
+// likelier failure.
+func (s *service) failStaticWhy(name string) string {
+	gueOK, gueFailed, otherFailed := false, false, false
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	checkedBackends(s.cur, func(i int, tc *table.TableConfig, k int, b table.Backend) {
+		if tableName(tc, i) != name {
+			return
+		}
+		t := s.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
+		if t == nil {
+			return
+		}
+		for _, r := range t.last {
+			switch {
+			case r.Kind == health.GUE && r.OK:
+				gueOK = true
+			case r.Kind == health.GUE:
+				gueFailed = true
+			case !r.OK:
+				otherFailed = true
+			}
+		}
+	})
+	if gueOK && !gueFailed && otherFailed {
+		return "The GUE checks pass, so the director reaches the backends through the tunnel: it is their services that fail " +
+			"their checks (a bad deploy?). Check the backends."
+	}
+	return "The director's own probe path is the likelier failure. Check the director's network."
 }

@@ -102,6 +102,9 @@ type service struct {
 	pending         *input       // an edit waiting to be safe to apply
 	held            string       // why pending (or the current health) is held, as last logged
 	holding         []StatusHeld // what this reconcile holds (the loop's)
+	lastApply       *StatusApply // the loop's last apply
+	started0        time.Time    // when Run began
+	view            Status       // the service's part of its status, for writeStatus (statusMu)
 	heldNow         []StatusHeld // what the last reconcile held, published for 'director apply' (statusMu)
 
 	mu             sync.Mutex
@@ -143,7 +146,7 @@ type service struct {
 func Run(ctx context.Context, o Options) (err error) {
 	o.defaults()
 	s := &service{o: o, log: o.Log, targets: map[string]*target{}, kick: make(chan struct{}, 1),
-		failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce}, problems: map[string]string{}}
+		failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce}, problems: map[string]string{}, started0: time.Now().UTC()}
 	// Bad input is reported before anything else is touched.
 	if s.cur, err = s.read(); err != nil {
 		return err
@@ -190,6 +193,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	s.track(ctx)
 	if err := s.reconcile("start", len(live.Tables) == 0); err != nil {
 		return err
+	}
+	if s.lastApply == nil {
+		// The live tables were found as they should be: as good as an
+		// apply for an alert on the apply's age.
+		s.m.lastApply.SetToCurrentTime()
 	}
 	if err := s.attach(); err != nil {
 		return err
