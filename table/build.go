@@ -19,8 +19,11 @@ type Table struct {
 	Binds    []Bind
 	Backends []Backend // config order; rows index into it
 	Rows     []Row     // Rows entries
-	// NoGoodRows counts rows with no active-or-filling healthy backend; their
-	// hops are the two best-ranked backends regardless. Built tables only.
+	// NoGoodRows counts rows whose primary is not an active-or-filling
+	// healthy backend. A build puts one there wherever the table has one,
+	// so built, these are the rows of a table with none (their hops are
+	// the two best-ranked backends regardless); read from a GLB binary,
+	// they are whatever rows it holds so.
 	NoGoodRows int
 
 	fp atomic.Pointer[string] // Fingerprint, once computed

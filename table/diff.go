@@ -62,7 +62,7 @@ type RowChanges struct {
 	// per-backend primary counts: the sum of every backend's gain.
 	MinimalPrimaryMoves int  `json:"minimal_primary_moves"`
 	Minimal             bool `json:"minimal"`
-	// NoGoodRows have no active-or-filling healthy backend in the new table.
+	// NoGoodRows have no active-or-filling healthy primary in the new table.
 	NoGoodRows int `json:"no_good_rows"`
 }
 
@@ -280,7 +280,7 @@ func TableWarnings(t *Table) []string {
 		w = append(w, fmt.Sprintf("%d backends are not active and healthy (%v); GLB's safety rule allows at most one at a time", len(bad), bad))
 	}
 	if t.NoGoodRows > 0 {
-		w = append(w, fmt.Sprintf("%d rows have no active or filling healthy backend: they keep their two best-ranked backends, which may be down", t.NoGoodRows))
+		w = append(w, fmt.Sprintf("%d rows have no active or filling healthy backend as primary: new connections there go to a backend that may be down", t.NoGoodRows))
 	}
 	return w
 }

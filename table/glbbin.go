@@ -312,6 +312,11 @@ func readGLBTable(p []byte, ti int) (*Table, ErrorList) {
 			return t, errs
 		}
 		t.Rows[r] = row
+		// Judged as a built table is: a row whose primary is not good
+		// sends new connections where they should not go.
+		if !t.Backends[row.Primary].Good() {
+			t.NoGoodRows++
+		}
 	}
 	return t, errs
 }

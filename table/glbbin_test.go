@@ -289,3 +289,38 @@ func TestReadGLBAppliesConfigRules(t *testing.T) {
 		}
 	}
 }
+
+// TestGLBBinaryJudgedAsJSON: a GLB binary whose rows all send new
+// connections to its one unhealthy backend is judged as a built table
+// would be: every row counts as having no good backend, and replacing a
+// good table with it is unsafe.
+func TestGLBBinaryJudgedAsJSON(t *testing.T) {
+	tc := &TableConfig{Name: "api", Binds: []Bind{{Prefix: netip.MustParsePrefix("10.0.0.1/32"), Proto: 6, PortStart: 80, PortEnd: 80}},
+		Backends: []Backend{{IP: netip.MustParseAddr("10.1.0.1"), State: StateActive, Healthy: false},
+			{IP: netip.MustParseAddr("10.1.0.2"), State: StateActive, Healthy: true}}}
+	good, err := Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if good.NoGoodRows != 0 {
+		t.Fatalf("built: %d rows without a good primary", good.NoGoodRows)
+	}
+	bad := &Table{Name: "api", HashKey: good.HashKey, Binds: good.Binds, Backends: good.Backends, Rows: make([]Row, Rows)}
+	for r := range bad.Rows {
+		bad.Rows[r] = Row{Primary: 0, Secondary: 1}
+	}
+	var buf bytes.Buffer
+	if err := WriteGLB(&buf, []*Table{bad}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := ReadGLB(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read[0].NoGoodRows != Rows {
+		t.Fatalf("read: no_good_rows %d, want %d", read[0].NoGoodRows, Rows)
+	}
+	if safe, reasons := Verdict(Compare([]*Table{good}, read)); safe || !strings.Contains(strings.Join(reasons, " "), "rows have no active healthy backend as primary") {
+		t.Fatalf("verdict safe %v: %v", safe, reasons)
+	}
+}

@@ -99,7 +99,7 @@ func Verdict(d *Diff) (safe bool, reasons []string) {
 			reasons = append(reasons, fmt.Sprintf("table %s: hash_key changed", td.Name))
 		}
 		if td.Rows.NoGoodRows > 0 {
-			reasons = append(reasons, fmt.Sprintf("table %s: %d rows have no active healthy backend", td.Name, td.Rows.NoGoodRows))
+			reasons = append(reasons, fmt.Sprintf("table %s: %d rows have no active healthy backend as primary", td.Name, td.Rows.NoGoodRows))
 		}
 		// GLB's rule of one state change at a time: draining or filling
 		// (what an operator sets). Health is what checks find, not a

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/director/director/loader"
@@ -43,7 +45,7 @@ func runApply(e *env, c *command, args []string) error {
 		return fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
 			pos[0], pos[0], e.bpffsFlag())
 	}
-	if plan != nil && plan.BPFFS != e.bpffs {
+	if plan != nil && !samePath(plan.BPFFS, e.bpffs) {
 		return fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
 	}
 	if plan != nil && e.dirConfig != "" {
@@ -65,6 +67,9 @@ func runApply(e *env, c *command, args []string) error {
 	if plan != nil && plan.Director != nil {
 		if dc, err = table.ParseDirectorConfig(plan.Director.Result); err != nil {
 			return fmt.Errorf("apply: the plan's director config: %w", err)
+		}
+		if err := checkReviewedDirector(plan.Director, dc); err != nil {
+			return err
 		}
 	} else if dc, err = e.directorConfig(); err != nil {
 		return err
@@ -170,4 +175,36 @@ func checkServiceAllows(e *env, tables []*table.Table, dc *table.DirectorConfig,
 		return fmt.Errorf("%w; it holds an unsafe change: if this is it, pass --allow-unsafe", err)
 	}
 	return err
+}
+
+// checkReviewedDirector refuses a plan whose director config is not the
+// change it showed for review: the changes from its base to its result,
+// computed again, must be the ones it lists. (The tables are checked the
+// same way, by fingerprint.)
+func checkReviewedDirector(dp *table.DirectorPlan, result *table.DirectorConfig) error {
+	var base *table.DirectorConfig
+	if len(dp.Base) > 0 && string(dp.Base) != "null" {
+		b, err := table.ParseDirectorConfig(dp.Base)
+		if err != nil {
+			return fmt.Errorf("apply: the plan's base director config: %w", err)
+		}
+		base = b
+	}
+	now, _ := json.Marshal(table.CompareDirectorConfig(base, result))
+	shown, _ := json.Marshal(dp.Changes)
+	if !bytes.Equal(now, shown) {
+		return errors.New("apply: the plan's director config is not the change it shows for review (edited plan?); make a new plan")
+	}
+	return nil
+}
+
+// samePath reports whether a and b name the same directory: as files,
+// not strings, so a trailing slash or a symlink does not matter.
+func samePath(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }

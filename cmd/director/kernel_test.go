@@ -625,3 +625,44 @@ func TestLoadRefusesAPinDirectoryOthersControl(t *testing.T) {
 	os.Chmod(dir, 0o700)
 	mustRun(t, 0, "load", "--bpffs", dir)
 }
+
+// TestPlanEditsAreCaught: a plan covers everything apply writes: an edit
+// of its director config is refused like an edit of its tables; its pin
+// directory is compared as a file (a trailing slash is the same one); and
+// a plan cut short is called broken, not taken for a config.
+func TestPlanEditsAreCaught(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	mustRun(t, 0, "load", "--bpffs", dir)
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	mustRun(t, 2, "plan", cfgDir+"small.json", "--director-config", cfgDir+"director.conf", "-o", plan, "--bpffs", dir)
+	data, err := os.ReadFile(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(t.TempDir(), "edited.json")
+	os.WriteFile(edited, bytes.Replace(data, []byte(`"outbound_src_ip": "192.0.2.1"`), []byte(`"outbound_src_ip": "192.0.2.99"`), 1), 0o600)
+	if bytes.Equal(mustReadFile(t, edited), data) {
+		t.Fatal("the edit did not take")
+	}
+	if out := mustRun(t, 1, "apply", edited, "--bpffs", dir); !strings.Contains(out, "not the change it shows for review") {
+		t.Fatalf("an edited director config: %s", out)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.json")
+	os.WriteFile(cut, data[:len(data)/2], 0o600)
+	if out := mustRun(t, 1, "apply", cut, "--bpffs", dir); !strings.Contains(out, "a broken plan") || strings.Contains(out, "is a config") {
+		t.Fatalf("a plan cut short: %s", out)
+	}
+	if out := mustRun(t, 0, "apply", plan, "--bpffs", dir+"/"); !strings.Contains(out, "applied 1 tables") {
+		t.Fatalf("the plan, its pins named with a trailing slash: %s", out)
+	}
+}
+
+func mustReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

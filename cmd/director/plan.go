@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -159,7 +160,11 @@ func printPlan(e *env, p *table.Plan) {
 // readPlan parses a plan file, or returns nil if data is not one.
 func readPlan(data []byte) (*table.Plan, error) {
 	var probe map[string]json.RawMessage
-	if json.Unmarshal(data, &probe) != nil {
+	if err := json.Unmarshal(data, &probe); err != nil {
+		// A plan cut short is a broken plan, not a config.
+		if bytes.Contains(data[:min(len(data), 64)], []byte(`"plan_version"`)) {
+			return nil, fmt.Errorf("a broken plan (cut short, or edited into invalid JSON): %w; make a new plan", err)
+		}
 		return nil, nil
 	}
 	if _, ok := probe["plan_version"]; !ok {
