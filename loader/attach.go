@@ -77,6 +77,11 @@ func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachme
 	}
 	nl, err := netlink.LinkByName(iface)
 	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, fmt.Errorf("no interface %s in this network namespace (one in another is attached from there: "+
+				"nsenter --net=/run/netns/NS director attach %s ...)", iface, iface)
+		}
 		return nil, fmt.Errorf("interface %s: %w", iface, err)
 	}
 	unlock, err := lockDir(dir)

@@ -341,6 +341,13 @@ func (p *parser) required(path string, v *jsonValue, key string, kind jsonKind) 
 
 func (p *parser) config(root *jsonValue) *Config {
 	c := &Config{Checks: DefaultCheckSettings()}
+	// A director config given where a forwarding-table config goes: one
+	// line that says so, not a line per key.
+	if root.kind == jsonObject && root.get("tables") == nil &&
+		(root.get("outbound_src_ip") != nil || root.get("outbound_gateway_mac") != nil || root.get("hash_fields") != nil) {
+		p.fail("", "this is a director config (director.conf), not a forwarding-table config: give it with --director-config FILE, and the tables' config in its place")
+		return c
+	}
 	if !p.object("", root, "tables", "healthchecks") {
 		return c
 	}

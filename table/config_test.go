@@ -101,6 +101,8 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{"tables[0].backends[0].weight: unknown field"}},
 		{"bad healthcheck", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true, "healthchecks": {"http": 70000}}`))),
 			[]string{"tables[0].backends[0].healthchecks.http: 70000 is not a port"}},
+		{"a director config", `{"outbound_gateway_mac": "02:00:00:00:00:03", "outbound_src_ip": "192.0.2.1", "hash_fields": {"src_addr": true}}`,
+			[]string{"this is a director config (director.conf), not a forwarding-table config: give it with --director-config FILE"}},
 		// Every problem in one pass: an overlap among the binds that
 		// parse is reported beside a bind that does not.
 		{"overlap beside a bad bind", `{"tables": [{"hash_key": "` + testKey + `", "seed": "` + testSeed + `",

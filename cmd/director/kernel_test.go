@@ -166,6 +166,9 @@ func TestKernelCommands(t *testing.T) {
 		t.Fatalf("stats --watch: %s", out)
 	}
 
+	if out := run(1, "attach", "nosuch0"); !strings.Contains(out, "no interface nosuch0 in this network namespace") {
+		t.Fatalf("attach of an interface this namespace lacks: %s", out)
+	}
 	// Detaching what is not attached is an error naming what is; unloading
 	// twice is a no-op.
 	if out := run(1, "detach", "lo"); !strings.Contains(out, "lo is not attached: nothing is attached here") {

@@ -190,7 +190,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 				// and health changes are applied.
 				mark := p.Mark()
 				p.Signal(syscall.SIGHUP)
-				if _, ok := p.WaitLog(mark, msg("SIGHUP: reading the config files"), testenv.Scaled(time.Second)); !ok {
+				if _, ok := p.WaitLog(mark, msg("SIGHUP: reading the config files, and what the kernel holds"), testenv.Scaled(time.Second)); !ok {
 					t.Fatal("SIGHUP went unheard with a FIFO in place")
 				}
 				flip(t, 2, "with a FIFO for a config")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/service"
 	"github.com/director/director/table"
 )
 
@@ -533,6 +534,12 @@ func TestRun(t *testing.T) {
 		})
 		if err != nil || len(atts) != 0 {
 			t.Fatalf("after --detach-on-exit: %v %+v", err, atts)
+		}
+		// Nothing of the run is left in /run/director.
+		if path := service.StatusPath(service.DefaultLockDir, tb.BPFFS); path == "" {
+			t.Fatal("no status path")
+		} else if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("the run's status file %s outlived it", path)
 		}
 	})
 }

@@ -159,6 +159,8 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer unlock()
+	// Whatever ends the run, its status goes with it.
+	defer os.Remove(StatusPath(o.LockDir, o.BPFFS))
 	if err := os.MkdirAll(o.LockDir, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", o.LockDir, err)
 	}
@@ -206,7 +208,6 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.startBGP(); err != nil {
 		return err
 	}
-	defer os.Remove(StatusPath(o.LockDir, o.BPFFS))
 	status := fmt.Sprintf("serving %d tables", len(s.live))
 	if s.held != "" {
 		status += "; a change is held: " + s.held
@@ -284,7 +285,8 @@ func (s *service) loop(ctx context.Context) {
 		case <-poll.C:
 			s.reread(ctx, false)
 		case <-s.o.Reload:
-			s.log.Info("SIGHUP: reading the config files")
+			s.log.Info("SIGHUP: reading the config files, and what the kernel holds")
+			s.verify("sighup")
 			s.reread(ctx, true)
 		case <-look.C:
 			s.verify("interval")
