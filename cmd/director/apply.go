@@ -21,7 +21,9 @@ var applyCmd = &command{
 	help: "Make the tables (and the director config) live. A PLAN (from 'director plan -o') is applied exactly\n" +
 		"as reviewed, and refused if what is live is no longer what it was computed against. A CONFIG needs\n" +
 		"--yes, and is planned and applied in one go, with --director-config if given. An unsafe change needs\n" +
-		"--allow-unsafe. Afterwards the tables are read back from the kernel and their fingerprints checked.",
+		"--allow-unsafe. Afterwards the tables are read back from the kernel and their fingerprints checked.\n" +
+		"What is live already is not written again. While a 'director run' serves the pins, apply is refused\n" +
+		"(naming its pid) but for --allow-unsafe of exactly the change it holds.",
 	run: runApply,
 }
 

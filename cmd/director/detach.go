@@ -11,7 +11,8 @@ var detachCmd = &command{
 	name: "detach", args: "IFACE",
 	summary: "Detach the program from an interface.",
 	help: "Detach the program from an interface, or remove an attachment whose interface is gone.\n" +
-		"Detaching an interface that is not attached is not an error.",
+		"An interface with no attachment is an error that lists those there are. Refused while a 'director\n" +
+		"run' serves the pins.",
 	run: runDetach,
 }
 

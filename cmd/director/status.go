@@ -59,7 +59,8 @@ var statusCmd = &command{
 	summary: "Show what the kernel holds.",
 	help: "Show what the kernel holds: the pinned program, the kernel's release and anything it lacks of what\n" +
 		"the programs use, attached interfaces, the director config, and the live tables read back from the\n" +
-		"maps with their fingerprints.",
+		"maps with their fingerprints; and a 'director run' serving the pins: its pid, files, last apply,\n" +
+		"held changes, fail-static tables and checks.",
 	run: runStatus,
 }
 

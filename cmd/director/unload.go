@@ -10,8 +10,9 @@ var unloadCmd = &command{
 	uses: usesBPFFS,
 	name: "unload", args: "",
 	summary: "Detach every interface and remove every pin.",
-	help:    "Detach every interface and remove every pin: the director stops. Idempotent.",
-	run:     runUnload,
+	help: "Detach every interface and remove every pin: the director stops. Idempotent. Refused while a\n" +
+		"'director run' serves the pins.",
+	run: runUnload,
 }
 
 func runUnload(e *env, c *command, args []string) error {
