@@ -59,7 +59,7 @@ bench:
 	$(GO) test -run '^$$' -bench Read ./table/capture
 	$(GO) test -run '^$$' -bench Program -benchtime 1000000x ./loader
 	$(GO) test -run '^$$' -bench Apply -benchtime 10x ./loader
-	$(GO) test -run '^$$' -bench HealthFlip -benchtime 200x ./loader/service
+	$(GO) test -run '^$$' -bench HealthFlip -benchtime 200x ./internal/service
 
 generate:
 	cd bpf && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...

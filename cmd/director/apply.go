@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/service"
+	"github.com/director/director/internal/service"
 	"github.com/director/director/table"
 )
 

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/director/director/loader/health"
+	"github.com/director/director/internal/health"
 	"github.com/director/director/table"
 )
 

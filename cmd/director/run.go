@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/service"
+	"github.com/director/director/internal/service"
 )
 
 var runServiceCmd = &command{

@@ -15,7 +15,7 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/service"
+	"github.com/director/director/internal/service"
 	"github.com/director/director/table"
 )
 

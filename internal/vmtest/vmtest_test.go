@@ -148,7 +148,7 @@ func TestDiscoverTheModule(t *testing.T) {
 	}
 	for _, want := range []string{"loader.TestGoldenPackets", "loader.TestDatapathMatchesModel", "loader.TestBindSweep",
 		"loader.TestBackendProgram", "internal/testbed.TestDrainWithoutBreakingConnections", "internal/testbed.TestRun",
-		"internal/testbed.TestFleetFailures", "loader/service.TestRunEmptyConfig"} {
+		"internal/testbed.TestFleetFailures", "internal/service.TestRunEmptyConfig"} {
 		if !found[want] {
 			t.Errorf("%s is not found", want)
 		}

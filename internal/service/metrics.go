@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/bgp"
-	"github.com/director/director/loader/health"
+	"github.com/director/director/internal/bgp"
+	"github.com/director/director/internal/health"
 )
 
 // metrics are what director run exports at /metrics. The datapath's and

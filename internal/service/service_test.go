@@ -20,8 +20,8 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/bgp"
-	"github.com/director/director/loader/health"
+	"github.com/director/director/internal/bgp"
+	"github.com/director/director/internal/health"
 	"github.com/director/director/table"
 )
 

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/director/director/loader/bgp"
+	"github.com/director/director/internal/bgp"
 	"github.com/director/director/table"
 )
 

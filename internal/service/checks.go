@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/director/director/loader/health"
+	"github.com/director/director/internal/health"
 	"github.com/director/director/table"
 )
 

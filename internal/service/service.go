@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/bgp"
-	"github.com/director/director/loader/health"
+	"github.com/director/director/internal/bgp"
+	"github.com/director/director/internal/health"
 	"github.com/director/director/table"
 )
 
