@@ -55,8 +55,8 @@ demo-fleet: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table
-	$(GO) test -run '^$$' -bench 'Classif|Parse' ./table/model
-	$(GO) test -run '^$$' -bench Read ./table/capture
+	$(GO) test -run '^$$' -bench 'Classif|Parse' ./internal/model
+	$(GO) test -run '^$$' -bench Read ./internal/capture
 	$(GO) test -run '^$$' -bench Program -benchtime 1000000x ./loader
 	$(GO) test -run '^$$' -bench Apply -benchtime 10x ./loader
 	$(GO) test -run '^$$' -bench HealthFlip -benchtime 200x ./internal/service
@@ -75,7 +75,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags purego ./table
 	# The table tools review changes on an operator's laptop too.
-	GOOS=darwin $(GO) build ./table/...
+	GOOS=darwin $(GO) build ./table/... ./internal/model ./internal/classify ./internal/capture ./internal/pkt ./internal/gue ./internal/replay ./internal/chunk
 
 # Short fuzzing sessions for the two parsers of untrusted input.
 FUZZTIME ?= 30s

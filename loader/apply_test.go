@@ -15,8 +15,8 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 // configB changes configA (testConfig) in every way an apply can: a

@@ -12,11 +12,11 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
-	"github.com/director/director/table/gue"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/pkt"
 )
 
-// gueFrame builds a director's GUE frame (table/gue) around an inner IP
+// gueFrame builds a director's GUE frame (internal/gue) around an inner IP
 // packet, to this host (192.168.77.1), with the hops listed after it and
 // the next-hop index.
 func gueFrame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {

@@ -15,8 +15,8 @@ import (
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 // BenchmarkProgram measures the program's own cost per packet on real

@@ -14,8 +14,8 @@ import (
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 // testConfig has several tables, IPv4 and IPv6 VIPs, prefixes, port ranges

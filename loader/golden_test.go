@@ -15,9 +15,9 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
-	"github.com/director/director/table/gue"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -16,8 +16,8 @@ import (
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 // testDir gives a test its own pin directory under /sys/fs/bpf and

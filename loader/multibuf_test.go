@@ -13,8 +13,8 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 // bigFrames are frames around and beyond the first buffer BPF_PROG_RUN

@@ -12,8 +12,8 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 // isGUE reports whether a frame is IPv4/UDP to GLB's GUE port.

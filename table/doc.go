@@ -6,6 +6,6 @@
 // table format, fingerprints tables, compiles binds into the datapath's
 // lookup, and diffs two sets of tables into a plan with a verdict.
 //
-// The loader puts what this package builds into the kernel; table/model
+// The loader puts what this package builds into the kernel; internal/model
 // states what the XDP program does with it, packet by packet.
 package table

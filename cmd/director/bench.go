@@ -14,8 +14,8 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/table/capture"
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/model"
 )
 
 // benchDoc is bench's JSON document (README, "bench --json").

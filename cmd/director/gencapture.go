@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/capture"
+	"github.com/director/director/internal/capture"
 )
 
 var genCaptureCmd = &command{

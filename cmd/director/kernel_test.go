@@ -21,7 +21,7 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/pkt"
 )
 
 // bpffsDir gives a test its own director pin directory, unloaded at the end.

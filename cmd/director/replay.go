@@ -19,11 +19,11 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/table/capture"
-	"github.com/director/director/table/classify"
-	"github.com/director/director/table/gue"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/replay"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/classify"
+	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/replay"
 )
 
 // replayGateway is the gateway MAC replays use when no director config

@@ -15,10 +15,10 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
-	"github.com/director/director/table/capture"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
-	"github.com/director/director/table/replay"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/replay"
 )
 
 const capDir = "../../testdata/captures/"

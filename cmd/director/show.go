@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/model"
 )
 
 // showDoc is show's JSON document (README, "show --json").

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/director/director/table/gue"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/pkt"
 )
 
 // pinger sends GUE probes and matches their echo replies: GLB's

@@ -14,7 +14,7 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/pkt"
 )
 
 // TestStatsdAsGLBTestsIt receives the statsd datagrams on a real UDP socket

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/model"
 )
 
 // Outcome is what the program did with one frame.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/pkt"
 )
 
 // GenOptions shape a synthetic capture.

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// go test ./table/capture -bench Read: reading a mapped pcap, the serial
+// go test ./internal/capture -bench Read: reading a mapped pcap, the serial
 // part of a replay. Read is what the kernel replay does (frames copied,
 // valid until Close); Next is what replay --model does (each frame valid
 // until the next).

@@ -3,7 +3,7 @@
 // definitions rather than from the C, and kept plain: no caches, no
 // memos. Tests run packets through both the kernel program and this model
 // and require identical verdicts, reasons, bytes and counters. It needs no
-// kernel, so replays can also run on it alone; table/classify is its fast
+// kernel, so replays can also run on it alone; internal/classify is its fast
 // per-flow form, tested equal to it.
 package model
 
@@ -14,7 +14,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/table"
-	"github.com/director/director/table/gue"
+	"github.com/director/director/internal/gue"
 )
 
 // Verdicts, as XDP numbers them (enum xdp_action).
@@ -549,7 +549,7 @@ func parseIPv6(v ipView, f *Flow) (ipLen, reason int) {
 }
 
 // encapsulate builds GLB's GUE packet: the L2 header with new MACs, then
-// the encapsulation (table/gue), then everything after the original L2
+// the encapsulation (internal/gue), then everything after the original L2
 // header (the IP packet and any trailing padding).
 func encapsulate(l2 []byte, gw [6]byte, src netip.Addr, hops []netip.Addr, sport uint16, family, ipLen int, rest []byte) []byte {
 	out := make([]byte, 0, len(l2)+gue.Size(len(hops))+len(rest))

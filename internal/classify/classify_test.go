@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/capture"
-	"github.com/director/director/table/classify"
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/classify"
+	"github.com/director/director/internal/model"
 )
 
 // A Classifier remembers each flow's fate; it must give every packet the

@@ -9,7 +9,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 
-	"github.com/director/director/table/gue"
+	"github.com/director/director/internal/gue"
 )
 
 // MACs the frames use: a client, the director and its gateway.

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/capture"
-	"github.com/director/director/table/classify"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
-	"github.com/director/director/table/replay"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/classify"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/replay"
 )
 
 var reasons = []string{"processed", "matched", "encapsulated", "encap_bytes", "bind_fast", "pass_not_ip", "pass_vlan",

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/model"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 )
 
 // benchModel is the medium config's datapath.
@@ -20,7 +20,7 @@ func benchModel(b *testing.B) (*table.Source, *model.Datapath) {
 	return src, model.New(dc, [6]byte{}, src.Tables)
 }
 
-// go test ./table/model -bench Classify
+// go test ./internal/model -bench Classify
 func BenchmarkClassify(b *testing.B) {
 	_, m := benchModel(b)
 	frame := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.9"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, make([]byte, 400)), pkt.V4Opts{}))

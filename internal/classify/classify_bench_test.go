@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/capture"
-	"github.com/director/director/table/classify"
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/classify"
+	"github.com/director/director/internal/model"
 )
 
 // benchModel is the medium config's datapath, and generated traffic to
@@ -28,7 +28,7 @@ func benchModel(b *testing.B, flows int) (*model.Datapath, [][]byte) {
 	return model.New(dc, [6]byte{}, src.Tables), frames
 }
 
-// go test ./table/classify -bench ClassifierHot: a Classifier on frames of
+// go test ./internal/classify -bench ClassifierHot: a Classifier on frames of
 // flows it has seen, the common case of a replay.
 func BenchmarkClassifierHot(b *testing.B) {
 	m, frames := benchModel(b, 200)
@@ -43,7 +43,7 @@ func BenchmarkClassifierHot(b *testing.B) {
 	}
 }
 
-// go test ./table/classify -bench Parse: the config-independent parse a
+// go test ./internal/classify -bench Parse: the config-independent parse a
 // replay's reader does for every packet.
 func BenchmarkParse(b *testing.B) {
 	_, frames := benchModel(b, 1)

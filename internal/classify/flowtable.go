@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"unsafe"
 
-	"github.com/director/director/table/internal/chunk"
+	"github.com/director/director/internal/chunk"
 )
 
 // flowTable is the Classifier's memo of each flow's fate. Its index is a

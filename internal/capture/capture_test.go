@@ -17,7 +17,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/director/director/table"
-	"github.com/director/director/table/pkt"
+	"github.com/director/director/internal/pkt"
 )
 
 var (

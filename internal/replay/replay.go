@@ -10,9 +10,9 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/director/director/table/classify"
-	"github.com/director/director/table/internal/chunk"
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/classify"
+	"github.com/director/director/internal/chunk"
+	"github.com/director/director/internal/model"
 )
 
 // Count is packets and bytes.

@@ -1,14 +1,14 @@
 // Package classify is the model's fast form, for replays: what happens to
 // a packet that parses depends only on its flow (and its size), so a
 // Classifier works out the bind, hash and row once per flow and remembers
-// the flow's fate, where the reference model (table/model) works each
+// the flow's fate, where the reference model (internal/model) works each
 // packet out in full. It is tested equal to the reference.
 package classify
 
 import (
 	"net/netip"
 
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/model"
 )
 
 // Classifier classifies packets for one goroutine: its memos are its own,

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/director/director/table/capture"
-	"github.com/director/director/table/classify"
-	"github.com/director/director/table/model"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/classify"
+	"github.com/director/director/internal/model"
 )
 
 // modelChunk is how many packets the model replay's reader hands another
