@@ -31,9 +31,17 @@ install: build
 
 # The table package is tested twice: with the vector scoring path this CPU
 # has, and with the portable one (-tags purego), so both stay correct.
+# The race detector on the pure packages and the service's (their tests
+# run goroutines against each other); a race fails the run. Vector tests
+# fail rather than skip where DIRECTOR_VECTOR_TESTS=required (CI's CPUs have
+# AVX-512: pass DIRECTOR_VECTOR_TESTS= on one without).
+DIRECTOR_VECTOR_TESTS ?= required
+RACE_PKGS = ./table/... ./internal/service ./internal/health ./internal/bgp ./internal/model ./internal/classify \
+	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest
 test: lint
-	DIRECTOR_KERNEL_TESTS=required $(GO) test -count=1 ./...
+	DIRECTOR_KERNEL_TESTS=required DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags purego ./table
+	DIRECTOR_KERNEL_TESTS=required $(GO) test -race -count=1 $(RACE_PKGS)
 
 # The kernel tests again, inside each kernel of internal/vmtest/kernels.go
 # (Debian 12's 6.1 and 6.12) booted under qemu; the kernel packages are

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestRunEmptyConfig(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"tables": []}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs strings.Builder
+	var logs syncBuffer
 	opts := func(ready func(string)) Options {
 		return Options{Config: cfg, BPFFS: dir, LockDir: tmp, Ready: ready, Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	}
@@ -76,4 +77,22 @@ func TestRunEmptyConfig(t *testing.T) {
 	if _, err := os.Stat(dir + "-never"); !os.IsNotExist(err) {
 		t.Fatal("a bad config touched the pins")
 	}
+}
+
+// syncBuffer is a log sink the test may read while the service writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
