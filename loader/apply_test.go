@@ -13,10 +13,10 @@ import (
 
 	"github.com/director/director/loader/lab"
 
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/table"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/table"
 )
 
 // configB changes configA (testConfig) in every way an apply can: a

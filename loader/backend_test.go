@@ -10,10 +10,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/loader/lab"
 	"github.com/director/director/internal/gue"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader/lab"
 )
 
 // gueFrame builds a director's GUE frame (internal/gue) around an inner IP

@@ -12,11 +12,11 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
 )
 
 // BenchmarkProgram measures the program's own cost per packet on real

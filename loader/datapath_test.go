@@ -12,10 +12,10 @@ import (
 	"github.com/director/director/loader/lab"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/table"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/table"
 )
 
 // testConfig has several tables, IPv4 and IPv6 VIPs, prefixes, port ranges

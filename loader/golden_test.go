@@ -1,26 +1,21 @@
 package loader
 
 import (
-	"bufio"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/director/director/loader/lab"
-
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/table"
+	"github.com/director/director/internal/golden"
 	"github.com/director/director/internal/gue"
+
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader/lab"
+	"github.com/director/director/table"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 type goldenCase struct {
 	name  string
@@ -76,6 +71,7 @@ func TestGoldenPackets(t *testing.T) {
 	d, m := setup(t, dc)
 	var out strings.Builder
 	fmt.Fprintf(&out, "# Golden packets: go test ./loader -run GoldenPackets -update\n")
+	fmt.Fprintf(&out, "# Each case: the frame in and out in words (internal/pkt.Describe), then in hex.\n")
 	fmt.Fprintf(&out, "# Tables: loader/datapath_test.go testConfig. Source IP %s, gateway %x.\n", dc.SrcIP, pkt.GatewayMAC)
 	for _, c := range goldenCases() {
 		v, o, err := lab.Run(d.Prog, c.frame)
@@ -93,30 +89,13 @@ func TestGoldenPackets(t *testing.T) {
 		if strings.HasPrefix(c.name, "pass-") != (int(v) == model.XDPPass) {
 			t.Errorf("%s: verdict %s", c.name, verdict)
 		}
-		fmt.Fprintf(&out, "\n%s: %s\n  in  %s\n  out %s\n", c.name, verdict, hex.EncodeToString(c.frame), hex.EncodeToString(o))
+		fmt.Fprintf(&out, "\n%s: %s\n  in   %s\n  out  %s\n  in   %s\n  out  %s\n", c.name, verdict,
+			pkt.Describe(c.frame), pkt.Describe(o), hex.EncodeToString(c.frame), hex.EncodeToString(o))
 		if int(v) == model.XDPTX {
 			checkGUE(t, c.name, c.frame, o, res, dc)
 		}
 	}
-	golden := filepath.Join("..", "testdata", "golden", "packets.txt")
-	if *update {
-		os.WriteFile(golden, []byte(out.String()), 0o644)
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(want) != out.String() {
-		t.Errorf("output differs from %s; run with -update after checking", golden)
-		wl := bufio.NewScanner(strings.NewReader(string(want)))
-		gl := bufio.NewScanner(strings.NewReader(out.String()))
-		for wl.Scan() && gl.Scan() {
-			if wl.Text() != gl.Text() {
-				t.Errorf("first difference:\n want %s\n got  %s", wl.Text(), gl.Text())
-				break
-			}
-		}
-	}
+	golden.Check(t, "packets.txt", []byte(out.String()))
 }
 
 // checkGUE decodes an encapsulated frame field by field against GLB's wire

@@ -13,11 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
 )
 
 // testDir gives a test its own pin directory under /sys/fs/bpf and

@@ -11,10 +11,10 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/loader/lab"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader/lab"
 )
 
 // bigFrames are frames around and beyond the first buffer BPF_PROG_RUN

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/internal/pkt"
 )
 
 // sweepBinds are nested prefixes of several lengths, overlapping port

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
-	"github.com/director/director/internal/pkt"
 )
 
 // TestLoadReplacesAnOlderProgram pins another program in the director's

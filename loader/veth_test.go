@@ -10,10 +10,10 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/loader/lab"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader/lab"
 )
 
 // isGUE reports whether a frame is IPv4/UDP to GLB's GUE port.

@@ -5,16 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/director/director/internal/golden"
+)
 
 // The structs below transcribe GLB's packed C structs (cli/main.c);
 // binary.Write lays Go structs out without padding, so they give an
@@ -139,18 +137,7 @@ func TestWriteGLBIsByteIdentical(t *testing.T) {
 
 	// And a golden digest, so a change to both encoders at once still shows.
 	sum := sha256.Sum256(got.Bytes())
-	golden := filepath.Join("..", "testdata", "golden", "glb-compat.bin.sha256")
-	if *update {
-		os.MkdirAll(filepath.Dir(golden), 0o755)
-		os.WriteFile(golden, []byte(hex.EncodeToString(sum[:])+"\n"), 0o644)
-	}
-	wantSum, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test ./table -run GLB -update)", err)
-	}
-	if strings.TrimSpace(string(wantSum)) != hex.EncodeToString(sum[:]) {
-		t.Fatalf("GLB binary digest %x, golden %s", sum, wantSum)
-	}
+	golden.Check(t, "glb-compat.bin.sha256", []byte(hex.EncodeToString(sum[:])+"\n"))
 }
 
 func firstDiff(a, b []byte) int {

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/director/director/loader"
 	"github.com/director/director/internal/service"
+	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
 

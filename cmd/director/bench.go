@@ -11,11 +11,11 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/model"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/model"
 )
 
 // benchDoc is bench's JSON document (README, "bench --json").

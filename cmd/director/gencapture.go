@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/capture"
+	"github.com/director/director/table"
 )
 
 var genCaptureCmd = &command{

@@ -17,11 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/internal/pkt"
 )
 
 // bpffsDir gives a test its own director pin directory, unloaded at the end.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,11 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/golden"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 const cfgDir = "../../testdata/configs/"
 
@@ -84,19 +82,7 @@ func TestGolden(t *testing.T) {
 			if errOut != "" {
 				got += "--- stderr\n" + errOut
 			}
-			golden := filepath.Join("..", "..", "testdata", "golden", c.name+".txt")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, got)
-			}
+			golden.Check(t, c.name+".txt", []byte(got))
 			if strings.Contains(c.name, "json") {
 				var v map[string]any
 				if err := json.Unmarshal([]byte(out), &v); err != nil {

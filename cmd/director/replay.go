@@ -16,14 +16,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
-	"github.com/director/director/table"
 	"github.com/director/director/internal/capture"
 	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/gue"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/replay"
+	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
+	"github.com/director/director/table"
 )
 
 // replayGateway is the gateway MAC replays use when no director config

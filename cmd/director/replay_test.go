@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/table"
 	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/golden"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/replay"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/table"
 )
 
 const capDir = "../../testdata/captures/"
@@ -40,17 +41,7 @@ func TestReplayGolden(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut)
 			}
-			golden := filepath.Join("..", "..", "testdata", "golden", c.name+".txt")
-			if *update {
-				os.WriteFile(golden, []byte(out), 0o644)
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out != string(want) {
-				t.Errorf("output differs from %s (run with -update after checking):\n%s", golden, out)
-			}
+			golden.Check(t, c.name+".txt", []byte(out))
 		})
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/director/director/loader"
 	"github.com/director/director/internal/service"
+	"github.com/director/director/loader"
 )
 
 var runServiceCmd = &command{

@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/model"
+	"github.com/director/director/table"
 )
 
 // showDoc is show's JSON document (README, "show --json").
