@@ -37,7 +37,7 @@ install: build
 # AVX-512: pass DIRECTOR_VECTOR_TESTS= on one without).
 DIRECTOR_VECTOR_TESTS ?= required
 RACE_PKGS = ./table/... ./internal/service ./internal/health ./internal/bgp ./internal/model ./internal/classify \
-	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest
+	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest ./internal/layout ./internal/golden
 test: lint
 	DIRECTOR_KERNEL_TESTS=required DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags purego ./table

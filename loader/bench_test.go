@@ -372,12 +372,10 @@ func BenchmarkProgramManyBinds(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			spellOut = c.spelled
-			defer func() { spellOut = true }()
 			err := lab.InNetns(func() error {
 				var ds [2]*Director
 				for i, cfg := range []string{bindsConfig, manyBindsConfig()} {
-					ds[i], _ = setupWith(b, directorConfig(), cfg)
+					ds[i], _ = setupSpelling(b, directorConfig(), cfg, c.spelled)
 				}
 				return benchTwo(b, ds, c.frames)
 			})

@@ -9,12 +9,13 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/director/director/loader/lab"
-
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/layout"
+
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )
 
@@ -63,10 +64,18 @@ func setup(t testing.TB, dc table.DirectorConfig) (*Director, *model.Datapath) {
 // setupWith is setup with the tables of cfg.
 func setupWith(t testing.TB, dc table.DirectorConfig, cfg string) (*Director, *model.Datapath) {
 	t.Helper()
+	return setupSpelling(t, dc, cfg, true)
+}
+
+// setupSpelling is setupWith, prefix and range binds spelled out into the
+// exact table (as a director runs) or not (for tests of the group path).
+func setupSpelling(t testing.TB, dc table.DirectorConfig, cfg string, spell bool) (*Director, *model.Datapath) {
+	t.Helper()
 	d, err := Load("")
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.noSpelling = !spell
 	t.Cleanup(func() { d.Close() })
 	tabs := testTables(t, cfg)
 	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
@@ -381,7 +390,7 @@ func TestDatapathMatchesModel(t *testing.T) {
 					if err := d.Maps.BindGroups.Lookup(gen, &gt); err != nil {
 						t.Fatal(err)
 					}
-					gt.Nlens = [2]uint8{groupTrie, groupTrie}
+					gt.Nlens = [2]uint8{layout.GroupTrie, layout.GroupTrie}
 					if err := d.Maps.BindGroups.Put(gen, &gt); err != nil {
 						t.Fatal(err)
 					}
@@ -458,15 +467,10 @@ func flowHashOf(t *table.Table, client netip.Addr) uint64 {
 
 // exactSet lists the (protocol, address, port) keys of the exact fast path.
 func exactSet(tabs []*table.Table) map[exactKeyT]bool {
-	var refs []table.BindRef
-	for i, t := range tabs {
-		for _, b := range t.Binds {
-			refs = append(refs, table.BindRef{Table: i, Bind: b})
-		}
-	}
+	refs := table.Refs(tabs)
 	out := map[exactKeyT]bool{}
 	for _, e := range table.CompileBinds(refs) {
-		if InExactTable(e) {
+		if layout.InExactTable(e) {
 			out[exactKeyT{uint8(e.Proto), e.Prefix.Addr(), e.Port}] = true
 		}
 	}

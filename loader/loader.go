@@ -43,6 +43,9 @@ type Director struct {
 	// Repaired says what Load put right of the pins it found (a map pin
 	// removed or replaced underneath), a line each.
 	Repaired []string
+	// noSpelling keeps prefix and port-range binds out of the exact table
+	// (layout.ExactPoints): for tests of the group table and the trie.
+	noSpelling bool
 
 	// known holds, by slot, the table this process last wrote or read
 	// there. A table read back equal to it is returned as that same

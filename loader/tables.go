@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/layout"
 	"github.com/director/director/table"
 )
 
@@ -195,14 +196,7 @@ func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("address family %d unknown", family)
 }
 
-func putAddr(a netip.Addr) (fam uint8, b [16]byte) {
-	if a.Is4() {
-		v := a.As4()
-		copy(b[:], v[:])
-		return uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV4), b
-	}
-	return uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV6), a.As16()
-}
+func putAddr(a netip.Addr) (uint8, [16]byte) { return layout.PutAddr(a) }
 
 // encodeTable lays a table out as the datapath reads it. stat gives each
 // backend's counter index.
@@ -510,12 +504,6 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 	}
 	next := gen + 1
 	inactive := next % DirBindGens
-	var refs []table.BindRef
-	for i, t := range tables {
-		for _, b := range t.Binds {
-			refs = append(refs, table.BindRef{Table: i, Bind: b})
-		}
-	}
 	// Nothing reads the inactive generation: empty its trie, then fill it.
 	trie, err := d.trie(inactive)
 	if err != nil {
@@ -537,35 +525,18 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 			return fmt.Errorf("clearing old binds: %w", err)
 		}
 	}
-	entries := table.CompileBinds(refs)
-	for _, e := range entries {
-		if e.Exact {
-			continue
-		}
-		k, v := bindEntry(e, slots)
-		if err := trie.Put(&k, &v); err != nil {
+	l := layout.Lay(tables, slots, !d.noSpelling)
+	defer l.Release()
+	for i := range l.Trie {
+		if err := trie.Put(&l.Trie[i].Key, &l.Trie[i].Val); err != nil {
 			return fmt.Errorf("writing bind entry: %w", err)
 		}
 	}
-	for _, s := range slots {
-		k := bpf.DirectorDirBindKey{Prefixlen: 8 + 8, Kind: uint8(bpf.DirectorDirBindKindDIR_BIND_TABLE)}
-		k.Data[0] = uint8(s)
-		if err := trie.Put(&k, &bpf.DirectorDirBindVal{Id: uint32(s)}); err != nil {
-			return fmt.Errorf("writing table registry: %w", err)
-		}
-	}
-	groups := table.CompileGroups(refs)
-	et, _ := buildExact(ExactPoints(refs, entries, groups), tables, slots)
-	err = d.Maps.BindExact.Put(inactive, et)
-	exactTables.Put(et)
-	if err != nil {
+	if err := d.Maps.BindExact.Put(inactive, l.Exact); err != nil {
 		return fmt.Errorf("writing the exact bind table: %w", err)
 	}
 	if d.Maps.BindGroups != nil {
-		gt := buildGroups(groups, tables, slots)
-		err := d.Maps.BindGroups.Put(inactive, gt)
-		groupTables.Put(gt)
-		if err != nil {
+		if err := d.Maps.BindGroups.Put(inactive, l.Groups); err != nil {
 			return fmt.Errorf("writing the bind group table: %w", err)
 		}
 	}
@@ -587,22 +558,4 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		return fmt.Errorf("switching to the new binds: %w", err)
 	}
 	return nil
-}
-
-func bindEntry(e table.BindEntry, slots []int) (bpf.DirectorDirBindKey, bpf.DirectorDirBindVal) {
-	var k bpf.DirectorDirBindKey
-	if !e.IsPort {
-		k.Kind = uint8(bpf.DirectorDirBindKindDIR_BIND_ADDR)
-		k.Prefixlen = 24 + uint32(e.Prefix.Bits())
-		fam, addr := putAddr(e.Prefix.Addr())
-		k.Data[0] = uint8(e.Proto)
-		k.Data[1] = fam
-		copy(k.Data[2:], addr[:])
-		return k, bpf.DirectorDirBindVal{Id: uint32(e.Group)}
-	}
-	k.Kind = uint8(bpf.DirectorDirBindKindDIR_BIND_PORT)
-	k.Prefixlen = 8 + 32 + uint32(e.PortBits)
-	k.Data[0], k.Data[1], k.Data[2], k.Data[3] = byte(e.Group>>24), byte(e.Group>>16), byte(e.Group>>8), byte(e.Group)
-	k.Data[4], k.Data[5] = byte(e.Port>>8), byte(e.Port)
-	return k, bpf.DirectorDirBindVal{Id: uint32(slots[e.Table])}
 }

@@ -399,3 +399,15 @@ func checkBindOverlaps(tables [][]Bind, index [][]int) ErrorList {
 	}
 	return errs
 }
+
+// Refs lists every bind of tables with the index of its table: what the
+// bind compiler and resolver take.
+func Refs(tables []*Table) []BindRef {
+	var refs []BindRef
+	for i, t := range tables {
+		for _, b := range t.Binds {
+			refs = append(refs, BindRef{Table: i, Bind: b})
+		}
+	}
+	return refs
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/layout"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
@@ -286,23 +287,18 @@ type pathFrames struct {
 
 // splitByPath sorts frames by the path they take through the program, as
 // the model and the compiled binds say: the exact table (exact binds, and
-// the prefix and port-range binds spelled out into it: loader.ExactPoints),
+// the prefix and port-range binds spelled out into it: layout.ExactPoints),
 // the group table (the other prefixes and port ranges, echo requests) or
 // the trie, or passed.
 func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pathFrames {
-	var refs []table.BindRef
-	for i, t := range tables {
-		for _, b := range t.Binds {
-			refs = append(refs, table.BindRef{Table: i, Bind: b})
-		}
-	}
+	refs := table.Refs(tables)
 	type key struct {
 		proto uint8
 		addr  netip.Addr
 		port  uint16
 	}
 	exact := map[key]bool{}
-	for _, p := range loader.ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs)) {
+	for _, p := range layout.ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs), true) {
 		exact[key{uint8(p.Proto), p.Addr, p.Port}] = true
 	}
 	out := []pathFrames{{name: "exact"}, {name: "prefix_range"}, {name: "passed"}}

@@ -16,8 +16,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/table"
 )
 
 var (

@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/table"
 )
 
 // GenOptions shape a synthetic capture.

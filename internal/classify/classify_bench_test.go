@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/capture"
 	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/model"
+	"github.com/director/director/table"
 )
 
 // benchModel is the medium config's datapath, and generated traffic to

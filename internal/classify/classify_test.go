@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/capture"
 	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/model"
+	"github.com/director/director/table"
 )
 
 // A Classifier remembers each flow's fate; it must give every packet the

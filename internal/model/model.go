@@ -13,8 +13,8 @@ import (
 	"os"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/table"
 	"github.com/director/director/internal/gue"
+	"github.com/director/director/table"
 )
 
 // Verdicts, as XDP numbers them (enum xdp_action).
@@ -66,13 +66,7 @@ type Datapath struct {
 
 // New makes a datapath serving tables.
 func New(cfg table.DirectorConfig, gateway [6]byte, tables []*table.Table) *Datapath {
-	d := &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables}
-	for i, t := range tables {
-		for _, b := range t.Binds {
-			d.refs = append(d.refs, table.BindRef{Table: i, Bind: b})
-		}
-	}
-	return d
+	return &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables, refs: table.Refs(tables)}
 }
 
 // Result is what happened to one frame.

@@ -4,9 +4,9 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
+	"github.com/director/director/table"
 )
 
 // benchModel is the medium config's datapath.

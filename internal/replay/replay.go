@@ -10,8 +10,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/chunk"
+	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/model"
 )
 

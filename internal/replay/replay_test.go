@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/table"
 	"github.com/director/director/internal/capture"
 	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/replay"
+	"github.com/director/director/table"
 )
 
 var reasons = []string{"processed", "matched", "encapsulated", "encap_bytes", "bind_fast", "pass_not_ip", "pass_vlan",

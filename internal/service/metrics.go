@@ -6,9 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/director/director/loader"
 	"github.com/director/director/internal/bgp"
 	"github.com/director/director/internal/health"
+	"github.com/director/director/loader"
 )
 
 // metrics are what director run exports at /metrics. The datapath's and

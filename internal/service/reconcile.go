@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/director/director/loader"
 	"github.com/director/director/internal/health"
+	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
 

@@ -20,9 +20,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/director/director/loader"
 	"github.com/director/director/internal/bgp"
 	"github.com/director/director/internal/health"
+	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
 

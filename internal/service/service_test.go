@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/testenv"
-	"github.com/director/director/loader"
 	"github.com/director/director/internal/bgp"
 	"github.com/director/director/internal/health"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
 

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
-	"github.com/director/director/internal/pkt"
 )
 
 // TestStatsdAsGLBTestsIt receives the statsd datagrams on a real UDP socket

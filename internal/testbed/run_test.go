@@ -13,9 +13,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/director/director/internal/service"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/internal/service"
 	"github.com/director/director/table"
 )
 

@@ -1,4 +1,4 @@
-package loader
+package layout
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/director/director/bpf"
 	"github.com/director/director/table"
 )
 
@@ -26,7 +25,7 @@ func TestPlaceRH(t *testing.T) {
 		placed := 0
 		for k := 1; k <= load; k++ {
 			home[k] = rng.Uint32()
-			if placeRH(slots, used, homeOf, home[k], k, probes) {
+			if PlaceRH(slots, used, homeOf, home[k], k, probes) {
 				placed++
 			}
 		}
@@ -109,7 +108,7 @@ func TestBindTablesAtLimits(t *testing.T) {
 			var refs []table.BindRef
 			var tables []*table.Table
 			var slots []int
-			for tb := 0; tb < MaxTables; tb++ {
+			for tb := 0; tb < maxTables; tb++ {
 				tables = append(tables, &table.Table{HashKey: table.Key{byte(tb)}})
 				slots = append(slots, tb)
 				for i := 0; i < table.MaxBinds; i++ {
@@ -118,10 +117,10 @@ func TestBindTablesAtLimits(t *testing.T) {
 			}
 			entries := table.CompileBinds(refs)
 			groups := table.CompileGroups(refs)
-			points := ExactPoints(refs, entries, groups)
+			points := ExactPoints(refs, entries, groups, true)
 			wantExact := len(points)
-			if wantExact > exactBudget {
-				t.Errorf("%d exact points, more than the budget of %d", wantExact, exactBudget)
+			if wantExact > ExactBudget {
+				t.Errorf("%d exact points, more than the budget of %d", wantExact, ExactBudget)
 			}
 			_, placed := buildExact(points, tables, slots)
 			gt := buildGroups(groups, tables, slots)
@@ -139,7 +138,7 @@ func TestBindTablesAtLimits(t *testing.T) {
 			}
 			t.Logf("exact: %d of %d placed (%d slots); groups: %d of %d placed (%d slots); lengths %v",
 				placed, wantExact, len(gt.E)/2, inTable, withRanges, len(gt.E), gt.Nlens)
-			if gt.Nlens[0] == groupTrie || gt.Nlens[1] == groupTrie {
+			if gt.Nlens[0] == GroupTrie || gt.Nlens[1] == GroupTrie {
 				t.Errorf("a family is left to the trie: %v", gt.Nlens)
 			}
 			// A place for all but one in a thousand.
@@ -151,38 +150,6 @@ func TestBindTablesAtLimits(t *testing.T) {
 			}
 		})
 	}
-}
-
-// collidingGroups returns n IPv4 addresses in 100.64.0.0/10 whose /32 TCP
-// groups have the same home in the group table: more than its probes hold.
-// (Their echo groups share a home too: the hash is linear in its words.)
-func collidingGroups(n int) []netip.Addr {
-	by := map[uint32][]netip.Addr{}
-	for i := 0; i < 1<<22; i++ {
-		a := netip.AddrFrom4([4]byte{100, 64 | byte(i>>16), byte(i >> 8), byte(i)})
-		k := bpf.DirectorDirGroupKey{Proto: 6, Plen: 32}
-		k.Family, k.Addr = putAddr(a)
-		h := groupHash(k) & (groupSlots - 1)
-		by[h] = append(by[h], a)
-		if len(by[h]) == n {
-			return by[h]
-		}
-	}
-	panic("no colliding groups")
-}
-
-// fullWindowBinds binds each colliding address to its own port, so that a
-// packet answered from another's group would go unbound.
-func fullWindowBinds(addrs []netip.Addr) string {
-	var s string
-	for i, a := range addrs {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf(`{"ip": %q, "proto": "tcp", "port": %d}, {"ip": %q, "proto": "tcp", "port_start": %d, "port_end": %d}`,
-			a, 1000+i, a, 2000+10*i, 2005+10*i)
-	}
-	return s
 }
 
 // TestExactPointsAnswerAsResolveBind checks the exact table's contents on
@@ -224,9 +191,9 @@ func TestExactPointsAnswerAsResolveBind(t *testing.T) {
 			}
 		}
 		entries := table.CompileBinds(refs)
-		points := ExactPoints(refs, entries, table.CompileGroups(refs))
-		if len(points) > exactBudget {
-			t.Fatalf("config %d: %d points, budget %d", c, len(points), exactBudget)
+		points := ExactPoints(refs, entries, table.CompileGroups(refs), true)
+		if len(points) > ExactBudget {
+			t.Fatalf("config %d: %d points, budget %d", c, len(points), ExactBudget)
 		}
 		type key struct {
 			proto table.Proto
@@ -264,7 +231,7 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 		return table.BindRef{Bind: table.Bind{Prefix: netip.MustParsePrefix(p), Proto: table.ProtoTCP, PortStart: lo, PortEnd: hi}}
 	}
 	refs := []table.BindRef{ref("192.0.2.1/32", 80, 80), ref("192.0.2.1/32", 8000, 9000), ref("198.18.0.0/24", 80, 80)}
-	points := ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs))
+	points := ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs), true)
 	if want := 1 + 1001 + 256; len(points) != want {
 		t.Fatalf("%d points, want %d", len(points), want)
 	}
@@ -277,7 +244,7 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 	}
 	glb := []table.BindRef{ref("10.10.10.10/32", 80, 80), udp("10.10.20.0/24", 1000, 2000, 0),
 		udp("10.10.30.77/24", 1000, 2000, 0), udp("10.10.30.64/26", 1500, 1500, 1)}
-	points = ExactPoints(glb, table.CompileBinds(glb), table.CompileGroups(glb))
+	points = ExactPoints(glb, table.CompileBinds(glb), table.CompileGroups(glb), true)
 	got := map[string]int{}
 	for _, p := range points {
 		got[fmt.Sprintf("%s:%d", p.Addr, p.Port)] = p.Table + 1
@@ -293,12 +260,12 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 	}
 
 	var full []table.BindRef
-	for i := 0; i < exactBudget; i++ {
+	for i := 0; i < ExactBudget; i++ {
 		full = append(full, ref(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 32).String(), 80, 80))
 	}
 	full = append(full, refs[1:]...)
-	if points := ExactPoints(full, table.CompileBinds(full), table.CompileGroups(full)); len(points) != exactBudget {
-		t.Fatalf("at the limits: %d points, want the %d exact binds", len(points), exactBudget)
+	if points := ExactPoints(full, table.CompileBinds(full), table.CompileGroups(full), true); len(points) != ExactBudget {
+		t.Fatalf("at the limits: %d points, want the %d exact binds", len(points), ExactBudget)
 	}
 }
 
@@ -322,9 +289,12 @@ func BenchmarkExactPoints(b *testing.B) {
 		tables := []*table.Table{{}}
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				et, _ := buildExact(ExactPoints(c.refs, entries, groups), tables, []int{0})
+				et, _ := buildExact(ExactPoints(c.refs, entries, groups, true), tables, []int{0})
 				exactTables.Put(et)
 			}
 		})
 	}
 }
+
+// maxTables is the datapath's table count (loader.MaxTables).
+const maxTables = 32

@@ -1,4 +1,8 @@
-package loader
+// Package layout lays out the datapath's bind tables: for a set of
+// tables in their slots, what the exact table, the group table and the
+// trie hold, and where each entry sits. It is pure; the loader writes what
+// it computes into the bind maps of the inactive generation.
+package layout
 
 import (
 	"encoding/binary"
@@ -13,13 +17,13 @@ import (
 
 // Geometry of the exact-match table (enum dir_limit in director.h).
 const (
-	exactSlots  = uint32(bpf.DirectorDirLimitDIR_EXACT_SLOTS)
-	exactProbes = uint32(bpf.DirectorDirLimitDIR_EXACT_PROBES)
+	ExactSlots  = uint32(bpf.DirectorDirLimitDIR_EXACT_SLOTS)
+	ExactProbes = uint32(bpf.DirectorDirLimitDIR_EXACT_PROBES)
 )
 
 func exactKey(proto table.Proto, addr netip.Addr, port uint16) bpf.DirectorDirExactKey {
 	k := bpf.DirectorDirExactKey{Proto: uint8(proto), Port: port<<8 | port>>8}
-	k.Family, k.Addr = putAddr(addr)
+	k.Family, k.Addr = PutAddr(addr)
 	return k
 }
 
@@ -33,10 +37,10 @@ var exactMul = [5]uint64{
 	uint64(bpf.DirectorDirExactMultDIR_EXACT_K4HI)<<32 | uint64(bpf.DirectorDirExactMultDIR_EXACT_K4LO),
 }
 
-// exactHash is the C exact_hash: the key's five 32-bit words, read in host
+// ExactHash is the C exact_hash: the key's five 32-bit words, read in host
 // (little-endian) order, each times its constant, summed in 64 bits, the
 // halves folded.
-func exactHash(k bpf.DirectorDirExactKey) uint32 {
+func ExactHash(k bpf.DirectorDirExactKey) uint32 {
 	var b [20]byte
 	b[0], b[1] = k.Proto, k.Family
 	binary.LittleEndian.PutUint16(b[2:], k.Port)
@@ -55,10 +59,10 @@ func InExactTable(e table.BindEntry) bool {
 	return e.Exact && e.Proto != table.ProtoICMP && e.Proto != table.ProtoICMPv6
 }
 
-// exactBudget is how many entries the exact table is given: half its
-// slots, where Robin Hood placement over exactProbes drops next to nothing
-// (see placeRH).
-const exactBudget = int(exactSlots / 2)
+// ExactBudget is how many entries the exact table is given: half its
+// slots, where Robin Hood placement over ExactProbes drops next to nothing
+// (see PlaceRH).
+const ExactBudget = int(ExactSlots / 2)
 
 // ExactPoint is one key of the exact table, and the table (an index into
 // the applied tables) it answers with.
@@ -72,7 +76,7 @@ type ExactPoint struct {
 // ExactPoints lists what the exact table holds for binds refs, compiled
 // (entries: table.CompileBinds, groups: table.CompileGroups). First every
 // exact bind (InExactTable). Then, while the table stays within
-// exactBudget, prefix and port-range binds spelled out point by point, as
+// ExactBudget, prefix and port-range binds spelled out point by point, as
 // GLB spells out port ranges: every (address, port) of a group whose
 // addresses no longer group of its protocol holds, with the table the
 // group's ranges give, which is the answer the group path gives for it. A
@@ -85,16 +89,10 @@ type ExactPoint struct {
 // none (8,192 exact binds) nothing changes. Whatever the exact table does
 // not hold goes to the group path, which holds every bind: the exact table
 // makes answers faster, never different.
-func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table.BindGroup) []ExactPoint {
-	return exactPoints(refs, entries, groups, spellOut)
-}
-
-// spellOut is whether ExactPoints spells out prefix and range binds; tests
-// of the group table and the trie turn it off, so that their packets go
-// there.
-var spellOut = true
-
-func exactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table.BindGroup, spell bool) []ExactPoint {
+//
+// With spell false, only the exact binds go in (tests of the group table
+// and the trie ask so, so that their packets go there).
+func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table.BindGroup, spell bool) []ExactPoint {
 	var out []ExactPoint
 	for _, e := range entries {
 		if InExactTable(e) {
@@ -144,7 +142,7 @@ func exactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 		cands = append(cands, cand{g, ports << host})
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].size < cands[j].size })
-	room := exactBudget - len(out)
+	room := ExactBudget - len(out)
 	// shadowed reports whether a longer group of proto holds a: its
 	// packets are that group's.
 	shadowed := func(proto table.Proto, a netip.Addr, bits int) bool {
@@ -255,14 +253,14 @@ func exactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 }
 
 // buildExact places the exact table's points (ExactPoints) in an
-// open-addressing table, Robin Hood style (placeRH). A point that finds no
-// slot within exactProbes of its home is left out: the group path, which
+// open-addressing table, Robin Hood style (PlaceRH). A point that finds no
+// slot within ExactProbes of its home is left out: the group path, which
 // holds every bind, answers for it. It returns how many were placed.
 func buildExact(points []ExactPoint, tables []*table.Table, slots []int) (*bpf.DirectorDirExactTable, int) {
 	t := exactTables.Get().(*bpf.DirectorDirExactTable)
 	*t = bpf.DirectorDirExactTable{}
 	used := func(e *bpf.DirectorDirExactEntry) bool { return e.SlotPlus1 != 0 }
-	home := func(e *bpf.DirectorDirExactEntry) uint32 { return exactHash(e.Key) }
+	home := func(e *bpf.DirectorDirExactEntry) uint32 { return ExactHash(e.Key) }
 	states := make([][4]uint64, len(tables))
 	for i, tb := range tables {
 		states[i] = table.FlowHashState(tb.HashKey)
@@ -271,7 +269,7 @@ func buildExact(points []ExactPoint, tables []*table.Table, slots []int) (*bpf.D
 	for _, p := range points {
 		k := exactKey(p.Proto, p.Addr, p.Port)
 		v := bpf.DirectorDirExactEntry{Key: k, SlotPlus1: uint32(slots[p.Table]) + 1, HashState: states[p.Table]}
-		if placeRH(t.E[:], used, home, exactHash(k), v, int(exactProbes)) {
+		if PlaceRH(t.E[:], used, home, ExactHash(k), v, int(ExactProbes)) {
 			placed++
 		}
 	}
@@ -287,7 +285,7 @@ var (
 	groupTables = sync.Pool{New: func() any { return new(bpf.DirectorDirGroupTable) }}
 )
 
-// placeRH puts e, whose home index is h, in the open-addressing table
+// PlaceRH puts e, whose home index is h, in the open-addressing table
 // slots (a power of two long; used says whether a slot holds an entry,
 // home gives an entry's home index), where the program looks for an entry
 // in the probes slots from its home and stops at an empty one. Robin Hood:
@@ -299,7 +297,7 @@ var (
 // where taking the first free slot drops about one entry in 200 (a
 // simulation of 16,384 entries in 32,768 slots, five runs: 0-1 against
 // 71-99; with four probes, 60-94 against 406-470).
-func placeRH[T any](slots []T, used func(*T) bool, home func(*T) uint32, h uint32, e T, probes int) bool {
+func PlaceRH[T any](slots []T, used func(*T) bool, home func(*T) uint32, h uint32, e T, probes int) bool {
 	mask := uint32(len(slots) - 1)
 	at := h & mask
 	for d := uint32(0); d < uint32(probes); d++ {
@@ -319,25 +317,25 @@ func placeRH[T any](slots []T, used func(*T) bool, home func(*T) uint32, h uint3
 
 // Geometry of the group table (enum dir_limit in director.h).
 const (
-	groupSlots  = uint32(bpf.DirectorDirLimitDIR_GROUP_SLOTS)
-	groupProbes = uint32(bpf.DirectorDirLimitDIR_GROUP_PROBES)
+	GroupSlots  = uint32(bpf.DirectorDirLimitDIR_GROUP_SLOTS)
+	GroupProbes = uint32(bpf.DirectorDirLimitDIR_GROUP_PROBES)
 	groupLens   = int(bpf.DirectorDirLimitDIR_GROUP_LENS)
 	groupRanges = int(bpf.DirectorDirLimitDIR_GROUP_RANGES)
 	groupScan   = int(bpf.DirectorDirLimitDIR_GROUP_SCAN)
-	groupTrie   = uint8(bpf.DirectorDirLimitDIR_GROUP_TRIE)
+	GroupTrie   = uint8(bpf.DirectorDirLimitDIR_GROUP_TRIE)
 )
 
-// groupHash is the C exact_hash of a group key, whose words are laid out as
+// GroupHash is the C exact_hash of a group key, whose words are laid out as
 // an exact key's.
-func groupHash(k bpf.DirectorDirGroupKey) uint32 {
-	return exactHash(bpf.DirectorDirExactKey{Proto: k.Proto, Family: k.Family, Port: uint16(k.Plen) | uint16(k.Pad)<<8, Addr: k.Addr})
+func GroupHash(k bpf.DirectorDirGroupKey) uint32 {
+	return ExactHash(bpf.DirectorDirExactKey{Proto: k.Proto, Family: k.Family, Port: uint16(k.Plen) | uint16(k.Pad)<<8, Addr: k.Addr})
 }
 
 // buildGroups fills a group table with every bind group (table.CompileGroups),
 // tables[i] being in slots[i]. What it cannot hold it leaves to the trie, so
 // that every answer is still the trie's: a family with more prefix lengths
 // than the program probes, a group with more ranges than it scans (flagged),
-// a group that finds no slot within groupProbes of its home (its probes are
+// a group that finds no slot within GroupProbes of its home (its probes are
 // full, which sends its packets to the trie), and, when the ranges run out,
 // the whole family.
 func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *bpf.DirectorDirGroupTable {
@@ -364,7 +362,7 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		slices.Sort(lens[f])
 		slices.Reverse(lens[f])
 		if len(lens[f]) > groupLens {
-			gt.Nlens[f] = groupTrie
+			gt.Nlens[f] = GroupTrie
 			continue
 		}
 		gt.Nlens[f] = uint8(len(lens[f]))
@@ -374,14 +372,14 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 	}
 	next := 0
 	used := func(e *bpf.DirectorDirGroupEntry) bool { return e.Count != 0 }
-	home := func(e *bpf.DirectorDirGroupEntry) uint32 { return groupHash(e.Key) }
+	home := func(e *bpf.DirectorDirGroupEntry) uint32 { return GroupHash(e.Key) }
 	for _, g := range groups {
 		f := fam(g.Prefix)
-		if gt.Nlens[f] == groupTrie || len(g.Ranges) == 0 {
+		if gt.Nlens[f] == GroupTrie || len(g.Ranges) == 0 {
 			continue
 		}
 		k := bpf.DirectorDirGroupKey{Proto: uint8(g.Proto), Plen: uint8(g.Prefix.Bits())}
-		k.Family, k.Addr = putAddr(g.Prefix.Addr())
+		k.Family, k.Addr = PutAddr(g.Prefix.Addr())
 		e := bpf.DirectorDirGroupEntry{Key: k, First: uint16(next), Count: uint8(min(len(g.Ranges), 255))}
 		// The widest range goes in the entry, with its table's hash
 		// state: most packets of the group are answered from one line.
@@ -392,7 +390,7 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		if len(rs) > groupScan {
 			e.Trie = 1
 		} else if next+len(rs)-1 > groupRanges {
-			gt.Nlens[f] = groupTrie
+			gt.Nlens[f] = GroupTrie
 			continue
 		} else {
 			for _, r := range rs[1:] {
@@ -402,7 +400,7 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		}
 		// A group that does not fit is left to the trie: its probes are
 		// all full, which sends its packets there.
-		placeRH(gt.E[:], used, home, groupHash(k), e, int(groupProbes))
+		PlaceRH(gt.E[:], used, home, GroupHash(k), e, int(GroupProbes))
 	}
 	return gt
 }
@@ -421,4 +419,79 @@ func groupLen(bits int) bpf.DirectorDirGroupLen {
 		l.Mask[i] = binary.LittleEndian.Uint32(w[:]) // the bytes as the program loads them
 	}
 	return l
+}
+
+// PutAddr is an address as the datapath's keys hold it: a family and 16
+// bytes, IPv4 in the first 4.
+func PutAddr(a netip.Addr) (fam uint8, b [16]byte) {
+	if a.Is4() {
+		v := a.As4()
+		copy(b[:], v[:])
+		return uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV4), b
+	}
+	return uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV6), a.As16()
+}
+
+// TrieEntry is one entry of a generation's bind trie.
+type TrieEntry struct {
+	Key bpf.DirectorDirBindKey
+	Val bpf.DirectorDirBindVal
+}
+
+// Binds is a generation's bind maps, laid out: the trie's entries (every
+// bind that is not one address and one port, and one entry per live
+// slot, the registry), the exact table and the group table.
+type Binds struct {
+	Trie   []TrieEntry
+	Exact  *bpf.DirectorDirExactTable
+	Groups *bpf.DirectorDirGroupTable
+}
+
+// Lay lays out the binds of tables, tables[i] being in slots[i]; spell
+// says whether prefix and port-range binds are spelled out into the exact
+// table while it has room (ExactPoints). Release gives its tables back.
+func Lay(tables []*table.Table, slots []int, spell bool) *Binds {
+	refs := table.Refs(tables)
+	entries := table.CompileBinds(refs)
+	groups := table.CompileGroups(refs)
+	b := &Binds{}
+	for _, e := range entries {
+		if !e.Exact {
+			k, v := trieEntry(e, slots)
+			b.Trie = append(b.Trie, TrieEntry{k, v})
+		}
+	}
+	for _, s := range slots {
+		k := bpf.DirectorDirBindKey{Prefixlen: 8 + 8, Kind: uint8(bpf.DirectorDirBindKindDIR_BIND_TABLE)}
+		k.Data[0] = uint8(s)
+		b.Trie = append(b.Trie, TrieEntry{k, bpf.DirectorDirBindVal{Id: uint32(s)}})
+	}
+	b.Exact, _ = buildExact(ExactPoints(refs, entries, groups, spell), tables, slots)
+	b.Groups = buildGroups(groups, tables, slots)
+	return b
+}
+
+// Release gives b's exact and group tables back, once they are written.
+func (b *Binds) Release() {
+	exactTables.Put(b.Exact)
+	groupTables.Put(b.Groups)
+	b.Exact, b.Groups = nil, nil
+}
+
+func trieEntry(e table.BindEntry, slots []int) (bpf.DirectorDirBindKey, bpf.DirectorDirBindVal) {
+	var k bpf.DirectorDirBindKey
+	if !e.IsPort {
+		k.Kind = uint8(bpf.DirectorDirBindKindDIR_BIND_ADDR)
+		k.Prefixlen = 24 + uint32(e.Prefix.Bits())
+		fam, addr := PutAddr(e.Prefix.Addr())
+		k.Data[0] = uint8(e.Proto)
+		k.Data[1] = fam
+		copy(k.Data[2:], addr[:])
+		return k, bpf.DirectorDirBindVal{Id: uint32(e.Group)}
+	}
+	k.Kind = uint8(bpf.DirectorDirBindKindDIR_BIND_PORT)
+	k.Prefixlen = 8 + 32 + uint32(e.PortBits)
+	k.Data[0], k.Data[1], k.Data[2], k.Data[3] = byte(e.Group>>24), byte(e.Group>>16), byte(e.Group>>8), byte(e.Group)
+	k.Data[4], k.Data[5] = byte(e.Port>>8), byte(e.Port)
+	return k, bpf.DirectorDirBindVal{Id: uint32(slots[e.Table])}
 }
