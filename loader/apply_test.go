@@ -114,7 +114,7 @@ func TestApplyIsAtomic(t *testing.T) {
 		if i%2 == 1 {
 			tabs = tabsA
 		}
-		if _, err := d.Apply(tabs, nil); err != nil {
+		if _, err := d.apply(tabs, nil); err != nil {
 			t.Error(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -151,7 +151,7 @@ func TestConcurrentApplies(t *testing.T) {
 			}
 			defer h.Close()
 			for i := 0; i < 8; i++ {
-				if _, err := h.Apply(configs[(w+i)%2], nil); err != nil {
+				if _, err := h.apply(configs[(w+i)%2], nil); err != nil {
 					errs <- err
 					return
 				}
@@ -186,7 +186,7 @@ func TestMain(m *testing.M) {
 		configs := [][]*table.Table{testTables(nil, testConfig), testTables(nil, configB)}
 		fmt.Println("ready")
 		for i := 0; ; i++ {
-			if _, err := d.Apply(configs[i%2], nil); err != nil {
+			if _, err := d.apply(configs[i%2], nil); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(4)
 			}
@@ -203,7 +203,7 @@ func TestKillDuringApply(t *testing.T) {
 	d, dc := loadConfigured(t)
 	dir := d.Dir
 	configs := [][]*table.Table{testTables(t, testConfig), testTables(t, configB)}
-	if _, err := d.Apply(configs[0], nil); err != nil {
+	if _, err := d.apply(configs[0], nil); err != nil {
 		t.Fatal(err)
 	}
 	models := map[string]*model.Datapath{}
@@ -244,10 +244,10 @@ func TestKillDuringApply(t *testing.T) {
 		}
 	}
 	// And the director still takes applies, freeing what killed ones left.
-	if _, err := d.Apply(configs[1], nil); err != nil {
+	if _, err := d.apply(configs[1], nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Apply(configs[0], nil); err != nil {
+	if _, err := d.apply(configs[0], nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -261,7 +261,7 @@ func loadConfigured(t *testing.T) (*Director, table.DirectorConfig) {
 	}
 	t.Cleanup(func() { d.Close() })
 	dc := directorConfig()
-	if _, err := d.ApplyChange(Change{Config: &dc}, nil); err != nil {
+	if _, err := d.applyChange(change{Config: &dc}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return d, dc

@@ -140,7 +140,7 @@ func BenchmarkApply(b *testing.B) {
 	}
 	b.Run("full-apply", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if _, err := d.Apply(versions[i%2], nil); err != nil {
+			if _, err := d.apply(versions[i%2], nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -3,7 +3,6 @@ package loader
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/director/director/table"
 )
@@ -26,24 +25,9 @@ type Proposal struct {
 	Config *table.DirectorConfig
 }
 
-// PlanAgainst judges p against the live state.
-func PlanAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
-	d := table.Compare(live.Tables, p.Tables)
-	safe, reasons := table.Verdict(d)
-	if reasons == nil {
-		reasons = []string{}
-	}
-	plan := &table.Plan{PlanVersion: table.PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: bpffs,
-		Base: table.PlanTables(live.Tables), Result: table.PlanTables(p.Tables), Safe: safe, Reasons: reasons, Diff: d}
-	if p.Input != nil {
-		plan.SetInput(p.Input)
-	}
-	if p.Config != nil {
-		if err := plan.JudgeDirector(live.Config, p.Config); err != nil {
-			return nil, err
-		}
-	}
-	return plan, nil
+// planAgainst judges p against the live state (table.NewPlan).
+func planAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
+	return table.NewPlan(bpffs, live.Tables, live.Config, p.Tables, p.Input, p.Config)
 }
 
 // LiveState reads what is live: the tables and the director config.
@@ -65,19 +49,24 @@ func (d *Director) Plan(p *Proposal) (*table.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return PlanAgainst(d.Dir, live, p)
+	return planAgainst(d.Dir, live, p)
 }
 
 // Commit plans p against what is live, under the apply lock, asks allow
-// whether to apply it (a non-nil error refuses, and is returned), applies
-// it, and checks that the tables and director config read back from the
-// kernel are the ones planned. It returns the plan it applied.
+// whether to apply it (a non-nil error refuses, and is returned; nil
+// allows any plan), applies it, and checks that the tables and director
+// config read back from the kernel are the ones planned. It returns the
+// plan it applied. It is the one exported way to change the kernel's
+// state, whoever asks.
 func (d *Director) Commit(p *Proposal, allow func(live State, plan *table.Plan) error) (*table.Plan, *ApplyResult, error) {
 	var plan *table.Plan
-	res, err := d.ApplyChange(Change{Tables: p.Tables, Config: p.Config}, func(live State) error {
+	res, err := d.applyChange(change{Tables: p.Tables, Config: p.Config}, func(live State) error {
 		var err error
-		if plan, err = PlanAgainst(d.Dir, live, p); err != nil {
+		if plan, err = planAgainst(d.Dir, live, p); err != nil {
 			return err
+		}
+		if allow == nil {
+			return nil
 		}
 		return allow(live, plan)
 	})

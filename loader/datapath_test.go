@@ -81,7 +81,7 @@ func setupSpelling(t testing.TB, dc table.DirectorConfig, cfg string, spell bool
 	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Apply(tabs, nil); err != nil {
+	if _, err := d.apply(tabs, nil); err != nil {
 		t.Fatal(err)
 	}
 	return d, model.New(dc, pkt.GatewayMAC, tabs)
@@ -97,7 +97,7 @@ func loadServingTest(dir string) (*Director, *model.Datapath, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
+	if _, err := d.applyChange(change{Tables: tabs, Config: &dc}, nil); err != nil {
 		d.Close()
 		return nil, nil, err
 	}

@@ -38,7 +38,7 @@ func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.DirectorDirConfig, e
 
 // SetConfig writes the director's own settings at once, outside an apply:
 // for private instances (replays, tests), which no reviewed change
-// concerns. A pinned director's settings change through ApplyChange.
+// concerns. A pinned director's settings change through Commit.
 func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) error {
 	if d.Dir != "" {
 		return errors.New("a pinned director's config changes only through an apply")

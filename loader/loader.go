@@ -595,6 +595,9 @@ func Private(c *table.DirectorConfig, tables []*table.Table) (*Director, error) 
 // caller can load the program (the verifier's work) while it builds the
 // tables.
 func (d *Director) Serve(c *table.DirectorConfig, tables []*table.Table) error {
-	_, err := d.ApplyChange(Change{Tables: tables, Config: c}, nil)
+	if d.Dir != "" {
+		return errors.New("a pinned director changes only through Commit")
+	}
+	_, err := d.applyChange(change{Tables: tables, Config: c}, nil)
 	return err
 }

@@ -124,7 +124,7 @@ func TestLoadRefreshesConfig(t *testing.T) {
 	testenv.Kernel(t)
 	d := loadTest(t)
 	dc := directorConfig()
-	if _, err := d.ApplyChange(Change{Config: &dc}, nil); err != nil {
+	if _, err := d.applyChange(change{Config: &dc}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var v bpf.DirectorDirConfig
@@ -195,7 +195,7 @@ func TestLoadRepairsPins(t *testing.T) {
 	d := loadTest(t)
 	dc := directorConfig()
 	tabs := testTables(t, testConfig)
-	if _, err := d.ApplyChange(Change{Tables: tabs, Config: &dc}, nil); err != nil {
+	if _, err := d.applyChange(change{Tables: tabs, Config: &dc}, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := table.Fingerprint(tabs[0])

@@ -312,8 +312,8 @@ type ApplyResult struct {
 	Duration time.Duration
 }
 
-// Change is what an apply makes live.
-type Change struct {
+// change is what an apply makes live.
+type change struct {
 	Tables []*table.Table
 	// Config, when not nil, replaces the director config in the same
 	// commit; its gateway MAC must be resolved (ResolveGateway).
@@ -327,10 +327,10 @@ type State struct {
 	Config *table.DirectorConfig
 }
 
-// Apply makes tables the live set, keeping the director config; see
-// ApplyChange.
-func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) error) (*ApplyResult, error) {
-	return d.ApplyChange(Change{Tables: tables}, func(s State) error {
+// apply makes tables the live set, keeping the director config; see
+// applyChange.
+func (d *Director) apply(tables []*table.Table, check func(live []*table.Table) error) (*ApplyResult, error) {
+	return d.applyChange(change{Tables: tables}, func(s State) error {
 		if check == nil {
 			return nil
 		}
@@ -338,7 +338,7 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 	})
 }
 
-// ApplyChange makes a change live. Every new or changed table is written,
+// applyChange makes a change live. Every new or changed table is written,
 // in one map update, into a slot that neither bind generation references
 // (so no packet can be reading it); the binds pointing at the new slots are
 // written into the inactive generation; then one write of the config
@@ -354,7 +354,7 @@ func (d *Director) Apply(tables []*table.Table, check func(live []*table.Table) 
 // check, if not nil, runs under the apply lock with the live state and
 // can refuse the apply (plans use it to insist on the state they were
 // reviewed against).
-func (d *Director) ApplyChange(ch Change, check func(live State) error) (*ApplyResult, error) {
+func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyResult, error) {
 	tables := ch.Tables
 	start := time.Now()
 	if err := CheckDatapath(tables); err != nil {

@@ -28,7 +28,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 			return err
 		}
 		dc := directorConfig()
-		if _, err := d.ApplyChange(Change{Tables: testTables(nil, testConfig), Config: &dc}, nil); err != nil {
+		if _, err := d.applyChange(change{Tables: testTables(nil, testConfig), Config: &dc}, nil); err != nil {
 			return err
 		}
 		// The "old version": a program that passes everything, pinned and

@@ -48,6 +48,29 @@ func (p *Plan) SetInput(data []byte) {
 	p.Config = json.RawMessage(data)
 }
 
+// NewPlan judges going from base (and baseConfig, the live director
+// config) to tables (and config, when not nil) for the director pinned at
+// bpffs: the diff, the verdict, and input, the config or binary the tables
+// were built from (nil when there is none), to keep in the plan.
+func NewPlan(bpffs string, base []*Table, baseConfig *DirectorConfig, tables []*Table, input []byte, config *DirectorConfig) (*Plan, error) {
+	d := Compare(base, tables)
+	safe, reasons := Verdict(d)
+	if reasons == nil {
+		reasons = []string{}
+	}
+	plan := &Plan{PlanVersion: PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: bpffs,
+		Base: PlanTables(base), Result: PlanTables(tables), Safe: safe, Reasons: reasons, Diff: d}
+	if input != nil {
+		plan.SetInput(input)
+	}
+	if config != nil {
+		if err := plan.JudgeDirector(baseConfig, config); err != nil {
+			return nil, err
+		}
+	}
+	return plan, nil
+}
+
 // PlanTable identifies a table by name and fingerprint.
 type PlanTable struct {
 	Name        string `json:"name"`

@@ -38,9 +38,9 @@ func apply(t *testing.T, tb *Testbed, cfg string) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	_, err = d.Apply(tabs, func(live []*table.Table) error {
-		if safe, reasons := table.Verdict(table.Compare(live, tabs)); !safe {
-			return fmt.Errorf("the plan is unsafe: %v", reasons)
+	_, _, err = d.Commit(&loader.Proposal{Tables: tabs}, func(_ loader.State, plan *table.Plan) error {
+		if !plan.Safe {
+			return fmt.Errorf("the plan is unsafe: %v", plan.Reasons)
 		}
 		return nil
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )
@@ -432,7 +433,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 				return err
 			}
 			defer d.Close()
-			_, err = d.Apply(tabs, nil)
+			_, _, err = d.Commit(&loader.Proposal{Tables: tabs}, nil)
 			return err
 		})
 		if err != nil {

@@ -388,7 +388,7 @@ func (tb *Testbed) setupDirector() error {
 		// One client address: hash its ports too, so connections spread.
 		dc.HashFields = table.HashSrcAddr | table.HashSrcPort
 		dc.GatewayMAC = tb.GatewayMAC
-		if _, err := d.ApplyChange(loader.Change{Config: &dc}, nil); err != nil {
+		if _, _, err := d.Commit(&loader.Proposal{Config: &dc}, nil); err != nil {
 			return err
 		}
 		_, err = d.Attach("eth0", loader.ModeNative)
