@@ -84,6 +84,14 @@ struct {
 	__type(value, __u8);
 } be_local SEC(".maps");
 
+/* drop counts a GUE packet for this host that cannot be handled, and
+ * drops it. */
+static __always_inline int drop(struct be_counters *c, int reason)
+{
+	c->c[reason]++;
+	return XDP_DROP;
+}
+
 /* decap strips everything between the Ethernet header and the inner packet
  * (outer IPv4, UDP, GUE and its hop list: `strip` bytes) and hands the inner
  * packet to the stack. */
@@ -135,8 +143,7 @@ int backend(struct xdp_md *ctx)
 		goto not_gue;
 	struct be_config *cfg = bpf_map_lookup_elem(&be_cfg, &zero);
 	if (!cfg || !cfg->configured) {
-		c->c[BE_C_DROP_NO_CONFIG]++;
-		return XDP_DROP;
+		return drop(c, BE_C_DROP_NO_CONFIG);
 	}
 	if (ip->daddr != cfg->self_ip && !bpf_map_lookup_elem(&be_local, &ip->daddr))
 		goto not_gue; /* GUE for another host */
@@ -144,15 +151,13 @@ int backend(struct xdp_md *ctx)
 	/* GUE (gue.h): version 0, C 0, GLB's private data, hlen = 1 + hops. */
 	struct glb_gue_hdr *gue = (void *)(udp + 1);
 	if ((void *)gue + __builtin_offsetof(struct glb_gue_hdr, hops) > end) {
-		c->c[BE_C_DROP_MALFORMED]++;
-		return XDP_DROP;
+		return drop(c, BE_C_DROP_MALFORMED);
 	}
-	__u8 hlen = gue->hlen & 0x1f, inner_ipproto = gue->proto;
+	__u8 hlen = gue->hlen & GUE_HLEN_MASK, inner_ipproto = gue->proto;
 	__u8 next = gue->next_hop, count = gue->hop_count;
-	if ((gue->hlen >> 5) != 0 || gue->private_type != bpf_htons(GUE_PRIVATE_TYPE_GLB) || count > GUE_MAX_LISTED ||
+	if ((gue->hlen >> GUE_HLEN_VC_SHIFT) != 0 || gue->private_type != bpf_htons(GUE_PRIVATE_TYPE_GLB) || count > GUE_MAX_LISTED ||
 	    hlen != 1 + count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6)) {
-		c->c[BE_C_DROP_MALFORMED]++;
-		return XDP_DROP;
+		return drop(c, BE_C_DROP_MALFORMED);
 	}
 	__be32 *hops = gue->hops;
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
@@ -166,15 +171,13 @@ int backend(struct xdp_md *ctx)
 	if (inner_ipproto == IPPROTO_IPIP) {
 		struct iphdr *iip = inner;
 		if ((void *)(iip + 1) > end || iip->ihl != 5) {
-			c->c[BE_C_DROP_MALFORMED]++;
-			return XDP_DROP;
+			return drop(c, BE_C_DROP_MALFORMED);
 		}
 		if (iip->protocol != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
 		tcp = (void *)(iip + 1);
 		if ((void *)(tcp + 1) > end) {
-			c->c[BE_C_DROP_MALFORMED]++;
-			return XDP_DROP;
+			return drop(c, BE_C_DROP_MALFORMED);
 		}
 		tuple.ipv4.saddr = iip->saddr;
 		tuple.ipv4.daddr = iip->daddr;
@@ -184,15 +187,13 @@ int backend(struct xdp_md *ctx)
 	} else {
 		struct ipv6hdr *iip6 = inner;
 		if ((void *)(iip6 + 1) > end) {
-			c->c[BE_C_DROP_MALFORMED]++;
-			return XDP_DROP;
+			return drop(c, BE_C_DROP_MALFORMED);
 		}
 		if (iip6->nexthdr != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
 		tcp = (void *)(iip6 + 1);
 		if ((void *)(tcp + 1) > end) {
-			c->c[BE_C_DROP_MALFORMED]++;
-			return XDP_DROP;
+			return drop(c, BE_C_DROP_MALFORMED);
 		}
 		__builtin_memcpy(tuple.ipv6.saddr, &iip6->saddr, 16);
 		__builtin_memcpy(tuple.ipv6.daddr, &iip6->daddr, 16);
@@ -224,8 +225,7 @@ int backend(struct xdp_md *ctx)
 	else if (next == 2 && (void *)(hops + 3) <= end)
 		dst = hops[2];
 	else {
-		c->c[BE_C_DROP_MALFORMED]++;
-		return XDP_DROP;
+		return drop(c, BE_C_DROP_MALFORMED);
 	}
 
 	struct bpf_fib_lookup fib = {};
@@ -237,13 +237,12 @@ int backend(struct xdp_md *ctx)
 	/* An egress lookup: the host sends this packet itself. */
 	int rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-		c->c[BE_C_DROP_NO_ROUTE]++;
-		return XDP_DROP;
+		return drop(c, BE_C_DROP_NO_ROUTE);
 	}
 	gue->next_hop = next + 1;
 	ip->saddr = cfg->self_ip;
 	ip->daddr = dst;
-	ip->ttl = 64;
+	ip->ttl = GUE_IPV4_TTL;
 	ip->check = 0;
 	ip->check = ipv4_csum(ip);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);

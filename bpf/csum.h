@@ -4,6 +4,14 @@
 
 #include <linux/types.h>
 
+/* csum_fold folds a one's complement sum of 16-bit words to 16 bits. */
+static __always_inline __u16 csum_fold(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return s;
+}
+
 /* ipv4_csum is the checksum of a 20-byte IPv4 header whose checksum field
  * is zero. */
 static __always_inline __u16 ipv4_csum(const void *hdr)
@@ -13,9 +21,7 @@ static __always_inline __u16 ipv4_csum(const void *hdr)
 #pragma unroll
 	for (int i = 0; i < 10; i++)
 		s += p[i];
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return ~s;
+	return ~csum_fold(s);
 }
 
 /* bounded16 is a 16-bit value the compiler and the verifier both take as

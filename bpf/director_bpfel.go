@@ -272,6 +272,12 @@ const (
 	DirectorGueConstGUE_MAX_HOPS         DirectorGueConst = 4
 	DirectorGueConstGUE_MAX_LISTED       DirectorGueConst = 3
 	DirectorGueConstGUE_PRIVATE_TYPE_GLB DirectorGueConst = 0
+	DirectorGueConstGUE_IPV4VERSION_IHL  DirectorGueConst = 69
+	DirectorGueConstGUE_IPV4DF           DirectorGueConst = 16384
+	DirectorGueConstGUE_IPV4TTL          DirectorGueConst = 64
+	DirectorGueConstGUE_IPV4PROTO        DirectorGueConst = 17
+	DirectorGueConstGUE_HLEN_MASK        DirectorGueConst = 31
+	DirectorGueConstGUE_HLEN_VC_SHIFT    DirectorGueConst = 5
 )
 
 type DirectorXdpAction uint32

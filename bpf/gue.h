@@ -13,6 +13,16 @@ enum gue_const {
 	GUE_MAX_HOPS = 4,              /* a row's primary and secondary, and with alt_hash_fields the alternate row's */
 	GUE_MAX_LISTED = GUE_MAX_HOPS - 1, /* listed in the header: every hop but the primary, which is the outer destination */
 	GUE_PRIVATE_TYPE_GLB = 0,      /* GLB's private data type */
+	/* The outer IPv4 header: version 4 and IHL 5, don't-fragment, TTL,
+	 * protocol UDP. */
+	GUE_IPV4_VERSION_IHL = 0x45,
+	GUE_IPV4_DF = 0x4000,          /* frag_off, host order */
+	GUE_IPV4_TTL = 64,
+	GUE_IPV4_PROTO = 17,           /* IPPROTO_UDP */
+	/* glb_gue_hdr.hlen: version (2 bits) and C (1 bit), both 0, above
+	 * hlen (5 bits), the private data's 32-bit words. */
+	GUE_HLEN_MASK = 0x1f,
+	GUE_HLEN_VC_SHIFT = 5,
 };
 
 /* The GUE header (version 0, C 0, no flags) and GLB's private data: the

@@ -61,7 +61,14 @@ func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) 
 // protocol UDP) and the source address, in the byte order the program
 // reads them.
 func csumBase(src uint32) uint32 {
-	return 0x0045 + 0x0040 + 0x1140 + src&0xffff + src>>16
+	// The words as the program's little-endian stores lay them: version
+	// and IHL (TOS 0), DF (network order), TTL and protocol.
+	const (
+		verIHL = uint32(bpf.DirectorGueConstGUE_IPV4VERSION_IHL)
+		df     = uint32(bpf.DirectorGueConstGUE_IPV4DF>>8 | bpf.DirectorGueConstGUE_IPV4DF<<8&0xff00)
+		ttl    = uint32(bpf.DirectorGueConstGUE_IPV4TTL) | uint32(bpf.DirectorGueConstGUE_IPV4PROTO)<<8
+	)
+	return verIHL + df + ttl + src&0xffff + src>>16
 }
 
 // refreshConfig rederives what the program reads from the config entry

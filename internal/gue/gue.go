@@ -27,6 +27,14 @@ const (
 	// Inner protocols, as GUE's proto field gives them.
 	ProtoIPv4 = 4
 	ProtoIPv6 = 41
+	// The outer IPv4 header's fixed fields.
+	ipv4VersionIHL = uint8(bpf.DirectorGueConstGUE_IPV4VERSION_IHL)
+	ipv4DF         = uint16(bpf.DirectorGueConstGUE_IPV4DF)
+	ipv4TTL        = uint8(bpf.DirectorGueConstGUE_IPV4TTL)
+	ipv4Proto      = uint8(bpf.DirectorGueConstGUE_IPV4PROTO)
+	// GUE's hlen byte: version and C above the private data's length.
+	hlenMask    = uint8(bpf.DirectorGueConstGUE_HLEN_MASK)
+	hlenVCShift = uint(bpf.DirectorGueConstGUE_HLEN_VC_SHIFT)
 )
 
 // Where the fields are, from the generated struct glb_encap.
@@ -70,10 +78,10 @@ func (h *Header) Append(b []byte, innerLen int) []byte {
 	b = append(b, make([]byte, size)...)
 	e := b[start:]
 	ipLen := size + innerLen
-	e[0] = 0x45
+	e[0] = ipv4VersionIHL
 	binary.BigEndian.PutUint16(e[2:], uint16(ipLen))
-	binary.BigEndian.PutUint16(e[6:], 0x4000) // DF
-	e[8], e[9] = 64, 17                       // TTL, UDP
+	binary.BigEndian.PutUint16(e[6:], ipv4DF)
+	e[8], e[9] = ipv4TTL, ipv4Proto
 	src, dst := h.Src.As4(), h.Hops[0].As4()
 	copy(e[12:], src[:])
 	copy(e[16:], dst[:])
@@ -82,7 +90,7 @@ func (h *Header) Append(b []byte, innerLen int) []byte {
 	binary.BigEndian.PutUint16(e[offDport:], Port)
 	binary.BigEndian.PutUint16(e[offLen:], uint16(ipLen-20))
 	binary.BigEndian.PutUint16(e[offCheck:], 0)
-	e[offGUE] = byte(n) // version 0, C 0, hlen = 1 + listed
+	e[offGUE] = byte(n) & hlenMask // version 0, C 0, hlen = 1 + listed
 	e[offProto] = h.Proto
 	binary.BigEndian.PutUint16(e[offFlags:], 0)
 	binary.BigEndian.PutUint16(e[offType:], PrivateTypeGLB)
@@ -101,11 +109,11 @@ var ErrNotGUE = errors.New("not a GLB GUE packet")
 // outer IPv4 header, and returns it with the inner packet's offset in p.
 func Parse(p []byte) (Header, int, error) {
 	var h Header
-	if len(p) < offHops || p[0] != 0x45 || p[9] != 17 || binary.BigEndian.Uint16(p[offDport:]) != Port {
+	if len(p) < offHops || p[0] != ipv4VersionIHL || p[9] != ipv4Proto || binary.BigEndian.Uint16(p[offDport:]) != Port {
 		return h, 0, ErrNotGUE
 	}
 	hlen, listed := int(p[offGUE]), int(p[offCount])
-	if hlen>>5 != 0 || hlen != 1+listed || listed > MaxHops-1 || binary.BigEndian.Uint16(p[offType:]) != PrivateTypeGLB {
+	if hlen>>hlenVCShift != 0 || hlen&int(hlenMask) != 1+listed || listed > MaxHops-1 || binary.BigEndian.Uint16(p[offType:]) != PrivateTypeGLB {
 		return h, 0, fmt.Errorf("%w: GUE header %x", ErrNotGUE, p[offGUE:offHops])
 	}
 	inner := offHops + 4*listed

@@ -1,0 +1,75 @@
+/* GLB's GUE encapsulation (gue.h), written in front of a packet. */
+#ifndef DIR_ENCAP_H
+#define DIR_ENCAP_H
+
+/* encapsulate moves the L2 header of l2len bytes forward by the encap size
+ * and writes the GUE headers behind it. l2len is a constant at each call
+ * site so the copies are fixed-size. */
+static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
+				       __u32 l2len, __u32 ip_len, __u8 ip_family, __be32 hops[GUE_MAX_HOPS],
+				       __u32 nhops, __u16 sport)
+{
+	__u32 listed = nhops - 1;
+	__u32 esize = GLB_ENCAP_SIZE(nhops);
+
+	if (bpf_xdp_adjust_head(ctx, -(int)esize))
+		return pass(c, DIR_C_ERROR_ADJUST_HEAD);
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	/* Always true for a packet that parsed (it holds an IP header and at
+	 * least 8 more bytes); the check is for the verifier. */
+	if (data + l2len + sizeof(struct glb_encap) > end) {
+		bpf_xdp_adjust_head(ctx, (int)esize);
+		return pass(c, DIR_C_ERROR_BOUNDS);
+	}
+
+	/* Move the L2 header to the new front: it started esize bytes later,
+	 * and esize >= 40 > l2len, so the ranges do not overlap. New source
+	 * MAC: the frame's destination. New destination: the gateway. */
+	__u8 *eth = data;
+	__u8 *old = data + esize;
+	/* Eight-byte moves: each writes two bytes too many, which the next
+	 * store overwrites (the gateway MAC is followed by other fields of the
+	 * config; byte copies would cost twelve loads and twelve stores). */
+	*(__u64 *)eth = *(const __u64 *)cfg->gateway_mac;
+	*(__u64 *)(eth + 6) = *(const __u64 *)old;
+	if (l2len == 18) {
+		*(__u32 *)(eth + 12) = *(const __u32 *)(old + 12); /* the 802.1Q tag */
+		*(__be16 *)(eth + 16) = bpf_htons(ETH_P_IP);
+	} else {
+		*(__be16 *)(eth + 12) = bpf_htons(ETH_P_IP);
+	}
+
+	/* The headers go out as a few wide stores of precomputed words rather
+	 * than field by field (bitfields cost a load and a mask each). Words
+	 * are built in memory order on this little-endian machine; the
+	 * checksum is a one's complement sum, which does not care about byte
+	 * order as long as it is read and written the same way. Packet data
+	 * may be unaligned: XDP runs without strict alignment on x86. */
+	struct glb_encap *e = data + l2len;
+	__u32 ipsz = esize + ip_len;
+	__u16 tot = bpf_htons(ipsz);
+	__u32 src = cfg->src_ip, dst = hops[0];
+	__u32 sum = cfg->csum_base + tot + (dst & 0xffff) + (dst >> 16);
+	__u16 check = ~csum_fold(sum);
+	__u8 *p = (__u8 *)e;
+	*(__u64 *)p = GUE_IPV4_VERSION_IHL | (__u64)tot << 16 | (__u64)bpf_htons(GUE_IPV4_DF) << 48;        /* version, ihl, tos, tot_len, id, DF */
+	*(__u64 *)(p + 8) = GUE_IPV4_TTL | (__u64)GUE_IPV4_PROTO << 8 | (__u64)check << 16 | (__u64)src << 32; /* ttl, proto, check, saddr */
+	*(__u32 *)(p + 16) = dst;
+	*(__u64 *)(p + 20) = bpf_htons(sport) | (__u64)bpf_htons(GUE_PORT) << 16 |
+			     (__u64)bpf_htons(ipsz - sizeof(struct iphdr)) << 32;   /* UDP, checksum 0 */
+	__u8 gproto = ip_family == DIR_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
+	/* Through p, not e: the compiler takes a packed struct's members as
+	 * unaligned and would store them byte by byte. */
+	*(__u64 *)(p + GUE_OFF) = (1 + listed) | (__u64)gproto << 8 | (__u64)listed << 56; /* GUE, GLB private data (type 0, next hop 0) */
+	*(__u32 *)(p + HOPS_OFF) = hops[1];
+	if (listed == 3) {
+		*(__u32 *)(p + HOPS_OFF + 4) = hops[2];
+		*(__u32 *)(p + HOPS_OFF + 8) = hops[3];
+	}
+	c->c[DIR_C_ENCAPSULATED]++;
+	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + ipsz;
+	return XDP_TX;
+}
+
+#endif

@@ -1,0 +1,78 @@
+/* The director program's maps: its settings, the bind maps of both
+ * generations, the tables and the counters. Included once, by director.c. */
+#ifndef DIR_MAPS_H
+#define DIR_MAPS_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_config);
+} config SEC(".maps");
+
+/* Bind maps, two generations of each. The inner maps are created once, at
+ * load, and only their contents change afterwards: replacing an entry of a
+ * map of maps makes the kernel wait for an RCU grace period. */
+struct bind_trie {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct dir_bind_key);
+	__type(value, struct dir_bind_val);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, DIR_BIND_GENS);
+	__type(key, __u32);
+	__array(values, struct bind_trie);
+} binds SEC(".maps");
+
+/* The exact tables of both generations are values of one plain array:
+ * a generation is only written while it is inactive, so it needs no map
+ * of its own to be swapped in, and packets save an indirection. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DIR_BIND_GENS);
+	__type(key, __u32);
+	__type(value, struct dir_exact_table);
+} bind_exact SEC(".maps");
+
+/* The group tables of both generations, like bind_exact. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DIR_BIND_GENS);
+	__type(key, __u32);
+	__type(value, struct dir_group_table);
+} bind_groups SEC(".maps");
+
+struct table_slot {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_table);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, DIR_MAX_SLOTS);
+	__type(key, __u32);
+	__array(values, struct table_slot);
+} tables SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_counters);
+} counters SEC(".maps");
+
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DIR_MAX_TABLES * DIR_MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct dir_traffic);
+} backend_traffic SEC(".maps");
+
+#endif
