@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/director/director/loader/xdpmode"
 )
 
 // Attachment is an interface the director's program is attached to.
@@ -48,8 +50,8 @@ const (
 
 // XDP attach modes.
 const (
-	ModeNative  = "native"
-	ModeGeneric = "generic"
+	ModeNative  = xdpmode.Native
+	ModeGeneric = xdpmode.Generic
 )
 
 func linkPin(dir, iface string) string { return filepath.Join(dir, pinLinks, iface) }
@@ -66,14 +68,9 @@ func (d *Director) Attach(iface, mode string) (*Attachment, error) {
 
 // attachPinned attaches prog to iface through a link pinned in dir/links.
 func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachment, error) {
-	var flags link.XDPAttachFlags
-	switch mode {
-	case ModeNative:
-		flags = link.XDPDriverMode
-	case ModeGeneric:
-		flags = link.XDPGenericMode
-	default:
-		return nil, fmt.Errorf("mode %q: want native or generic", mode)
+	flags, err := xdpmode.Flags(mode)
+	if err != nil {
+		return nil, err
 	}
 	nl, err := netlink.LinkByName(iface)
 	if err != nil {
@@ -120,9 +117,9 @@ func attachPinned(dir string, prog *ebpf.Program, iface, mode string) (*Attachme
 // switchMode replaces iface's link in mode from with one in mode to. If
 // the new one cannot be made, the old mode is put back.
 func switchMode(pin string, prog *ebpf.Program, iface string, ifindex int, from, to string, flags link.XDPAttachFlags) (*Attachment, error) {
-	back := link.XDPDriverMode
-	if from == ModeGeneric {
-		back = link.XDPGenericMode
+	back, err := xdpmode.Flags(from)
+	if err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	if err := detachPinned(pin); err != nil {

@@ -34,7 +34,7 @@ type Backend struct {
 
 // LoadBackend loads the backend program into dir (pinned, adopting what is
 // there), or privately with dir "". It takes the director's path
-// (loadPinned): under dir's lock, and a program of another version
+// (pinnedLoad): under dir's lock, and a program of another version
 // replaces the pinned one on every attached interface.
 func LoadBackend(dir string) (*Backend, error) {
 	spec, err := bpf.LoadBackend()
@@ -42,9 +42,19 @@ func LoadBackend(dir string) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{Dir: dir}
-	pinned := []string{bpf.BackendMapBeCfg, bpf.BackendMapBeStats, bpf.BackendMapBeLocal}
-	restart := fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir)
-	if err := loadPinned(dir, "the backend program", restart, spec, pinned, &b.Repaired, &b.objs.BackendMaps, &b.objs.BackendPrograms, &b.objs.Backend, nil); err != nil {
+	l := &pinnedLoad{
+		dir:     dir,
+		what:    "the backend program",
+		restart: fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir),
+		spec:    spec,
+		pinned:  mapNames[bpf.BackendMaps](),
+		maps:    &b.objs.BackendMaps,
+		progs:   &b.objs.BackendPrograms,
+		prog:    &b.objs.Backend,
+	}
+	err = l.run()
+	b.Repaired = l.repaired
+	if err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -67,7 +77,7 @@ func (b *Backend) DisableSecondChance(self netip.Addr) error { return b.configur
 // SecondChance reports whether the program forwards packets of unknown
 // connections to the next hop (see DisableSecondChance).
 func (b *Backend) SecondChance() (bool, error) {
-	var c bpf.BackendBeConfig
+	var c bpf.BeConfig
 	if err := b.objs.BeCfg.Lookup(uint32(0), &c); err != nil {
 		return false, err
 	}
@@ -78,7 +88,7 @@ func (b *Backend) configure(self netip.Addr, secondChance bool) error {
 	if !self.Is4() {
 		return fmt.Errorf("%s is not an IPv4 address", self)
 	}
-	c := bpf.BackendBeConfig{SelfIp: nativeFromBE(self.As4()), Configured: 1}
+	c := bpf.BeConfig{SelfIp: nativeFromBE(self.As4()), Configured: 1}
 	if !secondChance {
 		c.NoSecondChance = 1
 	}
@@ -139,7 +149,7 @@ func (b *Backend) Accept(addrs []netip.Addr) error {
 // address and those Accept set.
 func (b *Backend) Accepted() ([]netip.Addr, error) {
 	seen := map[netip.Addr]bool{}
-	var c bpf.BackendBeConfig
+	var c bpf.BeConfig
 	if err := b.objs.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
 		seen[addrFromNative(c.SelfIp)] = true
 	}
@@ -183,7 +193,7 @@ func (b *Backend) Attachments() ([]Attachment, error) { return attachments(b.Dir
 
 // Counters sums the backend counters over CPUs, by name.
 func (b *Backend) Counters() (map[string]uint64, error) {
-	var per []bpf.BackendBeCounters
+	var per []bpf.BeCounters
 	if err := b.objs.BeStats.Lookup(uint32(0), &per); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/xdpmode"
 	"github.com/director/director/table"
 )
 
@@ -76,7 +77,7 @@ func benchProgram(b *testing.B, frame []byte, director bool, n int) (lab.Cost, e
 		}
 		defer prog.Close()
 	}
-	rig, err := lab.NewRig("bench0", prog, lab.ModeNative)
+	rig, err := lab.NewRig("bench0", prog, xdpmode.Native)
 	if err != nil {
 		return lab.Cost{}, err
 	}
@@ -146,7 +147,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 	})
 	b.Run("per-element", func(b *testing.B) {
-		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(bpf.DirectorDirRow{})), MaxEntries: table.Rows})
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(bpf.Row{})), MaxEntries: table.Rows})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -161,7 +162,7 @@ func BenchmarkApply(b *testing.B) {
 			}
 		}
 	})
-	_ = bpf.DirectorDirRow{}
+	_ = bpf.Row{}
 }
 
 // BenchmarkProgramPaired measures what BenchmarkProgram does, in a way a
@@ -289,7 +290,7 @@ func benchVersus(b *testing.B, cfg string, base, versus [][]byte) error {
 			return fmt.Errorf("frame %d is not steered", i)
 		}
 	}
-	rig, err := lab.NewRig("versus0", d.Prog, lab.ModeNative)
+	rig, err := lab.NewRig("versus0", d.Prog, xdpmode.Native)
 	if err != nil {
 		return err
 	}
@@ -424,7 +425,7 @@ func benchTwo(b *testing.B, ds [2]*Director, frames [][]byte) error {
 	var rigs [2]*lab.Rig
 	for i, d := range ds {
 		var err error
-		if rigs[i], err = lab.NewRig(fmt.Sprintf("ab%d", i), d.Prog, lab.ModeNative); err != nil {
+		if rigs[i], err = lab.NewRig(fmt.Sprintf("ab%d", i), d.Prog, xdpmode.Native); err != nil {
 			return err
 		}
 		defer rigs[i].Close()
@@ -472,7 +473,7 @@ func benchPaired(b *testing.B, cfg string, frames [][]byte) error {
 	// Two rigs side by side: the empty program's and the director's.
 	var rigs [2]*lab.Rig
 	for i, p := range []*ebpf.Program{base, d.Prog} {
-		if rigs[i], err = lab.NewRig(fmt.Sprintf("pair%d", i), p, lab.ModeNative); err != nil {
+		if rigs[i], err = lab.NewRig(fmt.Sprintf("pair%d", i), p, xdpmode.Native); err != nil {
 			return err
 		}
 		defer rigs[i].Close()

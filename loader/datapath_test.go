@@ -386,7 +386,7 @@ func TestDatapathMatchesModel(t *testing.T) {
 			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}, exact: exactSet(m.Tables), trie: c.trie}
 			if c.trie {
 				for gen := uint32(0); gen < 2; gen++ {
-					var gt bpf.DirectorDirGroupTable
+					var gt bpf.GroupTable
 					if err := d.Maps.BindGroups.Lookup(gen, &gt); err != nil {
 						t.Fatal(err)
 					}

@@ -17,14 +17,14 @@ import (
 
 // configEntry lays c out as the datapath reads it, with bind generation
 // gen. c's gateway must be resolved.
-func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.DirectorDirConfig, error) {
+func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.Config, error) {
 	if len(c.GatewayMAC) != 6 {
 		return nil, fmt.Errorf("gateway MAC %q is not an Ethernet address", c.GatewayMAC)
 	}
 	if !c.SrcIP.Is4() {
 		return nil, fmt.Errorf("outbound source %s is not IPv4", c.SrcIP)
 	}
-	v := &bpf.DirectorDirConfig{
+	v := &bpf.Config{
 		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields),
 		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1, BindGen: gen,
 	}
@@ -45,7 +45,7 @@ func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) 
 	}
 	r := *c
 	r.GatewayMAC = gateway
-	var v bpf.DirectorDirConfig
+	var v bpf.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		return err
 	}
@@ -64,9 +64,9 @@ func csumBase(src uint32) uint32 {
 	// The words as the program's little-endian stores lay them: version
 	// and IHL (TOS 0), DF (network order), TTL and protocol.
 	const (
-		verIHL = uint32(bpf.DirectorGueConstGUE_IPV4VERSION_IHL)
-		df     = uint32(bpf.DirectorGueConstGUE_IPV4DF>>8 | bpf.DirectorGueConstGUE_IPV4DF<<8&0xff00)
-		ttl    = uint32(bpf.DirectorGueConstGUE_IPV4TTL) | uint32(bpf.DirectorGueConstGUE_IPV4PROTO)<<8
+		verIHL = uint32(bpf.IPv4VersionIHL)
+		df     = uint32(bpf.IPv4DF)>>8 | uint32(bpf.IPv4DF)<<8&0xff00
+		ttl    = uint32(bpf.IPv4TTL) | uint32(bpf.IPv4Proto)<<8
 	)
 	return verIHL + df + ttl + src&0xffff + src>>16
 }
@@ -75,7 +75,7 @@ func csumBase(src uint32) uint32 {
 // but the control plane computes (csum_base), for an entry an older
 // version wrote; a new program must not read it stale.
 func (d *Director) refreshConfig() error {
-	var v bpf.DirectorDirConfig
+	var v bpf.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		return err
 	}
@@ -89,14 +89,14 @@ func (d *Director) refreshConfig() error {
 // LiveConfig reads the director's settings back, their gateway MAC set;
 // nil before any were written.
 func (d *Director) LiveConfig() (*table.DirectorConfig, error) {
-	var v bpf.DirectorDirConfig
+	var v bpf.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		return nil, err
 	}
 	return decodeConfig(&v), nil
 }
 
-func decodeConfig(v *bpf.DirectorDirConfig) *table.DirectorConfig {
+func decodeConfig(v *bpf.Config) *table.DirectorConfig {
 	if v.Configured == 0 {
 		return nil
 	}

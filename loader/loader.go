@@ -11,6 +11,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -66,11 +68,9 @@ func (d *Director) Close() error {
 	return err
 }
 
-// pinnedMaps are the maps a director keeps across processes.
-var pinnedMaps = []string{
-	bpf.DirectorMapConfig, bpf.DirectorMapBinds, bpf.DirectorMapBindExact, bpf.DirectorMapBindGroups,
-	bpf.DirectorMapTables, bpf.DirectorMapCounters, bpf.DirectorMapBackendTraffic,
-}
+// pinnedMaps are the maps a director keeps across processes: all of its
+// program's.
+var pinnedMaps = mapNames[bpf.DirectorMaps]()
 
 // directorSpec reads the BPF object loads use: the embedded one, unless a
 // benchmark comparing two builds of the program (BenchmarkProgramAB) loads
@@ -111,20 +111,31 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	}
 	var objs bpf.DirectorObjects
 	d := &Director{Dir: dir, spec: spec}
-	restart := fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir)
-	err = loadPinned(dir, "the XDP program", restart, spec, pinnedMaps, &d.Repaired, &objs.DirectorMaps, &objs.DirectorPrograms, &objs.Director, func() error {
-		d.Maps = objs.DirectorMaps
-		if err := d.createBindMaps(); err != nil {
-			return err
-		}
-		if err := d.refreshConfig(); err != nil {
-			return fmt.Errorf("updating the config entry: %w", err)
-		}
-		if serve != nil {
-			return serve(d)
-		}
-		return nil
-	})
+	l := &pinnedLoad{
+		dir:     dir,
+		what:    "the XDP program",
+		restart: fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
+		spec:    spec,
+		pinned:  pinnedMaps,
+		maps:    &objs.DirectorMaps,
+		progs:   &objs.DirectorPrograms,
+		prog:    &objs.Director,
+		setup: func() error {
+			d.Maps = objs.DirectorMaps
+			if err := d.createBindMaps(); err != nil {
+				return err
+			}
+			if err := d.refreshConfig(); err != nil {
+				return fmt.Errorf("updating the config entry: %w", err)
+			}
+			if serve != nil {
+				return serve(d)
+			}
+			return nil
+		},
+	}
+	err = l.run()
+	d.Repaired = l.repaired
 	if err != nil {
 		return nil, err
 	}
@@ -132,124 +143,153 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	return d, nil
 }
 
-// loadPinned is how both programs, the director and the backend, are
+// pinnedLoad is how both programs, the director and the backend, are
 // loaded: into dir under its lock, the maps named in pinned pinned by name
-// (adopted when already there) and assigned to mapObjs, then progObjs
-// assigned, the program verified while setup runs on the maps, then *prog
-// installed as dir's program (install), replacing an older version on
-// every attached interface. With dir "" nothing is pinned and the objects
-// are private to this process. On error, mapObjs and progObjs are closed.
-//
-// restart says how to start over when pinned maps have another layout.
+// (adopted when already there) and assigned to maps, then progs assigned,
+// the program verified while setup runs on the maps, then *prog installed
+// as dir's program (install), replacing an older version on every attached
+// interface. With dir "" nothing is pinned and the objects are private to
+// this process. On error, maps and progs are closed.
 //
 // Before anything is created, every map pin is checked against the maps the
 // pinned program uses: one removed or replaced underneath is pinned again
-// from the program's own (what was done goes in *repaired), so the maps
+// from the program's own (what was done goes in repaired), so the maps
 // adopted are always the datapath's, never a new empty one beside it.
-func loadPinned(dir, what, restart string, spec *ebpf.CollectionSpec, pinned []string, repaired *[]string, mapObjs, progObjs io.Closer, prog **ebpf.Program, setup func() error) (rerr error) {
+type pinnedLoad struct {
+	dir     string
+	what    string // "the XDP program", for errors
+	restart string // how to start over when pinned maps have another layout
+	spec    *ebpf.CollectionSpec
+	pinned  []string
+	maps    io.Closer      // a bpf2go maps struct
+	progs   io.Closer      // a bpf2go programs struct
+	prog    **ebpf.Program // the program in progs that dir pins
+	setup   func() error   // run on the maps while the program verifies
+
+	repaired []string
+}
+
+func (l *pinnedLoad) run() (rerr error) {
 	var opts ebpf.CollectionOptions
-	unlock := func() {}
-	if dir != "" {
-		_, serr := os.Lstat(dir)
-		fresh := errors.Is(serr, os.ErrNotExist)
-		if err := ensureDir(dir); err != nil {
-			if fresh {
-				os.RemoveAll(dir) // nothing of a failed first load stays behind
-			}
-			return privilegeError("loading "+what+" into "+dir, err)
-		}
-		if fresh {
+	if l.dir != "" {
+		_, serr := os.Lstat(l.dir)
+		if errors.Is(serr, os.ErrNotExist) {
 			defer func() {
 				if rerr != nil {
-					os.RemoveAll(dir)
+					os.RemoveAll(l.dir) // nothing of a failed first load stays behind
 				}
 			}()
 		}
-		var err error
-		if unlock, err = lockDir(dir); err != nil {
+		unlock, err := l.prepare()
+		if err != nil {
 			return err
 		}
-		for _, name := range pinned {
-			spec.Maps[name].Pinning = ebpf.PinByName
+		defer unlock()
+		opts.Maps = ebpf.MapOptions{PinPath: l.dir}
+	}
+	if err := l.load(opts); err != nil {
+		return err
+	}
+	if l.dir == "" {
+		return nil
+	}
+	fail := func(err error) error {
+		l.progs.Close()
+		l.maps.Close()
+		return err
+	}
+	p, err := install(l.dir, *l.prog)
+	if err != nil {
+		return fail(err)
+	}
+	*l.prog = p
+	if err := chmodPins(l.dir); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// prepare makes and locks dir, marks the pinned maps for pinning and puts
+// right the pins the pinned program's maps no longer have. On success the
+// caller holds the lock until it calls unlock.
+func (l *pinnedLoad) prepare() (unlock func(), err error) {
+	if err := ensureDir(l.dir); err != nil {
+		return nil, privilegeError("loading "+l.what+" into "+l.dir, err)
+	}
+	if unlock, err = lockDir(l.dir); err != nil {
+		return nil, err
+	}
+	for _, name := range l.pinned {
+		l.spec.Maps[name].Pinning = ebpf.PinByName
+	}
+	if old, err := ebpf.LoadPinnedProgram(filepath.Join(l.dir, pinProgram), nil); err == nil {
+		bad, err := checkPins(l.dir, old, l.pinned)
+		old.Close()
+		if err == nil {
+			l.repaired, err = repairPins(bad)
 		}
-		if old, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err == nil {
-			bad, err := checkPins(dir, old, pinned)
-			old.Close()
-			if err == nil {
-				*repaired, err = repairPins(bad)
-			}
-			if err != nil {
-				unlock()
-				return fmt.Errorf("loading %s: checking the pins: %w", what, err)
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
+		if err != nil {
 			unlock()
-			return fmt.Errorf("loading %s: reading the pinned program: %w", what, err)
+			return nil, fmt.Errorf("loading %s: checking the pins: %w", l.what, err)
 		}
-		opts.Maps = ebpf.MapOptions{PinPath: dir}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		unlock()
+		return nil, fmt.Errorf("loading %s: reading the pinned program: %w", l.what, err)
 	}
-	defer unlock()
-	loadErr := func(err error) error {
-		if pe := privilegeError("loading "+what, err); pe != err {
-			return pe
-		}
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("loading %s: %+v", what, ve)
-		}
-		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return fmt.Errorf("loading %s: the maps pinned under %s were made by a build with another layout "+
-				"(%s): %w", what, dir, restart, err)
-		}
-		return fmt.Errorf("loading %s: %w", what, err)
-	}
+	return unlock, nil
+}
+
+// load creates (or adopts) the maps, then verifies the program while setup
+// runs on them.
+func (l *pinnedLoad) load(opts ebpf.CollectionOptions) error {
 	// The maps first, every one of the object's (its data sections
 	// included), so that the program can be given them all.
-	mapSpec := spec.Copy()
+	mapSpec := l.spec.Copy()
 	mapSpec.Programs = nil
 	coll, err := ebpf.NewCollectionWithOptions(mapSpec, opts)
 	if err != nil {
-		return loadErr(err)
+		return l.loadErr(err)
 	}
-	defer coll.Close() // what mapObjs does not take
+	defer coll.Close() // what maps does not take
 	// Assign takes maps out of coll.Maps: the program gets them from a
 	// copy (and clones each).
 	progOpts := ebpf.CollectionOptions{MapReplacements: maps.Clone(coll.Maps)}
-	if err := coll.Assign(mapObjs); err != nil {
-		return loadErr(err)
+	if err := coll.Assign(l.maps); err != nil {
+		return l.loadErr(err)
 	}
 	// The verifier's work and setup's (map updates that wait for RCU grace
 	// periods) at once.
 	verified := make(chan error, 1)
-	go func() { verified <- spec.LoadAndAssign(progObjs, &progOpts) }()
+	go func() { verified <- l.spec.LoadAndAssign(l.progs, &progOpts) }()
 	var setupErr error
-	if setup != nil {
-		setupErr = setup()
+	if l.setup != nil {
+		setupErr = l.setup()
 	}
 	if err := <-verified; err != nil {
-		mapObjs.Close()
-		return explainLoad(spec, loadErr(err))
-	}
-	fail := func(err error) error {
-		progObjs.Close()
-		mapObjs.Close()
-		return err
+		l.maps.Close()
+		return explainLoad(l.spec, l.loadErr(err))
 	}
 	if setupErr != nil {
-		return fail(setupErr)
-	}
-	if dir == "" {
-		return nil
-	}
-	p, err := install(dir, *prog)
-	if err != nil {
-		return fail(err)
-	}
-	*prog = p
-	if err := chmodPins(dir); err != nil {
-		return fail(err)
+		l.progs.Close()
+		l.maps.Close()
+		return setupErr
 	}
 	return nil
+}
+
+func (l *pinnedLoad) loadErr(err error) error {
+	if pe := privilegeError("loading "+l.what, err); pe != err {
+		return pe
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("loading %s: %+v", l.what, ve)
+	}
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return fmt.Errorf("loading %s: the maps pinned under %s were made by a build with another layout "+
+			"(%s): %w", l.what, l.dir, l.restart, err)
+	}
+	return fmt.Errorf("loading %s: %w", l.what, err)
 }
 
 // createBindMaps gives both bind generations their inner maps, once: an
@@ -341,7 +381,7 @@ func Open(dir string) (*Director, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		if _, private := privateMountNS(); private && !isBPFFS(filepath.Dir(dir)) {
 			return nil, fmt.Errorf("%s: no director is loaded there: %w", dir,
-				errThrowaway("where "+filepath.Dir(dir)+" is not a bpf filesystem, so what the host pinned cannot be seen"))
+				errPrivateMounts("where "+filepath.Dir(dir)+" is not a bpf filesystem, so what the host pinned cannot be seen"))
 		}
 		return nil, fmt.Errorf("%s: %w", dir, ErrNotLoaded)
 	}
@@ -354,23 +394,9 @@ func Open(dir string) (*Director, error) {
 		return nil, err
 	}
 	d := &Director{Dir: dir, Prog: prog, spec: spec}
-	open := func(name string) *ebpf.Map {
-		if err != nil {
-			return nil
-		}
-		var m *ebpf.Map
-		m, err = ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if err != nil {
-			err = fmt.Errorf("opening pinned map %s: %w", name, err)
-		}
-		return m
-	}
-	d.Maps.Config = open(bpf.DirectorMapConfig)
-	d.Maps.Binds = open(bpf.DirectorMapBinds)
-	d.Maps.BindExact = open(bpf.DirectorMapBindExact)
-	d.Maps.Tables = open(bpf.DirectorMapTables)
-	d.Maps.Counters = open(bpf.DirectorMapCounters)
-	d.Maps.BackendTraffic = open(bpf.DirectorMapBackendTraffic)
+	// Pins from before the group table have none until 'load' upgrades
+	// them; their program does not read one either.
+	err = openPinned(dir, &d.Maps, bpf.DirectorMapBindGroups)
 	if err != nil {
 		if bad, cerr := checkPins(dir, prog, pinnedMaps); cerr == nil && len(bad) > 0 {
 			err = pinsError(dir, bad)
@@ -384,14 +410,6 @@ func Open(dir string) (*Director, error) {
 	} else if len(bad) > 0 {
 		d.Close()
 		return nil, pinsError(dir, bad)
-	}
-	// Pins from before the group table have none until 'load' upgrades
-	// them; their program does not read one either.
-	if m, gerr := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.DirectorMapBindGroups), nil); gerr == nil {
-		d.Maps.BindGroups = m
-	} else if !errors.Is(gerr, os.ErrNotExist) {
-		d.Close()
-		return nil, fmt.Errorf("opening pinned map %s: %w", bpf.DirectorMapBindGroups, gerr)
 	}
 	return d, nil
 }
@@ -424,7 +442,7 @@ func ensureDir(dir string) error {
 	if !isBPFFS(filepath.Dir(dir)) {
 		if filepath.Dir(dir) == "/sys/fs/bpf" || filepath.Clean(dir) == "/sys/fs/bpf" {
 			if _, private := privateMountNS(); private {
-				return errThrowaway("where /sys/fs/bpf is not a bpf filesystem; one mounted there, and everything pinned in it, " +
+				return errPrivateMounts("where /sys/fs/bpf is not a bpf filesystem; one mounted there, and everything pinned in it, " +
 					"would be gone when the command exits")
 			}
 			if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
@@ -522,14 +540,14 @@ func checkPersistent(path string) error {
 			return nil
 		}
 	}
-	return errThrowaway("where " + path + " is a bpf filesystem the host does not see: everything pinned in it would be gone " +
+	return errPrivateMounts("where " + path + " is a bpf filesystem the host does not see: everything pinned in it would be gone " +
 		"when the command exits")
 }
 
-// errThrowaway explains why pinning in a private mount namespace is
+// errPrivateMounts explains why pinning in a private mount namespace is
 // refused, and what to do instead; what completes "runs in a private mount
 // namespace ...".
-func errThrowaway(what string) error {
+func errPrivateMounts(what string) error {
 	return fmt.Errorf("this command runs in a private mount namespace (as 'ip netns exec' gives every command), %s. "+
 		"Run it in the network namespace alone, keeping the host's mounts: nsenter --net=/run/netns/NAME director ... "+
 		"(or mount bpffs at /sys/fs/bpf on the host first)", what)
@@ -600,4 +618,39 @@ func (d *Director) Serve(c *table.DirectorConfig, tables []*table.Table) error {
 	}
 	_, err := d.applyChange(change{Tables: tables, Config: c}, nil)
 	return err
+}
+
+// mapNames are the maps a bpf2go maps struct holds, by their ebpf tags.
+func mapNames[T any]() []string {
+	t := reflect.TypeFor[T]()
+	var out []string
+	for i := range t.NumField() {
+		if name := t.Field(i).Tag.Get("ebpf"); name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// openPinned opens, into each field of a bpf2go maps struct, the map
+// pinned in dir under the field's ebpf tag. A map named in optional that is
+// not pinned stays nil. On error, what was opened stays in dst for its
+// Close.
+func openPinned(dir string, dst any, optional ...string) error {
+	v := reflect.ValueOf(dst).Elem()
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Tag.Get("ebpf")
+		if name == "" {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) && slices.Contains(optional, name) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("opening pinned map %s: %w", name, err)
+		}
+		v.Field(i).Set(reflect.ValueOf(m))
+	}
+	return nil
 }

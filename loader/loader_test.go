@@ -79,20 +79,20 @@ func TestSharedTypeSizes(t *testing.T) {
 		name      string
 		got, want uintptr
 	}{
-		{"dir_config", unsafe.Sizeof(bpf.DirectorDirConfig{}), 24},
-		{"dir_backend", unsafe.Sizeof(bpf.DirectorDirBackend{}), 20},
-		{"dir_bind", unsafe.Sizeof(bpf.DirectorDirBind{}), 24},
-		{"dir_row", unsafe.Sizeof(bpf.DirectorDirRow{}), 2},
-		{"dir_bind_key", unsafe.Sizeof(bpf.DirectorDirBindKey{}), 24},
-		{"dir_table", unsafe.Sizeof(bpf.DirectorDirTable{}), 16 + 64 + 4 + 4 + 4 + 4 + 256*20 + 256*24 + 256*4 + 65536*2},
-		{"dir_counters", unsafe.Sizeof(bpf.DirectorDirCounters{}), 8 * 32}, // DIR_C_SLOTS: room for counters to come
+		{"dir_config", unsafe.Sizeof(bpf.Config{}), 24},
+		{"dir_backend", unsafe.Sizeof(bpf.Backend{}), 20},
+		{"dir_bind", unsafe.Sizeof(bpf.Bind{}), 24},
+		{"dir_row", unsafe.Sizeof(bpf.Row{}), 2},
+		{"dir_bind_key", unsafe.Sizeof(bpf.BindKey{}), 24},
+		{"dir_table", unsafe.Sizeof(bpf.Table{}), 16 + 64 + 4 + 4 + 4 + 4 + 256*20 + 256*24 + 256*4 + 65536*2},
+		{"dir_counters", unsafe.Sizeof(bpf.Counters{}), 8 * 32}, // DIR_C_SLOTS: room for counters to come
 	} {
 		if c.got != c.want {
 			t.Errorf("%s is %d bytes, want %d", c.name, c.got, c.want)
 		}
 	}
-	if int(bpf.DirectorDirCounterDIR_C_MAX) != len(CounterNames()) {
-		t.Errorf("%d counter names for %d counters", len(CounterNames()), bpf.DirectorDirCounterDIR_C_MAX)
+	if bpf.NumCounters != len(CounterNames()) {
+		t.Errorf("%d counter names for %d counters", len(CounterNames()), bpf.NumCounters)
 	}
 }
 
@@ -127,7 +127,7 @@ func TestLoadRefreshesConfig(t *testing.T) {
 	if _, err := d.applyChange(change{Config: &dc}, nil); err != nil {
 		t.Fatal(err)
 	}
-	var v bpf.DirectorDirConfig
+	var v bpf.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/director/director/bpf"
 	"github.com/director/director/table"
 )
 
@@ -64,7 +65,7 @@ func place(live []LiveTable, previous []int, tables []*table.Table) ([]placement
 		if out[i].statsID >= 0 {
 			continue
 		}
-		for id := 0; id < DirMaxTables && out[i].statsID < 0; id++ {
+		for id := 0; id < bpf.MaxTables && out[i].statsID < 0; id++ {
 			if !statsTaken[id] {
 				out[i].statsID = id
 				statsTaken[id] = true
@@ -79,7 +80,7 @@ func place(live []LiveTable, previous []int, tables []*table.Table) ([]placement
 		if !out[i].write {
 			continue
 		}
-		for s := 0; s < DirMaxSlots && out[i].slot < 0; s++ {
+		for s := 0; s < bpf.MaxSlots && out[i].slot < 0; s++ {
 			if !taken[s] {
 				out[i].slot = s
 				taken[s] = true

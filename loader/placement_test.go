@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/director/director/bpf"
 	"github.com/director/director/table"
 )
 
@@ -48,7 +49,7 @@ func TestPlace(t *testing.T) {
 	}
 	// No slot left.
 	var all []int
-	for s := 0; s < DirMaxSlots; s++ {
+	for s := 0; s < bpf.MaxSlots; s++ {
 		all = append(all, s)
 	}
 	if _, err := place(nil, all, next); err == nil || !strings.Contains(err.Error(), "no free table slot") {

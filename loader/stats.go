@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -59,7 +58,7 @@ func possibleCPUs() int {
 
 // GlobalCounters sums the global counters over CPUs.
 func (d *Director) GlobalCounters() ([]uint64, error) {
-	var per []bpf.DirectorDirCounters
+	var per []bpf.Counters
 	if err := d.Maps.Counters.Lookup(uint32(0), &per); err != nil {
 		return nil, err
 	}
@@ -73,7 +72,7 @@ func (d *Director) GlobalCounters() ([]uint64, error) {
 }
 
 func (d *Director) traffic(m *ebpf.Map, key uint32) (Traffic, error) {
-	var per []bpf.DirectorDirTraffic
+	var per []bpf.Traffic
 	if err := m.Lookup(key, &per); err != nil {
 		return Traffic{}, err
 	}
@@ -103,12 +102,9 @@ func (d *Director) Stats() (*Stats, error) {
 		return nil, err
 	}
 	for i, lt := range live {
-		ts := TableStats{Name: lt.Table.Name, StatsID: lt.StatsID}
-		if ts.Name == "" {
-			ts.Name = fmt.Sprintf("tables[%d]", i)
-		}
+		ts := TableStats{Name: table.DisplayName(lt.Table.Name, i), StatsID: lt.StatsID}
 		for j, b := range lt.Table.Backends {
-			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*DirMaxBackends+int(lt.Stat[j])))
+			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*bpf.MaxBackends+int(lt.Stat[j])))
 			if err != nil {
 				return nil, err
 			}
@@ -123,7 +119,7 @@ func (d *Director) Stats() (*Stats, error) {
 }
 
 func (d *Director) zero(m *ebpf.Map, key uint32) error {
-	return m.Put(key, make([]bpf.DirectorDirTraffic, possibleCPUs()))
+	return m.Put(key, make([]bpf.Traffic, possibleCPUs()))
 }
 
 // resetCounters zeroes the counters a table or backend starts using: a new
@@ -137,7 +133,7 @@ func (d *Director) resetCounters(statsID int, old *LiveTable, t *table.Table, st
 	}
 	for i := range t.Backends {
 		if !had[stat[i]] {
-			if err := d.zero(d.Maps.BackendTraffic, uint32(statsID*DirMaxBackends+int(stat[i]))); err != nil {
+			if err := d.zero(d.Maps.BackendTraffic, uint32(statsID*bpf.MaxBackends+int(stat[i]))); err != nil {
 				return err
 			}
 		}

@@ -21,14 +21,6 @@ import (
 // hold the live tables, the previous apply's and the next one's.
 const MaxTables = 32
 
-// Datapath limits (enum dir_limit in bpf/director.h).
-const (
-	DirMaxTables   = int(bpf.DirectorDirLimitDIR_MAX_TABLES) // counter blocks
-	DirMaxSlots    = int(bpf.DirectorDirLimitDIR_MAX_SLOTS)  // table slots
-	DirMaxBackends = int(bpf.DirectorDirLimitDIR_MAX_BACKENDS)
-	DirBindGens    = uint32(bpf.DirectorDirLimitDIR_BIND_GENS)
-)
-
 // LiveTable is a table as the kernel holds it.
 type LiveTable struct {
 	Slot    int
@@ -66,7 +58,7 @@ func (d *Director) Live() ([]LiveTable, error) {
 
 // liveAt reads the tables generation gen registers.
 func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
-	slots, err := d.registered(gen % DirBindGens)
+	slots, err := d.registered(gen % bpf.BindGens)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +77,7 @@ func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
 // generation returns the bind generation counter: every commit adds one,
 // and its parity (what the program reads) picks the live binds.
 func (d *Director) generation() (uint32, error) {
-	var c bpf.DirectorDirConfig
+	var c bpf.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &c); err != nil {
 		return 0, err
 	}
@@ -111,11 +103,11 @@ func (d *Director) registered(gen uint32) ([]int, error) {
 	}
 	defer trie.Close()
 	var slots []int
-	var k bpf.DirectorDirBindKey
-	var v bpf.DirectorDirBindVal
+	var k bpf.BindKey
+	var v bpf.BindVal
 	it := trie.Iterate()
 	for it.Next(&k, &v) {
-		if k.Kind == uint8(bpf.DirectorDirBindKindDIR_BIND_TABLE) {
+		if k.Kind == bpf.BindTable {
 			slots = append(slots, int(v.Id))
 		}
 	}
@@ -136,7 +128,7 @@ func (d *Director) readSlot(slot int) (*LiveTable, error) {
 		return nil, err
 	}
 	defer inner.Close()
-	var dt bpf.DirectorDirTable
+	var dt bpf.Table
 	if err := inner.Lookup(uint32(0), &dt); err != nil {
 		return nil, err
 	}
@@ -188,9 +180,9 @@ func sameContent(a, b *table.Table) bool {
 
 func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
 	switch family {
-	case uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV4):
+	case bpf.FamilyIPv4:
 		return netip.AddrFrom4([4]byte(b[:4])), nil
-	case uint8(bpf.DirectorDirFamilyDIR_FAMILY_IPV6):
+	case bpf.FamilyIPv6:
 		return netip.AddrFrom16(b), nil
 	}
 	return netip.Addr{}, fmt.Errorf("address family %d unknown", family)
@@ -200,15 +192,15 @@ func putAddr(a netip.Addr) (uint8, [16]byte) { return layout.PutAddr(a) }
 
 // encodeTable lays a table out as the datapath reads it. stat gives each
 // backend's counter index.
-func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.DirectorDirTable, error) {
-	dt := new(bpf.DirectorDirTable)
+func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, error) {
+	dt := new(bpf.Table)
 	dt.HashKey = t.HashKey
 	copy(dt.Name[:], t.Name)
 	dt.StatsId = uint32(statsID)
 	dt.Index = uint32(index)
 	dt.NumBackends = uint32(len(t.Backends))
 	dt.NumBinds = uint32(len(t.Binds))
-	if len(t.Backends) > DirMaxBackends || len(t.Binds) > len(dt.Binds) {
+	if len(t.Backends) > bpf.MaxBackends || len(t.Binds) > len(dt.Binds) {
 		return nil, errors.New("too many backends or binds")
 	}
 	for i, b := range t.Backends {
@@ -217,18 +209,18 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Directo
 		if b.Healthy {
 			healthy = 1
 		}
-		dt.Backends[i] = bpf.DirectorDirBackend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i]}
+		dt.Backends[i] = bpf.Backend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i]}
 		if b.IP.Is4() {
 			dt.HopAddr[stat[i]] = nativeFromBE(b.IP.As4())
 		}
 	}
 	for i, b := range t.Binds {
 		fam, addr := putAddr(b.Prefix.Addr())
-		dt.Binds[i] = bpf.DirectorDirBind{Addr: addr, Family: fam, PrefixBits: uint8(b.Prefix.Bits()),
+		dt.Binds[i] = bpf.Bind{Addr: addr, Family: fam, PrefixBits: uint8(b.Prefix.Bits()),
 			Proto: uint8(b.Proto), PortStart: b.PortStart, PortEnd: b.PortEnd}
 	}
 	for r, row := range t.Rows {
-		dt.Rows[r] = bpf.DirectorDirRow{Primary: stat[row.Primary], Secondary: stat[row.Secondary]}
+		dt.Rows[r] = bpf.Row{Primary: stat[row.Primary], Secondary: stat[row.Secondary]}
 	}
 	return dt, nil
 }
@@ -239,15 +231,15 @@ func nativeFromBE(b [4]byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
-func decodeTable(dt *bpf.DirectorDirTable) (*LiveTable, error) {
-	if dt.NumBackends == 0 || int(dt.NumBackends) > DirMaxBackends || int(dt.NumBinds) > len(dt.Binds) {
+func decodeTable(dt *bpf.Table) (*LiveTable, error) {
+	if dt.NumBackends == 0 || int(dt.NumBackends) > bpf.MaxBackends || int(dt.NumBinds) > len(dt.Binds) {
 		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
 	}
 	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows)}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
 	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t}
 	// Rows name backends by counter index; map those back to positions.
-	var byStat [bpf.DirectorDirLimitDIR_MAX_BACKENDS]int32
+	var byStat [bpf.MaxBackends]int32
 	for i := range byStat {
 		byStat[i] = -1
 	}
@@ -388,7 +380,7 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 	if err != nil {
 		return nil, err
 	}
-	previous, err := d.registered((gen + 1) % DirBindGens) // the inactive generation
+	previous, err := d.registered((gen + 1) % bpf.BindGens) // the inactive generation
 	if err != nil {
 		return nil, err
 	}
@@ -503,16 +495,16 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		return err
 	}
 	next := gen + 1
-	inactive := next % DirBindGens
+	inactive := next % bpf.BindGens
 	// Nothing reads the inactive generation: empty its trie, then fill it.
 	trie, err := d.trie(inactive)
 	if err != nil {
 		return err
 	}
 	defer trie.Close()
-	var stale []bpf.DirectorDirBindKey
-	var k bpf.DirectorDirBindKey
-	var v bpf.DirectorDirBindVal
+	var stale []bpf.BindKey
+	var k bpf.BindKey
+	var v bpf.BindVal
 	it := trie.Iterate()
 	for it.Next(&k, &v) {
 		stale = append(stale, k)
@@ -544,7 +536,7 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 	// The commit point. Without a new director config, the rest of the
 	// entry is rewritten with the values it has, and only the aligned
 	// generation word changes.
-	c := new(bpf.DirectorDirConfig)
+	c := new(bpf.Config)
 	if err := d.Maps.Config.Lookup(uint32(0), c); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -27,6 +28,16 @@ type Table struct {
 	NoGoodRows int
 
 	fp atomic.Pointer[string] // Fingerprint, once computed
+}
+
+// DisplayName is how every tool names the table at index i of a config (or
+// of what the kernel holds): its name, or, for a table without one (a GLB
+// binary's), its place, tables[i].
+func DisplayName(name string, i int) string {
+	if name != "" {
+		return name
+	}
+	return "tables[" + strconv.Itoa(i) + "]"
 }
 
 // Row names a row's two hops by index into Table.Backends.

@@ -150,9 +150,9 @@ func label(o, n *Table, i, j int, byName bool) string {
 	case o != nil && o.Name != "":
 		return o.Name
 	case i >= 0:
-		return fmt.Sprintf("tables[%d]", i)
+		return DisplayName("", i)
 	}
-	return fmt.Sprintf("tables[%d]", j)
+	return DisplayName("", j)
 }
 
 // counts returns each backend's primary and secondary row counts.

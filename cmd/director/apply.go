@@ -117,10 +117,7 @@ func runApply(e *env, c *command, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "applied %d tables in %s; fingerprints read back from the kernel:\n", len(tables), res.Duration.Round(10000))
 	for i, t := range verdict.Result {
-		name := t.Name
-		if name == "" {
-			name = fmt.Sprintf("tables[%d]", i)
-		}
+		name := table.DisplayName(t.Name, i)
 		fmt.Fprintf(e.stdout, "  %s  %s\n", name, table.ShortFingerprint(t.Fingerprint))
 	}
 	if dc != nil {

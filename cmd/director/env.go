@@ -30,5 +30,3 @@ func (e *env) directorConfig() (*table.DirectorConfig, error) {
 	}
 	return r, nil
 }
-
-func tablesOf(r *loader.ApplyResult) []*table.Table { return loader.Tables(r.Tables) }

@@ -68,10 +68,7 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	up, down := 0, 0
 	for i := range cfg.Tables {
 		tc := &cfg.Tables[i]
-		name := tc.Name
-		if name == "" {
-			name = fmt.Sprintf("tables[%d]", i)
-		}
+		name := table.DisplayName(tc.Name, i)
 		for j, b := range tc.Backends {
 			rs := results[i][j]
 			switch {

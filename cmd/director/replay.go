@@ -262,7 +262,7 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	for i, t := range rp.cur.tables {
 		names[i] = t.Name
 	}
-	agg := replay.NewAggregator(path, r.Frmt, names, loader.CounterNames())
+	agg := replay.NewAggregator(path, r.FileFormat, names, loader.CounterNames())
 	var vr *replay.VerifyReport
 	if verify {
 		vr = &replay.VerifyReport{First: []replay.Mismatch{}}

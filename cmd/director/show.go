@@ -183,10 +183,7 @@ func lookupAll(tables []*table.Table, dc *table.DirectorConfig, client, to strin
 			continue
 		}
 		row, p, s := t.Lookup(model.FlowHash(t.HashKey, f, dc.HashFields))
-		name := t.Name
-		if name == "" {
-			name = fmt.Sprintf("tables[%d]", i)
-		}
+		name := table.DisplayName(t.Name, i)
 		l := lookupEntry{Table: name, Index: i, Client: addr.String(), Row: row,
 			Primary: p.IP.String(), Secondary: s.IP.String(), HashFields: fieldsOf(dc)}
 		if dc.AltHashFields != 0 {

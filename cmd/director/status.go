@@ -155,10 +155,7 @@ func printStatus(e *env, doc *statusDoc) {
 		fmt.Fprintln(w, "tables       (none)")
 	}
 	for _, t := range doc.Tables {
-		name := t.Name
-		if name == "" {
-			name = fmt.Sprintf("tables[%d]", t.Index)
-		}
+		name := table.DisplayName(t.Name, t.Index)
 		fmt.Fprintf(w, "table        %s  fingerprint %s  %d backends  binds %v\n", name, table.ShortFingerprint(t.Fingerprint), t.Backends, t.Binds)
 	}
 	printService(w, doc.Service)

@@ -39,17 +39,17 @@ type Packet struct {
 
 // Reader reads packets from a capture file.
 type Reader struct {
-	f         *os.File
-	mem       []byte        // the file, when it is mapped
-	br        *bufio.Reader // what pcapgo reads from
-	pcap      *pcapgo.Reader
-	ng        *pcapgo.NgReader
-	n         int
-	Frmt      string // "pcap" or "pcapng"
-	links     map[int]layers.LinkType
-	arena     []byte       // frames are copied here: one allocation per megabyte, not per packet
-	frame     []byte       // Next's frames with an Ethernet header added, reused
-	populated atomic.Int64 // how much of mem Populate has done
+	f          *os.File
+	mem        []byte        // the file, when it is mapped
+	br         *bufio.Reader // what pcapgo reads from
+	pcap       *pcapgo.Reader
+	ng         *pcapgo.NgReader
+	n          int
+	FileFormat string // "pcap" or "pcapng"
+	links      map[int]layers.LinkType
+	arena      []byte       // frames are copied here: one allocation per megabyte, not per packet
+	frame      []byte       // Next's frames with an Ethernet header added, reused
+	populated  atomic.Int64 // how much of mem Populate has done
 }
 
 // Open opens a pcap or pcapng file; the format is read from its magic. A
@@ -112,7 +112,7 @@ func NewReader(rd io.Reader) (*Reader, error) {
 	}
 	r := &Reader{br: br, links: map[int]layers.LinkType{}}
 	if binary.LittleEndian.Uint32(magic) == 0x0a0d0d0a {
-		r.Frmt = "pcapng"
+		r.FileFormat = "pcapng"
 		if r.ng, err = pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true}); err != nil {
 			return nil, fmt.Errorf("reading pcapng: %w", err)
 		}
@@ -123,7 +123,7 @@ func NewReader(rd io.Reader) (*Reader, error) {
 		}
 		return r, nil
 	}
-	r.Frmt = "pcap"
+	r.FileFormat = "pcap"
 	if r.pcap, err = pcapgo.NewReader(br); err != nil {
 		return nil, fmt.Errorf("not a pcap or pcapng file: %w", err)
 	}

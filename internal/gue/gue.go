@@ -18,28 +18,28 @@ import (
 // Constants of the format (bpf/gue.h).
 const (
 	// Port is the UDP destination port of GUE packets.
-	Port = uint16(bpf.DirectorGueConstGUE_PORT)
+	Port = bpf.GUEPort
 	// MaxHops is the most hops a packet carries: a row's primary and
 	// secondary, and with alt_hash_fields the alternate row's two.
-	MaxHops = int(bpf.DirectorGueConstGUE_MAX_HOPS)
+	MaxHops = bpf.GUEMaxHops
 	// PrivateTypeGLB is GLB's private data type.
-	PrivateTypeGLB = uint16(bpf.DirectorGueConstGUE_PRIVATE_TYPE_GLB)
+	PrivateTypeGLB = bpf.GUEPrivateTypeGLB
 	// Inner protocols, as GUE's proto field gives them.
 	ProtoIPv4 = 4
 	ProtoIPv6 = 41
 	// The outer IPv4 header's fixed fields.
-	ipv4VersionIHL = uint8(bpf.DirectorGueConstGUE_IPV4VERSION_IHL)
-	ipv4DF         = uint16(bpf.DirectorGueConstGUE_IPV4DF)
-	ipv4TTL        = uint8(bpf.DirectorGueConstGUE_IPV4TTL)
-	ipv4Proto      = uint8(bpf.DirectorGueConstGUE_IPV4PROTO)
+	ipv4VersionIHL = bpf.IPv4VersionIHL
+	ipv4DF         = bpf.IPv4DF
+	ipv4TTL        = bpf.IPv4TTL
+	ipv4Proto      = bpf.IPv4Proto
 	// GUE's hlen byte: version and C above the private data's length.
-	hlenMask    = uint8(bpf.DirectorGueConstGUE_HLEN_MASK)
-	hlenVCShift = uint(bpf.DirectorGueConstGUE_HLEN_VC_SHIFT)
+	hlenMask    = bpf.GUEHlenMask
+	hlenVCShift = bpf.GUEHlenVCShift
 )
 
 // Where the fields are, from the generated struct glb_encap.
 var (
-	encap    bpf.DirectorGlbEncap
+	encap    bpf.GLBEncap
 	offSport = int(unsafe.Offsetof(encap.Sport))
 	offDport = int(unsafe.Offsetof(encap.Dport))
 	offLen   = int(unsafe.Offsetof(encap.Len))

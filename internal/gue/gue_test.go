@@ -33,7 +33,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	// The layout is gue.h's: 36 bytes before the hops, 3 hops at most.
-	if Size(MaxHops) != int(unsafe.Sizeof(bpf.DirectorGlbEncap{})) || Size(1) != 36 || MaxHops != 4 || Port != 19523 {
+	if Size(MaxHops) != int(unsafe.Sizeof(bpf.GLBEncap{})) || Size(1) != 36 || MaxHops != 4 || Port != 19523 {
 		t.Errorf("Size(%d) = %d, Size(1) = %d, MaxHops %d, Port %d", MaxHops, Size(MaxHops), Size(1), MaxHops, Port)
 	}
 	if _, _, err := Parse(make([]byte, 60)); !errors.Is(err, ErrNotGUE) {

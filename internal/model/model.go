@@ -19,40 +19,40 @@ import (
 
 // Verdicts, as XDP numbers them (enum xdp_action).
 const (
-	XDPPass = int(bpf.DirectorXdpActionXDP_PASS)
-	XDPTX   = int(bpf.DirectorXdpActionXDP_TX)
+	XDPPass = bpf.XDPPass
+	XDPTX   = bpf.XDPTX
 )
 
 // The datapath's counters (enum dir_counter in bpf/director.h); the
 // reasons a packet is passed are among them.
 const (
-	CounterProcessed    = int(bpf.DirectorDirCounterDIR_C_PROCESSED)
-	CounterMatched      = int(bpf.DirectorDirCounterDIR_C_MATCHED)
-	CounterEncapsulated = int(bpf.DirectorDirCounterDIR_C_ENCAPSULATED)
-	CounterEncapBytes   = int(bpf.DirectorDirCounterDIR_C_ENCAPSULATED_BYTES)
-	BindFast            = int(bpf.DirectorDirCounterDIR_C_BIND_FAST)  // found through the exact-match fast path (a performance counter; not modelled)
-	BindGroup           = int(bpf.DirectorDirCounterDIR_C_BIND_GROUP) // found through the group path (a performance counter; not modelled)
-	PassNotIP           = int(bpf.DirectorDirCounterDIR_C_PASS_NOT_IP)
-	PassVLAN            = int(bpf.DirectorDirCounterDIR_C_PASS_VLAN)
-	PassMalformed       = int(bpf.DirectorDirCounterDIR_C_PASS_MALFORMED)
-	PassFragment        = int(bpf.DirectorDirCounterDIR_C_PASS_FRAGMENT)
-	PassIPv6Ext         = int(bpf.DirectorDirCounterDIR_C_PASS_IPV6EXT)
-	PassProto           = int(bpf.DirectorDirCounterDIR_C_PASS_PROTO)
-	PassICMPEchoOff     = int(bpf.DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF)
-	PassNoBind          = int(bpf.DirectorDirCounterDIR_C_PASS_NO_BIND)
-	PassHeadersSplit    = int(bpf.DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT) // a multi-buffer frame whose headers run past its first buffer
-	PassTooBig          = int(bpf.DirectorDirCounterDIR_C_PASS_TOO_BIG)       // the encapsulated packet would be over 65,535 bytes
-	ErrNoConfig         = int(bpf.DirectorDirCounterDIR_C_ERROR_NO_CONFIG)
-	ErrNoTable          = int(bpf.DirectorDirCounterDIR_C_ERROR_NO_TABLE)
-	ErrAdjustHead       = int(bpf.DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD)
-	ErrBounds           = int(bpf.DirectorDirCounterDIR_C_ERROR_BOUNDS)
+	CounterProcessed    = bpf.CProcessed
+	CounterMatched      = bpf.CMatched
+	CounterEncapsulated = bpf.CEncapsulated
+	CounterEncapBytes   = bpf.CEncapBytes
+	BindFast            = bpf.CBindFast  // found through the exact-match fast path (a performance counter; not modelled)
+	BindGroup           = bpf.CBindGroup // found through the group path (a performance counter; not modelled)
+	PassNotIP           = bpf.CPassNotIP
+	PassVLAN            = bpf.CPassVLAN
+	PassMalformed       = bpf.CPassMalformed
+	PassFragment        = bpf.CPassFragment
+	PassIPv6Ext         = bpf.CPassIPv6Ext
+	PassProto           = bpf.CPassProto
+	PassICMPEchoOff     = bpf.CPassICMPEchoOff
+	PassNoBind          = bpf.CPassNoBind
+	PassHeadersSplit    = bpf.CPassHeadersSplit // a multi-buffer frame whose headers run past its first buffer
+	PassTooBig          = bpf.CPassTooBig       // the encapsulated packet would be over 65,535 bytes
+	ErrNoConfig         = bpf.CErrNoConfig
+	ErrNoTable          = bpf.CErrNoTable
+	ErrAdjustHead       = bpf.CErrAdjustHead
+	ErrBounds           = bpf.CErrBounds
 	// Of frames passed for a Pass reason, what GLB's director would have
 	// counted them as: UnknownFormat (its parser cannot read them),
 	// Matched (what it reads is bound) or NoMatchingBind.
-	GLBUnknownFormat  = int(bpf.DirectorDirCounterDIR_C_GLB_UNKNOWN_FORMAT)
-	GLBNoMatchingBind = int(bpf.DirectorDirCounterDIR_C_GLB_NO_MATCHING_BIND)
-	GLBMatched        = int(bpf.DirectorDirCounterDIR_C_GLB_MATCHED)
-	NumCounters       = int(bpf.DirectorDirCounterDIR_C_MAX)
+	GLBUnknownFormat  = bpf.CGLBUnknownFormat
+	GLBNoMatchingBind = bpf.CGLBNoMatching
+	GLBMatched        = bpf.CGLBMatched
+	NumCounters       = bpf.NumCounters
 )
 
 // Datapath is a configured director.

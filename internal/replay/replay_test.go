@@ -260,7 +260,7 @@ func TestRunModelMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			agg := replay.NewAggregator(path, r.Frmt, []string{"a", "b", "c"}, reasons)
+			agg := replay.NewAggregator(path, r.FileFormat, []string{"a", "b", "c"}, reasons)
 			var read atomic.Uint64
 			err = replay.RunModel(r, path, cur, against, agg, &read)
 			r.Close()

@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -129,7 +130,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		}
 		failStatic := wantDown > 0 && (float64(goingDown) > s.o.FailStatic*float64(checked) || failing == checked)
 		if failStatic {
-			frozen = append(frozen, tableName(&tc, i))
+			frozen = append(frozen, table.DisplayName(tc.Name, i))
 		}
 		// A backend goes down only once every other one has been checked
 		// since it began failing: a partition makes them all fail, but at
@@ -325,19 +326,12 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 		if i < len(before) && i < len(plan.Base) && plan.Base[i].Name == p.Name {
 			old = table.ShortFingerprint(before[i])
 		}
-		fpChanges = append(fpChanges, fmt.Sprintf("%s %s->%s", nameOr(p.Name, i), old, table.ShortFingerprint(p.Fingerprint)))
+		fpChanges = append(fpChanges, fmt.Sprintf("%s %s->%s", table.DisplayName(p.Name, i), old, table.ShortFingerprint(p.Fingerprint)))
 	}
 	s.log.Info("applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
 		"took", took.Round(time.Microsecond))
 	s.lastApply = &StatusApply{Time: time.Now().UTC(), Trigger: trigger, Changes: changes}
 	return applied, frozen, nil
-}
-
-func nameOr(name string, i int) string {
-	if name == "" {
-		return fmt.Sprintf("tables[%d]", i)
-	}
-	return name
 }
 
 // changes lists, for the audit log, what tables change from the live ones
@@ -363,7 +357,7 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 	seen := map[*table.Table]bool{}
 	for i, t := range tables {
 		tc := &in.cfg.Tables[i]
-		name := tableName(tc, i)
+		name := table.DisplayName(tc.Name, i)
 		lt := s.liveTable(tc, i)
 		if lt == nil {
 			out = append(out, fmt.Sprintf("%s: table added (config edit)", name))
@@ -395,31 +389,19 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 		for _, ip := range gone {
 			out = append(out, fmt.Sprintf("%s/%s: removed (config edit)", name, ip))
 		}
-		if !sameBinds(lt.Binds, t.Binds) {
+		if !slices.Equal(lt.Binds, t.Binds) {
 			out = append(out, fmt.Sprintf("%s: binds changed (config edit)", name))
 		}
 	}
 	for i, lt := range s.live {
 		if !seen[lt] {
-			out = append(out, fmt.Sprintf("%s: table removed (config edit)", nameOr(lt.Name, i)))
+			out = append(out, fmt.Sprintf("%s: table removed (config edit)", table.DisplayName(lt.Name, i)))
 		}
 	}
 	if in.dc != nil && (s.liveConfig == nil || len(table.CompareDirectorConfig(s.liveConfig, in.dc)) > 0) {
 		out = append(out, "director config changed (config edit)")
 	}
 	return out
-}
-
-func sameBinds(a, b []table.Bind) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // setFailStatic exports which of the served config's tables are held
@@ -430,7 +412,7 @@ func (s *service) setFailStatic(frozen []string) {
 		now[n] = true
 	}
 	for i := range s.cur.cfg.Tables {
-		name := tableName(&s.cur.cfg.Tables[i], i)
+		name := table.DisplayName(s.cur.cfg.Tables[i].Name, i)
 		v := 0.0
 		if now[name] {
 			v = 1
@@ -461,7 +443,7 @@ func (s *service) failStaticWhy(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	checkedBackends(s.cur, func(i int, tc *table.TableConfig, k int, b table.Backend) {
-		if tableName(tc, i) != name {
+		if table.DisplayName(tc.Name, i) != name {
 			return
 		}
 		t := s.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]

@@ -496,14 +496,6 @@ func (s *service) readIfChanged(force bool) (*input, bool, error) {
 	return in, true, err
 }
 
-// tableName is how logs and metrics name a config's table.
-func tableName(tc *table.TableConfig, i int) string {
-	if tc.Name != "" {
-		return tc.Name
-	}
-	return fmt.Sprintf("tables[%d]", i)
-}
-
 // setLive records what the kernel holds.
 func (s *service) setLive(tables []*table.Table, pts []table.PlanTable, dc *table.DirectorConfig) {
 	s.live = tables
@@ -517,10 +509,7 @@ func (s *service) setLive(tables []*table.Table, pts []table.PlanTable, dc *tabl
 	s.m.tableInfo.Reset()
 	s.m.backendHealthy.Reset()
 	for i, t := range tables {
-		name := t.Name
-		if name == "" {
-			name = fmt.Sprintf("tables[%d]", i)
-		}
+		name := table.DisplayName(t.Name, i)
 		s.m.tableInfo.WithLabelValues(name, s.liveFPs[i]).Set(1)
 		for _, b := range t.Backends {
 			v := 0.0

@@ -211,7 +211,7 @@ func sameNames(a, b []*table.Table) bool {
 func describeLive(tables []*table.Table, fps []string) []string {
 	out := make([]string, len(tables))
 	for i, t := range tables {
-		out[i] = nameOr(t.Name, i) + " " + table.ShortFingerprint(fps[i])
+		out[i] = table.DisplayName(t.Name, i) + " " + table.ShortFingerprint(fps[i])
 	}
 	return out
 }

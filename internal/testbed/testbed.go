@@ -21,7 +21,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -56,28 +55,7 @@ type Host struct {
 
 // Do runs f on a thread inside h's namespace. Sockets f creates stay in
 // that namespace wherever they are used later.
-func (h *Host) Do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(h.NS); err != nil {
-			errc <- err
-			return
-		}
-		err = f()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread() // else the thread dies with the goroutine
-		}
-		errc <- err
-	}()
-	return <-errc
-}
+func (h *Host) Do(f func() error) error { return lab.Do(h.NS, f) }
 
 // Testbed is the whole network.
 type Testbed struct {
@@ -94,31 +72,8 @@ type Testbed struct {
 func (tb *Testbed) BackendBPFFS(i int) string { return fmt.Sprintf("%s-be%d", tb.BPFFS, i) }
 
 func newHost(name string, ip netip.Addr) (*Host, error) {
-	h := &Host{Name: name, IP: ip}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.New()
-		if err != nil {
-			errc <- err
-			return
-		}
-		h.NS = ns
-		if lo, err := netlink.LinkByName("lo"); err == nil {
-			netlink.LinkSetUp(lo)
-		}
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- nil
-	}()
-	return h, <-errc
+	ns, err := lab.NewNetns()
+	return &Host{Name: name, IP: ip, NS: ns}, err
 }
 
 func sysctl(path, value string) error {

@@ -19,25 +19,69 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// InNetns runs f on an OS thread moved into a new network namespace. The
-// thread is never returned to the Go scheduler, so it exits when f returns
-// and the namespace, with every interface in it, goes with it.
+// InNetns runs f on an OS thread moved into a new network namespace. When
+// f returns the namespace, with every interface in it, goes.
 func InNetns(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // deliberately never unlocked
+	return onThread(func() error {
 		ns, err := netns.New()
 		if err != nil {
-			errc <- fmt.Errorf("creating a network namespace: %w", err)
-			return
+			return fmt.Errorf("creating a network namespace: %w", err)
 		}
 		defer ns.Close()
+		return f()
+	})
+}
+
+// NewNetns makes a network namespace, its loopback up, for Do to run in;
+// the caller closes it.
+func NewNetns() (ns netns.NsHandle, err error) {
+	err = onThread(func() error {
+		if ns, err = netns.New(); err != nil {
+			return fmt.Errorf("creating a network namespace: %w", err)
+		}
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			netlink.LinkSetUp(lo)
+		}
+		return nil
+	})
+	return ns, err
+}
+
+// Do runs f on an OS thread inside ns. Sockets f creates stay in that
+// namespace wherever they are used later.
+func Do(ns netns.NsHandle, f func() error) error {
+	return onThread(func() error {
+		if err := netns.Set(ns); err != nil {
+			return fmt.Errorf("entering a network namespace: %w", err)
+		}
+		return f()
+	})
+}
+
+// onThread runs f on an OS thread of its own, locked to it. The thread goes
+// back to the Go scheduler only once it is back in the namespace it started
+// in; otherwise (or if f panics) it exits with the goroutine, so that no
+// goroutine ever runs in a namespace it did not ask for.
+func onThread(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("reading the thread's network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		defer func() {
 			if r := recover(); r != nil {
 				errc <- fmt.Errorf("panic: %v", r)
 			}
 		}()
-		errc <- f()
+		err = f()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }

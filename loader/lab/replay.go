@@ -85,7 +85,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		return fmt.Errorf("pinning a replay worker to CPU %d: %w", cpu, err)
 	}
-	var before []bpf.DirectorDirCounters
+	var before []bpf.Counters
 	if err := r.counters.Lookup(uint32(0), &before); err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		if int(v) == model.XDPTX { // the counters it moved are known
 			continue
 		}
-		var now []bpf.DirectorDirCounters
+		var now []bpf.Counters
 		if err := r.counters.Lookup(uint32(0), &now); err != nil {
 			return err
 		}

@@ -2,17 +2,12 @@ package lab
 
 import (
 	"errors"
-	"fmt"
 	"net"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-)
 
-// XDP attach modes a Rig takes (the loader's names).
-const (
-	ModeNative  = "native"
-	ModeGeneric = "generic"
+	"github.com/director/director/loader/xdpmode"
 )
 
 // Rig measures a program on traffic. It is a veth pair in the calling
@@ -39,14 +34,9 @@ type Rig struct {
 // NewRig makes the veth pair name/name+"-g", attaches prog to name in mode
 // (native or generic), and turns on the kernel's run-time statistics.
 func NewRig(name string, prog *ebpf.Program, mode string) (r *Rig, err error) {
-	var flags link.XDPAttachFlags
-	switch mode {
-	case ModeNative:
-		flags = link.XDPDriverMode
-	case ModeGeneric:
-		flags = link.XDPGenericMode
-	default:
-		return nil, fmt.Errorf("mode %q: want native or generic", mode)
+	flags, err := xdpmode.Flags(mode)
+	if err != nil {
+		return nil, err
 	}
 	gen := name + "-g"
 	if err := Veth(name, gen); err != nil {
@@ -78,7 +68,7 @@ func NewRig(name string, prog *ebpf.Program, mode string) (r *Rig, err error) {
 		return nil, err
 	}
 	r.closers = append(r.closers, l.Close)
-	if mode == ModeNative {
+	if mode == xdpmode.Native {
 		if r.tg, err = NewTrafficgen(); err != nil {
 			return nil, err
 		}

@@ -10,8 +10,8 @@ import (
 
 // Limits of the traffic generator (enum tg_limit in bpf/lab.c).
 const (
-	TrafficgenMaxFrame  = int(bpf.LabTgLimitTG_MAX_FRAME)
-	TrafficgenMaxFrames = int(bpf.LabTgLimitTG_MAX_FRAMES)
+	TrafficgenMaxFrame  = bpf.TgMaxFrame
+	TrafficgenMaxFrames = bpf.TgMaxFrames
 )
 
 // Trafficgen sends frames out of an interface as fast as the kernel can,
@@ -45,7 +45,7 @@ func (g *Trafficgen) Prepare(frames [][]byte) error {
 		if len(f) < 14 || len(f) > TrafficgenMaxFrame {
 			return fmt.Errorf("frame %d is %d bytes: the generator takes 14 to %d", i, len(f), TrafficgenMaxFrame)
 		}
-		v := bpf.LabTgFrame{Len: uint32(len(f))}
+		v := bpf.TgFrame{Len: uint32(len(f))}
 		copy(v.Data[:], f)
 		if err := g.objs.TgFrames.Put(uint32(i), &v); err != nil {
 			return err
@@ -69,7 +69,7 @@ func (g *Trafficgen) Run(ifindex int, count uint32) error {
 	if g.n == 0 {
 		return fmt.Errorf("no frames prepared")
 	}
-	if err := g.objs.TgCfg.Put(uint32(0), &bpf.LabTgConfig{Ifindex: uint32(ifindex), Nframes: uint32(g.n)}); err != nil {
+	if err := g.objs.TgCfg.Put(uint32(0), &bpf.TgConfig{Ifindex: uint32(ifindex), Nframes: uint32(g.n)}); err != nil {
 		return err
 	}
 	return RunLive(g.objs.XdpTrafficgen, make([]byte, TrafficgenMaxFrame), count, ifindex)
