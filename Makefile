@@ -88,7 +88,7 @@ lint:
 # Short fuzzing sessions for the two parsers of untrusted input.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime $(FUZZTIME) ./table
+	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime $(FUZZTIME) ./table/config
 	$(GO) test -run '^$$' -fuzz FuzzReadGLB -fuzztime $(FUZZTIME) ./table
 
 clean:

@@ -18,6 +18,7 @@ import (
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/loader/xdpmode"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // BenchmarkProgram measures the program's own cost per packet on real
@@ -122,7 +123,7 @@ func BenchmarkApply(b *testing.B) {
 	if err := d.SetConfig(&dc, dc.GatewayMAC); err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := table.LoadConfig("../testdata/configs/big256.json")
+	cfg, err := config.ParseFile("../testdata/configs/big256.json")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/layout"
+	"github.com/director/director/table/config"
 
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
@@ -43,7 +44,7 @@ const testConfig = `{"tables": [
 
 // testTables builds a config; a bad one is a bug in the test itself.
 func testTables(_ testing.TB, cfg string) []*table.Table {
-	c, err := table.ParseConfig([]byte(cfg))
+	c, err := config.Parse([]byte(cfg))
 	if err != nil {
 		panic(err)
 	}

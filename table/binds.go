@@ -315,21 +315,21 @@ func CheckBindOverlaps(c *Config) ErrorList {
 	for i := range c.Tables {
 		binds[i] = c.Tables[i].Binds
 	}
-	return checkBindOverlaps(binds, nil)
+	return CheckBindOverlapsAt(binds, nil)
 }
 
 // maxOverlaps stops the overlap check: a config with this many is refused
 // whatever the rest holds, and hostile input should not cost more.
 const maxOverlaps = 1000
 
-// checkBindOverlaps is CheckBindOverlaps over each table's binds. Binds are
+// CheckBindOverlapsAt is CheckBindOverlaps over each table's binds. Binds are
 // grouped by protocol and prefix, and each group is swept in port order,
 // so a bind is compared only with the binds of its own prefix whose ranges
 // are still open: 256 tables of 256 binds cost a sort, not billions of
 // comparisons.
 // index[t][b], when given, is where bind b of table t stood in its file,
 // for the error paths: binds that did not parse are not in tables.
-func checkBindOverlaps(tables [][]Bind, index [][]int) ErrorList {
+func CheckBindOverlapsAt(tables [][]Bind, index [][]int) ErrorList {
 	type at struct{ t, b int }
 	type group struct {
 		proto  Proto

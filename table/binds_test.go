@@ -3,7 +3,6 @@ package table
 import (
 	"math/rand/v2"
 	"net/netip"
-	"strings"
 	"testing"
 )
 
@@ -106,14 +105,5 @@ func TestCompiledBindsMatchDefinition(t *testing.T) {
 				t.Fatalf("binds %v: echo to %s: compiled %d/%v, definition %d/%v", refs, dst, gt, gok, wt, wok)
 			}
 		}
-	}
-}
-
-func TestBindOverlapAcrossTablesIsError(t *testing.T) {
-	two := `{"tables": [` + tbl(goodBackends()) + `,` +
-		strings.Replace(tbl(goodBackends()), `"port": 80`, `"port_start": 70, "port_end": 90`, 1) + `]}`
-	_, err := ParseConfig([]byte(two))
-	if err == nil || !strings.Contains(err.Error(), "tables[1].binds[0]: tcp 10.0.0.1:70-90 overlaps tables[0].binds[0]") {
-		t.Fatalf("overlap: %v", err)
 	}
 }

@@ -27,7 +27,7 @@ func primaryRows(t *Table, ip netip.Addr) int {
 }
 
 func TestDiffDrain(t *testing.T) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[1] // three backends, one unhealthy
 	tc.Backends[1].Healthy = true
 	old := buildCfg(t, &tc)
@@ -54,7 +54,7 @@ func TestDiffDrain(t *testing.T) {
 }
 
 func TestDiffRemoveIsAtRisk(t *testing.T) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[0]
 	old := buildCfg(t, &tc)
 	rm := tc
@@ -75,7 +75,7 @@ func TestDiffRemoveIsAtRisk(t *testing.T) {
 }
 
 func TestDiffAddIsMinimal(t *testing.T) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[1]
 	tc.Backends[1].Healthy = true
 	old := buildCfg(t, &tc)
@@ -93,7 +93,7 @@ func TestDiffAddIsMinimal(t *testing.T) {
 }
 
 func TestDiffWarnings(t *testing.T) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[0]
 	old := buildCfg(t, &tc)
 	bad := tc
@@ -114,7 +114,7 @@ func TestDiffWarnings(t *testing.T) {
 }
 
 func TestDiffPairsTables(t *testing.T) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tabs, _ := BuildAll(c)
 	for i, n := range []string{"a", "b", "c"} {
 		tabs[i].Name = n
@@ -143,9 +143,10 @@ func hasWarning(td TableDiff, s string) bool {
 // down do not make a change unsafe by their number (rows at risk and rows
 // with no good backend still do).
 func TestVerdictStateChangesNotHealth(t *testing.T) {
-	c, err := ParseConfig([]byte(cfg(tbl(`, "backends": [
+	c, err := parseConfig([]byte(`{"tables": [{"hash_key": "12345678901234561234567890123456", "seed": "34567890123456783456789012345678",
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [
 	  {"ip": "10.1.0.1", "state": "active", "healthy": true}, {"ip": "10.1.0.2", "state": "active", "healthy": true},
-	  {"ip": "10.1.0.3", "state": "active", "healthy": true}, {"ip": "10.1.0.4", "state": "active", "healthy": true}]`))))
+	  {"ip": "10.1.0.3", "state": "active", "healthy": true}, {"ip": "10.1.0.4", "state": "active", "healthy": true}]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

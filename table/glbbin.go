@@ -18,11 +18,11 @@ import (
 const (
 	glbMagic          = "GLBD"
 	glbVersion        = 2
-	glbHeaderSize     = 4 + 5*4
+	GLBHeaderSize     = 4 + 5*4
 	glbBackendSize    = 4 + 16 + 2 + 2
 	glbBindSize       = 4 + 16 + 2 + 2 + 2 + 1 + 1
 	glbRowSize        = 8
-	glbTableSize      = 4 + MaxBackends*glbBackendSize + 4 + MaxBinds*glbBindSize + 16 + Rows*glbRowSize
+	GLBTableSize      = 4 + MaxBackends*glbBackendSize + 4 + MaxBinds*glbBindSize + 16 + Rows*glbRowSize
 	glbFamilyIPv4     = 1
 	glbFamilyIPv6     = 2
 	glbStateFilling   = 0
@@ -39,7 +39,7 @@ func IsGLBBinary(data []byte) bool {
 func WriteGLB(w io.Writer, tables []*Table) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	le := binary.LittleEndian
-	var hdr [glbHeaderSize]byte
+	var hdr [GLBHeaderSize]byte
 	copy(hdr[:], glbMagic)
 	le.PutUint32(hdr[4:], glbVersion)
 	le.PutUint32(hdr[8:], uint32(len(tables)))
@@ -51,7 +51,7 @@ func WriteGLB(w io.Writer, tables []*Table) error {
 		if len(t.Backends) > MaxBackends || len(t.Binds) > MaxBinds || len(t.Rows) != Rows {
 			return fmt.Errorf("tables[%d]: does not fit GLB's format", ti)
 		}
-		buf := make([]byte, glbTableSize)
+		buf := make([]byte, GLBTableSize)
 		p := buf
 		le.PutUint32(p, uint32(len(t.Backends)))
 		p = p[4:]
@@ -166,7 +166,7 @@ func ReadGLB(data []byte) ([]*Table, error) { return ReadGLBLimit(data, ToolLimi
 // is read.
 func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 	le := binary.LittleEndian
-	if len(data) < glbHeaderSize || !IsGLBBinary(data) {
+	if len(data) < GLBHeaderSize || !IsGLBBinary(data) {
 		return nil, errors.New("not a GLB binary table (no GLBD header)")
 	}
 	ver, n := le.Uint32(data[4:]), le.Uint32(data[8:])
@@ -178,18 +178,18 @@ func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 		return nil, fmt.Errorf("GLB table geometry %d rows, %d backends, %d binds; want %d, %d, %d",
 			entries, maxBe, maxBi, Rows, MaxBackends, MaxBinds)
 	}
-	if err := lim.check(int64(n)); err != nil {
+	if err := lim.Check(int64(n)); err != nil {
 		return nil, err
 	}
-	body := data[glbHeaderSize:]
-	if uint64(len(body)) != uint64(n)*glbTableSize {
+	body := data[GLBHeaderSize:]
+	if uint64(len(body)) != uint64(n)*GLBTableSize {
 		return nil, fmt.Errorf("GLB table file is %d bytes, want %d for %d tables",
-			len(data), glbHeaderSize+uint64(n)*glbTableSize, n)
+			len(data), GLBHeaderSize+uint64(n)*GLBTableSize, n)
 	}
 	tables := make([]*Table, 0, n)
 	var errs ErrorList
 	for ti := 0; ti < int(n); ti++ {
-		t, terrs := readGLBTable(body[ti*glbTableSize:(ti+1)*glbTableSize], ti)
+		t, terrs := readGLBTable(body[ti*GLBTableSize:(ti+1)*GLBTableSize], ti)
 		errs = append(errs, terrs...)
 		tables = append(tables, t)
 	}
@@ -198,7 +198,7 @@ func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 		for i, t := range tables {
 			binds[i] = t.Binds
 		}
-		errs = checkBindOverlaps(binds, nil)
+		errs = CheckBindOverlapsAt(binds, nil)
 	}
 	if len(errs) > 0 {
 		return nil, errs
@@ -213,7 +213,7 @@ func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 // least one bind) are all reported.
 func readGLBTable(p []byte, ti int) (*Table, ErrorList) {
 	le := binary.LittleEndian
-	base := glbHeaderSize + ti*glbTableSize
+	base := GLBHeaderSize + ti*GLBTableSize
 	var errs ErrorList
 	fail := func(off int, path, format string, args ...any) {
 		path = fmt.Sprintf("tables[%d]", ti) + path

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -115,7 +116,7 @@ const glbCompatConfig = `{"tables": [
 ]}`
 
 func TestWriteGLBIsByteIdentical(t *testing.T) {
-	c, err := ParseConfig([]byte(glbCompatConfig))
+	c, err := parseConfig([]byte(glbCompatConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func firstDiff(a, b []byte) int {
 }
 
 func TestReadGLBRoundTrip(t *testing.T) {
-	c, err := ParseConfig([]byte(glbCompatConfig))
+	c, err := parseConfig([]byte(glbCompatConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,14 +166,21 @@ func TestReadGLBRoundTrip(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*")); len(left) > 0 {
 		t.Fatalf("temporary files left behind: %v", left)
 	}
-	src, err := Load(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !src.Binary || len(src.Tables) != len(tabs) {
-		t.Fatalf("read back %d tables (binary %v)", len(src.Tables), src.Binary)
+	if !IsGLBBinary(data) {
+		t.Fatal("what WriteGLBFile wrote is not a GLB binary")
 	}
-	for i, got := range src.Tables {
+	back, err := ReadGLB(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != len(tabs) {
+		t.Fatalf("read back %d tables", len(back))
+	}
+	for i, got := range back {
 		want := tabs[i]
 		if Fingerprint(got) != Fingerprint(want) || got.HashKey != want.HashKey {
 			t.Errorf("table %d: fingerprint or key differs after round trip", i)
@@ -198,13 +206,13 @@ func TestReadGLBRoundTrip(t *testing.T) {
 }
 
 func TestReadGLBRejectsCorruption(t *testing.T) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tabs, _ := BuildAll(c)
 	var buf bytes.Buffer
 	WriteGLB(&buf, tabs[:1])
 	good := buf.Bytes()
 	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
-	rowOff := glbHeaderSize + 4 + MaxBackends*glbBackendSize + 4 + MaxBinds*glbBindSize + 16
+	rowOff := GLBHeaderSize + 4 + MaxBackends*glbBackendSize + 4 + MaxBinds*glbBindSize + 16
 	for name, data := range map[string][]byte{
 		"empty":       {},
 		"magic":       mod(func(b []byte) []byte { b[0] = 'X'; return b }),
@@ -213,9 +221,9 @@ func TestReadGLBRejectsCorruption(t *testing.T) {
 		"extra":       append(append([]byte(nil), good...), 0),
 		"table count": mod(func(b []byte) []byte { b[8] = 2; return b }),
 		"row index":   mod(func(b []byte) []byte { b[rowOff] = 200; return b }),
-		"family":      mod(func(b []byte) []byte { b[glbHeaderSize+4] = 9; return b }),
-		"state":       mod(func(b []byte) []byte { b[glbHeaderSize+4+20] = 7; return b }),
-		"no backends": mod(func(b []byte) []byte { b[glbHeaderSize] = 0; return b }),
+		"family":      mod(func(b []byte) []byte { b[GLBHeaderSize+4] = 9; return b }),
+		"state":       mod(func(b []byte) []byte { b[GLBHeaderSize+4+20] = 7; return b }),
+		"no backends": mod(func(b []byte) []byte { b[GLBHeaderSize] = 0; return b }),
 	} {
 		if _, err := ReadGLB(data); err == nil {
 			t.Errorf("%s: corrupt table accepted", name)
@@ -227,7 +235,7 @@ func TestReadGLBRejectsCorruption(t *testing.T) {
 }
 
 func FuzzReadGLB(f *testing.F) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tabs, _ := BuildAll(c)
 	var buf bytes.Buffer
 	WriteGLB(&buf, tabs[1:2])
@@ -241,15 +249,15 @@ func FuzzReadGLB(f *testing.F) {
 // binary may not either; each error names the table, the entry and its
 // byte offset.
 func TestReadGLBAppliesConfigRules(t *testing.T) {
-	c, _ := ParseConfig([]byte(glbCompatConfig))
+	c, _ := parseConfig([]byte(glbCompatConfig))
 	tabs, _ := BuildAll(c)
 	var buf bytes.Buffer
 	WriteGLB(&buf, tabs[:2])
 	good := buf.Bytes()
 	le := binary.LittleEndian
 	mod := func(f func(b []byte)) []byte { b := append([]byte(nil), good...); f(b); return b }
-	be := func(ti, i int) int { return glbHeaderSize + ti*glbTableSize + 4 + i*glbBackendSize }
-	bindCount := func(ti int) int { return glbHeaderSize + ti*glbTableSize + 4 + MaxBackends*glbBackendSize }
+	be := func(ti, i int) int { return GLBHeaderSize + ti*GLBTableSize + 4 + i*glbBackendSize }
+	bindCount := func(ti int) int { return GLBHeaderSize + ti*GLBTableSize + 4 + MaxBackends*glbBackendSize }
 	bi := func(ti, i int) int { return bindCount(ti) + 4 + i*glbBindSize }
 	for _, c := range []struct {
 		name string

@@ -1,147 +1,13 @@
 package table
 
 import (
-	"bytes"
-	"encoding/binary"
-	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 )
 
 // manyTables is a config of n small tables, each with its own bind.
-func manyTables(n int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"tables": [`)
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"hash_key": "%s", "seed": "%s", "binds": [{"ip": "10.%d.%d.1", "proto": "tcp", "port": 80}],
-		  "backends": [{"ip": "192.168.0.1", "state": "active", "healthy": true}, {"ip": "192.168.0.2", "state": "active", "healthy": true}]}`,
-			testKey, testSeed, i/256, i%256)
-	}
-	b.WriteString("]}")
-	return b.Bytes()
-}
-
-// allocated runs f and returns how many bytes it allocated.
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
-// TestTooManyTablesRefusedBeforeBuilding: a config or binary with more
-// tables than its reader holds is refused before any table is built, so
-// cheaply: in time and memory that do not grow with what would be built.
-func TestTooManyTablesRefusedBeforeBuilding(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "many.json")
-	if err := os.WriteFile(cfgPath, manyTables(2000), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// A binary whose header claims 2000 tables: refused from the header.
-	bin := make([]byte, glbHeaderSize+glbTableSize)
-	copy(bin, glbMagic)
-	le := binary.LittleEndian
-	le.PutUint32(bin[4:], glbVersion)
-	le.PutUint32(bin[8:], 2000)
-	le.PutUint32(bin[12:], Rows)
-	le.PutUint32(bin[16:], MaxBackends)
-	le.PutUint32(bin[20:], MaxBinds)
-	binPath := filepath.Join(dir, "many.bin")
-	if err := os.WriteFile(binPath, bin, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	datapath := Limit{Tables: 32, Holder: "the datapath holds"}
-	for _, c := range []struct {
-		path string
-		lim  Limit
-		want string
-	}{
-		{cfgPath, ToolLimit, "tables: 2000 tables; the table tools read at most 256"},
-		{cfgPath, datapath, "tables: 2000 tables; the datapath holds at most 32"},
-		{binPath, ToolLimit, "tables: 2000 tables; the table tools read at most 256"},
-		{binPath, datapath, "tables: 2000 tables; the datapath holds at most 32"},
-	} {
-		var err error
-		start := time.Now()
-		// The config's bytes and their parse tree are all it may cost:
-		// 2000 built tables would be over a gigabyte.
-		n := allocated(func() { _, err = LoadLimit(c.path, c.lim) })
-		took := time.Since(start)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want %q", filepath.Base(c.path), err, c.want)
-		}
-		if !strings.HasPrefix(err.Error(), c.path+": ") {
-			t.Errorf("%s: error does not name the file: %v", filepath.Base(c.path), err)
-		}
-		if n > 64<<20 {
-			t.Errorf("%s: refusing it allocated %d MB", filepath.Base(c.path), n>>20)
-		}
-		if took > time.Second {
-			t.Errorf("%s: refusing it took %v", filepath.Base(c.path), took)
-		}
-	}
-	// At the limit, it loads.
-	os.WriteFile(cfgPath, manyTables(32), 0o600)
-	if _, err := LoadLimit(cfgPath, datapath); err != nil {
-		t.Fatalf("32 tables: %v", err)
-	}
-}
-
-// TestOversizedConfigRefusedUnread: a config over MaxConfigBytes is refused
-// by its size, before it is read, and so is one that never ends.
-func TestOversizedConfigRefusedUnread(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "big.json")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(MaxConfigBytes + 1); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	for _, load := range []func(string) error{
-		func(p string) error { _, err := Load(p); return err },
-		func(p string) error { _, err := LoadConfig(p); return err },
-	} {
-		var err error
-		n := allocated(func() { err = load(path) })
-		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes; a JSON config may be at most %d bytes (16 MiB)", MaxConfigBytes+1, MaxConfigBytes)) {
-			t.Errorf("oversized config: %v", err)
-		}
-		if n > 1<<20 {
-			t.Errorf("refusing an oversized config allocated %d bytes", n)
-		}
-	}
-	// apply also takes plans, which may be larger: a file over a plan's
-	// limit is refused unread, one under it refused once read.
-	if _, err := ReadApplyInput(path, ToolLimit); err == nil || !strings.Contains(err.Error(), "a JSON config may be at most") {
-		t.Errorf("apply of an oversized config: %v", err)
-	}
-	os.Truncate(path, 100<<20)
-	if _, err := ReadApplyInput(path, Limit{Tables: 32}); err == nil || !strings.Contains(err.Error(), "a plan may be at most") {
-		t.Errorf("apply of a 100 MB config: %v", err)
-	}
-	// Not a regular file, so no size to go by: reading stops at the limit.
-	if _, err := Load("/dev/zero"); err == nil || !strings.Contains(err.Error(), "more than 16777216 bytes") {
-		t.Errorf("/dev/zero: %v", err)
-	}
-	dc := filepath.Join(t.TempDir(), "director.conf")
-	os.WriteFile(dc, bytes.Repeat([]byte(" "), 2<<20), 0o600)
-	if _, err := LoadDirectorConfig(dc); err == nil || !strings.Contains(err.Error(), "a director config may be at most") {
-		t.Errorf("oversized director config: %v", err)
-	}
-}
-
 // TestBindOverlapCheckIsNotQuadratic: 256 tables of 256 binds on one
 // prefix, with ranges that all overlap, are refused at once.
 func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
@@ -153,7 +19,7 @@ func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	errs := checkBindOverlaps(tables, nil)
+	errs := CheckBindOverlapsAt(tables, nil)
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("took %v", took)
 	}
@@ -164,7 +30,7 @@ func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
 	same := [][]Bind{{{Prefix: pfx, Proto: ProtoTCP, PortStart: 1, PortEnd: 100}, {Prefix: pfx, Proto: ProtoTCP, PortStart: 50, PortEnd: 60}},
 		{{Prefix: mustPrefix("10.0.0.0/25"), Proto: ProtoTCP, PortStart: 1, PortEnd: 100}, {Prefix: pfx, Proto: ProtoUDP, PortStart: 1, PortEnd: 100},
 			{Prefix: pfx, Proto: ProtoTCP, PortStart: 101, PortEnd: 200}, {Prefix: pfx, Proto: ProtoTCP, PortStart: 60, PortEnd: 60}}}
-	errs = checkBindOverlaps(same, nil)
+	errs = CheckBindOverlapsAt(same, nil)
 	if len(errs) != 2 || errs[0].Path != "tables[1].binds[3]" || !strings.Contains(errs[0].Msg, "tables[0].binds[0]") ||
 		!strings.Contains(errs[1].Msg, "tables[0].binds[1]") {
 		t.Errorf("overlaps: %v", errs)

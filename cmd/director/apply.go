@@ -12,6 +12,7 @@ import (
 	"github.com/director/director/internal/service"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var applyCmd = &command{
@@ -35,13 +36,13 @@ func runApply(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	data, err := table.ReadApplyInput(pos[0], loader.Limit)
+	data, err := config.ReadApplyInput(pos[0], loader.Limit)
 	if err != nil {
 		return err
 	}
 	plan, err := readPlan(data)
 	if err != nil {
-		return table.InFile(pos[0], err)
+		return config.InFile(pos[0], err)
 	}
 	if plan == nil && !*yes {
 		return fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
@@ -67,7 +68,7 @@ func runApply(e *env, c *command, args []string) error {
 	}
 	var dc *table.DirectorConfig
 	if plan != nil && plan.Director != nil {
-		if dc, err = table.ParseDirectorConfig(plan.Director.Result); err != nil {
+		if dc, err = config.ParseDirector(plan.Director.Result); err != nil {
 			return fmt.Errorf("apply: the plan's director config: %w", err)
 		}
 		if err := checkReviewedDirector(plan.Director, dc); err != nil {
@@ -183,7 +184,7 @@ func checkServiceAllows(e *env, tables []*table.Table, dc *table.DirectorConfig,
 func checkReviewedDirector(dp *table.DirectorPlan, result *table.DirectorConfig) error {
 	var base *table.DirectorConfig
 	if len(dp.Base) > 0 && string(dp.Base) != "null" {
-		b, err := table.ParseDirectorConfig(dp.Base)
+		b, err := config.ParseDirector(dp.Base)
 		if err != nil {
 			return fmt.Errorf("apply: the plan's base director config: %w", err)
 		}

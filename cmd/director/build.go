@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var buildCmd = &command{
@@ -39,7 +40,7 @@ func runBuild(e *env, c *command, args []string) error {
 	// of its 46. Five times the live heap (16 MB at least) leaves a
 	// one-table build none, and a larger config's memory still bounded.
 	defer debug.SetGCPercent(debug.SetGCPercent(buildGCPercent))
-	src, err := table.Load(pos[0])
+	src, err := config.Load(pos[0])
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/director/director/loader"
-	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // withoutHealthy is a config with every "healthy" taken out: its health
@@ -125,7 +125,7 @@ func TestHealthcheckCommand(t *testing.T) {
 	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("output file: %v %v", fi, err)
 	}
-	c, err := table.LoadConfig(out)
+	c, err := config.ParseFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var diffCmd = &command{
@@ -23,16 +24,16 @@ func runDiff(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	old, err := table.Load(pos[0])
+	old, err := config.Load(pos[0])
 	if err != nil {
 		return err
 	}
-	new, err := table.Load(pos[1])
+	new, err := config.Load(pos[1])
 	if err != nil {
 		return err
 	}
 	// Table warnings are in the diff; the rest are the files' own.
-	for _, src := range []*table.Source{old, new} {
+	for _, src := range []*config.Source{old, new} {
 		if src.Config != nil {
 			for _, w := range src.Config.Warnings {
 				fmt.Fprintf(e.stderr, "director: warning: %s: %s\n", src.Path, w)

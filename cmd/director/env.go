@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // What commands share: adopting the pinned director and reading the
@@ -19,14 +20,14 @@ func (e *env) directorConfig() (*table.DirectorConfig, error) {
 	if e.dirConfig == "" {
 		return nil, nil
 	}
-	dc, err := table.LoadDirectorConfig(e.dirConfig)
+	dc, err := config.ParseDirectorFile(e.dirConfig)
 	if err != nil {
 		return nil, err
 	}
 	warnAll(e, e.dirConfig, dc.Warnings)
 	r, err := loader.ResolveGateway(dc)
 	if err != nil {
-		return nil, table.InFile(e.dirConfig, err)
+		return nil, config.InFile(e.dirConfig, err)
 	}
 	return r, nil
 }

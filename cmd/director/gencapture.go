@@ -7,6 +7,7 @@ import (
 
 	"github.com/director/director/internal/capture"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var genCaptureCmd = &command{
@@ -30,7 +31,7 @@ func runGenCapture(e *env, c *command, args []string) error {
 	if *cfgPath == "" || *out == "" {
 		return errors.New("gen-capture: --config CONFIG and -o FILE are required")
 	}
-	cfg, err := table.LoadConfig(*cfgPath)
+	cfg, err := config.ParseFile(*cfgPath)
 	if err != nil {
 		return err
 	}

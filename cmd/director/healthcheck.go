@@ -9,6 +9,7 @@ import (
 
 	"github.com/director/director/internal/health"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var healthcheckCmd = &command{
@@ -32,13 +33,13 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	if *out == "" {
 		return fmt.Errorf("healthcheck: -o FILE is required (see 'director help healthcheck')")
 	}
-	data, err := table.ReadInput(pos[0], table.ToolLimit)
+	data, err := config.ReadInput(pos[0], table.ToolLimit)
 	if err != nil {
 		return err
 	}
-	cfg, err := table.ParseConfig(data)
+	cfg, err := config.Parse(data)
 	if err != nil {
-		return table.InFile(pos[0], err)
+		return config.InFile(pos[0], err)
 	}
 	warnAll(e, pos[0], cfg.Warnings)
 	var src netip.Addr
@@ -61,9 +62,9 @@ func runHealthcheck(e *env, c *command, args []string) error {
 			}
 		}
 	}
-	filled, err := table.FillHealth(data, func(i, j int) bool { return results[i][j] != nil && health.Healthy(results[i][j]) })
+	filled, err := config.FillHealth(data, func(i, j int) bool { return results[i][j] != nil && health.Healthy(results[i][j]) })
 	if err != nil {
-		return table.InFile(pos[0], err)
+		return config.InFile(pos[0], err)
 	}
 	up, down := 0, 0
 	for i := range cfg.Tables {

@@ -22,6 +22,7 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // bpffsDir gives a test its own director pin directory, unloaded at the end.
@@ -101,7 +102,7 @@ func TestKernelCommands(t *testing.T) {
 	if out := run(0, "apply", plan); !strings.Contains(out, "applied 1 tables") {
 		t.Fatalf("apply: %s", out)
 	}
-	src, _ := table.Load(cfgDir + "small.json")
+	src, _ := config.Load(cfgDir + "small.json")
 	want := []string{"api=" + table.Fingerprint(src.Tables[0])}
 	if got := liveFingerprints(t, dir); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("live %v, want %v", got, want)
@@ -152,7 +153,7 @@ func TestKernelCommands(t *testing.T) {
 		t.Fatalf("unsafe apply: %s", out)
 	}
 	run(0, "apply", cfgDir+"small-removed.json", "--yes", "--allow-unsafe")
-	src, _ = table.Load(cfgDir + "small-removed.json")
+	src, _ = config.Load(cfgDir + "small-removed.json")
 	if got := liveFingerprints(t, dir); got[0] != "api="+table.Fingerprint(src.Tables[0]) {
 		t.Fatalf("after unsafe apply, live %v", got)
 	}
@@ -276,7 +277,7 @@ func TestPlanAndApplyGLBBinary(t *testing.T) {
 	if out := mustRun(t, 0, "--bpffs", dir, "apply", plan); !strings.Contains(out, "applied 1 tables") {
 		t.Fatalf("apply: %s", out)
 	}
-	src, _ := table.Load(cfgDir + "small.json")
+	src, _ := config.Load(cfgDir + "small.json")
 	if got := liveFingerprints(t, dir); len(got) != 1 || got[0] != "="+table.Fingerprint(src.Tables[0]) {
 		t.Fatalf("live %v, want the binary's table", got)
 	}
@@ -541,7 +542,7 @@ func checkUnprivileged(t *testing.T, args ...string) {
 // destination, and the GUE hop list.
 func TestLookupMatchesTheKernel(t *testing.T) {
 	testenv.Kernel(t)
-	src, err := table.Load(cfgDir + "medium.json")
+	src, err := config.Load(cfgDir + "medium.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/director/director/internal/golden"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 const cfgDir = "../../testdata/configs/"
@@ -144,11 +145,11 @@ func TestBuildWritesGLB(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	src, err := table.Load(out)
+	src, err := config.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, _ := table.Load(cfgDir + "medium.json")
+	cfg, _ := config.Load(cfgDir + "medium.json")
 	if len(src.Tables) != 3 {
 		t.Fatalf("%d tables", len(src.Tables))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var planCmd = &command{
@@ -86,8 +87,8 @@ type healthSource func() (func(table, backend int, tc *table.TableConfig) bool, 
 // limits, built, and checked that the datapath can serve it. Health the
 // config leaves to the checks comes from health, and without it such a
 // config is refused.
-func loadForApply(e *env, path string, health healthSource) (*table.Source, error) {
-	data, err := table.ReadInput(path, loader.Limit)
+func loadForApply(e *env, path string, health healthSource) (*config.Source, error) {
+	data, err := config.ReadInput(path, loader.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -95,14 +96,14 @@ func loadForApply(e *env, path string, health healthSource) (*table.Source, erro
 }
 
 // buildForApply is loadForApply of data read from path (or a plan).
-func buildForApply(e *env, path string, data []byte, health healthSource) (*table.Source, error) {
-	var src *table.Source
+func buildForApply(e *env, path string, data []byte, health healthSource) (*config.Source, error) {
+	var src *config.Source
 	var err error
 	if health == nil {
-		src, err = table.ParseSource(path, data, loader.Limit)
+		src, err = config.ParseSource(path, data, loader.Limit)
 	} else {
 		var filled bool
-		src, filled, err = table.ParseSourceHealth(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
+		src, filled, err = config.ParseSourceHealth(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
 			h, herr := health()
 			if herr != nil {
 				err = herr
@@ -119,7 +120,7 @@ func buildForApply(e *env, path string, data []byte, health healthSource) (*tabl
 		return nil, err
 	}
 	if err := loader.CheckDatapath(src.Tables); err != nil {
-		return nil, table.InFile(path, err)
+		return nil, config.InFile(path, err)
 	}
 	warnAll(e, path, src.Warnings)
 	return src, nil

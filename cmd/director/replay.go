@@ -24,6 +24,7 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // replayGateway is the gateway MAC replays use when no director config
@@ -107,7 +108,7 @@ func (e *env) replayDirectorConfig() (*table.DirectorConfig, net.HardwareAddr, e
 		dc.SrcIP = netip.MustParseAddr("192.0.2.1")
 		return &dc, replayGateway, nil
 	}
-	dc, err := table.LoadDirectorConfig(e.dirConfig)
+	dc, err := config.ParseDirectorFile(e.dirConfig)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/director/director/internal/replay"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 const capDir = "../../testdata/captures/"
@@ -136,8 +137,8 @@ func TestReplayAgainstMatchesDiff(t *testing.T) {
 		a := r.Against
 
 		// Expected, from the tables: each flow's row under the default hash.
-		oldT, _ := table.Load(cfgDir + "small.json")
-		newT, _ := table.Load(cfgDir + newCfg)
+		oldT, _ := config.Load(cfgDir + "small.json")
+		newT, _ := config.Load(cfgDir + newCfg)
 		o, n := oldT.Tables[0], newT.Tables[0]
 		dc := table.DefaultDirectorConfig()
 		dc.SrcIP = netip.MustParseAddr("192.0.2.1")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/director/director/internal/model"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // showDoc is show's JSON document (README, "show --json").
@@ -84,7 +85,7 @@ func runShow(e *env, c *command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("show: --proto: %w", err)
 	}
-	src, err := table.Load(pos[0])
+	src, err := config.Load(pos[0])
 	if err != nil {
 		return err
 	}

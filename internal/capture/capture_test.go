@@ -17,7 +17,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/director/director/internal/pkt"
-	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var (
@@ -278,7 +278,7 @@ func FuzzReader(f *testing.F) {
 }
 
 func TestGenerateIsDeterministic(t *testing.T) {
-	c, err := table.LoadConfig("../../testdata/configs/medium.json")
+	c, err := config.ParseFile("../../testdata/configs/medium.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestNext(t *testing.T) {
 // TestGenerateCountsAddUp: the flows Generate reports are its TCP, UDP and
 // echo flows, and its packets are what it wrote.
 func TestGenerateCountsAddUp(t *testing.T) {
-	c, err := table.LoadConfig("../../testdata/configs/medium.json")
+	c, err := config.ParseFile("../../testdata/configs/medium.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,13 @@ import (
 	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // benchModel is the medium config's datapath, and generated traffic to
 // its binds.
 func benchModel(b *testing.B, flows int) (*model.Datapath, [][]byte) {
-	src, err := table.Load("../../testdata/configs/medium.json")
+	src, err := config.Load("../../testdata/configs/medium.json")
 	if err != nil {
 		b.Fatal(err)
 	}

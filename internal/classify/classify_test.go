@@ -10,6 +10,7 @@ import (
 	"github.com/director/director/internal/classify"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // A Classifier remembers each flow's fate; it must give every packet the
@@ -18,7 +19,7 @@ import (
 func TestClassifierMatchesDatapath(t *testing.T) {
 	for _, cfg := range []string{"medium.json", "ipv6.json", "glb-example.json"} {
 		for _, alt := range []bool{false, true} {
-			src, err := table.Load("../../testdata/configs/" + cfg)
+			src, err := config.Load("../../testdata/configs/" + cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

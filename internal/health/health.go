@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // Kinds of check, as GLB's healthchecks block names them.
@@ -188,9 +189,9 @@ func Healthy(rs []Result) bool {
 
 // http GETs uri from ip:port. The URL is built from its parts, the host
 // from ip and port alone: nothing in uri can aim the check elsewhere (the
-// config refuses such a uri, table.CheckHTTPURI; this is the second line).
+// config refuses such a uri, config.CheckHTTPURI; this is the second line).
 func (p *Prober) http(ctx context.Context, ip netip.Addr, port int, uri string) error {
-	if err := table.CheckHTTPURI(uri); err != nil {
+	if err := config.CheckHTTPURI(uri); err != nil {
 		return fmt.Errorf("http_uri %q: %w", uri, err)
 	}
 	path, err := url.ParseRequestURI(uri)

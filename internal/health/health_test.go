@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // TestDampener: Fall failures take a backend down, Rise passes bring it
@@ -223,7 +223,7 @@ func TestGUEWithoutSourceSaysWhy(t *testing.T) {
 	if len(rs) != 1 || rs[0].OK || !rs[0].Local || !strings.Contains(rs[0].Reason, "no outbound_src_ip") || !strings.Contains(rs[0].Reason, "--director-config") {
 		t.Fatalf("%+v", rs)
 	}
-	c, err := table.ParseConfig([]byte(`{"tables": [{"hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
+	c, err := config.Parse([]byte(`{"tables": [{"hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
 	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [{"ip": "10.1.0.1", "state": "active", "healthchecks": {"gue": 19523}}]}]}`))
 	if err != nil {
 		t.Fatal(err)

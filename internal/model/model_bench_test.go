@@ -7,11 +7,12 @@ import (
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // benchModel is the medium config's datapath.
-func benchModel(b *testing.B) (*table.Source, *model.Datapath) {
-	src, err := table.Load("../../testdata/configs/medium.json")
+func benchModel(b *testing.B) (*config.Source, *model.Datapath) {
+	src, err := config.Load("../../testdata/configs/medium.json")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/replay"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 var reasons = []string{"processed", "matched", "encapsulated", "encap_bytes", "bind_fast", "pass_not_ip", "pass_vlan",
@@ -34,11 +35,11 @@ func sampleOf(n int, frame []byte, res *model.Result, id classify.FlowID, withID
 // by the Classifier's ids, merge into the report one aggregator gives when
 // it is fed every packet in order and finds flows by their keys.
 func TestMergeMatchesOneAggregator(t *testing.T) {
-	src, err := table.Load("../../testdata/configs/medium.json")
+	src, err := config.Load("../../testdata/configs/medium.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	changed, err := table.Load("../../testdata/configs/medium.json")
+	changed, err := config.Load("../../testdata/configs/medium.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestOtherVerdictsAreTheirOwn(t *testing.T) {
 // TestFlowIDsOfOneClassifier: an Aggregator refuses flow IDs of a second
 // Classifier for the same side: their numbers would name other flows.
 func TestFlowIDsOfOneClassifier(t *testing.T) {
-	src, err := table.Load("../../testdata/configs/small.json")
+	src, err := config.Load("../../testdata/configs/small.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,11 +211,11 @@ func TestFlowIDsOfOneClassifier(t *testing.T) {
 // change against it: the report is the one the reference model gives
 // packet by packet.
 func TestRunModelMatchesReference(t *testing.T) {
-	src, err := table.Load("../../testdata/configs/medium.json")
+	src, err := config.Load("../../testdata/configs/medium.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	changed, _ := table.Load("../../testdata/configs/medium.json")
+	changed, _ := config.Load("../../testdata/configs/medium.json")
 	changed.Config.Tables[0].Backends[0].State = table.StateDraining
 	changedTables, err := table.BuildAll(changed.Config)
 	if err != nil {

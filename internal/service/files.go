@@ -9,7 +9,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // A watched file is one of the service's config files as the service
@@ -100,17 +100,17 @@ func readRegular(path string, max int64, what string) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, table.InFile(path, fmt.Errorf("%w: it is %s", errNotRegular, kindOf(fi.Mode())))
+		return nil, config.InFile(path, fmt.Errorf("%w: it is %s", errNotRegular, kindOf(fi.Mode())))
 	}
 	tooBig := func(size string) error {
-		return table.InFile(path, fmt.Errorf("%s bytes; %s may be at most %d bytes (%d MiB)", size, what, max, max>>20))
+		return config.InFile(path, fmt.Errorf("%s bytes; %s may be at most %d bytes (%d MiB)", size, what, max, max>>20))
 	}
 	if fi.Size() > max {
 		return nil, tooBig(fmt.Sprint(fi.Size()))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, table.InFile(path, err)
+		return nil, config.InFile(path, err)
 	}
 	if int64(len(data)) > max {
 		return nil, tooBig("more than " + fmt.Sprint(max))

@@ -11,6 +11,7 @@ import (
 	"github.com/director/director/internal/health"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // built is a table as last built for an input, and what it was built
@@ -148,13 +149,13 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		}
 		t, fp, err := in.build(i, &tc)
 		if err != nil {
-			return nil, nil, nil, table.InFile(s.o.Config, fmt.Errorf("tables[%d]: %w", i, err))
+			return nil, nil, nil, config.InFile(s.o.Config, fmt.Errorf("tables[%d]: %w", i, err))
 		}
 		tables = append(tables, t)
 		fps = append(fps, fp)
 	}
 	if err := loader.CheckDatapath(tables); err != nil {
-		return nil, nil, nil, table.InFile(s.o.Config, err)
+		return nil, nil, nil, config.InFile(s.o.Config, err)
 	}
 	return tables, fps, frozen, nil
 }

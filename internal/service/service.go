@@ -24,6 +24,7 @@ import (
 	"github.com/director/director/internal/health"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // Options configure a service.
@@ -410,9 +411,9 @@ type input struct {
 
 // read reads the config files, as at start.
 func (s *service) read() (*input, error) {
-	s.cfgFile = newWatched(s.o.Config, table.MaxConfigBytes, "a JSON config")
+	s.cfgFile = newWatched(s.o.Config, config.MaxConfigBytes, "a JSON config")
 	if s.o.DirectorConfig != "" {
-		s.dcFile = newWatched(s.o.DirectorConfig, table.MaxDirectorConfigBytes, "a director config")
+		s.dcFile = newWatched(s.o.DirectorConfig, config.MaxDirectorConfigBytes, "a director config")
 	}
 	if _, err := s.look(true); err != nil {
 		return nil, err
@@ -452,9 +453,9 @@ func (s *service) parse() (*input, error) {
 	if table.IsGLBBinary(data) {
 		return nil, fmt.Errorf("%s is a GLB binary table: director run reads the JSON config (forwarding_table.src.json), whose backends it checks", s.o.Config)
 	}
-	cfg, err := table.ParseConfigLimit(data, loader.Limit)
+	cfg, err := config.ParseLimit(data, loader.Limit)
 	if err != nil {
-		return nil, table.InFile(s.o.Config, err)
+		return nil, config.InFile(s.o.Config, err)
 	}
 	for _, w := range cfg.Warnings {
 		s.log.Warn("config", "file", s.o.Config, "warning", w)
@@ -462,15 +463,15 @@ func (s *service) parse() (*input, error) {
 	in := &input{data: data, cfg: cfg, builders: make([]*table.Builder, len(cfg.Tables)), memo: make([]built, len(cfg.Tables))}
 	if s.dcFile != nil {
 		in.dcData = s.dcFile.data
-		dc, err := table.ParseDirectorConfig(in.dcData)
+		dc, err := config.ParseDirector(in.dcData)
 		if err != nil {
-			return nil, table.InFile(s.o.DirectorConfig, err)
+			return nil, config.InFile(s.o.DirectorConfig, err)
 		}
 		for _, w := range dc.Warnings {
 			s.log.Warn("director config", "file", s.o.DirectorConfig, "warning", w)
 		}
 		if in.dc, err = loader.ResolveGateway(dc); err != nil {
-			return nil, table.InFile(s.o.DirectorConfig, err)
+			return nil, config.InFile(s.o.DirectorConfig, err)
 		}
 	}
 	return in, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 const (
@@ -42,7 +43,7 @@ func checkedInput(t testing.TB, n int) *input {
 	}
 	data := []byte(fmt.Sprintf(`{"tables": [{"name": "api", "hash_key": "%s", "seed": "%s",
 	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [%s]}]}`, testKey, testSeed, strings.Join(bs, ", ")))
-	cfg, err := table.ParseConfig(data)
+	cfg, err := config.Parse(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +373,7 @@ func BenchmarkHealthFlipApplied(b *testing.B) {
 // prefix cleared), for tables with a good backend; with withdraw-when-down
 // off, every table's.
 func TestVIPs(t *testing.T) {
-	c, err := table.ParseConfig([]byte(`{"tables": [
+	c, err := config.Parse([]byte(`{"tables": [
 	  {"name": "up", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
 	   "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}, {"ip": "10.9.0.7/24", "proto": "udp", "port": 53}, {"ip": "fd00::1", "proto": "tcp", "port": 80}],
 	   "backends": [{"ip": "10.1.0.1", "state": "active", "healthy": true}]},

@@ -15,6 +15,7 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // TestStatsdAsGLBTestsIt receives the statsd datagrams on a real UDP socket
@@ -92,7 +93,7 @@ func TestStatsdAsGLBTestsIt(t *testing.T) {
 // fragment, which GLB would steer).
 func TestStatsdResultsAreGLBs(t *testing.T) {
 	testenv.Kernel(t)
-	c, err := table.ParseConfig([]byte(`{"tables": [{"name": "vip", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+	c, err := config.Parse([]byte(`{"tables": [{"name": "vip", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
 	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80}, {"ip": "10.10.10.10", "proto": "udp", "port": 53},
 	            {"ip": "fd00::10", "proto": "tcp", "port": 443}],
 	  "backends": [{"ip": "192.168.50.10", "state": "active", "healthy": true}]}]}`))

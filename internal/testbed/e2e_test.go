@@ -8,6 +8,7 @@ import (
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 func newTestbed(t *testing.T) *Testbed {
@@ -25,7 +26,7 @@ func newTestbed(t *testing.T) *Testbed {
 // apply` does, after the plan's review: the change must be judged safe.
 func apply(t *testing.T, tb *Testbed, cfg string) {
 	t.Helper()
-	c, err := table.ParseConfig([]byte(cfg))
+	c, err := config.Parse([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // hostileNoFile is the descriptors 'director run' gets in
@@ -418,7 +419,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 	t.Run("a change made outside is noticed and planned from", func(t *testing.T) {
 		// Written straight to the maps, as a tool that ignores the
 		// refusal would: backend3 drained.
-		c, err := table.ParseConfig([]byte(BackendConfig(map[int]string{3: "draining"}, nil, 3)))
+		c, err := config.Parse([]byte(BackendConfig(map[int]string{3: "draining"}, nil, 3)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // The service's check settings in these tests: GLB's, scaled down.
@@ -72,7 +73,7 @@ func checkedConfig(states map[int]string, n int) string {
 // states and health, built apart from any service.
 func fingerprint(t *testing.T, states map[int]string, healthy map[int]bool) string {
 	t.Helper()
-	c, err := table.ParseConfig([]byte(BackendConfig(states, healthy, 3)))
+	c, err := config.Parse([]byte(BackendConfig(states, healthy, 3)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package table
+package config
 
 import (
 	"os"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/director/director/table"
 )
 
 const (
@@ -15,19 +17,19 @@ const (
 )
 
 func TestParseExampleConfigs(t *testing.T) {
-	files, _ := filepath.Glob("../testdata/configs/*.json")
+	files, _ := filepath.Glob("../../testdata/configs/*.json")
 	if len(files) < 5 {
 		t.Fatalf("found %d example configs", len(files))
 	}
 	for _, f := range files {
-		if _, err := LoadConfig(f); err != nil {
+		if _, err := ParseFile(f); err != nil {
 			t.Errorf("%v", err)
 		}
 	}
 }
 
 func TestParseConfigValues(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"tables": [{"name": "api", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
+	c, err := Parse([]byte(`{"tables": [{"name": "api", "hash_key": "` + testKey + `", "seed": "` + testSeed + `",
 	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80},
 	            {"ip": "10.10.20.0/24", "proto": "udp", "port_start": 1000, "port_end": 2000},
 	            {"ip": "fdb4:98ce:52d4::42", "proto": "tcp", "port": 443}],
@@ -41,13 +43,13 @@ func TestParseConfigValues(t *testing.T) {
 	if tc.Name != "api" || len(tc.Binds) != 3 || len(tc.Backends) != 2 {
 		t.Fatalf("parsed %+v", tc)
 	}
-	if b := tc.Binds[1]; b.Prefix.String() != "10.10.20.0/24" || b.Proto != ProtoUDP || b.PortStart != 1000 || b.PortEnd != 2000 {
+	if b := tc.Binds[1]; b.Prefix.String() != "10.10.20.0/24" || b.Proto != table.ProtoUDP || b.PortStart != 1000 || b.PortEnd != 2000 {
 		t.Errorf("bind 1 = %+v", b)
 	}
 	if b := tc.Binds[2]; b.Prefix.Bits() != 128 || !b.Prefix.Addr().Is6() || b.PortStart != 443 || b.PortEnd != 443 {
 		t.Errorf("bind 2 = %+v", b)
 	}
-	if b := tc.Backends[1]; b.State != StateFilling || b.Healthy || b.IP.String() != "fd00::1" {
+	if b := tc.Backends[1]; b.State != table.StateFilling || b.Healthy || b.IP.String() != "fd00::1" {
 		t.Errorf("backend 1 = %+v", b)
 	}
 	if h := tc.Backends[0].Healthchecks; h == nil || *h.HTTP != 80 || *h.GUE != 19523 {
@@ -150,7 +152,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad name", cfg(strings.Replace(tbl(goodBackends()), "{", `{"name": "a b",`, 1)), []string{`tables[0].name: "a b" is not a valid name`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(c.in))
+			_, err := Parse([]byte(c.in))
 			if err == nil {
 				t.Fatalf("accepted %s", c.in)
 			}
@@ -169,43 +171,43 @@ func TestParseConfigErrors(t *testing.T) {
 func TestParseConfigReportsEveryProblem(t *testing.T) {
 	in := cfg(`{"hash_key": "x", "seed": "y", "binds": [{"ip": "nope", "proto": "tcp", "port": 1}],
 	  "backends": [{"ip": "10.0.0.300", "state": "active", "healthy": true}, {"ip": "10.0.0.2", "state": "on", "healthy": true}]}`)
-	_, err := ParseConfig([]byte(in))
-	var list ErrorList
+	_, err := Parse([]byte(in))
+	var list table.ErrorList
 	if !asErrorList(err, &list) || len(list) != 5 {
 		t.Fatalf("want 5 problems, got %v", err)
 	}
 }
 
-func asErrorList(err error, l *ErrorList) bool {
-	el, ok := err.(ErrorList)
+func asErrorList(err error, l *table.ErrorList) bool {
+	el, ok := err.(table.ErrorList)
 	*l = el
 	return ok
 }
 
 func TestLimits(t *testing.T) {
 	var bs []string
-	for i := 0; i < MaxBackends+1; i++ {
+	for i := 0; i < table.MaxBackends+1; i++ {
 		bs = append(bs, `{"ip": "10.2.`+strconv.Itoa(i/256)+`.`+strconv.Itoa(i%256)+`", "state": "active", "healthy": true}`)
 	}
-	_, err := ParseConfig([]byte(cfg(tbl(`, "backends": [` + strings.Join(bs, ",") + `]`))))
+	_, err := Parse([]byte(cfg(tbl(`, "backends": [` + strings.Join(bs, ",") + `]`))))
 	if err == nil || !strings.Contains(err.Error(), "257 backends, more than GLB's limit of 256") {
 		t.Fatalf("257 backends: %v", err)
 	}
-	if _, err := ParseConfig([]byte(cfg(tbl(`, "backends": [` + strings.Join(bs[:256], ",") + `]`)))); err != nil {
+	if _, err := Parse([]byte(cfg(tbl(`, "backends": [` + strings.Join(bs[:256], ",") + `]`)))); err != nil {
 		t.Fatalf("256 backends: %v", err)
 	}
 	var binds []string
-	for i := 0; i < MaxBinds+1; i++ {
+	for i := 0; i < table.MaxBinds+1; i++ {
 		binds = append(binds, `{"ip": "10.0.0.1", "proto": "tcp", "port": `+strconv.Itoa(i+1)+`}`)
 	}
 	in := cfg(`{"hash_key": "` + testKey + `", "seed": "` + testSeed + `", "binds": [` + strings.Join(binds, ",") + `]` + goodBackends() + `}`)
-	if _, err := ParseConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), "257 binds") {
+	if _, err := Parse([]byte(in)); err == nil || !strings.Contains(err.Error(), "257 binds") {
 		t.Fatalf("257 binds: %v", err)
 	}
 }
 
 func TestHostBitsWarn(t *testing.T) {
-	c, err := ParseConfig([]byte(cfg(strings.Replace(tbl(goodBackends()), "10.0.0.1", "10.0.0.1/24", 1))))
+	c, err := Parse([]byte(cfg(strings.Replace(tbl(goodBackends()), "10.0.0.1", "10.0.0.1/24", 1))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +217,7 @@ func TestHostBitsWarn(t *testing.T) {
 }
 
 func TestKeyNeverFormats(t *testing.T) {
-	k := Key{1, 2, 3}
+	k := table.Key{1, 2, 3}
 	for _, s := range []string{k.String(), k.GoString()} {
 		if s != "<redacted>" {
 			t.Fatalf("key formatted as %q", s)
@@ -224,7 +226,7 @@ func TestKeyNeverFormats(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	files, _ := filepath.Glob("../testdata/configs/*.json")
+	files, _ := filepath.Glob("../../testdata/configs/*.json")
 	for _, p := range files {
 		if data, err := os.ReadFile(p); err == nil && len(data) < 4096 {
 			f.Add(data)
@@ -233,7 +235,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"tables": [{"binds": [{"ip": "::/0", "port_start": 0, "port_end": 65535}]}]}`))
 	f.Add([]byte(`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := ParseConfig(data)
+		c, err := Parse(data)
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error")
@@ -241,12 +243,12 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		// Whatever parses must build and serialise.
-		tabs, err := BuildAll(c)
+		tabs, err := table.BuildAll(c)
 		if err != nil {
 			t.Fatalf("accepted config does not build: %v", err)
 		}
 		var sb strings.Builder
-		if err := WriteGLB(&sb, tabs); err != nil {
+		if err := table.WriteGLB(&sb, tabs); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -266,7 +268,7 @@ func TestSecretOfAnyTypeNeverEchoed(t *testing.T) {
 				old = testSeed
 			}
 			in = strings.Replace(in, `"`+old+`"`, v, 1)
-			_, err := ParseConfig([]byte(in))
+			_, err := Parse([]byte(in))
 			if err == nil {
 				t.Fatalf("%s %s accepted", field, v)
 			}
@@ -290,7 +292,7 @@ func TestHealthLeftToChecks(t *testing.T) {
 	in := `{"healthchecks": {"interval_ms": 500, "timeout_ms": 200, "trigger": 2, "fall": 4},
 	  "tables": [` + tbl(`, "backends": [{"ip": "10.1.0.1", "state": "active", "healthchecks": {"http": 80}},
 	                                {"ip": "10.1.0.2", "state": "active", "healthy": false}]`) + `]}`
-	c, err := ParseConfig([]byte(in))
+	c, err := Parse([]byte(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,14 +300,14 @@ func TestHealthLeftToChecks(t *testing.T) {
 	if !c.Checked() || !b[0].Checked || b[0].Healthy || b[1].Checked || b[1].Healthy {
 		t.Fatalf("backends %+v", b)
 	}
-	want := CheckSettings{Interval: 500 * time.Millisecond, Timeout: 200 * time.Millisecond, Rise: 2, Fall: 4}
+	want := table.CheckSettings{Interval: 500 * time.Millisecond, Timeout: 200 * time.Millisecond, Rise: 2, Fall: 4}
 	if c.Checks != want {
 		t.Errorf("checks %+v, want %+v", c.Checks, want)
 	}
-	if d, _ := ParseConfig([]byte(cfg(tbl(goodBackends())))); d.Checks != DefaultCheckSettings() || d.Checked() {
+	if d, _ := Parse([]byte(cfg(tbl(goodBackends())))); d.Checks != table.DefaultCheckSettings() || d.Checked() {
 		t.Errorf("defaults: %+v", d.Checks)
 	}
-	_, err = ParseSource("f.json", []byte(in), ToolLimit)
+	_, err = ParseSource("f.json", []byte(in), table.ToolLimit)
 	if err == nil || !strings.Contains(err.Error(), "f.json: tables[0].backends[0].healthy: missing: health is left to the checks") ||
 		!strings.Contains(err.Error(), "director run") || !strings.Contains(err.Error(), "director healthcheck") {
 		t.Errorf("one-shot reader: %v", err)
@@ -316,11 +318,11 @@ func TestHealthLeftToChecks(t *testing.T) {
 		`{"trigger": "3"}`:                        `healthchecks.trigger: "3" is not a whole number`,
 		`{"retries": 3}`:                          "healthchecks.retries: unknown field",
 	} {
-		if _, err := ParseConfig([]byte(`{"healthchecks": ` + bad + `, "tables": []}`)); err == nil || !strings.Contains(err.Error(), msg) {
+		if _, err := Parse([]byte(`{"healthchecks": ` + bad + `, "tables": []}`)); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v, want %q", bad, err, msg)
 		}
 	}
-	e, err := ParseSource("empty.json", []byte(`{"tables": []}`), ToolLimit)
+	e, err := ParseSource("empty.json", []byte(`{"tables": []}`), table.ToolLimit)
 	if err != nil || len(e.Tables) != 0 || len(e.Warnings) != 1 || !strings.Contains(e.Warnings[0], "passes every packet") {
 		t.Errorf("empty tables: %v %+v", err, e)
 	}
@@ -339,7 +341,7 @@ func TestFillHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseConfig(out)
+	c, err := Parse(out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -350,7 +352,16 @@ func TestFillHealth(t *testing.T) {
 	if !strings.Contains(string(out), `"healthchecks": {`) || strings.Index(string(out), `"name"`) > strings.Index(string(out), `"hash_key"`) {
 		t.Errorf("the file's content or order changed:\n%s", out)
 	}
-	if _, err := ParseSource("checked.json", out, ToolLimit); err != nil {
+	if _, err := ParseSource("checked.json", out, table.ToolLimit); err != nil {
 		t.Errorf("the one-shot commands refuse the filled file: %v", err)
+	}
+}
+
+func TestBindOverlapAcrossTablesIsError(t *testing.T) {
+	two := `{"tables": [` + tbl(goodBackends()) + `,` +
+		strings.Replace(tbl(goodBackends()), `"port": 80`, `"port_start": 70, "port_end": 90`, 1) + `]}`
+	_, err := Parse([]byte(two))
+	if err == nil || !strings.Contains(err.Error(), "tables[1].binds[0]: tcp 10.0.0.1:70-90 overlaps tables[0].binds[0]") {
+		t.Fatalf("overlap: %v", err)
 	}
 }

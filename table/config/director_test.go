@@ -1,28 +1,30 @@
-package table
+package config
 
 import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/director/director/table"
 )
 
 func TestParseDirectorConfig(t *testing.T) {
-	c, err := LoadDirectorConfig("../testdata/configs/glb-director.conf")
+	c, err := ParseDirectorFile("../../testdata/configs/glb-director.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.GatewayMAC.String() != "02:00:00:00:00:03" || c.SrcIP.String() != "192.0.2.1" || !c.ForwardICMPEcho {
 		t.Fatalf("parsed %+v", c)
 	}
-	if c.HashFields != HashSrcAddr || c.AltHashFields != HashSrcAddr|HashSrcPort {
+	if c.HashFields != table.HashSrcAddr || c.AltHashFields != table.HashSrcAddr|table.HashSrcPort {
 		t.Fatalf("hash fields %v / %v", c.HashFields, c.AltHashFields)
 	}
 	if len(c.Warnings) != 3 || !strings.Contains(strings.Join(c.Warnings, "\n"), "lcores: ignored (used only by GLB's DPDK director)") {
 		t.Fatalf("warnings %v", c.Warnings)
 	}
 	// Defaults: source address hashing, echo forwarding on, gateway resolved later.
-	c, err = ParseDirectorConfig([]byte(`{"outbound_src_ip": "10.0.0.1"}`))
-	if err != nil || c.HashFields != HashSrcAddr || c.AltHashFields != 0 || !c.ForwardICMPEcho || c.GatewayMAC != nil {
+	c, err = ParseDirector([]byte(`{"outbound_src_ip": "10.0.0.1"}`))
+	if err != nil || c.HashFields != table.HashSrcAddr || c.AltHashFields != 0 || !c.ForwardICMPEcho || c.GatewayMAC != nil {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	for in, want := range map[string]string{
@@ -34,7 +36,7 @@ func TestParseDirectorConfig(t *testing.T) {
 		`{"outbound_src_ip": "10.0.0.1", "forward_icmp_ping_responses": 1}`:   "forward_icmp_ping_responses: 1 is not true or false",
 		`{"outbound_src_ip": "10.0.0.1", "statsd": 1}`:                        "statsd: unknown field",
 	} {
-		if _, err := ParseDirectorConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := ParseDirector([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", in, err, want)
 		}
 	}
@@ -43,8 +45,8 @@ func TestParseDirectorConfig(t *testing.T) {
 // TestCompareDirectorConfig: each changed setting gets a verdict; a hash
 // change is safe only along GLB's migration path.
 func TestCompareDirectorConfig(t *testing.T) {
-	parse := func(s string) *DirectorConfig {
-		c, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_gateway_mac": "02:00:00:00:00:03"` + s + `}`))
+	parse := func(s string) *table.DirectorConfig {
+		c, err := ParseDirector([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_gateway_mac": "02:00:00:00:00:03"` + s + `}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,9 +55,9 @@ func TestCompareDirectorConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := ParseDirectorConfig(raw)
-		if err != nil || len(CompareDirectorConfig(c, back)) != 0 {
-			t.Fatalf("round trip of %s: %v %v", raw, err, CompareDirectorConfig(c, back))
+		back, err := ParseDirector(raw)
+		if err != nil || len(table.CompareDirectorConfig(c, back)) != 0 {
+			t.Fatalf("round trip of %s: %v %v", raw, err, table.CompareDirectorConfig(c, back))
 		}
 		return c
 	}
@@ -78,7 +80,7 @@ func TestCompareDirectorConfig(t *testing.T) {
 			c.want = []string{"outbound_gateway_mac:false"}
 		}
 		var got []string
-		for _, ch := range CompareDirectorConfig(base, n) {
+		for _, ch := range table.CompareDirectorConfig(base, n) {
 			got = append(got, fmt.Sprintf("%s:%v", ch.Setting, ch.Safe))
 		}
 		if strings.Join(got, " ") != strings.Join(c.want, " ") {
@@ -87,22 +89,22 @@ func TestCompareDirectorConfig(t *testing.T) {
 	}
 	// Ending a migration, and changing the alternate during one.
 	mig := parse(`, "alt_hash_fields": {"src_port": true}`)
-	if ch := CompareDirectorConfig(mig, base); len(ch) != 1 || !ch[0].Safe || !strings.Contains(ch[0].Reason, "ends a hash migration") {
+	if ch := table.CompareDirectorConfig(mig, base); len(ch) != 1 || !ch[0].Safe || !strings.Contains(ch[0].Reason, "ends a hash migration") {
 		t.Errorf("alt removed: %+v", ch)
 	}
-	if ch := CompareDirectorConfig(mig, parse(`, "alt_hash_fields": {"dst_port": true}`)); len(ch) != 1 || ch[0].Safe {
+	if ch := table.CompareDirectorConfig(mig, parse(`, "alt_hash_fields": {"dst_port": true}`)); len(ch) != 1 || ch[0].Safe {
 		t.Errorf("alt changed: %+v", ch)
 	}
 	// Nothing live: every setting is new, and safe.
-	if ch := CompareDirectorConfig(nil, base); len(ch) != 5 || !ch[1].Safe {
+	if ch := table.CompareDirectorConfig(nil, base); len(ch) != 5 || !ch[1].Safe {
 		t.Errorf("first config: %+v", ch)
 	}
 	// outbound_interface is read, and kept through a plan.
-	c, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_interface": "eth0"}`))
+	c, err := ParseDirector([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_interface": "eth0"}`))
 	if err != nil || c.OutboundInterface != "eth0" {
 		t.Fatalf("outbound_interface: %+v %v", c, err)
 	}
-	if _, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_interface": "a/b"}`)); err == nil ||
+	if _, err := ParseDirector([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_interface": "a/b"}`)); err == nil ||
 		!strings.Contains(err.Error(), "outbound_interface: \"a/b\" is not an interface name") {
 		t.Errorf("bad interface: %v", err)
 	}

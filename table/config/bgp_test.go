@@ -1,4 +1,4 @@
-package table
+package config
 
 import (
 	"fmt"
@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/director/director/table"
 )
 
 func TestParseBGP(t *testing.T) {
-	c, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "10.0.0.1", "bgp": {"asn": 65001, "router_id": "10.78.0.2",
+	c, err := ParseDirector([]byte(`{"outbound_src_ip": "10.0.0.1", "bgp": {"asn": 65001, "router_id": "10.78.0.2",
 	  "peers": [{"address": "10.78.0.1", "asn": 65000}, {"address": "fd00::1", "asn": 65000, "port": 1179, "password": "s3cret-pass"}],
 	  "hold_time_s": 3, "drain_s": 1, "withdraw_when_down": false}}`))
 	if err != nil {
@@ -17,7 +19,7 @@ func TestParseBGP(t *testing.T) {
 	}
 	b := c.BGP
 	if b.ASN != 65001 || b.RouterID != netip.MustParseAddr("10.78.0.2") || len(b.Peers) != 2 || b.HoldTime != 3*time.Second ||
-		b.Drain != time.Second || b.ConnectRetry != DefaultConnectRetry || b.WithdrawWhenDown || b.NextHop.IsValid() {
+		b.Drain != time.Second || b.ConnectRetry != table.DefaultConnectRetry || b.WithdrawWhenDown || b.NextHop.IsValid() {
 		t.Fatalf("%+v", b)
 	}
 	if p := b.Peers[0]; p.Port != 179 || p.Password != "" || p.ASN != 65000 {
@@ -29,8 +31,8 @@ func TestParseBGP(t *testing.T) {
 	if s := fmt.Sprintf("%v %+v %#v", b, b.Peers, b.Peers[1]); strings.Contains(s, "s3cret") {
 		t.Errorf("the password formats: %s", s)
 	}
-	d, _ := ParseDirectorConfig([]byte(`{"outbound_src_ip": "10.0.0.1", "bgp": {"asn": 1, "router_id": "1.2.3.4", "peers": [{"address": "1.2.3.5", "asn": 2}]}}`))
-	if d.BGP.HoldTime != DefaultHoldTime || d.BGP.Drain != DefaultDrain || !d.BGP.WithdrawWhenDown {
+	d, _ := ParseDirector([]byte(`{"outbound_src_ip": "10.0.0.1", "bgp": {"asn": 1, "router_id": "1.2.3.4", "peers": [{"address": "1.2.3.5", "asn": 2}]}}`))
+	if d.BGP.HoldTime != table.DefaultHoldTime || d.BGP.Drain != table.DefaultDrain || !d.BGP.WithdrawWhenDown {
 		t.Errorf("defaults: %+v", d.BGP)
 	}
 }
@@ -51,7 +53,7 @@ func TestBGPErrorsNameThePlace(t *testing.T) {
 		{`{"asn": 1, "router_id": "1.2.3.4", "peers": [{"address": "1.1.1.1", "asn": 1, "password": 123456789}]}`, "bgp.peers[0].password: is a number, not a string (value not shown"},
 		{`{"asn": 1, "router_id": "1.2.3.4", "peers": [{"address": "1.1.1.1", "asn": 1, "password": "` + strings.Repeat("x", 81) + `"}]}`, "bgp.peers[0].password: is 81 bytes"},
 	} {
-		_, err := ParseDirectorConfig([]byte(`{"outbound_src_ip": "10.0.0.1", "bgp": ` + c.bgp + `}`))
+		_, err := ParseDirector([]byte(`{"outbound_src_ip": "10.0.0.1", "bgp": ` + c.bgp + `}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.bgp, err, c.want)
 		}

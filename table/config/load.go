@@ -1,4 +1,4 @@
-package table
+package config
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/director/director/table"
 )
 
 // Input limits. They are checked before anything is built, so that input
@@ -19,47 +21,27 @@ const (
 	// format can hold in MaxTables tables of 256 binds and 256 backends,
 	// pretty-printed, is well under it.
 	MaxConfigBytes = 16 << 20
-	// MaxTables bounds the tables the table tools (show, diff, build) read
-	// from one file. The datapath holds fewer (see the loader).
-	MaxTables = 256
 	// MaxDirectorConfigBytes bounds a director config file, a few keys.
 	MaxDirectorConfigBytes = 1 << 20
 )
-
-// Limit is how many tables whoever reads a config can hold.
-type Limit struct {
-	Tables int
-	// Holder completes "at most N tables": who holds them, for the error.
-	Holder string
-}
-
-// ToolLimit is the table tools' limit.
-var ToolLimit = Limit{Tables: MaxTables, Holder: "the table tools read"}
-
-func (l Limit) check(n int64) error {
-	if n > int64(l.Tables) {
-		return &FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", n, l.Holder, l.Tables)}
-	}
-	return nil
-}
 
 // Source is a set of tables read from a file: a JSON config (built here) or
 // a GLB binary table (read as is).
 type Source struct {
 	Path     string
 	Binary   bool
-	Data     []byte  // the file's bytes, as read
-	Config   *Config // nil for binaries
-	Tables   []*Table
+	Data     []byte        // the file's bytes, as read
+	Config   *table.Config // nil for binaries
+	Tables   []*table.Table
 	Warnings []string
 }
 
 // Load reads a config or a GLB binary, telling them apart by content.
-func Load(path string) (*Source, error) { return LoadLimit(path, ToolLimit) }
+func Load(path string) (*Source, error) { return LoadLimit(path, table.ToolLimit) }
 
 // LoadLimit is Load for a reader that holds at most lim.Tables tables: a
 // file with more is refused before any table is built.
-func LoadLimit(path string, lim Limit) (*Source, error) {
+func LoadLimit(path string, lim table.Limit) (*Source, error) {
 	data, err := ReadInput(path, lim)
 	if err != nil {
 		return nil, err
@@ -73,9 +55,9 @@ func LoadLimit(path string, lim Limit) (*Source, error) {
 // keeps what its checks find), and Data is the config with it filled in
 // (FillHealth), so that a plan applies exactly what it shows. filled
 // reports whether any was.
-func ParseSourceHealth(path string, data []byte, lim Limit, health func(table, backend int, c *TableConfig) bool) (s *Source, filled bool, err error) {
-	if !IsGLBBinary(data) {
-		c, err := ParseConfigLimit(data, lim)
+func ParseSourceHealth(path string, data []byte, lim table.Limit, health func(table, backend int, c *table.TableConfig) bool) (s *Source, filled bool, err error) {
+	if !table.IsGLBBinary(data) {
+		c, err := ParseLimit(data, lim)
 		if err != nil {
 			return nil, false, InFile(path, err)
 		}
@@ -93,82 +75,56 @@ func ParseSourceHealth(path string, data []byte, lim Limit, health func(table, b
 // ParseSource parses data, read from path, as a config or a GLB binary and
 // builds its tables. Warnings include what the datapath cannot serve
 // (Unservable), so that every command that reads a file says so.
-func ParseSource(path string, data []byte, lim Limit) (*Source, error) {
+func ParseSource(path string, data []byte, lim table.Limit) (*Source, error) {
 	s := &Source{Path: path, Data: data}
 	var err error
-	if IsGLBBinary(data) {
+	if table.IsGLBBinary(data) {
 		s.Binary = true
-		if s.Tables, err = ReadGLBLimit(data, lim); err != nil {
+		if s.Tables, err = table.ReadGLBLimit(data, lim); err != nil {
 			return nil, InFile(path, err)
 		}
 	} else {
-		if s.Config, err = ParseConfigLimit(data, lim); err != nil {
+		if s.Config, err = ParseLimit(data, lim); err != nil {
 			return nil, InFile(path, err)
 		}
 		if err := oneShot(s.Config); err != nil {
 			return nil, InFile(path, err)
 		}
-		if s.Tables, err = BuildAll(s.Config); err != nil {
+		if s.Tables, err = table.BuildAll(s.Config); err != nil {
 			return nil, InFile(path, err)
 		}
 		s.Warnings = append(s.Warnings, s.Config.Warnings...)
 	}
 	for i, t := range s.Tables {
-		for _, w := range TableWarnings(t) {
+		for _, w := range table.TableWarnings(t) {
 			s.Warnings = append(s.Warnings, fmt.Sprintf("tables[%d]: %s", i, w))
 		}
 	}
-	s.Warnings = append(s.Warnings, UnservableWarnings(s.Tables)...)
+	s.Warnings = append(s.Warnings, table.UnservableWarnings(s.Tables)...)
 	return s, nil
-}
-
-// UnservableWarnings is Unservable as warnings, for the commands that can
-// read such tables but not serve them.
-func UnservableWarnings(tables []*Table) []string {
-	var w []string
-	for _, e := range Unservable(tables) {
-		w = append(w, e.Error()+", so plan and apply refuse this table")
-	}
-	return w
-}
-
-// Unservable lists what GLB's formats can hold but its GUE encapsulation
-// cannot carry: IPv6 backends (hops are IPv4; IPv6 clients and VIPs are
-// fine). The table tools warn of it; plan and apply refuse it.
-func Unservable(tables []*Table) ErrorList {
-	var errs ErrorList
-	for i, t := range tables {
-		for j, b := range t.Backends {
-			if !b.IP.Is4() {
-				errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
-					Msg: fmt.Sprintf("%q is IPv6: GUE packets carry IPv4 hops only", b.IP)})
-			}
-		}
-	}
-	return errs
 }
 
 // ReadInput reads a config or GLB binary, refusing a file larger than its
 // kind may be before reading it: MaxConfigBytes for JSON, and for a binary
 // the size of lim.Tables tables, with its table count checked from the
 // header.
-func ReadInput(path string, lim Limit) ([]byte, error) {
+func ReadInput(path string, lim table.Limit) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	br := bufio.NewReader(f)
-	head, _ := br.Peek(glbHeaderSize)
+	head, _ := br.Peek(table.GLBHeaderSize)
 	max := int64(MaxConfigBytes)
 	what := "a JSON config"
-	if IsGLBBinary(head) {
-		if len(head) == glbHeaderSize {
-			if err := lim.check(int64(binary.LittleEndian.Uint32(head[8:]))); err != nil {
+	if table.IsGLBBinary(head) {
+		if len(head) == table.GLBHeaderSize {
+			if err := lim.Check(int64(binary.LittleEndian.Uint32(head[8:]))); err != nil {
 				return nil, InFile(path, err)
 			}
 		}
-		max = glbHeaderSize + int64(lim.Tables)*glbTableSize
+		max = table.GLBHeaderSize + int64(lim.Tables)*table.GLBTableSize
 		what = fmt.Sprintf("a GLB binary of at most %d tables", lim.Tables)
 	}
 	return readMax(f, br, path, max, what)
@@ -225,13 +181,13 @@ func (e *FileError) Unwrap() error { return e.Err }
 // binary as ReadInput does. A plan holds its config, and a binary in it is
 // base64, so a plan may be larger than a config; a file that is not a plan
 // is held to ReadInput's limits.
-func ReadApplyInput(path string, lim Limit) ([]byte, error) {
-	binMax := glbHeaderSize + int64(lim.Tables)*glbTableSize
+func ReadApplyInput(path string, lim table.Limit) ([]byte, error) {
+	binMax := table.GLBHeaderSize + int64(lim.Tables)*table.GLBTableSize
 	data, err := readFileMax(path, MaxConfigBytes+binMax*4/3+1<<20, "a plan")
 	if err != nil {
 		return nil, err
 	}
-	if IsGLBBinary(data) {
+	if table.IsGLBBinary(data) {
 		if int64(len(data)) > binMax {
 			return nil, InFile(path, fmt.Errorf("%d bytes; a GLB binary of at most %d tables may be at most %d bytes", len(data), lim.Tables, binMax))
 		}
@@ -256,11 +212,11 @@ func startsPlan(data []byte) bool {
 
 // oneShot refuses a config that leaves health to the checks: the one-shot
 // commands run none, and would take every such backend for down.
-func oneShot(c *Config) error {
+func oneShot(c *table.Config) error {
 	for i := range c.Tables {
 		for j, b := range c.Tables[i].Backends {
 			if b.Checked {
-				return &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].healthy", i, j),
+				return &table.FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].healthy", i, j),
 					Msg: "missing: health is left to the checks in this config: serve it with 'director run', which checks, " +
 						"or fill it in with 'director healthcheck CONFIG -o CHECKED.json' and use that"}
 			}
