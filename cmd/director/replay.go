@@ -1,28 +1,22 @@
 package main
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/classify"
-	"github.com/director/director/internal/gue"
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/replay"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -85,21 +79,9 @@ func runReplay(e *env, c *command, args []string) error {
 	return nil
 }
 
-type side struct {
-	path    string
-	tables  []*table.Table
-	model   *model.Datapath
-	private *loader.Director // the private instance the kernel runs
-	kernel  *lab.Replayer
-	cls     []*classify.Classifier // the model's, one per worker
-}
-
 type replayer struct {
-	dc        table.DirectorConfig
-	gw        [6]byte
-	cur, new  *side
+	cur, new  *replay.Side
 	modelOnly bool
-	verify    bool
 }
 
 func (e *env) replayDirectorConfig() (*table.DirectorConfig, net.HardwareAddr, error) {
@@ -119,127 +101,57 @@ func (e *env) replayDirectorConfig() (*table.DirectorConfig, net.HardwareAddr, e
 	return dc, gw, nil
 }
 
+// newReplay reads the config (and the one to replay against) and, unless
+// the replay is the model's alone, loads a private director for each. The
+// programs are verified while the tables are built (replay.StartPrivate).
 func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, error) {
 	dc, gw, err := e.replayDirectorConfig()
 	if err != nil {
 		return nil, err
 	}
-	rp := &replayer{dc: *dc, modelOnly: modelOnly}
-	copy(rp.gw[:], gw)
-	// The program is loaded (the verifier's work) while the tables are
-	// built, and served while it is verified: start-up is the longest of
-	// the three, not their sum.
+	var hw [6]byte
+	copy(hw[:], gw)
 	c := *dc
 	c.GatewayMAC = gw
-	type loaded struct {
-		d   *loader.Director
-		err error
-	}
-	errNoTables := errors.New("no tables") // the config was refused; its error is reported
-	preload := func() (chan<- []*table.Table, <-chan loaded) {
-		tables := make(chan []*table.Table, 1)
-		ch := make(chan loaded, 1)
-		if !modelOnly {
-			go func() {
-				d, err := loader.LoadServing(func(d *loader.Director) error {
-					t, ok := <-tables
-					if !ok {
-						return errNoTables
-					}
-					return d.Serve(&c, t)
-				})
-				ch <- loaded{d, err}
-			}()
-		}
-		return tables, ch
-	}
-	load := func(path string, tablesTo chan<- []*table.Table, pre <-chan loaded) (*side, error) {
-		src, err := loadForApply(e, path, nil)
-		if err != nil {
-			close(tablesTo)
-			if !modelOnly {
-				if l := <-pre; l.d != nil {
-					l.d.Close()
-				}
-			}
-			return nil, err
-		}
-		tables := src.Tables
-		s := &side{path: path, tables: tables, model: model.New(*dc, rp.gw, tables)}
-		if !modelOnly {
-			tablesTo <- tables
-			l := <-pre
-			if s.private, s.kernel, err = privateReplayer(l.d, l.err); err != nil {
-				return nil, err
-			}
-		}
-		return s, nil
-	}
-	type pending struct {
-		tables chan<- []*table.Table
-		loaded <-chan loaded
-	}
-	sides := 1
+	paths := []string{cfgPath}
 	if againstPath != "" {
-		sides = 2
+		paths = append(paths, againstPath)
 	}
-	var pres []pending
-	for range sides {
-		t, l := preload()
-		pres = append(pres, pending{t, l})
-	}
-	if rp.cur, err = load(cfgPath, pres[0].tables, pres[0].loaded); err != nil {
-		if sides > 1 {
-			close(pres[1].tables)
-			if !modelOnly {
-				if l := <-pres[1].loaded; l.d != nil {
-					l.d.Close()
-				}
-			}
+	var pending []*replay.Private
+	if !modelOnly {
+		for range paths {
+			pending = append(pending, replay.StartPrivate(c))
 		}
+	}
+	rp := &replayer{modelOnly: modelOnly}
+	fail := func(from int, err error) (*replayer, error) {
+		for _, p := range pending[min(from, len(pending)):] {
+			p.Cancel()
+		}
+		rp.close()
 		return nil, err
 	}
-	if againstPath != "" {
-		if rp.new, err = load(againstPath, pres[1].tables, pres[1].loaded); err != nil {
-			rp.close()
-			return nil, err
+	sides := []**replay.Side{&rp.cur, &rp.new}
+	for i, path := range paths {
+		src, err := loadForApply(e, path, nil)
+		if err != nil {
+			return fail(i, err)
+		}
+		s := &replay.Side{Path: path, Tables: src.Tables, Model: model.New(*dc, hw, src.Tables)}
+		*sides[i] = s
+		if !modelOnly {
+			if err := pending[i].Serve(s); err != nil {
+				return fail(i+1, fmt.Errorf("replay: %w", err))
+			}
 		}
 	}
 	return rp, nil
 }
 
 func (rp *replayer) close() {
-	for _, s := range []*side{rp.cur, rp.new} {
-		if s != nil && s.private != nil {
-			s.private.Close()
-		}
-	}
+	rp.cur.Close()
+	rp.new.Close()
 }
-
-// privateReplayer makes a replayer running frames through d, the private
-// director loaded (with err) to serve a side's tables.
-func privateReplayer(d *loader.Director, err error) (*loader.Director, *lab.Replayer, error) {
-	if errors.Is(err, unix.EPERM) {
-		// Not cilium/ebpf's hint about MEMLOCK: privileges are missing.
-		return nil, nil, errors.New("replay: running the XDP program in the kernel (BPF_PROG_RUN) needs root, or CAP_BPF " +
-			"and CAP_NET_ADMIN; --model replays through the Go model and needs neither")
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: %w", err)
-	}
-	r, err := lab.NewReplayer(d.Prog, d.Maps.Counters)
-	if err != nil {
-		d.Close()
-		return nil, nil, fmt.Errorf("replay: %w", err)
-	}
-	return d, r, nil
-}
-
-// replayBatch is how many packets go through the stages (read, run,
-// aggregate) at a time. Small enough that the first batch's read and the
-// last one's aggregation, which nothing overlaps, are short; 2,048 was
-// fastest of 1,024 to 16,384 on a 100,000-packet capture.
-const replayBatch = 1 << 11
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -253,14 +165,13 @@ func isTerminal(w io.Writer) bool {
 // run replays the capture. On a capture error it still returns the report
 // of what was processed, with the error.
 func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Report, error) {
-	rp.verify = verify
 	r, err := capture.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer r.Close()
-	names := make([]string, len(rp.cur.tables))
-	for i, t := range rp.cur.tables {
+	names := make([]string, len(rp.cur.Tables))
+	for i, t := range rp.cur.Tables {
 		names[i] = t.Name
 	}
 	agg := replay.NewAggregator(path, r.FileFormat, names, loader.CounterNames())
@@ -268,109 +179,43 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 	if verify {
 		vr = &replay.VerifyReport{First: []replay.Mismatch{}}
 	}
+	start := time.Now()
+	var read atomic.Uint64
+	stop := make(chan struct{})
 	progress := isTerminal(e.stderr)
-	start, last := time.Now(), time.Now()
-	if rp.modelOnly {
-		var readErr error
-		var nw *model.Datapath
-		if rp.new != nil {
-			nw = rp.new.model
-		}
-		var read atomic.Uint64
-		stop := make(chan struct{})
-		if progress {
-			go func() {
-				t := time.NewTicker(500 * time.Millisecond)
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-t.C:
-						fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", read.Load(), float64(read.Load())/time.Since(start).Seconds())
-					}
-				}
-			}()
-		}
-		readErr = replay.RunModel(r, path, rp.cur.model, nw, agg, &read)
-		close(stop)
-		if readErr != nil {
-			readErr = fmt.Errorf("replay: %w", readErr)
-		}
-		return rp.finish(e, agg, nil, start, progress, hot), readErr
-	}
-
-	// Three stages overlap: reading the capture, running batches through
-	// the program (or the model) on every CPU, and aggregating.
-	type job struct {
-		batch    []capture.Packet
-		cur, new []outcome
-		err      error
-	}
-	var readErr error
-	batches := make(chan []capture.Packet, 2)
-	go func() {
-		defer close(batches)
-		// A mapped capture that shrinks faults: an error, not a crash.
-		err := r.Guard(func() {
+	if progress {
+		go func() {
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
 			for {
-				batch := make([]capture.Packet, 0, replayBatch)
-				for len(batch) < replayBatch {
-					p, err := r.Read()
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
-						break
-					}
-					batch = append(batch, p)
-				}
-				if len(batch) > 0 {
-					batches <- batch
-				}
-				if readErr != nil || len(batch) < replayBatch {
+				select {
+				case <-stop:
 					return
+				case <-t.C:
+					fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", read.Load(), float64(read.Load())/time.Since(start).Seconds())
 				}
 			}
-		})
-		if err != nil {
-			readErr = fmt.Errorf("replay: %s: %w; %d packets were processed", path, err, r.Count())
+		}()
+	}
+	if rp.modelOnly {
+		var against *model.Datapath
+		if rp.new != nil {
+			against = rp.new.Model
 		}
-	}()
-	results := make(chan job, 2)
-	go func() {
-		defer close(results)
-		for batch := range batches {
-			j := job{batch: batch}
-			j.cur, j.err = rp.runSide(rp.cur, batch)
-			if j.err == nil && rp.new != nil {
-				j.new, j.err = rp.runSide(rp.new, batch)
-			}
-			results <- j
-			if j.err != nil {
-				for range batches { // let the reader finish
-				}
-				return
-			}
-		}
-	}()
-	var runErr error
-	for j := range results {
-		if j.err != nil {
-			runErr = j.err
-			continue
-		}
-		rp.aggregate(j.batch, j.cur, j.new, agg, vr)
-		if progress && time.Since(last) > 500*time.Millisecond {
-			last = time.Now()
-			fmt.Fprintf(e.stderr, "\r%d packets, %.0f/s ", agg.Packets(), float64(agg.Packets())/time.Since(start).Seconds())
+		err = replay.RunModel(r, path, rp.cur.Model, against, agg, &read)
+	} else {
+		err = replay.RunKernel(r, path, rp.cur, rp.new, agg, vr, &read)
+		var re *replay.RunError
+		if errors.As(err, &re) {
+			close(stop)
+			return nil, fmt.Errorf("replay: %w", err)
 		}
 	}
-	if runErr != nil {
-		return nil, runErr
+	close(stop)
+	if err != nil {
+		err = fmt.Errorf("replay: %w", err)
 	}
-	return rp.finish(e, agg, vr, start, progress, hot), readErr
+	return rp.finish(e, agg, vr, start, progress, hot), err
 }
 
 // finish completes the report and says how fast the replay went.
@@ -384,7 +229,7 @@ func (rp *replayer) finish(e *env, agg *replay.Aggregator, vr *replay.VerifyRepo
 	}
 	againstPath := ""
 	if rp.new != nil {
-		againstPath = rp.new.path
+		againstPath = rp.new.Path
 	}
 	rep := agg.Report(hot, againstPath)
 	engine := "BPF_PROG_RUN"
@@ -394,149 +239,6 @@ func (rp *replayer) finish(e *env, agg *replay.Aggregator, vr *replay.VerifyRepo
 	fmt.Fprintf(e.stderr, "director: replayed %d packets through %s in %s (%.0f packets/s)\n",
 		rep.Capture.Packets, engine, elapsed.Round(time.Millisecond), float64(rep.Capture.Packets)/elapsed.Seconds())
 	return rep
-}
-
-// outcome is one packet's result on one side.
-type outcome struct {
-	verdict int          // the XDP action
-	out     []byte       // the frame as the program left it
-	reason  int          // for XDP_PASS: the pass counter, an index in loader.CounterNames(); -1 if none moved
-	res     model.Result // the model's view (flow, table, row)
-}
-
-func (o *outcome) tx() bool { return o.verdict == model.XDPTX }
-
-func (rp *replayer) runSide(s *side, batch []capture.Packet) ([]outcome, error) {
-	out := make([]outcome, len(batch))
-	// The model, in parallel: the reference when its bytes are compared,
-	// otherwise the fast classifier, one per worker, kept across batches.
-	var wg sync.WaitGroup
-	n := runtime.GOMAXPROCS(0)
-	for len(s.cls) < n {
-		s.cls = append(s.cls, classify.New(s.model))
-	}
-	chunk := (len(batch) + n - 1) / n
-	for w := 0; w < n; w++ {
-		lo, hi := w*chunk, min((w+1)*chunk, len(batch))
-		if lo >= hi {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := lo; i < hi; i++ {
-				if rp.verify {
-					out[i].res = s.model.Process(batch[i].Frame)
-				} else {
-					out[i].res, _ = s.cls[w].Classify(batch[i].Frame)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	frames := make([][]byte, len(batch))
-	for i := range batch {
-		frames[i] = batch[i].Frame
-	}
-	ko := make([]lab.Outcome, len(batch))
-	if err := s.kernel.Run(frames, ko); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	for i := range ko {
-		out[i].verdict = int(ko[i].Verdict)
-		out[i].out = ko[i].Out
-		out[i].reason = ko[i].Reason
-	}
-	return out, nil
-}
-
-func sample(p capture.Packet, o outcome) replay.Sample {
-	s := replay.Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1}
-	if o.res.Parsed {
-		s.HasFlow = true
-		s.Flow = replay.FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
-	}
-	if o.tx() {
-		if h, _, err := gue.ParseFrame(o.out); err == nil {
-			s.Hops = h.Hops
-		}
-		if len(s.Hops) > 0 {
-			s.Primary = s.Hops[0]
-		}
-		if o.res.Verdict == model.XDPTX {
-			s.Table, s.Row = o.res.Table, o.res.Row
-		}
-	}
-	return s
-}
-
-func (rp *replayer) aggregate(batch []capture.Packet, cur, nw []outcome, agg *replay.Aggregator, vr *replay.VerifyReport) {
-	for i, p := range batch {
-		agg.Captured(len(p.Frame), p.Truncated)
-		s := sample(p, cur[i])
-		agg.Add(&s)
-		if nw != nil {
-			s := sample(p, nw[i])
-			agg.AddAgainst(&s)
-		}
-		if vr != nil {
-			vr.Compared++
-			if desc, same := compare(&cur[i], &cur[i].res); !same {
-				vr.Mismatches++
-				if len(vr.First) < 5 {
-					m := &cur[i].res
-					vr.First = append(vr.First, replay.Mismatch{N: p.N, Input: hex.EncodeToString(p.Frame),
-						Kernel: hex.EncodeToString(cur[i].out), Model: hex.EncodeToString(m.Out),
-						KernelTX: cur[i].tx(), ModelTX: m.Verdict == model.XDPTX,
-						KernelVerdict: verdictName(cur[i].verdict, cur[i].reason), ModelVerdict: verdictName(m.Verdict, m.Reason),
-						Description: desc})
-				}
-			}
-		}
-	}
-}
-
-// compare is --verify's judgement of one packet: the kernel and the model
-// agree when the verdict, the pass reason and the output bytes are all
-// the same. An XDP_ABORTED or XDP_DROP that leaves the bytes alone is a
-// disagreement with the model's XDP_PASS, however alike the bytes.
-func compare(k *outcome, m *model.Result) (desc string, same bool) {
-	// Names are made only for a difference: this runs for every packet.
-	switch {
-	case !sameVerdict(k.verdict, k.reason, m.Verdict, m.Reason):
-		return "kernel " + verdictName(k.verdict, k.reason) + ", model " + verdictName(m.Verdict, m.Reason), false
-	case string(k.out) != string(m.Out):
-		return verdictName(k.verdict, k.reason) + " by both, different bytes", false
-	}
-	return "", true
-}
-
-// sameVerdict reports whether two verdicts have the same verdictName.
-func sameVerdict(v1, r1, v2, r2 int) bool {
-	if v1 != v2 {
-		return false
-	}
-	if v1 != model.XDPPass {
-		return true
-	}
-	n := len(loader.CounterNames())
-	return r1 == r2 || ((r1 < 0 || r1 >= n) && (r2 < 0 || r2 >= n))
-}
-
-// verdictName is an XDP action, with the pass reason for XDP_PASS.
-func verdictName(verdict, reason int) string {
-	names := [...]string{"XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT"}
-	name := fmt.Sprintf("XDP action %d", verdict)
-	if verdict >= 0 && verdict < len(names) {
-		name = names[verdict]
-	}
-	if verdict != model.XDPPass {
-		return name
-	}
-	if reason < 0 || reason >= len(loader.CounterNames()) {
-		return name + " (no counter)"
-	}
-	return name + " " + loader.CounterNames()[reason]
 }
 
 func printReplay(w io.Writer, r *replay.Report) {

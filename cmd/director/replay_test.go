@@ -290,35 +290,6 @@ func TestBenchRunsAndCleansUp(t *testing.T) {
 	}
 }
 
-// TestVerifyComparesVerdictReasonAndBytes: --verify's judgement of one
-// packet needs the same XDP action, pass reason and bytes.
-func TestVerifyComparesVerdictReasonAndBytes(t *testing.T) {
-	frame := []byte("an unchanged frame")
-	pass := model.Result{Verdict: model.XDPPass, Reason: model.PassMalformed, Out: frame}
-	for _, c := range []struct {
-		name   string
-		kernel outcome
-		model  model.Result
-		want   string // "" when they agree
-	}{
-		{"same", outcome{verdict: model.XDPPass, reason: model.PassMalformed, out: frame}, pass, ""},
-		{"aborted, bytes unchanged", outcome{verdict: 0, reason: -1, out: frame}, pass, "kernel XDP_ABORTED, model XDP_PASS pass_malformed"},
-		{"dropped, bytes unchanged", outcome{verdict: 1, reason: -1, out: frame}, pass, "kernel XDP_DROP, model XDP_PASS pass_malformed"},
-		{"another reason", outcome{verdict: model.XDPPass, reason: model.PassProto, out: frame}, pass, "kernel XDP_PASS pass_proto, model XDP_PASS pass_malformed"},
-		{"no counter moved", outcome{verdict: model.XDPPass, reason: -1, out: frame}, pass, "kernel XDP_PASS (no counter), model XDP_PASS pass_malformed"},
-		{"other bytes", outcome{verdict: model.XDPPass, reason: model.PassMalformed, out: []byte("x")}, pass, "XDP_PASS pass_malformed by both, different bytes"},
-		{"tx", outcome{verdict: model.XDPTX, reason: -1, out: frame}, model.Result{Verdict: model.XDPTX, Out: frame}, ""},
-		{"neither has a counter", outcome{verdict: model.XDPPass, reason: -1, out: frame}, model.Result{Verdict: model.XDPPass, Reason: 1 << 20, Out: frame}, ""},
-		{"tx, another reason", outcome{verdict: model.XDPTX, reason: -1, out: frame}, model.Result{Verdict: model.XDPTX, Reason: model.PassProto, Out: frame}, ""},
-		{"unknown actions", outcome{verdict: 7, reason: -1, out: frame}, model.Result{Verdict: 8, Out: frame}, "kernel XDP action 7, model XDP action 8"},
-	} {
-		desc, same := compare(&c.kernel, &c.model)
-		if same != (c.want == "") || desc != c.want {
-			t.Errorf("%s: %q (same %v), want %q", c.name, desc, same, c.want)
-		}
-	}
-}
-
 // TestReplayVerifyMultiBuffer replays jumbo and GRO frames (a capture from
 // a host with a 9,000-byte MTU or GRO): the kernel, which gets them as
 // multi-buffer frames, and the model agree on each; frames too big to
