@@ -363,18 +363,9 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 			return nil, fmt.Errorf("director config: %w", err)
 		}
 	}
-	live, err := d.Live()
+	live, err := d.checkedLive(check)
 	if err != nil {
-		return nil, fmt.Errorf("reading live tables: %w", err)
-	}
-	if check != nil {
-		liveConfig, err := d.LiveConfig()
-		if err != nil {
-			return nil, fmt.Errorf("reading the live director config: %w", err)
-		}
-		if err := check(State{Tables: Tables(live), Config: liveConfig}); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	gen, err := d.generation()
 	if err != nil {
@@ -388,14 +379,52 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 	if err != nil {
 		return nil, err
 	}
-
-	// Zero the counters of tables and backends that are new to their slot.
+	if err := d.writeSlots(tables, plans); err != nil {
+		return nil, err
+	}
+	// The commit: the new binds for all tables, in one generation flip.
+	slots := make([]int, len(plans))
 	for i, p := range plans {
-		if err := d.resetCounters(p.statsID, p.old, tables[i], p.stat); err != nil {
+		slots[i] = p.slot
+	}
+	if err := d.swapBinds(tables, slots, ch.Config); err != nil {
+		return nil, err
+	}
+	now, err := d.Live()
+	if err != nil {
+		return nil, err
+	}
+	return &ApplyResult{Tables: now, Duration: time.Since(start)}, nil
+}
+
+// checkedLive reads the live tables and, with check, has it judge the live
+// state.
+func (d *Director) checkedLive(check func(live State) error) ([]LiveTable, error) {
+	live, err := d.Live()
+	if err != nil {
+		return nil, fmt.Errorf("reading live tables: %w", err)
+	}
+	if check != nil {
+		liveConfig, err := d.LiveConfig()
+		if err != nil {
+			return nil, fmt.Errorf("reading the live director config: %w", err)
+		}
+		if err := check(State{Tables: Tables(live), Config: liveConfig}); err != nil {
 			return nil, err
 		}
 	}
+	return live, nil
+}
 
+// writeSlots writes the tables that plans put in new slots, which neither
+// bind generation references, and zeroes the counters of tables and
+// backends new to their place.
+func (d *Director) writeSlots(tables []*table.Table, plans []placement) error {
+	for i, p := range plans {
+		if err := d.resetCounters(p.statsID, p.old, tables[i], p.stat); err != nil {
+			return err
+		}
+	}
 	// A slot used for the first time gets its map, and installing it
 	// waits for an RCU grace period: new slots are installed at once, so
 	// that they wait together.
@@ -412,7 +441,7 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 		}
 		return err
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	for i, p := range plans {
 		if !p.write {
@@ -420,37 +449,24 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 		}
 		dt, err := encodeTable(tables[i], i, p.statsID, p.stat)
 		if err != nil {
-			return nil, fmt.Errorf("tables[%d]: %w", i, err)
+			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
 		inner, err := d.slotMap(p.slot)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		// The slot is referenced by neither generation: no packet reads
 		// it while it is written.
 		err = inner.Put(uint32(0), dt)
 		inner.Close()
 		if err != nil {
-			return nil, fmt.Errorf("writing tables[%d]: %w", i, err)
+			return fmt.Errorf("writing tables[%d]: %w", i, err)
 		}
 		d.knownMu.Lock()
 		d.remember(p.slot, tables[i])
 		d.knownMu.Unlock()
 	}
-
-	// The commit: the new binds for all tables, in one generation flip.
-	slots := make([]int, len(plans))
-	for i, p := range plans {
-		slots[i] = p.slot
-	}
-	if err := d.swapBinds(tables, slots, ch.Config); err != nil {
-		return nil, err
-	}
-	now, err := d.Live()
-	if err != nil {
-		return nil, err
-	}
-	return &ApplyResult{Tables: now, Duration: time.Since(start)}, nil
+	return nil
 }
 
 // Tables returns the tables of a live set.

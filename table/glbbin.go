@@ -212,29 +212,53 @@ func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 // config follows (unique backends and binds, ordered port ranges, at
 // least one bind) are all reported.
 func readGLBTable(p []byte, ti int) (*Table, ErrorList) {
+	r := &glbTableReader{p: p, ti: ti, base: GLBHeaderSize + ti*GLBTableSize, t: &Table{Rows: make([]Row, Rows)}}
+	if r.backends() && r.binds() {
+		r.rows()
+	}
+	return r.t, r.errs
+}
+
+// Where a GLB binary table's parts are, from its start.
+const (
+	glbBackendsAt  = 4
+	glbBindCountAt = glbBackendsAt + MaxBackends*glbBackendSize
+	glbBindsAt     = glbBindCountAt + 4
+	glbKeyAt       = glbBindsAt + MaxBinds*glbBindSize
+	glbRowsAt      = glbKeyAt + 16
+)
+
+// glbTableReader reads table ti of a GLB binary, p being its bytes. Each
+// part's method reports whether the next can be read.
+type glbTableReader struct {
+	p    []byte
+	ti   int
+	base int // p's offset in the file, for the errors
+	t    *Table
+	errs ErrorList
+}
+
+func (r *glbTableReader) fail(off int, path, format string, args ...any) {
+	path = fmt.Sprintf("tables[%d]", r.ti) + path
+	r.errs = append(r.errs, &FieldError{Path: fmt.Sprintf("%s (byte %d)", path, r.base+off), Msg: fmt.Sprintf(format, args...)})
+}
+
+func (r *glbTableReader) backends() bool {
 	le := binary.LittleEndian
-	base := GLBHeaderSize + ti*GLBTableSize
-	var errs ErrorList
-	fail := func(off int, path, format string, args ...any) {
-		path = fmt.Sprintf("tables[%d]", ti) + path
-		errs = append(errs, &FieldError{Path: fmt.Sprintf("%s (byte %d)", path, base+off), Msg: fmt.Sprintf(format, args...)})
-	}
-	t := &Table{Rows: make([]Row, Rows)}
-	nb := le.Uint32(p)
+	nb := le.Uint32(r.p)
 	if nb == 0 || nb > MaxBackends {
-		fail(0, ".backends", "backend count %d out of range 1-%d", nb, MaxBackends)
-		return t, errs
+		r.fail(0, ".backends", "backend count %d out of range 1-%d", nb, MaxBackends)
+		return false
 	}
-	const backendsAt = 4
 	seen := map[netip.Addr]int{}
 	for i := 0; i < int(nb); i++ {
-		off := backendsAt + i*glbBackendSize
-		e := p[off : off+glbBackendSize]
+		off := glbBackendsAt + i*glbBackendSize
+		e := r.p[off : off+glbBackendSize]
 		path := fmt.Sprintf(".backends[%d]", i)
 		addr, err := getAddr(e)
 		if err != nil {
-			fail(off, path, "%v", err)
-			return t, errs
+			r.fail(off, path, "%v", err)
+			return false
 		}
 		b := Backend{IP: addr}
 		switch st := le.Uint16(e[20:]); st {
@@ -245,80 +269,86 @@ func readGLBTable(p []byte, ti int) (*Table, ErrorList) {
 		case glbStateDrainInac:
 			b.State = StateDrainingInactive
 		default:
-			fail(off+20, path, "state %d unknown", st)
-			return t, errs
+			r.fail(off+20, path, "state %d unknown", st)
+			return false
 		}
 		switch h := le.Uint16(e[22:]); h {
 		case 0, 1:
 			b.Healthy = h == 1
 		default:
-			fail(off+22, path, "health %d unknown", h)
-			return t, errs
+			r.fail(off+22, path, "health %d unknown", h)
+			return false
 		}
 		if j, dup := seen[addr.Unmap()]; dup {
-			fail(off, path, "address %s is also backends[%d]", addr, j)
+			r.fail(off, path, "address %s is also backends[%d]", addr, j)
 		}
 		seen[addr.Unmap()] = i
-		t.Backends = append(t.Backends, b)
+		r.t.Backends = append(r.t.Backends, b)
 	}
-	const bindCountAt = backendsAt + MaxBackends*glbBackendSize
-	const bindsAt = bindCountAt + 4
-	nbind := le.Uint32(p[bindCountAt:])
+	return true
+}
+
+func (r *glbTableReader) binds() bool {
+	le := binary.LittleEndian
+	nbind := le.Uint32(r.p[glbBindCountAt:])
 	if nbind > MaxBinds {
-		fail(bindCountAt, ".binds", "bind count %d more than %d", nbind, MaxBinds)
-		return t, errs
+		r.fail(glbBindCountAt, ".binds", "bind count %d more than %d", nbind, MaxBinds)
+		return false
 	}
 	if nbind == 0 {
-		fail(bindCountAt, ".binds", "bind count 0: a table needs at least one bind")
+		r.fail(glbBindCountAt, ".binds", "bind count 0: a table needs at least one bind")
 	}
-	seenBind := map[Bind]int{}
+	seen := map[Bind]int{}
 	for i := 0; i < int(nbind); i++ {
-		off := bindsAt + i*glbBindSize
-		e := p[off : off+glbBindSize]
+		off := glbBindsAt + i*glbBindSize
+		e := r.p[off : off+glbBindSize]
 		path := fmt.Sprintf(".binds[%d]", i)
 		addr, err := getAddr(e)
 		if err != nil {
-			fail(off, path, "%v", err)
-			return t, errs
+			r.fail(off, path, "%v", err)
+			return false
 		}
 		bits := int(le.Uint16(e[20:]))
 		if bits > addr.BitLen() {
-			fail(off+20, path, "prefix length %d, longer than the %d bits of the address", bits, addr.BitLen())
-			return t, errs
+			r.fail(off+20, path, "prefix length %d, longer than the %d bits of the address", bits, addr.BitLen())
+			return false
 		}
 		b := Bind{Prefix: netip.PrefixFrom(addr, bits), PortStart: le.Uint16(e[22:]), PortEnd: le.Uint16(e[24:]), Proto: Proto(e[26])}
 		if b.Proto != ProtoTCP && b.Proto != ProtoUDP {
-			fail(off+26, path, "protocol %d unknown", e[26])
-			return t, errs
+			r.fail(off+26, path, "protocol %d unknown", e[26])
+			return false
 		}
 		if b.PortStart > b.PortEnd {
-			fail(off+22, path, "port_start %d is greater than port_end %d", b.PortStart, b.PortEnd)
+			r.fail(off+22, path, "port_start %d is greater than port_end %d", b.PortStart, b.PortEnd)
 		}
-		if j, dup := seenBind[b]; dup {
-			fail(off, path, "same bind as binds[%d]", j)
+		if j, dup := seen[b]; dup {
+			r.fail(off, path, "same bind as binds[%d]", j)
 		}
-		seenBind[b] = i
-		t.Binds = append(t.Binds, b)
+		seen[b] = i
+		r.t.Binds = append(r.t.Binds, b)
 	}
-	const keyAt = bindsAt + MaxBinds*glbBindSize
-	const rowsAt = keyAt + 16
-	copy(t.HashKey[:], p[keyAt:rowsAt])
-	q := p[rowsAt:]
-	for r := range t.Rows {
+	return true
+}
+
+func (r *glbTableReader) rows() {
+	le := binary.LittleEndian
+	copy(r.t.HashKey[:], r.p[glbKeyAt:glbRowsAt])
+	nb := uint32(len(r.t.Backends))
+	q := r.p[glbRowsAt:]
+	for i := range r.t.Rows {
 		row := Row{le.Uint32(q), le.Uint32(q[4:])}
 		q = q[8:]
 		if row.Primary >= nb || row.Secondary >= nb {
-			fail(rowsAt+r*glbRowSize, fmt.Sprintf(".rows[%#x]", r), "names backend %d/%d of %d", row.Primary, row.Secondary, nb)
-			return t, errs
+			r.fail(glbRowsAt+i*glbRowSize, fmt.Sprintf(".rows[%#x]", i), "names backend %d/%d of %d", row.Primary, row.Secondary, nb)
+			return
 		}
-		t.Rows[r] = row
+		r.t.Rows[i] = row
 		// Judged as a built table is: a row whose primary is not good
 		// sends new connections where they should not go.
-		if !t.Backends[row.Primary].Good() {
-			t.NoGoodRows++
+		if !r.t.Backends[row.Primary].Good() {
+			r.t.NoGoodRows++
 		}
 	}
-	return t, errs
 }
 
 func getAddr(e []byte) (netip.Addr, error) {

@@ -92,69 +92,103 @@ func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 	if !spell {
 		return out
 	}
-	// Map keys without pointers (netip values hold one), which the
-	// garbage collector would scan.
-	type lensKey struct {
-		proto table.Proto
-		v6    bool
-	}
-	type groupKey struct {
-		proto table.Proto
-		bits  uint8
-		addr  [16]byte
-	}
-	// The candidates, with how many points they would add at most.
-	type cand struct {
-		g    *table.BindGroup
-		size int
-	}
-	var cands []cand
-	lens := map[lensKey][]int{}
-	have := map[groupKey]*table.BindGroup{}
+	sp := newSpeller(groups)
+	out = sp.wholeGroups(out, ExactBudget-len(out))
+	return sp.writtenAddresses(out, refs)
+}
+
+// speller spells groups out into exact points (ExactPoints).
+type speller struct {
+	lens  map[lensKey][]int             // the prefix lengths of each protocol's groups
+	have  map[groupKey]*table.BindGroup // the groups, by protocol and prefix
+	cands []cand                        // the groups that may go in whole, smallest first
+	whole map[*table.BindGroup]bool     // the groups that went in whole
+	room  int                           // points left within ExactBudget
+}
+
+// Map keys without pointers (netip values hold one), which the garbage
+// collector would scan.
+type lensKey struct {
+	proto table.Proto
+	v6    bool
+}
+
+type groupKey struct {
+	proto table.Proto
+	bits  uint8
+	addr  [16]byte
+}
+
+// cand is a group that may go in whole, with how many points it would add
+// at most.
+type cand struct {
+	g    *table.BindGroup
+	size int
+}
+
+func newSpeller(groups []table.BindGroup) *speller {
+	sp := &speller{lens: map[lensKey][]int{}, have: map[groupKey]*table.BindGroup{}, whole: map[*table.BindGroup]bool{}}
 	for i := range groups {
 		g := &groups[i]
 		if g.Proto == table.ProtoICMP || g.Proto == table.ProtoICMPv6 {
 			continue
 		}
 		lk := lensKey{g.Proto, g.Prefix.Addr().Is6()}
-		if !slices.Contains(lens[lk], g.Prefix.Bits()) {
-			lens[lk] = append(lens[lk], g.Prefix.Bits())
+		if !slices.Contains(sp.lens[lk], g.Prefix.Bits()) {
+			sp.lens[lk] = append(sp.lens[lk], g.Prefix.Bits())
 		}
-		have[groupKey{g.Proto, uint8(g.Prefix.Bits()), g.Prefix.Addr().As16()}] = g
+		sp.have[groupKey{g.Proto, uint8(g.Prefix.Bits()), g.Prefix.Addr().As16()}] = g
 		host := g.Prefix.Addr().BitLen() - g.Prefix.Bits()
 		if len(g.Ranges) == 0 || host >= 16 {
 			continue
 		}
-		ports := 0
-		for _, r := range g.Ranges {
-			ports += int(r.Hi) - int(r.Lo) + 1
-		}
-		cands = append(cands, cand{g, ports << host})
+		sp.cands = append(sp.cands, cand{g, portsOf(g) << host})
 	}
-	sort.SliceStable(cands, func(i, j int) bool { return cands[i].size < cands[j].size })
-	room := ExactBudget - len(out)
-	// shadowed reports whether a longer group of proto holds a: its
-	// packets are that group's.
-	shadowed := func(proto table.Proto, a netip.Addr, bits int) bool {
-		for _, l := range lens[lensKey{proto, a.Is6()}] {
-			if l > bits {
-				if q, _ := a.Prefix(l); have[groupKey{proto, uint8(l), q.Addr().As16()}] != nil {
-					return true
-				}
-			}
-		}
-		return false
+	sort.SliceStable(sp.cands, func(i, j int) bool { return sp.cands[i].size < sp.cands[j].size })
+	return sp
+}
+
+// portsOf is how many ports g's ranges cover.
+func portsOf(g *table.BindGroup) int {
+	ports := 0
+	for _, r := range g.Ranges {
+		ports += int(r.Hi) - int(r.Lo) + 1
 	}
-	// longest is a's longest group of proto: the one that answers for it.
-	longest := func(proto table.Proto, a netip.Addr) *table.BindGroup {
-		var best *table.BindGroup
-		for _, l := range lens[lensKey{proto, a.Is6()}] {
-			if q, _ := a.Prefix(l); (best == nil || l > best.Prefix.Bits()) && have[groupKey{proto, uint8(l), q.Addr().As16()}] != nil {
-				best = have[groupKey{proto, uint8(l), q.Addr().As16()}]
-			}
+	return ports
+}
+
+// group is proto's group of prefix a/bits, nil if none.
+func (sp *speller) group(proto table.Proto, a netip.Addr, bits int) *table.BindGroup {
+	q, _ := a.Prefix(bits)
+	return sp.have[groupKey{proto, uint8(bits), q.Addr().As16()}]
+}
+
+// shadowed reports whether a longer group of proto holds a: its packets
+// are that group's.
+func (sp *speller) shadowed(proto table.Proto, a netip.Addr, bits int) bool {
+	for _, l := range sp.lens[lensKey{proto, a.Is6()}] {
+		if l > bits && sp.group(proto, a, l) != nil {
+			return true
 		}
-		return best
 	}
+	return false
+}
+
+// longest is a's longest group of proto: the one that answers for it.
+func (sp *speller) longest(proto table.Proto, a netip.Addr) *table.BindGroup {
+	var best *table.BindGroup
+	for _, l := range sp.lens[lensKey{proto, a.Is6()}] {
+		if g := sp.group(proto, a, l); g != nil && (best == nil || l > best.Prefix.Bits()) {
+			best = g
+		}
+	}
+	return best
+}
+
+// wholeGroups adds the groups that fit in room whole, smallest first: each
+// address of a group that no longer group holds, at every port of its
+// ranges.
+func (sp *speller) wholeGroups(out []ExactPoint, room int) []ExactPoint {
 	// An address's own group holds its exact binds' ports, which are in
 	// already. Only such groups can repeat a point: any other address's
 	// points come from its longest group alone.
@@ -165,17 +199,16 @@ func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 	}
 	var exact map[pointKey]bool
 	total := 0
-	for _, c := range cands {
+	for _, c := range sp.cands {
 		total += c.size
 	}
 	out = slices.Grow(out, min(room, total))
-	whole := map[*table.BindGroup]bool{}
-	for _, c := range cands {
+	for _, c := range sp.cands {
 		if c.size > room {
 			break // the rest are no smaller
 		}
 		g := c.g
-		whole[g] = true
+		sp.whole[g] = true
 		a := g.Prefix.Addr()
 		single := g.Prefix.IsSingleIP()
 		if single && exact == nil {
@@ -185,7 +218,7 @@ func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 			}
 		}
 		for range 1 << (a.BitLen() - g.Prefix.Bits()) {
-			if !shadowed(g.Proto, a, g.Prefix.Bits()) {
+			if !sp.shadowed(g.Proto, a, g.Prefix.Bits()) {
 				for _, r := range g.Ranges {
 					for port := int(r.Lo); port <= int(r.Hi); port++ {
 						if single && exact[pointKey{g.Proto, uint16(port), a.As16()}] {
@@ -199,8 +232,14 @@ func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 			a = a.Next()
 		}
 	}
-	// The addresses prefixes are written with, where their whole groups
-	// did not go in: each with the ranges of its own longest group.
+	sp.room = room
+	return out
+}
+
+// writtenAddresses adds, while there is room, the addresses prefixes are
+// written with, where their whole groups did not go in: each with the
+// ranges of its own longest group, smallest first.
+func (sp *speller) writtenAddresses(out []ExactPoint, refs []table.BindRef) []ExactPoint {
 	type written struct {
 		proto table.Proto
 		addr  netip.Addr
@@ -217,19 +256,15 @@ func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 			continue
 		}
 		seen[k] = true
-		g := longest(b.Proto, a)
-		if g == nil || whole[g] || g.Prefix.IsSingleIP() {
+		g := sp.longest(b.Proto, a)
+		if g == nil || sp.whole[g] || g.Prefix.IsSingleIP() {
 			continue // in already, or an address's own group: in whole or not at all
 		}
-		ports := 0
-		for _, pr := range g.Ranges {
-			ports += int(pr.Hi) - int(pr.Lo) + 1
-		}
-		ws = append(ws, written{b.Proto, a, g, ports})
+		ws = append(ws, written{b.Proto, a, g, portsOf(g)})
 	}
 	sort.SliceStable(ws, func(i, j int) bool { return ws[i].size < ws[j].size })
 	for _, w := range ws {
-		if w.size > room {
+		if w.size > sp.room {
 			break
 		}
 		for _, pr := range w.g.Ranges {
@@ -237,7 +272,7 @@ func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 				out = append(out, ExactPoint{w.proto, w.addr, uint16(port), pr.Table})
 			}
 		}
-		room -= w.size
+		sp.room -= w.size
 	}
 	return out
 }

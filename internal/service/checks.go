@@ -3,10 +3,12 @@ package service
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/director/director/internal/health"
@@ -45,123 +47,160 @@ func checkedBackends(in *input, f func(i int, tc *table.TableConfig, k int, b ta
 	}
 }
 
-// track makes targets for the backends of the served and pending configs,
-// drops the ones neither has, and runs a first check of the new ones
-// before returning: the first result decides a new backend's health. A
-// backend the live table already holds starts at its live health instead,
-// so that a restart changes nothing until the checks, dampened, disagree.
-func (s *service) track(ctx context.Context) {
-	s.mu.Lock()
-	for _, t := range s.targets {
+// checker runs the backends' checks. The check goroutines write the
+// targets under mu; the service's loop reads them only through the
+// methods here (views, summary, why, results), and alone starts, stops and
+// reconfigures the checks.
+type checker struct {
+	log         *slog.Logger
+	m           *metrics
+	kick        chan struct{} // a result that may change a table wakes the loop
+	concurrency int
+
+	mu             sync.Mutex
+	targets        map[string]*target
+	lastLocalFault time.Time // when a check the director could not make was last logged
+
+	prober *health.Prober // replaced only while the checks are stopped
+	// waiting is set while a backend's fall waits for the others' next
+	// results (judgeHealth): every result then wakes the loop.
+	waiting atomic.Bool
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func newChecker(log *slog.Logger, concurrency int) *checker {
+	return &checker{log: log, concurrency: concurrency, kick: make(chan struct{}, 1), targets: map[string]*target{}}
+}
+
+// configure makes the prober probe with timeout from src. The checks must
+// be stopped.
+func (c *checker) configure(timeout time.Duration, src netip.Addr) {
+	if c.prober == nil || c.prober.Timeout != timeout || c.prober.Source != src {
+		if c.prober != nil {
+			c.prober.Close()
+		}
+		c.prober = health.NewProber(timeout, src)
+	}
+}
+
+func (c *checker) close() {
+	c.stopWait()
+	if c.prober != nil {
+		c.prober.Close()
+		c.prober = nil
+	}
+}
+
+// track makes targets for the checked backends of ins, drops the ones none
+// has, and runs a first check of the new ones before returning: the first
+// result decides a new backend's health. A backend whose live health
+// liveHealth knows starts at it instead, so that a restart changes nothing
+// until the checks, dampened, disagree.
+func (c *checker) track(ctx context.Context, ins []*input, rise, fall int, liveHealth func(tc *table.TableConfig, i int, ip netip.Addr) (up, ok bool)) {
+	c.mu.Lock()
+	for _, t := range c.targets {
 		t.used = false
 	}
 	var fresh []*target
-	rise, fall := s.cur.cfg.Checks.Rise, s.cur.cfg.Checks.Fall
-	if s.pending != nil {
-		rise, fall = s.pending.cfg.Checks.Rise, s.pending.cfg.Checks.Fall
-	}
-	for _, in := range []*input{s.cur, s.pending} {
+	for _, in := range ins {
 		if in == nil {
 			continue
 		}
 		checkedBackends(in, func(i int, tc *table.TableConfig, k int, b table.Backend) {
-			c := health.ChecksOf(b.Healthchecks)
-			key := targetKey(b.IP, c)
-			t := s.targets[key]
+			checks := health.ChecksOf(b.Healthchecks)
+			key := targetKey(b.IP, checks)
+			t := c.targets[key]
 			if t == nil {
-				t = &target{ip: b.IP, checks: c, damp: health.NewDampener(rise, fall)}
-				if up, ok := table.HealthOf(s.liveTable(tc, i), b.IP); ok {
+				t = &target{ip: b.IP, checks: checks, damp: health.NewDampener(rise, fall)}
+				if up, ok := liveHealth(tc, i, b.IP); ok {
 					t.damp.StartAt(up)
 					t.lastOK = up
 				} else {
 					fresh = append(fresh, t)
 				}
-				s.targets[key] = t
+				c.targets[key] = t
 			}
 			t.damp.Rise, t.damp.Fall = rise, fall
 			t.used = true
 		})
 	}
-	for key, t := range s.targets {
+	for key, t := range c.targets {
 		if !t.used {
-			delete(s.targets, key)
-			s.m.forgetTarget(t)
+			delete(c.targets, key)
+			c.m.forgetTarget(t)
 		}
 	}
-	s.mu.Unlock()
+	c.mu.Unlock()
 	if len(fresh) == 0 {
 		return
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, s.o.Concurrency)
+	sem := make(chan struct{}, c.concurrency)
 	for _, t := range fresh {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s.check(ctx, t, false)
+			c.check(ctx, t, false)
 		}()
 	}
 	wg.Wait()
-	s.log.Info("first checks", "backends", len(fresh), "took", time.Since(start).Round(time.Millisecond))
+	c.log.Info("first checks", "backends", len(fresh), "took", time.Since(start).Round(time.Millisecond))
 }
 
 // list is the targets in a fixed order, for the scheduler.
-func (s *service) list() []*target {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*target, 0, len(s.targets))
-	for _, t := range s.targets {
+func (c *checker) list() []*target {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*target, 0, len(c.targets))
+	for _, t := range c.targets {
 		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return targetKey(out[i].ip, out[i].checks) < targetKey(out[j].ip, out[j].checks) })
 	return out
 }
 
-// startChecks starts checking every target, every interval.
-func (s *service) startChecks(ctx context.Context) {
+// start checks every target, every interval.
+func (c *checker) start(ctx context.Context, interval time.Duration) {
 	ctx, cancel := context.WithCancel(ctx)
-	s.stopChecks = cancel
+	c.stop = cancel
 	done := make(chan struct{})
-	s.checksDone = done
-	ts := s.list()
-	interval := s.cur.cfg.Checks.Interval
-	if s.pending != nil {
-		interval = s.pending.cfg.Checks.Interval
-	}
-	sch := &health.Scheduler{Interval: interval, Limit: s.o.Concurrency, Seed: uint64(time.Now().UnixNano())}
+	c.done = done
+	ts := c.list()
+	sch := &health.Scheduler{Interval: interval, Limit: c.concurrency, Seed: uint64(time.Now().UnixNano())}
 	go func() {
 		defer close(done)
-		sch.Run(ctx, len(ts), func(ctx context.Context, i int) { s.check(ctx, ts[i], true) })
+		sch.Run(ctx, len(ts), func(ctx context.Context, i int) { c.check(ctx, ts[i], true) })
 	}()
 }
 
-// stopChecksWait stops the checks and waits for those under way.
-func (s *service) stopChecksWait() {
-	if s.stopChecks != nil {
-		s.stopChecks()
-		<-s.checksDone
-		s.stopChecks = nil
+// stopWait stops the checks and waits for those under way.
+func (c *checker) stopWait() {
+	if c.stop != nil {
+		c.stop()
+		<-c.done
+		c.stop = nil
 	}
 }
 
 // check probes t once and records the result; with kick, a result that
 // may change a table wakes the loop.
-func (s *service) check(ctx context.Context, t *target, kick bool) {
-	rs := s.prober.Probe(ctx, t.ip, t.checks)
+func (c *checker) check(ctx context.Context, t *target, kick bool) {
+	rs := c.prober.Probe(ctx, t.ip, t.checks)
 	if ctx.Err() != nil {
 		return // stopping: a cancelled probe says nothing about the backend
 	}
 	if health.Local(rs) {
 		// The director's fault (out of descriptors, say): the backend
 		// keeps the state it had.
-		s.localFault(t, rs)
+		c.localFault(t, rs)
 		return
 	}
 	ok := health.Healthy(rs)
-	s.mu.Lock()
+	c.mu.Lock()
 	was := t.damp.Up()
 	known := t.damp.Known()
 	changed := t.damp.Observe(ok)
@@ -174,17 +213,102 @@ func (s *service) check(ctx context.Context, t *target, kick bool) {
 	}
 	t.lastOK, t.last, t.checkedAt = ok, rs, now
 	up := t.damp.Up()
-	s.mu.Unlock()
-	s.m.observe(t.ip, rs)
+	c.mu.Unlock()
+	c.m.observe(t.ip, rs)
 	if changed && known {
-		s.log.Info("backend "+upDown(up), "backend", t.ip, "was", upDown(was), "checks", describe(rs))
+		c.log.Info("backend "+upDown(up), "backend", t.ip, "was", upDown(was), "checks", describe(rs))
 	}
-	if kick && (changed || okChanged || s.waiting.Load()) {
+	if kick && (changed || okChanged || c.waiting.Load()) {
 		select {
-		case s.kick <- struct{}{}:
+		case c.kick <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// localFault records a round of checks the director could not make for want
+// of its own resources: counted, and logged at most once a minute, since
+// every check then fails alike.
+func (c *checker) localFault(t *target, rs []health.Result) {
+	for _, r := range rs {
+		if r.Local {
+			c.m.checksSkipped.WithLabelValues(r.Reason).Inc()
+		}
+	}
+	now := time.Now()
+	c.mu.Lock()
+	quiet := now.Sub(c.lastLocalFault) < time.Minute
+	if !quiet {
+		c.lastLocalFault = now
+	}
+	c.mu.Unlock()
+	if !quiet {
+		c.log.Error("checks cannot be made: the director lacks a resource; backends keep their state", "backend", t.ip, "checks", describe(rs))
+	}
+}
+
+// views is what the checks last found of every target, by targetKey.
+func (c *checker) views() map[string]checkView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]checkView, len(c.targets))
+	for k, t := range c.targets {
+		out[k] = checkView{up: t.damp.Up(), ok: t.lastOK, checkedAt: t.checkedAt, failingSince: t.failingSince}
+	}
+	return out
+}
+
+// summary sums up the targets for the status.
+func (c *checker) summary() StatusChecks {
+	var s StatusChecks
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.targets {
+		s.Backends++
+		if t.damp.Up() {
+			s.Up++
+		} else {
+			s.Down++
+		}
+		if !t.lastOK {
+			s.Failing++
+		}
+	}
+	return s
+}
+
+// count is how many targets there are.
+func (c *checker) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.targets)
+}
+
+// why says, for the audit log, what moved a checked backend: its last
+// results.
+func (c *checker) why(b table.Backend) string {
+	if !b.Checked {
+		return "config edit"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]; t != nil && len(t.last) > 0 {
+		return "checks: " + describe(t.last)
+	}
+	return "checks"
+}
+
+// results are the last results of the targets of backends.
+func (c *checker) results(backends []table.Backend) [][]health.Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out [][]health.Result
+	for _, b := range backends {
+		if t := c.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]; t != nil {
+			out = append(out, t.last)
+		}
+	}
+	return out
 }
 
 func upDown(up bool) string {
@@ -201,25 +325,4 @@ func describe(rs []health.Result) string {
 		parts[i] = r.String()
 	}
 	return strings.Join(parts, ", ")
-}
-
-// localFault records a round of checks the director could not make for want
-// of its own resources: counted, and logged at most once a minute, since
-// every check then fails alike.
-func (s *service) localFault(t *target, rs []health.Result) {
-	for _, r := range rs {
-		if r.Local {
-			s.m.checksSkipped.WithLabelValues(r.Reason).Inc()
-		}
-	}
-	now := time.Now()
-	s.mu.Lock()
-	quiet := now.Sub(s.lastLocalFault) < time.Minute
-	if !quiet {
-		s.lastLocalFault = now
-	}
-	s.mu.Unlock()
-	if !quiet {
-		s.log.Error("checks cannot be made: the director lacks a resource; backends keep their state", "backend", t.ip, "checks", describe(rs))
-	}
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/director/director/internal/health"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -67,86 +66,20 @@ func (in *input) build(i int, tc *table.TableConfig) (*table.Table, string, erro
 	return t, fp, nil
 }
 
-// desired builds in's tables with the health the checks found. A table
-// where more than the fail-static fraction of its checked backends would
-// go down at once, or all of them would, keeps its live health (the
-// checker is the likelier failure): frozen names those tables. A backend
-// counts as going down when it is up in the live table and its checks'
-// dampened state is down or its last check failed: the checks of a
-// partitioned director fail at jittered times, and it is their last
-// results together, not the dampened flips one by one, that show it.
+// desired builds in's tables with the health the checks found, as
+// judgeHealth decides it against the live tables: frozen names the tables
+// it holds fail-static.
 func (s *service) desired(in *input) (tables []*table.Table, fps []string, frozen []string, err error) {
-	type view struct {
-		up, ok                  bool
-		checkedAt, failingSince time.Time
-	}
-	views := map[string]view{}
-	s.mu.Lock()
-	for k, t := range s.targets {
-		views[k] = view{t.damp.Up(), t.lastOK, t.checkedAt, t.failingSince}
-	}
-	s.mu.Unlock()
+	views := s.checks.views()
 	waiting := false
-	defer func() { s.waiting.Store(waiting) }()
 	for i := range in.cfg.Tables {
 		tc := in.cfg.Tables[i]
-		tc.Backends = append([]table.Backend(nil), tc.Backends...)
-		lt := s.liveTable(&in.cfg.Tables[i], i)
-		checked, failing, goingDown, wantDown := 0, 0, 0, 0
-		var since time.Time  // when the first backend that would go down began failing
-		var oldest time.Time // the oldest result of a backend that passes
-		haveOldest := false
-		for k, b := range tc.Backends {
-			if !b.Checked {
-				continue
-			}
-			if b.State == table.StateInactive {
-				tc.Backends[k].Healthy = false // not checked, so not known to be up
-				continue
-			}
-			v := views[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
-			was, inLive := table.HealthOf(lt, b.IP)
-			checked++
-			if !v.up || !v.ok {
-				failing++
-				if inLive && was {
-					goingDown++
-				}
-			}
-			if inLive && was && !v.up && !v.ok {
-				wantDown++
-				if since.IsZero() || v.failingSince.Before(since) {
-					since = v.failingSince
-				}
-			}
-			if v.up && v.ok && (!haveOldest || v.checkedAt.Before(oldest)) {
-				oldest, haveOldest = v.checkedAt, true
-			}
-			tc.Backends[k].Healthy = v.up
-			if inLive && was && v.ok {
-				// Passing again on its way up (after fail-static kept it):
-				// a backend whose last check passed is not taken down.
-				tc.Backends[k].Healthy = true
-			}
-		}
-		failStatic := wantDown > 0 && (float64(goingDown) > s.o.FailStatic*float64(checked) || failing == checked)
-		if failStatic {
+		d := judgeHealth(&tc, s.liveTable(&tc, i), views, s.o.FailStatic)
+		tc.Backends = d.Backends
+		if d.FailStatic {
 			frozen = append(frozen, table.DisplayName(tc.Name, i))
 		}
-		// A backend goes down only once every other one has been checked
-		// since it began failing: a partition makes them all fail, but at
-		// jittered times, and the first to fall must not go alone.
-		fresh := wantDown == 0 || !haveOldest || !oldest.Before(since)
-		if !fresh {
-			waiting = true
-		}
-		if failStatic || !fresh {
-			for k, b := range tc.Backends {
-				if was, ok := table.HealthOf(lt, b.IP); ok && b.Checked && b.State != table.StateInactive {
-					tc.Backends[k].Healthy = was
-				}
-			}
-		}
+		waiting = waiting || d.Waiting
 		t, fp, err := in.build(i, &tc)
 		if err != nil {
 			return nil, nil, nil, config.InFile(s.o.Config, fmt.Errorf("tables[%d]: %w", i, err))
@@ -154,6 +87,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		tables = append(tables, t)
 		fps = append(fps, fp)
 	}
+	s.checks.waiting.Store(waiting)
 	if err := loader.CheckDatapath(tables); err != nil {
 		return nil, nil, nil, config.InFile(s.o.Config, err)
 	}
@@ -163,15 +97,15 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 // sameAsLive reports whether tables (and dc) are what the kernel holds, as
 // far as the service knows: then there is nothing to plan.
 func (s *service) sameAsLive(tables []*table.Table, fps []string, dc *table.DirectorConfig) bool {
-	if len(tables) != len(s.live) {
+	if len(tables) != len(s.live.tables) {
 		return false
 	}
-	if dc != nil && (s.liveConfig == nil || len(table.CompareDirectorConfig(s.liveConfig, dc)) > 0) {
+	if dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, dc)) > 0) {
 		return false
 	}
 	for i, t := range tables {
-		l := s.live[i]
-		if t.Name != l.Name || fps[i] != s.liveFPs[i] || len(t.Backends) != len(l.Backends) || len(t.Binds) != len(l.Binds) {
+		l := s.live.tables[i]
+		if t.Name != l.Name || fps[i] != s.live.fps[i] || len(t.Backends) != len(l.Backends) || len(t.Binds) != len(l.Binds) {
 			return false
 		}
 		for k, b := range t.Backends {
@@ -212,12 +146,11 @@ func (e *heldError) Error() string { return "unsafe: " + strings.Join(e.reasons,
 // error only for a config that cannot be built or applied.
 func (s *service) reconcile(trigger string, first bool) error {
 	heldCount := 0
-	s.holding = nil
+	s.hold.now = nil
 	defer func() {
 		s.m.held.Set(float64(heldCount))
-		s.publish()
 		s.announce()
-		s.writeStatus()
+		s.publish()
 	}()
 	if s.pending != nil {
 		out, frozen, err := s.try(s.pending, trigger, first)
@@ -241,7 +174,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 		}
 	}
 	out, frozen, err := s.try(s.cur, trigger, first)
-	s.heldHealth = out == held
+	s.hold.health = out == held
 	if out == held {
 		heldCount++
 	}
@@ -249,7 +182,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 		s.setFailStatic(frozen)
 	}
 	if s.pending == nil && out != held {
-		s.held = ""
+		s.hold.logged = ""
 	}
 	return err
 }
@@ -264,7 +197,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 		return unchanged, frozen, nil
 	}
 	changes := s.changes(in, tables)
-	before := append([]string(nil), s.liveFPs...)
+	before := append([]string(nil), s.live.fps...)
 	start := time.Now()
 	var allowedUnsafe bool
 	plan, res, err := s.d.Commit(&loader.Proposal{Tables: tables, Config: in.dc}, func(live loader.State, plan *table.Plan) error {
@@ -288,10 +221,10 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 		return unchanged, frozen, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
-		s.holding = append(s.holding, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc), Reasons: he.reasons})
+		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc), Reasons: he.reasons})
 		why := strings.Join(he.reasons, "; ")
-		if why != s.held {
-			s.held = why
+		if why != s.hold.logged {
+			s.hold.logged = why
 			if in != s.cur {
 				s.log.Warn("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
@@ -339,22 +272,6 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 // and why: a config edit, or what the checks found.
 func (s *service) changes(in *input, tables []*table.Table) []string {
 	var out []string
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	why := func(b table.Backend) string {
-		if !b.Checked {
-			return "config edit"
-		}
-		for _, t := range s.targets {
-			if t.ip == b.IP && t.checks == health.ChecksOf(b.Healthchecks) {
-				if len(t.last) == 0 {
-					return "checks"
-				}
-				return "checks: " + describe(t.last)
-			}
-		}
-		return "checks"
-	}
 	seen := map[*table.Table]bool{}
 	for i, t := range tables {
 		tc := &in.cfg.Tables[i]
@@ -379,7 +296,7 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 			case o.State != b.State:
 				out = append(out, fmt.Sprintf("%s/%s: %s -> %s (config edit)", name, b.IP, o.State, b.State))
 			case o.Healthy != b.Healthy:
-				out = append(out, fmt.Sprintf("%s/%s: %s (%s)", name, b.IP, upDown(b.Healthy), why(b)))
+				out = append(out, fmt.Sprintf("%s/%s: %s (%s)", name, b.IP, upDown(b.Healthy), s.checks.why(b)))
 			}
 		}
 		var gone []string
@@ -394,12 +311,12 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 			out = append(out, fmt.Sprintf("%s: binds changed (config edit)", name))
 		}
 	}
-	for i, lt := range s.live {
+	for i, lt := range s.live.tables {
 		if !seen[lt] {
 			out = append(out, fmt.Sprintf("%s: table removed (config edit)", table.DisplayName(lt.Name, i)))
 		}
 	}
-	if in.dc != nil && (s.liveConfig == nil || len(table.CompareDirectorConfig(s.liveConfig, in.dc)) > 0) {
+	if in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0) {
 		out = append(out, "director config changed (config edit)")
 	}
 	return out
@@ -434,37 +351,14 @@ func (s *service) setFailStatic(frozen []string) {
 	s.failStatic = now
 }
 
-// failStaticWhy says what the failing checks of table name point at. When
-// the backends' GUE checks pass, the director reaches them through the
-// tunnel, so it is the services on them that fail (a bad deploy, say), not
-// the director's network; otherwise the director's own probe path is the
-// likelier failure.
+// failStaticWhy says what the checks of the served config's table name
+// point at (failStaticWhy of their results).
 func (s *service) failStaticWhy(name string) string {
-	gueOK, gueFailed, otherFailed := false, false, false
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	var backends []table.Backend
 	checkedBackends(s.cur, func(i int, tc *table.TableConfig, k int, b table.Backend) {
-		if table.DisplayName(tc.Name, i) != name {
-			return
-		}
-		t := s.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
-		if t == nil {
-			return
-		}
-		for _, r := range t.last {
-			switch {
-			case r.Kind == health.GUE && r.OK:
-				gueOK = true
-			case r.Kind == health.GUE:
-				gueFailed = true
-			case !r.OK:
-				otherFailed = true
-			}
+		if table.DisplayName(tc.Name, i) == name {
+			backends = append(backends, b)
 		}
 	})
-	if gueOK && !gueFailed && otherFailed {
-		return "The GUE checks pass, so the director reaches the backends through the tunnel: it is their services that fail " +
-			"their checks (a bad deploy?). Check the backends."
-	}
-	return "The director's own probe path is the likelier failure. Check the director's network."
+	return failStaticWhy(s.checks.results(backends))
 }

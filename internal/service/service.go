@@ -14,14 +14,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/director/director/internal/bgp"
-	"github.com/director/director/internal/health"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -87,56 +83,62 @@ func (o *Options) defaults() {
 	}
 }
 
-// service is one run's state. The loop goroutine owns everything but the
-// targets' results, which the checks write under mu.
+// service is one run's state, owned by the goroutine that runs the loop.
+// What other goroutines touch has its own type, and its own lock: the
+// checks' results (checker), the BGP sessions (announcer), the status file
+// (statusBoard).
 type service struct {
 	o   Options
 	log *slog.Logger
 	d   *loader.Director
 	m   *metrics
 
-	cur *input // the config being served
-	// The config files as last looked at, and the bad version of them
-	// last reported.
-	cfgFile, dcFile *watched
-	badVersion      string
-	pending         *input       // an edit waiting to be safe to apply
-	held            string       // why pending (or the current health) is held, as last logged
-	holding         []StatusHeld // what this reconcile holds (the loop's)
-	lastApply       *StatusApply // the loop's last apply
-	started0        time.Time    // when Run began
-	view            Status       // the service's part of its status, for writeStatus (statusMu)
-	heldNow         []StatusHeld // what the last reconcile held, published for 'director apply' (statusMu)
-
-	mu             sync.Mutex
-	targets        map[string]*target
-	lastLocalFault time.Time // when a check the director could not make was last logged
-
-	prober     *health.Prober
-	live       []*table.Table // what the kernel holds, as last read or applied
-	liveFPs    []string
-	liveConfig *table.DirectorConfig
+	cur     *input // the config being served
+	pending *input // an edit waiting to be safe to apply
+	files   configFiles
+	live    liveState
+	hold    holdState
+	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
-	heldHealth bool
-	// waiting is set while a backend's fall waits for the others'
-	// next results (desired): every result then wakes the loop.
-	waiting atomic.Bool
-
-	kick       chan struct{}
-	coal       coalescer
-	stopChecks context.CancelFunc
-	checksDone chan struct{}
-	statsdPort int
-	stopStatsd context.CancelFunc
-
-	started  bool         // attached after the first apply: BGP may announce
-	steering bool         // an interface runs the program: the VIPs may be announced
-	drain    atomic.Int64 // the BGP drain, for stopWithin
+	lastApply  *StatusApply // the last apply
+	since      time.Time    // when Run began
 	// problems are what verify found wrong, as last logged, by subject.
 	problems map[string]string
-	bgp      *bgp.Speaker
-	bgpCfg   *table.BGP
-	statusMu sync.Mutex
+	started  bool // attached after the first apply: BGP may announce
+	steering bool // an interface runs the program: the VIPs may be announced
+
+	checks *checker
+	bgp    *announcer
+	status *statusBoard
+	statsd statsdSender
+	coal   coalescer
+}
+
+// configFiles are the config files as last looked at, and the bad version
+// of them last reported.
+type configFiles struct {
+	cfg, dc *watched
+	bad     string
+}
+
+// liveState is what the kernel holds, as last read or applied.
+type liveState struct {
+	tables []*table.Table
+	fps    []string
+	config *table.DirectorConfig
+}
+
+// holdState is what the service holds back as unsafe.
+type holdState struct {
+	logged string       // why the pending edit (or the current health) is held, as last logged
+	now    []StatusHeld // what the last reconcile held
+	health bool         // the served config's health change is held
+}
+
+// statsdSender sends GLB's statsd lines to a port.
+type statsdSender struct {
+	port int
+	stop context.CancelFunc
 }
 
 // Run runs the service until ctx ends (SIGTERM), then stops the checks and
@@ -146,8 +148,9 @@ type service struct {
 // live tables keep serving.
 func Run(ctx context.Context, o Options) (err error) {
 	o.defaults()
-	s := &service{o: o, log: o.Log, targets: map[string]*target{}, kick: make(chan struct{}, 1),
-		failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce}, problems: map[string]string{}, started0: time.Now().UTC()}
+	s := &service{o: o, log: o.Log, failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce},
+		problems: map[string]string{}, since: time.Now().UTC(), checks: newChecker(o.Log, o.Concurrency)}
+	s.status = &statusBoard{} // its path names the pins, which Load makes
 	// Bad input is reported before anything else is touched.
 	if s.cur, err = s.read(); err != nil {
 		return err
@@ -160,8 +163,6 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer unlock()
-	// Whatever ends the run, its status goes with it.
-	defer os.Remove(StatusPath(o.LockDir, o.BPFFS))
 	if err := os.MkdirAll(o.LockDir, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", o.LockDir, err)
 	}
@@ -169,13 +170,15 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer s.d.Close()
+	// The path names the pin directory's inode, which exists only now that
+	// Load made it. Whatever ends the run, its status goes with it.
+	s.status.path = StatusPath(o.LockDir, o.BPFFS)
+	defer os.Remove(s.status.path)
 	s.m = newMetrics(s.d.Stats)
-	s.m.bgpPeers = func() []bgp.PeerState {
-		if sp := s.bgp; sp != nil {
-			return sp.Peers()
-		}
-		return nil
-	}
+	s.checks.m = s.m
+	s.bgp = &announcer{log: o.Log, m: s.m, changed: s.status.write}
+	s.status.bgp = s.bgp.status
+	s.m.bgpPeers = s.bgp.peers
 	var ln net.Listener
 	if o.MetricsAddr != "" {
 		if ln, err = net.Listen("tcp", o.MetricsAddr); err != nil {
@@ -192,7 +195,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	s.setLive(live.Tables, table.PlanTables(live.Tables), live.Config)
 	s.configure(s.cur)
-	defer func() { s.prober.Close() }()
+	defer s.stopAll()
 	s.track(ctx)
 	if err := s.reconcile("start", len(live.Tables) == 0); err != nil {
 		return err
@@ -209,17 +212,17 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.startBGP(); err != nil {
 		return err
 	}
-	status := fmt.Sprintf("serving %d tables", len(s.live))
-	if s.held != "" {
-		status += "; a change is held: " + s.held
+	status := fmt.Sprintf("serving %d tables", len(s.live.tables))
+	if s.hold.logged != "" {
+		status += "; a change is held: " + s.hold.logged
 	}
 	o.Ready(status)
-	s.log.Info("running", "bpffs", o.BPFFS, "config", o.Config, "tables", len(s.live), "checked backends", len(s.targets),
+	s.log.Info("running", "bpffs", o.BPFFS, "config", o.Config, "tables", len(s.live.tables), "checked backends", s.checks.count(),
 		"interval", s.cur.cfg.Checks.Interval, "rise", s.cur.cfg.Checks.Rise, "fall", s.cur.cfg.Checks.Fall)
 	s.startChecks(ctx)
 	s.loop(ctx)
 	notify("STOPPING=1")
-	s.stopBGP()
+	s.bgp.stop()
 	s.stopAll()
 	if o.DetachOnExit {
 		for _, iface := range o.Attach {
@@ -243,7 +246,11 @@ func (s *service) stopWithin(ctx context.Context, finished <-chan struct{}) {
 		return
 	case <-ctx.Done():
 	}
-	limit := time.Duration(s.drain.Load()) + time.Second
+	var drain time.Duration
+	if s.bgp != nil {
+		drain = time.Duration(s.bgp.drain.Load())
+	}
+	limit := drain + time.Second
 	select {
 	case <-finished:
 	case <-time.After(limit):
@@ -267,7 +274,7 @@ func (s *service) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.kick:
+		case <-s.checks.kick:
 			if dueC != nil {
 				continue // already waiting; this change goes with the others
 			}
@@ -296,7 +303,7 @@ func (s *service) loop(ctx context.Context) {
 		case <-retry.C:
 			// Held changes are retried: an operator may have applied
 			// the held config by hand, or the checks agree again.
-			if s.pending != nil || s.heldHealth {
+			if s.pending != nil || s.hold.health {
 				s.reconcile("retry", false)
 			}
 		}
@@ -311,15 +318,15 @@ func (s *service) reread(ctx context.Context, force bool) {
 	if err != nil {
 		// Logged and counted once per bad version: a bad file left in
 		// place costs nothing more at every poll.
-		if v := s.version(); v != s.badVersion {
-			s.badVersion = v
+		if v := s.version(); v != s.files.bad {
+			s.files.bad = v
 			s.m.configErrors.Inc()
 			s.log.Error("config not used; the last good one is kept", "err", err)
 		}
 		return
 	}
-	if looked && s.badVersion != "" {
-		s.badVersion = ""
+	if looked && s.files.bad != "" {
+		s.files.bad = ""
 		s.log.Info("config files usable again", "config", s.o.Config)
 	}
 	if in == nil {
@@ -328,8 +335,8 @@ func (s *service) reread(ctx context.Context, force bool) {
 		}
 		return
 	}
-	s.stopChecksWait() // the checks use the prober configure may replace
-	s.pending, s.held = in, ""
+	s.checks.stopWait() // the checks use the prober configure may replace
+	s.pending, s.hold.logged = in, ""
 	s.configure(in)
 	s.track(ctx)
 	s.startChecks(ctx)
@@ -349,36 +356,52 @@ func (s *service) attach() error {
 }
 
 // configure sets what the checks run with from in's settings, and the
-// statsd sender from its director config.
+// statsd sender from its director config. The checks must be stopped.
 func (s *service) configure(in *input) {
-	c := in.cfg.Checks
-	src := s.source(in)
-	if s.prober == nil || s.prober.Timeout != c.Timeout || s.prober.Source != src {
-		if s.prober != nil {
-			s.prober.Close()
-		}
-		s.prober = health.NewProber(c.Timeout, src)
-	}
+	s.checks.configure(in.cfg.Checks.Timeout, s.source(in))
 	port := 0
 	if in.dc != nil {
 		port = in.dc.StatsdPort
 	}
-	if port != s.statsdPort {
-		if s.stopStatsd != nil {
-			s.stopStatsd()
-			s.stopStatsd = nil
-		}
-		s.statsdPort = port
-		if port != 0 {
-			ctx, cancel := context.WithCancel(context.Background())
-			s.stopStatsd = cancel
-			go func() {
-				if err := sendStatsd(ctx, s.d.GlobalCounters, port, statsdEvery); err != nil {
-					s.log.Error("statsd", "port", port, "err", err)
-				}
-			}()
-		}
+	if port == s.statsd.port {
+		return
 	}
+	if s.statsd.stop != nil {
+		s.statsd.stop()
+		s.statsd.stop = nil
+	}
+	s.statsd.port = port
+	if port != 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.statsd.stop = cancel
+		go func() {
+			if err := sendStatsd(ctx, s.d.GlobalCounters, port, statsdEvery); err != nil {
+				s.log.Error("statsd", "port", port, "err", err)
+			}
+		}()
+	}
+}
+
+// track has the checker follow the served and pending configs' backends,
+// with the settings of the newer.
+func (s *service) track(ctx context.Context) {
+	checks := s.cur.cfg.Checks
+	if s.pending != nil {
+		checks = s.pending.cfg.Checks
+	}
+	s.checks.track(ctx, []*input{s.cur, s.pending}, checks.Rise, checks.Fall,
+		func(tc *table.TableConfig, i int, ip netip.Addr) (bool, bool) {
+			return table.HealthOf(s.liveTable(tc, i), ip)
+		})
+}
+
+// startChecks starts the checks at the newer config's interval.
+func (s *service) startChecks(ctx context.Context) {
+	interval := s.cur.cfg.Checks.Interval
+	if s.pending != nil {
+		interval = s.pending.cfg.Checks.Interval
+	}
+	s.checks.start(ctx, interval)
 }
 
 // source is the director's address, where GUE probes' echo replies come
@@ -387,16 +410,18 @@ func (s *service) source(in *input) netip.Addr {
 	if in.dc != nil {
 		return in.dc.SrcIP
 	}
-	if s.liveConfig != nil {
-		return s.liveConfig.SrcIP
+	if s.live.config != nil {
+		return s.live.config.SrcIP
 	}
 	return netip.Addr{}
 }
 
+// stopAll stops the checks and the statsd sender; again is a no-op.
 func (s *service) stopAll() {
-	s.stopChecksWait()
-	if s.stopStatsd != nil {
-		s.stopStatsd()
+	s.checks.close()
+	if s.statsd.stop != nil {
+		s.statsd.stop()
+		s.statsd.stop = nil
 	}
 }
 
@@ -411,9 +436,9 @@ type input struct {
 
 // read reads the config files, as at start.
 func (s *service) read() (*input, error) {
-	s.cfgFile = newWatched(s.o.Config, config.MaxConfigBytes, "a JSON config")
+	s.files.cfg = newWatched(s.o.Config, config.MaxConfigBytes, "a JSON config")
 	if s.o.DirectorConfig != "" {
-		s.dcFile = newWatched(s.o.DirectorConfig, config.MaxDirectorConfigBytes, "a director config")
+		s.files.dc = newWatched(s.o.DirectorConfig, config.MaxDirectorConfigBytes, "a director config")
 	}
 	if _, err := s.look(true); err != nil {
 		return nil, err
@@ -425,31 +450,31 @@ func (s *service) read() (*input, error) {
 // reading them whatever stat says). It reports whether either is a new
 // version, and why one cannot be used.
 func (s *service) look(force bool) (bool, error) {
-	changed := s.cfgFile.look(force)
-	if s.dcFile != nil && s.dcFile.look(force) {
+	changed := s.files.cfg.look(force)
+	if s.files.dc != nil && s.files.dc.look(force) {
 		changed = true
 	}
-	if s.cfgFile.err != nil {
-		return changed, s.cfgFile.err
+	if s.files.cfg.err != nil {
+		return changed, s.files.cfg.err
 	}
-	if s.dcFile != nil && s.dcFile.err != nil {
-		return changed, s.dcFile.err
+	if s.files.dc != nil && s.files.dc.err != nil {
+		return changed, s.files.dc.err
 	}
 	return changed, nil
 }
 
 // version names the config files' versions last looked at.
 func (s *service) version() string {
-	v := s.cfgFile.version()
-	if s.dcFile != nil {
-		v += " " + s.dcFile.version()
+	v := s.files.cfg.version()
+	if s.files.dc != nil {
+		v += " " + s.files.dc.version()
 	}
 	return v
 }
 
 // parse parses the config files' contents as last read.
 func (s *service) parse() (*input, error) {
-	data := s.cfgFile.data
+	data := s.files.cfg.data
 	if table.IsGLBBinary(data) {
 		return nil, fmt.Errorf("%s is a GLB binary table: director run reads the JSON config (forwarding_table.src.json), whose backends it checks", s.o.Config)
 	}
@@ -461,8 +486,8 @@ func (s *service) parse() (*input, error) {
 		s.log.Warn("config", "file", s.o.Config, "warning", w)
 	}
 	in := &input{data: data, cfg: cfg, builders: make([]*table.Builder, len(cfg.Tables)), memo: make([]built, len(cfg.Tables))}
-	if s.dcFile != nil {
-		in.dcData = s.dcFile.data
+	if s.files.dc != nil {
+		in.dcData = s.files.dc.data
 		dc, err := config.ParseDirector(in.dcData)
 		if err != nil {
 			return nil, config.InFile(s.o.DirectorConfig, err)
@@ -490,7 +515,7 @@ func (s *service) readIfChanged(force bool) (*input, bool, error) {
 	if s.pending != nil {
 		last = s.pending
 	}
-	if string(s.cfgFile.data) == string(last.data) && (s.dcFile == nil || string(s.dcFile.data) == string(last.dcData)) {
+	if string(s.files.cfg.data) == string(last.data) && (s.files.dc == nil || string(s.files.dc.data) == string(last.dcData)) {
 		return nil, true, nil
 	}
 	in, err := s.parse()
@@ -499,19 +524,19 @@ func (s *service) readIfChanged(force bool) (*input, bool, error) {
 
 // setLive records what the kernel holds.
 func (s *service) setLive(tables []*table.Table, pts []table.PlanTable, dc *table.DirectorConfig) {
-	s.live = tables
-	s.liveFPs = make([]string, len(pts))
+	s.live.tables = tables
+	s.live.fps = make([]string, len(pts))
 	for i, p := range pts {
-		s.liveFPs[i] = p.Fingerprint
+		s.live.fps[i] = p.Fingerprint
 	}
 	if dc != nil {
-		s.liveConfig = dc
+		s.live.config = dc
 	}
 	s.m.tableInfo.Reset()
 	s.m.backendHealthy.Reset()
 	for i, t := range tables {
 		name := table.DisplayName(t.Name, i)
-		s.m.tableInfo.WithLabelValues(name, s.liveFPs[i]).Set(1)
+		s.m.tableInfo.WithLabelValues(name, s.live.fps[i]).Set(1)
 		for _, b := range t.Backends {
 			v := 0.0
 			if b.Healthy {
@@ -524,5 +549,5 @@ func (s *service) setLive(tables []*table.Table, pts []table.PlanTable, dc *tabl
 
 // liveTable is the live table a config's table i replaces.
 func (s *service) liveTable(tc *table.TableConfig, i int) *table.Table {
-	return table.Replaced(s.live, tc, i)
+	return table.Replaced(s.live.tables, tc, i)
 }

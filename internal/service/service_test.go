@@ -50,24 +50,31 @@ func checkedInput(t testing.TB, n int) *input {
 	return &input{data: data, cfg: cfg, builders: make([]*table.Builder, 1), memo: make([]built, 1)}
 }
 
-// newTestService is a service with no kernel behind it: enough for
-// desired, which decides what to apply.
-func newTestService(t testing.TB, in *input) *service {
-	s := &service{o: Options{FailStatic: 0.5}, cur: in, targets: map[string]*target{}, failStatic: map[string]bool{},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+// testTargets are targets for in's checked backends, all passing, last
+// checked an hour ago, as a checker holds them.
+func testTargets(in *input) map[string]*target {
+	ts := map[string]*target{}
 	checkedBackends(in, func(i int, tc *table.TableConfig, k int, b table.Backend) {
 		c := health.ChecksOf(b.Healthchecks)
 		d := health.NewDampener(2, 2)
 		d.StartAt(true)
-		// Checked, all passing, an hour ago.
-		s.targets[targetKey(b.IP, c)] = &target{ip: b.IP, checks: c, damp: d, lastOK: true, checkedAt: time.Now().Add(-time.Hour)}
+		ts[targetKey(b.IP, c)] = &target{ip: b.IP, checks: c, damp: d, lastOK: true, checkedAt: time.Now().Add(-time.Hour)}
 	})
+	return ts
+}
+
+// newTestService is a service with no kernel behind it: enough for
+// desired, which decides what to apply.
+func newTestService(t testing.TB, in *input) *service {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := &service{o: Options{FailStatic: 0.5}, cur: in, failStatic: map[string]bool{}, log: log, checks: newChecker(log, 1)}
+	s.checks.targets = testTargets(in)
 	return s
 }
 
-// result gives backend i a check result at time at.
-func (s *service) result(i int, ok bool, at time.Time) {
-	for _, t := range s.targets {
+// result gives backend i a check result at time at, as check records it.
+func result(ts map[string]*target, i int, ok bool, at time.Time) {
+	for _, t := range ts {
 		if t.ip == backendIP(i) {
 			t.damp.Observe(ok)
 			if !ok && t.lastOK {
@@ -80,23 +87,23 @@ func (s *service) result(i int, ok bool, at time.Time) {
 	}
 }
 
-// healthOf runs desired and says which backends it would make healthy,
-// and whether the table is held fail-static.
-func healthOf(t *testing.T, s *service) (string, bool) {
-	t.Helper()
-	tables, _, frozen, err := s.desired(s.cur)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, be := range tables[0].Backends {
-		b.WriteString(map[bool]string{true: "+", false: "-"}[be.Healthy])
-	}
-	return b.String(), len(frozen) == 1
+// views is what a checker with targets ts gives judgeHealth.
+func views(ts map[string]*target) map[string]checkView {
+	c := &checker{targets: ts}
+	return c.views()
 }
 
-// TestFailStaticDecisions: what desired makes of check results, against a
-// live table with every backend up.
+// healthString is backends' health, + or - each.
+func healthString(bs []table.Backend) string {
+	var b strings.Builder
+	for _, be := range bs {
+		b.WriteString(map[bool]string{true: "+", false: "-"}[be.Healthy])
+	}
+	return b.String()
+}
+
+// TestFailStaticDecisions: what judgeHealth makes of check results,
+// against a live table with every backend up.
 func TestFailStaticDecisions(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -104,78 +111,77 @@ func TestFailStaticDecisions(t *testing.T) {
 		name     string
 		n        int
 		fraction float64
-		results  func(s *service)
+		results  func(result func(i int, ok bool, at time.Time))
 		want     string
 		frozen   bool
 	}{
-		{"all pass", 4, 0.5, func(s *service) {
+		{"all pass", 4, 0.5, func(result func(i int, ok bool, at time.Time)) {
 			for i := 1; i <= 4; i++ {
-				s.result(i, true, at(10))
+				result(i, true, at(10))
 			}
 		}, "++++", false},
-		{"one falls; the others were checked since", 4, 0.5, func(s *service) {
-			s.result(1, false, at(0))
+		{"one falls; the others were checked since", 4, 0.5, func(result func(i int, ok bool, at time.Time)) {
+			result(1, false, at(0))
 			for i := 2; i <= 4; i++ {
-				s.result(i, true, at(100+i))
+				result(i, true, at(100+i))
 			}
-			s.result(1, false, at(300))
+			result(1, false, at(300))
 		}, "-+++", false},
-		{"one falls before the others were checked again: it waits", 4, 0.5, func(s *service) {
-			s.result(2, true, at(-50))
-			s.result(1, false, at(0))
-			s.result(1, false, at(300))
+		{"one falls before the others were checked again: it waits", 4, 0.5, func(result func(i int, ok bool, at time.Time)) {
+			result(2, true, at(-50))
+			result(1, false, at(0))
+			result(1, false, at(300))
 		}, "++++", false},
-		{"half fall: not more than the fraction", 4, 0.5, func(s *service) {
-			s.result(1, false, at(0))
-			s.result(2, false, at(0))
-			s.result(3, true, at(50))
-			s.result(4, true, at(50))
-			s.result(1, false, at(300))
-			s.result(2, false, at(300))
+		{"half fall: not more than the fraction", 4, 0.5, func(result func(i int, ok bool, at time.Time)) {
+			result(1, false, at(0))
+			result(2, false, at(0))
+			result(3, true, at(50))
+			result(4, true, at(50))
+			result(1, false, at(300))
+			result(2, false, at(300))
 		}, "--++", false},
-		{"three of four fail", 4, 0.5, func(s *service) {
-			s.result(1, false, at(0))
-			s.result(2, false, at(10))
-			s.result(3, false, at(20))
-			s.result(4, true, at(30))
-			s.result(1, false, at(300))
+		{"three of four fail", 4, 0.5, func(result func(i int, ok bool, at time.Time)) {
+			result(1, false, at(0))
+			result(2, false, at(10))
+			result(3, false, at(20))
+			result(4, true, at(30))
+			result(1, false, at(300))
 		}, "++++", true},
-		{"a partition: the first to fall, the rest failing once", 4, 0.5, func(s *service) {
+		{"a partition: the first to fall, the rest failing once", 4, 0.5, func(result func(i int, ok bool, at time.Time)) {
 			for i := 1; i <= 4; i++ {
-				s.result(i, false, at(i))
+				result(i, false, at(i))
 			}
-			s.result(1, false, at(300))
+			result(1, false, at(300))
 		}, "++++", true},
-		{"all fail, whatever the fraction", 2, 1, func(s *service) {
+		{"all fail, whatever the fraction", 2, 1, func(result func(i int, ok bool, at time.Time)) {
 			for r := 0; r < 2; r++ {
-				s.result(1, false, at(r*300))
-				s.result(2, false, at(r*300+1))
+				result(1, false, at(r*300))
+				result(2, false, at(r*300+1))
 			}
 		}, "++", true},
-		{"one of two falls with fraction 0.5: exactly half", 2, 0.5, func(s *service) {
-			s.result(2, true, at(100))
-			s.result(1, false, at(0))
-			s.result(1, false, at(300))
+		{"one of two falls with fraction 0.5: exactly half", 2, 0.5, func(result func(i int, ok bool, at time.Time)) {
+			result(2, true, at(100))
+			result(1, false, at(0))
+			result(1, false, at(300))
 		}, "-+", false},
-		{"a backend passing again on its way up stays", 2, 0.5, func(s *service) {
-			s.result(2, true, at(100))
-			s.result(1, false, at(0))
-			s.result(1, false, at(300))
-			s.result(1, true, at(600)) // dampened: still down
+		{"a backend passing again on its way up stays", 2, 0.5, func(result func(i int, ok bool, at time.Time)) {
+			result(2, true, at(100))
+			result(1, false, at(0))
+			result(1, false, at(300))
+			result(1, true, at(600)) // dampened: still down
 		}, "++", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := checkedInput(t, c.n)
-			s := newTestService(t, in)
-			s.o.FailStatic = c.fraction
-			all, err := table.BuildAll(upConfig(in.cfg))
+			live, err := table.BuildAll(upConfig(in.cfg))
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.live = all
-			c.results(s)
-			got, frozen := healthOf(t, s)
+			ts := testTargets(in)
+			c.results(func(i int, ok bool, at time.Time) { result(ts, i, ok, at) })
+			d := judgeHealth(&in.cfg.Tables[0], live[0], views(ts), c.fraction)
+			got, frozen := healthString(d.Backends), d.FailStatic
 			if got != c.want || frozen != c.frozen {
 				t.Errorf("health %s fail-static %v, want %s %v", got, frozen, c.want, c.frozen)
 			}
@@ -201,9 +207,9 @@ func upConfig(c *table.Config) *table.Config {
 func TestIncrementalBuildMatchesFull(t *testing.T) {
 	in := checkedInput(t, 40)
 	s := newTestService(t, in)
-	s.live = nil // nothing live: no fail-static, health as found
+	s.live = liveState{} // nothing live: no fail-static, health as found
 	for step, i := range []int{3, 17, 3, 40, 1, 17} {
-		for _, tg := range s.targets {
+		for _, tg := range s.checks.targets {
 			if tg.ip == backendIP(i) {
 				tg.damp.StartAt(!tg.damp.Up())
 			}
@@ -342,12 +348,15 @@ func BenchmarkHealthFlipApplied(b *testing.B) {
 	in := checkedInput(b, 256)
 	s := newTestService(b, in)
 	s.d, s.m = d, newMetrics(d.Stats)
+	s.checks.m = s.m
+	s.bgp = &announcer{log: s.log, m: s.m, changed: func() {}}
+	s.status = &statusBoard{}
 	s.o.BPFFS = dir
 	if err := s.reconcile("start", true); err != nil {
 		b.Fatal(err)
 	}
 	var flip *target
-	for _, t := range s.targets {
+	for _, t := range s.checks.targets {
 		if t.ip == backendIP(100) {
 			flip = t
 		}
@@ -468,27 +477,27 @@ func TestChecksTheDirectorCannotMakeTakeNothingDown(t *testing.T) {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 	lo := netip.MustParseAddr("127.0.0.1")
-	s := newTestService(t, checkedInput(t, 1))
-	s.m = newMetrics(nil)
-	s.prober = health.NewProber(200*time.Millisecond, lo)
-	defer s.prober.Close()
+	c := newChecker(slog.New(slog.NewTextHandler(io.Discard, nil)), 1)
+	c.m = newMetrics(nil)
+	c.configure(200*time.Millisecond, lo)
+	defer c.close()
 	tg := &target{ip: lo, checks: health.Checks{TCP: port}, damp: health.NewDampener(2, 2), lastOK: true}
 	tg.damp.StartAt(true)
 	withFewDescriptors(t, func() {
 		for i := 0; i < 4; i++ {
-			s.check(context.Background(), tg, false)
+			c.check(context.Background(), tg, false)
 		}
 	})
 	if !tg.damp.Up() || !tg.lastOK {
 		t.Fatalf("after checks the director could not make: up %v, last ok %v", tg.damp.Up(), tg.lastOK)
 	}
-	if got := testutil.ToFloat64(s.m.checksSkipped.WithLabelValues("director: too many open files")); got != 4 {
+	if got := testutil.ToFloat64(c.m.checksSkipped.WithLabelValues("director: too many open files")); got != 4 {
 		t.Errorf("director_checks_skipped_total %v, want 4", got)
 	}
 	// With descriptors again, a real failure still counts.
 	ln.Close()
 	for i := 0; i < 2; i++ {
-		s.check(context.Background(), tg, false)
+		c.check(context.Background(), tg, false)
 	}
 	if tg.damp.Up() {
 		t.Error("a backend refusing connections stayed up")

@@ -181,15 +181,15 @@ func (s *service) verifyLive() {
 	for i, p := range pts {
 		now[i] = p.Fingerprint
 	}
-	sameConfig := (live.Config == nil) == (s.liveConfig == nil) &&
-		(live.Config == nil || len(table.CompareDirectorConfig(s.liveConfig, live.Config)) == 0)
-	if sameNames(live.Tables, s.live) && strings.Join(now, " ") == strings.Join(s.liveFPs, " ") && sameConfig {
+	sameConfig := (live.Config == nil) == (s.live.config == nil) &&
+		(live.Config == nil || len(table.CompareDirectorConfig(s.live.config, live.Config)) == 0)
+	if sameNames(live.Tables, s.live.tables) && strings.Join(now, " ") == strings.Join(s.live.fps, " ") && sameConfig {
 		return
 	}
-	before := describeLive(s.live, s.liveFPs)
+	before := describeLive(s.live.tables, s.live.fps)
 	s.setLive(live.Tables, pts, live.Config)
 	if live.Config == nil {
-		s.liveConfig = nil
+		s.live.config = nil
 	}
 	s.log.Warn("the live tables changed outside the service; planning from what is live now", "before", before,
 		"after", describeLive(live.Tables, now), "director config changed", !sameConfig)

@@ -1,0 +1,198 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+
+	"github.com/cilium/ebpf"
+)
+
+// pinnedLoad is how both programs, the director and the backend, are
+// loaded: into dir under its lock, the maps named in pinned pinned by name
+// (adopted when already there) and assigned to maps, then progs assigned,
+// the program verified while setup runs on the maps, then *prog installed
+// as dir's program (install), replacing an older version on every attached
+// interface. With dir "" nothing is pinned and the objects are private to
+// this process. On error, maps and progs are closed.
+//
+// Before anything is created, every map pin is checked against the maps the
+// pinned program uses: one removed or replaced underneath is pinned again
+// from the program's own (what was done goes in repaired), so the maps
+// adopted are always the datapath's, never a new empty one beside it.
+type pinnedLoad struct {
+	dir     string
+	what    string // "the XDP program", for errors
+	restart string // how to start over when pinned maps have another layout
+	spec    *ebpf.CollectionSpec
+	pinned  []string
+	maps    io.Closer      // a bpf2go maps struct
+	progs   io.Closer      // a bpf2go programs struct
+	prog    **ebpf.Program // the program in progs that dir pins
+	setup   func() error   // run on the maps while the program verifies
+
+	repaired []string
+}
+
+func (l *pinnedLoad) run() (rerr error) {
+	var opts ebpf.CollectionOptions
+	if l.dir != "" {
+		_, serr := os.Lstat(l.dir)
+		if errors.Is(serr, os.ErrNotExist) {
+			defer func() {
+				if rerr != nil {
+					os.RemoveAll(l.dir) // nothing of a failed first load stays behind
+				}
+			}()
+		}
+		unlock, err := l.prepare()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		opts.Maps = ebpf.MapOptions{PinPath: l.dir}
+	}
+	if err := l.load(opts); err != nil {
+		return err
+	}
+	if l.dir == "" {
+		return nil
+	}
+	fail := func(err error) error {
+		l.progs.Close()
+		l.maps.Close()
+		return err
+	}
+	p, err := install(l.dir, *l.prog)
+	if err != nil {
+		return fail(err)
+	}
+	*l.prog = p
+	if err := chmodPins(l.dir); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// prepare makes and locks dir, marks the pinned maps for pinning and puts
+// right the pins the pinned program's maps no longer have. On success the
+// caller holds the lock until it calls unlock.
+func (l *pinnedLoad) prepare() (unlock func(), err error) {
+	if err := ensureDir(l.dir); err != nil {
+		return nil, privilegeError("loading "+l.what+" into "+l.dir, err)
+	}
+	if unlock, err = lockDir(l.dir); err != nil {
+		return nil, err
+	}
+	for _, name := range l.pinned {
+		l.spec.Maps[name].Pinning = ebpf.PinByName
+	}
+	if old, err := ebpf.LoadPinnedProgram(filepath.Join(l.dir, pinProgram), nil); err == nil {
+		bad, err := checkPins(l.dir, old, l.pinned)
+		old.Close()
+		if err == nil {
+			l.repaired, err = repairPins(bad)
+		}
+		if err != nil {
+			unlock()
+			return nil, fmt.Errorf("loading %s: checking the pins: %w", l.what, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		unlock()
+		return nil, fmt.Errorf("loading %s: reading the pinned program: %w", l.what, err)
+	}
+	return unlock, nil
+}
+
+// load creates (or adopts) the maps, then verifies the program while setup
+// runs on them.
+func (l *pinnedLoad) load(opts ebpf.CollectionOptions) error {
+	// The maps first, every one of the object's (its data sections
+	// included), so that the program can be given them all.
+	mapSpec := l.spec.Copy()
+	mapSpec.Programs = nil
+	coll, err := ebpf.NewCollectionWithOptions(mapSpec, opts)
+	if err != nil {
+		return l.loadErr(err)
+	}
+	defer coll.Close() // what maps does not take
+	// Assign takes maps out of coll.Maps: the program gets them from a
+	// copy (and clones each).
+	progOpts := ebpf.CollectionOptions{MapReplacements: maps.Clone(coll.Maps)}
+	if err := coll.Assign(l.maps); err != nil {
+		return l.loadErr(err)
+	}
+	// The verifier's work and setup's (map updates that wait for RCU grace
+	// periods) at once.
+	verified := make(chan error, 1)
+	go func() { verified <- l.spec.LoadAndAssign(l.progs, &progOpts) }()
+	var setupErr error
+	if l.setup != nil {
+		setupErr = l.setup()
+	}
+	if err := <-verified; err != nil {
+		l.maps.Close()
+		return explainLoad(l.spec, l.loadErr(err))
+	}
+	if setupErr != nil {
+		l.progs.Close()
+		l.maps.Close()
+		return setupErr
+	}
+	return nil
+}
+
+func (l *pinnedLoad) loadErr(err error) error {
+	if pe := privilegeError("loading "+l.what, err); pe != err {
+		return pe
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("loading %s: %+v", l.what, ve)
+	}
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return fmt.Errorf("loading %s: the maps pinned under %s were made by a build with another layout "+
+			"(%s): %w", l.what, l.dir, l.restart, err)
+	}
+	return fmt.Errorf("loading %s: %w", l.what, err)
+}
+
+// mapNames are the maps a bpf2go maps struct holds, by their ebpf tags.
+func mapNames[T any]() []string {
+	t := reflect.TypeFor[T]()
+	var out []string
+	for i := range t.NumField() {
+		if name := t.Field(i).Tag.Get("ebpf"); name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// openPinned opens, into each field of a bpf2go maps struct, the map
+// pinned in dir under the field's ebpf tag. A map named in optional that is
+// not pinned stays nil. On error, what was opened stays in dst for its
+// Close.
+func openPinned(dir string, dst any, optional ...string) error {
+	v := reflect.ValueOf(dst).Elem()
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Tag.Get("ebpf")
+		if name == "" {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) && slices.Contains(optional, name) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("opening pinned map %s: %w", name, err)
+		}
+		v.Field(i).Set(reflect.ValueOf(m))
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package table
+
+import (
+	"fmt"
+	"slices"
+)
+
+// shift renumbers rank indices at or after k by delta, for an insertion or
+// removal at position k of the backend list.
+func (b *Builder) shift(k int32, delta int32) {
+	b.parallel(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			rk := &b.ranks[r]
+			if rk.i0 >= k {
+				rk.i0 += delta
+			}
+			if rk.i1 >= k {
+				rk.i1 += delta
+			}
+			if rk.ig >= k {
+				rk.ig += delta
+			}
+		}
+	})
+}
+
+// admit ranks backend k into every row: O(rows) scores.
+func (b *Builder) admit(k int) {
+	be := b.cfg.Backends[k]
+	if be.State == StateInactive {
+		return
+	}
+	good := be.Good()
+	b.parallel(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			b.insert(&b.ranks[r], b.words[k].score(b.states[r]), int32(k), good)
+		}
+	})
+}
+
+// rerankWhere recomputes the rows where pick is true. Only rows where a
+// changed backend was R[0], R[1] or G need it: about 3/n of the rows, each
+// costing n scores, so O(rows) in all.
+func (b *Builder) rerankWhere(pick func(*rank) bool) {
+	b.parallel(func(lo, hi int) {
+		out := b.scratch()
+		for r := lo; r < hi; r++ {
+			if pick(&b.ranks[r]) {
+				b.rankRow(r, out)
+			}
+		}
+	})
+}
+
+// Insert adds a backend at position k of the backend list.
+func (b *Builder) Insert(k int, be Backend) error {
+	if k < 0 || k > len(b.cfg.Backends) {
+		return fmt.Errorf("insert position %d out of range", k)
+	}
+	for _, o := range b.cfg.Backends {
+		if o.IP.Unmap() == be.IP.Unmap() {
+			return fmt.Errorf("backend %s already present", be.IP)
+		}
+	}
+	b.cfg.Backends = append(b.cfg.Backends[:k], append([]Backend{be}, b.cfg.Backends[k:]...)...)
+	b.words = slices.Insert(b.words, k, wordsFor(AddrBytes(be.IP)))
+	b.flags = slices.Insert(b.flags, k, flagsOf(be))
+	b.reindex()
+	b.shift(int32(k), 1)
+	b.admit(k)
+	return nil
+}
+
+// Remove deletes the backend at position k.
+func (b *Builder) Remove(k int) error {
+	if k < 0 || k >= len(b.cfg.Backends) {
+		return fmt.Errorf("remove position %d out of range", k)
+	}
+	rest := append(append([]Backend(nil), b.cfg.Backends[:k]...), b.cfg.Backends[k+1:]...)
+	if err := checkBuildable(rest); err != nil {
+		return err
+	}
+	wasActive := b.cfg.Backends[k].State != StateInactive
+	b.cfg.Backends = rest
+	b.words = slices.Delete(b.words, k, k+1)
+	b.flags = slices.Delete(b.flags, k, k+1)
+	b.reindex()
+	kk := int32(k)
+	if wasActive {
+		// Mark the rows that ranked k with a sentinel before renumbering.
+		b.parallel(func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				rk := &b.ranks[r]
+				if rk.i0 == kk || rk.i1 == kk || rk.ig == kk {
+					rk.i0 = -2
+				}
+			}
+		})
+	}
+	b.shift(kk+1, -1)
+	if wasActive {
+		b.rerankWhere(func(rk *rank) bool { return rk.i0 == -2 })
+	}
+	return nil
+}
+
+// Set changes the state and health of the backend at position k.
+func (b *Builder) Set(k int, state State, healthy bool) error {
+	if k < 0 || k >= len(b.cfg.Backends) {
+		return fmt.Errorf("position %d out of range", k)
+	}
+	old := b.cfg.Backends[k]
+	nb := old
+	nb.State, nb.Healthy = state, healthy
+	all := append([]Backend(nil), b.cfg.Backends...)
+	all[k] = nb
+	if err := checkBuildable(all); err != nil {
+		return err
+	}
+	b.cfg.Backends[k] = nb
+	b.flags[k] = flagsOf(nb)
+	b.reindex()
+	kk := int32(k)
+	switch {
+	case old.State == StateInactive && nb.State != StateInactive:
+		b.admit(k)
+	case old.State != StateInactive && nb.State == StateInactive:
+		b.rerankWhere(func(rk *rank) bool { return rk.i0 == kk || rk.i1 == kk || rk.ig == kk })
+	case !old.Good() && nb.Good():
+		b.parallel(func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				rk := &b.ranks[r]
+				if s := b.words[k].score(b.states[r]); b.before(s, kk, rk.sg, rk.ig) {
+					rk.sg, rk.ig = s, kk
+				}
+			}
+		})
+	case old.Good() && !nb.Good():
+		b.rerankWhere(func(rk *rank) bool { return rk.ig == kk })
+	}
+	return nil
+}
+
+// Update moves the builder to a new config of the same table. A change of
+// one backend (added, removed, or a new state or health) is applied
+// incrementally; anything else rebuilds. It reports whether it was
+// incremental. On error the builder is unchanged.
+func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
+	if err := checkBuildable(tc.Backends); err != nil {
+		return false, err
+	}
+	keepMeta := func() {
+		b.cfg.Name, b.cfg.HashKey = tc.Name, tc.HashKey
+		b.cfg.Binds = append([]Bind(nil), tc.Binds...)
+	}
+	if tc.Seed == b.cfg.Seed {
+		if op := singleChange(b.cfg.Backends, tc.Backends); op != nil {
+			if err := op(b); err != nil {
+				return false, err
+			}
+			keepMeta()
+			return true, nil
+		}
+	}
+	nb, err := NewBuilder(tc)
+	if err != nil {
+		return false, err
+	}
+	*b = *nb
+	return false, nil
+}
+
+func sameBackend(a, b Backend) bool {
+	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy
+}
+
+// singleChange returns the incremental operation turning old into new, or
+// nil when they differ by more than one backend.
+func singleChange(old, new []Backend) func(*Builder) error {
+	n := min(len(old), len(new))
+	k := 0
+	for k < n && sameBackend(old[k], new[k]) {
+		k++
+	}
+	switch len(new) - len(old) {
+	case 0:
+		if k == n {
+			return func(*Builder) error { return nil }
+		}
+		if old[k].IP != new[k].IP || !sameTail(old[k+1:], new[k+1:]) {
+			return nil
+		}
+		be := new[k]
+		return func(b *Builder) error {
+			b.cfg.Backends[k].Healthchecks = be.Healthchecks
+			return b.Set(k, be.State, be.Healthy)
+		}
+	case 1:
+		if !sameTail(old[k:], new[k+1:]) {
+			return nil
+		}
+		be := new[k]
+		return func(b *Builder) error { return b.Insert(k, be) }
+	case -1:
+		if !sameTail(old[k+1:], new[k:]) {
+			return nil
+		}
+		return func(b *Builder) error { return b.Remove(k) }
+	}
+	return nil
+}
+
+func sameTail(a, b []Backend) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !sameBackend(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}

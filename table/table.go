@@ -1,0 +1,77 @@
+package table
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+)
+
+// Table is a built forwarding table: what a director serves for one service.
+type Table struct {
+	Name     string // empty for tables read from GLB binaries
+	HashKey  Key
+	Binds    []Bind
+	Backends []Backend // config order; rows index into it
+	Rows     []Row     // Rows entries
+	// NoGoodRows counts rows whose primary is not an active-or-filling
+	// healthy backend. A build puts one there wherever the table has one,
+	// so built, these are the rows of a table with none (their hops are
+	// the two best-ranked backends regardless); read from a GLB binary,
+	// they are whatever rows it holds so.
+	NoGoodRows int
+
+	fp atomic.Pointer[string] // Fingerprint, once computed
+}
+
+// DisplayName is how every tool names the table at index i of a config (or
+// of what the kernel holds): its name, or, for a table without one (a GLB
+// binary's), its place, tables[i].
+func DisplayName(name string, i int) string {
+	if name != "" {
+		return name
+	}
+	return "tables[" + strconv.Itoa(i) + "]"
+}
+
+// Row names a row's two hops by index into Table.Backends.
+type Row struct{ Primary, Secondary uint32 }
+
+// AddrBytes is the address as GLB hashes it: 4 bytes for IPv4, 16 for IPv6.
+func AddrBytes(a netip.Addr) []byte {
+	if a.Is4() {
+		b := a.As4()
+		return b[:]
+	}
+	b := a.As16()
+	return b[:]
+}
+
+// Lookup returns the row a flow hash selects.
+func (t *Table) Lookup(hash uint64) (row int, primary, secondary Backend) {
+	row = int(hash & (Rows - 1))
+	r := t.Rows[row]
+	return row, t.Backends[r.Primary], t.Backends[r.Secondary]
+}
+
+// Build computes a table from its config.
+func Build(tc *TableConfig) (*Table, error) {
+	b, err := NewBuilder(tc)
+	if err != nil {
+		return nil, err
+	}
+	return b.Table(), nil
+}
+
+// BuildAll builds every table of a config.
+func BuildAll(c *Config) ([]*Table, error) {
+	out := make([]*Table, len(c.Tables))
+	for i := range c.Tables {
+		t, err := Build(&c.Tables[i])
+		if err != nil {
+			return nil, fmt.Errorf("tables[%d]: %w", i, err)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
