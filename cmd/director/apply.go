@@ -111,15 +111,20 @@ func runApply(e *env, c *command, args []string) error {
 		}
 		return err
 	}
+	return printApplied(e, d, verdict, res, dc)
+}
+
+// printApplied says what the kernel holds now: each table's fingerprint as
+// read back, and the director config.
+func printApplied(e *env, d *loader.Director, verdict *table.Plan, res *loader.ApplyResult, dc *table.DirectorConfig) error {
 	if now, err := d.LiveConfig(); err != nil {
 		return err
 	} else if now == nil {
 		fmt.Fprintln(e.stderr, "director: warning: no director config is live: packets are passed until one is applied with --director-config")
 	}
-	fmt.Fprintf(e.stdout, "applied %d tables in %s; fingerprints read back from the kernel:\n", len(tables), res.Duration.Round(10000))
+	fmt.Fprintf(e.stdout, "applied %d tables in %s; fingerprints read back from the kernel:\n", len(verdict.Result), res.Duration.Round(10000))
 	for i, t := range verdict.Result {
-		name := table.DisplayName(t.Name, i)
-		fmt.Fprintf(e.stdout, "  %s  %s\n", name, table.ShortFingerprint(t.Fingerprint))
+		fmt.Fprintf(e.stdout, "  %s  %s\n", table.DisplayName(t.Name, i), table.ShortFingerprint(t.Fingerprint))
 	}
 	if dc != nil {
 		fmt.Fprintf(e.stdout, "director config: source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",

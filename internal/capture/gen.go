@@ -44,102 +44,159 @@ func Generate(c *table.Config, o GenOptions, emit func(time.Time, []byte) error)
 	if o.Flows <= 0 {
 		o.Flows = 1000
 	}
-	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	g := &generator{
+		rng:  rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15)),
+		span: time.Duration(o.Flows) * time.Millisecond, // about a thousand new flows a second
+	}
 	var binds []table.Bind
 	for _, t := range c.Tables {
 		binds = append(binds, t.Binds...)
 	}
-	var st GenStats
-	var out []timed
-	span := time.Duration(o.Flows) * time.Millisecond // about a thousand new flows a second
-	add := func(t time.Duration, ip []byte) {
-		out = append(out, timed{t, pkt.Frame(ip)})
-	}
 	for i := 0; i < o.Flows; i++ {
-		b := binds[rng.IntN(len(binds))]
-		vip := addrIn(rng, b.Prefix)
-		v6 := vip.Is6()
-		client := clientAddr(rng, v6)
-		cport := uint16(1024 + rng.IntN(64512))
-		vport := b.PortStart + uint16(rng.IntN(int(b.PortEnd-b.PortStart)+1))
-		t := time.Duration(rng.Int64N(int64(span)))
-		ip := func(proto uint8, l4 []byte) []byte {
-			if v6 {
-				return pkt.IPv6(client, vip, proto, l4)
-			}
-			return pkt.IPv4(client, vip, proto, l4, pkt.V4Opts{ID: uint16(rng.Uint32())})
-		}
-		step := func() time.Duration { return time.Duration(1+rng.IntN(20)) * time.Millisecond }
-		n := heavyTail(rng)
-		st.Flows++
-		if rng.IntN(100) == 0 { // echo requests to the VIP
-			st.EchoFlows++
-			typ := uint8(8)
-			proto := uint8(1)
-			if v6 {
-				typ, proto = 128, 58
-			}
-			for k := 0; k < 1+rng.IntN(4); k++ {
-				add(t, ip(proto, pkt.ICMP(typ, 0, uint32(i)<<16|uint32(k), make([]byte, 56))))
-				t += time.Second
-			}
-			continue
-		}
-		if b.Proto == table.ProtoUDP {
-			st.UDPFlows++
-			for k := 0; k < n; k++ {
-				add(t, ip(17, pkt.UDP(cport, vport, make([]byte, 20+rng.IntN(500)))))
-				t += step()
-			}
-			continue
-		}
-		st.TCPFlows++
-		add(t, ip(6, pkt.TCP(cport, vport, 0x02, nil))) // SYN
-		t += step()
-		add(t, ip(6, pkt.TCP(cport, vport, 0x10, nil))) // ACK
-		for k := 0; k < n; k++ {
-			t += step()
-			add(t, ip(6, pkt.TCP(cport, vport, 0x18, make([]byte, 100+rng.IntN(1300)))))
-		}
-		if rng.IntN(50) == 0 { // the path to the client has a smaller MTU
-			t += step()
-			reply := pkt.TCP(vport, cport, 0x18, make([]byte, 1400))
-			if v6 {
-				quoted := pkt.IPv6(vip, client, 6, reply)
-				add(t, pkt.IPv6(netip.MustParseAddr("2001:db8:ffff::1"), vip, 58, pkt.ICMP(2, 0, 1280, quoted[:1232])))
-			} else {
-				quoted := pkt.IPv4(vip, client, 6, reply, pkt.V4Opts{FragOff: 0x4000})
-				add(t, pkt.IPv4(netip.MustParseAddr("198.51.100.254"), vip, 1, pkt.ICMP(3, 4, 1300, quoted[:28]), pkt.V4Opts{}))
-			}
-			st.ICMPErrors++
-		}
-		t += step()
-		add(t, ip(6, pkt.TCP(cport, vport, 0x11, nil))) // FIN
-		t += step()
-		add(t, ip(6, pkt.TCP(cport, vport, 0x10, nil))) // ACK
+		g.flow(i, binds[g.rng.IntN(len(binds))])
 	}
-	// Noise: traffic to addresses no bind covers, and ARP.
-	noise := len(out) / 20
-	for i := 0; i < noise; i++ {
-		t := time.Duration(rng.Int64N(int64(span)))
+	g.noise(len(g.out) / 20)
+	sort.SliceStable(g.out, func(i, j int) bool { return g.out[i].t < g.out[j].t })
+	for _, p := range g.out {
+		if err := emit(Epoch.Add(p.t), p.frame); err != nil {
+			return g.st, err
+		}
+	}
+	g.st.Packets = len(g.out)
+	return g.st, nil
+}
+
+// generator holds one capture's random source, its packets so far and its
+// counts. Every draw goes through rng in a fixed order: the same seed gives
+// the same file.
+type generator struct {
+	rng  *rand.Rand
+	span time.Duration
+	out  []timed
+	st   GenStats
+}
+
+// genFlow is one client flow being written: its addresses, ports and clock.
+type genFlow struct {
+	g            *generator
+	client, vip  netip.Addr
+	cport, vport uint16
+	t            time.Duration
+}
+
+func (g *generator) add(t time.Duration, ip []byte) {
+	g.out = append(g.out, timed{t, pkt.Frame(ip)})
+}
+
+// flow writes the i-th client flow to b: mostly TCP or UDP by the bind's
+// protocol, one in a hundred an echo exchange.
+func (g *generator) flow(i int, b table.Bind) {
+	rng := g.rng
+	vip := addrIn(rng, b.Prefix)
+	f := &genFlow{g: g, vip: vip, client: clientAddr(rng, vip.Is6())}
+	f.cport = uint16(1024 + rng.IntN(64512))
+	f.vport = b.PortStart + uint16(rng.IntN(int(b.PortEnd-b.PortStart)+1))
+	f.t = time.Duration(rng.Int64N(int64(g.span)))
+	n := heavyTail(rng)
+	g.st.Flows++
+	switch {
+	case rng.IntN(100) == 0:
+		g.st.EchoFlows++
+		f.echo(i)
+	case b.Proto == table.ProtoUDP:
+		g.st.UDPFlows++
+		f.udp(n)
+	default:
+		g.st.TCPFlows++
+		f.tcp(n)
+	}
+}
+
+// ip wraps l4 from the client to the VIP.
+func (f *genFlow) ip(proto uint8, l4 []byte) []byte {
+	if f.vip.Is6() {
+		return pkt.IPv6(f.client, f.vip, proto, l4)
+	}
+	return pkt.IPv4(f.client, f.vip, proto, l4, pkt.V4Opts{ID: uint16(f.g.rng.Uint32())})
+}
+
+// send adds l4 at the flow's clock and then advances the clock by a step.
+func (f *genFlow) send(proto uint8, l4 []byte) {
+	f.g.add(f.t, f.ip(proto, l4))
+	f.t += f.step()
+}
+
+func (f *genFlow) step() time.Duration {
+	return time.Duration(1+f.g.rng.IntN(20)) * time.Millisecond
+}
+
+// echo writes one to four echo requests a second apart.
+func (f *genFlow) echo(i int) {
+	typ, proto := uint8(8), uint8(1)
+	if f.vip.Is6() {
+		typ, proto = 128, 58
+	}
+	for k := 0; k < 1+f.g.rng.IntN(4); k++ {
+		f.g.add(f.t, f.ip(proto, pkt.ICMP(typ, 0, uint32(i)<<16|uint32(k), make([]byte, 56))))
+		f.t += time.Second
+	}
+}
+
+func (f *genFlow) udp(n int) {
+	for k := 0; k < n; k++ {
+		f.send(17, pkt.UDP(f.cport, f.vport, make([]byte, 20+f.g.rng.IntN(500))))
+	}
+}
+
+// tcp writes a connection: handshake, n data segments, sometimes an ICMP
+// error quoting the flow, teardown.
+func (f *genFlow) tcp(n int) {
+	rng := f.g.rng
+	f.send(6, pkt.TCP(f.cport, f.vport, 0x02, nil))             // SYN
+	f.g.add(f.t, f.ip(6, pkt.TCP(f.cport, f.vport, 0x10, nil))) // ACK
+	for k := 0; k < n; k++ {
+		f.t += f.step()
+		f.g.add(f.t, f.ip(6, pkt.TCP(f.cport, f.vport, 0x18, make([]byte, 100+rng.IntN(1300)))))
+	}
+	if rng.IntN(50) == 0 { // the path to the client has a smaller MTU
+		f.t += f.step()
+		f.tooBig()
+	}
+	f.t += f.step()
+	f.send(6, pkt.TCP(f.cport, f.vport, 0x11, nil))             // FIN
+	f.g.add(f.t, f.ip(6, pkt.TCP(f.cport, f.vport, 0x10, nil))) // ACK
+}
+
+// tooBig writes the router's ICMP error for a reply on the flow that did not
+// fit: fragmentation needed (IPv4) or packet too big (IPv6).
+func (f *genFlow) tooBig() {
+	reply := pkt.TCP(f.vport, f.cport, 0x18, make([]byte, 1400))
+	if f.vip.Is6() {
+		quoted := pkt.IPv6(f.vip, f.client, 6, reply)
+		f.g.add(f.t, pkt.IPv6(netip.MustParseAddr("2001:db8:ffff::1"), f.vip, 58, pkt.ICMP(2, 0, 1280, quoted[:1232])))
+	} else {
+		quoted := pkt.IPv4(f.vip, f.client, 6, reply, pkt.V4Opts{FragOff: 0x4000})
+		f.g.add(f.t, pkt.IPv4(netip.MustParseAddr("198.51.100.254"), f.vip, 1, pkt.ICMP(3, 4, 1300, quoted[:28]), pkt.V4Opts{}))
+	}
+	f.g.st.ICMPErrors++
+}
+
+// noise adds n packets no bind matches: ARP broadcasts and TCP to
+// addresses outside every VIP.
+func (g *generator) noise(n int) {
+	rng := g.rng
+	for i := 0; i < n; i++ {
+		t := time.Duration(rng.Int64N(int64(g.span)))
 		if i%10 == 0 {
 			arp := make([]byte, 28)
 			binary.BigEndian.PutUint16(arp, 1)
-			out = append(out, timed{t, pkt.Eth([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, pkt.ClientMAC, 0, 0x0806, arp)})
+			g.out = append(g.out, timed{t, pkt.Eth([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, pkt.ClientMAC, 0, 0x0806, arp)})
 		} else {
 			dst := netip.AddrFrom4([4]byte{192, 0, 2, byte(rng.IntN(256))})
-			add(t, pkt.IPv4(clientAddr(rng, false), dst, 6, pkt.TCP(uint16(1024+rng.IntN(60000)), 22, 0x02, nil), pkt.V4Opts{}))
+			g.add(t, pkt.IPv4(clientAddr(rng, false), dst, 6, pkt.TCP(uint16(1024+rng.IntN(60000)), 22, 0x02, nil), pkt.V4Opts{}))
 		}
-		st.Noise++
+		g.st.Noise++
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].t < out[j].t })
-	for _, p := range out {
-		if err := emit(Epoch.Add(p.t), p.frame); err != nil {
-			return st, err
-		}
-	}
-	st.Packets = len(out)
-	return st, nil
 }
 
 // heavyTail draws a flow length: most flows are short, a few are long

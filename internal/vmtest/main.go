@@ -122,74 +122,115 @@ func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem
 	if err != nil {
 		return err
 	}
-	qemu, busybox, err := tools()
-	if err != nil {
+	r := &vmRun{cache: cache, work: work, timeout: timeout, parallel: parallel, cpus: cpus, mem: mem, out: out}
+	if r.qemu, r.busybox, err = tools(); err != nil {
 		return err
 	}
-	root, err := moduleRoot()
-	if err != nil {
+	if r.root, err = moduleRoot(); err != nil {
 		return err
 	}
 	keep := work != ""
 	if work == "" {
-		if work, err = os.MkdirTemp("", "director-vmtest-"); err != nil {
+		if r.work, err = os.MkdirTemp("", "director-vmtest-"); err != nil {
 			return err
 		}
 	}
-	if err := os.MkdirAll(work, 0o755); err != nil {
+	if err := os.MkdirAll(r.work, 0o755); err != nil {
 		return err
 	}
-
 	// The packages first: a fresh machine's run spends its first seconds
 	// here, and a failure should come before the build.
-	type fetched struct {
-		deb, pkg string
+	if err := r.fetch(ks); err != nil {
+		return err
 	}
-	debs := map[string]fetched{}
+	if err := r.build(); err != nil {
+		return err
+	}
+	results, err := r.bootAll(ks)
+	if err != nil {
+		return err
+	}
+	if summary(out, results, r.pkgs, time.Since(start)) {
+		return fmt.Errorf("a kernel failed; the guests' whole consoles are in %s", r.work)
+	}
+	if !keep {
+		os.RemoveAll(r.work)
+	}
+	return nil
+}
+
+// vmRun is one make test-kernels: the tools, the packages fetched per
+// kernel, and the test binaries every guest runs.
+type vmRun struct {
+	cache, work    string
+	timeout        time.Duration
+	parallel, cpus int
+	mem            int
+	out            io.Writer
+	qemu, busybox  string
+	root           string
+	debs           map[string]fetched
+	pkgs           []pkgTests
+	director       string // the static director binary
+}
+
+type fetched struct {
+	deb, pkg string
+}
+
+func (r *vmRun) fetch(ks []Kernel) error {
+	r.debs = map[string]fetched{}
 	for _, k := range ks {
-		deb, pkg, err := fetchKernel(cache, k, out)
+		deb, pkg, err := fetchKernel(r.cache, k, r.out)
 		if err != nil {
 			return err
 		}
-		debs[k.Name] = fetched{deb, pkg}
+		r.debs[k.Name] = fetched{deb, pkg}
 	}
+	return nil
+}
 
-	pkgs, err := discover(root)
-	if err != nil {
+// build finds the kernel tests and builds them and the director, static.
+func (r *vmRun) build() error {
+	var err error
+	if r.pkgs, err = discover(r.root); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "vmtest: building the director and %d test binaries (static)\n", len(pkgs))
-	director, err := buildAll(root, filepath.Join(work, "bin"), pkgs)
-	if err != nil {
+	fmt.Fprintf(r.out, "vmtest: building the director and %d test binaries (static)\n", len(r.pkgs))
+	if r.director, err = buildAll(r.root, filepath.Join(r.work, "bin"), r.pkgs); err != nil {
 		return err
 	}
-	for _, p := range pkgs {
-		fmt.Fprintf(out, "vmtest: %s: %d kernel tests: %s\n", p.Rel, len(p.Tests), strings.Join(p.Tests, ", "))
+	for _, p := range r.pkgs {
+		fmt.Fprintf(r.out, "vmtest: %s: %d kernel tests: %s\n", p.Rel, len(p.Tests), strings.Join(p.Tests, ", "))
 		for _, s := range p.Skipped {
-			fmt.Fprintf(out, "vmtest: %s: left to the host: %s\n", p.Rel, s)
+			fmt.Fprintf(r.out, "vmtest: %s: left to the host: %s\n", p.Rel, s)
 		}
 	}
+	return nil
+}
 
+// bootAll prepares each kernel's image and initramfs and boots them,
+// parallel at a time. A kernel that cannot be prepared fails the run after
+// the others have booted.
+func (r *vmRun) bootAll(ks []Kernel) ([]*result, error) {
 	results := make([]*result, len(ks))
-	sem := make(chan struct{}, max(parallel, 1))
+	sem := make(chan struct{}, max(r.parallel, 1))
 	var wg sync.WaitGroup
 	var prepErr error
-	var mu sync.Mutex
 	for i, k := range ks {
-		kdir := filepath.Join(work, k.Name)
-		ex, err := extract(debs[k.Name].deb, kdir)
+		kdir := filepath.Join(r.work, k.Name)
+		ex, err := extract(r.debs[k.Name].deb, kdir)
 		if err == nil {
-			err = buildInitramfs(filepath.Join(kdir, "initrd.gz"), busybox, director, root, ex.Modules, pkgs)
+			err = buildInitramfs(filepath.Join(kdir, "initrd.gz"), r.busybox, r.director, r.root, ex.Modules, r.pkgs)
 		}
 		if err != nil {
-			mu.Lock()
 			prepErr = errors.Join(prepErr, fmt.Errorf("kernel %s: %w", k.Name, err))
-			mu.Unlock()
 			continue
 		}
 		// Only the image and the modules are needed of the unpacked package.
 		if err := os.Rename(ex.Vmlinuz, filepath.Join(kdir, "vmlinuz")); err != nil {
-			return err
+			wg.Wait()
+			return nil, err
 		}
 		os.RemoveAll(filepath.Join(kdir, "pkg"))
 		wg.Add(1)
@@ -197,25 +238,20 @@ func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			fmt.Fprintf(out, "vmtest: booting %s (%s)\n", k.Name, debs[k.Name].pkg)
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			args := qemuArgs(filepath.Join(kdir, "vmlinuz"), filepath.Join(kdir, "initrd.gz"), cpus, mem)
-			results[i] = boot(ctx, qemu, args, k, debs[k.Name].pkg, pkgs, filepath.Join(work, k.Name+".log"), out)
+			results[i] = r.boot(k, kdir)
 		}()
 	}
 	wg.Wait()
-	if prepErr != nil {
-		return prepErr
-	}
-	failed := summary(out, results, pkgs, time.Since(start))
-	if failed {
-		return fmt.Errorf("a kernel failed; the guests' whole consoles are in %s", work)
-	}
-	if !keep {
-		os.RemoveAll(work)
-	}
-	return nil
+	return results, prepErr
+}
+
+func (r *vmRun) boot(k Kernel, kdir string) *result {
+	pkg := r.debs[k.Name].pkg
+	fmt.Fprintf(r.out, "vmtest: booting %s (%s)\n", k.Name, pkg)
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	args := qemuArgs(filepath.Join(kdir, "vmlinuz"), filepath.Join(kdir, "initrd.gz"), r.cpus, r.mem)
+	return boot(ctx, r.qemu, args, k, pkg, r.pkgs, filepath.Join(r.work, k.Name+".log"), r.out)
 }
 
 func moduleRoot() (string, error) {
