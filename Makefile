@@ -15,7 +15,7 @@ all: build
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/director
 
-# The binary and the systemd unit (README, "Running as a service"). The
+# The binary and the systemd unit (docs/operations.md, "Running as a service"). The
 # unit's paths follow PREFIX; DESTDIR stages an install for packaging.
 PREFIX  ?= /usr/local
 UNITDIR ?= /etc/systemd/system

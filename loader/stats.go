@@ -23,7 +23,7 @@ type Traffic struct {
 const StatsVersion = 1
 
 // Stats is every counter, summed over CPUs, and the attached interfaces'
-// own counters: 'director stats --json' (README).
+// own counters: 'director stats --json' (docs/formats.md).
 type Stats struct {
 	Version    int               `json:"version"`
 	Time       time.Time         `json:"time"`

@@ -7,7 +7,7 @@ import (
 
 // Diff is what changes between two sets of tables: the review an operator
 // reads before applying. Its JSON form is a documented, stable interface
-// (see README, "diff --json").
+// (see docs/formats.md, "diff --json").
 type Diff struct {
 	Version int         `json:"version"` // of this document's schema
 	Changed bool        `json:"changed"`

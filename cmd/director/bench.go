@@ -19,7 +19,7 @@ import (
 	"github.com/director/director/table"
 )
 
-// benchDoc is bench's JSON document (README, "bench --json").
+// benchDoc is bench's JSON document (docs/replay.md, "bench --json").
 type benchDoc struct {
 	Version int    `json:"version"`
 	Capture string `json:"capture"`

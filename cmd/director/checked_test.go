@@ -140,7 +140,7 @@ func TestHealthcheckCommand(t *testing.T) {
 	if _, errOut, code := runCmd("healthcheck", in); code != 1 || !strings.Contains(errOut, "-o FILE is required") {
 		t.Errorf("healthcheck without -o: %d %s", code, errOut)
 	}
-	// README's command on a config with gue checks, as written (no
+	// the manual's command (docs/operations.md) on a config with gue checks, as written (no
 	// --director-config): refused up front, saying why, not every backend
 	// marked down.
 	gue := filepath.Join(dir, "gue.json")

@@ -17,7 +17,7 @@ import (
 	"github.com/director/director/loader"
 )
 
-// Exit statuses, part of the CLI contract (README, "Exit status").
+// Exit statuses, part of the CLI contract (docs/operations.md, "Commands").
 const (
 	exitOK      = 0
 	exitError   = 1

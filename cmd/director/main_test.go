@@ -429,33 +429,6 @@ func TestAttachmentLines(t *testing.T) {
 	}
 }
 
-// TestREADMECommandTable: README's command table is one table (a blank
-// line would end it, and the rows after would render as text) and has a
-// row for every command.
-func TestREADMECommandTable(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(data), "| command | what it does |\n| --- | --- |\n")
-	if !ok {
-		t.Fatal("README has no command table")
-	}
-	var rows []string
-	for _, line := range strings.Split(rest, "\n") {
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		rows = append(rows, line)
-	}
-	tableText := strings.Join(rows, "\n")
-	for _, c := range commands {
-		if !strings.Contains(tableText, "`"+c.name+" ") && !strings.Contains(tableText, "`"+c.name+"`") {
-			t.Errorf("the command table (%d rows, up to the first line that is not a row) has no row for %s", len(rows), c.name)
-		}
-	}
-}
-
 // TestLoadWithoutRootSaysWhatItNeeds: load and backend status without
 // privileges name the capabilities missing (not cilium/ebpf's MEMLOCK
 // hint, nor a bare "permission denied"), and a failed load leaves no pin

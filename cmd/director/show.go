@@ -10,7 +10,7 @@ import (
 	"github.com/director/director/table/config"
 )
 
-// showDoc is show's JSON document (README, "show --json").
+// showDoc is show's JSON document (docs/formats.md, "show --json").
 type showDoc struct {
 	Version  int           `json:"version"`
 	Source   string        `json:"source"` // "config" or "glb-binary"

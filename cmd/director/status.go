@@ -12,7 +12,7 @@ import (
 	"github.com/director/director/table"
 )
 
-// statusDoc is status's JSON document (README, "status --json").
+// statusDoc is status's JSON document (docs/formats.md, "status --json").
 type statusDoc struct {
 	Version int           `json:"version"`
 	BPFFS   string        `json:"bpffs"`

@@ -27,7 +27,7 @@ func unitSettings(t *testing.T, path string) map[string]string {
 // TestSystemdUnit: the unit runs 'director run' as Type=notify (the
 // service sends READY=1 after its first apply: TestRun in the testbed
 // checks that), restarts on failure, reloads on SIGHUP and is bounded to
-// the capabilities the README lists.
+// the capabilities docs/operations.md lists.
 func TestSystemdUnit(t *testing.T) {
 	u := unitSettings(t, "systemd/director.service")
 	for k, want := range map[string]string{

@@ -222,8 +222,9 @@ func TestExactPointsAnswerAsResolveBind(t *testing.T) {
 	}
 }
 
-// TestExactPointsSpellOutSmallBinds: with room, the issue's config has its
-// port range and its /24 in the exact table whole, and GLB's example the
+// TestExactPointsSpellOutSmallBinds: with room, loader's bindsConfig (an
+// exact port, a port range, a /24) has its range and its /24 in the exact
+// table whole, and GLB's example the
 // addresses its prefixes are written with; at the limits (a full budget of
 // exact binds) nothing is spelled out.
 func TestExactPointsSpellOutSmallBinds(t *testing.T) {
@@ -270,8 +271,8 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 }
 
 // BenchmarkExactPoints times what spelling binds out adds to an apply:
-// the issue's three binds (1,258 points), and 32 /24s of one port each,
-// which fill the budget (8,192 points).
+// the three binds of loader's bindsConfig (1,258 points), and 32 /24s of
+// one port each, which fill the budget (8,192 points).
 func BenchmarkExactPoints(b *testing.B) {
 	ref := func(p string, lo, hi uint16) table.BindRef {
 		return table.BindRef{Bind: table.Bind{Prefix: netip.MustParsePrefix(p), Proto: table.ProtoTCP, PortStart: lo, PortEnd: hi}}
@@ -284,7 +285,7 @@ func BenchmarkExactPoints(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		refs []table.BindRef
-	}{{"issue", small}, {"full-budget", full}} {
+	}{{"bindsconfig", small}, {"full-budget", full}} {
 		entries, groups := table.CompileBinds(c.refs), table.CompileGroups(c.refs)
 		tables := []*table.Table{{}}
 		b.Run(c.name, func(b *testing.B) {

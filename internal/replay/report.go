@@ -79,7 +79,7 @@ func FromModel(s *Sample, n, bytes int, res *model.Result, id classify.FlowID) {
 	}
 }
 
-// Report is `replay`'s document (README, "replay --json").
+// Report is `replay`'s document (docs/replay.md).
 type Report struct {
 	Version   int              `json:"version"`
 	Capture   CaptureInfo      `json:"capture"`

@@ -322,9 +322,16 @@ func TestMetricNamesAndTypes(t *testing.T) {
 			t.Errorf("%s: %q, want %s", name, got[name], typ)
 		}
 	}
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name := range got {
 		if want[name] == "" {
-			t.Errorf("%s is exported but not known to this test (and the README?)", name)
+			t.Errorf("%s is exported but not known to this test", name)
+		}
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("%s is exported but not in docs/metrics.md", name)
 		}
 	}
 	if v := testutil.ToFloat64(m.checkFailures.WithLabelValues("10.1.0.1", "http", "refused")); v != 1 {
