@@ -35,6 +35,29 @@ func BenchmarkBuild(b *testing.B) {
 	}
 }
 
+// weightedBenchTable is benchTable with distinct weights, 1 to n.
+func weightedBenchTable(n int) *TableConfig {
+	tc := benchTable(n)
+	for i := range tc.Backends {
+		tc.Backends[i].Weight = uint16(1 + i)
+	}
+	return tc
+}
+
+// BenchmarkBuildWeighted is BenchmarkBuild with distinct weights.
+func BenchmarkBuildWeighted(b *testing.B) {
+	for _, n := range []int{16, 256} {
+		tc := weightedBenchTable(n)
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := Build(tc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkIncremental times each kind of one-backend change at 256
 // backends, including producing the new table; the inverse change that
 // restores the state is not timed.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -33,7 +34,14 @@ type Builder struct {
 	states  []sipState // per row: SipHash state after the row seed
 	ranks   []rank     // per row
 	allGood bool       // every ranked backend is good: G is R[0]
-	workers int
+	wts     []uint16   // per backend: its weight
+	recips  []uint64   // per backend: its weight's reciprocal (weight.go)
+	// weighted is set when the ranked backends' weights differ: ranks then
+	// hold weighted keys (weight.go) rather than scores.
+	weighted bool
+	wmax     uint16   // the largest ranked weight
+	chunkMax []uint16 // with weights: the heaviest of each vectorWidth of v4idx
+	workers  int
 }
 
 // rank is the part of a row's ranking that decides its hops.
@@ -75,9 +83,11 @@ func NewBuilder(tc *TableConfig) (*Builder, error) {
 	b.k0, b.k1 = keyWords(tc.Seed)
 	b.words = make([]addrWords, len(b.cfg.Backends))
 	b.flags = make([]uint8, len(b.cfg.Backends))
+	b.wts = make([]uint16, len(b.cfg.Backends))
 	for i, be := range b.cfg.Backends {
 		b.words[i] = wordsFor(AddrBytes(be.IP))
 		b.flags[i] = flagsOf(be)
+		b.wts[i] = be.W()
 	}
 	b.reindex()
 	b.parallel(func(lo, hi int) {
@@ -144,14 +154,22 @@ func (b *Builder) before(si uint64, i int32, sj uint64, j int32) bool {
 const vectorWidth = 16
 
 // reindex splits the backends into IPv4 and IPv6 lists for rankRow. Called
-// whenever the backend list changes.
-func (b *Builder) reindex() {
+// whenever the backend list changes. It reports whether the ranks' keys
+// changed kind (scores or weighted keys), when every row must be ranked
+// again.
+func (b *Builder) reindex() (rekeyed bool) {
 	b.v4idx, b.v6idx, b.v4w = b.v4idx[:0], b.v6idx[:0], b.v4w[:0]
 	b.allGood = true
+	was := b.weighted
+	b.weighted, b.wmax = false, 0
 	for i := range b.words {
 		if b.flags[i]&flagActive == 0 {
 			continue
 		}
+		if b.wmax != 0 && b.wts[i] != b.wmax {
+			b.weighted = true
+		}
+		b.wmax = max(b.wmax, b.wts[i])
 		b.allGood = b.allGood && b.flags[i]&flagGood != 0
 		if b.words[i].v6 {
 			b.v6idx = append(b.v6idx, int32(i))
@@ -160,12 +178,47 @@ func (b *Builder) reindex() {
 			b.v4w = append(b.v4w, b.words[i].w1)
 		}
 	}
+	if b.weighted {
+		// Heaviest first, so that each vector chunk's bound is tight
+		// (rankRow); the order decides nothing else.
+		slices.SortStableFunc(b.v4idx, func(x, y int32) int { return int(b.wts[y]) - int(b.wts[x]) })
+		for j, i := range b.v4idx {
+			b.v4w[j] = b.words[i].w1
+		}
+	}
 	for len(b.v4w)%vectorWidth != 0 {
 		b.v4w = append(b.v4w, 0) // padding; its scores are ignored
+	}
+	b.recips = b.recips[:0]
+	for _, w := range b.wts {
+		b.recips = append(b.recips, recip(w))
+	}
+	b.chunkMax = b.chunkMax[:0]
+	for lo := 0; lo < len(b.v4idx); lo += vectorWidth {
+		b.chunkMax = append(b.chunkMax, b.wts[b.v4idx[lo]])
 	}
 	if len(b.v4w) > 0 {
 		b.v4tail = uint16(1)<<(len(b.v4idx)-(len(b.v4w)-vectorWidth)) - 1
 	}
+	return was != b.weighted
+}
+
+// key is backend i's rank key for score h: the score itself, or with
+// weights that differ, its weighted key.
+func (b *Builder) key(i int32, h uint64) uint64 {
+	if !b.weighted {
+		return h
+	}
+	return keyFor(expScore(h), b.recips[i])
+}
+
+// bound is the score at or under which a backend may have a key at or
+// under k: scores over it need not be looked at.
+func (b *Builder) bound(k uint64) uint64 {
+	if !b.weighted {
+		return k
+	}
+	return scoreBound(k, b.wmax)
 }
 
 // scratch is a per-worker buffer for rankRow: the scores, then the
@@ -179,13 +232,14 @@ func (b *Builder) scratch() []uint64 { return make([]uint64, len(b.v4w)+len(b.v4
 func (b *Builder) rankRow(r int, out []uint64) {
 	rk := rank{s0: ^uint64(0), s1: ^uint64(0), sg: ^uint64(0), i0: none, i1: none, ig: none}
 	st := b.states[r]
-	consider := func(s uint64, i int32) {
+	consider := func(h uint64, i int32) {
+		s := b.key(i, h)
 		good := b.flags[i]&flagGood != 0
 		if s <= rk.s1 || (good && s <= rk.sg) {
 			b.insert(&rk, s, i, good)
 		}
 	}
-	if b.allGood && haveVectorScores && len(b.v6idx) == 0 {
+	if b.allGood && haveVectorScores && len(b.v6idx) == 0 && !b.weighted {
 		b.rankRowGood(r, out)
 		return
 	}
@@ -204,7 +258,21 @@ func (b *Builder) rankRow(r int, out []uint64) {
 		for j := 0; j < min(head, n); j++ {
 			consider(out[j], b.v4idx[j])
 		}
-		if len(w) > head {
+		if b.weighted {
+			// Chunk by chunk, heaviest weights first (reindex sorted
+			// them), each chunk's bound from its own heaviest weight and
+			// the threshold as it stands: light backends need far
+			// smaller scores to matter.
+			for c := 1; c*vectorWidth < len(w); c++ {
+				lo := c * vectorWidth
+				vectorScores(&st, w[lo:lo+vectorWidth], out[lo:lo+vectorWidth], scoreBound(max(rk.s1, rk.sg), b.chunkMax[c]), m16[c:c+1])
+				for m := m16[c]; m != 0; m &= m - 1 {
+					if j := lo + bits.TrailingZeros16(m); j < n {
+						consider(out[j], b.v4idx[j])
+					}
+				}
+			}
+		} else if len(w) > head {
 			vectorScores(&st, w[head:], out[head:len(w)], max(rk.s1, rk.sg), m16[1:])
 			for k, m := range m16[1:] {
 				for m != 0 {

@@ -352,7 +352,7 @@ func mutate(rng *rand.Rand, tc *TableConfig) (*TableConfig, string) {
 	n := *tc
 	n.Backends = append([]Backend(nil), tc.Backends...)
 	for {
-		switch op := rng.IntN(3); {
+		switch op := rng.IntN(4); {
 		case op == 0 && len(n.Backends) < MaxBackends:
 			k := rng.IntN(len(n.Backends) + 1)
 			for {
@@ -380,6 +380,19 @@ func mutate(rng *rand.Rand, tc *TableConfig) (*TableConfig, string) {
 				continue
 			}
 			return &n, fmt.Sprintf("set %d to %v/%v", k, n.Backends[k].State, n.Backends[k].Healthy)
+		case op == 3:
+			// A new weight: often back to every other one's (the table then
+			// stops being weighted), else anything.
+			k := rng.IntN(len(n.Backends))
+			w := n.Backends[(k+1)%len(n.Backends)].W()
+			if rng.IntN(2) == 0 {
+				w = uint16(1 + rng.IntN([]int{3, 100, MaxWeight}[rng.IntN(3)]))
+			}
+			if w == n.Backends[k].W() {
+				continue
+			}
+			n.Backends[k].Weight = w
+			return &n, fmt.Sprintf("weight %d to %d", k, w)
 		}
 	}
 }

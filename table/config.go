@@ -144,7 +144,17 @@ type Backend struct {
 	// checks do not change it.
 	Checked      bool
 	Healthchecks *Healthchecks // nil when absent
+	// Weight is the backend's share of primary rows relative to the
+	// table's other backends (director's extension), 1 to MaxWeight; 0
+	// means it was not given, which counts as 1.
+	Weight uint16
 }
+
+// MaxWeight is the largest weight a backend may have.
+const MaxWeight = 65535
+
+// W is the backend's weight, 1 when none was given.
+func (b Backend) W() uint16 { return max(b.Weight, 1) }
 
 // Good reports whether the backend may be a primary: active or filling, and
 // healthy.

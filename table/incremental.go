@@ -33,7 +33,7 @@ func (b *Builder) admit(k int) {
 	good := be.Good()
 	b.parallel(func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			b.insert(&b.ranks[r], b.words[k].score(b.states[r]), int32(k), good)
+			b.insert(&b.ranks[r], b.key(int32(k), b.words[k].score(b.states[r])), int32(k), good)
 		}
 	})
 }
@@ -52,6 +52,10 @@ func (b *Builder) rerankWhere(pick func(*rank) bool) {
 	})
 }
 
+// rerankAll ranks every row again: after the keys changed kind (the
+// ranked backends' weights became equal, or stopped being).
+func (b *Builder) rerankAll() { b.rerankWhere(func(*rank) bool { return true }) }
+
 // Insert adds a backend at position k of the backend list.
 func (b *Builder) Insert(k int, be Backend) error {
 	if k < 0 || k > len(b.cfg.Backends) {
@@ -65,8 +69,13 @@ func (b *Builder) Insert(k int, be Backend) error {
 	b.cfg.Backends = append(b.cfg.Backends[:k], append([]Backend{be}, b.cfg.Backends[k:]...)...)
 	b.words = slices.Insert(b.words, k, wordsFor(AddrBytes(be.IP)))
 	b.flags = slices.Insert(b.flags, k, flagsOf(be))
-	b.reindex()
+	b.wts = slices.Insert(b.wts, k, be.W())
+	rekeyed := b.reindex()
 	b.shift(int32(k), 1)
+	if rekeyed {
+		b.rerankAll()
+		return nil
+	}
 	b.admit(k)
 	return nil
 }
@@ -84,7 +93,8 @@ func (b *Builder) Remove(k int) error {
 	b.cfg.Backends = rest
 	b.words = slices.Delete(b.words, k, k+1)
 	b.flags = slices.Delete(b.flags, k, k+1)
-	b.reindex()
+	b.wts = slices.Delete(b.wts, k, k+1)
+	rekeyed := b.reindex()
 	kk := int32(k)
 	if wasActive {
 		// Mark the rows that ranked k with a sentinel before renumbering.
@@ -98,7 +108,9 @@ func (b *Builder) Remove(k int) error {
 		})
 	}
 	b.shift(kk+1, -1)
-	if wasActive {
+	if rekeyed {
+		b.rerankAll()
+	} else if wasActive {
 		b.rerankWhere(func(rk *rank) bool { return rk.i0 == -2 })
 	}
 	return nil
@@ -119,7 +131,10 @@ func (b *Builder) Set(k int, state State, healthy bool) error {
 	}
 	b.cfg.Backends[k] = nb
 	b.flags[k] = flagsOf(nb)
-	b.reindex()
+	if b.reindex() {
+		b.rerankAll()
+		return nil
+	}
 	kk := int32(k)
 	switch {
 	case old.State == StateInactive && nb.State != StateInactive:
@@ -130,7 +145,7 @@ func (b *Builder) Set(k int, state State, healthy bool) error {
 		b.parallel(func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				rk := &b.ranks[r]
-				if s := b.words[k].score(b.states[r]); b.before(s, kk, rk.sg, rk.ig) {
+				if s := b.key(kk, b.words[k].score(b.states[r])); b.before(s, kk, rk.sg, rk.ig) {
 					rk.sg, rk.ig = s, kk
 				}
 			}
@@ -138,6 +153,39 @@ func (b *Builder) Set(k int, state State, healthy bool) error {
 	case old.Good() && !nb.Good():
 		b.rerankWhere(func(rk *rank) bool { return rk.ig == kk })
 	}
+	return nil
+}
+
+// SetWeight changes the weight of the backend at position k (0 counts
+// as 1).
+func (b *Builder) SetWeight(k int, w uint16) error {
+	if k < 0 || k >= len(b.cfg.Backends) {
+		return fmt.Errorf("position %d out of range", k)
+	}
+	b.cfg.Backends[k].Weight = w
+	b.wts[k] = b.cfg.Backends[k].W()
+	if b.reindex() {
+		b.rerankAll()
+		return nil
+	}
+	if b.flags[k]&flagActive == 0 || !b.weighted {
+		return nil // unranked, or every ranked weight is still one value
+	}
+	// Rows that rank k are ranked again; in the others k can only enter
+	// (its key fell) or stay out (it rose).
+	kk := int32(k)
+	good := b.flags[k]&flagGood != 0
+	b.parallel(func(lo, hi int) {
+		out := b.scratch()
+		for r := lo; r < hi; r++ {
+			rk := &b.ranks[r]
+			if rk.i0 == kk || rk.i1 == kk || rk.ig == kk {
+				b.rankRow(r, out)
+			} else {
+				b.insert(rk, b.key(kk, b.words[k].score(b.states[r])), kk, good)
+			}
+		}
+	})
 	return nil
 }
 
@@ -171,7 +219,7 @@ func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
 }
 
 func sameBackend(a, b Backend) bool {
-	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy
+	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy && a.W() == b.W()
 }
 
 // singleChange returns the incremental operation turning old into new, or
@@ -193,7 +241,13 @@ func singleChange(old, new []Backend) func(*Builder) error {
 		be := new[k]
 		return func(b *Builder) error {
 			b.cfg.Backends[k].Healthchecks = be.Healthchecks
-			return b.Set(k, be.State, be.Healthy)
+			if err := b.Set(k, be.State, be.Healthy); err != nil {
+				return err
+			}
+			if be.W() != b.cfg.Backends[k].W() {
+				return b.SetWeight(k, be.Weight)
+			}
+			return nil
 		}
 	case 1:
 		if !sameTail(old[k:], new[k+1:]) {

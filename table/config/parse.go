@@ -342,7 +342,7 @@ func (p *parser) port(path string, v *jsonValue) (uint16, bool) {
 
 func (p *parser) backend(path string, v *jsonValue) (table.Backend, bool) {
 	var b table.Backend
-	if !p.object(path, v, "ip", "state", "healthy", "healthchecks") {
+	if !p.object(path, v, "ip", "state", "healthy", "healthchecks", "weight") {
 		return b, false
 	}
 	before := len(p.errs)
@@ -370,7 +370,33 @@ func (p *parser) backend(path string, v *jsonValue) (table.Backend, bool) {
 	if hc := v.get("healthchecks"); hc != nil {
 		b.Healthchecks = p.healthchecks(path+".healthchecks", hc)
 	}
+	if wv := v.get("weight"); wv != nil {
+		b.Weight = p.weight(path+".weight", wv)
+	}
 	return b, len(p.errs) == before
+}
+
+// weight reads a backend's "weight": an integer from 1 to 65535. Zero is
+// refused rather than taken as "no rows": taking a backend out of the
+// rows is what "draining" (keeping its connections) and "inactive" are
+// for.
+func (p *parser) weight(path string, v *jsonValue) uint16 {
+	if v.kind != jsonNumber {
+		p.fail(path, "%s is not a number", v.brief())
+		return 0
+	}
+	n, err := strconv.ParseInt(v.num.String(), 10, 64)
+	switch {
+	case err != nil:
+		p.fail(path, "%s is not a whole number from 1 to %d", v.brief(), table.MaxWeight)
+	case n == 0:
+		p.fail(path, "0 is not a weight: to take a backend's rows away, set its state to \"draining\" (it keeps its connections) or \"inactive\"")
+	case n < 0 || n > table.MaxWeight:
+		p.fail(path, "%s is not a weight (1-%d)", v.brief(), table.MaxWeight)
+	default:
+		return uint16(n)
+	}
+	return 0
 }
 
 func (p *parser) healthchecks(path string, v *jsonValue) *table.Healthchecks {
