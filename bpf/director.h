@@ -69,6 +69,8 @@ struct dir_backend {
 	__u8 state;      /* table.State */
 	__u8 healthy;
 	__u8 stat;       /* this backend's counter index in backend_traffic */
+	__u16 weight;    /* table.Backend.Weight: 0 when none was given (the datapath never reads it) */
+	__u8 reserved[2]; /* zero */
 };
 
 struct dir_bind {

@@ -14,12 +14,14 @@ import (
 )
 
 type DirectorDirBackend struct {
-	_       structs.HostLayout
-	Addr    [16]uint8
-	Family  uint8
-	State   uint8
-	Healthy uint8
-	Stat    uint8
+	_        structs.HostLayout
+	Addr     [16]uint8
+	Family   uint8
+	State    uint8
+	Healthy  uint8
+	Stat     uint8
+	Weight   uint16
+	Reserved [2]uint8
 }
 
 type DirectorDirBind struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/director/director/loader/lab"
+	"github.com/director/director/table/config"
 
 	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pkt"
@@ -265,4 +266,55 @@ func loadConfigured(t *testing.T) (*Director, table.DirectorConfig) {
 		t.Fatal(err)
 	}
 	return d, dc
+}
+
+// TestWeightsAreKeptInTheKernel: a weighted table's weights go into the
+// kernel with it and come back in the live tables, so the same config
+// planned again is no change, and a new weight is one.
+func TestWeightsAreKeptInTheKernel(t *testing.T) {
+	testenv.Kernel(t)
+	d, _ := loadConfigured(t)
+	c, err := config.Parse([]byte(testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := c.Tables[0]
+	for i := range tc.Backends {
+		tc.Backends[i].Weight = uint16(1 + 2*i)
+	}
+	tab, err := table.Build(&tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Commit(&Proposal{Tables: []*table.Table{tab}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	live, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range live[0].Table.Backends {
+		if b.Weight != tc.Backends[i].Weight {
+			t.Errorf("live backend %s: weight %d, applied %d", b.IP, b.Weight, tc.Backends[i].Weight)
+		}
+	}
+	again, err := d.Plan(&Proposal{Tables: []*table.Table{tab}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Changed() {
+		t.Errorf("the applied weighted table planned again is a change: %+v", again.Diff.Tables[0].Backends)
+	}
+	tc.Backends[0].Weight = 40
+	heavier, err := table.Build(&tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.Plan(&Proposal{Tables: []*table.Table{heavier}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Changed() || p.Diff.Tables[0].Backends[0].Change != table.ChangeChanged {
+		t.Errorf("a new weight is not a changed backend: %+v", p.Diff.Tables[0].Backends)
+	}
 }

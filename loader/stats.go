@@ -45,6 +45,7 @@ type BackendStats struct {
 	IP      string `json:"ip"`
 	State   string `json:"state"`
 	Healthy bool   `json:"healthy"`
+	Weight  int    `json:"weight"`
 	Traffic
 }
 
@@ -111,7 +112,7 @@ func (d *Director) Stats() (*Stats, error) {
 			// The datapath counts backends only; a table is their sum.
 			ts.Traffic.Packets += tr.Packets
 			ts.Traffic.Bytes += tr.Bytes
-			ts.Backends = append(ts.Backends, BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Traffic: tr})
+			ts.Backends = append(ts.Backends, BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Traffic: tr})
 		}
 		s.Tables = append(s.Tables, ts)
 	}

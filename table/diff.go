@@ -80,6 +80,7 @@ type BackendChange struct {
 type BackendSide struct {
 	State         string `json:"state"`
 	Healthy       bool   `json:"healthy"`
+	Weight        int    `json:"weight"`
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
 }
@@ -173,7 +174,7 @@ func sides(t *Table) map[netip.Addr]*BackendSide {
 	}
 	prim, sec := counts(t)
 	for i, b := range t.Backends {
-		m[b.IP] = &BackendSide{State: b.State.String(), Healthy: b.Healthy, PrimaryRows: prim[i], SecondaryRows: sec[i]}
+		m[b.IP] = &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), PrimaryRows: prim[i], SecondaryRows: sec[i]}
 	}
 	return m
 }
@@ -297,7 +298,7 @@ func sameSide(o, n *Table, ip netip.Addr) bool {
 			b = x
 		}
 	}
-	return a.State.SameAs(b.State) && a.Healthy == b.Healthy
+	return a.State.SameAs(b.State) && a.Healthy == b.Healthy && a.W() == b.W()
 }
 
 func bindSet(t *Table) map[Bind]bool {

@@ -57,8 +57,14 @@ func runDiff(e *env, c *command, args []string) error {
 	return nil
 }
 
+// sideString is a backend's state and health, and its weight when it has
+// one other than 1.
 func sideString(s *table.BackendSide) string {
-	return s.State + "/" + healthWord(s.Healthy)
+	out := s.State + "/" + healthWord(s.Healthy)
+	if s.Weight > 1 {
+		out += fmt.Sprintf(" weight %d", s.Weight)
+	}
+	return out
 }
 
 func printDiff(w io.Writer, d *table.Diff) {

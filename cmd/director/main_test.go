@@ -73,6 +73,8 @@ func TestGolden(t *testing.T) {
 		{"diff-two-bad", []string{"diff", cfgDir + "small-draining.json", cfgDir + "small-two-bad.json"}, 2},
 		{"diff-draining-json", []string{"diff", "--json", cfgDir + "small.json", cfgDir + "small-draining.json"}, 2},
 		{"diff-tables", []string{"diff", cfgDir + "medium.json", cfgDir + "small.json"}, 2},
+		{"show-weighted", []string{"show", cfgDir + "small-weighted.json"}, 0},
+		{"diff-weighted", []string{"diff", cfgDir + "small.json", cfgDir + "small-weighted.json"}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, errOut, code := runCmd(c.args...)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/director/director/internal/model"
@@ -40,6 +41,7 @@ type showBackend struct {
 	IP            string `json:"ip"`
 	State         string `json:"state"`
 	Healthy       bool   `json:"healthy"`
+	Weight        int    `json:"weight"`
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
 }
@@ -135,7 +137,7 @@ func describe(i int, t *table.Table) showTable {
 	}
 	for j, b := range t.Backends {
 		st.Backends = append(st.Backends, showBackend{IP: b.IP.String(), State: b.State.String(),
-			Healthy: b.Healthy, PrimaryRows: prim[j], SecondaryRows: sec[j]})
+			Healthy: b.Healthy, Weight: int(b.W()), PrimaryRows: prim[j], SecondaryRows: sec[j]})
 	}
 	return st
 }
@@ -239,9 +241,20 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 			top = max(top, b.PrimaryRows)
 		}
 		iw := ipWidth(t.Backends)
-		fmt.Fprintf(w, "  %-*s %-8s %-9s %-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", barWidth+14, "PRIMARY ROWS", "SECONDARY")
+		// The weight column only where a weight was given: a GLB table
+		// reads as it always has.
+		weights := slices.ContainsFunc(t.Backends, func(b table.Backend) bool { return b.W() != 1 })
+		weightHead := ""
+		if weights {
+			weightHead = fmt.Sprintf("%6s ", "WEIGHT")
+		}
+		fmt.Fprintf(w, "  %-*s %-8s %-9s %s%-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", weightHead, barWidth+14, "PRIMARY ROWS", "SECONDARY")
 		for _, b := range st.Backends {
-			fmt.Fprintf(w, "  %-*s %-8s %-9s %s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy),
+			weight := ""
+			if weights {
+				weight = fmt.Sprintf("%6d ", b.Weight)
+			}
+			fmt.Fprintf(w, "  %-*s %-8s %-9s %s%s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy), weight,
 				bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
 		}
 		for _, warn := range table.TableWarnings(t) {

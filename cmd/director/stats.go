@@ -116,7 +116,11 @@ func printStats(e *env, s, prev *loader.Stats) {
 		}
 		fmt.Fprintf(w, "\ntable %s: %d packets, %d bytes%s\n", t.Name, t.Traffic.Packets, t.Traffic.Bytes, r)
 		for _, b := range t.Backends {
-			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes\n", b.IP, b.State, healthWord(b.Healthy), b.Packets, b.Bytes)
+			weight := ""
+			if b.Weight != 1 {
+				weight = fmt.Sprintf("  weight %d", b.Weight)
+			}
+			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes%s\n", b.IP, b.State, healthWord(b.Healthy), b.Packets, b.Bytes, weight)
 		}
 	}
 	var before []loader.InterfaceStats
