@@ -69,8 +69,10 @@ struct dir_backend {
 	__u8 state;      /* table.State */
 	__u8 healthy;
 	__u8 stat;       /* this backend's counter index in backend_traffic */
-	__u16 weight;    /* table.Backend.Weight: 0 when none was given (the datapath never reads it) */
+	/* The rest is the registry's, for userspace; the datapath never reads it. */
+	__u16 weight;    /* table.Backend.Weight: 0 when none was given */
 	__u8 reserved[2]; /* zero */
+	__u8 domain[DIR_NAME_LEN]; /* table.Backend.Domain, NUL-padded; not NUL-terminated when 64 long */
 };
 
 struct dir_bind {

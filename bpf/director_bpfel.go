@@ -22,6 +22,7 @@ type DirectorDirBackend struct {
 	Stat     uint8
 	Weight   uint16
 	Reserved [2]uint8
+	Domain   [64]uint8
 }
 
 type DirectorDirBind struct {

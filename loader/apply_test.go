@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -268,9 +269,9 @@ func loadConfigured(t *testing.T) (*Director, table.DirectorConfig) {
 	return d, dc
 }
 
-// TestWeightsAreKeptInTheKernel: a weighted table's weights go into the
-// kernel with it and come back in the live tables, so the same config
-// planned again is no change, and a new weight is one.
+// TestWeightsAreKeptInTheKernel: a table's weights and failure domains go
+// into the kernel with it and come back in the live tables, so the same
+// config planned again is no change, and a new weight is one.
 func TestWeightsAreKeptInTheKernel(t *testing.T) {
 	testenv.Kernel(t)
 	d, _ := loadConfigured(t)
@@ -281,6 +282,7 @@ func TestWeightsAreKeptInTheKernel(t *testing.T) {
 	tc := c.Tables[0]
 	for i := range tc.Backends {
 		tc.Backends[i].Weight = uint16(1 + 2*i)
+		tc.Backends[i].Domain = fmt.Sprintf("rack-%d-%s", i%2, strings.Repeat("x", 57)) // 64 long: no NUL
 	}
 	tab, err := table.Build(&tc)
 	if err != nil {
@@ -294,8 +296,8 @@ func TestWeightsAreKeptInTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, b := range live[0].Table.Backends {
-		if b.Weight != tc.Backends[i].Weight {
-			t.Errorf("live backend %s: weight %d, applied %d", b.IP, b.Weight, tc.Backends[i].Weight)
+		if b.Weight != tc.Backends[i].Weight || b.Domain != tc.Backends[i].Domain {
+			t.Errorf("live backend %s: weight %d in %q, applied %d in %q", b.IP, b.Weight, b.Domain, tc.Backends[i].Weight, tc.Backends[i].Domain)
 		}
 	}
 	again, err := d.Plan(&Proposal{Tables: []*table.Table{tab}})

@@ -156,7 +156,7 @@ func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
 	}
 	for i := range t.Backends {
 		a, b := o.Backends[i], t.Backends[i]
-		if a.IP != b.IP || a.State != b.State || a.Healthy != b.Healthy || a.W() != b.W() || old.Stat[i] != stat[i] {
+		if a.IP != b.IP || a.State != b.State || a.Healthy != b.Healthy || a.W() != b.W() || a.Domain != b.Domain || old.Stat[i] != stat[i] {
 			return false
 		}
 	}

@@ -46,6 +46,7 @@ type BackendStats struct {
 	State   string `json:"state"`
 	Healthy bool   `json:"healthy"`
 	Weight  int    `json:"weight"`
+	Domain  string `json:"domain,omitempty"`
 	Traffic
 }
 
@@ -112,7 +113,7 @@ func (d *Director) Stats() (*Stats, error) {
 			// The datapath counts backends only; a table is their sum.
 			ts.Traffic.Packets += tr.Packets
 			ts.Traffic.Bytes += tr.Bytes
-			ts.Backends = append(ts.Backends, BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Traffic: tr})
+			ts.Backends = append(ts.Backends, BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, Traffic: tr})
 		}
 		s.Tables = append(s.Tables, ts)
 	}

@@ -171,7 +171,7 @@ func sameContent(a, b *table.Table) bool {
 	}
 	for i := range a.Backends {
 		x, y := a.Backends[i], b.Backends[i]
-		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy || x.W() != y.W() {
+		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain {
 			return false
 		}
 	}
@@ -210,6 +210,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 			healthy = 1
 		}
 		dt.Backends[i] = bpf.Backend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i], Weight: b.Weight}
+		copy(dt.Backends[i].Domain[:], b.Domain)
 		if b.IP.Is4() {
 			dt.HopAddr[stat[i]] = nativeFromBE(b.IP.As4())
 		}
@@ -249,7 +250,8 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 		if err != nil {
 			return nil, fmt.Errorf("backend %d: %w", i, err)
 		}
-		t.Backends = append(t.Backends, table.Backend{IP: a, State: table.State(b.State), Healthy: b.Healthy == 1, Weight: b.Weight})
+		t.Backends = append(t.Backends, table.Backend{IP: a, State: table.State(b.State), Healthy: b.Healthy == 1, Weight: b.Weight,
+			Domain: string(bytes.TrimRight(b.Domain[:], "\x00"))})
 		lt.Stat = append(lt.Stat, b.Stat)
 		if byStat[b.Stat] >= 0 {
 			return nil, fmt.Errorf("corrupt table: backends %d and %d share counter %d", byStat[b.Stat], i, b.Stat)

@@ -41,20 +41,27 @@ type Builder struct {
 	weighted bool
 	wmax     uint16   // the largest ranked weight
 	chunkMax []uint16 // with weights: the heaviest of each vectorWidth of v4idx
+	dom      []uint16 // per backend: its failure domain, numbered
+	// domains is set when the ranked backends are in more than one
+	// failure domain: ranks then track D, and rows follow domains.go.
+	domains bool
 	workers  int
 }
 
-// rank is the part of a row's ranking that decides its hops.
+// rank is the part of a row's ranking that decides its hops: R[0], R[1],
+// the first good backend G and, with failure domains, D: the first backend
+// whose domain is not R[0]'s.
 type rank struct {
-	s0, s1, sg uint64
-	i0, i1, ig int32 // backend indices, none when absent
+	s0, s1, sg, sd uint64
+	i0, i1, ig, id int32 // backend indices, none when absent
 }
 
 const none = -1
 
 const (
-	flagActive = 1 << iota // not inactive: ranked
-	flagGood               // active or filling, and healthy: may be primary
+	flagActive  = 1 << iota // not inactive: ranked
+	flagGood                // active or filling, and healthy: may be primary
+	flagFilling             // filling: keeps GLB's secondary (domains.go)
 )
 
 func flagsOf(be Backend) uint8 {
@@ -64,6 +71,9 @@ func flagsOf(be Backend) uint8 {
 	}
 	if be.Good() {
 		f |= flagGood
+	}
+	if be.State == StateFilling {
+		f |= flagFilling
 	}
 	return f
 }
@@ -89,6 +99,7 @@ func NewBuilder(tc *TableConfig) (*Builder, error) {
 		b.flags[i] = flagsOf(be)
 		b.wts[i] = be.W()
 	}
+	b.numberDomains()
 	b.reindex()
 	b.parallel(func(lo, hi int) {
 		out := b.scratch()
@@ -160,8 +171,9 @@ const vectorWidth = 16
 func (b *Builder) reindex() (rekeyed bool) {
 	b.v4idx, b.v6idx, b.v4w = b.v4idx[:0], b.v6idx[:0], b.v4w[:0]
 	b.allGood = true
-	was := b.weighted
-	b.weighted, b.wmax = false, 0
+	was, wasDomains := b.weighted, b.domains
+	b.weighted, b.wmax, b.domains = false, 0, false
+	firstDom := -1
 	for i := range b.words {
 		if b.flags[i]&flagActive == 0 {
 			continue
@@ -170,6 +182,11 @@ func (b *Builder) reindex() (rekeyed bool) {
 			b.weighted = true
 		}
 		b.wmax = max(b.wmax, b.wts[i])
+		if firstDom < 0 {
+			firstDom = int(b.dom[i])
+		} else if int(b.dom[i]) != firstDom {
+			b.domains = true
+		}
 		b.allGood = b.allGood && b.flags[i]&flagGood != 0
 		if b.words[i].v6 {
 			b.v6idx = append(b.v6idx, int32(i))
@@ -200,7 +217,7 @@ func (b *Builder) reindex() (rekeyed bool) {
 	if len(b.v4w) > 0 {
 		b.v4tail = uint16(1)<<(len(b.v4idx)-(len(b.v4w)-vectorWidth)) - 1
 	}
-	return was != b.weighted
+	return was != b.weighted || wasDomains != b.domains
 }
 
 // key is backend i's rank key for score h: the score itself, or with
@@ -230,16 +247,16 @@ func (b *Builder) scratch() []uint64 { return make([]uint64, len(b.v4w)+len(b.v4
 // instructions where the CPU has them, two interleaved hashes otherwise) and
 // the rank is only touched when a score is among the best so far.
 func (b *Builder) rankRow(r int, out []uint64) {
-	rk := rank{s0: ^uint64(0), s1: ^uint64(0), sg: ^uint64(0), i0: none, i1: none, ig: none}
+	rk := emptyRank
 	st := b.states[r]
 	consider := func(h uint64, i int32) {
 		s := b.key(i, h)
 		good := b.flags[i]&flagGood != 0
-		if s <= rk.s1 || (good && s <= rk.sg) {
+		if s <= rk.s1 || (good && s <= rk.sg) || (b.domains && s <= rk.sd) {
 			b.insert(&rk, s, i, good)
 		}
 	}
-	if b.allGood && haveVectorScores && len(b.v6idx) == 0 && !b.weighted {
+	if b.allGood && haveVectorScores && len(b.v6idx) == 0 && !b.weighted && !b.domains {
 		b.rankRowGood(r, out)
 		return
 	}
@@ -265,7 +282,7 @@ func (b *Builder) rankRow(r int, out []uint64) {
 			// smaller scores to matter.
 			for c := 1; c*vectorWidth < len(w); c++ {
 				lo := c * vectorWidth
-				vectorScores(&st, w[lo:lo+vectorWidth], out[lo:lo+vectorWidth], scoreBound(max(rk.s1, rk.sg), b.chunkMax[c]), m16[c:c+1])
+				vectorScores(&st, w[lo:lo+vectorWidth], out[lo:lo+vectorWidth], scoreBound(b.threshold(&rk), b.chunkMax[c]), m16[c:c+1])
 				for m := m16[c]; m != 0; m &= m - 1 {
 					if j := lo + bits.TrailingZeros16(m); j < n {
 						consider(out[j], b.v4idx[j])
@@ -273,7 +290,7 @@ func (b *Builder) rankRow(r int, out []uint64) {
 				}
 			}
 		} else if len(w) > head {
-			vectorScores(&st, w[head:], out[head:len(w)], max(rk.s1, rk.sg), m16[1:])
+			vectorScores(&st, w[head:], out[head:len(w)], b.threshold(&rk), m16[1:])
 			for k, m := range m16[1:] {
 				for m != 0 {
 					j := head + k*vectorWidth + bits.TrailingZeros16(m)
@@ -332,23 +349,51 @@ func (b *Builder) rankRowGood(r int, out []uint64) {
 			}
 		}
 	}
-	b.ranks[r] = rank{s0: s0, s1: s1, sg: s0, i0: i0, i1: i1, ig: i0}
+	b.ranks[r] = rank{s0: s0, s1: s1, sg: s0, sd: ^uint64(0), i0: i0, i1: i1, ig: i0, id: none}
 }
 
-// insert adds backend i with score s to a rank.
+// emptyRank is a row's rank before any backend is considered.
+var emptyRank = rank{s0: ^uint64(0), s1: ^uint64(0), sg: ^uint64(0), sd: ^uint64(0), i0: none, i1: none, ig: none, id: none}
+
+// threshold is the worst key that can still change a rank: keys over it
+// need not be looked at.
+func (b *Builder) threshold(rk *rank) uint64 {
+	t := max(rk.s1, rk.sg)
+	if b.domains {
+		t = max(t, rk.sd)
+	}
+	return t
+}
+
+// insert adds backend i with key s to a rank.
 func (b *Builder) insert(rk *rank, s uint64, i int32, good bool) {
 	if b.before(s, i, rk.s0, rk.i0) {
+		// The old R[0] is now the best outside i's domain if it is not
+		// in it; else D, the best outside that domain, stays.
+		if b.domains && rk.i0 != none && b.dom[rk.i0] != b.dom[i] {
+			rk.sd, rk.id = rk.s0, rk.i0
+		}
 		rk.s1, rk.i1 = rk.s0, rk.i0
 		rk.s0, rk.i0 = s, i
-	} else if b.before(s, i, rk.s1, rk.i1) {
-		rk.s1, rk.i1 = s, i
+	} else {
+		if b.before(s, i, rk.s1, rk.i1) {
+			rk.s1, rk.i1 = s, i
+		}
+		if b.domains && b.dom[i] != b.dom[rk.i0] && b.before(s, i, rk.sd, rk.id) {
+			rk.sd, rk.id = s, i
+		}
 	}
 	if good && b.before(s, i, rk.sg, rk.ig) {
 		rk.sg, rk.ig = s, i
 	}
 }
 
-func (rk *rank) row() Row {
+// hops applies the row rule to a rank: GLB's (docs/tables.md), or with
+// failure domains its domain form (domains.go).
+func (b *Builder) hops(rk *rank) Row {
+	if b.domains {
+		return b.domainHops(rk)
+	}
 	p, s := rk.i0, rk.i1
 	if rk.ig != none && rk.ig != rk.i0 {
 		p, s = rk.ig, rk.i0
@@ -369,7 +414,7 @@ func (b *Builder) Table() *Table {
 		Rows:     make([]Row, Rows),
 	}
 	for r := range b.ranks {
-		t.Rows[r] = b.ranks[r].row()
+		t.Rows[r] = b.hops(&b.ranks[r])
 		if b.ranks[r].ig == none {
 			t.NoGoodRows++
 		}

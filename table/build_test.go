@@ -358,7 +358,8 @@ func mutate(rng *rand.Rand, tc *TableConfig) (*TableConfig, string) {
 			for {
 				addr := netip.AddrFrom4([4]byte{10, 9, byte(rng.IntN(256)), byte(rng.IntN(256))})
 				if !slices.ContainsFunc(n.Backends, func(b Backend) bool { return b.IP == addr }) {
-					be := Backend{IP: addr, State: []State{StateActive, StateFilling, StateDraining, StateInactive}[rng.IntN(4)], Healthy: rng.IntN(4) != 0}
+					be := Backend{IP: addr, State: []State{StateActive, StateFilling, StateDraining, StateInactive}[rng.IntN(4)], Healthy: rng.IntN(4) != 0,
+						Domain: n.Backends[rng.IntN(len(n.Backends))].Domain}
 					n.Backends = slices.Insert(n.Backends, k, be)
 					return &n, fmt.Sprintf("insert %v at %d", be, k)
 				}
@@ -408,8 +409,12 @@ func TestIncrementalEqualsFullBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < iters; i++ {
-		if i%25 == 0 { // a fresh random table now and then
-			if b, err = NewBuilder(randomTable(rng, 1+rng.IntN(40), rng.IntN(10))); err != nil {
+		if i%25 == 0 { // a fresh random table now and then, half of them in domains
+			tc := randomTable(rng, 1+rng.IntN(40), rng.IntN(10))
+			if i%50 == 25 {
+				zoneTable(rng, tc, 2+rng.IntN(3))
+			}
+			if b, err = NewBuilder(tc); err != nil {
 				t.Fatal(err)
 			}
 		}

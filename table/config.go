@@ -148,6 +148,10 @@ type Backend struct {
 	// table's other backends (director's extension), 1 to MaxWeight; 0
 	// means it was not given, which counts as 1.
 	Weight uint16
+	// Domain is the backend's failure domain (director's extension: a
+	// rack, a power feed), "" when none was given. A row's two hops are
+	// kept in different domains where the table has more than one.
+	Domain string
 }
 
 // MaxWeight is the largest weight a backend may have.

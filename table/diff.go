@@ -32,7 +32,11 @@ type TableDiff struct {
 	BindsRemoved   []string        `json:"binds_removed"`
 	Backends       []BackendChange `json:"backends"`
 	Rows           RowChanges      `json:"rows"`
-	Warnings       []string        `json:"warnings"`
+	// OldDomains and NewDomains are each side's failure domains (Domains),
+	// absent where a side has one domain or none.
+	OldDomains *DomainStats `json:"old_domains,omitempty"`
+	NewDomains *DomainStats `json:"new_domains,omitempty"`
+	Warnings   []string     `json:"warnings"`
 }
 
 // Table statuses.
@@ -81,6 +85,7 @@ type BackendSide struct {
 	State         string `json:"state"`
 	Healthy       bool   `json:"healthy"`
 	Weight        int    `json:"weight"`
+	Domain        string `json:"domain,omitempty"`
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
 }
@@ -174,7 +179,7 @@ func sides(t *Table) map[netip.Addr]*BackendSide {
 	}
 	prim, sec := counts(t)
 	for i, b := range t.Backends {
-		m[b.IP] = &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), PrimaryRows: prim[i], SecondaryRows: sec[i]}
+		m[b.IP] = &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[i], SecondaryRows: sec[i]}
 	}
 	return m
 }
@@ -184,9 +189,11 @@ func compareTable(name string, i, j int, o, n *Table) TableDiff {
 	td.Rows.Total = Rows
 	if o != nil {
 		td.OldFingerprint = Fingerprint(o)
+		td.OldDomains = Domains(o)
 	}
 	if n != nil {
 		td.NewFingerprint = Fingerprint(n)
+		td.NewDomains = Domains(n)
 	}
 
 	// Backends: the new table's order, then those only the old one had.
@@ -298,7 +305,7 @@ func sameSide(o, n *Table, ip netip.Addr) bool {
 			b = x
 		}
 	}
-	return a.State.SameAs(b.State) && a.Healthy == b.Healthy && a.W() == b.W()
+	return a.State.SameAs(b.State) && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain
 }
 
 func bindSet(t *Table) map[Bind]bool {

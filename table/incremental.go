@@ -20,6 +20,9 @@ func (b *Builder) shift(k int32, delta int32) {
 			if rk.ig >= k {
 				rk.ig += delta
 			}
+			if rk.id >= k {
+				rk.id += delta
+			}
 		}
 	})
 }
@@ -70,6 +73,7 @@ func (b *Builder) Insert(k int, be Backend) error {
 	b.words = slices.Insert(b.words, k, wordsFor(AddrBytes(be.IP)))
 	b.flags = slices.Insert(b.flags, k, flagsOf(be))
 	b.wts = slices.Insert(b.wts, k, be.W())
+	b.numberDomains()
 	rekeyed := b.reindex()
 	b.shift(int32(k), 1)
 	if rekeyed {
@@ -94,6 +98,7 @@ func (b *Builder) Remove(k int) error {
 	b.words = slices.Delete(b.words, k, k+1)
 	b.flags = slices.Delete(b.flags, k, k+1)
 	b.wts = slices.Delete(b.wts, k, k+1)
+	b.numberDomains()
 	rekeyed := b.reindex()
 	kk := int32(k)
 	if wasActive {
@@ -101,7 +106,7 @@ func (b *Builder) Remove(k int) error {
 		b.parallel(func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				rk := &b.ranks[r]
-				if rk.i0 == kk || rk.i1 == kk || rk.ig == kk {
+				if rk.has(kk) {
 					rk.i0 = -2
 				}
 			}
@@ -140,7 +145,7 @@ func (b *Builder) Set(k int, state State, healthy bool) error {
 	case old.State == StateInactive && nb.State != StateInactive:
 		b.admit(k)
 	case old.State != StateInactive && nb.State == StateInactive:
-		b.rerankWhere(func(rk *rank) bool { return rk.i0 == kk || rk.i1 == kk || rk.ig == kk })
+		b.rerankWhere(func(rk *rank) bool { return rk.has(kk) })
 	case !old.Good() && nb.Good():
 		b.parallel(func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -179,7 +184,7 @@ func (b *Builder) SetWeight(k int, w uint16) error {
 		out := b.scratch()
 		for r := lo; r < hi; r++ {
 			rk := &b.ranks[r]
-			if rk.i0 == kk || rk.i1 == kk || rk.ig == kk {
+			if rk.has(kk) {
 				b.rankRow(r, out)
 			} else {
 				b.insert(rk, b.key(kk, b.words[k].score(b.states[r])), kk, good)
@@ -218,8 +223,11 @@ func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
 	return false, nil
 }
 
+// has reports whether backend i is one of the entries the rank keeps.
+func (rk *rank) has(i int32) bool { return rk.i0 == i || rk.i1 == i || rk.ig == i || rk.id == i }
+
 func sameBackend(a, b Backend) bool {
-	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy && a.W() == b.W()
+	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain
 }
 
 // singleChange returns the incremental operation turning old into new, or
@@ -235,8 +243,8 @@ func singleChange(old, new []Backend) func(*Builder) error {
 		if k == n {
 			return func(*Builder) error { return nil }
 		}
-		if old[k].IP != new[k].IP || !sameTail(old[k+1:], new[k+1:]) {
-			return nil
+		if old[k].IP != new[k].IP || old[k].Domain != new[k].Domain || !sameTail(old[k+1:], new[k+1:]) {
+			return nil // a new domain renumbers them: rebuilt
 		}
 		be := new[k]
 		return func(b *Builder) error {

@@ -137,8 +137,9 @@ func ruleRow(R []int, bs []Backend) Row {
 }
 
 // TestEqualWeightsAreGLB: one weight for every backend, whatever its
-// value, builds GLB's table byte for byte: on the GLB compatibility config
-// through GLB's binary, and on every config of testdata.
+// value, and one failure domain for all, build GLB's table byte for byte:
+// on the GLB compatibility config through GLB's binary, and on every
+// config of testdata.
 func TestEqualWeightsAreGLB(t *testing.T) {
 	plain, err := parseConfig([]byte(glbCompatConfig))
 	if err != nil {
@@ -146,14 +147,14 @@ func TestEqualWeightsAreGLB(t *testing.T) {
 	}
 	want := glbBytes(t, plain)
 	for _, w := range []string{"1", "7", "65535"} {
-		src := strings.ReplaceAll(glbCompatConfig, `"healthy": true}`, `"healthy": true, "weight": `+w+`}`)
-		src = strings.ReplaceAll(src, `"healthy": false}`, `"healthy": false, "weight": `+w+`}`)
+		src := strings.ReplaceAll(glbCompatConfig, `"healthy": true}`, `"healthy": true, "weight": `+w+`, "domain": "rack-a"}`)
+		src = strings.ReplaceAll(src, `"healthy": false}`, `"healthy": false, "weight": `+w+`, "domain": "rack-a"}`)
 		c, err := parseConfig([]byte(src))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Tables[0].Backends[0].Weight == 0 {
-			t.Fatal("the weights were not written into the config")
+		if c.Tables[0].Backends[0].Weight == 0 || c.Tables[0].Backends[0].Domain != "rack-a" {
+			t.Fatal("the weights and domains were not written into the config")
 		}
 		if got := glbBytes(t, c); !bytes.Equal(got, want) {
 			t.Errorf("weight %s everywhere: GLB binary differs at byte %d", w, firstDiff(got, want))
@@ -173,9 +174,9 @@ func TestEqualWeightsAreGLB(t *testing.T) {
 			continue // the configs the table tools refuse have their own tests
 		}
 		if slices.ContainsFunc(c.Tables, func(tc TableConfig) bool {
-			return slices.ContainsFunc(tc.Backends, func(b Backend) bool { return b.Weight != 0 })
+			return slices.ContainsFunc(tc.Backends, func(b Backend) bool { return b.Weight != 0 || b.Domain != "" })
 		}) {
-			continue // a weighted config: its own tests
+			continue // weights or domains of its own: their own tests
 		}
 		base, err := BuildAll(c)
 		if err != nil {
@@ -184,6 +185,7 @@ func TestEqualWeightsAreGLB(t *testing.T) {
 		for i := range c.Tables {
 			for j := range c.Tables[i].Backends {
 				c.Tables[i].Backends[j].Weight = 300
+				c.Tables[i].Backends[j].Domain = "rack-a"
 			}
 		}
 		weighted, err := BuildAll(c)
@@ -192,7 +194,7 @@ func TestEqualWeightsAreGLB(t *testing.T) {
 		}
 		for i := range base {
 			if !slices.Equal(base[i].Rows, weighted[i].Rows) {
-				t.Errorf("%s table %d: weight 300 everywhere changed the rows", f, i)
+				t.Errorf("%s table %d: weight 300 and one domain everywhere changed the rows", f, i)
 			}
 		}
 	}

@@ -64,6 +64,9 @@ func sideString(s *table.BackendSide) string {
 	if s.Weight > 1 {
 		out += fmt.Sprintf(" weight %d", s.Weight)
 	}
+	if s.Domain != "" {
+		out += " in " + s.Domain
+	}
 	return out
 }
 
@@ -166,4 +169,60 @@ func printShares(w io.Writer, td table.TableDiff) {
 		line := fmt.Sprintf("    %-*s %s %s -> %s %s", iw, bc.IP, pct(o), bar(float64(o)/float64(top)), pct(n), bar(float64(n)/float64(top)))
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
+	printDomainChange(w, td.OldDomains, td.NewDomains)
+}
+
+// printDomainChange shows each domain's share and what its failure would
+// orphan, before and after, where either side has domains.
+func printDomainChange(w io.Writer, o, n *table.DomainStats) {
+	if o == nil && n == nil {
+		return
+	}
+	type pair struct{ o, n *table.DomainShare }
+	var names []string
+	by := map[string]*pair{}
+	add := func(st *table.DomainStats, old bool) {
+		if st == nil {
+			return
+		}
+		for i := range st.Domains {
+			d := &st.Domains[i]
+			if by[d.Name] == nil {
+				by[d.Name] = &pair{}
+				names = append(names, d.Name)
+			}
+			if old {
+				by[d.Name].o = d
+			} else {
+				by[d.Name].n = d
+			}
+		}
+	}
+	add(n, false)
+	add(o, true)
+	side := func(d *table.DomainShare) string {
+		if d == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%s, %d orphaned", pct(d.PrimaryRows), d.Orphaned)
+	}
+	same := func(st *table.DomainStats) string {
+		if st == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%d (%d conflicts)", st.SameDomain, st.Conflicts)
+	}
+	fmt.Fprintln(w, "  failure domains, before -> after (primary share, rows with no hop if it failed):")
+	for _, name := range names {
+		fmt.Fprintf(w, "    %-12s %s -> %s\n", domainName(name), side(by[name].o), side(by[name].n))
+	}
+	fmt.Fprintf(w, "    rows with both hops in one domain: %s -> %s\n", same(o), same(n))
+}
+
+// domainName shows the domain of backends given none.
+func domainName(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }

@@ -75,6 +75,8 @@ func TestGolden(t *testing.T) {
 		{"diff-tables", []string{"diff", cfgDir + "medium.json", cfgDir + "small.json"}, 2},
 		{"show-weighted", []string{"show", cfgDir + "small-weighted.json"}, 0},
 		{"diff-weighted", []string{"diff", cfgDir + "small.json", cfgDir + "small-weighted.json"}, 2},
+		{"show-domains", []string{"show", cfgDir + "small-domains.json"}, 0},
+		{"diff-domains", []string{"diff", cfgDir + "small.json", cfgDir + "small-domains.json"}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, errOut, code := runCmd(c.args...)

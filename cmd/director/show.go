@@ -27,6 +27,8 @@ type showTable struct {
 	Binds       []showBind    `json:"binds"`
 	Backends    []showBackend `json:"backends"`
 	NoGoodRows  int           `json:"no_good_rows"`
+	// Domains is absent where the backends are in one domain or none.
+	Domains *table.DomainStats `json:"domains,omitempty"`
 }
 
 type showBind struct {
@@ -42,6 +44,7 @@ type showBackend struct {
 	State         string `json:"state"`
 	Healthy       bool   `json:"healthy"`
 	Weight        int    `json:"weight"`
+	Domain        string `json:"domain,omitempty"`
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
 }
@@ -125,7 +128,7 @@ func runShow(e *env, c *command, args []string) error {
 }
 
 func describe(i int, t *table.Table) showTable {
-	st := showTable{Index: i, Name: t.Name, Fingerprint: table.Fingerprint(t), NoGoodRows: t.NoGoodRows}
+	st := showTable{Index: i, Name: t.Name, Fingerprint: table.Fingerprint(t), NoGoodRows: t.NoGoodRows, Domains: table.Domains(t)}
 	prim, sec := make([]int, len(t.Backends)), make([]int, len(t.Backends))
 	for _, r := range t.Rows {
 		prim[r.Primary]++
@@ -137,7 +140,7 @@ func describe(i int, t *table.Table) showTable {
 	}
 	for j, b := range t.Backends {
 		st.Backends = append(st.Backends, showBackend{IP: b.IP.String(), State: b.State.String(),
-			Healthy: b.Healthy, Weight: int(b.W()), PrimaryRows: prim[j], SecondaryRows: sec[j]})
+			Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[j], SecondaryRows: sec[j]})
 	}
 	return st
 }
@@ -248,14 +251,33 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 		if weights {
 			weightHead = fmt.Sprintf("%6s ", "WEIGHT")
 		}
+		dw := 0 // the domain column's width, where there are domains
+		for _, b := range t.Backends {
+			if b.Domain != "" {
+				dw = max(dw, len("DOMAIN"), len(b.Domain))
+			}
+		}
+		if dw > 0 {
+			weightHead += fmt.Sprintf("%-*s ", dw, "DOMAIN")
+		}
 		fmt.Fprintf(w, "  %-*s %-8s %-9s %s%-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", weightHead, barWidth+14, "PRIMARY ROWS", "SECONDARY")
 		for _, b := range st.Backends {
 			weight := ""
 			if weights {
 				weight = fmt.Sprintf("%6d ", b.Weight)
 			}
+			if dw > 0 {
+				weight += fmt.Sprintf("%-*s ", dw, b.Domain)
+			}
 			fmt.Fprintf(w, "  %-*s %-8s %-9s %s%s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy), weight,
 				bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
+		}
+		if d := st.Domains; d != nil {
+			fmt.Fprintln(w, "  failure domains (primary share, rows with no hop if it failed):")
+			for _, dom := range d.Domains {
+				fmt.Fprintf(w, "    %-12s %3d backends  %s  %d orphaned\n", domainName(dom.Name), dom.Backends, pct(dom.PrimaryRows), dom.Orphaned)
+			}
+			fmt.Fprintf(w, "    rows with both hops in one domain: %d (%d conflicts: a filling primary keeps its old secondary)\n", d.SameDomain, d.Conflicts)
 		}
 		for _, warn := range table.TableWarnings(t) {
 			fmt.Fprintf(w, "  ! %s\n", warn)

@@ -120,6 +120,9 @@ func printStats(e *env, s, prev *loader.Stats) {
 			if b.Weight != 1 {
 				weight = fmt.Sprintf("  weight %d", b.Weight)
 			}
+			if b.Domain != "" {
+				weight += "  in " + b.Domain
+			}
 			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes%s\n", b.IP, b.State, healthWord(b.Healthy), b.Packets, b.Bytes, weight)
 		}
 	}

@@ -23,6 +23,10 @@ type target struct {
 	damp   *health.Dampener
 	lastOK bool
 	last   []health.Result
+	// flip is the round of results that last changed the backend's
+	// health: what an apply of that change says it was for, however the
+	// checks have gone since.
+	flip []health.Result
 	// checkedAt is when the last result came in, and failingSince when
 	// the current run of failed results began (zero while passing).
 	checkedAt, failingSince time.Time
@@ -212,6 +216,9 @@ func (c *checker) check(ctx context.Context, t *target, kick bool) {
 		t.failingSince = time.Time{}
 	}
 	t.lastOK, t.last, t.checkedAt = ok, rs, now
+	if changed {
+		t.flip = rs
+	}
 	up := t.damp.Up()
 	c.mu.Unlock()
 	c.m.observe(t.ip, rs)
@@ -284,15 +291,22 @@ func (c *checker) count() int {
 	return len(c.targets)
 }
 
-// why says, for the audit log, what moved a checked backend: its last
-// results.
+// why says, for the audit log, what moved a checked backend: the results
+// that flipped it to the health b has, or, when the checks no longer say
+// so (a held change applied later), its last results.
 func (c *checker) why(b table.Backend) string {
 	if !b.Checked {
 		return "config edit"
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t := c.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]; t != nil && len(t.last) > 0 {
+	t := c.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
+	switch {
+	case t == nil:
+		return "checks"
+	case len(t.flip) > 0 && t.damp.Up() == b.Healthy:
+		return "checks: " + describe(t.flip)
+	case len(t.last) > 0:
 		return "checks: " + describe(t.last)
 	}
 	return "checks"

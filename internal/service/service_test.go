@@ -510,3 +510,45 @@ func TestChecksTheDirectorCannotMakeTakeNothingDown(t *testing.T) {
 		t.Error("a backend refusing connections stayed up")
 	}
 }
+
+// TestWhyIsWhatFlippedIt: the audit log's reason for a backend going down
+// is the round of checks that took it down, not a later one that passed
+// (the apply may come after the checks have recovered).
+func TestWhyIsWhatFlippedIt(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	lo := netip.MustParseAddr("127.0.0.1")
+	c := newChecker(slog.New(slog.NewTextHandler(io.Discard, nil)), 1)
+	c.m = newMetrics(nil)
+	c.configure(200*time.Millisecond, lo)
+	defer c.close()
+	hc := &table.Healthchecks{TCP: &port}
+	tg := &target{ip: lo, checks: health.ChecksOf(hc), damp: health.NewDampener(1, 1), lastOK: true}
+	tg.damp.StartAt(true)
+	c.targets[targetKey(lo, tg.checks)] = tg
+	ln.Close() // refused
+	c.check(context.Background(), tg, false)
+	if tg.damp.Up() {
+		t.Fatal("a refused check did not take the backend down")
+	}
+	down := table.Backend{IP: lo, Checked: true, Healthchecks: hc}
+	if got := c.why(down); !strings.Contains(got, "refused") {
+		t.Fatalf("why down: %q", got)
+	}
+	// The checks pass again before the change is applied (rise 2: still
+	// down): the reason stays the failure.
+	tg.damp = health.NewDampener(2, 1)
+	tg.damp.StartAt(false)
+	ln2, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Skipf("port %d taken again meanwhile: %v", port, err)
+	}
+	defer ln2.Close()
+	c.check(context.Background(), tg, false)
+	if got := c.why(down); !strings.Contains(got, "refused") || strings.Contains(got, "ok") {
+		t.Errorf("why down, after a passing check: %q", got)
+	}
+}

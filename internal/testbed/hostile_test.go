@@ -380,6 +380,10 @@ func TestRunOnAHostileHost(t *testing.T) {
 			err := tb.Director.Do(cmd.Run)
 			return out.String(), err
 		}
+		// The interfaces taken and given back just now may have cost a
+		// round of GUE checks, and the service may still be bringing a
+		// backend back: start from the settled table.
+		waitFingerprint(t, tb, allUp, interval*(trigger+3), "settled before the refused commands")
 		pid := fmt.Sprintf("pid %d", p.PID())
 		for _, args := range [][]string{{"unload"}, {"detach", "eth0"},
 			{"apply", cfg, "--yes"}, {"apply", cfg, "--yes", "--allow-unsafe"}} {

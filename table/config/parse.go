@@ -155,6 +155,10 @@ func (p *parser) config(root *jsonValue) *table.Config {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// domainRE is a failure domain's name: a rack or a power feed as the
+// operator calls it.
+var domainRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
 func (p *parser) table(path string, v *jsonValue) table.TableConfig {
 	var t table.TableConfig
 	var idx []int // where each of t.Binds stood
@@ -342,7 +346,7 @@ func (p *parser) port(path string, v *jsonValue) (uint16, bool) {
 
 func (p *parser) backend(path string, v *jsonValue) (table.Backend, bool) {
 	var b table.Backend
-	if !p.object(path, v, "ip", "state", "healthy", "healthchecks", "weight") {
+	if !p.object(path, v, "ip", "state", "healthy", "healthchecks", "weight", "domain") {
 		return b, false
 	}
 	before := len(p.errs)
@@ -372,6 +376,15 @@ func (p *parser) backend(path string, v *jsonValue) (table.Backend, bool) {
 	}
 	if wv := v.get("weight"); wv != nil {
 		b.Weight = p.weight(path+".weight", wv)
+	}
+	if dv := v.get("domain"); dv != nil {
+		if dv.kind != jsonString {
+			p.fail(path+".domain", "%s is not a string", dv.brief())
+		} else if !domainRE.MatchString(dv.str) {
+			p.fail(path+".domain", "%s is not a failure domain (1-64 of A-Z a-z 0-9 . _ -)", dv.brief())
+		} else {
+			b.Domain = dv.str
+		}
 	}
 	return b, len(p.errs) == before
 }
