@@ -45,7 +45,7 @@ type Builder struct {
 	// domains is set when the ranked backends are in more than one
 	// failure domain: ranks then track D, and rows follow domains.go.
 	domains bool
-	workers  int
+	workers int
 }
 
 // rank is the part of a row's ranking that decides its hops: R[0], R[1],
