@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -669,4 +670,72 @@ func mustReadFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// rampConfig is a one-table config of 16 backends at weight 10000, the
+// first at w, under seed.
+func rampConfig(seed string, w int) string {
+	var bs []string
+	for i := 0; i < 16; i++ {
+		weight := 10000
+		if i == 0 {
+			weight = w
+		}
+		bs = append(bs, fmt.Sprintf(`{"ip": "192.168.60.%d", "state": "active", "healthy": true, "weight": %d}`, 10+i, weight))
+	}
+	return `{"tables": [{"name": "api", "hash_key": "12345678901234561234567890123456", "seed": "` + seed + `",
+	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80}], "backends": [` + strings.Join(bs, ",\n") + `]}]}`
+}
+
+// TestPlanProposesARamp: lowering a weight in one step is unsafe, and plan
+// proposes the ramp instead; each of its steps, applied by hand, is safe.
+func TestPlanProposesARamp(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	tmp := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// A seed whose table has a ramp of whole weights (most do).
+	var seed string
+	var ramp *table.Ramp
+	for s := 0; s < 20 && ramp == nil; s++ {
+		seed = fmt.Sprintf("%032x", 1000+s)
+		from, err1 := config.Parse([]byte(rampConfig(seed, 40000)))
+		to, err2 := config.Parse([]byte(rampConfig(seed, 10000)))
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		live, err := table.Build(&from.Tables[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ramp, _ = table.FindRamp(live, &to.Tables[0])
+	}
+	if ramp == nil {
+		t.Fatal("no seed of 20 has a ramp")
+	}
+	run := func(code int, args ...string) string {
+		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
+	}
+	run(0, "load")
+	run(0, "apply", write("from.json", rampConfig(seed, 40000)), "--yes")
+	lowered := write("to.json", rampConfig(seed, 10000))
+	out := run(2, "plan", lowered)
+	if !strings.Contains(out, "verdict: UNSAFE") || !strings.Contains(out, fmt.Sprintf("ramp: api 192.168.60.10 weight 40000 -> 10000 in %d steps, each with 0 rows at risk", len(ramp.Steps))) {
+		t.Fatalf("plan of a lowered weight:\n%s", out)
+	}
+	var doc table.Plan
+	if err := json.Unmarshal([]byte(run(2, "plan", lowered, "--json")), &doc); err != nil || len(doc.Ramps) != 1 || !slices.Equal(doc.Ramps[0].Steps, ramp.Steps) {
+		t.Fatalf("plan --json ramps: %v %+v", err, doc.Ramps)
+	}
+	for i, w := range ramp.Steps[:min(3, len(ramp.Steps)-1)] {
+		if out := run(0, "apply", write(fmt.Sprintf("step%d.json", i), rampConfig(seed, int(w))), "--yes"); !strings.Contains(out, "applied") {
+			t.Fatalf("step %d to %d: %s", i, w, out)
+		}
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -46,6 +48,13 @@ func runPlan(e *env, c *command, args []string) error {
 	p, err := d.Plan(&loader.Proposal{Tables: src.Tables, Input: src.Data, Config: dc})
 	if err != nil {
 		return err
+	}
+	if !p.Safe && src.Config != nil {
+		live, err := d.Live()
+		if err != nil {
+			return err
+		}
+		p.Ramps, p.RampProblems = table.Ramps(loader.Tables(live), src.Config)
 	}
 	if *out != "" {
 		err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error {
@@ -156,6 +165,29 @@ func printPlan(e *env, p *table.Plan) {
 	for _, r := range p.Reasons {
 		fmt.Fprintf(e.stdout, "  - %s\n", r)
 	}
+	for _, r := range p.Ramps {
+		fmt.Fprintf(e.stdout, "\nramp: %s %s weight %d -> %d in %d steps, each with 0 rows at risk:\n  %s\n",
+			r.Table, r.Backend, r.From, r.Steps[len(r.Steps)-1], len(r.Steps), rampLine(r))
+		fmt.Fprintln(e.stdout, "  director run takes one step every ramp_interval_s (the table's, default 60); by hand, plan and apply each weight in turn")
+	}
+	for _, pr := range p.RampProblems {
+		fmt.Fprintf(e.stdout, "\nno ramp: %s\n", pr)
+	}
+}
+
+// rampLine lists a ramp's weights, the middle elided when there are many.
+func rampLine(r table.Ramp) string {
+	ws := []string{strconv.Itoa(int(r.From))}
+	for i, w := range r.Steps {
+		if len(r.Steps) > 12 && i >= 5 && i < len(r.Steps)-5 {
+			if i == 5 {
+				ws = append(ws, fmt.Sprintf("... (%d more)", len(r.Steps)-10))
+			}
+			continue
+		}
+		ws = append(ws, strconv.Itoa(int(w)))
+	}
+	return strings.Join(ws, " -> ")
 }
 
 // readPlan parses a plan file, or returns nil if data is not one.
