@@ -24,12 +24,12 @@ type Plan struct {
 	Diff        *Diff       `json:"diff"`
 	// Director is the director config change, when the plan was made
 	// with one (--director-config); without, the live one stays.
-	Director *DirectorPlan   `json:"director_config,omitempty"`
+	Director *DirectorPlan `json:"director_config,omitempty"`
 	// Ramps are the safe ways to a lowered weight that puts rows at risk
 	// in one step (FindRamp), and RampProblems why a table has none.
-	Ramps        []Ramp   `json:"ramps,omitempty"`
-	RampProblems []string `json:"ramp_problems,omitempty"`
-	Config   json.RawMessage `json:"config,omitempty"`
+	Ramps        []Ramp          `json:"ramps,omitempty"`
+	RampProblems []string        `json:"ramp_problems,omitempty"`
+	Config       json.RawMessage `json:"config,omitempty"`
 	// ConfigGLB is the GLB binary exactly as reviewed (base64 in JSON),
 	// when the plan was made from one rather than from a JSON config.
 	ConfigGLB []byte `json:"config_glb,omitempty"`
