@@ -62,7 +62,14 @@ type TableConfig struct {
 	Seed     Key    // keys the rendezvous scores that build the rows
 	Binds    []Bind
 	Backends []Backend
+	// RampInterval is how long director run waits between the steps of a
+	// ramp (a lowered weight taken in safe steps); 0 means the default,
+	// DefaultRampInterval.
+	RampInterval time.Duration
 }
+
+// DefaultRampInterval is a ramp's step interval when the table gives none.
+const DefaultRampInterval = time.Minute
 
 // Key is a 16-byte secret. It formats as "<redacted>" so it cannot leak
 // through a log line or an error message by accident.

@@ -192,5 +192,5 @@ func (s *service) publish() {
 	}
 	sort.Strings(fs)
 	s.status.publish(Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
-		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now})
+		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now, Ramp: s.rampStatus()})
 }

@@ -22,11 +22,11 @@ type built struct {
 }
 
 // healthSig is what a table's build depends on beyond the input's fixed
-// fields.
+// fields: states and health, and the weights a ramp changes.
 func healthSig(tc *table.TableConfig) string {
 	var b strings.Builder
 	for _, be := range tc.Backends {
-		fmt.Fprintf(&b, "%d%t ", be.State, be.Healthy)
+		fmt.Fprintf(&b, "%d%t%d ", be.State, be.Healthy, be.W())
 	}
 	return b.String()
 }
@@ -46,6 +46,12 @@ func (in *input) build(i int, tc *table.TableConfig) (*table.Table, string, erro
 			o, n := cur.Backends[k], tc.Backends[k]
 			if o.State != n.State || o.Healthy != n.Healthy {
 				if err := b.Set(k, n.State, n.Healthy); err != nil {
+					b = nil
+					break
+				}
+			}
+			if o.W() != n.W() {
+				if err := b.SetWeight(k, n.Weight); err != nil {
 					b = nil
 					break
 				}
@@ -76,6 +82,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		tc := in.cfg.Tables[i]
 		d := judgeHealth(&tc, s.liveTable(&tc, i), views, s.o.FailStatic)
 		tc.Backends = d.Backends
+		in.judged = append(in.judged[:min(i, len(in.judged))], tc)
 		if d.FailStatic {
 			frozen = append(frozen, table.DisplayName(tc.Name, i))
 		}
@@ -152,7 +159,9 @@ func (s *service) reconcile(trigger string, first bool) error {
 		s.announce()
 		s.publish()
 	}()
-	if s.pending != nil {
+	if s.pending != nil && s.rampWaits(time.Now()) {
+		heldCount++ // a ramp towards it is under way: its next step is due later
+	} else if s.pending != nil {
 		out, frozen, err := s.try(s.pending, trigger, first)
 		switch {
 		case err != nil:
@@ -297,6 +306,8 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 				out = append(out, fmt.Sprintf("%s/%s: %s -> %s (config edit)", name, b.IP, o.State, b.State))
 			case o.Healthy != b.Healthy:
 				out = append(out, fmt.Sprintf("%s/%s: %s (%s)", name, b.IP, upDown(b.Healthy), s.checks.why(b)))
+			case o.W() != b.W():
+				out = append(out, fmt.Sprintf("%s/%s: weight %d -> %d", name, b.IP, o.W(), b.W()))
 			}
 		}
 		var gone []string

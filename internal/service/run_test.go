@@ -2,11 +2,13 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
+	"github.com/director/director/table"
+	"github.com/director/director/table/config"
 )
 
 // TestRunEmptyConfig: GLB's packaged default, {"tables": []}, is served
@@ -95,4 +99,130 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// rampTestConfig is a table of 12 backends at weight 10000 but the first,
+// at w, with checks every 100 ms and ramp steps every second.
+func rampTestConfig(seed string, w int) string {
+	var bs []string
+	for i := 0; i < 12; i++ {
+		weight := 10000
+		if i == 0 {
+			weight = w
+		}
+		bs = append(bs, fmt.Sprintf(`{"ip": "192.168.61.%d", "state": "active", "healthy": true, "weight": %d}`, 10+i, weight))
+	}
+	return `{"healthchecks": {"interval_ms": 100, "timeout_ms": 50, "trigger": 1},
+	 "tables": [{"name": "api", "hash_key": "12345678901234561234567890123456", "seed": "` + seed + `", "ramp_interval_s": 1,
+	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80}], "backends": [` + strings.Join(bs, ",\n") + `]}]}`
+}
+
+// TestRunRampsALoweredWeight: an edit that lowers a weight, unsafe in one
+// step, is carried out by the service as the ramp plan proposes, one step
+// a ramp interval, each applied as a safe change, and then adopted.
+func TestRunRampsALoweredWeight(t *testing.T) {
+	testenv.Kernel(t)
+	// A seed whose ramp is short enough for a test.
+	var seed string
+	var ramp *table.Ramp
+	for s := 0; s < 20; s++ {
+		seed = fmt.Sprintf("%032x", 5000+s)
+		from, _ := config.Parse([]byte(rampTestConfig(seed, 40000)))
+		to, _ := config.Parse([]byte(rampTestConfig(seed, 39000)))
+		live, err := table.Build(&from.Tables[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := table.FindRamp(live, &to.Tables[0]); r != nil && len(r.Steps) >= 2 && len(r.Steps) <= 6 {
+			ramp = r
+			break
+		}
+	}
+	if ramp == nil {
+		t.Fatal("no seed of 20 has a ramp of 2 to 6 steps")
+	}
+	dir := filepath.Join("/sys/fs/bpf", "director-svc-"+filepath.Base(t.TempDir()))
+	t.Cleanup(func() { loader.Unload(dir) })
+	tmp := t.TempDir()
+	cfg := filepath.Join(tmp, "forwarding_table.src.json")
+	if err := os.WriteFile(cfg, []byte(rampTestConfig(seed, 40000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Config: cfg, BPFFS: dir, LockDir: tmp, Poll: 50 * time.Millisecond,
+			Ready: func(s string) { ready <- s }, Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
+	}
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	weight := func() uint16 {
+		live, err := d.Live()
+		if err != nil || len(live) != 1 {
+			t.Fatalf("live: %v", err)
+		}
+		return live[0].Table.Backends[0].W()
+	}
+	if err := os.WriteFile(cfg+".new", []byte(rampTestConfig(seed, 39000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Rename(cfg+".new", cfg)
+	var seen []uint16
+	deadline := time.Now().Add(time.Duration(len(ramp.Steps)+5) * 2 * time.Second)
+	for time.Now().Before(deadline) {
+		if w := weight(); len(seen) == 0 || seen[len(seen)-1] != w {
+			seen = append(seen, w)
+		}
+		if strings.Contains(logs.String(), `"msg":"config edit adopted"`) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if want := append([]uint16{40000}, ramp.Steps...); !slices.Equal(seen, want) {
+		t.Fatalf("live weights %v, want the ramp %v\n%s", seen, want, logs.String())
+	}
+	// Every step but the last is a ramp step; the last is the edit
+	// itself, safe by then; each a ramp interval after the one before.
+	if n := strings.Count(logs.String(), `"msg":"ramp step applied"`); n != len(ramp.Steps)-1 {
+		t.Errorf("%d ramp steps logged, want %d", n, len(ramp.Steps)-1)
+	}
+	if !strings.Contains(logs.String(), `"msg":"config edit adopted"`) {
+		t.Errorf("the edit was not adopted after the ramp:\n%s", logs.String())
+	}
+	var times []time.Time
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec struct {
+			Time    time.Time
+			Msg     string
+			Trigger string
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "applied" && rec.Trigger != "start" {
+			times = append(times, rec.Time)
+		}
+	}
+	if len(times) != len(ramp.Steps) {
+		t.Fatalf("%d applies after the start, want %d (the ramp's steps)", len(times), len(ramp.Steps))
+	}
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < 950*time.Millisecond {
+			t.Errorf("step %d came %v after the one before: sooner than the ramp interval (1 s)", i, gap)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -98,6 +98,7 @@ type service struct {
 	files   configFiles
 	live    liveState
 	hold    holdState
+	ramp    *rampState // a lowered weight being taken in safe steps
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
 	lastApply  *StatusApply // the last apply
@@ -302,7 +303,12 @@ func (s *service) loop(ctx context.Context) {
 			s.verify("interface change")
 		case <-retry.C:
 			// Held changes are retried: an operator may have applied
-			// the held config by hand, or the checks agree again.
+			// the held config by hand, or the checks agree again. A
+			// held edit that lowers a weight is taken in steps.
+			if s.pending != nil && s.rampStep(time.Now()) {
+				s.publish()
+				continue
+			}
 			if s.pending != nil || s.hold.health {
 				s.reconcile("retry", false)
 			}
@@ -432,6 +438,7 @@ type input struct {
 	dc           *table.DirectorConfig // nil: keep the live one
 	builders     []*table.Builder      // one per table, kept for incremental rebuilds
 	memo         []built               // the last tables built, by table
+	judged       []table.TableConfig   // the tables as last built, health judged
 }
 
 // read reads the config files, as at start.

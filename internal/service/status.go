@@ -36,8 +36,18 @@ type Status struct {
 	BGP    *StatusBGP   `json:"bgp"` // null without a bgp block
 	// Held are the unsafe changes the service holds: what 'director
 	// apply --allow-unsafe' may apply while it runs, and nothing else.
-	Held  []StatusHeld `json:"held"`
-	Stale bool         `json:"stale,omitempty"`
+	Held []StatusHeld `json:"held"`
+	// Ramp is a held edit being carried out in safe steps: when the next
+	// is due and what it takes. Nil when none is.
+	Ramp  *StatusRamp `json:"ramp,omitempty"`
+	Stale bool        `json:"stale,omitempty"`
+}
+
+// StatusRamp is a ramp in progress.
+type StatusRamp struct {
+	Next time.Time `json:"next"`
+	// Last is the last step applied, as logged.
+	Last []string `json:"last"`
 }
 
 // StatusApply is an apply the service made.

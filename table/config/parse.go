@@ -163,8 +163,16 @@ func (p *parser) table(path string, v *jsonValue) table.TableConfig {
 	var t table.TableConfig
 	var idx []int // where each of t.Binds stood
 	defer func() { p.bindIdx = append(p.bindIdx, idx) }()
-	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends") {
+	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends", "ramp_interval_s") {
 		return t
+	}
+	if rv := v.get("ramp_interval_s"); rv != nil {
+		n, err := strconv.ParseInt(rv.num.String(), 10, 64)
+		if rv.kind != jsonNumber || err != nil || n < 1 || n > 86400 {
+			p.fail(path+".ramp_interval_s", "%s is not a number of seconds from 1 to 86400", rv.brief())
+		} else {
+			t.RampInterval = time.Duration(n) * time.Second
+		}
 	}
 	if n := v.get("name"); n != nil {
 		if n.kind != jsonString {
