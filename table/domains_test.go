@@ -48,7 +48,7 @@ func TestDomainBuildMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	saved := haveVectorScores
 	defer func() { haveVectorScores = saved }()
-	for i := 0; i < 40; i++ {
+	for i := 0; i < 40/raceRuns; i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(8))
 		zoneTable(rng, tc, 2+rng.IntN(3))
 		if i%2 == 1 {
@@ -126,7 +126,7 @@ func TestDomainChangesKeepConnections(t *testing.T) {
 		n.Backends = f(slices.Clone(tc.Backends))
 		return &n
 	}
-	for i := 0; i < 15; i++ {
+	for i := 0; i < 15/raceRuns; i++ {
 		tc := randomTable(rng, 3+rng.IntN(40), 0)
 		zoneTable(rng, tc, 2+rng.IntN(3))
 		if i%2 == 1 {

@@ -101,7 +101,7 @@ func TestWeightedBuildMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	saved := haveVectorScores
 	defer func() { haveVectorScores = saved }()
-	for i := 0; i < 40; i++ {
+	for i := 0; i < 40/raceRuns; i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(6))
 		weighTable(rng, tc, []int{2, 10, MaxWeight}[i%3])
 		for _, vector := range []bool{false, saved} {
@@ -256,7 +256,7 @@ func TestWeightedShares(t *testing.T) {
 // secondary.
 func TestRaisingAWeightMovesRowsOnlyToIt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 20/raceRuns; i++ {
 		tc := randomTable(rng, 2+rng.IntN(60), 0)
 		if i%2 == 1 {
 			weighTable(rng, tc, 20)
