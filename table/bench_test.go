@@ -58,6 +58,24 @@ func BenchmarkBuildWeighted(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildDomains is BenchmarkBuild with the backends in four
+// failure domains.
+func BenchmarkBuildDomains(b *testing.B) {
+	for _, n := range []int{16, 256} {
+		tc := benchTable(n)
+		for i := range tc.Backends {
+			tc.Backends[i].Domain = fmt.Sprintf("rack-%d", i%4)
+		}
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := Build(tc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkIncremental times each kind of one-backend change at 256
 // backends, including producing the new table; the inverse change that
 // restores the state is not timed.

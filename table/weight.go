@@ -82,18 +82,20 @@ func keyFor(e, r uint64) uint64 {
 
 // scoreBound is a score at or above which no backend of weight at most
 // wmax can have a key under k: the rows' vector pass compares scores with
-// it to skip the backends that cannot matter. It is computed in floating
-// point with a wide margin (E's error is under 2^-27, the margin 2^-20 of
-// the key and then some), so it only decides what is looked at, never
-// what is chosen.
+// it to skip the backends that cannot matter. A key under k needs
+// E(h) < (k+2)·wmax/2^keyShift =: e, that is 1 - 2^(-e) > h/2^64; and
+// 1 - 2^(-x) <= x·ln 2, so h < x·ln 2 · 2^64 with x = e in log2 units
+// bounds it without an exponential (a build asks for millions of bounds).
+// The margin (2^-20 of x, and more) covers E's error (under 2^-27) and
+// rounding: the bound only decides what is looked at, never what is
+// chosen.
 func scoreBound(k uint64, wmax uint16) uint64 {
 	if k == ^uint64(0) {
 		return ^uint64(0)
 	}
-	e := (float64(k) + 2) * float64(wmax) / (1 << keyShift) // the largest E that can qualify
+	e := (float64(k) + 2) * float64(wmax) / (1 << keyShift)
 	x := e/(1<<logFracBits)*(1+1.0/(1<<20)) + 1.0/(1<<20)
-	u := -math.Expm1(-x * math.Ln2) // 1 - 2^-x
-	hb := u * (1 << 64)
+	hb := x * math.Ln2 * (1 << 64)
 	if hb >= 1<<64 {
 		return ^uint64(0)
 	}
