@@ -35,11 +35,19 @@ func backendIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i 
 
 // checkedInput is a one-table config whose n backends are all left to an
 // HTTP check.
-func checkedInput(t testing.TB, n int) *input {
+func checkedInput(t testing.TB, n int) *input { return checkedInputWith(t, n, "") }
+
+// checkedInputWith is checkedInput with extra backend fields: %d in them
+// is the backend's number.
+func checkedInputWith(t testing.TB, n int, extra string) *input {
 	t.Helper()
 	var bs []string
 	for i := 1; i <= n; i++ {
-		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "active", "healthchecks": {"http": 80}}`, backendIP(i)))
+		more := ""
+		if extra != "" {
+			more = ", " + strings.ReplaceAll(extra, "%d", fmt.Sprint(i))
+		}
+		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "active", "healthchecks": {"http": 80}%s}`, backendIP(i), more))
 	}
 	data := []byte(fmt.Sprintf(`{"tables": [{"name": "api", "hash_key": "%s", "seed": "%s",
 	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [%s]}]}`, testKey, testSeed, strings.Join(bs, ", ")))
@@ -344,6 +352,14 @@ func TestMetricNamesAndTypes(t *testing.T) {
 // kernel and read back: the incremental rebuild, the plan, the apply and
 // its check, through the service's own path.
 func BenchmarkHealthFlipApplied(b *testing.B) {
+	for _, c := range []struct{ name, extra string }{
+		{"glb", ""}, {"weighted", `"weight": %d`}, {"domains", `"domain": "rack-%d"`},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchmarkHealthFlip(b, checkedInputWith(b, 256, c.extra)) })
+	}
+}
+
+func benchmarkHealthFlip(b *testing.B, in *input) {
 	testenv.Kernel(b)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("director-bench-%d", time.Now().UnixNano()))
 	d, err := loader.Load(dir)
@@ -352,7 +368,6 @@ func BenchmarkHealthFlipApplied(b *testing.B) {
 	}
 	defer loader.Unload(dir)
 	defer d.Close()
-	in := checkedInput(b, 256)
 	s := newTestService(b, in)
 	s.d, s.m = d, newMetrics(d.Stats)
 	s.checks.m = s.m
