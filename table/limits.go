@@ -1,6 +1,9 @@
 package table
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // MaxTables bounds the tables the table tools (show, diff, build) read
 // from one file. The datapath holds fewer (see the loader).
@@ -36,10 +39,30 @@ func UnservableWarnings(tables []*Table) []string {
 
 // Unservable lists what GLB's formats can hold but its GUE encapsulation
 // cannot carry: IPv6 backends (hops are IPv4; IPv6 clients and VIPs are
-// fine). The table tools warn of it; plan and apply refuse it.
+// fine), and a table whose backends are of both families (its outer
+// header is one family, and its hop list one). The table tools warn of
+// it; plan and apply refuse it.
 func Unservable(tables []*Table) ErrorList {
 	var errs ErrorList
 	for i, t := range tables {
+		first := -1 // the table's first backend of the other family than backends[0]
+		for j, b := range t.Backends {
+			if b.IP.Is4() != t.Backends[0].IP.Is4() {
+				first = j
+				break
+			}
+		}
+		if first >= 0 {
+			fam := func(a netip.Addr) string {
+				if a.Is4() {
+					return "IPv4"
+				}
+				return "IPv6"
+			}
+			errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, first),
+				Msg: fmt.Sprintf("%q is %s, and tables[%d].backends[0] is %s: a table's backends are one family, since its GUE packets carry one family of hops", t.Backends[first].IP, fam(t.Backends[first].IP), i, fam(t.Backends[0].IP))})
+			continue
+		}
 		for j, b := range t.Backends {
 			if !b.IP.Is4() {
 				errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),

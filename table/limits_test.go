@@ -38,3 +38,27 @@ func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
 }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// TestUnservableNamesTheMixedFamily: a table of IPv4 and IPv6 backends is
+// refused at the first backend of the other family, saying why; an
+// all-IPv6 table at each backend.
+func TestUnservableNamesTheMixedFamily(t *testing.T) {
+	a := netip.MustParseAddr
+	mixed := &Table{Backends: []Backend{{IP: a("10.0.0.1")}, {IP: a("10.0.0.2")}, {IP: a("fd00::3")}, {IP: a("fd00::4")}}}
+	v6 := &Table{Backends: []Backend{{IP: a("fd00::1")}, {IP: a("fd00::2")}}}
+	v4 := &Table{Backends: []Backend{{IP: a("10.0.0.1")}}}
+	errs := Unservable([]*Table{v4, mixed, v6})
+	want := []string{
+		`tables[1].backends[2].ip: "fd00::3" is IPv6, and tables[1].backends[0] is IPv4: a table's backends are one family, since its GUE packets carry one family of hops`,
+		`tables[2].backends[0].ip: "fd00::1" is IPv6: GUE packets carry IPv4 hops only`,
+		`tables[2].backends[1].ip: "fd00::2" is IPv6: GUE packets carry IPv4 hops only`,
+	}
+	if len(errs) != len(want) {
+		t.Fatalf("%d errors: %v", len(errs), errs)
+	}
+	for i, e := range errs {
+		if e.Error() != want[i] {
+			t.Errorf("error %d: %s\nwant      %s", i, e, want[i])
+		}
+	}
+}

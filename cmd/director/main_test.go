@@ -310,7 +310,8 @@ func TestReplayWithoutRootSaysWhatItNeeds(t *testing.T) {
 // warns where it reads it, with the words the commands that refuse it use.
 func TestSameVerdictEverywhere(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "v6.bin")
-	const refusal = `tables[0].backends[0].ip: "fd00:50::1" is IPv6: GUE packets carry IPv4 hops only`
+	// ipv6.json's table has eight IPv6 backends, then an IPv4 one.
+	const refusal = `tables[0].backends[8].ip: "192.168.60.1" is IPv4, and tables[0].backends[0] is IPv6: a table's backends are one family, since its GUE packets carry one family of hops`
 	for _, args := range [][]string{
 		{"show", cfgDir + "ipv6.json"}, {"show", "--json", cfgDir + "ipv6.json"},
 		{"build", cfgDir + "ipv6.json", "-o", bin}, {"show", bin},
