@@ -19,6 +19,8 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	backendHealthy *prometheus.GaugeVec   // table, backend: the health applied
+	backendWeight  *prometheus.GaugeVec   // table, backend: the weight applied
+	backendDomain  *prometheus.GaugeVec   // table, backend, domain: 1, where a domain is given
 	checkUp        *prometheus.GaugeVec   // backend, check: the last result
 	checkLatency   *prometheus.GaugeVec   // backend, check
 	checkFailures  *prometheus.CounterVec // backend, check, reason
@@ -43,6 +45,10 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.backendHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_healthy",
 		Help: "1 when the backend is healthy in the live table, 0 when not (the checks' dampened state, or the operator's)."}, []string{"table", "backend"})
+	m.backendWeight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_weight",
+		Help: "The backend's weight in the live table (1 where none was given)."}, []string{"table", "backend"})
+	m.backendDomain = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_domain_info",
+		Help: "1 for each backend of a live table with a failure domain, labelled with it."}, []string{"table", "backend", "domain"})
 	m.checkUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_check_up",
 		Help: "1 when the backend's last check of this kind passed, 0 when it failed."}, []string{"backend", "check"})
 	m.checkLatency = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_check_latency_seconds",
@@ -69,7 +75,7 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 		Help: "1 for each interface the program is attached to, with its XDP mode."}, []string{"interface", "mode"})
 	m.vipsAnnounced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_bgp_vips_announced",
 		Help: "VIPs this director announces over BGP."})
-	for _, c := range []prometheus.Collector{m.backendHealthy, m.checkUp, m.checkLatency, m.checkFailures, m.checksSkipped, m.tableInfo, m.applies,
+	for _, c := range []prometheus.Collector{m.backendHealthy, m.backendWeight, m.backendDomain, m.checkUp, m.checkLatency, m.checkFailures, m.checksSkipped, m.tableInfo, m.applies,
 		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached, m.vipsAnnounced} {
 		f(c)
 	}

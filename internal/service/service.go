@@ -541,6 +541,8 @@ func (s *service) setLive(tables []*table.Table, pts []table.PlanTable, dc *tabl
 	}
 	s.m.tableInfo.Reset()
 	s.m.backendHealthy.Reset()
+	s.m.backendWeight.Reset()
+	s.m.backendDomain.Reset()
 	for i, t := range tables {
 		name := table.DisplayName(t.Name, i)
 		s.m.tableInfo.WithLabelValues(name, s.live.fps[i]).Set(1)
@@ -550,6 +552,10 @@ func (s *service) setLive(tables []*table.Table, pts []table.PlanTable, dc *tabl
 				v = 1
 			}
 			s.m.backendHealthy.WithLabelValues(name, b.IP.String()).Set(v)
+			s.m.backendWeight.WithLabelValues(name, b.IP.String()).Set(float64(b.W()))
+			if b.Domain != "" {
+				s.m.backendDomain.WithLabelValues(name, b.IP.String(), b.Domain).Set(1)
+			}
 		}
 	}
 }

@@ -284,6 +284,8 @@ func TestMetricNamesAndTypes(t *testing.T) {
 	})
 	m.observe(netip.MustParseAddr("10.1.0.1"), []health.Result{{Kind: "http", OK: false, Reason: "refused"}, {Kind: "gue", OK: true}})
 	m.backendHealthy.WithLabelValues("api", "10.1.0.1").Set(1)
+	m.backendWeight.WithLabelValues("api", "10.1.0.1").Set(1)
+	m.backendDomain.WithLabelValues("api", "10.1.0.1", "rack-a").Set(1)
 	m.tableInfo.WithLabelValues("api", "abc").Set(1)
 	m.applies.WithLabelValues("applied").Inc()
 	m.applyDuration.Observe(0.004)
@@ -312,7 +314,7 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		got[f.GetName()] = strings.ToLower(f.GetType().String())
 	}
 	want := map[string]string{
-		"director_backend_healthy": "gauge", "director_check_up": "gauge", "director_check_latency_seconds": "gauge",
+		"director_backend_healthy": "gauge", "director_backend_weight": "gauge", "director_backend_domain_info": "gauge", "director_check_up": "gauge", "director_check_latency_seconds": "gauge",
 		"director_check_failures_total": "counter", "director_table_info": "gauge", "director_applies_total": "counter",
 		"director_apply_duration_seconds": "histogram", "director_last_apply_success_timestamp_seconds": "gauge",
 		"director_held_changes": "gauge", "director_fail_static": "gauge", "director_config_errors_total": "counter",
