@@ -232,3 +232,34 @@ func TestGUEWithoutSourceSaysWhy(t *testing.T) {
 		t.Fatalf("CanProbe without a source: %v", err)
 	}
 }
+
+// TestProbeHTTPAndTCPOverIPv6: the http and tcp checks reach an IPv6
+// backend (the URL brackets the address), and a refusal there is said so.
+func TestProbeHTTPAndTCPOverIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Host != ln.Addr().String() {
+			w.WriteHeader(400) // the Host header names the backend, bracketed
+			return
+		}
+		w.WriteHeader(200)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	closed, _ := net.Listen("tcp6", "[::1]:0")
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+	lo := netip.MustParseAddr("::1")
+	p := NewProber(500*time.Millisecond, lo)
+	defer p.Close()
+	if rs := p.Probe(context.Background(), lo, Checks{HTTP: port, HTTPURI: "/", TCP: port}); !Healthy(rs) || len(rs) != 2 {
+		t.Fatalf("IPv6 backend: %v", rs)
+	}
+	if rs := p.Probe(context.Background(), lo, Checks{TCP: closedPort}); Healthy(rs) || rs[0].Reason != "refused" {
+		t.Fatalf("IPv6 closed port: %v", rs)
+	}
+}
