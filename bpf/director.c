@@ -40,6 +40,7 @@ const enum dir_limit *unused_limit __attribute__((unused));
 const enum dir_exact_mult *unused_exact_mult __attribute__((unused));
 const enum gue_const *unused_gue_const __attribute__((unused));
 const struct glb_encap *unused_glb_encap __attribute__((unused));
+const struct dir_gue6_encap *unused_gue6_encap __attribute__((unused));
 const enum xdp_action *unused_xdp_action __attribute__((unused));
 
 #include "maps.h"
@@ -120,22 +121,20 @@ int director(struct xdp_md *ctx)
 	struct dir_table *t = bpf_map_lookup_elem(inner, &zero);
 	if (!t)
 		return pass(c, DIR_C_ERROR_NO_TABLE);
+	/* The IPv6 underlay's payload length holds its encapsulation but the
+	 * outer header: checked against the largest, as IPv4's is above. */
+	if (t->hop_family == DIR_FAMILY_IPV6 && ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
+		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
 	c->c[DIR_C_MATCHED]++;
 
-	__be32 hops[GUE_MAX_HOPS] = {};
 	__u64 h = hash_flow(t->hash_key, state, &f, cfg->hash_fields);
 	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
-	__u32 primary = row->primary;
-	hops[0] = t->hop_addr[primary];
-	hops[1] = t->hop_addr[row->secondary];
-	__u32 nhops = 2;
+	struct dir_row *alt = NULL;
 	if (cfg->alt_hash_fields) {
 		__u64 h2 = hash_flow(t->hash_key, state, &f, cfg->alt_hash_fields);
-		struct dir_row *alt = &t->rows[h2 & DIR_ROW_MASK];
-		hops[2] = t->hop_addr[alt->primary];
-		hops[3] = t->hop_addr[alt->secondary];
-		nhops = GUE_MAX_HOPS;
+		alt = &t->rows[h2 & DIR_ROW_MASK];
 	}
+	__u32 primary = row->primary;
 
 	/* Per-backend counters only: a table's traffic is the sum of its
 	 * backends', so counting it again would cost a cache line per packet. */
@@ -143,5 +142,17 @@ int director(struct xdp_md *ctx)
 	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
 
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);
+	if (t->hop_family == DIR_FAMILY_IPV6)
+		return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f.family, row, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK);
+
+	__be32 hops[GUE_MAX_HOPS] = {};
+	hops[0] = t->hop_addr[primary];
+	hops[1] = t->hop_addr[row->secondary];
+	__u32 nhops = 2;
+	if (alt) {
+		hops[2] = t->hop_addr[alt->primary];
+		hops[3] = t->hop_addr[alt->secondary];
+		nhops = GUE_MAX_HOPS;
+	}
 	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport);
 }

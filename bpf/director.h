@@ -55,6 +55,11 @@ struct dir_config {
 	 * src_ip, unfolded; the loader derives it whenever it writes src_ip
 	 * (and at load, for a config an older version wrote). */
 	__u32 csum_base;
+	/* The IPv6 underlay's: the outer source and the next hop's MAC (the
+	 * loader writes gateway_mac when the config gives none of its own). */
+	__u8 src_ip6[16];
+	__u8 gateway_mac6[6];
+	__u8 pad6[2];
 };
 
 /* Address families, as GLB numbers them. */
@@ -109,6 +114,8 @@ struct dir_table {
 	struct dir_backend backends[DIR_MAX_BACKENDS];
 	struct dir_bind binds[DIR_MAX_BINDS];
 	__be32 hop_addr[DIR_MAX_BACKENDS]; /* by counter index: the IPv4 address, as it goes on the wire */
+	__u32 hop_family;         /* enum dir_family of every backend: the underlay GUE goes over */
+	__u8 hop_addr6[DIR_MAX_BACKENDS][16]; /* by counter index: the IPv6 address, when hop_family is IPv6 */
 	struct dir_row rows[DIR_ROWS];
 };
 

@@ -67,6 +67,9 @@ type DirectorDirConfig struct {
 	Pad             [2]uint8
 	BindGen         uint32
 	CsumBase        uint32
+	SrcIp6          [16]uint8
+	GatewayMac6     [6]uint8
+	Pad6            [2]uint8
 }
 
 type DirectorDirCounter uint32
@@ -183,6 +186,27 @@ type DirectorDirGroupTable struct {
 	R     [16384]DirectorDirPortRange
 }
 
+type DirectorDirGue6Encap struct {
+	_     structs.HostLayout
+	Ip6   [40]uint8
+	Sport uint16
+	Dport uint16
+	Len   uint16
+	Check uint16
+	Gue   DirectorDirGue6Hdr
+}
+
+type DirectorDirGue6Hdr struct {
+	_           structs.HostLayout
+	Hlen        uint8
+	Proto       uint8
+	Flags       uint16
+	PrivateType uint16
+	NextHop     uint8
+	HopCount    uint8
+	Hops        [3][16]uint8
+}
+
 type DirectorDirHashField uint32
 
 const (
@@ -238,6 +262,8 @@ type DirectorDirTable struct {
 	Backends    [256]DirectorDirBackend
 	Binds       [256]DirectorDirBind
 	HopAddr     [256]uint32
+	HopFamily   uint32
+	HopAddr6    [256][16]uint8
 	Rows        [65536]DirectorDirRow
 }
 
@@ -271,16 +297,21 @@ type DirectorGlbGueHdr struct {
 type DirectorGueConst uint32
 
 const (
-	DirectorGueConstGUE_PORT             DirectorGueConst = 19523
-	DirectorGueConstGUE_MAX_HOPS         DirectorGueConst = 4
-	DirectorGueConstGUE_MAX_LISTED       DirectorGueConst = 3
-	DirectorGueConstGUE_PRIVATE_TYPE_GLB DirectorGueConst = 0
-	DirectorGueConstGUE_IPV4VERSION_IHL  DirectorGueConst = 69
-	DirectorGueConstGUE_IPV4DF           DirectorGueConst = 16384
-	DirectorGueConstGUE_IPV4TTL          DirectorGueConst = 64
-	DirectorGueConstGUE_IPV4PROTO        DirectorGueConst = 17
-	DirectorGueConstGUE_HLEN_MASK        DirectorGueConst = 31
-	DirectorGueConstGUE_HLEN_VC_SHIFT    DirectorGueConst = 5
+	DirectorGueConstGUE_PORT                     DirectorGueConst = 19523
+	DirectorGueConstGUE_MAX_HOPS                 DirectorGueConst = 4
+	DirectorGueConstGUE_MAX_LISTED               DirectorGueConst = 3
+	DirectorGueConstGUE_PRIVATE_TYPE_GLB         DirectorGueConst = 0
+	DirectorGueConstGUE_IPV4VERSION_IHL          DirectorGueConst = 69
+	DirectorGueConstGUE_IPV4DF                   DirectorGueConst = 16384
+	DirectorGueConstGUE_IPV4TTL                  DirectorGueConst = 64
+	DirectorGueConstGUE_IPV4PROTO                DirectorGueConst = 17
+	DirectorGueConstGUE_HLEN_MASK                DirectorGueConst = 31
+	DirectorGueConstGUE_HLEN_VC_SHIFT            DirectorGueConst = 5
+	DirectorGueConstGUE_PRIVATE_TYPE_DIRECTOR_V6 DirectorGueConst = 25601
+	DirectorGueConstGUE_IPV6VERSION              DirectorGueConst = 6
+	DirectorGueConstGUE_IPV6FLOW_MASK            DirectorGueConst = 1048575
+	DirectorGueConstGUE_IPV6NEXT_HEADER          DirectorGueConst = 17
+	DirectorGueConstGUE_IPV6HOP_LIMIT            DirectorGueConst = 64
 )
 
 type DirectorXdpAction uint32
@@ -317,6 +348,7 @@ const (
 	DirectorVarUnusedFamily     = "unused_family"
 	DirectorVarUnusedGlbEncap   = "unused_glb_encap"
 	DirectorVarUnusedGroupTable = "unused_group_table"
+	DirectorVarUnusedGue6Encap  = "unused_gue6_encap"
 	DirectorVarUnusedGueConst   = "unused_gue_const"
 	DirectorVarUnusedHashField  = "unused_hash_field"
 	DirectorVarUnusedLimit      = "unused_limit"
@@ -399,6 +431,7 @@ type DirectorVariableSpecs struct {
 	UnusedFamily     *ebpf.VariableSpec `ebpf:"unused_family"`
 	UnusedGlbEncap   *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
 	UnusedGroupTable *ebpf.VariableSpec `ebpf:"unused_group_table"`
+	UnusedGue6Encap  *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
 	UnusedGueConst   *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField  *ebpf.VariableSpec `ebpf:"unused_hash_field"`
 	UnusedLimit      *ebpf.VariableSpec `ebpf:"unused_limit"`
@@ -464,6 +497,7 @@ type DirectorVariables struct {
 	UnusedFamily     *ebpf.Variable `ebpf:"unused_family"`
 	UnusedGlbEncap   *ebpf.Variable `ebpf:"unused_glb_encap"`
 	UnusedGroupTable *ebpf.Variable `ebpf:"unused_group_table"`
+	UnusedGue6Encap  *ebpf.Variable `ebpf:"unused_gue6_encap"`
 	UnusedGueConst   *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField  *ebpf.Variable `ebpf:"unused_hash_field"`
 	UnusedLimit      *ebpf.Variable `ebpf:"unused_limit"`

@@ -72,4 +72,56 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	return XDP_TX;
 }
 
+/* encapsulate6 is encapsulate for a table of IPv6 backends: outer IPv6
+ * from the director's IPv6 source to the primary, with flow label flow,
+ * and director's IPv6 hop list (gue.h): the row's secondary, and with the
+ * alternate hash alt's two hops. */
+static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
+					const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
+					const struct dir_row *row, const struct dir_row *alt, __u16 sport, __u32 flow)
+{
+	__u32 listed = alt ? GUE_MAX_LISTED : 1;
+	__u32 esize = alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2);
+
+	if (bpf_xdp_adjust_head(ctx, -(int)esize))
+		return pass(c, DIR_C_ERROR_ADJUST_HEAD);
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	/* Always true for a packet that parsed; for the verifier. */
+	if (data + l2len + esize > end || data + l2len + GUE6_ENCAP_SIZE(2) > end ||
+	    (alt && data + l2len + sizeof(struct dir_gue6_encap) > end)) {
+		bpf_xdp_adjust_head(ctx, (int)esize);
+		return pass(c, DIR_C_ERROR_BOUNDS);
+	}
+	__u8 *eth = data;
+	__u8 *old = data + esize;
+	*(__u64 *)eth = *(const __u64 *)cfg->gateway_mac6; /* two bytes too many, overwritten next */
+	*(__u64 *)(eth + 6) = *(const __u64 *)old;
+	if (l2len == 18) {
+		*(__u32 *)(eth + 12) = *(const __u32 *)(old + 12); /* the 802.1Q tag */
+		*(__be16 *)(eth + 16) = bpf_htons(ETH_P_IPV6);
+	} else {
+		*(__be16 *)(eth + 12) = bpf_htons(ETH_P_IPV6);
+	}
+
+	__u8 *p = data + l2len;
+	__u16 plen = esize - 40 + ip_len;
+	*(__be32 *)p = bpf_htonl((__u32)GUE_IPV6_VERSION << 28 | flow);
+	*(__u32 *)(p + 4) = bpf_htons(plen) | (__u32)GUE_IPV6_NEXT_HEADER << 16 | (__u32)GUE_IPV6_HOP_LIMIT << 24;
+	__builtin_memcpy(p + 8, cfg->src_ip6, 16);
+	__builtin_memcpy(p + 24, t->hop_addr6[row->primary], 16);
+	*(__u64 *)(p + 40) = bpf_htons(sport) | (__u64)bpf_htons(GUE_PORT) << 16 | (__u64)bpf_htons(plen) << 32; /* UDP, checksum 0 */
+	__u8 gproto = ip_family == DIR_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
+	*(__u64 *)(p + GUE6_OFF) = (1 + 4 * listed) | (__u64)gproto << 8 |
+				   (__u64)bpf_htons(GUE_PRIVATE_TYPE_DIRECTOR_V6) << 32 | (__u64)listed << 56;
+	__builtin_memcpy(p + HOPS6_OFF, t->hop_addr6[row->secondary], 16);
+	if (alt) {
+		__builtin_memcpy(p + HOPS6_OFF + 16, t->hop_addr6[alt->primary], 16);
+		__builtin_memcpy(p + HOPS6_OFF + 32, t->hop_addr6[alt->secondary], 16);
+	}
+	c->c[DIR_C_ENCAPSULATED]++;
+	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + esize + ip_len;
+	return XDP_TX;
+}
+
 #endif

@@ -26,6 +26,7 @@ type (
 	Table      = DirectorDirTable
 	Traffic    = DirectorDirTraffic
 	GLBEncap   = DirectorGlbEncap
+	Gue6Encap  = DirectorDirGue6Encap
 	GUEHeader  = DirectorGlbGueHdr
 	Counter    = DirectorDirCounter
 	BeConfig   = BackendBeConfig
@@ -82,12 +83,18 @@ const (
 	GUEPort           = uint16(DirectorGueConstGUE_PORT)
 	GUEMaxHops        = int(DirectorGueConstGUE_MAX_HOPS)
 	GUEPrivateTypeGLB = uint16(DirectorGueConstGUE_PRIVATE_TYPE_GLB)
-	GUEHlenMask       = uint8(DirectorGueConstGUE_HLEN_MASK)
-	GUEHlenVCShift    = uint(DirectorGueConstGUE_HLEN_VC_SHIFT)
-	IPv4VersionIHL    = uint8(DirectorGueConstGUE_IPV4VERSION_IHL)
-	IPv4DF            = uint16(DirectorGueConstGUE_IPV4DF)
-	IPv4TTL           = uint8(DirectorGueConstGUE_IPV4TTL)
-	IPv4Proto         = uint8(DirectorGueConstGUE_IPV4PROTO)
+	// The IPv6 underlay's (gue.h): its private data type and outer header.
+	GUEPrivateTypeV6 = uint16(DirectorGueConstGUE_PRIVATE_TYPE_DIRECTOR_V6)
+	IPv6Version      = uint8(DirectorGueConstGUE_IPV6VERSION)
+	IPv6FlowMask     = uint32(DirectorGueConstGUE_IPV6FLOW_MASK)
+	IPv6NextHeader   = uint8(DirectorGueConstGUE_IPV6NEXT_HEADER)
+	IPv6HopLimit     = uint8(DirectorGueConstGUE_IPV6HOP_LIMIT)
+	GUEHlenMask      = uint8(DirectorGueConstGUE_HLEN_MASK)
+	GUEHlenVCShift   = uint(DirectorGueConstGUE_HLEN_VC_SHIFT)
+	IPv4VersionIHL   = uint8(DirectorGueConstGUE_IPV4VERSION_IHL)
+	IPv4DF           = uint16(DirectorGueConstGUE_IPV4DF)
+	IPv4TTL          = uint8(DirectorGueConstGUE_IPV4TTL)
+	IPv4Proto        = uint8(DirectorGueConstGUE_IPV4PROTO)
 )
 
 // XDP verdicts, as the kernel numbers them.

@@ -7,6 +7,10 @@ _Static_assert(sizeof(struct glb_encap) == 20 + 8 + 8 + 4 * GUE_MAX_LISTED, "GLB
 #define GUE_OFF __builtin_offsetof(struct glb_encap, gue)
 #define HOPS_OFF (GUE_OFF + __builtin_offsetof(struct glb_gue_hdr, hops))
 _Static_assert(GUE_OFF == 28 && HOPS_OFF == 36, "the stores below write the words they mean to");
+_Static_assert(sizeof(struct dir_gue6_encap) == 40 + 8 + 8 + 16 * GUE_MAX_LISTED, "the IPv6 underlay's encapsulation: IPv6, UDP, GUE");
+#define GUE6_OFF __builtin_offsetof(struct dir_gue6_encap, gue)
+#define HOPS6_OFF (GUE6_OFF + __builtin_offsetof(struct dir_gue6_hdr, hops))
+_Static_assert(GUE6_OFF == 48 && HOPS6_OFF == 56, "encapsulate6's stores write the words they mean to");
 
 static __always_inline void count(struct dir_counters *c, int i)
 {

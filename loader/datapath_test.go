@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/director/director/bpf"
@@ -41,6 +42,17 @@ const testConfig = `{"tables": [
   "backends": [{"ip": "192.168.40.1", "state": "active", "healthy": true}, {"ip": "192.168.40.2", "state": "active", "healthy": true},
                {"ip": "192.168.40.3", "state": "active", "healthy": true}]}
 ]}`
+
+// underlay6Config is testConfig with the dns and v6 tables' backends IPv6:
+// their GUE goes over IPv6 (encapsulate6), the others' over IPv4.
+var underlay6Config = strings.NewReplacer(
+	`"192.168.20.`, `"fd00:50::2:`, `"192.168.40.`, `"fd00:50::4:`).Replace(testConfig)
+
+// underlay6 adds the IPv6 underlay's source and its own gateway MAC.
+func underlay6(dc *table.DirectorConfig) {
+	dc.SrcIP6 = netip.MustParseAddr("2001:db8::1")
+	dc.GatewayMAC6 = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x66}
+}
 
 // testTables builds a config; a bad one is a bug in the test itself.
 func testTables(_ testing.TB, cfg string) []*table.Table {
@@ -360,20 +372,26 @@ func TestDatapathMatchesModel(t *testing.T) {
 		name string
 		edit func(*table.DirectorConfig)
 		n    int
-		trie bool // the group path is turned off: the trie answers, and hashes start from the table's key
+		trie bool   // the group path is turned off: the trie answers, and hashes start from the table's key
+		cfg  string // the tables: testConfig when empty
 	}{
-		{"default", func(*table.DirectorConfig) {}, 100000, false},
-		{"trie", func(*table.DirectorConfig) {}, 20000, true},
+		{"default", func(*table.DirectorConfig) {}, 100000, false, ""},
+		{"trie", func(*table.DirectorConfig) {}, 20000, true, ""},
 		{"all-fields", func(dc *table.DirectorConfig) {
 			dc.HashFields = table.HashSrcAddr | table.HashDstAddr | table.HashSrcPort | table.HashDstPort
-		}, 10000, false},
+		}, 10000, false, ""},
 		{"alt-hash", func(dc *table.DirectorConfig) {
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
-		}, 10000, false},
+		}, 10000, false, ""},
 		{"ports-only-echo-off", func(dc *table.DirectorConfig) {
 			dc.HashFields = table.HashDstPort | table.HashSrcPort
 			dc.ForwardICMPEcho = false
-		}, 10000, false},
+		}, 10000, false, ""},
+		{"ipv6-underlay", underlay6, 20000, false, underlay6Config},
+		{"ipv6-underlay-alt-hash", func(dc *table.DirectorConfig) {
+			underlay6(dc)
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+		}, 10000, false, underlay6Config},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := c.n
@@ -382,7 +400,11 @@ func TestDatapathMatchesModel(t *testing.T) {
 			}
 			dc := directorConfig()
 			c.edit(&dc)
-			d, m := setup(t, dc)
+			cfg := c.cfg
+			if cfg == "" {
+				cfg = testConfig
+			}
+			d, m := setupWith(t, dc, cfg)
 			g := &gen{rand.New(rand.NewPCG(uint64(n), 99))}
 			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}, exact: exactSet(m.Tables), trie: c.trie}
 			if c.trie {

@@ -21,15 +21,33 @@ func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.Config, error) {
 	if len(c.GatewayMAC) != 6 {
 		return nil, fmt.Errorf("gateway MAC %q is not an Ethernet address", c.GatewayMAC)
 	}
-	if !c.SrcIP.Is4() {
+	if c.SrcIP.IsValid() && !c.SrcIP.Is4() {
 		return nil, fmt.Errorf("outbound source %s is not IPv4", c.SrcIP)
 	}
+	if c.SrcIP6.IsValid() && (!c.SrcIP6.Is6() || c.SrcIP6.Is4In6()) {
+		return nil, fmt.Errorf("outbound IPv6 source %s is not IPv6", c.SrcIP6)
+	}
+	if !c.SrcIP.IsValid() && !c.SrcIP6.IsValid() {
+		return nil, errors.New("no outbound source: outbound_src_ip or outbound_src_ip6 is required")
+	}
+	if c.GatewayMAC6 != nil && len(c.GatewayMAC6) != 6 {
+		return nil, fmt.Errorf("IPv6 gateway MAC %q is not an Ethernet address", c.GatewayMAC6)
+	}
 	v := &bpf.Config{
-		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields),
-		SrcIp: nativeFromBE(c.SrcIP.As4()), Configured: 1, BindGen: gen,
+		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields), Configured: 1, BindGen: gen,
+	}
+	if c.SrcIP.IsValid() {
+		v.SrcIp = nativeFromBE(c.SrcIP.As4())
 	}
 	v.CsumBase = csumBase(v.SrcIp)
 	copy(v.GatewayMac[:], c.GatewayMAC)
+	copy(v.GatewayMac6[:], c.GatewayMAC)
+	if c.GatewayMAC6 != nil {
+		copy(v.GatewayMac6[:], c.GatewayMAC6)
+	}
+	if c.SrcIP6.IsValid() {
+		v.SrcIp6 = c.SrcIP6.As16()
+	}
 	if c.ForwardICMPEcho {
 		v.ForwardIcmpEcho = 1
 	}
@@ -102,7 +120,15 @@ func decodeConfig(v *bpf.Config) *table.DirectorConfig {
 	}
 	c := &table.DirectorConfig{HashFields: table.HashFields(v.HashFields), AltHashFields: table.HashFields(v.AltHashFields),
 		ForwardICMPEcho: v.ForwardIcmpEcho == 1, GatewayMAC: append(net.HardwareAddr(nil), v.GatewayMac[:]...)}
-	c.SrcIP = addrFromNative(v.SrcIp)
+	if v.SrcIp != 0 {
+		c.SrcIP = addrFromNative(v.SrcIp)
+	}
+	if a := netip.AddrFrom16(v.SrcIp6); !a.IsUnspecified() {
+		c.SrcIP6 = a
+	}
+	if v.GatewayMac6 != v.GatewayMac {
+		c.GatewayMAC6 = append(net.HardwareAddr(nil), v.GatewayMac6[:]...)
+	}
 	return c
 }
 

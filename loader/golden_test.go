@@ -142,3 +142,91 @@ func checkGUE(t *testing.T, name string, in, out []byte, res model.Result, dc ta
 		t.Errorf("%s: inner packet altered", name)
 	}
 }
+
+// TestGoldenPacketsIPv6Underlay is TestGoldenPackets for tables of IPv6
+// backends, whose GUE goes over IPv6 (docs/wire.md): IPv4 and IPv6
+// clients, a VLAN tag, the alternate hash's four hops. Each output is also
+// decoded field by field, apart from the program and the model.
+func TestGoldenPacketsIPv6Underlay(t *testing.T) {
+	testenv.Kernel(t)
+	dns := pkt.IPv4(client4, a("10.30.9.9"), 17, pkt.UDP(40000, 53, []byte("query")), pkt.V4Opts{})
+	v6 := pkt.IPv6(client6, a("fd00:30::9"), 6, pkt.TCP(40001, 8080, 0x02, nil))
+	cases := []goldenCase{
+		{"ipv4-client-udp", pkt.Frame(dns)},
+		{"ipv6-client-tcp", pkt.Frame(v6)},
+		{"ipv4-client-vlan", pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 42, 0x0800, dns)},
+		{"ipv4-table-beside", pkt.Frame(pkt.IPv4(client4, a("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x02, nil), pkt.V4Opts{}))},
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "# Golden packets, IPv6 underlay: go test ./loader -run GoldenPacketsIPv6Underlay -update\n")
+	fmt.Fprintf(&out, "# Tables: loader/datapath_test.go underlay6Config (dns and v6 on IPv6 backends); the last case has the alternate hash's hops.\n")
+	for _, alt := range []bool{false, true} {
+		dc := directorConfig()
+		underlay6(&dc)
+		if alt {
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+		}
+		d, m := setupWith(t, dc, underlay6Config)
+		for _, c := range cases {
+			if alt && c.name != "ipv6-client-tcp" {
+				continue
+			}
+			name := c.name
+			if alt {
+				name += "-alt-hash"
+			}
+			v, o, err := lab.Run(d.Prog, c.frame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := m.Process(c.frame)
+			if int(v) != model.XDPTX || hex.EncodeToString(o) != hex.EncodeToString(res.Out) {
+				t.Errorf("%s: verdict %d; kernel and model agree: %v", name, v, hex.EncodeToString(o) == hex.EncodeToString(res.Out))
+			}
+			fmt.Fprintf(&out, "\n%s:\n  in   %s\n  out  %s\n  out  %s\n", name, pkt.Describe(c.frame), pkt.Describe(o), hex.EncodeToString(o))
+			if c.name != "ipv4-table-beside" {
+				checkGUE6(t, name, c.frame, o, res, dc)
+			}
+		}
+	}
+	golden.Check(t, "packets-underlay6.txt", []byte(out.String()))
+}
+
+// checkGUE6 decodes a frame sent over the IPv6 underlay by hand.
+func checkGUE6(t *testing.T, name string, in, out []byte, res model.Result, dc table.DirectorConfig) {
+	t.Helper()
+	l2 := 14
+	if in[12] == 0x81 {
+		l2 = 18
+	}
+	if string(out[0:6]) != string(dc.GatewayMAC6) || string(out[6:12]) != string(in[0:6]) || out[l2-2] != 0x86 || out[l2-1] != 0xdd {
+		t.Errorf("%s: L2 % x", name, out[:l2])
+	}
+	ip := out[l2:]
+	hops := res.Hops()
+	listed := len(hops) - 1
+	inner := len(in) - l2
+	plen := 8 + 8 + 16*listed + inner
+	if ip[0]>>4 != 6 || ip[0]&0xf != 0 || ip[1]&0xf0 != 0 || int(ip[4])<<8|int(ip[5]) != plen || ip[6] != 17 || ip[7] != 64 {
+		t.Errorf("%s: outer IPv6 header % x", name, ip[:8])
+	}
+	if netip.AddrFrom16([16]byte(ip[8:24])) != dc.SrcIP6 || netip.AddrFrom16([16]byte(ip[24:40])) != hops[0] {
+		t.Errorf("%s: outer %v -> %v", name, ip[8:24], ip[24:40])
+	}
+	udp := ip[40:]
+	if udp[2] != 0x4c || udp[3] != 0x43 || udp[0]&0x80 == 0 || int(udp[4])<<8|int(udp[5]) != plen || udp[6] != 0 || udp[7] != 0 {
+		t.Errorf("%s: UDP header % x", name, udp[:8])
+	}
+	g := udp[8:]
+	if int(g[0]) != 1+4*listed || g[2] != 0 || g[3] != 0 || g[4] != 0x64 || g[5] != 0x01 || g[6] != 0 || int(g[7]) != listed {
+		t.Errorf("%s: GUE header % x", name, g[:8])
+	}
+	for i, h := range hops[1:] {
+		if netip.AddrFrom16([16]byte(g[8+16*i:])) != h {
+			t.Errorf("%s: hop %d is %v, want %s", name, i+1, g[8+16*i:8+16*i+16], h)
+		}
+	}
+	if string(g[8+16*listed:]) != string(in[l2:]) {
+		t.Errorf("%s: the inner packet changed", name)
+	}
+}

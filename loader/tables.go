@@ -213,7 +213,15 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 		copy(dt.Backends[i].Domain[:], b.Domain)
 		if b.IP.Is4() {
 			dt.HopAddr[stat[i]] = nativeFromBE(b.IP.As4())
+		} else {
+			dt.HopAddr6[stat[i]] = b.IP.As16()
 		}
+	}
+	// A table's backends are one family (table.Unservable): GUE goes over
+	// it.
+	dt.HopFamily = uint32(bpf.FamilyIPv4)
+	if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
+		dt.HopFamily = uint32(bpf.FamilyIPv6)
 	}
 	for i, b := range t.Binds {
 		fam, addr := putAddr(b.Prefix.Addr())
@@ -258,6 +266,9 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 		}
 		byStat[b.Stat] = int32(i)
 		// The addresses packets are sent to: check they agree with the list.
+		if !a.Is4() && (dt.HopFamily != uint32(bpf.FamilyIPv6) || netip.AddrFrom16(dt.HopAddr6[b.Stat]) != a) {
+			return nil, fmt.Errorf("corrupt table: the IPv6 hop address of backend %d (%s) disagrees with it", i, a)
+		}
 		if a.Is4() && dt.HopAddr[b.Stat] != nativeFromBE(a.As4()) {
 			return nil, fmt.Errorf("corrupt table: the hop address of backend %d (%s) disagrees with it", i, a)
 		}
@@ -294,6 +305,46 @@ func CheckDatapath(tables []*table.Table) error {
 		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", len(tables), Limit.Holder, MaxTables)})
 	}
 	errs = append(errs, table.Unservable(tables)...)
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// checkServable is what the program itself cannot serve: more tables than
+// it has slots for, and a table of both families. Tables of IPv6 backends
+// it serves, over IPv6 (encapsulate6); CheckDatapath holds those back from
+// the tools for now.
+func checkServable(tables []*table.Table) error {
+	var errs table.ErrorList
+	if len(tables) > MaxTables {
+		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", len(tables), Limit.Holder, MaxTables)})
+	}
+	errs = append(errs, table.MixedFamilies(tables)...)
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// checkSources reports a table whose backends' family the director config
+// has no outbound source for.
+func checkSources(tables []*table.Table, c *table.DirectorConfig) error {
+	if c == nil {
+		return nil // nothing is steered until a config is live
+	}
+	var errs table.ErrorList
+	for i, t := range tables {
+		if len(t.Backends) == 0 {
+			continue
+		}
+		switch v6 := !t.Backends[0].IP.Is4(); {
+		case v6 && !c.SrcIP6.IsValid():
+			errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i), Msg: "its backends are IPv6, and the director config has no outbound_src_ip6 to send GUE over IPv6 from"})
+		case !v6 && !c.SrcIP.IsValid():
+			errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i), Msg: "its backends are IPv4, and the director config has no outbound_src_ip to send GUE from"})
+		}
+	}
 	if len(errs) > 0 {
 		return errs
 	}
@@ -351,7 +402,7 @@ func (d *Director) apply(tables []*table.Table, check func(live []*table.Table) 
 func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyResult, error) {
 	tables := ch.Tables
 	start := time.Now()
-	if err := CheckDatapath(tables); err != nil {
+	if err := checkServable(tables); err != nil {
 		return nil, err
 	}
 	unlock, err := lockDir(d.Dir)
@@ -367,6 +418,15 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 	}
 	live, err := d.checkedLive(check)
 	if err != nil {
+		return nil, err
+	}
+	serving := ch.Config
+	if serving == nil {
+		if serving, err = d.LiveConfig(); err != nil {
+			return nil, fmt.Errorf("reading the live director config: %w", err)
+		}
+	}
+	if err := checkSources(tables, serving); err != nil {
 		return nil, err
 	}
 	gen, err := d.generation()

@@ -46,7 +46,13 @@ type DirectorConfig struct {
 	// GatewayMAC is absent, the gateway of its default route is resolved
 	// through its neighbour table. A director extension to GLB's format.
 	OutboundInterface string
-	SrcIP             netip.Addr // outer IPv4 source
+	SrcIP             netip.Addr // outer IPv4 source; invalid when only SrcIP6 is given
+	// SrcIP6 is the outer IPv6 source, for tables of IPv6 backends
+	// (director's extension, outbound_src_ip6); invalid when none.
+	SrcIP6 netip.Addr
+	// GatewayMAC6 is the next hop of GUE over IPv6, when it differs from
+	// GatewayMAC (outbound_gateway_mac6); nil: GatewayMAC.
+	GatewayMAC6 net.HardwareAddr
 	HashFields        HashFields // never 0
 	AltHashFields     HashFields // 0: no alternate hash
 	ForwardICMPEcho   bool
@@ -56,6 +62,15 @@ type DirectorConfig struct {
 	// BGP, when not nil, is how 'director run' announces the VIPs.
 	BGP      *BGP
 	Warnings []string
+}
+
+// Gateway6 is the next hop of GUE over IPv6: GatewayMAC6, or GatewayMAC
+// when the config gives none of its own.
+func (c *DirectorConfig) Gateway6() net.HardwareAddr {
+	if c.GatewayMAC6 != nil {
+		return c.GatewayMAC6
+	}
+	return c.GatewayMAC
 }
 
 // DefaultDirectorConfig is what an empty file gives, bar the required
@@ -72,8 +87,16 @@ func (c *DirectorConfig) MarshalGLB() ([]byte, error) {
 		return map[string]bool{"src_addr": h&HashSrcAddr != 0, "dst_addr": h&HashDstAddr != 0,
 			"src_port": h&HashSrcPort != 0, "dst_port": h&HashDstPort != 0}
 	}
-	m := map[string]any{"outbound_src_ip": c.SrcIP.String(), "hash_fields": fields(c.HashFields),
-		"forward_icmp_ping_responses": c.ForwardICMPEcho}
+	m := map[string]any{"hash_fields": fields(c.HashFields), "forward_icmp_ping_responses": c.ForwardICMPEcho}
+	if c.SrcIP.IsValid() {
+		m["outbound_src_ip"] = c.SrcIP.String()
+	}
+	if c.SrcIP6.IsValid() {
+		m["outbound_src_ip6"] = c.SrcIP6.String()
+	}
+	if c.GatewayMAC6 != nil {
+		m["outbound_gateway_mac6"] = c.GatewayMAC6.String()
+	}
 	if c.GatewayMAC != nil {
 		m["outbound_gateway_mac"] = c.GatewayMAC.String()
 	}
@@ -101,6 +124,13 @@ type SettingChange struct {
 // unless alt_hash_fields carries the old ones (GLB's migration path), and
 // new alternate fields during a migration. Both configs must have their
 // gateway resolved.
+func addrOrNone(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
 func CompareDirectorConfig(old, new *DirectorConfig) []SettingChange {
 	var out []SettingChange
 	add := func(setting, o, n string, safe bool, reason string) {
@@ -108,7 +138,10 @@ func CompareDirectorConfig(old, new *DirectorConfig) []SettingChange {
 	}
 	if old == nil {
 		const first = "no director config is live yet: until one is, packets for the binds are passed, not steered"
-		add("outbound_src_ip", "", new.SrcIP.String(), true, first)
+		add("outbound_src_ip", "", addrOrNone(new.SrcIP), true, first)
+		if new.SrcIP6.IsValid() {
+			add("outbound_src_ip6", "", new.SrcIP6.String(), true, first)
+		}
 		add("outbound_gateway_mac", "", new.GatewayMAC.String(), true, first)
 		add("hash_fields", "", new.HashFields.String(), true, first)
 		add("alt_hash_fields", "", new.AltHashFields.String(), true, first)
@@ -116,8 +149,16 @@ func CompareDirectorConfig(old, new *DirectorConfig) []SettingChange {
 		return out
 	}
 	if old.SrcIP != new.SrcIP {
-		add("outbound_src_ip", old.SrcIP.String(), new.SrcIP.String(), true,
+		add("outbound_src_ip", addrOrNone(old.SrcIP), addrOrNone(new.SrcIP), true,
 			"flows keep their rows; backends see GUE packets from the new source and must accept them")
+	}
+	if old.SrcIP6 != new.SrcIP6 {
+		add("outbound_src_ip6", addrOrNone(old.SrcIP6), addrOrNone(new.SrcIP6), true,
+			"flows keep their rows; backends see GUE packets over IPv6 from the new source and must accept them")
+	}
+	if (old.GatewayMAC6 != nil || new.GatewayMAC6 != nil) && old.Gateway6().String() != new.Gateway6().String() {
+		add("outbound_gateway_mac6", old.Gateway6().String(), new.Gateway6().String(), false,
+			"every GUE packet over IPv6 goes to the new next hop: if it is wrong, all traffic steered to IPv6 backends is dropped")
 	}
 	if old.GatewayMAC.String() != new.GatewayMAC.String() {
 		add("outbound_gateway_mac", old.GatewayMAC.String(), new.GatewayMAC.String(), false,

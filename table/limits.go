@@ -43,6 +43,34 @@ func UnservableWarnings(tables []*Table) []string {
 // header is one family, and its hop list one). The table tools warn of
 // it; plan and apply refuse it.
 func Unservable(tables []*Table) ErrorList {
+	errs := MixedFamilies(tables)
+	for i, t := range tables {
+		if !sameFamily(t) {
+			continue // said by MixedFamilies
+		}
+		for j, b := range t.Backends {
+			if !b.IP.Is4() {
+				errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
+					Msg: fmt.Sprintf("%q is IPv6: GUE packets carry IPv4 hops only", b.IP)})
+			}
+		}
+	}
+	return errs
+}
+
+func sameFamily(t *Table) bool {
+	for _, b := range t.Backends {
+		if b.IP.Is4() != t.Backends[0].IP.Is4() {
+			return false
+		}
+	}
+	return true
+}
+
+// MixedFamilies lists the tables whose backends are of both families, at
+// the first backend of the other family than the table's first: a table's
+// GUE packets carry one family of hops.
+func MixedFamilies(tables []*Table) ErrorList {
 	var errs ErrorList
 	for i, t := range tables {
 		first := -1 // the table's first backend of the other family than backends[0]
@@ -61,13 +89,6 @@ func Unservable(tables []*Table) ErrorList {
 			}
 			errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, first),
 				Msg: fmt.Sprintf("%q is %s, and tables[%d].backends[0] is %s: a table's backends are one family, since its GUE packets carry one family of hops", t.Backends[first].IP, fam(t.Backends[first].IP), i, fam(t.Backends[0].IP))})
-			continue
-		}
-		for j, b := range t.Backends {
-			if !b.IP.Is4() {
-				errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
-					Msg: fmt.Sprintf("%q is IPv6: GUE packets carry IPv4 hops only", b.IP)})
-			}
 		}
 	}
 	return errs

@@ -40,3 +40,39 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("zeros parsed as GUE: %v", err)
 	}
 }
+
+// TestRoundTripIPv6: the IPv6 underlay's encapsulation reads back, is
+// Size6 long, carries its own private data type, and is laid out as
+// docs/wire.md says: 56 bytes before the hops, 16 a hop, hlen 1 + 4 per
+// hop listed. A GLB reader of the IPv4 hop list refuses it.
+func TestRoundTripIPv6(t *testing.T) {
+	a := netip.MustParseAddr
+	for _, hops := range [][]netip.Addr{
+		{a("fd00:10::1"), a("fd00:10::2")},
+		{a("fd00:10::1"), a("fd00:10::2"), a("fd00:10::3"), a("fd00:10::4")},
+	} {
+		h := Header{Src: a("2001:db8::1"), Hops: hops, SourcePort: 0x8123, Proto: ProtoIPv4, FlowLabel: 0xabcde}
+		inner := []byte("an inner packet")
+		p := append(h.Append(nil, len(inner)), inner...)
+		if len(p) != Size6(len(hops))+len(inner) || h.SizeOf() != Size6(len(hops)) {
+			t.Fatalf("%d hops: %d bytes, Size6 says %d", len(hops), len(p), Size6(len(hops))+len(inner))
+		}
+		if p[0]>>4 != 6 || p[6] != 17 || p[7] != 64 || int(p[4])<<8|int(p[5]) != len(p)-40 {
+			t.Errorf("%d hops: outer IPv6 header % x", len(hops), p[:8])
+		}
+		if p[48] != byte(1+4*(len(hops)-1)) || p[52] != 0x64 || p[53] != 0x01 || p[55] != byte(len(hops)-1) {
+			t.Errorf("%d hops: GUE header % x", len(hops), p[48:56])
+		}
+		got, off, err := Parse(p)
+		if err != nil || !reflect.DeepEqual(got, h) || string(p[off:]) != string(inner) {
+			t.Fatalf("%d hops: parsed %+v at %d (%v), want %+v", len(hops), got, off, err, h)
+		}
+	}
+	if Size6(MaxHops) != int(unsafe.Sizeof(bpf.Gue6Encap{})) || Size6(1) != 56 {
+		t.Errorf("Size6(%d) = %d, Size6(1) = %d", MaxHops, Size6(MaxHops), Size6(1))
+	}
+	// GLB's private data type is 0: a reader of it takes this for nothing.
+	if PrivateTypeV6 == PrivateTypeGLB {
+		t.Error("the IPv6 hop list shares GLB's private data type")
+	}
+}

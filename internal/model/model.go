@@ -331,6 +331,12 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool
 		nhops = 4
 	}
 	t := d.Tables[ti]
+	// A table of IPv6 backends goes over IPv6, whose payload length holds
+	// its encapsulation but the outer header.
+	under6 := !t.Backends[0].IP.Is4()
+	if under6 && ipLen > 0xffff-(gue.Size6(gue.MaxHops)-40) {
+		return d.passed(frame, PassTooBig, true, f)
+	}
 	h := FlowHash(t.HashKey, *f, d.Config.HashFields)
 	row, p, s := t.Lookup(h)
 	hops := [4]netip.Addr{p.IP, s.IP}
@@ -347,11 +353,22 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool
 		if v6 {
 			family = 6
 		}
-		out = encapsulate(frame[:l2len], d.GatewayMAC, d.Config.SrcIP, hops[:nhops], sport, family, ipLen, frame[l2len:])
+		gw, src := d.GatewayMAC, d.Config.SrcIP
+		if under6 {
+			src = d.Config.SrcIP6
+			if len(d.Config.GatewayMAC6) == 6 {
+				gw = [6]byte(d.Config.GatewayMAC6)
+			}
+		}
+		out = encapsulate(frame[:l2len], gw, src, hops[:nhops], sport, family, ipLen, frame[l2len:], uint32(h>>32)&gue.FlowMask)
+	}
+	esize := gue.Size(nhops)
+	if under6 {
+		esize = gue.Size6(nhops)
 	}
 	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
-		OuterLen: l2len + gue.Size(nhops) + ipLen}
+		OuterLen: l2len + esize + ipLen}
 }
 
 // FlowHash is GLB's flow hash over the enabled fields, in order: what the
@@ -545,19 +562,26 @@ func parseIPv6(v ipView, f *Flow) (ipLen, reason int) {
 // encapsulate builds GLB's GUE packet: the L2 header with new MACs, then
 // the encapsulation (internal/gue), then everything after the original L2
 // header (the IP packet and any trailing padding).
-func encapsulate(l2 []byte, gw [6]byte, src netip.Addr, hops []netip.Addr, sport uint16, family, ipLen int, rest []byte) []byte {
-	out := make([]byte, 0, len(l2)+gue.Size(len(hops))+len(rest))
+func encapsulate(l2 []byte, gw [6]byte, src netip.Addr, hops []netip.Addr, sport uint16, family, ipLen int, rest []byte, flow uint32) []byte {
+	out := make([]byte, 0, len(l2)+gue.Size6(len(hops))+len(rest))
 	out = append(out, gw[:]...)
 	out = append(out, l2[0:6]...) // source: the frame's destination
 	if len(l2) == 18 {
 		out = append(out, l2[12:16]...)
 	}
-	out = append(out, 0x08, 0x00)
+	if hops[0].Is6() {
+		out = append(out, 0x86, 0xdd)
+	} else {
+		out = append(out, 0x08, 0x00)
+	}
 	proto := uint8(gue.ProtoIPv4)
 	if family == 6 {
 		proto = gue.ProtoIPv6
 	}
 	h := gue.Header{Src: src, Hops: hops, SourcePort: sport, Proto: proto}
+	if hops[0].Is6() {
+		h.FlowLabel = flow
+	}
 	out = h.Append(out, ipLen)
 	return append(out, rest...)
 }

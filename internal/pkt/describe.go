@@ -62,6 +62,12 @@ func describeIP(etype uint16, p []byte) []string {
 		}
 		s := fmt.Sprintf("ipv6 %s > %s hlim %d plen %d", netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40])),
 			p[7], binary.BigEndian.Uint16(p[4:]))
+		if fl := binary.BigEndian.Uint32(p) & 0xfffff; fl != 0 {
+			s += fmt.Sprintf(" flow %#05x", fl)
+		}
+		if h, inner, err := gue.Parse(p); err == nil {
+			return append([]string{s, describeGUE(h)}, describeIP(innerEtype(h.Proto), p[inner:])...)
+		}
 		nh, rest := p[6], p[40:]
 		for (nh == 0 || nh == 43 || nh == 60 || nh == 44) && len(rest) >= 8 {
 			n := 8 + 8*int(rest[1])

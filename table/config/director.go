@@ -34,6 +34,7 @@ func ParseDirector(data []byte) (*table.DirectorConfig, error) {
 	p := &parser{}
 	c := table.DefaultDirectorConfig()
 	allowed := append([]string{"outbound_gateway_mac", "outbound_src_ip", "outbound_interface", "hash_fields", "alt_hash_fields",
+		"outbound_src_ip6", "outbound_gateway_mac6",
 		"forward_icmp_ping_responses", "statsd_port", "bgp"}, dpdkOnlyKeys...)
 	if p.object("", root, allowed...) {
 		for _, m := range root.members {
@@ -61,12 +62,28 @@ func ParseDirector(data []byte) (*table.DirectorConfig, error) {
 				c.OutboundInterface = v.str
 			}
 		}
-		if v := p.required("", root, "outbound_src_ip", jsonString); v != nil {
-			a, err := netip.ParseAddr(v.str)
-			if err != nil || !a.Is4() {
-				p.fail("outbound_src_ip", "%s is not an IPv4 address (GUE packets are sent over IPv4)", v.brief())
+		if v := root.get("outbound_gateway_mac6"); v != nil {
+			if v.kind != jsonString {
+				p.fail("outbound_gateway_mac6", "%s is not a string", v.brief())
+			} else if mac, err := net.ParseMAC(v.str); err != nil || len(mac) != 6 {
+				p.fail("outbound_gateway_mac6", "%s is not an Ethernet MAC address", v.brief())
+			} else {
+				c.GatewayMAC6 = mac
 			}
-			c.SrcIP = a
+		}
+		if v := root.get("outbound_src_ip6"); v != nil {
+			c.SrcIP6 = p.unicast6("outbound_src_ip6", v)
+		}
+		// GLB's key is required, unless the director sends GUE over IPv6
+		// alone.
+		if v := root.get("outbound_src_ip"); v != nil || root.get("outbound_src_ip6") == nil {
+			if v := p.required("", root, "outbound_src_ip", jsonString); v != nil {
+				a, err := netip.ParseAddr(v.str)
+				if err != nil || !a.Is4() {
+					p.fail("outbound_src_ip", "%s is not an IPv4 address (GUE over IPv6 takes its source from outbound_src_ip6)", v.brief())
+				}
+				c.SrcIP = a
+			}
 		}
 		if v := root.get("forward_icmp_ping_responses"); v != nil {
 			if v.kind != jsonBool {
@@ -98,6 +115,29 @@ func ParseDirector(data []byte) (*table.DirectorConfig, error) {
 }
 
 var ifaceRE = regexp.MustCompile(`^[^/:\s]{1,15}$`)
+
+// unicast6 reads an address packets are sent from: IPv6, and one a
+// router forwards (not link-local, multicast, loopback or unspecified).
+func (p *parser) unicast6(path string, v *jsonValue) netip.Addr {
+	if v.kind != jsonString {
+		p.fail(path, "%s is not a string", v.brief())
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(v.str)
+	switch {
+	case err != nil || a.Zone() != "":
+		p.fail(path, "%s is not an IPv6 address", v.brief())
+	case !a.Is6() || a.Is4In6():
+		p.fail(path, "%s is not IPv6 (GUE over IPv4 takes its source from outbound_src_ip)", v.brief())
+	case a.IsLinkLocalUnicast():
+		p.fail(path, "%s is link-local: GUE packets cross routers, so the source must be a global or unique local address", v.brief())
+	case a.IsMulticast(), a.IsUnspecified(), a.IsLoopback():
+		p.fail(path, "%s is not a unicast address a backend can answer", v.brief())
+	default:
+		return a
+	}
+	return netip.Addr{}
+}
 
 func (p *parser) hashFields(path string, v *jsonValue) table.HashFields {
 	if !p.object(path, v, "src_addr", "dst_addr", "src_port", "dst_port") {
