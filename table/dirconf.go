@@ -52,10 +52,10 @@ type DirectorConfig struct {
 	SrcIP6 netip.Addr
 	// GatewayMAC6 is the next hop of GUE over IPv6, when it differs from
 	// GatewayMAC (outbound_gateway_mac6); nil: GatewayMAC.
-	GatewayMAC6 net.HardwareAddr
-	HashFields        HashFields // never 0
-	AltHashFields     HashFields // 0: no alternate hash
-	ForwardICMPEcho   bool
+	GatewayMAC6     net.HardwareAddr
+	HashFields      HashFields // never 0
+	AltHashFields   HashFields // 0: no alternate hash
+	ForwardICMPEcho bool
 	// StatsdPort, when not 0, is where 'director run' sends GLB's statsd
 	// metrics (to 127.0.0.1), as GLB's XDP director does.
 	StatsdPort int
