@@ -320,3 +320,27 @@ func TestWeightsAreKeptInTheKernel(t *testing.T) {
 		t.Errorf("a new weight is not a changed backend: %+v", p.Diff.Tables[0].Backends)
 	}
 }
+
+// TestIPv6BackendsNeedTheirSource: a table of IPv6 backends is refused
+// while the director config has no outbound_src_ip6, and nothing changes;
+// with one it is served, over IPv6.
+func TestIPv6BackendsNeedTheirSource(t *testing.T) {
+	testenv.Kernel(t)
+	d, dc := loadConfigured(t)
+	tabs := testTables(t, underlay6Config)
+	_, _, err := d.Commit(&Proposal{Tables: tabs}, nil)
+	if err == nil || !strings.Contains(err.Error(), "tables[1]: its backends are IPv6, and the director config has no outbound_src_ip6") {
+		t.Fatalf("IPv6 backends without an IPv6 source: %v", err)
+	}
+	if live, _ := d.Live(); len(live) != 0 {
+		t.Fatalf("a refused apply left %d tables", len(live))
+	}
+	underlay6(&dc)
+	if _, _, err := d.Commit(&Proposal{Tables: tabs, Config: &dc}, nil); err != nil {
+		t.Fatal(err)
+	}
+	live, err := d.LiveConfig()
+	if err != nil || live.SrcIP6 != dc.SrcIP6 || live.Gateway6().String() != dc.Gateway6().String() {
+		t.Fatalf("live config %+v, %v", live, err)
+	}
+}

@@ -35,6 +35,12 @@ func TestParseDirectorConfig(t *testing.T) {
 		`{"outbound_src_ip": "10.0.0.1", "hash_fields": {"src_ip": true}}`:    "hash_fields.src_ip: unknown field",
 		`{"outbound_src_ip": "10.0.0.1", "forward_icmp_ping_responses": 1}`:   "forward_icmp_ping_responses: 1 is not true or false",
 		`{"outbound_src_ip": "10.0.0.1", "statsd": 1}`:                        "statsd: unknown field",
+		`{"outbound_src_ip6": "fe80::1"}`:                                     `outbound_src_ip6: "fe80::1" is link-local`,
+		`{"outbound_src_ip6": "ff02::1"}`:                                     `outbound_src_ip6: "ff02::1" is not a unicast address`,
+		`{"outbound_src_ip6": "::"}`:                                          `outbound_src_ip6: "::" is not a unicast address`,
+		`{"outbound_src_ip6": "10.0.0.1"}`:                                    `outbound_src_ip6: "10.0.0.1" is not IPv6`,
+		`{"outbound_src_ip6": "::ffff:10.0.0.1"}`:                             `outbound_src_ip6: "::ffff:10.0.0.1" is not IPv6`,
+		`{"outbound_src_ip6": "2001:db8::1", "outbound_gateway_mac6": "x"}`:   `outbound_gateway_mac6: "x" is not an Ethernet MAC address`,
 	} {
 		if _, err := ParseDirector([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", in, err, want)
@@ -107,5 +113,25 @@ func TestCompareDirectorConfig(t *testing.T) {
 	if _, err := ParseDirector([]byte(`{"outbound_src_ip": "192.0.2.1", "outbound_interface": "a/b"}`)); err == nil ||
 		!strings.Contains(err.Error(), "outbound_interface: \"a/b\" is not an interface name") {
 		t.Errorf("bad interface: %v", err)
+	}
+}
+
+// TestIPv6OnlyDirector: a director that sends GUE over IPv6 alone needs no
+// outbound_src_ip; its settings survive the plan's round trip.
+func TestIPv6OnlyDirector(t *testing.T) {
+	c, err := ParseDirector([]byte(`{"outbound_src_ip6": "2001:db8::1", "outbound_gateway_mac": "02:00:00:00:00:03", "outbound_gateway_mac6": "02:00:00:00:00:66"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SrcIP.IsValid() || c.SrcIP6.String() != "2001:db8::1" || c.Gateway6().String() != "02:00:00:00:00:66" {
+		t.Fatalf("%+v", c)
+	}
+	data, err := c.MarshalGLB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseDirector(data)
+	if err != nil || again.SrcIP6 != c.SrcIP6 || again.Gateway6().String() != c.Gateway6().String() || again.SrcIP.IsValid() {
+		t.Fatalf("round trip %s: %+v, %v", data, again, err)
 	}
 }
