@@ -257,6 +257,19 @@ func benchTo(dst string, port uint16) [][]byte {
 // The empty program's cost, the same for both, cancels too.
 //
 //	go test ./loader -run '^$' -bench ProgramVersus -benchtime 4000000x
+// underlayConfig is two tables alike but for their backends' family: the
+// same inner packet, to 10.70.0.1 or 10.70.0.2, goes over IPv4 or IPv6.
+const underlayConfig = `{"tables": [
+ {"name": "over4", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+  "binds": [{"ip": "10.70.0.1", "proto": "tcp", "port": 80}],
+  "backends": [{"ip": "192.168.70.1", "state": "active", "healthy": true}, {"ip": "192.168.70.2", "state": "active", "healthy": true},
+               {"ip": "192.168.70.3", "state": "active", "healthy": true}]},
+ {"name": "over6", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+  "binds": [{"ip": "10.70.0.2", "proto": "tcp", "port": 80}],
+  "backends": [{"ip": "fd00:70::1", "state": "active", "healthy": true}, {"ip": "fd00:70::2", "state": "active", "healthy": true},
+               {"ip": "fd00:70::3", "state": "active", "healthy": true}]}
+]}`
+
 func BenchmarkProgramVersus(b *testing.B) {
 	testenv.Kernel(b)
 	cases := []struct {
@@ -273,6 +286,8 @@ func BenchmarkProgramVersus(b *testing.B) {
 		// one flow or 4,096: this compares only what the program does
 		// per flow.
 		{"4096flows-vs-4096copies", testConfig, benchCopies(benchTCP4(9)), benchFlows()},
+		// The IPv6 underlay against the IPv4 one, for the same inner packet.
+		{"underlay6-vs-underlay4", underlayConfig, benchTo("10.70.0.1", 80), benchTo("10.70.0.2", 80)},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -285,7 +300,9 @@ func BenchmarkProgramVersus(b *testing.B) {
 }
 
 func benchVersus(b *testing.B, cfg string, base, versus [][]byte) error {
-	d, m := setupWith(b, directorConfig(), cfg)
+	dc := directorConfig()
+	underlay6(&dc)
+	d, m := setupWith(b, dc, cfg)
 	for i, f := range append(slices.Clone(base), versus...) {
 		if m.Process(f).Verdict != model.XDPTX {
 			return fmt.Errorf("frame %d is not steered", i)
