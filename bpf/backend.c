@@ -31,11 +31,13 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define AF_INET_ 2
+#define AF_INET6_ 10
 
 struct be_config {
 	__be32 self_ip;    /* this host's address: the source of forwarded packets */
 	__u16 configured;
 	__u16 no_second_chance; /* decapsulate everything: only for showing what second chance prevents */
+	__u8 self_ip6[16]; /* its IPv6 address: the source of packets forwarded over IPv6; zero: none */
 };
 
 enum be_counter {
@@ -49,6 +51,7 @@ enum be_counter {
 	BE_C_DROP_MALFORMED,   /* GUE for us, but broken */
 	BE_C_DROP_NO_ROUTE,    /* the next hop could not be resolved */
 	BE_C_DROP_NO_CONFIG,
+	BE_C_GUE6,             /* of the GUE packets for us above, those over IPv6 */
 	BE_C_MAX,
 };
 
@@ -83,6 +86,21 @@ struct {
 	__type(key, __be32);
 	__type(value, __u8);
 } be_local SEC(".maps");
+
+/* The same for GUE over IPv6 (docs/wire.md), and self_ip6. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BE_MAX_LOCAL);
+	__type(key, struct in6_addr);
+	__type(value, __u8);
+} be_local6 SEC(".maps");
+
+/* same16 compares two IPv6 addresses (clang has no memcmp for BPF). */
+static __always_inline int same16(const void *a, const void *b)
+{
+	const __u64 *x = a, *y = b;
+	return x[0] == y[0] && x[1] == y[1];
+}
 
 /* drop counts a GUE packet for this host that cannot be handled, and
  * drops it. */
@@ -119,6 +137,138 @@ static __always_inline int decap(struct xdp_md *ctx, __u32 strip, __be16 inner_p
 	return XDP_PASS;
 }
 
+/* local_or_next decides for a GUE packet for this host, whose inner
+ * packet (inner_ipproto 4 or 41) starts at inner, strip bytes after the
+ * Ethernet header: decapsulated for the local stack when it is a new
+ * connection, one this host knows, or not TCP (the XDP action, >= 0), or
+ * -1: on to the next hop. */
+static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters *c, void *inner, void *end,
+					 __u8 inner_ipproto, __u32 strip)
+{
+	__be16 inner_proto = inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+	/* Is it a TCP segment, and does this host know its connection? */
+	struct bpf_sock_tuple tuple = {};
+	__u32 tuple_len;
+	struct tcphdr *tcp;
+	if (inner_ipproto == IPPROTO_IPIP) {
+		struct iphdr *iip = inner;
+		if ((void *)(iip + 1) > end || iip->ihl != 5)
+			return drop(c, BE_C_DROP_MALFORMED);
+		if (iip->protocol != IPPROTO_TCP)
+			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
+		tcp = (void *)(iip + 1);
+		if ((void *)(tcp + 1) > end)
+			return drop(c, BE_C_DROP_MALFORMED);
+		tuple.ipv4.saddr = iip->saddr;
+		tuple.ipv4.daddr = iip->daddr;
+		tuple.ipv4.sport = tcp->source;
+		tuple.ipv4.dport = tcp->dest;
+		tuple_len = sizeof(tuple.ipv4);
+	} else {
+		struct ipv6hdr *iip6 = inner;
+		if ((void *)(iip6 + 1) > end)
+			return drop(c, BE_C_DROP_MALFORMED);
+		if (iip6->nexthdr != IPPROTO_TCP)
+			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
+		tcp = (void *)(iip6 + 1);
+		if ((void *)(tcp + 1) > end)
+			return drop(c, BE_C_DROP_MALFORMED);
+		__builtin_memcpy(tuple.ipv6.saddr, &iip6->saddr, 16);
+		__builtin_memcpy(tuple.ipv6.daddr, &iip6->daddr, 16);
+		tuple.ipv6.sport = tcp->source;
+		tuple.ipv6.dport = tcp->dest;
+		tuple_len = sizeof(tuple.ipv6);
+	}
+	if (tcp->syn && !tcp->ack)
+		return decap(ctx, strip, inner_proto, c, BE_C_DECAP_SYN);
+	struct bpf_sock *sk = bpf_skc_lookup_tcp(ctx, &tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
+	if (sk) {
+		int listening = sk->state == BPF_TCP_LISTEN;
+		bpf_sk_release(sk);
+		if (!listening)
+			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_KNOWN);
+	}
+	return -1;
+}
+
+/* backend6 is the program for GUE over IPv6 (docs/wire.md): the same
+ * decisions, forwarding to the next IPv6 hop from self_ip6. */
+static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	if ((void *)(ip6 + 1) > end || ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
+		goto not_gue;
+	struct udphdr *udp = (void *)(ip6 + 1);
+	if ((void *)(udp + 1) > end || udp->dest != bpf_htons(GUE_PORT))
+		goto not_gue;
+	struct be_config *cfg = bpf_map_lookup_elem(&be_cfg, &zero);
+	if (!cfg || !cfg->configured)
+		return drop(c, BE_C_DROP_NO_CONFIG);
+	struct in6_addr daddr = ip6->daddr;
+	if (!same16(&daddr, cfg->self_ip6) && !bpf_map_lookup_elem(&be_local6, &daddr))
+		goto not_gue; /* GUE for another host */
+	c->c[BE_C_GUE6]++;
+
+	/* director's IPv6 hop list (gue.h): hlen = 1 + 4 * hops. */
+	struct dir_gue6_hdr *gue = (void *)(udp + 1);
+	if ((void *)gue + __builtin_offsetof(struct dir_gue6_hdr, hops) > end)
+		return drop(c, BE_C_DROP_MALFORMED);
+	__u8 hlen = gue->hlen & GUE_HLEN_MASK, inner_ipproto = gue->proto;
+	__u8 next = gue->next_hop, count = gue->hop_count;
+	if ((gue->hlen >> GUE_HLEN_VC_SHIFT) != 0 || gue->private_type != bpf_htons(GUE_PRIVATE_TYPE_DIRECTOR_V6) ||
+	    count > GUE_MAX_LISTED || hlen != 1 + 4 * count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6))
+		return drop(c, BE_C_DROP_MALFORMED);
+	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
+	int r = local_or_next(ctx, c, inner, end, inner_ipproto, inner - (void *)ip6);
+	if (r >= 0)
+		return r;
+
+	/* Not ours: on to the next hop, if there is one. */
+	const __u64 *self6 = (const __u64 *)cfg->self_ip6;
+	if (next >= count || cfg->no_second_chance || (self6[0] == 0 && self6[1] == 0))
+		return decap(ctx, inner - (void *)ip6, inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6),
+			     c, BE_C_DECAP_LAST_HOP);
+	/* Each hop at its own constant offset, as for IPv4 (6.1, 6.12). */
+	__u8 *dst;
+	if (next == 0 && (void *)&gue->hops[1] <= end)
+		dst = gue->hops[0];
+	else if (next == 1 && (void *)&gue->hops[2] <= end)
+		dst = gue->hops[1];
+	else if (next == 2 && (void *)&gue->hops[3] <= end)
+		dst = gue->hops[2];
+	else
+		return drop(c, BE_C_DROP_MALFORMED);
+
+	struct bpf_fib_lookup fib = {};
+	fib.family = AF_INET6_;
+	__builtin_memcpy(fib.ipv6_src, cfg->self_ip6, 16);
+	__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.l4_protocol = IPPROTO_UDP;
+	int rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return drop(c, BE_C_DROP_NO_ROUTE);
+	gue->next_hop = next + 1;
+	__builtin_memcpy(&ip6->daddr, dst, 16);
+	__builtin_memcpy(&ip6->saddr, cfg->self_ip6, 16);
+	ip6->hop_limit = GUE_IPV6_HOP_LIMIT;
+	/* UDP's checksum is 0 (RFC 6935): nothing to update. */
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	c->c[BE_C_FORWARDED]++;
+	if (fib.ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib.ifindex, 0);
+
+not_gue:
+	c->c[BE_C_PASS_NOT_GUE]++;
+	return XDP_PASS;
+}
+
 SEC("xdp")
 int backend(struct xdp_md *ctx)
 {
@@ -131,7 +281,11 @@ int backend(struct xdp_md *ctx)
 	c->c[BE_C_PROCESSED]++;
 
 	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+	if ((void *)(eth + 1) > end)
+		goto not_gue;
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		return backend6(ctx, c);
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
 		goto not_gue;
 	struct iphdr *ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
@@ -163,53 +317,9 @@ int backend(struct xdp_md *ctx)
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
 	__u32 strip = inner - (void *)ip;
 	__be16 inner_proto = inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
-
-	/* Is it a TCP segment, and does this host know its connection? */
-	struct bpf_sock_tuple tuple = {};
-	__u32 tuple_len;
-	struct tcphdr *tcp;
-	if (inner_ipproto == IPPROTO_IPIP) {
-		struct iphdr *iip = inner;
-		if ((void *)(iip + 1) > end || iip->ihl != 5) {
-			return drop(c, BE_C_DROP_MALFORMED);
-		}
-		if (iip->protocol != IPPROTO_TCP)
-			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
-		tcp = (void *)(iip + 1);
-		if ((void *)(tcp + 1) > end) {
-			return drop(c, BE_C_DROP_MALFORMED);
-		}
-		tuple.ipv4.saddr = iip->saddr;
-		tuple.ipv4.daddr = iip->daddr;
-		tuple.ipv4.sport = tcp->source;
-		tuple.ipv4.dport = tcp->dest;
-		tuple_len = sizeof(tuple.ipv4);
-	} else {
-		struct ipv6hdr *iip6 = inner;
-		if ((void *)(iip6 + 1) > end) {
-			return drop(c, BE_C_DROP_MALFORMED);
-		}
-		if (iip6->nexthdr != IPPROTO_TCP)
-			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
-		tcp = (void *)(iip6 + 1);
-		if ((void *)(tcp + 1) > end) {
-			return drop(c, BE_C_DROP_MALFORMED);
-		}
-		__builtin_memcpy(tuple.ipv6.saddr, &iip6->saddr, 16);
-		__builtin_memcpy(tuple.ipv6.daddr, &iip6->daddr, 16);
-		tuple.ipv6.sport = tcp->source;
-		tuple.ipv6.dport = tcp->dest;
-		tuple_len = sizeof(tuple.ipv6);
-	}
-	if (tcp->syn && !tcp->ack)
-		return decap(ctx, strip, inner_proto, c, BE_C_DECAP_SYN);
-	struct bpf_sock *sk = bpf_skc_lookup_tcp(ctx, &tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
-	if (sk) {
-		int listening = sk->state == BPF_TCP_LISTEN;
-		bpf_sk_release(sk);
-		if (!listening)
-			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_KNOWN);
-	}
+	int r = local_or_next(ctx, c, inner, end, inner_ipproto, strip);
+	if (r >= 0)
+		return r;
 
 	/* Not ours: on to the next hop, if there is one. */
 	if (next >= count || cfg->no_second_chance)

@@ -18,6 +18,7 @@ type BackendBeConfig struct {
 	SelfIp         uint32
 	Configured     uint16
 	NoSecondChance uint16
+	SelfIp6        [16]uint8
 }
 
 type BackendBeCounter uint32
@@ -33,12 +34,13 @@ const (
 	BackendBeCounterBE_C_DROP_MALFORMED BackendBeCounter = 7
 	BackendBeCounterBE_C_DROP_NO_ROUTE  BackendBeCounter = 8
 	BackendBeCounterBE_C_DROP_NO_CONFIG BackendBeCounter = 9
-	BackendBeCounterBE_C_MAX            BackendBeCounter = 10
+	BackendBeCounterBE_C_GUE6           BackendBeCounter = 10
+	BackendBeCounterBE_C_MAX            BackendBeCounter = 11
 )
 
 type BackendBeCounters struct {
 	_ structs.HostLayout
-	C [10]uint64
+	C [11]uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -47,6 +49,7 @@ type BackendBeCounters struct {
 const (
 	BackendMapBeCfg            = "be_cfg"
 	BackendMapBeLocal          = "be_local"
+	BackendMapBeLocal6         = "be_local6"
 	BackendMapBeStats          = "be_stats"
 	BackendProgBackend         = "backend"
 	BackendVarUnusedBeConfig   = "unused_be_config"
@@ -103,9 +106,10 @@ type BackendProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BackendMapSpecs struct {
-	BeCfg   *ebpf.MapSpec `ebpf:"be_cfg"`
-	BeLocal *ebpf.MapSpec `ebpf:"be_local"`
-	BeStats *ebpf.MapSpec `ebpf:"be_stats"`
+	BeCfg    *ebpf.MapSpec `ebpf:"be_cfg"`
+	BeLocal  *ebpf.MapSpec `ebpf:"be_local"`
+	BeLocal6 *ebpf.MapSpec `ebpf:"be_local6"`
+	BeStats  *ebpf.MapSpec `ebpf:"be_stats"`
 }
 
 // BackendVariableSpecs contains global variables before they are loaded into the kernel.
@@ -137,15 +141,17 @@ func (o *BackendObjects) Close() error {
 //
 // It can be passed to LoadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BackendMaps struct {
-	BeCfg   *ebpf.Map `ebpf:"be_cfg"`
-	BeLocal *ebpf.Map `ebpf:"be_local"`
-	BeStats *ebpf.Map `ebpf:"be_stats"`
+	BeCfg    *ebpf.Map `ebpf:"be_cfg"`
+	BeLocal  *ebpf.Map `ebpf:"be_local"`
+	BeLocal6 *ebpf.Map `ebpf:"be_local6"`
+	BeStats  *ebpf.Map `ebpf:"be_stats"`
 }
 
 func (m *BackendMaps) Close() error {
 	return _BackendClose(
 		m.BeCfg,
 		m.BeLocal,
+		m.BeLocal6,
 		m.BeStats,
 	)
 }

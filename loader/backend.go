@@ -66,13 +66,14 @@ func (b *Backend) Close() error { return b.objs.Close() }
 // Prog is the backend program.
 func (b *Backend) Prog() *ebpf.Program { return b.objs.Backend }
 
-// SetSelf sets the address forwarded packets leave from: this host's.
-func (b *Backend) SetSelf(self netip.Addr) error { return b.configure(self, true) }
+// SetSelf sets the addresses forwarded packets leave from: this host's,
+// one of each family at most (IPv6 for GUE over IPv6).
+func (b *Backend) SetSelf(self ...netip.Addr) error { return b.configure(self, true) }
 
 // DisableSecondChance makes the program decapsulate every packet, never
 // forwarding: what a backend without GLB's proxy logic does ('backend
 // attach --no-second-chance'), for testing, or an operator who must.
-func (b *Backend) DisableSecondChance(self netip.Addr) error { return b.configure(self, false) }
+func (b *Backend) DisableSecondChance(self ...netip.Addr) error { return b.configure(self, false) }
 
 // SecondChance reports whether the program forwards packets of unknown
 // connections to the next hop (see DisableSecondChance).
@@ -84,11 +85,22 @@ func (b *Backend) SecondChance() (bool, error) {
 	return c.NoSecondChance == 0, nil
 }
 
-func (b *Backend) configure(self netip.Addr, secondChance bool) error {
-	if !self.Is4() {
-		return fmt.Errorf("%s is not an IPv4 address", self)
+func (b *Backend) configure(selves []netip.Addr, secondChance bool) error {
+	c := bpf.BeConfig{Configured: 1}
+	var have4, have6 bool
+	for _, self := range selves {
+		switch {
+		case self.Is4() && !have4:
+			c.SelfIp, have4 = nativeFromBE(self.As4()), true
+		case self.Is6() && !self.Is4In6() && !have6:
+			c.SelfIp6, have6 = self.As16(), true
+		default:
+			return fmt.Errorf("%s: one address of each family, IPv4 or IPv6", self)
+		}
 	}
-	c := bpf.BeConfig{SelfIp: nativeFromBE(self.As4()), Configured: 1}
+	if !have4 && !have6 {
+		return errors.New("no address to forward from")
+	}
 	if !secondChance {
 		c.NoSecondChance = 1
 	}
@@ -108,22 +120,32 @@ func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
 func (b *Backend) Detach(iface string) error { return detachNamed(b.Dir, iface) }
 
 // Accept sets the outer destinations GUE is accepted for besides the
-// SetSelf address: this host's addresses. It replaces the whole set.
+// SetSelf addresses: this host's addresses, IPv4 (GLB's GUE) and IPv6
+// (GUE over IPv6). It replaces the whole set.
 func (b *Backend) Accept(addrs []netip.Addr) error {
-	if len(addrs) > int(b.objs.BeLocal.MaxEntries()) {
-		return fmt.Errorf("%d addresses to accept GUE for, more than the %d the program holds", len(addrs), b.objs.BeLocal.MaxEntries())
-	}
-	want := map[uint32]bool{}
+	want4, want6 := map[uint32]bool{}, map[[16]byte]bool{}
 	for _, a := range addrs {
-		if !a.Is4() {
-			return fmt.Errorf("%s is not an IPv4 address (GUE is carried over IPv4)", a)
+		if a.Is4() {
+			want4[nativeFromBE(a.As4())] = true
+		} else {
+			want6[a.As16()] = true
 		}
-		want[nativeFromBE(a.As4())] = true
 	}
-	var k uint32
+	if n := int(b.objs.BeLocal.MaxEntries()); len(want4) > n || len(want6) > n {
+		return fmt.Errorf("%d IPv4 and %d IPv6 addresses to accept GUE for, more than the %d of each the program holds", len(want4), len(want6), n)
+	}
+	if err := replaceSet(b.objs.BeLocal, want4); err != nil {
+		return err
+	}
+	return replaceSet(b.objs.BeLocal6, want6)
+}
+
+// replaceSet makes m's keys want's.
+func replaceSet[K comparable](m *ebpf.Map, want map[K]bool) error {
+	var k K
 	var v uint8
-	var stale []uint32
-	it := b.objs.BeLocal.Iterate()
+	var stale []K
+	it := m.Iterate()
 	for it.Next(&k, &v) {
 		if !want[k] {
 			stale = append(stale, k)
@@ -133,12 +155,12 @@ func (b *Backend) Accept(addrs []netip.Addr) error {
 		return err
 	}
 	for k := range want {
-		if err := b.objs.BeLocal.Put(k, uint8(1)); err != nil {
+		if err := m.Put(k, uint8(1)); err != nil {
 			return fmt.Errorf("accepting GUE for an address: %w", err)
 		}
 	}
 	for _, k := range stale {
-		if err := b.objs.BeLocal.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
 		}
 	}
@@ -146,12 +168,17 @@ func (b *Backend) Accept(addrs []netip.Addr) error {
 }
 
 // Accepted lists the outer destinations GUE is accepted for: the SetSelf
-// address and those Accept set.
+// addresses and those Accept set.
 func (b *Backend) Accepted() ([]netip.Addr, error) {
 	seen := map[netip.Addr]bool{}
 	var c bpf.BeConfig
 	if err := b.objs.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
-		seen[addrFromNative(c.SelfIp)] = true
+		if c.SelfIp != 0 {
+			seen[addrFromNative(c.SelfIp)] = true
+		}
+		if a := netip.AddrFrom16(c.SelfIp6); !a.IsUnspecified() {
+			seen[a] = true
+		}
 	}
 	var k uint32
 	var v uint8
@@ -162,6 +189,14 @@ func (b *Backend) Accepted() ([]netip.Addr, error) {
 	if err := it.Err(); err != nil {
 		return nil, err
 	}
+	var k6 [16]byte
+	it6 := b.objs.BeLocal6.Iterate()
+	for it6.Next(&k6, &v) {
+		seen[netip.AddrFrom16(k6)] = true
+	}
+	if err := it6.Err(); err != nil {
+		return nil, err
+	}
 	out := make([]netip.Addr, 0, len(seen))
 	for a := range seen {
 		out = append(out, a)
@@ -170,22 +205,46 @@ func (b *Backend) Accepted() ([]netip.Addr, error) {
 	return out, nil
 }
 
-// HostIPv4 lists the IPv4 addresses of this network namespace's
-// interfaces, loopback's 127/8 left out: where GUE may be sent to this
-// host.
-func HostIPv4() ([]netip.Addr, error) {
-	addrs, err := netlink.AddrList(nil, unix.AF_INET)
+// HostAddrs lists the addresses of this network namespace's interfaces
+// GUE may be sent to: IPv4 (loopback's 127/8 left out) and IPv6 unicast
+// that routers forward (not loopback or link-local).
+func HostAddrs() ([]netip.Addr, error) {
+	addrs, err := netlink.AddrList(nil, unix.AF_UNSPEC)
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses: %w", err)
 	}
 	var out []netip.Addr
 	for _, a := range addrs {
-		ip, ok := netip.AddrFromSlice(a.IP.To4())
-		if ok && !ip.IsLoopback() {
-			out = append(out, ip)
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
 		}
+		ip = ip.Unmap()
+		if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
+			continue
+		}
+		out = append(out, ip)
 	}
 	return out, nil
+}
+
+// InterfaceIPv6 is the first IPv6 address of an interface that routers
+// forward: the backend's own for GUE over IPv6; invalid when it has none.
+func InterfaceIPv6(iface string) netip.Addr {
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return netip.Addr{}
+	}
+	addrs, err := netlink.AddrList(l, unix.AF_INET6)
+	if err != nil {
+		return netip.Addr{}
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && !ip.IsLinkLocalUnicast() && !ip.IsLoopback() {
+			return ip
+		}
+	}
+	return netip.Addr{}
 }
 
 // Attachments lists where the backend program is attached.
@@ -241,6 +300,9 @@ func OpenBackend(dir string) (*Backend, error) {
 	}
 	if err == nil {
 		b.objs.BeLocal, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal), nil)
+	}
+	if err == nil {
+		b.objs.BeLocal6, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal6), nil)
 	}
 	if err != nil {
 		b.Close()

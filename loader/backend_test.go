@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/gue"
 	"github.com/director/director/internal/pkt"
@@ -146,6 +147,134 @@ func TestBackendProgram(t *testing.T) {
 				ip := out[14:]
 				if netip.AddrFrom4([4]byte(ip[12:16])) != a("192.168.77.1") || netip.AddrFrom4([4]byte(ip[16:20])) != other ||
 					!bytes.Equal(out[0:6], mac) || ip[28+6] != 1 || gue.Checksum(ip[:20]) != 0 {
+					return fmt.Errorf("forwarded frame %x", out)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gue6Frame is gueFrame over IPv6 (docs/wire.md): to this host
+// (fd00:77::1), from the director's IPv6 source.
+func gue6Frame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
+	t.Helper()
+	h := gue.Header{Src: a("2001:db8::1"), Hops: append([]netip.Addr{a("fd00:77::1")}, hops...), SourcePort: 0x8123,
+		NextHop: next, Proto: gue.ProtoIPv4, FlowLabel: 0x12345}
+	if inner[0]>>4 == 6 {
+		h.Proto = gue.ProtoIPv6
+	}
+	f := pkt.Eth(pkt.DirectorMAC, pkt.GatewayMAC, 0, 0x86dd, nil)
+	f = h.Append(f, len(inner))
+	return append(f, inner...)
+}
+
+// TestBackendProgramIPv6Underlay is TestBackendProgram for GUE over IPv6:
+// new, known and non-TCP connections decapsulated, an unknown one sent on
+// to the next IPv6 hop from this host's IPv6 address, GLB's IPv4 hop-list
+// type refused over IPv6, and the family counted.
+func TestBackendProgramIPv6Underlay(t *testing.T) {
+	testenv.Kernel(t)
+	err := lab.InNetns(func() error {
+		lo, _ := netlink.LinkByName("lo")
+		netlink.LinkSetUp(lo)
+		for _, s := range []string{"10.0.0.1/32", "10.0.0.2/32"} {
+			ad, _ := netlink.ParseAddr(s)
+			if err := netlink.AddrAdd(lo, ad); err != nil {
+				return err
+			}
+		}
+		if err := lab.Veth("be0", "be1"); err != nil {
+			return err
+		}
+		be0, _ := netlink.LinkByName("be0")
+		ad, _ := netlink.ParseAddr("fd00:77::1/64")
+		ad.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(be0, ad); err != nil {
+			return err
+		}
+		mac, _ := net.ParseMAC("02:00:00:00:77:06")
+		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: be0.Attrs().Index, IP: net.ParseIP("fd00:77::2"), HardwareAddr: mac,
+			State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V6}); err != nil {
+			return err
+		}
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp4", "10.0.0.1:80")
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		conn, err := net.DialTCP("tcp4", &net.TCPAddr{IP: net.ParseIP("10.0.0.2")}, &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 80})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		srv, _ := ln.Accept()
+		defer srv.Close()
+		cport := uint16(conn.LocalAddr().(*net.TCPAddr).Port)
+
+		b, err := LoadBackend("")
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if err := b.SetSelf(a("192.168.77.1"), a("fd00:77::1")); err != nil {
+			return err
+		}
+		if err := b.Accept([]netip.Addr{a("fd00:77::1"), a("192.168.77.1")}); err != nil {
+			return err
+		}
+		if acc, err := b.Accepted(); err != nil || len(acc) != 2 || acc[0] != a("192.168.77.1") || acc[1] != a("fd00:77::1") {
+			return fmt.Errorf("accepted %v, %v", acc, err)
+		}
+		client, vip, other := a("10.0.0.2"), a("10.0.0.1"), a("fd00:77::2")
+		tcp := func(sport uint16, flags byte) []byte {
+			return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{})
+		}
+		for _, c := range []struct {
+			name    string
+			in      []byte
+			verdict uint32
+			counter string
+			decap   []byte
+		}{
+			{"GUE over IPv6 for another host", func() []byte {
+				f := gue6Frame(t, tcp(1000, 0x02), 0, other)
+				f[14+39] = 9
+				return f
+			}(), 2, "pass_not_gue", nil},
+			{"SYN", gue6Frame(t, tcp(1000, 0x02), 0, other), 2, "decap_syn", tcp(1000, 0x02)},
+			{"known connection", gue6Frame(t, tcp(cport, 0x10), 0, other), 2, "decap_known", tcp(cport, 0x10)},
+			{"UDP", gue6Frame(t, pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 0, other), 2, "decap_not_tcp", pkt.IPv4(client, vip, 17, pkt.UDP(5, 53, nil), pkt.V4Opts{})},
+			{"unknown, last hop", gue6Frame(t, tcp(1001, 0x10), 1, other), 2, "decap_last_hop", tcp(1001, 0x10)},
+			{"unknown, forwarded", gue6Frame(t, tcp(1001, 0x10), 0, other), 3, "forwarded", nil},
+			{"unknown, no route", gue6Frame(t, tcp(1001, 0x10), 0, a("2001:db8:99::50")), 1, "drop_no_route", nil},
+			{"GLB's type over IPv6", func() []byte { f := gue6Frame(t, tcp(1000, 0x02), 0, other); f[14+52], f[14+53] = 0, 0; return f }(), 1, "drop_malformed", nil},
+		} {
+			before, _ := b.Counters()
+			v, out, err := lab.RunOn(b.Prog(), c.in, be0.Attrs().Index)
+			if err != nil {
+				return err
+			}
+			after, _ := b.Counters()
+			if v != c.verdict || after[c.counter] != before[c.counter]+1 {
+				return fmt.Errorf("%s: verdict %d, %s %d -> %d (counters %v -> %v)", c.name, v, c.counter, before[c.counter], after[c.counter], before, after)
+			}
+			if c.counter != "pass_not_gue" && after["gue6"] != before["gue6"]+1 {
+				return fmt.Errorf("%s: gue6 not counted", c.name)
+			}
+			if c.decap != nil && (!bytes.Equal(out[14:], c.decap) || !bytes.Equal(out[:12], c.in[:12]) || out[12] != 0x08) {
+				return fmt.Errorf("%s: decapsulated to %x", c.name, out)
+			}
+			if c.counter == "forwarded" {
+				ip := out[14:]
+				if netip.AddrFrom16([16]byte(ip[8:24])) != a("fd00:77::1") || netip.AddrFrom16([16]byte(ip[24:40])) != other ||
+					!bytes.Equal(out[0:6], mac) || ip[48+6] != 1 || ip[7] != 64 || !bytes.Equal(ip[56:], c.in[14+56:]) {
 					return fmt.Errorf("forwarded frame %x", out)
 				}
 			}

@@ -79,6 +79,9 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 		fmt.Fprintf(e.stderr, "director: %s\n", r)
 	}
 	addr, err := loader.InterfaceIPv4(iface)
+	if a6 := loader.InterfaceIPv6(iface); err != nil && a6.IsValid() {
+		addr, err = a6, nil // an IPv6-only backend
+	}
 	if self != "" {
 		addr, err = netip.ParseAddr(self)
 	}
@@ -89,10 +92,16 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 	if !secondChance {
 		configure = b.DisableSecondChance
 	}
-	if err := configure(addr); err != nil {
+	// GUE over IPv6 is forwarded from the interface's IPv6 address, or
+	// --self's when that is one.
+	selves := []netip.Addr{addr}
+	if a6 := loader.InterfaceIPv6(iface); addr.Is4() && a6.IsValid() {
+		selves = append(selves, a6)
+	}
+	if err := configure(selves...); err != nil {
 		return err
 	}
-	host, err := loader.HostIPv4()
+	host, err := loader.HostAddrs()
 	if err != nil {
 		return err
 	}
