@@ -257,6 +257,7 @@ func benchTo(dst string, port uint16) [][]byte {
 // The empty program's cost, the same for both, cancels too.
 //
 //	go test ./loader -run '^$' -bench ProgramVersus -benchtime 4000000x
+//
 // underlayConfig is two tables alike but for their backends' family: the
 // same inner packet, to 10.70.0.1 or 10.70.0.2, goes over IPv4 or IPv6.
 const underlayConfig = `{"tables": [
