@@ -51,6 +51,28 @@ const enum xdp_action *unused_xdp_action __attribute__((unused));
 #include "verdict.h"
 #include "encap.h"
 
+/* steer6 is the rest of the program for a table of IPv6 backends: the
+ * payload length check (it holds the encapsulation but the outer header),
+ * the rows, the counter, and GUE over IPv6 (encapsulate6). */
+static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
+				  const struct dir_table *t, const __u64 *state, struct flow *f, __u32 l2len, __u32 ip_len)
+{
+	if (ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
+		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
+	c->c[DIR_C_MATCHED]++;
+	__u64 h = hash_flow(t->hash_key, state, f, cfg->hash_fields);
+	const struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
+	const struct dir_row *alt = NULL;
+	if (cfg->alt_hash_fields) {
+		__u64 h2 = hash_flow(t->hash_key, state, f, cfg->alt_hash_fields);
+		alt = &t->rows[h2 & DIR_ROW_MASK];
+	}
+	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
+	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (row->primary & (DIR_MAX_BACKENDS - 1)), ip_len);
+	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f->client_port)) & 0x7fff);
+	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, row, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK);
+}
+
 /* xdp.frags: the program takes multi-buffer frames, so it can be attached
  * to interfaces with jumbo MTUs, and a frame larger than one buffer is
  * steered like any other (its headers are in the first buffer; the
@@ -121,20 +143,26 @@ int director(struct xdp_md *ctx)
 	struct dir_table *t = bpf_map_lookup_elem(inner, &zero);
 	if (!t)
 		return pass(c, DIR_C_ERROR_NO_TABLE);
-	/* The IPv6 underlay's payload length holds its encapsulation but the
-	 * outer header: checked against the largest, as IPv4's is above. */
-	if (t->hop_family == DIR_FAMILY_IPV6 && ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
-		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
+	/* A table of IPv6 backends goes over IPv6: its own path, so that the
+	 * IPv4 one pays a compare on a field in the line the key is in. */
+	if (__builtin_expect(t->hop_family == DIR_FAMILY_IPV6, 0))
+		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len);
 	c->c[DIR_C_MATCHED]++;
 
+	__be32 hops[GUE_MAX_HOPS] = {};
 	__u64 h = hash_flow(t->hash_key, state, &f, cfg->hash_fields);
 	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
-	struct dir_row *alt = NULL;
+	__u32 primary = row->primary;
+	hops[0] = t->hop_addr[primary];
+	hops[1] = t->hop_addr[row->secondary];
+	__u32 nhops = 2;
 	if (cfg->alt_hash_fields) {
 		__u64 h2 = hash_flow(t->hash_key, state, &f, cfg->alt_hash_fields);
-		alt = &t->rows[h2 & DIR_ROW_MASK];
+		struct dir_row *alt = &t->rows[h2 & DIR_ROW_MASK];
+		hops[2] = t->hop_addr[alt->primary];
+		hops[3] = t->hop_addr[alt->secondary];
+		nhops = GUE_MAX_HOPS;
 	}
-	__u32 primary = row->primary;
 
 	/* Per-backend counters only: a table's traffic is the sum of its
 	 * backends', so counting it again would cost a cache line per packet. */
@@ -142,17 +170,5 @@ int director(struct xdp_md *ctx)
 	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
 
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);
-	if (t->hop_family == DIR_FAMILY_IPV6)
-		return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f.family, row, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK);
-
-	__be32 hops[GUE_MAX_HOPS] = {};
-	hops[0] = t->hop_addr[primary];
-	hops[1] = t->hop_addr[row->secondary];
-	__u32 nhops = 2;
-	if (alt) {
-		hops[2] = t->hop_addr[alt->primary];
-		hops[3] = t->hop_addr[alt->secondary];
-		nhops = GUE_MAX_HOPS;
-	}
 	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport);
 }

@@ -108,13 +108,14 @@ struct dir_table {
 	__u8 hash_key[16];
 	__u32 stats_id;           /* counter block in backend_traffic; stable across applies */
 	__u32 index;              /* position in the applied config */
+	__u32 hop_family;         /* enum dir_family of every backend: the underlay GUE goes over; beside the key, in the line every packet reads */
+	__u32 pad;
 	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
 	__u32 num_backends;
 	__u32 num_binds;
 	struct dir_backend backends[DIR_MAX_BACKENDS];
 	struct dir_bind binds[DIR_MAX_BINDS];
 	__be32 hop_addr[DIR_MAX_BACKENDS]; /* by counter index: the IPv4 address, as it goes on the wire */
-	__u32 hop_family;         /* enum dir_family of every backend: the underlay GUE goes over */
 	__u8 hop_addr6[DIR_MAX_BACKENDS][16]; /* by counter index: the IPv6 address, when hop_family is IPv6 */
 	struct dir_row rows[DIR_ROWS];
 };

@@ -256,13 +256,14 @@ type DirectorDirTable struct {
 	HashKey     [16]uint8
 	StatsId     uint32
 	Index       uint32
+	HopFamily   uint32
+	Pad         uint32
 	Name        [64]uint8
 	NumBackends uint32
 	NumBinds    uint32
 	Backends    [256]DirectorDirBackend
 	Binds       [256]DirectorDirBind
 	HopAddr     [256]uint32
-	HopFamily   uint32
 	HopAddr6    [256][16]uint8
 	Rows        [65536]DirectorDirRow
 }
