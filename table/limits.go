@@ -37,11 +37,12 @@ func UnservableWarnings(tables []*Table) []string {
 	return w
 }
 
-// Unservable lists what GLB's formats can hold but its GUE encapsulation
-// cannot carry: IPv6 backends (hops are IPv4; IPv6 clients and VIPs are
-// fine), and a table whose backends are of both families (its outer
-// header is one family, and its hop list one). The table tools warn of
-// it; plan and apply refuse it.
+// Unservable lists what GLB's formats can hold but the tools do not serve:
+// a table whose backends are of both families (its outer header is one
+// family, and its hop list one), and, until the IPv6 underlay is complete
+// (docs/wire.md: the programs carry it; its health check is to come),
+// IPv6 backends. IPv6 clients and VIPs are fine. The table tools warn of
+// it; plan, apply and run refuse it.
 func Unservable(tables []*Table) ErrorList {
 	errs := MixedFamilies(tables)
 	for i, t := range tables {
@@ -51,7 +52,7 @@ func Unservable(tables []*Table) ErrorList {
 		for j, b := range t.Backends {
 			if !b.IP.Is4() {
 				errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
-					Msg: fmt.Sprintf("%q is IPv6: GUE packets carry IPv4 hops only", b.IP)})
+					Msg: fmt.Sprintf("%q is IPv6: GUE over IPv6 is not taken by plan, apply and run yet (docs/wire.md)", b.IP)})
 			}
 		}
 	}

@@ -50,8 +50,8 @@ func TestUnservableNamesTheMixedFamily(t *testing.T) {
 	errs := Unservable([]*Table{v4, mixed, v6})
 	want := []string{
 		`tables[1].backends[2].ip: "fd00::3" is IPv6, and tables[1].backends[0] is IPv4: a table's backends are one family, since its GUE packets carry one family of hops`,
-		`tables[2].backends[0].ip: "fd00::1" is IPv6: GUE packets carry IPv4 hops only`,
-		`tables[2].backends[1].ip: "fd00::2" is IPv6: GUE packets carry IPv4 hops only`,
+		`tables[2].backends[0].ip: "fd00::1" is IPv6: GUE over IPv6 is not taken by plan, apply and run yet (docs/wire.md)`,
+		`tables[2].backends[1].ip: "fd00::2" is IPv6: GUE over IPv6 is not taken by plan, apply and run yet (docs/wire.md)`,
 	}
 	if len(errs) != len(want) {
 		t.Fatalf("%d errors: %v", len(errs), errs)
