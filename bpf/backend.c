@@ -137,6 +137,18 @@ static __always_inline int decap(struct xdp_md *ctx, __u32 strip, __be16 inner_p
 	return XDP_PASS;
 }
 
+/* send_on sends a packet whose outer header now goes to the next hop out
+ * of the interface fib found, to the MAC it found. */
+static __always_inline int send_on(struct xdp_md *ctx, struct be_counters *c, struct ethhdr *eth, const struct bpf_fib_lookup *fib)
+{
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	c->c[BE_C_FORWARDED]++;
+	if (fib->ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib->ifindex, 0);
+}
+
 /* local_or_next decides for a GUE packet for this host, whose inner
  * packet (inner_ipproto 4 or 41) starts at inner, strip bytes after the
  * Ethernet header: decapsulated for the local stack when it is a new
@@ -257,12 +269,7 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	__builtin_memcpy(&ip6->saddr, cfg->self_ip6, 16);
 	ip6->hop_limit = GUE_IPV6_HOP_LIMIT;
 	/* UDP's checksum is 0 (RFC 6935): nothing to update. */
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	c->c[BE_C_FORWARDED]++;
-	if (fib.ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(fib.ifindex, 0);
+	return send_on(ctx, c, eth, &fib);
 
 not_gue:
 	c->c[BE_C_PASS_NOT_GUE]++;
@@ -355,12 +362,7 @@ int backend(struct xdp_md *ctx)
 	ip->ttl = GUE_IPV4_TTL;
 	ip->check = 0;
 	ip->check = ipv4_csum(ip);
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	c->c[BE_C_FORWARDED]++;
-	if (fib.ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(fib.ifindex, 0);
+	return send_on(ctx, c, eth, &fib);
 
 not_gue:
 	c->c[BE_C_PASS_NOT_GUE]++;

@@ -32,22 +32,50 @@ func gueFrame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte
 	return append(f, inner...)
 }
 
+// backendHost sets up this (private) namespace as a backend host for the
+// backend program's tests: the VIP 10.0.0.1 and a client address 10.0.0.2
+// on lo, the veth pair be0/be1, and a real TCP connection to the VIP from
+// the client, whose port it returns with a func closing it all.
+func backendHost() (cport uint16, done func(), err error) {
+	lo, _ := netlink.LinkByName("lo")
+	netlink.LinkSetUp(lo)
+	for _, s := range []string{"10.0.0.1/32", "10.0.0.2/32"} {
+		ad, _ := netlink.ParseAddr(s)
+		if err := netlink.AddrAdd(lo, ad); err != nil {
+			return 0, nil, err
+		}
+	}
+	if err := lab.Veth("be0", "be1"); err != nil {
+		return 0, nil, err
+	}
+	ln, err := net.Listen("tcp4", "10.0.0.1:80")
+	if err != nil {
+		return 0, nil, err
+	}
+	conn, err := net.DialTCP("tcp4", &net.TCPAddr{IP: net.ParseIP("10.0.0.2")}, &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 80})
+	if err != nil {
+		ln.Close()
+		return 0, nil, err
+	}
+	srv, err := ln.Accept()
+	if err != nil {
+		conn.Close()
+		ln.Close()
+		return 0, nil, err
+	}
+	return uint16(conn.LocalAddr().(*net.TCPAddr).Port), func() { srv.Close(); conn.Close(); ln.Close() }, nil
+}
+
 // TestBackendProgram runs the backend program with BPF_PROG_RUN in a
 // private namespace that has a real TCP connection, a listener and a route.
 func TestBackendProgram(t *testing.T) {
 	testenv.Kernel(t)
 	err := lab.InNetns(func() error {
-		lo, _ := netlink.LinkByName("lo")
-		netlink.LinkSetUp(lo)
-		for _, s := range []string{"10.0.0.1/32", "10.0.0.2/32"} {
-			ad, _ := netlink.ParseAddr(s)
-			if err := netlink.AddrAdd(lo, ad); err != nil {
-				return err
-			}
-		}
-		if err := lab.Veth("be0", "be1"); err != nil {
+		cport, done, err := backendHost()
+		if err != nil {
 			return err
 		}
+		defer done()
 		be0, _ := netlink.LinkByName("be0")
 		ad, _ := netlink.ParseAddr("192.168.77.1/24")
 		netlink.AddrAdd(be0, ad)
@@ -60,19 +88,6 @@ func TestBackendProgram(t *testing.T) {
 		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("1"), 0o644); err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp4", "10.0.0.1:80")
-		if err != nil {
-			return err
-		}
-		defer ln.Close()
-		conn, err := net.DialTCP("tcp4", &net.TCPAddr{IP: net.ParseIP("10.0.0.2")}, &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 80})
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		srv, _ := ln.Accept()
-		defer srv.Close()
-		cport := uint16(conn.LocalAddr().(*net.TCPAddr).Port)
 
 		b, err := LoadBackend("")
 		if err != nil {
@@ -179,17 +194,11 @@ func gue6Frame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byt
 func TestBackendProgramIPv6Underlay(t *testing.T) {
 	testenv.Kernel(t)
 	err := lab.InNetns(func() error {
-		lo, _ := netlink.LinkByName("lo")
-		netlink.LinkSetUp(lo)
-		for _, s := range []string{"10.0.0.1/32", "10.0.0.2/32"} {
-			ad, _ := netlink.ParseAddr(s)
-			if err := netlink.AddrAdd(lo, ad); err != nil {
-				return err
-			}
-		}
-		if err := lab.Veth("be0", "be1"); err != nil {
+		cport, done, err := backendHost()
+		if err != nil {
 			return err
 		}
+		defer done()
 		be0, _ := netlink.LinkByName("be0")
 		ad, _ := netlink.ParseAddr("fd00:77::1/64")
 		ad.Flags = unix.IFA_F_NODAD
@@ -204,19 +213,6 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp4", "10.0.0.1:80")
-		if err != nil {
-			return err
-		}
-		defer ln.Close()
-		conn, err := net.DialTCP("tcp4", &net.TCPAddr{IP: net.ParseIP("10.0.0.2")}, &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 80})
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		srv, _ := ln.Accept()
-		defer srv.Close()
-		cport := uint16(conn.LocalAddr().(*net.TCPAddr).Port)
 
 		b, err := LoadBackend("")
 		if err != nil {
