@@ -475,14 +475,26 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 		if out, _, _ := runCmd(append(b, "stats", "--watch", "--interval", "50ms", "--count", "2")...); strings.Contains(out, "  !") {
 			return fmt.Errorf("stats --watch with no new drops flags some: %s", out)
 		}
+		// Frames keep coming for the whole watch, so that drops fall between
+		// its two looks however long a slow guest takes to start it.
+		sending := make(chan struct{})
+		sent := make(chan struct{})
 		go func() {
-			time.Sleep(100 * time.Millisecond)
-			for i := 0; i < 20; i++ {
-				sock.Send(frame)
+			defer close(sent)
+			for {
+				select {
+				case <-sending:
+					return
+				case <-time.After(20 * time.Millisecond):
+					sock.Send(frame)
+				}
 			}
 		}()
-		if out, _, _ := runCmd(append(b, "stats", "--watch", "--interval", "400ms", "--count", "2")...); !strings.Contains(out, "frames dropped on their way out in the last") {
-			return fmt.Errorf("stats --watch with new drops: %s", out)
+		watched, _, _ := runCmd(append(b, "stats", "--watch", "--interval", "400ms", "--count", "2")...)
+		close(sending)
+		<-sent
+		if !strings.Contains(watched, "frames dropped on their way out in the last") {
+			return fmt.Errorf("stats --watch with new drops: %s", watched)
 		}
 		// Switching modes is one command, which says what it did.
 		if out, errOut, code := runCmd(append(b, "attach", "drop0", "--mode", "generic")...); code != 0 ||
