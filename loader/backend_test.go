@@ -112,13 +112,7 @@ func TestBackendProgram(t *testing.T) {
 		tcp6 := func(flags byte) []byte {
 			return pkt.IPv6(a("2001:db8::2"), a("fd00::1"), 6, pkt.TCP(1002, 80, flags, []byte("x")))
 		}
-		for _, c := range []struct {
-			name    string
-			in      []byte
-			verdict uint32
-			counter string
-			decap   []byte // the inner packet expected after the Ethernet header
-		}{
+		for _, c := range []backendCase{
 			{"not GUE", pkt.Frame(tcp(1000, 0x10)), 2, "pass_not_gue", nil},
 			{"GUE for another host", func() []byte {
 				f := gueFrame(t, tcp(1000, 0x02), 0, other)
@@ -140,21 +134,9 @@ func TestBackendProgram(t *testing.T) {
 			{"unknown, no route", gueFrame(t, tcp(1001, 0x10), 0, a("203.0.113.50")), 1, "drop_no_route", nil},
 			{"bad GUE", func() []byte { f := gueFrame(t, tcp(1000, 0x02), 0, other); f[14+28] = 0x40; return f }(), 1, "drop_malformed", nil},
 		} {
-			before, _ := b.Counters()
-			v, out, err := lab.RunOn(b.Prog(), c.in, be0.Attrs().Index)
+			out, _, _, err := runBackendCase(b, be0.Attrs().Index, c)
 			if err != nil {
 				return err
-			}
-			after, _ := b.Counters()
-			if v != c.verdict || after[c.counter] != before[c.counter]+1 {
-				return fmt.Errorf("%s: verdict %d, %s %d -> %d (counters %v -> %v)", c.name, v, c.counter, before[c.counter], after[c.counter], before, after)
-			}
-			etype := byte(0x08)
-			if c.decap != nil && c.decap[0]>>4 == 6 {
-				etype = 0x86
-			}
-			if c.decap != nil && (!bytes.Equal(out[14:], c.decap) || !bytes.Equal(out[:12], c.in[:12]) || out[12] != etype) {
-				return fmt.Errorf("%s: decapsulated to %x", c.name, out)
 			}
 			if c.counter == "forwarded" {
 				// Outer source: this host; destination: the next hop; its
@@ -171,6 +153,41 @@ func TestBackendProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// backendCase is a frame for the backend program, the verdict and the
+// counter it should give, and for a decapsulated one, the inner packet
+// expected after the Ethernet header.
+type backendCase struct {
+	name    string
+	in      []byte
+	verdict uint32
+	counter string
+	decap   []byte
+}
+
+// runBackendCase runs c through b's program as if received on ifindex and
+// checks its verdict, its counter, and a decapsulation's bytes (MACs kept,
+// the inner packet's ethertype). It returns the output and the counters
+// before and after.
+func runBackendCase(b *Backend, ifindex int, c backendCase) (out []byte, before, after map[string]uint64, err error) {
+	before, _ = b.Counters()
+	v, out, err := lab.RunOn(b.Prog(), c.in, ifindex)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	after, _ = b.Counters()
+	if v != c.verdict || after[c.counter] != before[c.counter]+1 {
+		return nil, nil, nil, fmt.Errorf("%s: verdict %d, %s %d -> %d (counters %v -> %v)", c.name, v, c.counter, before[c.counter], after[c.counter], before, after)
+	}
+	etype := byte(0x08)
+	if c.decap != nil && c.decap[0]>>4 == 6 {
+		etype = 0x86
+	}
+	if c.decap != nil && (!bytes.Equal(out[14:], c.decap) || !bytes.Equal(out[:12], c.in[:12]) || out[12] != etype) {
+		return nil, nil, nil, fmt.Errorf("%s: decapsulated to %x", c.name, out)
+	}
+	return out, before, after, nil
 }
 
 // gue6Frame is gueFrame over IPv6 (docs/wire.md): to this host
@@ -232,13 +249,7 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 		tcp := func(sport uint16, flags byte) []byte {
 			return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{})
 		}
-		for _, c := range []struct {
-			name    string
-			in      []byte
-			verdict uint32
-			counter string
-			decap   []byte
-		}{
+		for _, c := range []backendCase{
 			{"GUE over IPv6 for another host", func() []byte {
 				f := gue6Frame(t, tcp(1000, 0x02), 0, other)
 				f[14+39] = 9
@@ -252,20 +263,12 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 			{"unknown, no route", gue6Frame(t, tcp(1001, 0x10), 0, a("2001:db8:99::50")), 1, "drop_no_route", nil},
 			{"GLB's type over IPv6", func() []byte { f := gue6Frame(t, tcp(1000, 0x02), 0, other); f[14+52], f[14+53] = 0, 0; return f }(), 1, "drop_malformed", nil},
 		} {
-			before, _ := b.Counters()
-			v, out, err := lab.RunOn(b.Prog(), c.in, be0.Attrs().Index)
+			out, before, after, err := runBackendCase(b, be0.Attrs().Index, c)
 			if err != nil {
 				return err
 			}
-			after, _ := b.Counters()
-			if v != c.verdict || after[c.counter] != before[c.counter]+1 {
-				return fmt.Errorf("%s: verdict %d, %s %d -> %d (counters %v -> %v)", c.name, v, c.counter, before[c.counter], after[c.counter], before, after)
-			}
 			if c.counter != "pass_not_gue" && after["gue6"] != before["gue6"]+1 {
 				return fmt.Errorf("%s: gue6 not counted", c.name)
-			}
-			if c.decap != nil && (!bytes.Equal(out[14:], c.decap) || !bytes.Equal(out[:12], c.in[:12]) || out[12] != 0x08) {
-				return fmt.Errorf("%s: decapsulated to %x", c.name, out)
 			}
 			if c.counter == "forwarded" {
 				ip := out[14:]

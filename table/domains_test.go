@@ -47,26 +47,13 @@ func refDomainRow(R []int, bs []Backend) Row {
 func TestDomainBuildMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	saved := haveVectorScores
-	defer func() { haveVectorScores = saved }()
 	for i := 0; i < 40/raceRuns; i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(8))
 		zoneTable(rng, tc, 2+rng.IntN(3))
 		if i%2 == 1 {
 			weighTable(rng, tc, 30)
 		}
-		for _, vector := range []bool{false, saved} {
-			haveVectorScores = vector
-			tab, err := Build(tc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range sampleRows {
-				R := refWeightedRanking(tc.Seed, r, tc.Backends)
-				if got, want := tab.Rows[r], refDomainRow(R, tc.Backends); got != want {
-					t.Fatalf("table %d (vector %v) row %#x: got %v, reference %v (%v)", i, vector, r, got, want, tc.Backends)
-				}
-			}
-		}
+		matchesReference(t, fmt.Sprintf("table %d", i), tc, saved, refDomainRow)
 	}
 }
 

@@ -100,21 +100,30 @@ func weighTable(rng *rand.Rand, tc *TableConfig, maxW int) {
 func TestWeightedBuildMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	saved := haveVectorScores
-	defer func() { haveVectorScores = saved }()
 	for i := 0; i < 40/raceRuns; i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(6))
 		weighTable(rng, tc, []int{2, 10, MaxWeight}[i%3])
-		for _, vector := range []bool{false, saved} {
-			haveVectorScores = vector
-			tab, err := Build(tc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range sampleRows {
-				R := refWeightedRanking(tc.Seed, r, tc.Backends)
-				if got, want := tab.Rows[r], ruleRow(R, tc.Backends); got != want {
-					t.Fatalf("table %d (vector %v) row %#x: got %v, reference %v", i, vector, r, got, want)
-				}
+		matchesReference(t, fmt.Sprintf("table %d", i), tc, saved, ruleRow)
+	}
+}
+
+// matchesReference builds tc with the portable scorer and, where the CPU
+// has it (vector), the vector one, and checks the sample rows against
+// rule over the reference weighted ranking.
+func matchesReference(t *testing.T, what string, tc *TableConfig, vector bool, rule func([]int, []Backend) Row) {
+	t.Helper()
+	saved := haveVectorScores
+	defer func() { haveVectorScores = saved }()
+	for _, v := range []bool{false, vector} {
+		haveVectorScores = v
+		tab, err := Build(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range sampleRows {
+			R := refWeightedRanking(tc.Seed, r, tc.Backends)
+			if got, want := tab.Rows[r], rule(R, tc.Backends); got != want {
+				t.Fatalf("%s (vector %v) row %#x: got %v, reference %v (%v)", what, v, r, got, want, tc.Backends)
 			}
 		}
 	}
