@@ -217,7 +217,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 			dt.HopAddr6[stat[i]] = b.IP.As16()
 		}
 	}
-	// A table's backends are one family (table.Unservable): GUE goes over
+	// A table's backends are one family (CheckDatapath): GUE goes over
 	// it.
 	dt.HopFamily = uint32(bpf.FamilyIPv4)
 	if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
@@ -298,29 +298,14 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 var Limit = table.Limit{Tables: MaxTables, Holder: "the datapath holds"}
 
 // CheckDatapath reports what the datapath cannot serve: more tables than
-// it has slots for, and IPv6 backends (table.Unservable).
+// it has slots for, and a table of both families (table.Unservable).
+// Tables of IPv6 backends it serves over IPv6 (encapsulate6).
 func CheckDatapath(tables []*table.Table) error {
 	var errs table.ErrorList
 	if len(tables) > MaxTables {
 		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", len(tables), Limit.Holder, MaxTables)})
 	}
 	errs = append(errs, table.Unservable(tables)...)
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
-}
-
-// checkServable is what the program itself cannot serve: more tables than
-// it has slots for, and a table of both families. Tables of IPv6 backends
-// it serves, over IPv6 (encapsulate6); CheckDatapath holds those back from
-// the tools for now.
-func checkServable(tables []*table.Table) error {
-	var errs table.ErrorList
-	if len(tables) > MaxTables {
-		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", len(tables), Limit.Holder, MaxTables)})
-	}
-	errs = append(errs, table.MixedFamilies(tables)...)
 	if len(errs) > 0 {
 		return errs
 	}
@@ -402,7 +387,7 @@ func (d *Director) apply(tables []*table.Table, check func(live []*table.Table) 
 func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyResult, error) {
 	tables := ch.Tables
 	start := time.Now()
-	if err := checkServable(tables); err != nil {
+	if err := CheckDatapath(tables); err != nil {
 		return nil, err
 	}
 	unlock, err := lockDir(d.Dir)

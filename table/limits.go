@@ -39,34 +39,10 @@ func UnservableWarnings(tables []*Table) []string {
 
 // Unservable lists what GLB's formats can hold but the tools do not serve:
 // a table whose backends are of both families (its outer header is one
-// family, and its hop list one), and, until the IPv6 underlay is complete
-// (docs/wire.md: the programs carry it; its health check is to come),
-// IPv6 backends. IPv6 clients and VIPs are fine. The table tools warn of
-// it; plan, apply and run refuse it.
-func Unservable(tables []*Table) ErrorList {
-	errs := MixedFamilies(tables)
-	for i, t := range tables {
-		if !sameFamily(t) {
-			continue // said by MixedFamilies
-		}
-		for j, b := range t.Backends {
-			if !b.IP.Is4() {
-				errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, j),
-					Msg: fmt.Sprintf("%q is IPv6: GUE over IPv6 is not taken by plan, apply and run yet (docs/wire.md)", b.IP)})
-			}
-		}
-	}
-	return errs
-}
-
-func sameFamily(t *Table) bool {
-	for _, b := range t.Backends {
-		if b.IP.Is4() != t.Backends[0].IP.Is4() {
-			return false
-		}
-	}
-	return true
-}
+// family, and its hop list one). IPv4 backends get GLB's GUE, IPv6 ones
+// GUE over IPv6 (docs/wire.md). The table tools warn of it; plan, apply
+// and run refuse it.
+func Unservable(tables []*Table) ErrorList { return MixedFamilies(tables) }
 
 // MixedFamilies lists the tables whose backends are of both families, at
 // the first backend of the other family than the table's first: a table's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
 	"strings"
 
 	"github.com/director/director/internal/health"
@@ -42,11 +41,11 @@ func runHealthcheck(e *env, c *command, args []string) error {
 		return config.InFile(pos[0], err)
 	}
 	warnAll(e, pos[0], cfg.Warnings)
-	var src netip.Addr
+	var src health.Sources
 	if dc, err := e.directorConfig(); err != nil {
 		return err
 	} else if dc != nil {
-		src = dc.SrcIP
+		src = health.Sources{V4: dc.SrcIP, V6: dc.SrcIP6}
 	}
 	if err := health.CanProbe(cfg, src); err != nil {
 		return fmt.Errorf("healthcheck: %s: %w; nothing written", pos[0], err)

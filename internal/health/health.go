@@ -113,31 +113,48 @@ func localFault(err error) (syscall.Errno, bool) {
 // Prober runs checks. It is safe for concurrent use.
 type Prober struct {
 	Timeout time.Duration
-	// Source is the director's address: the inner source of GUE probes,
-	// where their echo replies come back to.
-	Source netip.Addr
-	client *http.Client
+	// Sources are the director's addresses: the inner sources of GUE
+	// probes, where their echo replies come back to.
+	Sources Sources
+	client  *http.Client
 
-	mu  sync.Mutex
-	gue *pinger
+	mu        sync.Mutex
+	gue, gue6 *pinger // made at the first probe of their family
+}
+
+// Sources are the director's addresses GUE probes come from: its
+// outbound_src_ip for IPv4 backends, its outbound_src_ip6 for IPv6 ones.
+// Either may be missing; a probe that needs it then fails as the
+// director's fault (Result.Local).
+type Sources struct{ V4, V6 netip.Addr }
+
+// of is the source for probes to ip, and the error for its absence.
+func (s Sources) of(ip netip.Addr) (netip.Addr, error) {
+	if ip.Is4() {
+		return s.V4, ErrNoSource
+	}
+	return s.V6, ErrNoSource6
 }
 
 // NewProber returns a Prober whose checks give up after timeout.
-func NewProber(timeout time.Duration, source netip.Addr) *Prober {
+func NewProber(timeout time.Duration, sources Sources) *Prober {
 	tr := &http.Transport{DisableKeepAlives: true, Proxy: nil,
 		DialContext: (&net.Dialer{Timeout: timeout}).DialContext, ResponseHeaderTimeout: timeout}
-	return &Prober{Timeout: timeout, Source: source, client: &http.Client{Transport: tr, Timeout: timeout,
+	return &Prober{Timeout: timeout, Sources: sources, client: &http.Client{Transport: tr, Timeout: timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
-// Close releases the GUE prober's sockets.
+// Close releases the GUE probers' sockets.
 func (p *Prober) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.gue != nil {
-		return p.gue.close()
+	var errs []error
+	for _, g := range []*pinger{p.gue, p.gue6} {
+		if g != nil {
+			errs = append(errs, g.close())
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Probe runs every check of c against ip, concurrently, and returns their
@@ -167,7 +184,7 @@ func (p *Prober) Probe(ctx context.Context, ip netip.Addr, c Checks) []Result {
 				out[i].Reason = reason(err)
 				if e, ok := localFault(err); ok {
 					out[i].Local, out[i].Reason = true, "director: "+e.Error()
-				} else if errors.Is(err, ErrNoSource) || errors.Is(err, ErrNoRaw) {
+				} else if errors.Is(err, ErrNoSource) || errors.Is(err, ErrNoSource6) || errors.Is(err, ErrNoRaw) {
 					out[i].Local, out[i].Reason = true, "director: "+err.Error()
 				}
 			}
@@ -236,16 +253,24 @@ func (p *Prober) tcp(ctx context.Context, ip netip.Addr, port int) error {
 var errNoReply = errors.New("no reply")
 
 func (p *Prober) gueProbe(ctx context.Context, ip netip.Addr, port int) error {
+	src, missing := p.Sources.of(ip)
+	if !src.IsValid() {
+		return missing
+	}
 	p.mu.Lock()
-	if p.gue == nil {
-		g, err := newPinger(p.Source)
+	slot := &p.gue
+	if ip.Is6() {
+		slot = &p.gue6
+	}
+	if *slot == nil {
+		g, err := newPinger(src)
 		if err != nil {
 			p.mu.Unlock()
 			return err
 		}
-		p.gue = g
+		*slot = g
 	}
-	g := p.gue
+	g := *slot
 	p.mu.Unlock()
 	return g.ping(ctx, ip, port)
 }
@@ -343,23 +368,30 @@ func Once(ctx context.Context, p *Prober, c *table.Config, limit int) [][][]Resu
 }
 
 // CanProbe says why c's checks cannot be made from this process with
-// source as the director's address, or nil: what 'director healthcheck'
+// sources as the director's addresses, or nil: what 'director healthcheck'
 // refuses up front rather than mark every backend down.
-func CanProbe(c *table.Config, source netip.Addr) error {
-	gue := false
+func CanProbe(c *table.Config, sources Sources) error {
+	var fams []netip.Addr // one backend of each family with a gue check
 	for i := range c.Tables {
 		for _, b := range c.Tables[i].Backends {
-			if b.Checked && b.State != table.StateInactive && ChecksOf(b.Healthchecks).GUE != 0 {
-				gue = true
+			if !b.Checked || b.State == table.StateInactive || ChecksOf(b.Healthchecks).GUE == 0 {
+				continue
+			}
+			if len(fams) == 0 || len(fams) == 1 && fams[0].Is4() != b.IP.Is4() {
+				fams = append(fams, b.IP)
 			}
 		}
 	}
-	if !gue {
-		return nil
+	for _, ip := range fams {
+		src, missing := sources.of(ip)
+		if !src.IsValid() {
+			return fmt.Errorf("the gue checks of %v cannot be made: %w", ip, missing)
+		}
+		g, err := newPinger(src)
+		if err != nil {
+			return fmt.Errorf("the gue checks cannot be made: %w", err)
+		}
+		g.close()
 	}
-	g, err := newPinger(source)
-	if err != nil {
-		return fmt.Errorf("the gue checks cannot be made: %w", err)
-	}
-	return g.close()
+	return nil
 }

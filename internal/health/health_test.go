@@ -131,7 +131,7 @@ func TestProbeHTTPAndTCP(t *testing.T) {
 	closed, _ := net.Listen("tcp4", "127.0.0.1:0")
 	closedPort := closed.Addr().(*net.TCPAddr).Port
 	closed.Close()
-	p := NewProber(200*time.Millisecond, netip.MustParseAddr("127.0.0.1"))
+	p := NewProber(200*time.Millisecond, Sources{V4: netip.MustParseAddr("127.0.0.1")})
 	defer p.Close()
 	lo := netip.MustParseAddr("127.0.0.1")
 	probe := func(c Checks) []Result { return p.Probe(context.Background(), lo, c) }
@@ -165,7 +165,7 @@ func TestProbeHTTPStaysOnTheBackend(t *testing.T) {
 	var seen atomic.Value
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen.Store(r.URL.RequestURI()) }))
 	defer backend.Close()
-	p := NewProber(200*time.Millisecond, netip.MustParseAddr("127.0.0.1"))
+	p := NewProber(200*time.Millisecond, Sources{V4: netip.MustParseAddr("127.0.0.1")})
 	defer p.Close()
 	// Nothing listens on 127.0.0.2 at the other server's port.
 	down := netip.MustParseAddr("127.0.0.2")
@@ -217,7 +217,7 @@ func TestSchedulerKeepsItsRate(t *testing.T) {
 // TestGUEWithoutSourceSaysWhy: a gue check with no director address is the
 // director's problem, said in so many words, and never the backend's.
 func TestGUEWithoutSourceSaysWhy(t *testing.T) {
-	p := NewProber(100*time.Millisecond, netip.Addr{})
+	p := NewProber(100*time.Millisecond, Sources{})
 	defer p.Close()
 	rs := p.Probe(context.Background(), netip.MustParseAddr("127.0.0.1"), Checks{GUE: 19523})
 	if len(rs) != 1 || rs[0].OK || !rs[0].Local || !strings.Contains(rs[0].Reason, "no outbound_src_ip") || !strings.Contains(rs[0].Reason, "--director-config") {
@@ -228,7 +228,7 @@ func TestGUEWithoutSourceSaysWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CanProbe(c, netip.Addr{}); err == nil || !errors.Is(err, ErrNoSource) {
+	if err := CanProbe(c, Sources{}); err == nil || !errors.Is(err, ErrNoSource) {
 		t.Fatalf("CanProbe without a source: %v", err)
 	}
 }
@@ -254,7 +254,7 @@ func TestProbeHTTPAndTCPOverIPv6(t *testing.T) {
 	closedPort := closed.Addr().(*net.TCPAddr).Port
 	closed.Close()
 	lo := netip.MustParseAddr("::1")
-	p := NewProber(500*time.Millisecond, lo)
+	p := NewProber(500*time.Millisecond, Sources{V6: lo})
 	defer p.Close()
 	if rs := p.Probe(context.Background(), lo, Checks{HTTP: port, HTTPURI: "/", TCP: port}); !Healthy(rs) || len(rs) != 2 {
 		t.Fatalf("IPv6 backend: %v", rs)

@@ -144,3 +144,19 @@ func ICMP(typ, code uint8, rest uint32, body []byte) []byte {
 	binary.BigEndian.PutUint16(b[2:], gue.Checksum(b))
 	return b
 }
+
+// ICMPv6 builds an ICMPv6 message from src to dst: ICMP's layout, with
+// the checksum over RFC 8200's pseudo-header as well, which a receiving
+// stack checks (the GUE health check's echo request is answered only so).
+func ICMPv6(src, dst netip.Addr, typ, code uint8, rest uint32, body []byte) []byte {
+	b := ICMP(typ, code, rest, body)
+	b[2], b[3] = 0, 0
+	ph := make([]byte, 40, 40+len(b))
+	s, d := src.As16(), dst.As16()
+	copy(ph, s[:])
+	copy(ph[16:], d[:])
+	binary.BigEndian.PutUint32(ph[32:], uint32(len(b)))
+	ph[39] = 58
+	binary.BigEndian.PutUint16(b[2:], gue.Checksum(append(ph, b...)))
+	return b
+}

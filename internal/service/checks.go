@@ -79,8 +79,8 @@ func newChecker(log *slog.Logger, concurrency int) *checker {
 
 // configure makes the prober probe with timeout from src. The checks must
 // be stopped.
-func (c *checker) configure(timeout time.Duration, src netip.Addr) {
-	if c.prober == nil || c.prober.Timeout != timeout || c.prober.Source != src {
+func (c *checker) configure(timeout time.Duration, src health.Sources) {
+	if c.prober == nil || c.prober.Timeout != timeout || c.prober.Sources != src {
 		if c.prober != nil {
 			c.prober.Close()
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/director/director/internal/health"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -412,14 +413,14 @@ func (s *service) startChecks(ctx context.Context) {
 
 // source is the director's address, where GUE probes' echo replies come
 // back to: the director config's src_ip.
-func (s *service) source(in *input) netip.Addr {
+func (s *service) source(in *input) health.Sources {
 	if in.dc != nil {
-		return in.dc.SrcIP
+		return health.Sources{V4: in.dc.SrcIP, V6: in.dc.SrcIP6}
 	}
 	if s.live.config != nil {
-		return s.live.config.SrcIP
+		return health.Sources{V4: s.live.config.SrcIP, V6: s.live.config.SrcIP6}
 	}
-	return netip.Addr{}
+	return health.Sources{}
 }
 
 // stopAll stops the checks and the statsd sender; again is a no-op.

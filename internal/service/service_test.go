@@ -503,7 +503,7 @@ func TestChecksTheDirectorCannotMakeTakeNothingDown(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	c := newChecker(slog.New(slog.NewTextHandler(io.Discard, nil)), 1)
 	c.m = newMetrics(nil)
-	c.configure(200*time.Millisecond, lo)
+	c.configure(200*time.Millisecond, health.Sources{V4: lo})
 	defer c.close()
 	tg := &target{ip: lo, checks: health.Checks{TCP: port}, damp: health.NewDampener(2, 2), lastOK: true}
 	tg.damp.StartAt(true)
@@ -540,7 +540,7 @@ func TestWhyIsWhatFlippedIt(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	c := newChecker(slog.New(slog.NewTextHandler(io.Discard, nil)), 1)
 	c.m = newMetrics(nil)
-	c.configure(200*time.Millisecond, lo)
+	c.configure(200*time.Millisecond, health.Sources{V4: lo})
 	defer c.close()
 	hc := &table.Healthchecks{TCP: &port}
 	tg := &target{ip: lo, checks: health.ChecksOf(hc), damp: health.NewDampener(1, 1), lastOK: true}
