@@ -11,15 +11,29 @@ import (
 	"github.com/director/director/table/config"
 )
 
-func newTestbed(t *testing.T) *Testbed {
+func newTestbed(t *testing.T) *Testbed { return newBedFor(t, false) }
+
+func newBedFor(t *testing.T, underlay6 bool) *Testbed {
 	t.Helper()
 	testenv.Kernel(t)
-	tb, err := New(3)
+	tb, err := newBed(3, underlay6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tb.Close() })
 	return tb
+}
+
+// eachUnderlay runs f on a testbed of each underlay: GLB's GUE over IPv4,
+// and GUE over IPv6 (New6), whose clients go to both VIPs.
+func eachUnderlay(t *testing.T, f func(t *testing.T, tb *Testbed)) {
+	testenv.Kernel(t)
+	for _, u := range []struct {
+		name string
+		v6   bool
+	}{{"ipv4-underlay", false}, {"ipv6-underlay", true}} {
+		t.Run(u.name, func(t *testing.T) { f(t, newBedFor(t, u.v6)) })
+	}
 }
 
 // apply makes a config live through the pinned director, as `director
@@ -156,23 +170,23 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 // backend without GLB's proxy logic would) breaks the drained backend's
 // connections. It shows the test above can fail.
 func TestDrainWithoutSecondChanceBreaks(t *testing.T) {
-	testenv.Kernel(t)
-	tb := newTestbed(t)
-	for i, h := range tb.Backends {
-		err := h.Do(func() error {
-			b, err := loader.OpenBackend(tb.BackendBPFFS(i + 1))
+	eachUnderlay(t, func(t *testing.T, tb *Testbed) {
+		for i, h := range tb.Backends {
+			err := h.Do(func() error {
+				b, err := loader.OpenBackend(tb.BackendBPFFS(i + 1))
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				return b.DisableSecondChance(h.selves()...)
+			})
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			defer b.Close()
-			return b.DisableSecondChance(h.IP)
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-	}
-	apply(t, tb, BackendConfig(nil, nil, 3))
-	drainBreaks(t, tb, 18, nil, "without second chance")
+		apply(t, tb, tb.Config(nil, nil))
+		drainBreaks(t, tb, 18, nil, "without second chance")
+	})
 }
 
 // drainBreaks opens n sessions, runs before (if any), drains the busiest
@@ -189,7 +203,7 @@ func drainBreaks(t *testing.T, tb *Testbed, n int, before func(), what string) {
 		before()
 	}
 	drained := Busiest(sessions)
-	apply(t, tb, BackendConfig(map[int]string{BackendIndex(drained): "draining"}, nil, 3))
+	apply(t, tb, tb.Config(map[int]string{BackendIndex(drained): "draining"}, nil))
 	time.Sleep(1500 * time.Millisecond)
 	broken := 0
 	for _, s := range sessions {
@@ -227,4 +241,107 @@ func TestDrainWithBackendProgramDetached(t *testing.T) {
 			}
 		}
 	}, "with the backend program detached")
+}
+
+// TestRollingDrain is an operator's rolling restart, on each underlay:
+// every backend in turn is drained, its connections finish, and it is
+// removed and added back, while connections through the VIP (both VIPs,
+// with the IPv6 underlay) exchange a line every 100 ms all along. None
+// fails: the drained backend's connections continue through second
+// chance, and so do those made to another backend while it was out, once
+// it is back. With the IPv6 underlay every GUE packet the backends took
+// came over IPv6, and second chance forwarded some of them.
+func TestRollingDrain(t *testing.T) {
+	eachUnderlay(t, func(t *testing.T, tb *Testbed) {
+		apply(t, tb, tb.Config(nil, nil))
+		var live []*Session
+		id := 0
+		openMore := func(n int) []*Session {
+			start := len(live)
+			for i := 0; i < n; i++ {
+				s := open(t, tb, id)
+				id++
+				s.Start()
+				live = append(live, s)
+			}
+			return live[start:]
+		}
+		defer func() {
+			for _, s := range live {
+				s.Stop()
+			}
+		}()
+		finished := func(s *Session) {
+			s.Stop()
+			if ok, failed, err := s.Result(); failed > 0 || ok == 0 {
+				t.Errorf("connection %d to %s (VIP %s): %d exchanges, %d failed: %v", s.ID, s.Backend, tb.vipFor(s.ID), ok, failed, err)
+			}
+		}
+		wait := func() { time.Sleep(1200 * time.Millisecond) }
+		openMore(18)
+		for x := 1; x <= 3; x++ {
+			name := fmt.Sprintf("backend%d", x)
+			apply(t, tb, tb.Config(map[int]string{x: "draining"}, nil))
+			wait()
+			for _, s := range openMore(6) {
+				if s.Backend == name {
+					t.Errorf("connection %d, made while %s drains, landed on it", s.ID, name)
+				}
+			}
+			var kept []*Session
+			for _, s := range live {
+				if s.Backend == name {
+					finished(s) // the drain completes: its clients finish and go
+				} else {
+					kept = append(kept, s)
+				}
+			}
+			live = kept
+			apply(t, tb, tb.Config(map[int]string{x: "absent"}, nil))
+			wait()
+			apply(t, tb, tb.Config(nil, nil))
+			wait()
+			openMore(6)
+		}
+		wait() // the last ones exchange too
+		for _, s := range live {
+			finished(s)
+		}
+		live = nil
+		if !tb.Underlay6 {
+			return
+		}
+		forwarded := uint64(0)
+		for i := range tb.Backends {
+			c := backendCounters(t, tb, i+1)
+			forwarded += c["forwarded"]
+			took := c["decap_syn"] + c["decap_known"] + c["decap_not_tcp"] + c["decap_last_hop"] + c["forwarded"] + c["drop_malformed"] + c["drop_no_route"]
+			if c["gue6"] == 0 || c["gue6"] != took {
+				t.Errorf("backend%d took %d GUE packets, %d of them over IPv6: %v", i+1, took, c["gue6"], c)
+			}
+		}
+		if forwarded == 0 {
+			t.Error("no backend forwarded a packet to its second hop over IPv6: the roll did not test second chance")
+		}
+		t.Logf("second chance forwarded %d packets over IPv6", forwarded)
+	})
+}
+
+// backendCounters reads backend i's program's counters.
+func backendCounters(t *testing.T, tb *Testbed, i int) map[string]uint64 {
+	t.Helper()
+	var c map[string]uint64
+	err := tb.Backends[i-1].Do(func() error {
+		b, err := loader.OpenBackend(tb.BackendBPFFS(i))
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		c, err = b.Counters()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

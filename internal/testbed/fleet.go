@@ -68,7 +68,7 @@ func (f *Fleet) DirectorConfig(i int) string {
 // maxDirectors (AddDirector adds them). dir holds BIRD's files and the
 // directors' configs.
 func NewFleet(n, maxDirectors, clients int, dir string) (_ *Fleet, err error) {
-	tb, err := build(n, func(*Testbed) error { return nil }, RouterIP)
+	tb, err := build(n, false, func(*Testbed) error { return nil }, RouterIP)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"time"
 )
@@ -15,7 +16,7 @@ import (
 const HealthPort = 8080
 
 // ServeHealth starts backend i's health endpoint (a real net/http server)
-// at BackendIP(i):HealthPort.
+// at its table address (BackendAddr) and HealthPort.
 func (tb *Testbed) ServeHealth(i int) error {
 	if tb.health == nil {
 		tb.health = map[int]*http.Server{}
@@ -26,7 +27,7 @@ func (tb *Testbed) ServeHealth(i int) error {
 	var ln net.Listener
 	err := tb.Backends[i-1].Do(func() error {
 		var err error
-		ln, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", BackendIP(i), HealthPort))
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(tb.BackendAddr(i), HealthPort).String())
 		return err
 	})
 	if err != nil {

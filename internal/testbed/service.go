@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +33,19 @@ const MetricsAddr = "127.0.0.1:9464"
 // "healthy"): HTTP on each backend's /health and GUE through its
 // decapsulating program, every interval, trigger results in a row.
 func CheckedConfig(states map[int]string, n int, interval time.Duration, trigger int) string {
+	return checkedConfigOf(states, n, interval, trigger, BackendIP, VIP)
+}
+
+// CheckedConfig is the package's CheckedConfig for this testbed, as
+// Config is BackendConfig.
+func (tb *Testbed) CheckedConfig(states map[int]string, interval time.Duration, trigger int) string {
+	if !tb.Underlay6 {
+		return CheckedConfig(states, len(tb.Backends), interval, trigger)
+	}
+	return checkedConfigOf(states, len(tb.Backends), interval, trigger, BackendIP6, VIP, VIP6)
+}
+
+func checkedConfigOf(states map[int]string, n int, interval time.Duration, trigger int, addr func(int) netip.Addr, vips ...netip.Addr) string {
 	var bs []string
 	for i := 1; i <= n; i++ {
 		st, ok := states[i]
@@ -42,12 +56,12 @@ func CheckedConfig(states map[int]string, n int, interval time.Duration, trigger
 			continue
 		}
 		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthchecks": {"http": %d, "http_uri": "/health", "gue": 19523}}`,
-			BackendIP(i), st, HealthPort))
+			addr(i), st, HealthPort))
 	}
 	return fmt.Sprintf(`{"healthchecks": {"interval_ms": %d, "timeout_ms": 200, "trigger": %d},
  "tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
-  "binds": [{"ip": "%s", "proto": "tcp", "port": 80}],
-  "backends": [%s]}]}`, interval.Milliseconds(), trigger, VIP, strings.Join(bs, ", "))
+  "binds": [%s],
+  "backends": [%s]}]}`, interval.Milliseconds(), trigger, binds(vips), strings.Join(bs, ", "))
 }
 
 // LiveFingerprint is the live table's fingerprint, read from the kernel.

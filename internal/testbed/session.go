@@ -32,8 +32,9 @@ type Session struct {
 func (tb *Testbed) Open(id int) (*Session, error) { return tb.OpenFrom(id, netip.Addr{}) }
 
 // OpenFrom is Open from the client's address src (any when not valid).
+// With the IPv6 underlay, odd ids go to VIP6 (vipFor).
 func (tb *Testbed) OpenFrom(id int, src netip.Addr) (*Session, error) {
-	c, err := tb.DialFrom(src)
+	c, err := tb.DialTo(src, tb.vipFor(id))
 	if err != nil {
 		return nil, fmt.Errorf("connection %d: %w", id, err)
 	}

@@ -10,6 +10,13 @@
 //	 ├─ client    10.50.0.2   route VIP via the director
 //	 ├─ director  10.50.0.3   XDP director on eth0
 //	 └─ backendN  10.50.0.1N  VIP 10.60.0.1 on lo, backend program on eth0, TCP :80
+//
+// New6 builds it with an IPv6 underlay: every host also has fd50::N (N
+// as in 10.50.0.N), the backends serve VIP6 fd60::1 too, clients reach
+// both VIPs through the director, and the director sends GUE over IPv6
+// to the backends' IPv6 addresses (it has no IPv4 source at all). The
+// backends keep their IPv4 addresses for one thing: their direct replies
+// to IPv4 clients.
 package testbed
 
 import (
@@ -27,6 +34,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
@@ -40,7 +48,21 @@ var (
 	ClientIP  = netip.MustParseAddr("10.50.0.2")
 	DirIP     = netip.MustParseAddr("10.50.0.3")
 	pinPrefix = "director-testbed-"
+
+	// The IPv6 underlay's (New6).
+	VIP6      = netip.MustParseAddr("fd60::1")
+	RouterIP6 = netip.MustParseAddr("fd50::1")
+	DirIP6    = netip.MustParseAddr("fd50::3")
 )
+
+// ip6Of is the IPv6 address of the host at ip in New6's LAN: fd50::N for
+// 10.50.0.N.
+func ip6Of(ip netip.Addr) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("fd50::%d", ip.As4()[3]))
+}
+
+// BackendIP6 is backend i's IPv6 address (i from 1), in New6's testbed.
+func BackendIP6(i int) netip.Addr { return ip6Of(BackendIP(i)) }
 
 // BackendIP is backend i's address (i from 1).
 func BackendIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 50, 0, byte(10 + i)}) }
@@ -50,6 +72,7 @@ type Host struct {
 	Name string
 	NS   netns.NsHandle
 	IP   netip.Addr
+	IP6  netip.Addr // New6's only
 	MAC  net.HardwareAddr
 }
 
@@ -63,9 +86,12 @@ type Testbed struct {
 	Backends              []*Host
 	BPFFS                 string // the director's pins
 	GatewayMAC            net.HardwareAddr
-	servers               []net.Listener
-	health                map[int]*http.Server
-	conns                 sync.WaitGroup
+	// Underlay6 is New6's: the director sends GUE over IPv6, to
+	// BackendIP6 addresses.
+	Underlay6 bool
+	servers   []net.Listener
+	health    map[int]*http.Server
+	conns     sync.WaitGroup
 }
 
 // BackendBPFFS is backend i's pin directory.
@@ -92,8 +118,13 @@ func ClearStale() {
 // New builds the network with n backends. The director is loaded, pinned
 // and attached, but has no tables yet; the backends run their program and
 // a TCP server on VIP:80 that answers each line with "NAME LINE".
-func New(n int) (_ *Testbed, err error) {
-	tb, err := build(n, func(tb *Testbed) error {
+func New(n int) (_ *Testbed, err error) { return newBed(n, false) }
+
+// New6 is New with the IPv6 underlay (see the package doc).
+func New6(n int) (_ *Testbed, err error) { return newBed(n, true) }
+
+func newBed(n int, underlay6 bool) (_ *Testbed, err error) {
+	tb, err := build(n, underlay6, func(tb *Testbed) error {
 		if tb.Director, err = tb.join("director", DirIP); err != nil {
 			return err
 		}
@@ -111,9 +142,9 @@ func New(n int) (_ *Testbed, err error) {
 
 // build makes the LAN, the client, whatever directors adds, and n
 // backends; the client reaches the VIP through via.
-func build(n int, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
+func build(n int, underlay6 bool, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
 	ClearStale()
-	tb := &Testbed{BPFFS: fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid())}
+	tb := &Testbed{BPFFS: fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid()), Underlay6: underlay6}
 	defer func() {
 		if err != nil {
 			tb.Close()
@@ -145,6 +176,14 @@ func build(n int, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, e
 		tb.GatewayMAC = l.Attrs().HardwareAddr
 		sysctl("net.ipv4.conf.all.send_redirects", "0")
 		sysctl("net.ipv4.conf.br0.send_redirects", "0")
+		if underlay6 {
+			if err := addr6(br, RouterIP6); err != nil {
+				return err
+			}
+			if err := sysctl("net.ipv6.conf.all.forwarding", "1"); err != nil {
+				return err
+			}
+		}
 		return sysctl("net.ipv4.ip_forward", "1")
 	})
 	if err != nil {
@@ -172,7 +211,14 @@ func build(n int, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, e
 		}
 		l, _ := netlink.LinkByName("eth0")
 		_, dst, _ := net.ParseCIDR(VIP.String() + "/32")
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: via.AsSlice()})
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: via.AsSlice()}); err != nil {
+			return err
+		}
+		if !underlay6 {
+			return nil
+		}
+		_, dst6, _ := net.ParseCIDR(VIP6.String() + "/128")
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst6, Gw: ip6Of(via).AsSlice()})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("client route: %w", err)
@@ -190,6 +236,9 @@ func (tb *Testbed) join(name string, ip netip.Addr) (*Host, error) {
 	h, err := newHost(name, ip)
 	if err != nil {
 		return nil, err
+	}
+	if tb.Underlay6 {
+		h.IP6 = ip6Of(ip)
 	}
 	err = tb.plug(h, "p-"+name, ip, func(p netlink.Link) error {
 		br, _ := netlink.LinkByName("br0")
@@ -250,6 +299,11 @@ func (tb *Testbed) plug(h *Host, port string, ip netip.Addr, lan func(netlink.Li
 		if err := netlink.AddrAdd(l, a); err != nil {
 			return err
 		}
+		if h.IP6.IsValid() {
+			if err := addr6(l, h.IP6); err != nil {
+				return err
+			}
+		}
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
@@ -263,12 +317,34 @@ func (tb *Testbed) plug(h *Host, port string, ip netip.Addr, lan func(netlink.Li
 	return nil
 }
 
+// addr6 gives l the IPv6 address ip/64 (a /128 for fd60::, the VIP),
+// usable at once: no duplicate address detection among the testbed's
+// own hosts.
+func addr6(l netlink.Link, ip netip.Addr) error {
+	bits := 64
+	if ip == VIP6 {
+		bits = 128
+	}
+	a, _ := netlink.ParseAddr(fmt.Sprintf("%s/%d", ip, bits))
+	a.Flags = unix.IFA_F_NODAD
+	return netlink.AddrAdd(l, a)
+}
+
 func (tb *Testbed) setupBackend(i int, h *Host) error {
 	return h.Do(func() error {
 		lo, _ := netlink.LinkByName("lo")
 		a, _ := netlink.ParseAddr(VIP.String() + "/32")
 		if err := netlink.AddrAdd(lo, a); err != nil {
 			return err
+		}
+		if tb.Underlay6 {
+			if err := addr6(lo, VIP6); err != nil {
+				return err
+			}
+			// Second chance over IPv6 is a fib lookup too.
+			if err := sysctl("net.ipv6.conf.all.forwarding", "1"); err != nil {
+				return err
+			}
 		}
 		// Second chance sends packets on with a fib lookup, which needs
 		// forwarding on; the other backends' MACs are known up front.
@@ -284,26 +360,46 @@ func (tb *Testbed) setupBackend(i int, h *Host) error {
 				State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V4}); err != nil {
 				return err
 			}
+			if o.IP6.IsValid() {
+				if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: o.IP6.AsSlice(), HardwareAddr: o.MAC,
+					State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V6}); err != nil {
+					return err
+				}
+			}
 		}
 		b, err := loader.LoadBackend(tb.BackendBPFFS(i))
 		if err != nil {
 			return err
 		}
 		defer b.Close()
-		if err := b.SetSelf(h.IP); err != nil {
+		if err := b.SetSelf(h.selves()...); err != nil {
 			return err
 		}
 		if _, err := b.Attach("eth0", loader.ModeNative); err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp4", VIP.String()+":80")
-		if err != nil {
-			return err
+		vips := []string{"tcp4", VIP.String() + ":80"}
+		if tb.Underlay6 {
+			vips = append(vips, "tcp6", "["+VIP6.String()+"]:80")
 		}
-		tb.servers = append(tb.servers, ln)
-		go tb.serve(h.Name, ln)
+		for k := 0; k < len(vips); k += 2 {
+			ln, err := net.Listen(vips[k], vips[k+1])
+			if err != nil {
+				return err
+			}
+			tb.servers = append(tb.servers, ln)
+			go tb.serve(h.Name, ln)
+		}
 		return nil
 	})
+}
+
+// selves are the addresses h's backend program forwards from.
+func (h *Host) selves() []netip.Addr {
+	if h.IP6.IsValid() {
+		return []netip.Addr{h.IP, h.IP6}
+	}
+	return []netip.Addr{h.IP}
 }
 
 // serve answers every line with the backend's name and the line.
@@ -340,6 +436,10 @@ func (tb *Testbed) setupDirector() error {
 		defer d.Close()
 		dc := table.DefaultDirectorConfig()
 		dc.SrcIP = DirIP
+		if tb.Underlay6 {
+			// No IPv4 source: nothing can go over IPv4 to a backend.
+			dc.SrcIP, dc.SrcIP6 = netip.Addr{}, DirIP6
+		}
 		// One client address: hash its ports too, so connections spread.
 		dc.HashFields = table.HashSrcAddr | table.HashSrcPort
 		dc.GatewayMAC = tb.GatewayMAC
@@ -359,7 +459,11 @@ func (tb *Testbed) Dial() (net.Conn, error) { return tb.DialFrom(netip.Addr{}) }
 
 // DialFrom connects from the client's address src (any when not valid)
 // to the VIP.
-func (tb *Testbed) DialFrom(src netip.Addr) (net.Conn, error) {
+func (tb *Testbed) DialFrom(src netip.Addr) (net.Conn, error) { return tb.DialTo(src, VIP) }
+
+// DialTo connects from the client's address src (any when not valid) to
+// vip, VIP or New6's VIP6.
+func (tb *Testbed) DialTo(src, vip netip.Addr) (net.Conn, error) {
 	var c net.Conn
 	err := tb.Client.Do(func() error {
 		d := net.Dialer{Timeout: 3 * time.Second}
@@ -367,10 +471,19 @@ func (tb *Testbed) DialFrom(src netip.Addr) (net.Conn, error) {
 			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
 		}
 		var err error
-		c, err = d.Dial("tcp4", VIP.String()+":80")
+		c, err = d.Dial("tcp", netip.AddrPortFrom(vip, 80).String())
 		return err
 	})
 	return c, err
+}
+
+// vipFor is the VIP connection id goes to: VIP, or with the IPv6 underlay
+// VIP and VIP6 in turn, so that every test sends both families' clients.
+func (tb *Testbed) vipFor(id int) netip.Addr {
+	if tb.Underlay6 && id%2 == 1 {
+		return VIP6
+	}
+	return VIP
 }
 
 // Close tears everything down: servers, pins, namespaces (and with them
@@ -397,9 +510,31 @@ func (tb *Testbed) Close() error {
 	return errors.Join(errs...)
 }
 
+// Config is BackendConfig for this testbed: with the IPv6 underlay, the
+// backends are their IPv6 addresses and the table binds both VIPs.
+func (tb *Testbed) Config(states map[int]string, healthy map[int]bool) string {
+	if !tb.Underlay6 {
+		return BackendConfig(states, healthy, len(tb.Backends))
+	}
+	return backendConfig(states, healthy, len(tb.Backends), BackendIP6, VIP, VIP6)
+}
+
+// BackendAddr is backend i's address in the table: BackendIP, or with
+// the IPv6 underlay BackendIP6.
+func (tb *Testbed) BackendAddr(i int) netip.Addr {
+	if tb.Underlay6 {
+		return BackendIP6(i)
+	}
+	return BackendIP(i)
+}
+
 // BackendConfig makes a forwarding table for the VIP with the given
 // backend states, in GLB's JSON.
 func BackendConfig(states map[int]string, healthy map[int]bool, n int) string {
+	return backendConfig(states, healthy, n, BackendIP, VIP)
+}
+
+func backendConfig(states map[int]string, healthy map[int]bool, n int, addr func(int) netip.Addr, vips ...netip.Addr) string {
 	var bs []string
 	for i := 1; i <= n; i++ {
 		st, ok := states[i]
@@ -413,9 +548,18 @@ func BackendConfig(states map[int]string, healthy map[int]bool, n int) string {
 		if !ok {
 			h = true
 		}
-		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthy": %v}`, BackendIP(i), st, h))
+		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthy": %v}`, addr(i), st, h))
 	}
 	return `{"tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
-  "binds": [{"ip": "` + VIP.String() + `", "proto": "tcp", "port": 80}],
+  "binds": [` + binds(vips) + `],
   "backends": [` + strings.Join(bs, ", ") + `]}]}`
+}
+
+// binds is the testbed table's binds: port 80 of each VIP.
+func binds(vips []netip.Addr) string {
+	var b []string
+	for _, v := range vips {
+		b = append(b, fmt.Sprintf(`{"ip": "%s", "proto": "tcp", "port": 80}`, v))
+	}
+	return strings.Join(b, ", ")
 }
