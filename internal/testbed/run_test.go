@@ -73,7 +73,13 @@ func checkedConfig(states map[int]string, n int) string {
 // states and health, built apart from any service.
 func fingerprint(t *testing.T, states map[int]string, healthy map[int]bool) string {
 	t.Helper()
-	c, err := config.Parse([]byte(BackendConfig(states, healthy, 3)))
+	return fingerprintOf(t, BackendConfig(states, healthy, 3))
+}
+
+// fingerprintOf is the fingerprint of cfg's one table.
+func fingerprintOf(t *testing.T, cfg string) string {
+	t.Helper()
+	c, err := config.Parse([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
