@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-14
 BPF_STRIP ?= llvm-strip-14
 
-.PHONY: all build test test-kernels bench lint fuzz clean generate check-generated demo demo-fleet install
+.PHONY: all build test test-kernels bench lint fuzz clean generate check-generated demo demo-fleet demo-ipv6 install
 
 all: build
 
@@ -60,6 +60,9 @@ demo: build
 # Three directors behind a BIRD router: one fails, its connections carry on.
 demo-fleet: build
 	$(GO) run ./internal/demo --director $(BIN) --fleet
+
+demo-ipv6: build
+	$(GO) run ./internal/demo --director $(BIN) --ipv6
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table

@@ -37,7 +37,9 @@ type statusProgram struct {
 }
 
 type statusConfig struct {
-	SourceIP        string `json:"source_ip"`
+	SourceIP        string `json:"source_ip"`              // "" when the config has only an IPv6 one
+	SourceIP6       string `json:"source_ip6,omitempty"`   // GUE over IPv6's
+	GatewayMAC6     string `json:"gateway_mac6,omitempty"` // when it differs from gateway_mac
 	GatewayMAC      string `json:"gateway_mac"`
 	HashFields      string `json:"hash_fields"`
 	AltHashFields   string `json:"alt_hash_fields"`
@@ -109,8 +111,17 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 	if dc, err := d.LiveConfig(); err != nil {
 		return nil, err
 	} else if dc != nil {
-		doc.Config = &statusConfig{SourceIP: dc.SrcIP.String(), GatewayMAC: dc.GatewayMAC.String(), HashFields: dc.HashFields.String(),
+		doc.Config = &statusConfig{GatewayMAC: dc.GatewayMAC.String(), HashFields: dc.HashFields.String(),
 			AltHashFields: dc.AltHashFields.String(), ForwardICMPEcho: dc.ForwardICMPEcho}
+		if dc.SrcIP.IsValid() {
+			doc.Config.SourceIP = dc.SrcIP.String()
+		}
+		if dc.SrcIP6.IsValid() {
+			doc.Config.SourceIP6 = dc.SrcIP6.String()
+		}
+		if g6 := dc.Gateway6(); g6.String() != dc.GatewayMAC.String() {
+			doc.Config.GatewayMAC6 = g6.String()
+		}
 	}
 	live, err := d.Live()
 	if err != nil {
@@ -148,8 +159,19 @@ func printStatus(e *env, doc *statusDoc) {
 		fmt.Fprintln(w, "config       (none: packets for binds are passed until one is applied: director plan CONFIG --director-config FILE)")
 	} else {
 		c := doc.Config
+		src := c.SourceIP
+		if src == "" {
+			src = "(none: no IPv4 backends can be served)"
+		}
+		if c.SourceIP6 != "" {
+			src += ", IPv6 source " + c.SourceIP6
+		}
+		gw := c.GatewayMAC
+		if c.GatewayMAC6 != "" {
+			gw += ", IPv6 gateway " + c.GatewayMAC6
+		}
 		fmt.Fprintf(w, "config       source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",
-			c.SourceIP, c.GatewayMAC, c.HashFields, c.AltHashFields, c.ForwardICMPEcho)
+			src, gw, c.HashFields, c.AltHashFields, c.ForwardICMPEcho)
 	}
 	if len(doc.Tables) == 0 {
 		fmt.Fprintln(w, "tables       (none)")

@@ -25,6 +25,7 @@ import (
 var (
 	bin       = flag.String("director", "bin/director", "the director binary")
 	fleetDemo = flag.Bool("fleet", false, "show a fleet of directors behind a BGP router instead (make demo-fleet)")
+	ipv6Demo  = flag.Bool("ipv6", false, "the same over an IPv6 underlay: IPv6 backends, GUE over IPv6, clients to an IPv4 and an IPv6 VIP (make demo-ipv6)")
 	failed    bool
 )
 
@@ -87,8 +88,16 @@ func main() {
 		onInterrupt(f)
 		code = runFleet(f, dir)
 	} else {
-		say("bringing up the testbed: a client, a director (XDP on eth0), a router, 3 backends (backend program, VIP %s on lo, a TCP server)", testbed.VIP)
-		tb, err := testbed.New(3)
+		newBed := testbed.New
+		if *ipv6Demo {
+			newBed = testbed.New6
+			say("bringing up the testbed with an IPv6 underlay: a client, a director (XDP on eth0; GUE over IPv6 from %s, no IPv4 source), "+
+				"a router, 3 backends at fd50::11-13 (backend program, VIPs %s and %s on lo, a TCP server); "+
+				"every second connection goes to %s", testbed.DirIP6, testbed.VIP, testbed.VIP6, testbed.VIP6)
+		} else {
+			say("bringing up the testbed: a client, a director (XDP on eth0), a router, 3 backends (backend program, VIP %s on lo, a TCP server)", testbed.VIP)
+		}
+		tb, err := newBed(3)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
 			os.Exit(1)
@@ -127,7 +136,7 @@ func run(tb *testbed.Testbed) int {
 	plan := filepath.Join(dir, "drain.plan")
 
 	say("the table: three active backends; applying it")
-	os.WriteFile(cfg, []byte(testbed.BackendConfig(nil, nil, 3)), 0o600)
+	os.WriteFile(cfg, []byte(tb.Config(nil, nil)), 0o600)
 	director(tb, "apply", cfg, "--yes")
 
 	say("300 new connections through the VIP: where they land")
@@ -165,7 +174,7 @@ func run(tb *testbed.Testbed) int {
 	fmt.Printf("   %d of them are on %s\n", on, x)
 
 	say("draining %s: the operator's review, then the apply", x)
-	os.WriteFile(drain, []byte(testbed.BackendConfig(map[int]string{testbed.BackendIndex(x): "draining"}, nil, 3)), 0o600)
+	os.WriteFile(drain, []byte(tb.Config(map[int]string{testbed.BackendIndex(x): "draining"}, nil)), 0o600)
 	director(tb, "plan", drain, "-o", plan)
 	director(tb, "apply", plan)
 
@@ -193,6 +202,13 @@ func run(tb *testbed.Testbed) int {
 	say("what the kernel holds, and the counters")
 	director(tb, "status")
 	director(tb, "stats")
+	if tb.Underlay6 {
+		// Another backend: it has the drained one's rows now, and
+		// forwards their packets of its open connections to it.
+		y := testbed.BackendIndex(x)%3 + 1
+		say("backend%d's program: every GUE packet it took came over IPv6 (gue6); those of %s's open connections it forwarded there (second chance)", y, x)
+		backendStatus(tb, y)
+	}
 
 	return service(tb, dir, sessions, x)
 }
@@ -203,15 +219,19 @@ func run(tb *testbed.Testbed) int {
 func service(tb *testbed.Testbed, dir string, sessions []*testbed.Session, drained string) int {
 	const interval, trigger = 500 * time.Millisecond, 2
 	checked := filepath.Join(dir, "forwarding_table.src.json")
-	os.WriteFile(checked, []byte(testbed.CheckedConfig(nil, 3, interval, trigger)), 0o600)
+	os.WriteFile(checked, []byte(tb.CheckedConfig(nil, interval, trigger)), 0o600)
 	for i := 1; i <= 3; i++ {
 		if err := tb.ServeHealth(i); err != nil {
 			check(false, "%v", err)
 			return 1
 		}
 	}
-	say("director run: the config with %s active again and no \"healthy\": every backend's /health (HTTP) and GUE path "+
-		"checked every %v, trigger %d", drained, interval, trigger)
+	over := ""
+	if tb.Underlay6 {
+		over = " (over IPv6: the GUE check is an ICMPv6 echo in GUE over IPv6)"
+	}
+	say("director run: the config with %s active again and no \"healthy\": every backend's /health (HTTP) and GUE path%s "+
+		"checked every %v, trigger %d", drained, over, interval, trigger)
 	mark := 0
 	svc, err := tb.StartService(*bin, dir, checked)
 	if err != nil {
@@ -285,6 +305,21 @@ func service(tb *testbed.Testbed, dir string, sessions []*testbed.Session, drain
 	say("SIGTERM: the service stops; the datapath stays attached and steering goes on")
 	check(svc.Stop() == nil, "director run exited cleanly")
 	return 0
+}
+
+// backendStatus runs 'director backend status' in backend i's namespace.
+func backendStatus(tb *testbed.Testbed, i int) {
+	cmd := exec.Command(*bin, "backend", "status", "--backend-bpffs", tb.BackendBPFFS(i))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := tb.Backends[i-1].Do(cmd.Run)
+	fmt.Printf("   $ director backend status   (in backend%d's namespace)\n", i)
+	for _, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
+		fmt.Printf("   | %s\n", line)
+	}
+	if err != nil {
+		check(false, "director backend status: %v", err)
+	}
 }
 
 func firstOn(sessions []*testbed.Session, b string) int {
