@@ -49,13 +49,14 @@ const enum xdp_action *unused_xdp_action __attribute__((unused));
 #include "parse.h"
 #include "bind.h"
 #include "verdict.h"
+#include "toobig.h"
 #include "encap.h"
 
 /* steer6 is the rest of the program for a table of IPv6 backends: the
  * payload length check (it holds the encapsulation but the outer header),
  * the rows, the counter, and GUE over IPv6 (encapsulate6). */
 static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
-				  const struct dir_table *t, const __u64 *state, struct flow *f, __u32 l2len, __u32 ip_len)
+				  const struct dir_table *t, const __u64 *state, struct flow *f, __u32 l2len, __u32 ip_len, __u8 kind)
 {
 	if (ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
 		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
@@ -66,6 +67,12 @@ static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, co
 	if (cfg->alt_hash_fields) {
 		__u64 h2 = hash_flow(t->hash_key, state, f, cfg->alt_hash_fields);
 		alt = &t->rows[h2 & DIR_ROW_MASK];
+	}
+	__u32 esize = alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2);
+	if (__builtin_expect(ip_len + esize > DIR_MTU_FLOOR, 0)) {
+		int r = check_size(ctx, c, cfg, l2len, f->family, kind, ip_len, esize);
+		if (r >= 0)
+			return r;
 	}
 	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
 	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (row->primary & (DIR_MAX_BACKENDS - 1)), ip_len);
@@ -107,12 +114,12 @@ int director(struct xdp_md *ctx)
 
 	struct flow f = {};
 	__u32 ip_len = 0;
-	__u8 echo = 0;
+	__u8 kind = ICMP_KIND_NONE;
 	int r;
 	if (proto == bpf_htons(ETH_P_IP))
-		r = parse_ipv4(ctx, data + l2len, end, l2len, &f, &ip_len, &echo);
+		r = parse_ipv4(ctx, data + l2len, end, l2len, &f, &ip_len, &kind);
 	else if (proto == bpf_htons(ETH_P_IPV6))
-		r = parse_ipv6(ctx, data + l2len, end, l2len, &f, &ip_len, &echo);
+		r = parse_ipv6(ctx, data + l2len, end, l2len, &f, &ip_len, &kind);
 	else
 		return pass_frame(ctx, c, DIR_C_PASS_NOT_IP);
 	if (r)
@@ -133,7 +140,7 @@ int director(struct xdp_md *ctx)
 		return pass_frame(ctx, c, DIR_C_PASS_NO_BIND);
 	if (!cfg->configured)
 		return pass(c, DIR_C_ERROR_NO_CONFIG);
-	if (echo && !cfg->forward_icmp_echo)
+	if (kind == ICMP_KIND_ECHO && !cfg->forward_icmp_echo)
 		return pass_frame(ctx, c, DIR_C_PASS_ICMP_ECHO_OFF);
 
 	__u32 s = slot;
@@ -146,7 +153,7 @@ int director(struct xdp_md *ctx)
 	/* A table of IPv6 backends goes over IPv6: its own path, so that the
 	 * IPv4 one pays a compare on a field in the line the key is in. */
 	if (__builtin_expect(t->hop_family == DIR_FAMILY_IPV6, 0))
-		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len);
+		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind);
 	c->c[DIR_C_MATCHED]++;
 
 	__be32 hops[GUE_MAX_HOPS] = {};
@@ -162,6 +169,12 @@ int director(struct xdp_md *ctx)
 		hops[2] = t->hop_addr[alt->primary];
 		hops[3] = t->hop_addr[alt->secondary];
 		nhops = GUE_MAX_HOPS;
+	}
+	__u32 esize = GLB_ENCAP_SIZE(nhops);
+	if (__builtin_expect(ip_len + esize > DIR_MTU_FLOOR, 0)) {
+		int r = check_size(ctx, c, cfg, l2len, f.family, kind, ip_len, esize);
+		if (r >= 0)
+			return r;
 	}
 
 	/* Per-backend counters only: a table's traffic is the sum of its

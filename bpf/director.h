@@ -49,7 +49,9 @@ struct dir_config {
 	__be32 src_ip;         /* outer IPv4 source */
 	__u8 forward_icmp_echo;
 	__u8 configured;       /* 0 until the control plane has written the settings */
-	__u8 pad[2];
+	/* The largest packet the underlay carries, when smaller than the
+	 * interface's MTU (outbound_mtu); 0: the interface's. */
+	__u16 outbound_mtu;
 	__u32 bind_gen;        /* the live bind generation, 0 or 1 */
 	/* The outer IPv4 header's checksum sum over its constant words and
 	 * src_ip, unfolded; the loader derives it whenever it writes src_ip
@@ -292,6 +294,12 @@ enum dir_counter {
 	DIR_C_GLB_UNKNOWN_FORMAT,
 	DIR_C_GLB_NO_MATCHING_BIND,
 	DIR_C_GLB_MATCHED,
+	/* Packets too big for the underlay once encapsulated (toobig.h):
+	 * answered with ICMP fragmentation-needed or ICMPv6 packet-too-big,
+	 * or (IPv4 without DF, ICMP errors, IPv6 already at 1,280 bytes)
+	 * encapsulated all the same, as GLB does. */
+	DIR_C_ICMP_TOO_BIG,
+	DIR_C_TOO_BIG_ENCAPSULATED,
 	DIR_C_MAX,
 };
 

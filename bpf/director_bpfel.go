@@ -64,7 +64,7 @@ type DirectorDirConfig struct {
 	SrcIp           uint32
 	ForwardIcmpEcho uint8
 	Configured      uint8
-	Pad             [2]uint8
+	OutboundMtu     uint16
 	BindGen         uint32
 	CsumBase        uint32
 	SrcIp6          [16]uint8
@@ -98,7 +98,9 @@ const (
 	DirectorDirCounterDIR_C_GLB_UNKNOWN_FORMAT   DirectorDirCounter = 20
 	DirectorDirCounterDIR_C_GLB_NO_MATCHING_BIND DirectorDirCounter = 21
 	DirectorDirCounterDIR_C_GLB_MATCHED          DirectorDirCounter = 22
-	DirectorDirCounterDIR_C_MAX                  DirectorDirCounter = 23
+	DirectorDirCounterDIR_C_ICMP_TOO_BIG         DirectorDirCounter = 23
+	DirectorDirCounterDIR_C_TOO_BIG_ENCAPSULATED DirectorDirCounter = 24
+	DirectorDirCounterDIR_C_MAX                  DirectorDirCounter = 25
 )
 
 type DirectorDirCounters struct {

@@ -11,6 +11,9 @@
 #define ICMPV6_PKT_TOOBIG_ 2
 #define ICMPV6_ECHO_REQUEST_ 128
 
+/* What parse_ipv4 and parse_ipv6 say of an ICMP packet they steer. */
+enum { ICMP_KIND_NONE = 0, ICMP_KIND_ECHO, ICMP_KIND_ERROR };
+
 /* The flow a packet belongs to, seen from the client. */
 struct flow {
 	__u8 client[16];   /* source address of the client's packets */

@@ -51,7 +51,7 @@ static __always_inline int parse_l4(__u8 proto, void *l4, void *ip_end, void *en
 }
 
 static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, __u32 l2len, struct flow *f, __u32 *ip_len,
-				      __u8 *icmp_echo)
+				      __u8 *icmp_kind)
 {
 	struct iphdr *iph = ip;
 	if ((void *)(iph + 1) > end)
@@ -83,7 +83,7 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, _
 		return BAD_READ(icmp, 8, ip_end);
 	if (icmp[0] == ICMP_ECHO_) {
 		f->proto = IPPROTO_ICMP;
-		*icmp_echo = 1;
+		*icmp_kind = ICMP_KIND_ECHO;
 		return 0;
 	}
 	if (icmp[0] != ICMP_DEST_UNREACH_)
@@ -102,6 +102,7 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, _
 	__builtin_memcpy(f->vip, &q->saddr, 4);
 	__builtin_memcpy(f->client, &q->daddr, 4);
 	f->proto = q->protocol;
+	*icmp_kind = ICMP_KIND_ERROR;
 	return ports((void *)q + qhl, ip_end, end, f, 1);
 }
 
@@ -111,7 +112,7 @@ static __always_inline int ipv6_ext(__u8 nh)
 }
 
 static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, __u32 l2len, struct flow *f, __u32 *ip_len,
-				      __u8 *icmp_echo)
+				      __u8 *icmp_kind)
 {
 	struct ipv6hdr *ip6 = ip;
 	if ((void *)(ip6 + 1) > end)
@@ -155,7 +156,7 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
 		return BAD_READ(icmp, 8, ip_end);
 	if (icmp[0] == ICMPV6_ECHO_REQUEST_) {
 		f->proto = IPPROTO_ICMPV6_;
-		*icmp_echo = 1;
+		*icmp_kind = ICMP_KIND_ECHO;
 		return 0;
 	}
 	if (icmp[0] != ICMPV6_PKT_TOOBIG_)
@@ -170,6 +171,7 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
 	__builtin_memcpy(f->vip, &q->saddr, 16);
 	__builtin_memcpy(f->client, &q->daddr, 16);
 	f->proto = q->nexthdr;
+	*icmp_kind = ICMP_KIND_ERROR;
 	return ports(q + 1, ip_end, end, f, 1);
 }
 

@@ -128,5 +128,7 @@ const (
 	CGLBUnknownFormat = int(DirectorDirCounterDIR_C_GLB_UNKNOWN_FORMAT)
 	CGLBNoMatching    = int(DirectorDirCounterDIR_C_GLB_NO_MATCHING_BIND)
 	CGLBMatched       = int(DirectorDirCounterDIR_C_GLB_MATCHED)
+	CICMPTooBig       = int(DirectorDirCounterDIR_C_ICMP_TOO_BIG)
+	CTooBigEncap      = int(DirectorDirCounterDIR_C_TOO_BIG_ENCAPSULATED)
 	NumCounters       = int(DirectorDirCounterDIR_C_MAX)
 )

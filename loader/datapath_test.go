@@ -180,6 +180,11 @@ func (g *gen) steeredIP() []byte {
 	s := steered[g.rng.IntN(len(steered))]
 	vip := netip.MustParseAddr(s.vip)
 	payload := make([]byte, g.rng.IntN(200))
+	var o pkt.V4Opts
+	if g.rng.IntN(6) == 0 { // near and over the links' MTUs, with DF or not
+		payload = make([]byte, 1150+g.rng.IntN(400))
+		o.FragOff = []uint16{0x4000, 0}[g.rng.IntN(2)]
+	}
 	var l4 []byte
 	if s.proto == 6 {
 		l4 = pkt.TCP(uint16(1024+g.rng.IntN(60000)), s.port, 0x10, payload)
@@ -189,7 +194,20 @@ func (g *gen) steeredIP() []byte {
 	if vip.Is6() {
 		return pkt.IPv6(g.client(true), vip, s.proto, l4)
 	}
-	return pkt.IPv4(g.client(false), vip, s.proto, l4, pkt.V4Opts{})
+	return pkt.IPv4(g.client(false), vip, s.proto, l4, o)
+}
+
+// bigError is an ICMP error as large as a router sends one (1,280 bytes
+// for ICMPv6, 576 for ICMP, here up to 1,400), quoting a flow from a VIP,
+// with DF.
+func (g *gen) bigError(v6 bool, client netip.Addr, proto uint8) []byte {
+	pad := make([]byte, 1000+g.rng.IntN(300))
+	if v6 {
+		quoted := pkt.IPv6(g.pick(vips6), client, proto, append(g.l4(proto), pad...))
+		return pkt.IPv6(netip.MustParseAddr("2001:db8::1"), g.pick(vips6), 58, pkt.ICMP(2, 0, 1280, quoted))
+	}
+	quoted := pkt.IPv4(g.pick(vips4), client, proto, append(g.l4(proto), pad...), pkt.V4Opts{})
+	return pkt.IPv4(netip.MustParseAddr("198.51.100.1"), g.pick(vips4), 1, pkt.ICMP(3, 4, 1400, quoted), pkt.V4Opts{FragOff: 0x4000})
 }
 
 func (g *gen) frame() []byte {
@@ -222,7 +240,9 @@ func (g *gen) frame() []byte {
 		ip = pkt.IPv6(g.client(true), g.pick(vips6), proto, g.l4(proto), exts...)
 	case kind == 13 || kind == 14: // ICMP errors quoting a flow from a VIP
 		client := g.client(v6)
-		if v6 {
+		if g.rng.IntN(4) == 0 { // large ones, which the link's MTU may not take either
+			ip = g.bigError(v6, client, proto)
+		} else if v6 {
 			quoted := pkt.IPv6(g.pick(vips6), client, proto, g.l4(proto))
 			ip = pkt.IPv6(netip.MustParseAddr("2001:db8::1"), g.pick(vips6), 58, pkt.ICMP(2, 0, 1280, quoted[:48+g.rng.IntN(len(quoted)-47)]))
 		} else {
@@ -333,10 +353,15 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 	}
 	if want.Verdict == model.XDPTX {
 		tl.counters[model.CounterMatched]++
-		tl.counters[model.CounterEncapsulated]++
-		tl.counters[model.CounterEncapBytes] += uint64(want.OuterLen)
-		tl.tablePackets[want.Table]++
-		tl.backendPackets[want.HopList[0].String()]++
+		if want.TooBig != 0 {
+			tl.counters[want.TooBig]++
+		}
+		if want.TooBig != model.CounterICMPTooBig { // a reply goes to no backend
+			tl.counters[model.CounterEncapsulated]++
+			tl.counters[model.CounterEncapBytes] += uint64(want.OuterLen)
+			tl.tablePackets[want.Table]++
+			tl.backendPackets[want.HopList[0].String()]++
+		}
 	} else {
 		tl.counters[want.Reason]++
 		if want.GLB != 0 {
@@ -392,6 +417,14 @@ func TestDatapathMatchesModel(t *testing.T) {
 			underlay6(dc)
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
 		}, 10000, false, underlay6Config},
+		// Packets their encapsulation takes over the link's MTU: the
+		// generator's large ones, with DF and without, and ICMP errors.
+		{"outbound-mtu", func(dc *table.DirectorConfig) { dc.OutboundMTU = 1400 }, 20000, false, ""},
+		{"ipv6-underlay-outbound-mtu-alt-hash", func(dc *table.DirectorConfig) {
+			underlay6(dc)
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+			dc.OutboundMTU = 1320
+		}, 10000, false, underlay6Config},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := c.n
@@ -441,6 +474,13 @@ func TestDatapathMatchesModel(t *testing.T) {
 				t.Fatalf("%d of the packets differ", failures)
 			}
 			checkCounters(t, d, tl)
+			if dc.OutboundMTU != 0 {
+				replied, encapsulated := tl.counters[model.CounterICMPTooBig], tl.counters[model.CounterTooBigEncap]
+				t.Logf("too big for the link: %d answered, %d encapsulated all the same", replied, encapsulated)
+				if replied == 0 || encapsulated == 0 {
+					t.Error("the generator's traffic does not take both too-big paths")
+				}
+			}
 		})
 	}
 }

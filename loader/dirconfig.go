@@ -51,6 +51,10 @@ func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.Config, error) {
 	if c.ForwardICMPEcho {
 		v.ForwardIcmpEcho = 1
 	}
+	if c.OutboundMTU != 0 && (c.OutboundMTU < 1280 || c.OutboundMTU > 65535) {
+		return nil, fmt.Errorf("outbound MTU %d is not from 1280 to 65535", c.OutboundMTU)
+	}
+	v.OutboundMtu = uint16(c.OutboundMTU)
 	return v, nil
 }
 
@@ -119,7 +123,8 @@ func decodeConfig(v *bpf.Config) *table.DirectorConfig {
 		return nil
 	}
 	c := &table.DirectorConfig{HashFields: table.HashFields(v.HashFields), AltHashFields: table.HashFields(v.AltHashFields),
-		ForwardICMPEcho: v.ForwardIcmpEcho == 1, GatewayMAC: append(net.HardwareAddr(nil), v.GatewayMac[:]...)}
+		ForwardICMPEcho: v.ForwardIcmpEcho == 1, GatewayMAC: append(net.HardwareAddr(nil), v.GatewayMac[:]...),
+		OutboundMTU: int(v.OutboundMtu)}
 	if v.SrcIp != 0 {
 		c.SrcIP = addrFromNative(v.SrcIp)
 	}

@@ -230,3 +230,125 @@ func checkGUE6(t *testing.T, name string, in, out []byte, res model.Result, dc t
 		t.Errorf("%s: the inner packet changed", name)
 	}
 }
+
+// TestGoldenTooBig: packets their encapsulation takes over the link's MTU
+// (outbound_mtu 1400 here), on each underlay. A full-sized TCP segment
+// with DF, and any IPv6 one, is answered with ICMP too-big; one without
+// DF, and an ICMP error, is encapsulated all the same. Each reply is
+// decoded by hand (checkTooBig), apart from the program and the model.
+func TestGoldenTooBig(t *testing.T) {
+	testenv.Kernel(t)
+	payload := make([]byte, 1400)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	df := pkt.IPv4(client4, a("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, payload), pkt.V4Opts{FragOff: 0x4000})
+	noDF := pkt.IPv4(client4, a("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, payload), pkt.V4Opts{})
+	v6 := pkt.IPv6(client6, a("fd00:20::1"), 6, pkt.TCP(40001, 443, 0x10, payload))
+	quoted := pkt.IPv4(a("10.20.0.1"), client4, 6, pkt.TCP(80, 40000, 0x10, payload), pkt.V4Opts{})
+	icmpErr := pkt.IPv4(a("198.51.100.1"), a("10.20.0.1"), 1, pkt.ICMP(3, 4, 1400, quoted), pkt.V4Opts{FragOff: 0x4000})
+	dns := pkt.IPv4(client4, a("10.30.9.9"), 17, pkt.UDP(40000, 53, payload), pkt.V4Opts{FragOff: 0x4000})
+	v6dns := pkt.IPv6(client6, a("fd00:30::9"), 6, pkt.TCP(40001, 8080, 0x10, payload))
+	var out strings.Builder
+	fmt.Fprintf(&out, "# Golden packets too big for the link (outbound_mtu 1400): go test ./loader -run GoldenTooBig -update\n")
+	for _, u := range []struct {
+		name   string
+		cfg    string
+		edit   func(*table.DirectorConfig)
+		esize  int
+		cases  []goldenCase
+		answer map[string]bool // the cases answered with too-big
+	}{
+		{"ipv4-underlay", testConfig, func(*table.DirectorConfig) {}, gue.Size(2), []goldenCase{
+			{"ipv4-df", pkt.Frame(df)},
+			{"ipv4-df-vlan", pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 42, 0x0800, df)},
+			{"ipv4-no-df", pkt.Frame(noDF)},
+			{"ipv6", pkt.Frame(v6)},
+			{"icmp-error", pkt.Frame(icmpErr)},
+		}, map[string]bool{"ipv4-df": true, "ipv4-df-vlan": true, "ipv6": true}},
+		{"ipv6-underlay", underlay6Config, underlay6, gue.Size6(2), []goldenCase{
+			{"ipv4-df", pkt.Frame(dns)},
+			{"ipv6", pkt.Frame(v6dns)},
+		}, map[string]bool{"ipv4-df": true, "ipv6": true}},
+	} {
+		dc := directorConfig()
+		u.edit(&dc)
+		dc.OutboundMTU = 1400
+		d, m := setupWith(t, dc, u.cfg)
+		for _, c := range u.cases {
+			name := u.name + "/" + c.name
+			v, o, err := lab.Run(d.Prog, c.frame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := m.Process(c.frame)
+			if int(v) != model.XDPTX || hex.EncodeToString(o) != hex.EncodeToString(res.Out) {
+				t.Errorf("%s: verdict %d; kernel and model agree: %v", name, v, hex.EncodeToString(o) == hex.EncodeToString(res.Out))
+			}
+			if got := res.TooBig == model.CounterICMPTooBig; got != u.answer[c.name] {
+				t.Errorf("%s: answered %v, want %v", name, got, u.answer[c.name])
+			}
+			fmt.Fprintf(&out, "\n%s:\n  in   %s\n  out  %s\n  out  %s\n", name, pkt.Describe(c.frame), pkt.Describe(o), hex.EncodeToString(o))
+			if u.answer[c.name] {
+				checkTooBig(t, name, c.frame, o, 1400-u.esize)
+			}
+		}
+	}
+	golden.Check(t, "packets-toobig.txt", []byte(out.String()))
+}
+
+// checkTooBig decodes a too-big reply by hand: back through the MACs the
+// packet came by, from its destination to its source, a checksum that
+// adds up (over the pseudo-header, for ICMPv6), the MTU the client may
+// send, and the packet's first 128 bytes quoted.
+func checkTooBig(t *testing.T, name string, in, out []byte, mtu int) {
+	t.Helper()
+	l2 := 14
+	if in[12] == 0x81 {
+		l2 = 18
+		if string(out[12:16]) != string(in[12:16]) {
+			t.Errorf("%s: VLAN tag %x, want %x", name, out[12:16], in[12:16])
+		}
+	}
+	if string(out[0:6]) != string(in[6:12]) || string(out[6:12]) != string(in[0:6]) || string(out[l2-2:l2]) != string(in[l2-2:l2]) {
+		t.Errorf("%s: L2 header %x for %x", name, out[:l2], in[:l2])
+	}
+	ip, orig := out[l2:], in[l2:]
+	var icmp []byte
+	var sum uint32
+	if orig[0]>>4 == 4 {
+		icmp = ip[20:]
+		if ip[0] != 0x45 || ip[8] != 64 || ip[9] != 1 || int(ip[2])<<8|int(ip[3]) != len(ip) || gue.Checksum(ip[:20]) != 0 ||
+			string(ip[12:16]) != string(orig[16:20]) || string(ip[16:20]) != string(orig[12:16]) {
+			t.Errorf("%s: IPv4 header %x", name, ip[:20])
+		}
+		if icmp[0] != 3 || icmp[1] != 4 || int(icmp[6])<<8|int(icmp[7]) != mtu || icmp[4] != 0 || icmp[5] != 0 {
+			t.Errorf("%s: ICMP header %x, want frag-needed with MTU %d", name, icmp[:8], mtu)
+		}
+	} else {
+		icmp = ip[40:]
+		if ip[0] != 0x60 || ip[6] != 58 || ip[7] != 64 || int(ip[4])<<8|int(ip[5]) != len(icmp) ||
+			string(ip[8:24]) != string(orig[24:40]) || string(ip[24:40]) != string(orig[8:24]) {
+			t.Errorf("%s: IPv6 header %x", name, ip[:40])
+		}
+		if icmp[0] != 2 || icmp[1] != 0 || int(icmp[4])<<24|int(icmp[5])<<16|int(icmp[6])<<8|int(icmp[7]) != max(mtu, 1280) {
+			t.Errorf("%s: ICMPv6 header %x, want packet-too-big with MTU %d", name, icmp[:8], max(mtu, 1280))
+		}
+		for i := 8; i < 40; i += 2 { // the pseudo-header: addresses, length, next header
+			sum += uint32(ip[i])<<8 | uint32(ip[i+1])
+		}
+		sum += uint32(len(icmp)) + 58
+	}
+	for i := 0; i+1 < len(icmp); i += 2 {
+		sum += uint32(icmp[i])<<8 | uint32(icmp[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	if sum != 0xffff {
+		t.Errorf("%s: the ICMP checksum does not add up (%#x)", name, sum)
+	}
+	if string(icmp[8:]) != string(orig[:128]) {
+		t.Errorf("%s: quoted %d bytes %x, want the packet's first 128", name, len(icmp)-8, icmp[8:min(len(icmp), 48)])
+	}
+}

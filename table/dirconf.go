@@ -52,7 +52,12 @@ type DirectorConfig struct {
 	SrcIP6 netip.Addr
 	// GatewayMAC6 is the next hop of GUE over IPv6, when it differs from
 	// GatewayMAC (outbound_gateway_mac6); nil: GatewayMAC.
-	GatewayMAC6     net.HardwareAddr
+	GatewayMAC6 net.HardwareAddr
+	// OutboundMTU is the largest packet the underlay carries, when
+	// smaller than the interface's MTU (outbound_mtu, 1280-65535); 0:
+	// the interface's. A packet its encapsulation takes over it is
+	// answered with ICMP too-big (docs/wire.md, "Path MTU").
+	OutboundMTU     int
 	HashFields      HashFields // never 0
 	AltHashFields   HashFields // 0: no alternate hash
 	ForwardICMPEcho bool
@@ -106,6 +111,9 @@ func (c *DirectorConfig) MarshalGLB() ([]byte, error) {
 	if c.OutboundInterface != "" {
 		m["outbound_interface"] = c.OutboundInterface
 	}
+	if c.OutboundMTU != 0 {
+		m["outbound_mtu"] = c.OutboundMTU
+	}
 	return json.Marshal(m)
 }
 
@@ -129,6 +137,14 @@ func addrOrNone(a netip.Addr) string {
 		return ""
 	}
 	return a.String()
+}
+
+// mtuOrNone is an outbound_mtu as a plan shows it.
+func mtuOrNone(n int) string {
+	if n == 0 {
+		return "(the interface's)"
+	}
+	return fmt.Sprint(n)
 }
 
 func CompareDirectorConfig(old, new *DirectorConfig) []SettingChange {
@@ -155,6 +171,10 @@ func CompareDirectorConfig(old, new *DirectorConfig) []SettingChange {
 	if old.SrcIP6 != new.SrcIP6 {
 		add("outbound_src_ip6", addrOrNone(old.SrcIP6), addrOrNone(new.SrcIP6), true,
 			"flows keep their rows; backends see GUE packets over IPv6 from the new source and must accept them")
+	}
+	if old.OutboundMTU != new.OutboundMTU {
+		add("outbound_mtu", mtuOrNone(old.OutboundMTU), mtuOrNone(new.OutboundMTU), true,
+			"flows keep their rows; packets their encapsulation takes over the new MTU are answered with ICMP too-big, and their clients send smaller ones")
 	}
 	if (old.GatewayMAC6 != nil || new.GatewayMAC6 != nil) && old.Gateway6().String() != new.Gateway6().String() {
 		add("outbound_gateway_mac6", old.Gateway6().String(), new.Gateway6().String(), false,

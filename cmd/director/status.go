@@ -40,6 +40,7 @@ type statusConfig struct {
 	SourceIP        string `json:"source_ip"`              // "" when the config has only an IPv6 one
 	SourceIP6       string `json:"source_ip6,omitempty"`   // GUE over IPv6's
 	GatewayMAC6     string `json:"gateway_mac6,omitempty"` // when it differs from gateway_mac
+	OutboundMTU     int    `json:"outbound_mtu,omitempty"` // 0: the interface's
 	GatewayMAC      string `json:"gateway_mac"`
 	HashFields      string `json:"hash_fields"`
 	AltHashFields   string `json:"alt_hash_fields"`
@@ -122,6 +123,7 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 		if g6 := dc.Gateway6(); g6.String() != dc.GatewayMAC.String() {
 			doc.Config.GatewayMAC6 = g6.String()
 		}
+		doc.Config.OutboundMTU = dc.OutboundMTU
 	}
 	live, err := d.Live()
 	if err != nil {
@@ -170,8 +172,12 @@ func printStatus(e *env, doc *statusDoc) {
 		if c.GatewayMAC6 != "" {
 			gw += ", IPv6 gateway " + c.GatewayMAC6
 		}
-		fmt.Fprintf(w, "config       source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v\n",
-			src, gw, c.HashFields, c.AltHashFields, c.ForwardICMPEcho)
+		mtu := ""
+		if c.OutboundMTU != 0 {
+			mtu = fmt.Sprintf(", outbound MTU %d", c.OutboundMTU)
+		}
+		fmt.Fprintf(w, "config       source %s, gateway %s, hash %s, alt hash %s, ICMP echo forwarding %v%s\n",
+			src, gw, c.HashFields, c.AltHashFields, c.ForwardICMPEcho, mtu)
 	}
 	if len(doc.Tables) == 0 {
 		fmt.Fprintln(w, "tables       (none)")

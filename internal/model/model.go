@@ -14,6 +14,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/pkt"
 	"github.com/director/director/table"
 )
 
@@ -52,7 +53,19 @@ const (
 	GLBUnknownFormat  = bpf.CGLBUnknownFormat
 	GLBNoMatchingBind = bpf.CGLBNoMatching
 	GLBMatched        = bpf.CGLBMatched
-	NumCounters       = bpf.NumCounters
+	// A packet its encapsulation takes over the link's MTU: answered
+	// with ICMP too-big, or encapsulated all the same (Result.TooBig).
+	CounterICMPTooBig  = bpf.CICMPTooBig
+	CounterTooBigEncap = bpf.CTooBigEncap
+	NumCounters        = bpf.NumCounters
+)
+
+// The path MTU check (bpf/toobig.h, docs/wire.md "Path MTU"): an outer
+// packet of up to MTUFloor bytes is never checked; a reply quotes the
+// first TooBigQuote bytes of the packet.
+const (
+	MTUFloor    = 1280
+	TooBigQuote = 128
 )
 
 // Datapath is a configured director.
@@ -60,8 +73,11 @@ type Datapath struct {
 	Config     table.DirectorConfig
 	GatewayMAC [6]byte
 	Configured bool
-	Tables     []*table.Table
-	refs       []table.BindRef
+	// DeviceMTU is the MTU of the interface the program runs on, what
+	// bpf_check_mtu reads; 0 is BPF_PROG_RUN's loopback's, 65,536.
+	DeviceMTU int
+	Tables    []*table.Table
+	refs      []table.BindRef
 }
 
 // New makes a datapath serving tables.
@@ -97,8 +113,14 @@ type Result struct {
 	VIPPort    uint16
 	Echo       bool
 	// OuterLen is the encapsulated packet's length up to the end of the
-	// outer IP packet (trailing Ethernet padding excluded).
+	// outer IP packet (trailing Ethernet padding excluded); 0 for a
+	// too-big reply.
 	OuterLen int
+	// TooBig is, for a packet its encapsulation takes over the link's
+	// MTU, CounterICMPTooBig when Out is the ICMP reply to the client
+	// (XDP_TX, nothing sent to the hops), or CounterTooBigEncap when it
+	// is encapsulated all the same; 0 for any other.
+	TooBig int
 }
 
 // Hops is HopList[:NHops].
@@ -139,7 +161,7 @@ func ParseFlow(frame []byte) (Flow, int) {
 // OuterLen are zero). tableOf answers the bind lookup: TableOf, or a
 // memo of it.
 func (d *Datapath) SteerFlow(f *Flow, tableOf func(*Flow) (int, bool)) Result {
-	r := d.steer(nil, f, 0, 0, false, false, tableOf)
+	r := d.steer(nil, f, 0, 0, false, false, false, tableOf)
 	r.OuterLen = 0
 	return r
 }
@@ -159,44 +181,51 @@ var (
 // parseFrame reads a frame up to its flow. A reason other than 0 is the
 // pass counter the frame is passed for (f may then be partly filled).
 func parseFrame(frame []byte, f *Flow) (l2len, ipLen int, v6 bool, reason int) {
+	l2len, ipLen, v6, _, reason = parseFrameICMP(frame, f)
+	return l2len, ipLen, v6, reason
+}
+
+// parseFrameICMP is parseFrame that also says whether the packet is an
+// ICMP error (one the program steers by the flow it quotes).
+func parseFrameICMP(frame []byte, f *Flow) (l2len, ipLen int, v6, icmpErr bool, reason int) {
 	if len(frame) > MaxFrame {
-		return 0, 0, false, PassTooBig // no XDP hook receives a frame this large
+		return 0, 0, false, false, PassTooBig // no XDP hook receives a frame this large
 	}
 	if len(frame) < 14 {
-		return 0, 0, false, PassMalformed
+		return 0, 0, false, false, PassMalformed
 	}
 	etype := binary.BigEndian.Uint16(frame[12:])
 	l2len = 14
 	switch etype {
 	case 0x8100:
 		if len(frame) < 18 {
-			return 0, 0, false, PassMalformed
+			return 0, 0, false, false, PassMalformed
 		}
 		etype = binary.BigEndian.Uint16(frame[16:])
 		l2len = 18
 		if etype == 0x8100 || etype == 0x88a8 {
-			return 0, 0, false, PassVLAN
+			return 0, 0, false, false, PassVLAN
 		}
 	case 0x88a8:
-		return 0, 0, false, PassVLAN
+		return 0, 0, false, false, PassVLAN
 	}
 	// The headers the program reads must lie in the first buffer.
 	ip := ipView{p: frame[l2len:], first: min(len(frame), FirstBuffer) - l2len}
 	switch etype {
 	case 0x0800:
-		ipLen, reason = parseIPv4(ip, f)
+		ipLen, icmpErr, reason = parseIPv4(ip, f)
 	case 0x86dd:
-		ipLen, reason = parseIPv6(ip, f)
+		ipLen, icmpErr, reason = parseIPv6(ip, f)
 		v6 = true
 	default:
-		return 0, 0, false, PassNotIP
+		return 0, 0, false, false, PassNotIP
 	}
 	// The outer IPv4 length must hold the largest encapsulation and the
 	// packet.
 	if reason == 0 && ipLen > 0xffff-gue.Size(gue.MaxHops) {
-		return 0, 0, false, PassTooBig
+		return 0, 0, false, false, PassTooBig
 	}
-	return l2len, ipLen, v6, reason
+	return l2len, ipLen, v6, icmpErr, reason
 }
 
 // ipView is an IP packet and the frame after it (p), of which the first
@@ -306,16 +335,16 @@ func (d *Datapath) GLBResult(frame []byte) int {
 
 func (d *Datapath) process(frame []byte, build bool) Result {
 	var f Flow
-	l2len, ipLen, v6, reason := parseFrame(frame, &f)
+	l2len, ipLen, v6, icmpErr, reason := parseFrameICMP(frame, &f)
 	if reason != 0 {
 		return d.passed(frame, reason, false, &f)
 	}
-	return d.steer(frame, &f, l2len, ipLen, v6, build, d.TableOf)
+	return d.steer(frame, &f, l2len, ipLen, v6, icmpErr, build, d.TableOf)
 }
 
 // steer is what happens to a parsed frame. Apart from the frame's own
 // lengths and bytes, it depends only on the flow.
-func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool, tableOf func(*Flow) (int, bool)) Result {
+func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, icmpErr, build bool, tableOf func(*Flow) (int, bool)) Result {
 	ti, ok := tableOf(f)
 	if !ok {
 		return d.passed(frame, PassNoBind, true, f)
@@ -346,6 +375,28 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool
 		altRow, ap, as = t.Lookup(FlowHash(t.HashKey, *f, d.Config.AltHashFields))
 		hops[2], hops[3] = ap.IP, as.IP
 	}
+	esize := gue.Size(nhops)
+	if under6 {
+		esize = gue.Size6(nhops)
+	}
+	tooBig := 0
+	if ipLen+esize > MTUFloor {
+		if mtu := d.LinkMTU(); ipLen+esize > mtu {
+			room := 68 // IPv4 takes no MTU under 68
+			if mtu > esize+68 {
+				room = mtu - esize
+			}
+			tooBig = CounterTooBigEncap
+			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {
+				r := Result{Verdict: XDPTX, TooBig: CounterICMPTooBig, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops,
+					NHops: nhops, IPLen: ipLen, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
+				if build {
+					r.Out = reply
+				}
+				return r
+			}
+		}
+	}
 	var out []byte
 	if build {
 		sport := 0x8000 | uint16((h^uint64(f.ClientPort))&0x7fff)
@@ -362,13 +413,59 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, build bool
 		}
 		out = encapsulate(frame[:l2len], gw, src, hops[:nhops], sport, family, ipLen, frame[l2len:], uint32(h>>32)&gue.FlowMask)
 	}
-	esize := gue.Size(nhops)
-	if under6 {
-		esize = gue.Size6(nhops)
-	}
 	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
-		OuterLen: l2len + esize + ipLen}
+		OuterLen: l2len + esize + ipLen, TooBig: tooBig}
+}
+
+// LinkMTU is the MTU GUE packets leave with: the interface's (DeviceMTU),
+// or outbound_mtu when smaller.
+func (d *Datapath) LinkMTU() int {
+	mtu := d.DeviceMTU
+	if mtu == 0 {
+		mtu = 65536
+	}
+	if m := d.Config.OutboundMTU; m != 0 && m < mtu {
+		mtu = m
+	}
+	return mtu
+}
+
+// tooBigReply is the reply to a packet of ipLen bytes (after l2len bytes
+// of L2 header) that its encapsulation takes over the link's MTU, as a
+// router on the client's path would send it, telling room: ICMP
+// destination unreachable, fragmentation needed (RFC 1191), or ICMPv6
+// packet too big (RFC 4443), from the packet's destination (the VIP) to
+// its source, through the MACs it came by, quoting its first TooBigQuote
+// bytes. nil where the packet goes GLB's way instead, encapsulated: an
+// ICMP error (never answered with another), IPv4 without DF (a router
+// would fragment it), IPv6 already at the 1,280 bytes no link may ask it
+// under, or a quote the first buffer does not hold.
+func tooBigReply(frame []byte, l2len int, v6, icmpErr bool, ipLen, room int) []byte {
+	ip := frame[l2len:]
+	switch {
+	case icmpErr:
+		return nil
+	case v6 && ipLen <= 1280 && room < 1280:
+		return nil
+	case !v6 && binary.BigEndian.Uint16(ip[6:])&0x4000 == 0:
+		return nil
+	case min(len(frame), FirstBuffer) < l2len+TooBigQuote:
+		return nil
+	}
+	out := append(append([]byte{}, frame[6:12]...), frame[0:6]...)
+	if l2len == 18 {
+		out = append(out, frame[12:16]...)
+	}
+	quote := ip[:TooBigQuote]
+	if v6 {
+		vip, client := netip.AddrFrom16([16]byte(ip[24:40])), netip.AddrFrom16([16]byte(ip[8:24]))
+		icmp := pkt.ICMPv6(vip, client, 2, 0, uint32(max(room, 1280)), quote)
+		return append(append(out, 0x86, 0xdd), pkt.IPv6(vip, client, 58, icmp)...)
+	}
+	vip, client := netip.AddrFrom4([4]byte(ip[16:20])), netip.AddrFrom4([4]byte(ip[12:16]))
+	icmp := pkt.ICMP(3, 4, uint32(room&0xffff), quote)
+	return append(append(out, 0x08, 0x00), pkt.IPv4(vip, client, 1, icmp, pkt.V4Opts{})...)
 }
 
 // FlowHash is GLB's flow hash over the enabled fields, in order: what the
@@ -429,77 +526,77 @@ func (v *ipView) parseL4(proto uint8, off int, f *Flow) int {
 	return v.ports(off, false, f)
 }
 
-func parseIPv4(v ipView, f *Flow) (ipLen, reason int) {
+func parseIPv4(v ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	p := v.p
 	if v.first < 20 {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	hl := int(p[0]&0xf) * 4
 	if p[0]>>4 != 4 || hl < 20 {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	tot := int(binary.BigEndian.Uint16(p[2:]))
 	if tot < hl || tot > len(p) {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	v.tot = tot
 	if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
-		return 0, PassFragment
+		return 0, false, PassFragment
 	}
 	f.Client = netip.AddrFrom4([4]byte(p[12:16]))
 	f.VIP = netip.AddrFrom4([4]byte(p[16:20]))
 	switch p[9] {
 	case 6, 17:
-		return tot, v.parseL4(p[9], hl, f)
+		return tot, false, v.parseL4(p[9], hl, f)
 	case 1:
 	default:
-		return 0, PassProto
+		return 0, false, PassProto
 	}
 	icmp := hl
 	if r := v.read(icmp, 8); r != 0 {
-		return 0, r
+		return 0, false, r
 	}
 	switch p[icmp] {
 	case 8: // echo request
 		f.Proto, f.Echo = 1, true
-		return tot, 0
+		return tot, false, 0
 	case 3: // destination unreachable
 	default:
-		return 0, PassProto
+		return 0, false, PassProto
 	}
 	q := icmp + 8 // the quoted packet, from the VIP to the client
 	if r := v.read(q, 20); r != 0 {
-		return 0, r
+		return 0, false, r
 	}
 	qhl := int(p[q]&0xf) * 4
 	if p[q]>>4 != 4 || qhl < 20 {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	if p[q+9] != 6 && p[q+9] != 17 {
-		return 0, PassProto
+		return 0, false, PassProto
 	}
 	f.VIP = netip.AddrFrom4([4]byte(p[q+12 : q+16]))
 	f.Client = netip.AddrFrom4([4]byte(p[q+16 : q+20]))
 	f.Proto = p[q+9]
 	if r := v.ports(q+qhl, true, f); r != 0 {
-		return 0, r
+		return 0, false, r
 	}
-	return tot, 0
+	return tot, true, 0
 }
 
 func isExt(nh uint8) bool { return nh == 0 || nh == 43 || nh == 60 }
 
-func parseIPv6(v ipView, f *Flow) (ipLen, reason int) {
+func parseIPv6(v ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	p := v.p
 	if v.first < 40 {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	if p[0]>>4 != 6 {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	tot := 40 + int(binary.BigEndian.Uint16(p[4:]))
 	if tot > len(p) {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	v.tot = tot
 	f.Client = netip.AddrFrom16([16]byte(p[8:24]))
@@ -508,55 +605,55 @@ func parseIPv6(v ipView, f *Flow) (ipLen, reason int) {
 	off := 40
 	for i := 0; i < 4 && isExt(nh); i++ {
 		if r := v.read(off, 2); r != 0 {
-			return 0, r
+			return 0, false, r
 		}
 		nh = p[off]
 		off += (int(p[off+1]) + 1) * 8
 	}
 	if isExt(nh) {
-		return 0, PassIPv6Ext
+		return 0, false, PassIPv6Ext
 	}
 	if nh == 44 {
-		return 0, PassFragment
+		return 0, false, PassFragment
 	}
 	if off > tot {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	switch nh {
 	case 6, 17:
-		return tot, v.parseL4(nh, off, f)
+		return tot, false, v.parseL4(nh, off, f)
 	case 58:
 	default:
-		return 0, PassProto
+		return 0, false, PassProto
 	}
 	if r := v.read(off, 8); r != 0 {
-		return 0, r
+		return 0, false, r
 	}
 	switch p[off] {
 	case 128: // echo request
 		f.Proto, f.Echo = 58, true
-		return tot, 0
+		return tot, false, 0
 	case 2: // packet too big
 	default:
-		return 0, PassProto
+		return 0, false, PassProto
 	}
 	q := off + 8
 	if r := v.read(q, 40); r != 0 {
-		return 0, r
+		return 0, false, r
 	}
 	if p[q]>>4 != 6 {
-		return 0, PassMalformed
+		return 0, false, PassMalformed
 	}
 	if p[q+6] != 6 && p[q+6] != 17 {
-		return 0, PassProto
+		return 0, false, PassProto
 	}
 	f.VIP = netip.AddrFrom16([16]byte(p[q+8 : q+24]))
 	f.Client = netip.AddrFrom16([16]byte(p[q+24 : q+40]))
 	f.Proto = p[q+6]
 	if r := v.ports(q+40, true, f); r != 0 {
-		return 0, r
+		return 0, false, r
 	}
-	return tot, 0
+	return tot, true, 0
 }
 
 // encapsulate builds GLB's GUE packet: the L2 header with new MACs, then

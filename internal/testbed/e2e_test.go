@@ -1,10 +1,14 @@
 package testbed
 
 import (
+	"bufio"
 	"fmt"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -344,4 +348,51 @@ func backendCounters(t *testing.T, tb *Testbed, i int) map[string]uint64 {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestPathMTU: on links of 1,500 bytes, a client's full-sized packets do
+// not fit once encapsulated. The director answers them with ICMP
+// fragmentation-needed (ICMPv6 packet-too-big for VIP6), the client's own
+// stack lowers its path MTU, and a 64 KB message gets through and back,
+// over each underlay. Without the replies the packets would be dropped on
+// the director's link and the exchange would stall.
+func TestPathMTU(t *testing.T) {
+	eachUnderlay(t, func(t *testing.T, tb *Testbed) {
+		apply(t, tb, tb.Config(nil, nil))
+		d, err := tb.OpenDirector()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		before, err := d.GlobalCounters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := strings.Repeat("x", 64<<10)
+		for id := 0; id < 2; id++ { // VIP, and VIP6 over the IPv6 underlay
+			vip := tb.vipFor(id)
+			c, err := tb.DialTo(netip.Addr{}, vip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(testenv.Scaled(10 * time.Second)))
+			if _, err := fmt.Fprintf(c, "%s\n", line); err != nil {
+				t.Fatalf("%s: writing 64 KB: %v", vip, err)
+			}
+			reply, err := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if err != nil || !strings.HasSuffix(reply, " "+line+"\n") {
+				t.Fatalf("%s: 64 KB through the director: %d bytes back, %v", vip, len(reply), err)
+			}
+		}
+		after, err := d.GlobalCounters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies := after[model.CounterICMPTooBig] - before[model.CounterICMPTooBig]
+		if replies == 0 {
+			t.Fatal("the exchanges worked, but the director sent no too-big reply: the test did not test it")
+		}
+		t.Logf("%d too-big replies; the clients then sent packets that fit", replies)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"strconv"
 
 	"github.com/director/director/table"
 )
@@ -34,7 +35,7 @@ func ParseDirector(data []byte) (*table.DirectorConfig, error) {
 	p := &parser{}
 	c := table.DefaultDirectorConfig()
 	allowed := append([]string{"outbound_gateway_mac", "outbound_src_ip", "outbound_interface", "hash_fields", "alt_hash_fields",
-		"outbound_src_ip6", "outbound_gateway_mac6",
+		"outbound_src_ip6", "outbound_gateway_mac6", "outbound_mtu",
 		"forward_icmp_ping_responses", "statsd_port", "bgp"}, dpdkOnlyKeys...)
 	if p.object("", root, allowed...) {
 		for _, m := range root.members {
@@ -83,6 +84,14 @@ func ParseDirector(data []byte) (*table.DirectorConfig, error) {
 					p.fail("outbound_src_ip", "%s is not an IPv4 address (GUE over IPv6 takes its source from outbound_src_ip6)", v.brief())
 				}
 				c.SrcIP = a
+			}
+		}
+		if v := root.get("outbound_mtu"); v != nil {
+			n, err := strconv.ParseInt(v.num.String(), 10, 64)
+			if v.kind != jsonNumber || err != nil || n < 1280 || n > 65535 {
+				p.fail("outbound_mtu", "%s is not an MTU from 1280 (IPv6's minimum; no underlay is smaller) to 65535", v.brief())
+			} else {
+				c.OutboundMTU = int(n)
 			}
 		}
 		if v := root.get("forward_icmp_ping_responses"); v != nil {

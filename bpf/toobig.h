@@ -1,0 +1,160 @@
+/* Packets too big for the underlay once encapsulated (docs/wire.md, "Path
+ * MTU"). The encapsulation adds 40 to 120 bytes, so a client packet that
+ * fits its own path may not fit the director's: it is answered, as a
+ * router on the way would, with ICMP fragmentation-needed or ICMPv6
+ * packet-too-big giving the MTU less the encapsulation, and the client
+ * sends smaller packets. */
+#ifndef DIR_TOOBIG_H
+#define DIR_TOOBIG_H
+
+/* No underlay is smaller than IPv6's minimum MTU: an outer packet of up to
+ * this many bytes is never checked, so that the small packets (ACKs, SYNs)
+ * pay a compare and nothing else. */
+#define DIR_MTU_FLOOR 1280
+/* How much of the packet a reply quotes: its IP header (options and
+ * extension headers included, up to 88 bytes of them over IPv6) and
+ * ports, all a client's stack needs to find the connection. A packet this
+ * path sees has over 1,100 bytes, so the quote is always there. */
+#define DIR_TOO_BIG_QUOTE 128
+#define ICMP_FRAG_NEEDED_ 4
+
+/* link_mtu is the MTU GUE packets leave with: the interface's, or
+ * outbound_mtu when smaller. */
+static __always_inline __u32 link_mtu(struct xdp_md *ctx, const struct dir_config *cfg)
+{
+	__u32 mtu = 1; /* a length to check; the helper returns the MTU whatever it is */
+	if (bpf_check_mtu(ctx, 0, &mtu, 0, 0) < 0)
+		mtu = 0xffff;
+	if (cfg->outbound_mtu && cfg->outbound_mtu < mtu)
+		mtu = cfg->outbound_mtu;
+	return mtu;
+}
+
+/* too_big_reply turns the frame into the reply (l2len bytes of L2 header
+ * and v6, constants at each call, so that every offset is one): the L2 header with its MACs swapped, a new IP
+ * header from the packet's destination (the VIP) to its source, the ICMP
+ * header, and the first DIR_TOO_BIG_QUOTE bytes of the packet, trimmed to
+ * that. Returns -1, untouched, where the frame cannot be (its first buffer
+ * too short: never for a packet this large). */
+static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters *c, __u32 l2len, __u32 v6, __u32 mtu)
+{
+	__u32 hdr = v6 ? 40 + 8 : 20 + 8;
+	__u32 want = l2len + hdr + DIR_TOO_BIG_QUOTE;
+	__u8 *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	if ((void *)(data + l2len + DIR_TOO_BIG_QUOTE) > end)
+		return -1;
+	__u8 mac[12], addr[32];
+	__u32 tag = 0;
+	__builtin_memcpy(mac, data + 6, 6); /* the reply goes back where the packet came from */
+	__builtin_memcpy(mac + 6, data, 6);
+	if (l2len == 18)
+		tag = *(__u32 *)(data + 12);
+	if (v6) {
+		__builtin_memcpy(addr, data + l2len + 24, 16); /* from the VIP */
+		__builtin_memcpy(addr + 16, data + l2len + 8, 16); /* to the client */
+	} else {
+		__builtin_memcpy(addr, data + l2len + 16, 4);
+		__builtin_memcpy(addr + 4, data + l2len + 12, 4);
+	}
+
+	if (bpf_xdp_adjust_head(ctx, -(int)hdr))
+		return pass(c, DIR_C_ERROR_ADJUST_HEAD);
+	int delta = (int)want - (int)bpf_xdp_get_buff_len(ctx);
+	if (bpf_xdp_adjust_tail(ctx, delta)) {
+		bpf_xdp_adjust_head(ctx, (int)hdr);
+		return pass(c, DIR_C_ERROR_BOUNDS);
+	}
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if ((void *)(data + want) > end) /* the frame is want bytes now: for the verifier */
+		return pass(c, DIR_C_ERROR_BOUNDS);
+
+	__builtin_memcpy(data, mac, 12);
+	if (l2len == 18) {
+		*(__u32 *)(data + 12) = tag;
+		*(__be16 *)(data + 16) = bpf_htons(v6 ? ETH_P_IPV6 : ETH_P_IP);
+	} else {
+		*(__be16 *)(data + 12) = bpf_htons(v6 ? ETH_P_IPV6 : ETH_P_IP);
+	}
+	__u8 *ip = data + l2len;
+	__u8 *icmp;
+	__u64 sum;
+	if (v6) {
+		icmp = ip + 40;
+		*(__be32 *)ip = bpf_htonl(6 << 28);
+		*(__be16 *)(ip + 4) = bpf_htons(8 + DIR_TOO_BIG_QUOTE);
+		ip[6] = IPPROTO_ICMPV6_;
+		ip[7] = 64;
+		__builtin_memcpy(ip + 8, addr, 32);
+		/* IPv6 never takes less than 1,280 (RFC 8200). */
+		*(__u32 *)icmp = ICMPV6_PKT_TOOBIG_; /* type, code 0, checksum 0 */
+		*(__be32 *)(icmp + 4) = bpf_htonl(mtu < 1280 ? 1280 : mtu);
+		/* The pseudo-header: addresses, upper-layer length, next header. */
+		sum = (__u32)bpf_csum_diff(NULL, 0, (__be32 *)(ip + 8), 32, 0);
+		sum += bpf_htonl(8 + DIR_TOO_BIG_QUOTE) + bpf_htonl(IPPROTO_ICMPV6_);
+	} else {
+		icmp = ip + 20;
+		*(__u64 *)ip = 0x45 | (__u64)bpf_htons(20 + 8 + DIR_TOO_BIG_QUOTE) << 16; /* ID 0, no DF: an ICMP error is never too big */
+		*(__u32 *)(ip + 8) = 64 | IPPROTO_ICMP << 8;                              /* TTL, protocol, checksum 0 */
+		__builtin_memcpy(ip + 12, addr, 8);
+		*(__u16 *)(ip + 10) = ipv4_csum(ip);
+		*(__u32 *)icmp = ICMP_DEST_UNREACH_ | ICMP_FRAG_NEEDED_ << 8;
+		*(__be32 *)(icmp + 4) = bpf_htonl(mtu & 0xffff); /* unused, next-hop MTU */
+		sum = 0;
+	}
+	sum += (__u32)bpf_csum_diff(NULL, 0, (__be32 *)icmp, 8 + DIR_TOO_BIG_QUOTE, 0);
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	*(__u16 *)(icmp + 2) = ~csum_fold((__u32)sum);
+	c->c[DIR_C_ICMP_TOO_BIG]++;
+	return XDP_TX;
+}
+
+/* too_big is what becomes of a packet of ip_len bytes whose encapsulation
+ * (esize bytes) takes it over mtu: the reply, as the client's own path
+ * would answer it, with mtu less the encapsulation; or -1, counted, for
+ * one GLB's way (encapsulated all the same, for the link to carry or
+ * drop): IPv4 without DF (a router would fragment it; XDP cannot), an
+ * ICMP error (never answered with another), and IPv6 already at the
+ * 1,280 bytes no smaller MTU may ask it under. meta is the L2 header's
+ * length, the family above it and the ICMP kind above that: five
+ * arguments at most for a function call. */
+static __noinline int too_big(struct xdp_md *ctx, struct dir_counters *c, __u32 meta, __u32 ip_len, __u32 mtu)
+{
+	__u32 l2len = (meta & 0xff) == 18 ? 18 : 14, v6 = ((meta >> 8) & 0xff) == DIR_FAMILY_IPV6, kind = meta >> 16;
+	__u8 *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	if ((void *)(data + 18 + 8) > end)
+		goto encapsulate;
+	if (kind == ICMP_KIND_ERROR)
+		goto encapsulate;
+	if (v6 ? ip_len <= 1280 && mtu < 1280 : !(*(__be16 *)(data + l2len + 6) & bpf_htons(0x4000)))
+		goto encapsulate;
+	int r;
+	if (l2len == 18)
+		r = v6 ? too_big_reply(ctx, c, 18, 1, mtu) : too_big_reply(ctx, c, 18, 0, mtu);
+	else
+		r = v6 ? too_big_reply(ctx, c, 14, 1, mtu) : too_big_reply(ctx, c, 14, 0, mtu);
+	if (r >= 0)
+		return r;
+encapsulate:
+	c->c[DIR_C_TOO_BIG_ENCAPSULATED]++;
+	return -1;
+}
+
+/* check_size is the path of a packet whose encapsulation takes it over
+ * DIR_MTU_FLOOR: -1 when it fits the link (or goes GLB's way), else the
+ * verdict on its reply. */
+static __always_inline int check_size(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg, __u32 l2len,
+				      __u8 family, __u8 kind, __u32 ip_len, __u32 esize)
+{
+	__u32 mtu = link_mtu(ctx, cfg);
+	if (ip_len + esize <= mtu)
+		return -1;
+	/* What the client may send: IPv4 takes no MTU under 68. */
+	__u32 room = mtu > esize + 68 ? mtu - esize : 68;
+	return too_big(ctx, c, l2len | (__u32)family << 8 | (__u32)kind << 16, ip_len, room);
+}
+
+#endif
