@@ -21,6 +21,13 @@ func isGUE(f []byte) bool {
 	return len(f) > 14+28 && f[12] == 0x08 && f[13] == 0 && f[14+9] == 17 && f[14+22] == 0x4c && f[14+23] == 0x43
 }
 
+// isTooBig reports whether a frame is an ICMP fragmentation-needed or an
+// ICMPv6 packet-too-big.
+func isTooBig(f []byte) bool {
+	return len(f) > 14+48 && (f[12] == 0x08 && f[13] == 0 && f[14+9] == 1 && f[14+20] == 3 && f[14+21] == 4 ||
+		f[12] == 0x86 && f[13] == 0xdd && f[14+6] == 58 && f[14+40] == 2)
+}
+
 // TestVethSteering attaches the director to one end of a veth pair in a
 // private namespace, in native and in generic mode, sends real frames from
 // the other end and captures what the program sends back with XDP_TX.
@@ -73,15 +80,36 @@ func vethSteering(dir, mode string) error {
 	}
 	defer sock.Close()
 	g := &gen{rngFor(7)}
-	sent := 0
+	m.DeviceMTU = 1500 // a veth's: large frames are answered too big
+	sent, tooBig, encapBig := 0, 0, 0
 	for i := 0; i < 200; i++ {
 		frame := pkt.Frame(g.steeredIP())
+		if len(frame) > 14+1500 {
+			continue // the peer cannot send it
+		}
 		want := m.Process(frame)
 		if want.Verdict != model.XDPTX {
 			return fmt.Errorf("generated frame %x is not steered", frame)
 		}
 		if err := sock.Send(frame); err != nil {
 			return err
+		}
+		if want.TooBig == model.CounterICMPTooBig {
+			got, err := sock.Recv(2*time.Second, isTooBig)
+			if err != nil {
+				return fmt.Errorf("frame %d (%d bytes): no too-big reply came back: %w", i, len(frame), err)
+			}
+			if !bytes.Equal(got, want.Out) {
+				return fmt.Errorf("frame %d's reply:\n got  %s\n want %s", i, hex.EncodeToString(got), hex.EncodeToString(want.Out))
+			}
+			tooBig++
+			continue
+		}
+		if want.TooBig == model.CounterTooBigEncap {
+			// Encapsulated all the same (no DF): over the veth's MTU,
+			// so it does not arrive.
+			encapBig++
+			continue
 		}
 		got, err := sock.Recv(2*time.Second, isGUE)
 		if err != nil {
@@ -123,8 +151,14 @@ func vethSteering(dir, mode string) error {
 	if err != nil {
 		return err
 	}
+	if st.Global["encapsulated"] < uint64(sent+encapBig) || st.Global["too_big_encapsulated"] != uint64(encapBig) {
+		return fmt.Errorf("too_big_encapsulated %d after %d such frames", st.Global["too_big_encapsulated"], encapBig)
+	}
 	if st.Global["encapsulated"] < uint64(sent) {
 		return fmt.Errorf("encapsulated counter %d after %d frames", st.Global["encapsulated"], sent)
+	}
+	if tooBig == 0 || st.Global["icmp_too_big"] != uint64(tooBig) {
+		return fmt.Errorf("%d frames too big for the veth's MTU, icmp_too_big %d", tooBig, st.Global["icmp_too_big"])
 	}
 
 	// Detached, the interface no longer bounces anything back.

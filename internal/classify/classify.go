@@ -8,6 +8,7 @@ package classify
 import (
 	"net/netip"
 
+	"github.com/director/director/internal/gue"
 	"github.com/director/director/internal/model"
 )
 
@@ -150,7 +151,8 @@ func (c *Classifier) FlowOf(p *Parsed, first *model.Result) (id FlowID, reason i
 }
 
 // FlowResult is the Result of a packet of flow id, without what belongs to
-// the packet itself (Out, IPLen and OuterLen are zero).
+// the packet itself (Out, IPLen, OuterLen and TooBig are zero: whether a
+// packet fits the link is its own).
 func (c *Classifier) FlowResult(id FlowID) model.Result {
 	if id.c != c {
 		panic("classify: a FlowID of another Classifier")
@@ -173,9 +175,16 @@ func (c *Classifier) Classify(frame []byte) (model.Result, FlowID) {
 		return model.Result{Verdict: model.XDPPass, Reason: reason, Client: f.Client, ClientPort: f.ClientPort,
 			VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}, id
 	case fresh || !id.Valid():
-		return r, id
+	default:
+		r = c.FlowResult(id)
 	}
-	return c.FlowResult(id), id
+	// Whether a packet fits the link once encapsulated is the packet's
+	// own, not its flow's: a packet that may not is worked out in full.
+	if r.Verdict == model.XDPTX && len(frame)+gue.Size6(gue.MaxHops) > c.d.LinkMTU() {
+		r = c.d.Classify(frame)
+		r.IPLen, r.OuterLen = 0, 0
+	}
+	return r, id
 }
 
 // flow is the flow k was made from (keyOf).

@@ -289,7 +289,8 @@ func sample(p capture.Packet, o outcome) Sample {
 		if len(s.Hops) > 0 {
 			s.Primary = s.Hops[0]
 		}
-		if o.res.Verdict == model.XDPTX {
+		// A too-big reply is sent back to the client: in no table's rows.
+		if o.res.Verdict == model.XDPTX && o.res.TooBig != model.CounterICMPTooBig {
 			s.Table, s.Row = o.res.Table, o.res.Row
 		}
 	}

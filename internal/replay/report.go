@@ -72,7 +72,7 @@ func FromModel(s *Sample, n, bytes int, res *model.Result, id classify.FlowID) {
 		s.FlowID = id
 		s.Flow = FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
 	}
-	if s.TX() {
+	if s.TX() && res.TooBig != model.CounterICMPTooBig {
 		s.Hops = res.Hops()
 		s.Primary = res.HopList[0]
 		s.Table, s.Row = res.Table, res.Row
