@@ -86,8 +86,11 @@ type replayer struct {
 
 func (e *env) replayDirectorConfig() (*table.DirectorConfig, net.HardwareAddr, error) {
 	if e.dirConfig == "" {
+		// Documentation addresses, one of each family, so that a config
+		// of either family's backends replays as it is.
 		dc := table.DefaultDirectorConfig()
 		dc.SrcIP = netip.MustParseAddr("192.0.2.1")
+		dc.SrcIP6 = netip.MustParseAddr("2001:db8::1")
 		return &dc, replayGateway, nil
 	}
 	dc, err := config.ParseDirectorFile(e.dirConfig)

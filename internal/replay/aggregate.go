@@ -53,8 +53,17 @@ type tableAgg struct {
 
 type rowAgg struct {
 	count   Count
-	primary [4]byte
+	primary hop
 }
+
+// hop is a hop's address without pointers: its 16-byte form (IPv4
+// mapped), since the hops of a table of IPv6 backends are IPv6.
+type hop [16]byte
+
+func hopOf(a netip.Addr) hop { return a.As16() }
+
+// addr is the hop's address, IPv4 again where it was.
+func (h hop) addr() netip.Addr { return netip.AddrFrom16(h).Unmap() }
 
 // flowKey is FlowKey without pointers.
 type flowKey struct {
@@ -65,7 +74,7 @@ type flowKey struct {
 	v6          bool
 }
 
-// flowAgg is one flow. Hops are IPv4: GUE's hop list carries only IPv4.
+// flowAgg is one flow.
 type flowAgg struct {
 	packets, bytes uint64
 	// first and firstNew are the capture positions of the packets the
@@ -75,7 +84,7 @@ type flowAgg struct {
 	unmatched       bool
 	oldTX, newTX    bool
 	nOld, nNew      uint8
-	old, new        [4][4]byte
+	old, new        [4]hop
 	key             flowKey
 	// Packets of the flow not yet counted in their row (flushRow).
 	rowCount Count
@@ -85,7 +94,7 @@ type flowAgg struct {
 	reason        int16
 	fated         bool
 	rowTable, row int32
-	rowPrimary    [4]byte
+	rowPrimary    hop
 }
 
 // NewAggregator starts a report; names are the tables' names, in order,
@@ -120,12 +129,12 @@ func (a *Aggregator) Captured(bytes int, truncated bool) {
 	}
 }
 
-func hops4(hops []netip.Addr) (n uint8, out [4][4]byte) {
+func hops4(hops []netip.Addr) (n uint8, out [4]hop) {
 	for i, h := range hops {
 		if i == len(out) {
 			break
 		}
-		out[i] = h.Unmap().As4()
+		out[i] = hopOf(h)
 		n++
 	}
 	return n, out
@@ -167,7 +176,7 @@ func (a *Aggregator) Add(s *Sample) {
 	if s.TX() && s.Table >= 0 {
 		t := a.table(s.Table)
 		t.count.add(s.Bytes)
-		primary := s.Primary.Unmap().As4()
+		primary := hopOf(s.Primary)
 		row := int32(s.Row & 0xffff)
 		if f == nil {
 			t.rows[row].count.add(s.Bytes)

@@ -229,12 +229,12 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 // first packet, and the flows no bind matched.
 type flowCounts struct {
 	table     map[int]uint64
-	backend   map[int]map[[4]byte]uint64
+	backend   map[int]map[hop]uint64
 	unmatched uint64
 }
 
 func (a *Aggregator) flowsPerBackend() flowCounts {
-	fc := flowCounts{table: map[int]uint64{}, backend: map[int]map[[4]byte]uint64{}}
+	fc := flowCounts{table: map[int]uint64{}, backend: map[int]map[hop]uint64{}}
 	for i := 0; i < a.flows.Len(); i++ {
 		f := a.flows.At(i)
 		if f.unmatched {
@@ -246,7 +246,7 @@ func (a *Aggregator) flowsPerBackend() flowCounts {
 		ti := int(f.table)
 		fc.table[ti]++
 		if fc.backend[ti] == nil {
-			fc.backend[ti] = map[[4]byte]uint64{}
+			fc.backend[ti] = map[hop]uint64{}
 		}
 		fc.backend[ti][f.old[0]]++
 	}
@@ -259,7 +259,7 @@ func (a *Aggregator) tableReport(i int, t *tableAgg, flows flowCounts) (TableRep
 	name := table.DisplayName(a.tableName(i), i)
 	tr := TableReport{Name: name, Index: i, Count: t.count, Flows: flows.table[i], Backends: []BackendReport{}}
 	var rows []RowReport
-	backends := map[[4]byte]*Count{}
+	backends := map[hop]*Count{}
 	for row := range t.rows {
 		rc := &t.rows[row]
 		if rc.count.Packets == 0 {
@@ -271,15 +271,15 @@ func (a *Aggregator) tableReport(i int, t *tableAgg, flows flowCounts) (TableRep
 			backends[rc.primary] = b
 		}
 		b.merge(rc.count)
-		rows = append(rows, RowReport{Table: name, Row: row, Primary: netip.AddrFrom4(rc.primary).String(), Count: rc.count})
+		rows = append(rows, RowReport{Table: name, Row: row, Primary: rc.primary.addr().String(), Count: rc.count})
 	}
-	var ips [][4]byte
+	var ips []hop
 	for ip := range backends {
 		ips = append(ips, ip)
 	}
-	sort.Slice(ips, func(x, y int) bool { return netip.AddrFrom4(ips[x]).Less(netip.AddrFrom4(ips[y])) })
+	sort.Slice(ips, func(x, y int) bool { return ips[x].addr().Less(ips[y].addr()) })
 	for _, ip := range ips {
-		tr.Backends = append(tr.Backends, BackendReport{IP: netip.AddrFrom4(ip).String(), Count: *backends[ip], Flows: flows.backend[i][ip]})
+		tr.Backends = append(tr.Backends, BackendReport{IP: ip.addr().String(), Count: *backends[ip], Flows: flows.backend[i][ip]})
 	}
 	return tr, rows
 }
