@@ -231,6 +231,22 @@ func TestGUEWithoutSourceSaysWhy(t *testing.T) {
 	if err := CanProbe(c, Sources{}); err == nil || !errors.Is(err, ErrNoSource) {
 		t.Fatalf("CanProbe without a source: %v", err)
 	}
+	// An IPv6 backend's probe needs the IPv6 source, whatever IPv4 one
+	// there is.
+	p6 := NewProber(100*time.Millisecond, Sources{V4: netip.MustParseAddr("127.0.0.1")})
+	defer p6.Close()
+	rs = p6.Probe(context.Background(), netip.MustParseAddr("fd00::1"), Checks{GUE: 19523})
+	if len(rs) != 1 || rs[0].OK || !rs[0].Local || !strings.Contains(rs[0].Reason, "no outbound_src_ip6") {
+		t.Fatalf("IPv6 backend without an IPv6 source: %+v", rs)
+	}
+	c6, err := config.Parse([]byte(`{"tables": [{"hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [{"ip": "fd00::1", "state": "active", "healthchecks": {"gue": 19523}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CanProbe(c6, Sources{V4: netip.MustParseAddr("127.0.0.1")}); err == nil || !errors.Is(err, ErrNoSource6) || !strings.Contains(err.Error(), "fd00::1") {
+		t.Fatalf("CanProbe of an IPv6 backend with only an IPv4 source: %v", err)
+	}
 }
 
 // TestProbeHTTPAndTCPOverIPv6: the http and tcp checks reach an IPv6
