@@ -55,7 +55,7 @@ type benchPath struct {
 
 var benchCmd = &command{
 	name: "bench", args: "CAPTURE --config CONFIG [--director-config FILE] [--duration D] [--mode native|generic] [--json]",
-	uses: usesDirectorConfig,
+	uses:    usesDirectorConfig,
 	summary: "Measure the program's cost per packet on a capture, on a veth pair.",
 	help: "Replay a capture at line rate through the real datapath: in a private network namespace, the\n" +
 		"program is attached to one end of a veth pair and the capture's frames are injected into the other\n" +
