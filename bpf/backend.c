@@ -95,6 +95,12 @@ struct {
 	__type(value, __u8);
 } be_local6 SEC(".maps");
 
+#include "capture.h"
+
+const struct dir_capture *unused_be_capture __attribute__((unused));
+const struct dir_capture_meta *unused_be_capture_meta __attribute__((unused));
+const struct dir_capture_cpu *unused_be_capture_cpu __attribute__((unused));
+
 /* same16 compares two IPv6 addresses (clang has no memcmp for BPF). */
 static __always_inline int same16(const void *a, const void *b)
 {
@@ -104,10 +110,10 @@ static __always_inline int same16(const void *a, const void *b)
 
 /* drop counts a GUE packet for this host that cannot be handled, and
  * drops it. */
-static __always_inline int drop(struct be_counters *c, int reason)
+static __always_inline int drop(struct xdp_md *ctx, struct be_counters *c, int reason)
 {
 	c->c[reason]++;
-	return XDP_DROP;
+	return captured(ctx, XDP_DROP, reason, 0, NULL);
 }
 
 /* decap strips everything between the Ethernet header and the inner packet
@@ -134,7 +140,7 @@ static __always_inline int decap(struct xdp_md *ctx, __u32 strip, __be16 inner_p
 	__builtin_memcpy(eth->h_source, copy.h_source, ETH_ALEN);
 	eth->h_proto = inner_proto;
 	c->c[reason]++;
-	return XDP_PASS;
+	return captured(ctx, XDP_PASS, reason, 0, NULL);
 }
 
 /* send_on sends a packet whose outer header now goes to the next hop out
@@ -145,8 +151,9 @@ static __always_inline int send_on(struct xdp_md *ctx, struct be_counters *c, st
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
 	c->c[BE_C_FORWARDED]++;
 	if (fib->ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(fib->ifindex, 0);
+		return captured(ctx, XDP_TX, BE_C_FORWARDED, 0, NULL);
+	/* Captured before the redirect, which takes effect on return. */
+	return captured(ctx, bpf_redirect(fib->ifindex, 0), BE_C_FORWARDED, 0, NULL);
 }
 
 /* local_or_next decides for a GUE packet for this host, whose inner
@@ -165,12 +172,12 @@ static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters 
 	if (inner_ipproto == IPPROTO_IPIP) {
 		struct iphdr *iip = inner;
 		if ((void *)(iip + 1) > end || iip->ihl != 5)
-			return drop(c, BE_C_DROP_MALFORMED);
+			return drop(ctx, c, BE_C_DROP_MALFORMED);
 		if (iip->protocol != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
 		tcp = (void *)(iip + 1);
 		if ((void *)(tcp + 1) > end)
-			return drop(c, BE_C_DROP_MALFORMED);
+			return drop(ctx, c, BE_C_DROP_MALFORMED);
 		tuple.ipv4.saddr = iip->saddr;
 		tuple.ipv4.daddr = iip->daddr;
 		tuple.ipv4.sport = tcp->source;
@@ -179,12 +186,12 @@ static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters 
 	} else {
 		struct ipv6hdr *iip6 = inner;
 		if ((void *)(iip6 + 1) > end)
-			return drop(c, BE_C_DROP_MALFORMED);
+			return drop(ctx, c, BE_C_DROP_MALFORMED);
 		if (iip6->nexthdr != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
 		tcp = (void *)(iip6 + 1);
 		if ((void *)(tcp + 1) > end)
-			return drop(c, BE_C_DROP_MALFORMED);
+			return drop(ctx, c, BE_C_DROP_MALFORMED);
 		__builtin_memcpy(tuple.ipv6.saddr, &iip6->saddr, 16);
 		__builtin_memcpy(tuple.ipv6.daddr, &iip6->daddr, 16);
 		tuple.ipv6.sport = tcp->source;
@@ -219,7 +226,7 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 		goto not_gue;
 	struct be_config *cfg = bpf_map_lookup_elem(&be_cfg, &zero);
 	if (!cfg || !cfg->configured)
-		return drop(c, BE_C_DROP_NO_CONFIG);
+		return drop(ctx, c, BE_C_DROP_NO_CONFIG);
 	struct in6_addr daddr = ip6->daddr;
 	if (!same16(&daddr, cfg->self_ip6) && !bpf_map_lookup_elem(&be_local6, &daddr))
 		goto not_gue; /* GUE for another host */
@@ -228,12 +235,12 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	/* director's IPv6 hop list (gue.h): hlen = 1 + 4 * hops. */
 	struct dir_gue6_hdr *gue = (void *)(udp + 1);
 	if ((void *)gue + __builtin_offsetof(struct dir_gue6_hdr, hops) > end)
-		return drop(c, BE_C_DROP_MALFORMED);
+		return drop(ctx, c, BE_C_DROP_MALFORMED);
 	__u8 hlen = gue->hlen & GUE_HLEN_MASK, inner_ipproto = gue->proto;
 	__u8 next = gue->next_hop, count = gue->hop_count;
 	if ((gue->hlen >> GUE_HLEN_VC_SHIFT) != 0 || gue->private_type != bpf_htons(GUE_PRIVATE_TYPE_DIRECTOR_V6) ||
 	    count > GUE_MAX_LISTED || hlen != 1 + 4 * count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6))
-		return drop(c, BE_C_DROP_MALFORMED);
+		return drop(ctx, c, BE_C_DROP_MALFORMED);
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
 	int r = local_or_next(ctx, c, inner, end, inner_ipproto, inner - (void *)ip6);
 	if (r >= 0)
@@ -253,7 +260,7 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	else if (next == 2 && (void *)&gue->hops[3] <= end)
 		dst = gue->hops[2];
 	else
-		return drop(c, BE_C_DROP_MALFORMED);
+		return drop(ctx, c, BE_C_DROP_MALFORMED);
 
 	struct bpf_fib_lookup fib = {};
 	fib.family = AF_INET6_;
@@ -263,7 +270,7 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	fib.l4_protocol = IPPROTO_UDP;
 	int rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return drop(c, BE_C_DROP_NO_ROUTE);
+		return drop(ctx, c, BE_C_DROP_NO_ROUTE);
 	gue->next_hop = next + 1;
 	__builtin_memcpy(&ip6->daddr, dst, 16);
 	__builtin_memcpy(&ip6->saddr, cfg->self_ip6, 16);
@@ -273,7 +280,7 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 
 not_gue:
 	c->c[BE_C_PASS_NOT_GUE]++;
-	return XDP_PASS;
+	return captured(ctx, XDP_PASS, BE_C_PASS_NOT_GUE, 0, NULL);
 }
 
 SEC("xdp")
@@ -304,7 +311,7 @@ int backend(struct xdp_md *ctx)
 		goto not_gue;
 	struct be_config *cfg = bpf_map_lookup_elem(&be_cfg, &zero);
 	if (!cfg || !cfg->configured) {
-		return drop(c, BE_C_DROP_NO_CONFIG);
+		return drop(ctx, c, BE_C_DROP_NO_CONFIG);
 	}
 	if (ip->daddr != cfg->self_ip && !bpf_map_lookup_elem(&be_local, &ip->daddr))
 		goto not_gue; /* GUE for another host */
@@ -312,13 +319,13 @@ int backend(struct xdp_md *ctx)
 	/* GUE (gue.h): version 0, C 0, GLB's private data, hlen = 1 + hops. */
 	struct glb_gue_hdr *gue = (void *)(udp + 1);
 	if ((void *)gue + __builtin_offsetof(struct glb_gue_hdr, hops) > end) {
-		return drop(c, BE_C_DROP_MALFORMED);
+		return drop(ctx, c, BE_C_DROP_MALFORMED);
 	}
 	__u8 hlen = gue->hlen & GUE_HLEN_MASK, inner_ipproto = gue->proto;
 	__u8 next = gue->next_hop, count = gue->hop_count;
 	if ((gue->hlen >> GUE_HLEN_VC_SHIFT) != 0 || gue->private_type != bpf_htons(GUE_PRIVATE_TYPE_GLB) || count > GUE_MAX_LISTED ||
 	    hlen != 1 + count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6)) {
-		return drop(c, BE_C_DROP_MALFORMED);
+		return drop(ctx, c, BE_C_DROP_MALFORMED);
 	}
 	__be32 *hops = gue->hops;
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
@@ -342,7 +349,7 @@ int backend(struct xdp_md *ctx)
 	else if (next == 2 && (void *)(hops + 3) <= end)
 		dst = hops[2];
 	else {
-		return drop(c, BE_C_DROP_MALFORMED);
+		return drop(ctx, c, BE_C_DROP_MALFORMED);
 	}
 
 	struct bpf_fib_lookup fib = {};
@@ -354,7 +361,7 @@ int backend(struct xdp_md *ctx)
 	/* An egress lookup: the host sends this packet itself. */
 	int rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-		return drop(c, BE_C_DROP_NO_ROUTE);
+		return drop(ctx, c, BE_C_DROP_NO_ROUTE);
 	}
 	gue->next_hop = next + 1;
 	ip->saddr = cfg->self_ip;
@@ -366,5 +373,5 @@ int backend(struct xdp_md *ctx)
 
 not_gue:
 	c->c[BE_C_PASS_NOT_GUE]++;
-	return XDP_PASS;
+	return captured(ctx, XDP_PASS, BE_C_PASS_NOT_GUE, 0, NULL);
 }

@@ -47,14 +47,20 @@ type BackendBeCounters struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	BackendMapBeCfg            = "be_cfg"
-	BackendMapBeLocal          = "be_local"
-	BackendMapBeLocal6         = "be_local6"
-	BackendMapBeStats          = "be_stats"
-	BackendProgBackend         = "backend"
-	BackendVarUnusedBeConfig   = "unused_be_config"
-	BackendVarUnusedBeCounter  = "unused_be_counter"
-	BackendVarUnusedBeCounters = "unused_be_counters"
+	BackendMapBeCfg               = "be_cfg"
+	BackendMapBeLocal             = "be_local"
+	BackendMapBeLocal6            = "be_local6"
+	BackendMapBeStats             = "be_stats"
+	BackendMapCapture             = "capture"
+	BackendMapCaptureCpu          = "capture_cpu"
+	BackendMapCaptureEvents       = "capture_events"
+	BackendProgBackend            = "backend"
+	BackendVarUnusedBeCapture     = "unused_be_capture"
+	BackendVarUnusedBeCaptureCpu  = "unused_be_capture_cpu"
+	BackendVarUnusedBeCaptureMeta = "unused_be_capture_meta"
+	BackendVarUnusedBeConfig      = "unused_be_config"
+	BackendVarUnusedBeCounter     = "unused_be_counter"
+	BackendVarUnusedBeCounters    = "unused_be_counters"
 )
 
 // LoadBackend returns the embedded CollectionSpec for Backend.
@@ -106,19 +112,25 @@ type BackendProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BackendMapSpecs struct {
-	BeCfg    *ebpf.MapSpec `ebpf:"be_cfg"`
-	BeLocal  *ebpf.MapSpec `ebpf:"be_local"`
-	BeLocal6 *ebpf.MapSpec `ebpf:"be_local6"`
-	BeStats  *ebpf.MapSpec `ebpf:"be_stats"`
+	BeCfg         *ebpf.MapSpec `ebpf:"be_cfg"`
+	BeLocal       *ebpf.MapSpec `ebpf:"be_local"`
+	BeLocal6      *ebpf.MapSpec `ebpf:"be_local6"`
+	BeStats       *ebpf.MapSpec `ebpf:"be_stats"`
+	Capture       *ebpf.MapSpec `ebpf:"capture"`
+	CaptureCpu    *ebpf.MapSpec `ebpf:"capture_cpu"`
+	CaptureEvents *ebpf.MapSpec `ebpf:"capture_events"`
 }
 
 // BackendVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BackendVariableSpecs struct {
-	UnusedBeConfig   *ebpf.VariableSpec `ebpf:"unused_be_config"`
-	UnusedBeCounter  *ebpf.VariableSpec `ebpf:"unused_be_counter"`
-	UnusedBeCounters *ebpf.VariableSpec `ebpf:"unused_be_counters"`
+	UnusedBeCapture     *ebpf.VariableSpec `ebpf:"unused_be_capture"`
+	UnusedBeCaptureCpu  *ebpf.VariableSpec `ebpf:"unused_be_capture_cpu"`
+	UnusedBeCaptureMeta *ebpf.VariableSpec `ebpf:"unused_be_capture_meta"`
+	UnusedBeConfig      *ebpf.VariableSpec `ebpf:"unused_be_config"`
+	UnusedBeCounter     *ebpf.VariableSpec `ebpf:"unused_be_counter"`
+	UnusedBeCounters    *ebpf.VariableSpec `ebpf:"unused_be_counters"`
 }
 
 // BackendObjects contains all objects after they have been loaded into the kernel.
@@ -141,10 +153,13 @@ func (o *BackendObjects) Close() error {
 //
 // It can be passed to LoadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BackendMaps struct {
-	BeCfg    *ebpf.Map `ebpf:"be_cfg"`
-	BeLocal  *ebpf.Map `ebpf:"be_local"`
-	BeLocal6 *ebpf.Map `ebpf:"be_local6"`
-	BeStats  *ebpf.Map `ebpf:"be_stats"`
+	BeCfg         *ebpf.Map `ebpf:"be_cfg"`
+	BeLocal       *ebpf.Map `ebpf:"be_local"`
+	BeLocal6      *ebpf.Map `ebpf:"be_local6"`
+	BeStats       *ebpf.Map `ebpf:"be_stats"`
+	Capture       *ebpf.Map `ebpf:"capture"`
+	CaptureCpu    *ebpf.Map `ebpf:"capture_cpu"`
+	CaptureEvents *ebpf.Map `ebpf:"capture_events"`
 }
 
 func (m *BackendMaps) Close() error {
@@ -153,6 +168,9 @@ func (m *BackendMaps) Close() error {
 		m.BeLocal,
 		m.BeLocal6,
 		m.BeStats,
+		m.Capture,
+		m.CaptureCpu,
+		m.CaptureEvents,
 	)
 }
 
@@ -160,9 +178,12 @@ func (m *BackendMaps) Close() error {
 //
 // It can be passed to LoadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BackendVariables struct {
-	UnusedBeConfig   *ebpf.Variable `ebpf:"unused_be_config"`
-	UnusedBeCounter  *ebpf.Variable `ebpf:"unused_be_counter"`
-	UnusedBeCounters *ebpf.Variable `ebpf:"unused_be_counters"`
+	UnusedBeCapture     *ebpf.Variable `ebpf:"unused_be_capture"`
+	UnusedBeCaptureCpu  *ebpf.Variable `ebpf:"unused_be_capture_cpu"`
+	UnusedBeCaptureMeta *ebpf.Variable `ebpf:"unused_be_capture_meta"`
+	UnusedBeConfig      *ebpf.Variable `ebpf:"unused_be_config"`
+	UnusedBeCounter     *ebpf.Variable `ebpf:"unused_be_counter"`
+	UnusedBeCounters    *ebpf.Variable `ebpf:"unused_be_counters"`
 }
 
 // BackendPrograms contains all programs after they have been loaded into the kernel.

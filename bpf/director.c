@@ -42,6 +42,9 @@ const enum gue_const *unused_gue_const __attribute__((unused));
 const struct glb_encap *unused_glb_encap __attribute__((unused));
 const struct dir_gue6_encap *unused_gue6_encap __attribute__((unused));
 const enum xdp_action *unused_xdp_action __attribute__((unused));
+const struct dir_capture *unused_capture __attribute__((unused));
+const struct dir_capture_meta *unused_capture_meta __attribute__((unused));
+const struct dir_capture_cpu *unused_capture_cpu __attribute__((unused));
 
 #include "maps.h"
 #include "flow.h"
@@ -56,7 +59,8 @@ const enum xdp_action *unused_xdp_action __attribute__((unused));
  * payload length check (it holds the encapsulation but the outer header),
  * the rows, the counter, and GUE over IPv6 (encapsulate6). */
 static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
-				  const struct dir_table *t, const __u64 *state, struct flow *f, __u32 l2len, __u32 ip_len, __u8 kind)
+				  const struct dir_table *t, const __u64 *state, struct flow *f, __u32 l2len, __u32 ip_len, __u8 kind,
+				  __u32 at)
 {
 	if (ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
 		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
@@ -77,7 +81,8 @@ static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, co
 	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
 	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (row->primary & (DIR_MAX_BACKENDS - 1)), ip_len);
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f->client_port)) & 0x7fff);
-	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, row, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK);
+	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, row, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK,
+			    at | (h & DIR_ROW_MASK));
 }
 
 /* xdp.frags: the program takes multi-buffer frames, so it can be attached
@@ -144,6 +149,7 @@ int director(struct xdp_md *ctx)
 		return pass_frame(ctx, c, DIR_C_PASS_ICMP_ECHO_OFF);
 
 	__u32 s = slot;
+	__u32 at = (s + 1) << 16; /* for a capture: the table, above the row */
 	void *inner = bpf_map_lookup_elem(&tables, &s);
 	if (!inner)
 		return pass(c, DIR_C_ERROR_NO_TABLE);
@@ -153,7 +159,7 @@ int director(struct xdp_md *ctx)
 	/* A table of IPv6 backends goes over IPv6: its own path, so that the
 	 * IPv4 one pays a compare on a field in the line the key is in. */
 	if (__builtin_expect(t->hop_family == DIR_FAMILY_IPV6, 0))
-		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind);
+		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, at);
 	c->c[DIR_C_MATCHED]++;
 
 	__be32 hops[GUE_MAX_HOPS] = {};
@@ -183,5 +189,5 @@ int director(struct xdp_md *ctx)
 	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
 
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);
-	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport);
+	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport, at | (h & DIR_ROW_MASK));
 }

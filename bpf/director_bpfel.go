@@ -56,6 +56,39 @@ type DirectorDirBindVal struct {
 	Id uint32
 }
 
+type DirectorDirCapture struct {
+	_       structs.HostLayout
+	On      uint32
+	Actions uint32
+	Reasons uint32
+	Table   uint32
+	Family  uint32
+	Backend [16]uint8
+	Snaplen uint32
+	Rate    uint32
+}
+
+type DirectorDirCaptureCpu struct {
+	_       structs.HostLayout
+	Window  uint64
+	Kept    uint64
+	Limited uint64
+	Failed  uint64
+}
+
+type DirectorDirCaptureMeta struct {
+	_       structs.HostLayout
+	Ktime   uint64
+	Action  uint32
+	Reason  uint32
+	Table   uint32
+	Row     uint32
+	Ifindex uint32
+	Len     uint32
+	CapLen  uint32
+	Pad     uint32
+}
+
 type DirectorDirConfig struct {
 	_               structs.HostLayout
 	GatewayMac      [6]uint8
@@ -331,33 +364,39 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DirectorMapBackendTraffic   = "backend_traffic"
-	DirectorMapBindExact        = "bind_exact"
-	DirectorMapBindGroups       = "bind_groups"
-	DirectorMapBinds            = "binds"
-	DirectorMapConfig           = "config"
-	DirectorMapCounters         = "counters"
-	DirectorMapTables           = "tables"
-	DirectorProgDirector        = "director"
-	DirectorVarUnusedBindKey    = "unused_bind_key"
-	DirectorVarUnusedBindKind   = "unused_bind_kind"
-	DirectorVarUnusedBindVal    = "unused_bind_val"
-	DirectorVarUnusedConfig     = "unused_config"
-	DirectorVarUnusedCounter    = "unused_counter"
-	DirectorVarUnusedCounters   = "unused_counters"
-	DirectorVarUnusedExactKey   = "unused_exact_key"
-	DirectorVarUnusedExactMult  = "unused_exact_mult"
-	DirectorVarUnusedExactTable = "unused_exact_table"
-	DirectorVarUnusedFamily     = "unused_family"
-	DirectorVarUnusedGlbEncap   = "unused_glb_encap"
-	DirectorVarUnusedGroupTable = "unused_group_table"
-	DirectorVarUnusedGue6Encap  = "unused_gue6_encap"
-	DirectorVarUnusedGueConst   = "unused_gue_const"
-	DirectorVarUnusedHashField  = "unused_hash_field"
-	DirectorVarUnusedLimit      = "unused_limit"
-	DirectorVarUnusedTable      = "unused_table"
-	DirectorVarUnusedTraffic    = "unused_traffic"
-	DirectorVarUnusedXdpAction  = "unused_xdp_action"
+	DirectorMapBackendTraffic    = "backend_traffic"
+	DirectorMapBindExact         = "bind_exact"
+	DirectorMapBindGroups        = "bind_groups"
+	DirectorMapBinds             = "binds"
+	DirectorMapCapture           = "capture"
+	DirectorMapCaptureCpu        = "capture_cpu"
+	DirectorMapCaptureEvents     = "capture_events"
+	DirectorMapConfig            = "config"
+	DirectorMapCounters          = "counters"
+	DirectorMapTables            = "tables"
+	DirectorProgDirector         = "director"
+	DirectorVarUnusedBindKey     = "unused_bind_key"
+	DirectorVarUnusedBindKind    = "unused_bind_kind"
+	DirectorVarUnusedBindVal     = "unused_bind_val"
+	DirectorVarUnusedCapture     = "unused_capture"
+	DirectorVarUnusedCaptureCpu  = "unused_capture_cpu"
+	DirectorVarUnusedCaptureMeta = "unused_capture_meta"
+	DirectorVarUnusedConfig      = "unused_config"
+	DirectorVarUnusedCounter     = "unused_counter"
+	DirectorVarUnusedCounters    = "unused_counters"
+	DirectorVarUnusedExactKey    = "unused_exact_key"
+	DirectorVarUnusedExactMult   = "unused_exact_mult"
+	DirectorVarUnusedExactTable  = "unused_exact_table"
+	DirectorVarUnusedFamily      = "unused_family"
+	DirectorVarUnusedGlbEncap    = "unused_glb_encap"
+	DirectorVarUnusedGroupTable  = "unused_group_table"
+	DirectorVarUnusedGue6Encap   = "unused_gue6_encap"
+	DirectorVarUnusedGueConst    = "unused_gue_const"
+	DirectorVarUnusedHashField   = "unused_hash_field"
+	DirectorVarUnusedLimit       = "unused_limit"
+	DirectorVarUnusedTable       = "unused_table"
+	DirectorVarUnusedTraffic     = "unused_traffic"
+	DirectorVarUnusedXdpAction   = "unused_xdp_action"
 )
 
 // LoadDirector returns the embedded CollectionSpec for Director.
@@ -413,6 +452,9 @@ type DirectorMapSpecs struct {
 	BindExact      *ebpf.MapSpec `ebpf:"bind_exact"`
 	BindGroups     *ebpf.MapSpec `ebpf:"bind_groups"`
 	Binds          *ebpf.MapSpec `ebpf:"binds"`
+	Capture        *ebpf.MapSpec `ebpf:"capture"`
+	CaptureCpu     *ebpf.MapSpec `ebpf:"capture_cpu"`
+	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
@@ -422,25 +464,28 @@ type DirectorMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorVariableSpecs struct {
-	UnusedBindKey    *ebpf.VariableSpec `ebpf:"unused_bind_key"`
-	UnusedBindKind   *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
-	UnusedBindVal    *ebpf.VariableSpec `ebpf:"unused_bind_val"`
-	UnusedConfig     *ebpf.VariableSpec `ebpf:"unused_config"`
-	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCounters   *ebpf.VariableSpec `ebpf:"unused_counters"`
-	UnusedExactKey   *ebpf.VariableSpec `ebpf:"unused_exact_key"`
-	UnusedExactMult  *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
-	UnusedExactTable *ebpf.VariableSpec `ebpf:"unused_exact_table"`
-	UnusedFamily     *ebpf.VariableSpec `ebpf:"unused_family"`
-	UnusedGlbEncap   *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
-	UnusedGroupTable *ebpf.VariableSpec `ebpf:"unused_group_table"`
-	UnusedGue6Encap  *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
-	UnusedGueConst   *ebpf.VariableSpec `ebpf:"unused_gue_const"`
-	UnusedHashField  *ebpf.VariableSpec `ebpf:"unused_hash_field"`
-	UnusedLimit      *ebpf.VariableSpec `ebpf:"unused_limit"`
-	UnusedTable      *ebpf.VariableSpec `ebpf:"unused_table"`
-	UnusedTraffic    *ebpf.VariableSpec `ebpf:"unused_traffic"`
-	UnusedXdpAction  *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
+	UnusedBindKey     *ebpf.VariableSpec `ebpf:"unused_bind_key"`
+	UnusedBindKind    *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
+	UnusedBindVal     *ebpf.VariableSpec `ebpf:"unused_bind_val"`
+	UnusedCapture     *ebpf.VariableSpec `ebpf:"unused_capture"`
+	UnusedCaptureCpu  *ebpf.VariableSpec `ebpf:"unused_capture_cpu"`
+	UnusedCaptureMeta *ebpf.VariableSpec `ebpf:"unused_capture_meta"`
+	UnusedConfig      *ebpf.VariableSpec `ebpf:"unused_config"`
+	UnusedCounter     *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCounters    *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedExactKey    *ebpf.VariableSpec `ebpf:"unused_exact_key"`
+	UnusedExactMult   *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
+	UnusedExactTable  *ebpf.VariableSpec `ebpf:"unused_exact_table"`
+	UnusedFamily      *ebpf.VariableSpec `ebpf:"unused_family"`
+	UnusedGlbEncap    *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
+	UnusedGroupTable  *ebpf.VariableSpec `ebpf:"unused_group_table"`
+	UnusedGue6Encap   *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
+	UnusedGueConst    *ebpf.VariableSpec `ebpf:"unused_gue_const"`
+	UnusedHashField   *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedLimit       *ebpf.VariableSpec `ebpf:"unused_limit"`
+	UnusedTable       *ebpf.VariableSpec `ebpf:"unused_table"`
+	UnusedTraffic     *ebpf.VariableSpec `ebpf:"unused_traffic"`
+	UnusedXdpAction   *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
 }
 
 // DirectorObjects contains all objects after they have been loaded into the kernel.
@@ -467,6 +512,9 @@ type DirectorMaps struct {
 	BindExact      *ebpf.Map `ebpf:"bind_exact"`
 	BindGroups     *ebpf.Map `ebpf:"bind_groups"`
 	Binds          *ebpf.Map `ebpf:"binds"`
+	Capture        *ebpf.Map `ebpf:"capture"`
+	CaptureCpu     *ebpf.Map `ebpf:"capture_cpu"`
+	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	Tables         *ebpf.Map `ebpf:"tables"`
@@ -478,6 +526,9 @@ func (m *DirectorMaps) Close() error {
 		m.BindExact,
 		m.BindGroups,
 		m.Binds,
+		m.Capture,
+		m.CaptureCpu,
+		m.CaptureEvents,
 		m.Config,
 		m.Counters,
 		m.Tables,
@@ -488,25 +539,28 @@ func (m *DirectorMaps) Close() error {
 //
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorVariables struct {
-	UnusedBindKey    *ebpf.Variable `ebpf:"unused_bind_key"`
-	UnusedBindKind   *ebpf.Variable `ebpf:"unused_bind_kind"`
-	UnusedBindVal    *ebpf.Variable `ebpf:"unused_bind_val"`
-	UnusedConfig     *ebpf.Variable `ebpf:"unused_config"`
-	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCounters   *ebpf.Variable `ebpf:"unused_counters"`
-	UnusedExactKey   *ebpf.Variable `ebpf:"unused_exact_key"`
-	UnusedExactMult  *ebpf.Variable `ebpf:"unused_exact_mult"`
-	UnusedExactTable *ebpf.Variable `ebpf:"unused_exact_table"`
-	UnusedFamily     *ebpf.Variable `ebpf:"unused_family"`
-	UnusedGlbEncap   *ebpf.Variable `ebpf:"unused_glb_encap"`
-	UnusedGroupTable *ebpf.Variable `ebpf:"unused_group_table"`
-	UnusedGue6Encap  *ebpf.Variable `ebpf:"unused_gue6_encap"`
-	UnusedGueConst   *ebpf.Variable `ebpf:"unused_gue_const"`
-	UnusedHashField  *ebpf.Variable `ebpf:"unused_hash_field"`
-	UnusedLimit      *ebpf.Variable `ebpf:"unused_limit"`
-	UnusedTable      *ebpf.Variable `ebpf:"unused_table"`
-	UnusedTraffic    *ebpf.Variable `ebpf:"unused_traffic"`
-	UnusedXdpAction  *ebpf.Variable `ebpf:"unused_xdp_action"`
+	UnusedBindKey     *ebpf.Variable `ebpf:"unused_bind_key"`
+	UnusedBindKind    *ebpf.Variable `ebpf:"unused_bind_kind"`
+	UnusedBindVal     *ebpf.Variable `ebpf:"unused_bind_val"`
+	UnusedCapture     *ebpf.Variable `ebpf:"unused_capture"`
+	UnusedCaptureCpu  *ebpf.Variable `ebpf:"unused_capture_cpu"`
+	UnusedCaptureMeta *ebpf.Variable `ebpf:"unused_capture_meta"`
+	UnusedConfig      *ebpf.Variable `ebpf:"unused_config"`
+	UnusedCounter     *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCounters    *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedExactKey    *ebpf.Variable `ebpf:"unused_exact_key"`
+	UnusedExactMult   *ebpf.Variable `ebpf:"unused_exact_mult"`
+	UnusedExactTable  *ebpf.Variable `ebpf:"unused_exact_table"`
+	UnusedFamily      *ebpf.Variable `ebpf:"unused_family"`
+	UnusedGlbEncap    *ebpf.Variable `ebpf:"unused_glb_encap"`
+	UnusedGroupTable  *ebpf.Variable `ebpf:"unused_group_table"`
+	UnusedGue6Encap   *ebpf.Variable `ebpf:"unused_gue6_encap"`
+	UnusedGueConst    *ebpf.Variable `ebpf:"unused_gue_const"`
+	UnusedHashField   *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedLimit       *ebpf.Variable `ebpf:"unused_limit"`
+	UnusedTable       *ebpf.Variable `ebpf:"unused_table"`
+	UnusedTraffic     *ebpf.Variable `ebpf:"unused_traffic"`
+	UnusedXdpAction   *ebpf.Variable `ebpf:"unused_xdp_action"`
 }
 
 // DirectorPrograms contains all programs after they have been loaded into the kernel.

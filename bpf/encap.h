@@ -7,7 +7,7 @@
  * site so the copies are fixed-size. */
 static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 				       __u32 l2len, __u32 ip_len, __u8 ip_family, __be32 hops[GUE_MAX_HOPS],
-				       __u32 nhops, __u16 sport)
+				       __u32 nhops, __u16 sport, __u32 at)
 {
 	__u32 listed = nhops - 1;
 	__u32 esize = GLB_ENCAP_SIZE(nhops);
@@ -69,7 +69,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + ipsz;
-	return XDP_TX;
+	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, (const __u8 *)hops);
 }
 
 /* encapsulate6 is encapsulate for a table of IPv6 backends: outer IPv6
@@ -78,7 +78,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
  * alternate hash alt's two hops. */
 static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 					const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
-					const struct dir_row *row, const struct dir_row *alt, __u16 sport, __u32 flow)
+					const struct dir_row *row, const struct dir_row *alt, __u16 sport, __u32 flow, __u32 at)
 {
 	__u32 listed = alt ? GUE_MAX_LISTED : 1;
 	__u32 esize = alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2);
@@ -121,7 +121,7 @@ static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters 
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + esize + ip_len;
-	return XDP_TX;
+	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, t->hop_addr6[row->primary]);
 }
 
 #endif

@@ -75,4 +75,6 @@ struct {
 	__type(value, struct dir_traffic);
 } backend_traffic SEC(".maps");
 
+#include "capture.h"
+
 #endif

@@ -8,31 +8,34 @@ package bpf
 
 // The director's shared structs (director.h, gue.h).
 type (
-	Backend    = DirectorDirBackend
-	Bind       = DirectorDirBind
-	BindKey    = DirectorDirBindKey
-	BindVal    = DirectorDirBindVal
-	Config     = DirectorDirConfig
-	Counters   = DirectorDirCounters
-	ExactEntry = DirectorDirExactEntry
-	ExactKey   = DirectorDirExactKey
-	ExactTable = DirectorDirExactTable
-	GroupEntry = DirectorDirGroupEntry
-	GroupKey   = DirectorDirGroupKey
-	GroupLen   = DirectorDirGroupLen
-	GroupTable = DirectorDirGroupTable
-	PortRange  = DirectorDirPortRange
-	Row        = DirectorDirRow
-	Table      = DirectorDirTable
-	Traffic    = DirectorDirTraffic
-	GLBEncap   = DirectorGlbEncap
-	Gue6Encap  = DirectorDirGue6Encap
-	GUEHeader  = DirectorGlbGueHdr
-	Counter    = DirectorDirCounter
-	BeConfig   = BackendBeConfig
-	BeCounters = BackendBeCounters
-	TgConfig   = LabTgConfig
-	TgFrame    = LabTgFrame
+	Backend     = DirectorDirBackend
+	Capture     = DirectorDirCapture // the backend program's is the same struct (capture.h)
+	CaptureCPU  = DirectorDirCaptureCpu
+	CaptureMeta = DirectorDirCaptureMeta
+	Bind        = DirectorDirBind
+	BindKey     = DirectorDirBindKey
+	BindVal     = DirectorDirBindVal
+	Config      = DirectorDirConfig
+	Counters    = DirectorDirCounters
+	ExactEntry  = DirectorDirExactEntry
+	ExactKey    = DirectorDirExactKey
+	ExactTable  = DirectorDirExactTable
+	GroupEntry  = DirectorDirGroupEntry
+	GroupKey    = DirectorDirGroupKey
+	GroupLen    = DirectorDirGroupLen
+	GroupTable  = DirectorDirGroupTable
+	PortRange   = DirectorDirPortRange
+	Row         = DirectorDirRow
+	Table       = DirectorDirTable
+	Traffic     = DirectorDirTraffic
+	GLBEncap    = DirectorGlbEncap
+	Gue6Encap   = DirectorDirGue6Encap
+	GUEHeader   = DirectorGlbGueHdr
+	Counter     = DirectorDirCounter
+	BeConfig    = BackendBeConfig
+	BeCounters  = BackendBeCounters
+	TgConfig    = LabTgConfig
+	TgFrame     = LabTgFrame
 )
 
 // Sizes and limits (enum dir_limit).

@@ -108,7 +108,7 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 	sum = (sum & 0xffffffff) + (sum >> 32);
 	*(__u16 *)(icmp + 2) = ~csum_fold((__u32)sum);
 	c->c[DIR_C_ICMP_TOO_BIG]++;
-	return XDP_TX;
+	return XDP_TX; /* captured by the caller: a call deeper, the stack would not hold */
 }
 
 /* too_big is what becomes of a packet of ip_len bytes whose encapsulation
@@ -154,7 +154,10 @@ static __always_inline int check_size(struct xdp_md *ctx, struct dir_counters *c
 		return -1;
 	/* What the client may send: IPv4 takes no MTU under 68. */
 	__u32 room = mtu > esize + 68 ? mtu - esize : 68;
-	return too_big(ctx, c, l2len | (__u32)family << 8 | (__u32)kind << 16, ip_len, room);
+	int r = too_big(ctx, c, l2len | (__u32)family << 8 | (__u32)kind << 16, ip_len, room);
+	if (r == XDP_TX)
+		return captured(ctx, r, DIR_C_ICMP_TOO_BIG, 0, NULL);
+	return r;
 }
 
 #endif

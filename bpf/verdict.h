@@ -115,7 +115,7 @@ static __always_inline int pass_frame(struct xdp_md *ctx, struct dir_counters *c
 {
 	count(c, reason);
 	count(c, glb_result(ctx));
-	return XDP_PASS;
+	return captured(ctx, XDP_PASS, reason, 0, NULL);
 }
 
 static __always_inline void traffic(void *map, __u32 key, __u64 bytes)

@@ -1,0 +1,249 @@
+package loader
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader/lab"
+)
+
+// TestCapture captures real traffic on a veth the director is attached
+// to: every steered frame as it left (the GUE packet, byte for byte what
+// the model says the program sends, with its table's slot and row), every
+// passed one with its reason; the kernel's prefilters (action, table,
+// backend) and rate cap, with what they refused counted; and the hook off
+// afterwards, whether the capture is closed or its process just goes.
+func TestCapture(t *testing.T) {
+	testenv.Kernel(t)
+	dir := testDir(t)
+	err := lab.InNetns(func() error {
+		// No IPv6 on the links: nothing but the test's frames crosses them
+		// (no neighbour or router solicitations to capture).
+		for _, k := range []string{"all", "default"} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0o644); err != nil {
+				return err
+			}
+		}
+		if err := lab.Veth("dir0", "peer0"); err != nil {
+			return err
+		}
+		d, m, err := loadServingTest(dir)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if _, err := d.Attach("dir0", ModeNative); err != nil {
+			return err
+		}
+		detach, err := lab.AttachPassAll("peer0", link.XDPDriverMode)
+		if err != nil {
+			return err
+		}
+		defer detach()
+		sock, err := lab.Listen("peer0")
+		if err != nil {
+			return err
+		}
+		defer sock.Close()
+		live, err := d.Live()
+		if err != nil {
+			return err
+		}
+		slotOf := map[int]int{}
+		for _, lt := range live {
+			slotOf[lt.Index] = lt.Slot
+		}
+		g := &gen{rngFor(11)}
+		var frames [][]byte
+		for len(frames) < 60 {
+			f := pkt.Frame(g.steeredIP())
+			if len(f) <= 14+1400 { // every one fits the veth once encapsulated
+				frames = append(frames, f)
+			}
+		}
+		passed := pkt.Frame(pkt.IPv4(client4, a("10.99.0.1"), 6, pkt.TCP(40000, 80, 0x02, nil), pkt.V4Opts{})) // no bind
+		arp := pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, 0x0806, make([]byte, 28))
+		send := func(fs ...[]byte) error {
+			for _, f := range fs {
+				if err := sock.Send(f); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+
+		// Everything.
+		c, err := d.Capture(CaptureFilter{Table: -1})
+		if err != nil {
+			return err
+		}
+		if _, err := d.Capture(CaptureFilter{Table: -1}); !errors.Is(err, ErrCaptureBusy) {
+			return fmt.Errorf("a second capture on the same pins: %v", err)
+		}
+		if err := send(append(frames, passed, arp)...); err != nil {
+			return err
+		}
+		for i, f := range append(frames, passed, arp) {
+			want := m.Process(f)
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			r, err := c.Read()
+			if err != nil {
+				return fmt.Errorf("frame %d: %w", i, err)
+			}
+			if r.Action != want.Verdict || !bytes.Equal(r.Frame, want.Out) || r.Len != len(want.Out) {
+				return fmt.Errorf("frame %d: captured %s %d bytes %s\n want %s %s", i, CounterNames()[r.Reason], r.Action,
+					hex.EncodeToString(r.Frame), CounterNames()[want.Reason], hex.EncodeToString(want.Out))
+			}
+			if want.Verdict == model.XDPTX && (r.Reason != model.CounterEncapsulated || r.Table != slotOf[want.Table] || r.Row != want.Row) {
+				return fmt.Errorf("frame %d: captured as %s, table slot %d row %#x; want encapsulated, slot %d row %#x", i,
+					CounterNames()[r.Reason], r.Table, r.Row, slotOf[want.Table], want.Row)
+			}
+			if want.Verdict == model.XDPPass && (r.Reason != want.Reason || r.Table != -1) {
+				return fmt.Errorf("frame %d: passed as %s, want %s", i, CounterNames()[r.Reason], CounterNames()[want.Reason])
+			}
+			if r.Time.Before(time.Now().Add(-time.Minute)) || r.Time.After(time.Now().Add(time.Second)) {
+				return fmt.Errorf("frame %d: captured at %v", i, r.Time)
+			}
+		}
+		if loss, err := c.Close(); err != nil || loss.Total() != 0 {
+			return fmt.Errorf("closing: %+v, %v", loss, err)
+		}
+		if err := hookOff(d); err != nil {
+			return err
+		}
+
+		// Prefilters, in the kernel: passed frames only; one table's; one
+		// backend's.
+		first := m.Process(frames[0])
+		primary := first.HopList[0]
+		for _, f := range []struct {
+			name   string
+			filter CaptureFilter
+			keep   func(model.Result) bool
+		}{
+			{"pass", CaptureFilter{Actions: []int{model.XDPPass}, Table: -1}, func(r model.Result) bool { return r.Verdict == model.XDPPass }},
+			{"table", CaptureFilter{Table: slotOf[first.Table]}, func(r model.Result) bool { return r.Verdict == model.XDPTX && r.Table == first.Table }},
+			{"backend", CaptureFilter{Table: -1, Backend: primary}, func(r model.Result) bool { return r.Verdict == model.XDPTX && r.HopList[0] == primary }},
+		} {
+			c, err := d.Capture(f.filter)
+			if err != nil {
+				return err
+			}
+			want := 0
+			for _, fr := range append(frames, passed, arp) {
+				if f.keep(m.Process(fr)) {
+					want++
+				}
+			}
+			if err := send(append(frames, passed, arp)...); err != nil {
+				return err
+			}
+			got := 0
+			for {
+				c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+				if _, err := c.Read(); err != nil {
+					break
+				}
+				got++
+			}
+			c.Close()
+			if got != want || want == 0 {
+				return fmt.Errorf("%s prefilter: %d frames captured, want %d", f.name, got, want)
+			}
+		}
+
+		// The rate cap: what it refuses is counted.
+		c, err = d.Capture(CaptureFilter{Table: -1, Rate: 5})
+		if err != nil {
+			return err
+		}
+		if err := send(frames...); err != nil {
+			return err
+		}
+		got := 0
+		for {
+			c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, err := c.Read(); err != nil {
+				break
+			}
+			got++
+		}
+		loss, err := c.Close()
+		if err != nil || got == 0 || got > 5*cpus() || uint64(got)+loss.RateCapped != uint64(len(frames)) {
+			return fmt.Errorf("rate 5: %d captured, loss %+v (%v) of %d", got, loss, err, len(frames))
+		}
+
+		// A capture whose process goes without closing it: the program
+		// turns the hook off at the next frame.
+		c, err = d.Capture(CaptureFilter{Table: -1})
+		if err != nil {
+			return err
+		}
+		c.release() // what the process's exit does: its reader and lock are gone, the filter stays
+		if on, err := captureOn(d); err != nil || !on {
+			return fmt.Errorf("the filter should still be on: %v", err)
+		}
+		if err := send(frames[:2]...); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			on, err := captureOn(d)
+			if err != nil {
+				return err
+			}
+			if !on {
+				break
+			}
+			if time.Now().After(deadline) {
+				return errors.New("the hook stayed on after its capture's process went")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func captureOn(d *Director) (bool, error) {
+	var v bpf.Capture
+	err := d.Maps.Capture.Lookup(uint32(0), &v)
+	return v.On != 0, err
+}
+
+// hookOff checks the capture left nothing behind: the hook is off.
+func hookOff(d *Director) error {
+	on, err := captureOn(d)
+	if err != nil {
+		return err
+	}
+	if on {
+		return errors.New("the capture hook is still on")
+	}
+	return nil
+}
+
+func cpus() int {
+	n, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	if err != nil {
+		return 64
+	}
+	var lo, hi int
+	if _, err := fmt.Sscanf(string(n), "%d-%d", &lo, &hi); err == nil {
+		return hi + 1
+	}
+	return 1
+}
