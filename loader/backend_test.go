@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -104,6 +105,15 @@ func TestBackendProgram(t *testing.T) {
 		if acc, err := b.Accepted(); err != nil || len(acc) != 2 || acc[0] != a("10.0.0.1") || acc[1] != a("192.168.77.1") {
 			return fmt.Errorf("accepted %v, %v", acc, err)
 		}
+		capt, err := b.Capture(CaptureFilter{Table: -1})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if loss, err := capt.Close(); err != nil || loss.Total() != 0 {
+				t.Errorf("the backend's capture: lost %+v, %v", loss, err)
+			}
+		}()
 		client, vip := a("10.0.0.2"), a("10.0.0.1")
 		tcp := func(sport uint16, flags byte) []byte {
 			return pkt.IPv4(client, vip, 6, pkt.TCP(sport, 80, flags, []byte("x")), pkt.V4Opts{})
@@ -137,6 +147,15 @@ func TestBackendProgram(t *testing.T) {
 			out, _, _, err := runBackendCase(b, be0.Attrs().Index, c)
 			if err != nil {
 				return err
+			}
+			// The capture saw it as it left, with its verdict and reason.
+			capt.SetDeadline(time.Now().Add(2 * time.Second))
+			r, err := capt.Read()
+			if err != nil {
+				return fmt.Errorf("%s: not captured: %w", c.name, err)
+			}
+			if uint32(r.Action) != c.verdict || BackendCounterNames()[r.Reason] != c.counter || !bytes.Equal(r.Frame, out) {
+				return fmt.Errorf("%s: captured %d %s %x, want %d %s %x", c.name, r.Action, BackendCounterNames()[r.Reason], r.Frame, c.verdict, c.counter, out)
 			}
 			if c.counter == "forwarded" {
 				// Outer source: this host; destination: the next hop; its

@@ -251,7 +251,7 @@ func Open(dir string) (*Director, error) {
 	}
 	if bad, err := checkPins(dir, prog, pinnedMaps); err != nil {
 		d.Close()
-		return nil, err
+		return nil, privilegeError("reading the pins in "+dir, err)
 	} else if len(bad) > 0 {
 		d.Close()
 		return nil, pinsError(dir, bad)

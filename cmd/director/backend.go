@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,16 +12,23 @@ import (
 
 var backendCmd = &command{
 	uses: usesBPFFS,
-	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json]  [--bpffs DIR | --backend-bpffs DIR]",
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION]  [--bpffs DIR | --backend-bpffs DIR]",
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
 		"GUE is accepted for any IPv4 address the host has when 'backend attach' runs (run it again after\n" +
-		"adding one). Pinned under --bpffs or --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.",
+		"adding one). Pinned under --bpffs or --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.\n" +
+		"'backend capture' is 'director capture' for the backend program: the GUE packets it decapsulates\n" +
+		"(as the stack gets them), forwards (second chance, as they leave) and drops, with the reason; with\n" +
+		"--action, every packet of those verdicts, not GUE ones included. Its flags are capture's, but\n" +
+		"--table and --backend.",
 	run: runBackend,
 }
 
 func runBackend(e *env, c *command, args []string) error {
+	if len(args) > 0 && args[0] == "capture" {
+		return runBackendCapture(e, c, args[1:])
+	}
 	fs := e.flags(c)
 	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
 	mode := fs.String("mode", loader.ModeNative, "XDP `MODE` for attach: native or generic")
@@ -66,7 +74,47 @@ func runBackend(e *env, c *command, args []string) error {
 	case pos[0] == "status" && len(pos) == 1:
 		return backendStatus(e, *dir, *asJSON)
 	}
-	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload or status")
+	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status or capture")
+}
+
+// runBackendCapture is 'backend capture'.
+func runBackendCapture(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
+	o := captureFlags(fs)
+	pos, err := e.parse(fs, args, 0, -1)
+	if err != nil {
+		return err
+	}
+	if e.set["bpffs"] {
+		*dir = e.bpffs
+	}
+	if *o.table != "" || *o.backend != "" {
+		return errors.New("backend capture: --table and --backend are the director's; a backend has neither")
+	}
+	f, err := o.filter("backend capture")
+	if err != nil {
+		return err
+	}
+	if *o.actions == "" {
+		// GUE packets for this host, whatever became of them.
+		names := loader.BackendCounterNames()
+		for i, n := range names {
+			if strings.HasPrefix(n, "decap_") || strings.HasPrefix(n, "drop_") || n == "forwarded" {
+				f.Reasons = append(f.Reasons, i)
+			}
+		}
+	}
+	if _, err := os.Stat(*dir); os.IsNotExist(err) {
+		return fmt.Errorf("backend capture: no backend program is loaded at %s", *dir)
+	}
+	b, err := loader.OpenBackend(*dir)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	return runCaptureLoop(e, o, pos, f, loader.BackendCounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return b.Capture(f) },
+		func(int) string { return "" })
 }
 
 func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) error {

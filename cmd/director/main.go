@@ -63,7 +63,7 @@ func (e *env) checkGlobals(c *command) error {
 var commands = []*command{
 	buildCmd, showCmd, diffCmd,
 	loadCmd, planCmd, applyCmd, attachCmd, detachCmd, unloadCmd, runServiceCmd, healthcheckCmd,
-	statusCmd, statsCmd,
+	statusCmd, statsCmd, captureCmd,
 	replayCmd, benchCmd, genCaptureCmd,
 	backendCmd,
 	versionCmd, helpCmd,

@@ -85,3 +85,17 @@ func Scaled(d time.Duration) time.Duration {
 	}
 	return d * time.Duration(n)
 }
+
+// Libpcap skips tb (or, with DIRECTOR_KERNEL_TESTS=required, fails it)
+// when err says libpcap, which compiles capture filter expressions, could
+// not be loaded: 'make test' and CI install it.
+func Libpcap(tb testing.TB, err error) {
+	tb.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("DIRECTOR_KERNEL_TESTS") == Required {
+		tb.Fatalf("%v, and DIRECTOR_KERNEL_TESTS=required", err)
+	}
+	tb.Skip(err)
+}

@@ -51,8 +51,17 @@ func buildInitramfs(out, busybox, director, root string, mods []string, pkgs []p
 	if err := r.tree("src/testdata", filepath.Join(root, "testdata")); err != nil {
 		return err
 	}
+	bins := []string{director}
 	for _, p := range pkgs {
 		r.copy(path.Join("src", p.Rel, path.Base(p.Rel)+".test"), p.Binary, 0o755)
+		bins = append(bins, p.Binary)
+	}
+	libs, err := sharedLibs(bins)
+	if err != nil {
+		return err
+	}
+	for _, l := range libs {
+		r.copy(l, l, 0o755)
 	}
 	r.file("init", 0o755, []byte(initScript(names, pkgs)))
 	f, err := os.Create(out)
@@ -66,6 +75,48 @@ func buildInitramfs(out, busybox, director, root string, mods []string, pkgs []p
 	return f.Close()
 }
 
+// sharedLibs are the host files the guest's dynamic loader needs to run
+// bins, which load the C library (purego, for libpcap: the binaries are
+// built without cgo, and link it dynamically): the loader, what ldd names,
+// and libpcap with what it needs, which capture filter expressions load
+// at run time.
+func sharedLibs(bins []string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	add := func(file string) {
+		for _, w := range strings.Fields(file) {
+			if strings.HasPrefix(w, "/") && !seen[w] {
+				seen[w] = true
+				out = append(out, w)
+			}
+		}
+	}
+	for _, pcap := range []string{"/usr/lib/x86_64-linux-gnu/libpcap.so.0.8", "/lib/x86_64-linux-gnu/libpcap.so.0.8"} {
+		if _, err := os.Stat(pcap); err == nil {
+			add(pcap)
+			bins = append(bins, pcap)
+			break
+		}
+	}
+	for _, b := range bins {
+		o, err := exec.Command("ldd", b).Output()
+		if err != nil {
+			continue // "not a dynamic executable"
+		}
+		for _, line := range strings.Split(string(o), "\n") {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)", "/lib64/ld-linux-x86-64.so.2 (0x...)"
+			if i := strings.Index(line, "=>"); i >= 0 {
+				line = line[i+2:]
+			}
+			if i := strings.Index(line, "("); i >= 0 {
+				line = line[:i]
+			}
+			add(line)
+		}
+	}
+	return out, nil
+}
+
 // initScript is the guest's /init: it mounts what the tests use, loads the
 // modules, runs each package's kernel tests, reports what 'director
 // status' says of the kernel, and powers off. Every line meant for the
@@ -73,6 +124,7 @@ func buildInitramfs(out, busybox, director, root string, mods []string, pkgs []p
 func initScript(mods []string, pkgs []pkgTests) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/sh
+export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
 export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys

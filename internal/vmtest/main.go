@@ -196,7 +196,7 @@ func (r *vmRun) build() error {
 	if r.pkgs, err = discover(r.root); err != nil {
 		return err
 	}
-	fmt.Fprintf(r.out, "vmtest: building the director and %d test binaries (static)\n", len(r.pkgs))
+	fmt.Fprintf(r.out, "vmtest: building the director and %d test binaries (no cgo)\n", len(r.pkgs))
 	if r.director, err = buildAll(r.root, filepath.Join(r.work, "bin"), r.pkgs); err != nil {
 		return err
 	}
@@ -266,9 +266,10 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// buildAll builds the director and each package's test binary, static
-// (the guest has no C library) and stripped (the initramfs is held in the
-// guest's memory).
+// buildAll builds the director and each package's test binary without
+// cgo (they load the C library only through purego: the guest gets it and
+// libpcap, sharedLibs) and stripped (the initramfs is held in the guest's
+// memory).
 func buildAll(root, bin string, pkgs []pkgTests) (string, error) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return "", err

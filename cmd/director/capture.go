@@ -1,0 +1,322 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/pcapfilter"
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/loader"
+)
+
+var captureCmd = &command{
+	uses: usesBPFFS,
+	name: "capture",
+	args: "[-w FILE|-] [-c COUNT] [--action tx,pass,drop,aborted|all] [--table NAME] [--backend IP] [--snaplen N] [--interface IFACE] [--rate N] [EXPRESSION]",
+	summary: "Capture what the XDP program does to live traffic: the packets it sends, as they leave, and the ones it passes.",
+	help: "Capture frames from the loaded director as the program is done with them: steered ones as they\n" +
+		"leave (outer IPv4 or IPv6, UDP, GUE with the hop list, then the client's packet), passed ones with\n" +
+		"their reason, on every attached interface (--interface: one). Without -w, a line per packet, as\n" +
+		"tcpdump prints, with what the program decided: verdict or pass reason, table, row, primary and\n" +
+		"secondary. -w FILE writes pcap (pcapng when FILE ends in .pcapng, with the decision as each\n" +
+		"packet's comment), mode 0600; -w - writes pcap to stdout, for '| tcpdump -r -'. EXPRESSION is a\n" +
+		"tcpdump filter (compiled by libpcap: Debian's libpcap0.8), matched against the packet as captured.\n" +
+		"--action, --table and --backend (the primary) are decided in the kernel, before a frame is copied,\n" +
+		"and --rate caps the frames each CPU keeps a second, so a capture at line rate cannot starve the\n" +
+		"datapath; what it could not keep is counted and said when it ends. -c or Ctrl-C ends it, and the\n" +
+		"datapath is left as it was (if the process dies, the program turns the hook off by itself).\n" +
+		"Needs root. Example, a client's flow from packet to backend:\n" +
+		"  director capture --table web 'host 203.0.113.7 or (udp port 19523 and host 203.0.113.7)'",
+	run: runCapture,
+}
+
+// captureOpts are the flags 'capture' and 'backend capture' share.
+type captureOpts struct {
+	write, actions, table, backend, iface *string
+	count, snaplen, rate                  *int
+}
+
+func captureFlags(fs *flag.FlagSet) *captureOpts {
+	return &captureOpts{
+		write:   fs.String("w", "", "write pcap to `FILE` (pcapng if it ends in .pcapng; - for stdout)"),
+		count:   fs.Int("c", 0, "stop after `COUNT` packets (0: until interrupted)"),
+		actions: fs.String("action", "", "the verdicts captured: a comma-separated `LIST` of tx, pass, drop, aborted, redirect, or all (default all)"),
+		table:   fs.String("table", "", "capture only the table `NAME`'s packets"),
+		backend: fs.String("backend", "", "capture only packets whose primary is `IP`"),
+		iface:   fs.String("interface", "", "capture only packets that came in by `IFACE`"),
+		snaplen: fs.Int("snaplen", 65535, "keep `N` bytes of each packet"),
+		rate:    fs.Int("rate", 20000, "keep at most `N` packets a second on each CPU (0: no cap)"),
+	}
+}
+
+var actionNames = map[string]int{"aborted": 0, "drop": 1, "pass": 2, "tx": 3, "redirect": 4}
+
+func actionName(a int) string {
+	for n, v := range actionNames {
+		if v == a {
+			return n
+		}
+	}
+	return fmt.Sprintf("action %d", a)
+}
+
+// filter is the flags as a kernel prefilter, and the userspace rest.
+func (o *captureOpts) filter(what string) (loader.CaptureFilter, error) {
+	f := loader.CaptureFilter{Table: -1, Rate: *o.rate, Snaplen: *o.snaplen}
+	switch {
+	case *o.count < 0:
+		return f, fmt.Errorf("%s: -c %d: must be 0 or more", what, *o.count)
+	case *o.snaplen <= 0 || *o.snaplen > 65535:
+		return f, fmt.Errorf("%s: --snaplen %d: must be from 1 to 65535", what, *o.snaplen)
+	case *o.rate < 0:
+		return f, fmt.Errorf("%s: --rate %d: must be 0 (no cap) or more", what, *o.rate)
+	}
+	if *o.actions != "" && *o.actions != "all" {
+		for _, a := range strings.Split(*o.actions, ",") {
+			v, ok := actionNames[strings.TrimSpace(a)]
+			if !ok {
+				return f, fmt.Errorf("%s: --action %q: want tx, pass, drop, aborted, redirect or all", what, a)
+			}
+			f.Actions = append(f.Actions, v)
+		}
+	}
+	if *o.backend != "" {
+		a, err := netip.ParseAddr(*o.backend)
+		if err != nil {
+			return f, fmt.Errorf("%s: --backend %q is not an IP address", what, *o.backend)
+		}
+		f.Backend = a.Unmap()
+	}
+	return f, nil
+}
+
+func runCapture(e *env, c *command, args []string) error {
+	fs := e.flags(c)
+	o := captureFlags(fs)
+	pos, err := e.parse(fs, args, 0, -1)
+	if err != nil {
+		return err
+	}
+	f, err := o.filter("capture")
+	if err != nil {
+		return err
+	}
+	d, err := e.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := tableNames(d)
+	if err != nil {
+		return err
+	}
+	if *o.table != "" {
+		slot := -1
+		var known []string
+		for s, n := range names {
+			known = append(known, n)
+			if n == *o.table {
+				slot = s
+			}
+		}
+		if slot < 0 {
+			sort.Strings(known)
+			return fmt.Errorf("capture: --table %q: no such live table (live: %s)", *o.table, strings.Join(known, ", "))
+		}
+		f.Table = slot
+	}
+	return runCaptureLoop(e, o, pos, f, loader.CounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return d.Capture(f) },
+		func(slot int) string {
+			if n, ok := names[slot]; ok {
+				return n
+			}
+			if fresh, err := tableNames(d); err == nil {
+				names = fresh
+			}
+			return names[slot]
+		})
+}
+
+// tableNames are the live tables' names by slot.
+func tableNames(d *loader.Director) (map[int]string, error) {
+	live, err := d.Live()
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]string{}
+	for _, lt := range live {
+		out[lt.Slot] = displayName(lt)
+	}
+	return out, nil
+}
+
+func displayName(lt loader.LiveTable) string {
+	if lt.Table.Name != "" {
+		return lt.Table.Name
+	}
+	return fmt.Sprintf("tables[%d]", lt.Index)
+}
+
+// capture runs a capture to its end: -c packets written, or a signal.
+func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.CaptureFilter, reasons []string,
+	start func(loader.CaptureFilter) (*loader.Capture, error), tableName func(int) string) error {
+	var match *pcapfilter.Filter
+	if expr := strings.Join(exprWords, " "); expr != "" {
+		var err error
+		if match, err = pcapfilter.Compile(expr, *o.snaplen); err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+	}
+	ifindex := 0
+	if *o.iface != "" {
+		i, err := net.InterfaceByName(*o.iface)
+		if err != nil {
+			return fmt.Errorf("capture: --interface %s: %w", *o.iface, err)
+		}
+		ifindex = i.Index
+	}
+	out, closeOut, err := captureOutput(e, *o.write, *o.snaplen)
+	if err != nil {
+		return err
+	}
+	capt, err := start(f)
+	if err != nil {
+		closeOut()
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+		case <-done:
+		}
+		capt.Close() // Read returns os.ErrClosed
+	}()
+	seen, kept := 0, 0
+	var readErr error
+	for *o.count == 0 || kept < *o.count {
+		r, err := capt.Read()
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				readErr = err
+			}
+			break
+		}
+		seen++
+		if (ifindex != 0 && r.Ifindex != ifindex) || (match != nil && !match.Match(r.Frame)) {
+			continue
+		}
+		kept++
+		if err := out(r, describeCapture(r, reasons, tableName)); err != nil {
+			readErr = err
+			break
+		}
+	}
+	close(done)
+	loss, err := capt.Close()
+	if err == nil {
+		err = closeOut()
+	} else {
+		closeOut()
+	}
+	fmt.Fprintf(e.stderr, "capture: %d packets captured, %d shown; lost %d (%d over the rate cap, %d refused by the kernel's buffer, %d read too late)\n",
+		seen, kept, loss.Total(), loss.RateCapped, loss.Refused, loss.Lost)
+	if readErr != nil {
+		return fmt.Errorf("capture: %w", readErr)
+	}
+	return err
+}
+
+// describeCapture is what the program decided: "tx encapsulated table
+// web row 0x1a2b primary 10.0.0.5 secondary 10.0.0.6", or "pass
+// pass_no_bind".
+func describeCapture(r loader.CaptureRecord, reasons []string, tableName func(int) string) string {
+	reason := fmt.Sprint(r.Reason)
+	if r.Reason >= 0 && r.Reason < len(reasons) {
+		reason = reasons[r.Reason]
+	}
+	s := actionName(r.Action) + " " + reason
+	if r.Table >= 0 {
+		s += fmt.Sprintf(" table %s row %#04x", tableName(r.Table), r.Row)
+	}
+	if r.Action == bpf.XDPTX {
+		if h, _, err := gue.ParseFrame(r.Frame); err == nil {
+			s += " primary " + h.Hops[0].String()
+			if len(h.Hops) > 1 {
+				s += " secondary " + h.Hops[1].String()
+			}
+		}
+	}
+	return s
+}
+
+// captureOutput is where captured packets go: pcap or pcapng to a file
+// or stdout, or lines.
+func captureOutput(e *env, path string, snaplen int) (func(loader.CaptureRecord, string) error, func() error, error) {
+	if path == "" {
+		return func(r loader.CaptureRecord, what string) error {
+			iface := fmt.Sprint(r.Ifindex)
+			if i, err := net.InterfaceByIndex(r.Ifindex); err == nil {
+				iface = i.Name
+			}
+			_, err := fmt.Fprintf(e.stdout, "%s %s %s | %s\n", r.Time.Format("15:04:05.000000"), iface, what, pkt.Describe(r.Frame))
+			return err
+		}, func() error { return nil }, nil
+	}
+	var w io.Writer = e.stdout
+	closeFile := func() error { return nil }
+	if path != "-" {
+		file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("capture: %w", err)
+		}
+		if err := file.Chmod(0o600); err != nil { // an existing file keeps its mode otherwise
+			file.Close()
+			return nil, nil, fmt.Errorf("capture: %w", err)
+		}
+		w, closeFile = file, file.Close
+	}
+	info := func(r loader.CaptureRecord) gopacket.CaptureInfo {
+		return gopacket.CaptureInfo{Timestamp: r.Time, CaptureLength: len(r.Frame), Length: r.Len}
+	}
+	if strings.HasSuffix(path, ".pcapng") {
+		ng, err := pcapgo.NewNgWriter(w, layers.LinkTypeEthernet)
+		if err != nil {
+			closeFile()
+			return nil, nil, fmt.Errorf("capture: %w", err)
+		}
+		return func(r loader.CaptureRecord, what string) error {
+				return ng.WritePacketWithOptions(info(r), r.Frame, pcapgo.NgPacketOptions{Comments: []string{what}})
+			}, func() error {
+				err := ng.Flush()
+				if cerr := closeFile(); err == nil {
+					err = cerr
+				}
+				return err
+			}, nil
+	}
+	pw := pcapgo.NewWriterNanos(w)
+	if err := pw.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet); err != nil {
+		closeFile()
+		return nil, nil, fmt.Errorf("capture: %w", err)
+	}
+	return func(r loader.CaptureRecord, _ string) error { return pw.WritePacket(info(r), r.Frame) }, closeFile, nil
+}

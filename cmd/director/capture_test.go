@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/pcapfilter"
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
+)
+
+// TestCaptureCommand runs 'director capture' against a director attached
+// to a veth, real frames going through it: lines naming the decision
+// (table, row, primary and secondary for what it steers, the reason for
+// what it passes), -w pcap (mode 0600, read back) with a filter
+// expression, pcapng with the decision in each packet's comment, -c and
+// Ctrl-C ending it, and the hook off after each.
+func TestCaptureCommand(t *testing.T) {
+	testenv.Kernel(t)
+	if _, err := pcapfilter.Compile("ip", 100); errors.Is(err, pcapfilter.ErrNoLibpcap) {
+		testenv.Libpcap(t, err)
+	}
+	dir := bpffsDir(t)
+	tmp := t.TempDir()
+	err := lab.InNetns(func() error {
+		for _, k := range []string{"all", "default"} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0o644); err != nil {
+				return err
+			}
+		}
+		if err := lab.Veth("cap0", "cap1"); err != nil {
+			return err
+		}
+		b := []string{"--bpffs", dir}
+		for _, args := range [][]string{{"load"}, {"apply", cfgDir + "small.json", "--yes", "--director-config", cfgDir + "director.conf"},
+			{"attach", "cap0", "--mode", "generic"}} {
+			if out, errOut, code := runCmd(append(b, args...)...); code != 0 {
+				return fmt.Errorf("%v: %s%s", args, out, errOut)
+			}
+		}
+		sock, err := lab.Listen("cap1")
+		if err != nil {
+			return err
+		}
+		defer sock.Close()
+		steered := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.10.10.10"), 6, pkt.TCP(40000, 80, 0x02, nil), pkt.V4Opts{}))
+		noBind := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.99.0.1"), 6, pkt.TCP(40000, 80, 0x02, nil), pkt.V4Opts{}))
+		// sending sends both frames every 20 ms until stop.
+		sending := func() (stop func()) {
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+					sock.Send(steered)
+					sock.Send(noBind)
+				}
+			}()
+			return func() { close(done); wg.Wait() }
+		}
+		hookOff := func(what string) error {
+			d, err := loader.Open(dir)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			var v bpf.Capture
+			if err := d.Maps.Capture.Lookup(uint32(0), &v); err != nil || v.On != 0 {
+				return fmt.Errorf("after %s: the capture hook is on (%v)", what, err)
+			}
+			return nil
+		}
+
+		// Lines.
+		stop := sending()
+		out, errOut, code := runCmd(append(b, "capture", "-c", "4")...)
+		stop()
+		if code != 0 || !strings.Contains(errOut, "capture: 4 packets captured, 4 shown") {
+			return fmt.Errorf("capture -c 4: exit %d: %s%s", code, out, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		var tx, pass bool
+		for _, l := range lines {
+			switch {
+			case strings.Contains(l, " cap0 tx encapsulated table api row 0x") && strings.Contains(l, " primary 192.168.50.") &&
+				strings.Contains(l, " secondary 192.168.50.") && strings.Contains(l, "gue proto 4") && strings.Contains(l, "198.18.0.1 > 10.10.10.10"):
+				tx = true
+			case strings.Contains(l, " cap0 pass pass_no_bind | eth "):
+				pass = true
+			default:
+				return fmt.Errorf("a line that says neither: %q", l)
+			}
+		}
+		if len(lines) != 4 || !tx || !pass {
+			return fmt.Errorf("capture lines:\n%s", out)
+		}
+		if err := hookOff("-c"); err != nil {
+			return err
+		}
+
+		// pcap, with an expression: only the GUE packets.
+		file := filepath.Join(tmp, "gue.pcap")
+		os.WriteFile(file, nil, 0o644) // an existing file takes the capture's mode
+		stop = sending()
+		_, errOut, code = runCmd(append(b, "capture", "-c", "3", "-w", file, "udp", "dst", "port", "19523")...)
+		stop()
+		if code != 0 {
+			return fmt.Errorf("capture -w: exit %d: %s", code, errOut)
+		}
+		if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+			return fmt.Errorf("capture file mode %v, %v", st.Mode(), err)
+		}
+		rd, err := capture.Open(file)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for {
+			p, err := rd.Read()
+			if err != nil {
+				break
+			}
+			n++
+			if h, _, err := gue.ParseFrame(p.Frame); err != nil || !strings.HasPrefix(h.Hops[0].String(), "192.168.50.") {
+				rd.Close()
+				return fmt.Errorf("packet %d of the file is not a GUE packet to a backend: %v", n, err)
+			}
+		}
+		rd.Close()
+		if n != 3 {
+			return fmt.Errorf("reading %s: %d packets", file, n)
+		}
+
+		// pcapng: the decision in each packet's comment.
+		ng := filepath.Join(tmp, "pass.pcapng")
+		stop = sending()
+		_, errOut, code = runCmd(append(b, "capture", "-c", "1", "--action", "pass", "-w", ng)...)
+		stop()
+		raw, _ := os.ReadFile(ng)
+		if code != 0 || !bytes.Contains(raw, []byte("pass pass_no_bind")) {
+			return fmt.Errorf("capture -w pcapng: exit %d: %s; comment in the file: %v", code, errOut, bytes.Contains(raw, []byte("pass_no_bind")))
+		}
+
+		// Ctrl-C ends a capture run as its own process, cleanly.
+		cmd := asDirector(os.Args[0], append(b, "capture")...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		stop = sending()
+		deadline := time.Now().Add(testenv.Scaled(5 * time.Second))
+		for !strings.Contains(stdout.String(), " tx encapsulated ") && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		err = cmd.Wait()
+		stop()
+		if err != nil || !strings.Contains(stderr.String(), "packets captured") {
+			return fmt.Errorf("capture after Ctrl-C: %v: %s", err, stderr.String())
+		}
+		if err := hookOff("Ctrl-C"); err != nil {
+			return err
+		}
+
+		// Refused: a table that is not live, a second capture.
+		if _, errOut, code := runCmd(append(b, "capture", "--table", "nosuch")...); code != 1 || !strings.Contains(errOut, `--table "nosuch": no such live table (live: api)`) {
+			return fmt.Errorf("--table nosuch: %d %s", code, errOut)
+		}
+		if _, errOut, code := runCmd(append(b, "capture", "tcp port")...); code != 1 || !strings.Contains(errOut, "syntax error") {
+			return fmt.Errorf("a bad expression: %d %s", code, errOut)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without privileges: said, and nothing else tried.
+	cmd := asDirector("setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--", os.Args[0], "--bpffs", dir, "capture")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Run()
+	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "needs root, or CAP_BPF") {
+		t.Fatalf("capture without capabilities: exit %d: %s", cmd.ProcessState.ExitCode(), stderr.String())
+	}
+}
