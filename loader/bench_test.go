@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -567,4 +568,75 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkCaptureLoad is a capture at line rate: the generator sends as
+// fast as it can, every frame eligible, the default rate cap (20,000 a
+// second on each CPU), a reader draining the events, in windows
+// alternating with the capture off. diff-ns/pkt is the capture's cost per
+// packet, slower-% its share of the program's time, and kept and
+// rate-capped what the capture took and refused (the refused are counted,
+// as 'director capture' reports at its end).
+//
+//	go test ./loader -run '^$' -bench CaptureLoad -benchtime 4000000x
+func BenchmarkCaptureLoad(b *testing.B) {
+	testenv.Kernel(b)
+	err := lab.InNetns(func() error {
+		d, _ := setupWith(b, directorConfig(), bindsConfig)
+		rig, err := lab.NewRig("capload0", d.Prog, xdpmode.Native)
+		if err != nil {
+			return err
+		}
+		defer rig.Close()
+		c, err := d.Capture(CaptureFilter{Table: -1, Rate: 20000})
+		if err != nil {
+			return err
+		}
+		kept := 0
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if _, err := c.Read(); err != nil {
+					return
+				}
+				kept++
+			}
+		}()
+		var on bpf.Capture
+		if err := d.Maps.Capture.Lookup(uint32(0), &on); err != nil {
+			return err
+		}
+		off := on
+		off.On = 0
+		frames := benchTo("192.0.2.1", 80)
+		send := func(v *bpf.Capture) func(uint32) (lab.Cost, error) {
+			return func(per uint32) (lab.Cost, error) {
+				if err := d.Maps.Capture.Put(uint32(0), v); err != nil {
+					return lab.Cost{}, err
+				}
+				return rig.Send(frames, per)
+			}
+		}
+		ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (lab.Cost, error){send(&off), send(&on)})
+		if err != nil {
+			return err
+		}
+		loss, err := c.Close()
+		<-done
+		if err != nil {
+			return err
+		}
+		reportDiff(b, ns, diff, "off", "on")
+		b.ReportMetric(100*median(diff)/median(ns[0]), "slower-%")
+		b.ReportMetric(float64(kept), "kept")
+		b.ReportMetric(float64(loss.RateCapped), "rate-capped")
+		if loss.RateCapped == 0 {
+			return errors.New("a capture at line rate refused nothing: the rate cap was not reached")
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
 }

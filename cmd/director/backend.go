@@ -113,7 +113,11 @@ func runBackendCapture(e *env, c *command, args []string) error {
 		return err
 	}
 	defer b.Close()
-	return runCaptureLoop(e, o, pos, f, loader.BackendCounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return b.Capture(f) },
+	atts, err := b.Attachments()
+	if err != nil {
+		return err
+	}
+	return runCaptureLoop(e, o, pos, f, atts, loader.BackendCounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return b.Capture(f) },
 		func(int) string { return "" })
 }
 

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -25,9 +24,9 @@ import (
 )
 
 var captureCmd = &command{
-	uses: usesBPFFS,
-	name: "capture",
-	args: "[-w FILE|-] [-c COUNT] [--action tx,pass,drop,aborted|all] [--table NAME] [--backend IP] [--snaplen N] [--interface IFACE] [--rate N] [EXPRESSION]",
+	uses:    usesBPFFS,
+	name:    "capture",
+	args:    "[-w FILE|-] [-c COUNT] [--action tx,pass,drop,aborted|all] [--table NAME] [--backend IP] [--snaplen N] [--interface IFACE] [--rate N] [EXPRESSION]",
 	summary: "Capture what the XDP program does to live traffic: the packets it sends, as they leave, and the ones it passes.",
 	help: "Capture frames from the loaded director as the program is done with them: steered ones as they\n" +
 		"leave (outer IPv4 or IPv6, UDP, GUE with the hop list, then the client's packet), passed ones with\n" +
@@ -140,7 +139,11 @@ func runCapture(e *env, c *command, args []string) error {
 		}
 		f.Table = slot
 	}
-	return runCaptureLoop(e, o, pos, f, loader.CounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return d.Capture(f) },
+	atts, err := d.Attachments()
+	if err != nil {
+		return err
+	}
+	return runCaptureLoop(e, o, pos, f, atts, loader.CounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return d.Capture(f) },
 		func(slot int) string {
 			if n, ok := names[slot]; ok {
 				return n
@@ -173,7 +176,9 @@ func displayName(lt loader.LiveTable) string {
 }
 
 // capture runs a capture to its end: -c packets written, or a signal.
-func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.CaptureFilter, reasons []string,
+// atts name the interfaces by index, as they were attached (another
+// namespace's index means nothing in this one).
+func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.CaptureFilter, atts []loader.Attachment, reasons []string,
 	start func(loader.CaptureFilter) (*loader.Capture, error), tableName func(int) string) error {
 	var match *pcapfilter.Filter
 	if expr := strings.Join(exprWords, " "); expr != "" {
@@ -182,15 +187,20 @@ func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.Capture
 			return fmt.Errorf("capture: %w", err)
 		}
 	}
+	ifaces := map[int]string{}
 	ifindex := 0
-	if *o.iface != "" {
-		i, err := net.InterfaceByName(*o.iface)
-		if err != nil {
-			return fmt.Errorf("capture: --interface %s: %w", *o.iface, err)
+	var names []string
+	for _, a := range atts {
+		ifaces[int(a.Ifindex)] = a.Interface
+		names = append(names, a.Interface)
+		if a.Interface == *o.iface {
+			ifindex = int(a.Ifindex)
 		}
-		ifindex = i.Index
 	}
-	out, closeOut, err := captureOutput(e, *o.write, *o.snaplen)
+	if *o.iface != "" && ifindex == 0 {
+		return fmt.Errorf("capture: --interface %s: the program is not attached to it (attached: %s)", *o.iface, strings.Join(names, ", "))
+	}
+	out, closeOut, err := captureOutput(e, *o.write, *o.snaplen, ifaces)
 	if err != nil {
 		return err
 	}
@@ -270,12 +280,12 @@ func describeCapture(r loader.CaptureRecord, reasons []string, tableName func(in
 
 // captureOutput is where captured packets go: pcap or pcapng to a file
 // or stdout, or lines.
-func captureOutput(e *env, path string, snaplen int) (func(loader.CaptureRecord, string) error, func() error, error) {
+func captureOutput(e *env, path string, snaplen int, ifaces map[int]string) (func(loader.CaptureRecord, string) error, func() error, error) {
 	if path == "" {
 		return func(r loader.CaptureRecord, what string) error {
-			iface := fmt.Sprint(r.Ifindex)
-			if i, err := net.InterfaceByIndex(r.Ifindex); err == nil {
-				iface = i.Name
+			iface, ok := ifaces[r.Ifindex]
+			if !ok {
+				iface = fmt.Sprintf("ifindex %d", r.Ifindex)
 			}
 			_, err := fmt.Fprintf(e.stdout, "%s %s %s | %s\n", r.Time.Format("15:04:05.000000"), iface, what, pkt.Describe(r.Frame))
 			return err

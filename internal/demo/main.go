@@ -202,6 +202,7 @@ func run(tb *testbed.Testbed) int {
 	say("what the kernel holds, and the counters")
 	director(tb, "status")
 	director(tb, "stats")
+	captureDemo(tb)
 	if tb.Underlay6 {
 		// Another backend: it has the drained one's rows now, and
 		// forwards their packets of its open connections to it.
@@ -305,6 +306,40 @@ func service(tb *testbed.Testbed, dir string, sessions []*testbed.Session, drain
 	say("SIGTERM: the service stops; the datapath stays attached and steering goes on")
 	check(svc.Stop() == nil, "director run exited cleanly")
 	return 0
+}
+
+// captureDemo shows 'director capture' on two new connections: what
+// tcpdump on the director's interface cannot see, the packets it steers,
+// as they leave.
+func captureDemo(tb *testbed.Testbed) {
+	say("director capture: the packets the program steers, as they leave (tcpdump on eth0 sees only those it passes)")
+	cmd := exec.Command(*bin, "--bpffs", tb.BPFFS, "capture", "--table", "vip", "-c", "3")
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		check(false, "director capture: %v", err)
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	time.Sleep(300 * time.Millisecond) // the capture starts
+	tb.Spread(2)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		err = <-done
+	}
+	fmt.Printf("   $ director capture --table vip -c 3\n")
+	n := 0
+	for _, line := range strings.Split(strings.TrimRight(out.String()+errOut.String(), "\n"), "\n") {
+		fmt.Printf("   | %s\n", line)
+		if strings.Contains(line, " tx encapsulated table vip row ") {
+			n++
+		}
+	}
+	check(err == nil && n == 3, "3 steered packets captured, each with its table, row, primary and secondary")
 }
 
 // backendStatus runs 'director backend status' in backend i's namespace.

@@ -22,6 +22,7 @@ var hostOnly = map[string]string{
 	"internal/testbed.TestFleetSpreadsAndAgrees": "needs BIRD, the fleet's router, which the guest does not carry; " +
 		"its directors' datapath is the one the other tests drive",
 	"internal/testbed.TestFleetFailures": "needs BIRD, as TestFleetSpreadsAndAgrees",
+	"internal/testbed.TestFleetIPv6Underlay": "needs BIRD, as TestFleetSpreadsAndAgrees",
 }
 
 // testFilter says which kernel tests to run: all, unless -run says.
