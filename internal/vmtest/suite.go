@@ -21,7 +21,7 @@ var hostOnly = map[string]string{
 	"cmd/director.TestLoadUnderIPNetnsExec": "needs iproute2's 'ip netns exec', which the guest does not carry",
 	"internal/testbed.TestFleetSpreadsAndAgrees": "needs BIRD, the fleet's router, which the guest does not carry; " +
 		"its directors' datapath is the one the other tests drive",
-	"internal/testbed.TestFleetFailures": "needs BIRD, as TestFleetSpreadsAndAgrees",
+	"internal/testbed.TestFleetFailures":     "needs BIRD, as TestFleetSpreadsAndAgrees",
 	"internal/testbed.TestFleetIPv6Underlay": "needs BIRD, as TestFleetSpreadsAndAgrees",
 }
 
