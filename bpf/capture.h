@@ -91,18 +91,24 @@ static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap,
 	struct dir_capture_cpu *cpu = bpf_map_lookup_elem(&capture_cpu, &zero);
 	if (!cpu)
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = 0;
 	if (cap->rate) {
-		if (now - cpu->window >= 1000000000ull) {
+		if (cpu->kept >= cap->rate) {
+			/* Over the cap: the clock is read only now and then, so
+			 * that a refused frame costs a few instructions. */
+			if (++cpu->limited & 63)
+				return 0;
+			now = bpf_ktime_get_ns();
+			if (now - cpu->window < 1000000000ull)
+				return 0;
+			cpu->limited--; /* a new window: this one is kept */
 			cpu->window = now;
 			cpu->kept = 0;
 		}
-		if (cpu->kept >= cap->rate) {
-			cpu->limited++;
-			return 0;
-		}
 		cpu->kept++;
 	}
+	if (!now)
+		now = bpf_ktime_get_ns();
 	__u64 len = bpf_xdp_get_buff_len(ctx);
 	__u64 cap_len = len < cap->snaplen ? len : cap->snaplen;
 	cap_len &= DIR_CAPTURE_MAX_SNAPLEN;

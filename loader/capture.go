@@ -65,6 +65,7 @@ type Capture struct {
 	lost     uint64
 	boot     time.Time // wall time of ktime 0
 	closed   bool
+	stop     chan struct{} // ends the flushing
 }
 
 type captureMaps struct{ cfg, events, cpu *ebpf.Map }
@@ -146,9 +147,24 @@ func startCapture(dir string, m captureMaps, f CaptureFilter) (_ *Capture, err e
 		}
 		defer events.Close()
 	}
-	if c.rd, err = perf.NewReader(events, 1<<20); err != nil {
+	// Woken every 32 frames, not each: a wakeup costs the program more
+	// than the frame's copy. A flush every 100 ms shows the rest.
+	if c.rd, err = perf.NewReaderWithOptions(events, 1<<20, perf.ReaderOptions{WakeupEvents: 32}); err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
+	c.stop = make(chan struct{})
+	go func(rd *perf.Reader, stop chan struct{}) {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				rd.Flush()
+			}
+		}
+	}(c.rd, c.stop)
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return nil, err
@@ -167,6 +183,9 @@ func (c *Capture) SetDeadline(t time.Time) { c.rd.SetDeadline(t) }
 func (c *Capture) Read() (CaptureRecord, error) {
 	for {
 		rec, err := c.rd.Read()
+		if errors.Is(err, perf.ErrFlushed) {
+			continue
+		}
 		if err != nil {
 			return CaptureRecord{}, err
 		}
@@ -211,6 +230,10 @@ func (c *Capture) Close() (CaptureLoss, error) {
 }
 
 func (c *Capture) release() {
+	if c.stop != nil {
+		close(c.stop)
+		c.stop = nil
+	}
 	if c.rd != nil {
 		c.rd.Close()
 	}

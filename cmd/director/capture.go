@@ -59,7 +59,7 @@ func captureFlags(fs *flag.FlagSet) *captureOpts {
 		backend: fs.String("backend", "", "capture only packets whose primary is `IP`"),
 		iface:   fs.String("interface", "", "capture only packets that came in by `IFACE`"),
 		snaplen: fs.Int("snaplen", 65535, "keep `N` bytes of each packet"),
-		rate:    fs.Int("rate", 20000, "keep at most `N` packets a second on each CPU (0: no cap)"),
+		rate:    fs.Int("rate", 5000, "keep at most `N` packets a second on each CPU (0: no cap)"),
 	}
 }
 
