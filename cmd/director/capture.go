@@ -39,8 +39,10 @@ var captureCmd = &command{
 		"and --rate caps the frames each CPU keeps a second, so a capture at line rate cannot starve the\n" +
 		"datapath; what it could not keep is counted and said when it ends. -c or Ctrl-C ends it, and the\n" +
 		"datapath is left as it was (if the process dies, the program turns the hook off by itself).\n" +
-		"Needs root. Example, a client's flow from packet to backend:\n" +
-		"  director capture --table web 'host 203.0.113.7 or (udp port 19523 and host 203.0.113.7)'",
+		"Needs root. A client's flow from packet to backend: 'director show CONFIG --lookup 203.0.113.7:40000\n" +
+		"--to VIP:80' names its row and hops; 'director capture --table web | grep \"ipv4 203.0.113.7 \"' shows\n" +
+		"where its packets go (an expression sees a GUE packet's outer headers: 'udp port 19523 and dst host\n" +
+		"BACKEND'); on the backend, 'director backend capture' shows them decapsulated, forwarded or dropped.",
 	run: runCapture,
 }
 
