@@ -254,7 +254,7 @@ func TestBackendCommands(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			return fmt.Errorf("backend unload left %s (%v)", dir, err)
 		}
-		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE, detach IFACE, unload or status") {
+		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE, detach IFACE, unload, status or capture") {
 			return fmt.Errorf("bad subcommand: %d %s", code, errOut)
 		}
 		return nil
