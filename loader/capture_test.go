@@ -149,14 +149,7 @@ func TestCapture(t *testing.T) {
 			if err := send(append(frames, passed, arp)...); err != nil {
 				return err
 			}
-			got := 0
-			for {
-				c.SetDeadline(time.Now().Add(300 * time.Millisecond))
-				if _, err := c.Read(); err != nil {
-					break
-				}
-				got++
-			}
+			got := drain(c)
 			c.Close()
 			if got != want || want == 0 {
 				return fmt.Errorf("%s prefilter: %d frames captured, want %d", f.name, got, want)
@@ -171,14 +164,7 @@ func TestCapture(t *testing.T) {
 		if err := send(frames...); err != nil {
 			return err
 		}
-		got := 0
-		for {
-			c.SetDeadline(time.Now().Add(300 * time.Millisecond))
-			if _, err := c.Read(); err != nil {
-				break
-			}
-			got++
-		}
+		got := drain(c)
 		loss, err := c.Close()
 		if err != nil || got == 0 || got > 5*cpus() || uint64(got)+loss.RateCapped != uint64(len(frames)) {
 			return fmt.Errorf("rate 5: %d captured, loss %+v (%v) of %d", got, loss, err, len(frames))
@@ -215,6 +201,18 @@ func TestCapture(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// drain reads c until 300 ms pass without a frame, and counts them.
+func drain(c *Capture) int {
+	n := 0
+	for {
+		c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Read(); err != nil {
+			return n
+		}
+		n++
 	}
 }
 
