@@ -363,26 +363,32 @@ func TestFleetFailures(t *testing.T) {
 		fl.agree(t, fingerprint(t, map[int]string{2: "draining"}, nil))
 	})
 	event("rolling undrain without second chance breaks", func(t *testing.T) {
-		ss := fl.sessions(48)
-		time.Sleep(300 * time.Millisecond)
-		fl.secondChance(t, false)
-		defer fl.secondChance(t, true)
-		rollout(t, cfg)
-		failed := 0
-		for _, s := range ss {
-			if _, f, _ := s.Result(); f > 0 {
-				failed++
-			}
-		}
-		if failed == 0 {
-			t.Error("no connection broke with second chance off: the rollout test cannot tell")
-		}
-		t.Logf("negative control: %d of %d connections broke with second chance off", failed, len(ss))
-		for _, s := range ss {
-			s.Stop()
-		}
+		fl.rolloutBreaks(t, cfg)
 		fl.agree(t, fingerprint(t, nil, nil))
 	})
+}
+
+// rolloutBreaks is the negative control: cfg rolled out with second chance
+// off on every backend breaks some of 48 connections.
+func (fl *fleet) rolloutBreaks(t *testing.T, cfg string) {
+	ss := fl.sessions(48)
+	time.Sleep(300 * time.Millisecond)
+	fl.secondChance(t, false)
+	defer fl.secondChance(t, true)
+	fl.rollout(t, cfg)
+	failed := 0
+	for _, s := range ss {
+		if _, f, _ := s.Result(); f > 0 {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Error("no connection broke with second chance off: the rollout test cannot tell")
+	}
+	t.Logf("negative control: %d of %d connections broke with second chance off", failed, len(ss))
+	for _, s := range ss {
+		s.Stop()
+	}
 }
 
 // rollout writes cfg to each director's copy in turn, waiting for each to
@@ -524,23 +530,6 @@ func TestFleetIPv6Underlay(t *testing.T) {
 	})
 	t.Run("rolling undrain without second chance breaks", func(t *testing.T) {
 		defer fl.use(t)()
-		ss := fl.sessions(48)
-		time.Sleep(300 * time.Millisecond)
-		fl.secondChance(t, false)
-		defer fl.secondChance(t, true)
-		fl.rollout(t, fl.Config(nil, nil))
-		failed := 0
-		for _, s := range ss {
-			if _, f, _ := s.Result(); f > 0 {
-				failed++
-			}
-		}
-		if failed == 0 {
-			t.Error("no connection broke with second chance off: the rollout test cannot tell")
-		}
-		t.Logf("negative control: %d of %d connections broke with second chance off", failed, len(ss))
-		for _, s := range ss {
-			s.Stop()
-		}
+		fl.rolloutBreaks(t, fl.Config(nil, nil))
 	})
 }
