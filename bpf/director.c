@@ -138,13 +138,13 @@ int director(struct xdp_md *ctx)
 
 	struct dir_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
-		return pass(c, DIR_C_ERROR_NO_CONFIG);
+		return error_pass(ctx, c, DIR_C_ERROR_NO_CONFIG);
 	const __u64 *state = NULL;
 	int slot = lookup_bind(&f, c, cfg->bind_gen, &state);
 	if (slot < 0)
 		return pass_frame(ctx, c, DIR_C_PASS_NO_BIND);
 	if (!cfg->configured)
-		return pass(c, DIR_C_ERROR_NO_CONFIG);
+		return error_pass(ctx, c, DIR_C_ERROR_NO_CONFIG);
 	if (kind == ICMP_KIND_ECHO && !cfg->forward_icmp_echo)
 		return pass_frame(ctx, c, DIR_C_PASS_ICMP_ECHO_OFF);
 
@@ -152,10 +152,10 @@ int director(struct xdp_md *ctx)
 	__u32 at = (s + 1) << 16; /* for a capture: the table, above the row */
 	void *inner = bpf_map_lookup_elem(&tables, &s);
 	if (!inner)
-		return pass(c, DIR_C_ERROR_NO_TABLE);
+		return error_pass(ctx, c, DIR_C_ERROR_NO_TABLE);
 	struct dir_table *t = bpf_map_lookup_elem(inner, &zero);
 	if (!t)
-		return pass(c, DIR_C_ERROR_NO_TABLE);
+		return error_pass(ctx, c, DIR_C_ERROR_NO_TABLE);
 	/* A table of IPv6 backends goes over IPv6: its own path, so that the
 	 * IPv4 one pays a compare on a field in the line the key is in. */
 	if (__builtin_expect(t->hop_family == DIR_FAMILY_IPV6, 0))

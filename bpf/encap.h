@@ -13,14 +13,14 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	__u32 esize = GLB_ENCAP_SIZE(nhops);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
-		return pass(c, DIR_C_ERROR_ADJUST_HEAD);
+		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	/* Always true for a packet that parsed (it holds an IP header and at
 	 * least 8 more bytes); the check is for the verifier. */
 	if (data + l2len + sizeof(struct glb_encap) > end) {
 		bpf_xdp_adjust_head(ctx, (int)esize);
-		return pass(c, DIR_C_ERROR_BOUNDS);
+		return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
 	}
 
 	/* Move the L2 header to the new front: it started esize bytes later,
@@ -84,14 +84,14 @@ static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters 
 	__u32 esize = alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
-		return pass(c, DIR_C_ERROR_ADJUST_HEAD);
+		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	/* Always true for a packet that parsed; for the verifier. */
 	if (data + l2len + esize > end || data + l2len + GUE6_ENCAP_SIZE(2) > end ||
 	    (alt && data + l2len + sizeof(struct dir_gue6_encap) > end)) {
 		bpf_xdp_adjust_head(ctx, (int)esize);
-		return pass(c, DIR_C_ERROR_BOUNDS);
+		return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
 	}
 	__u8 *eth = data;
 	__u8 *old = data + esize;

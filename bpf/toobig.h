@@ -30,12 +30,21 @@ static __always_inline __u32 link_mtu(struct xdp_md *ctx, const struct dir_confi
 	return mtu;
 }
 
+/* too_big_error counts a failure on the reply's way: XDP_PASS, with the
+ * counter above it for check_size's capture. */
+static __always_inline int too_big_error(struct dir_counters *c, int reason)
+{
+	count(c, reason);
+	return XDP_PASS | reason << 8;
+}
+
 /* too_big_reply turns the frame into the reply (l2len bytes of L2 header
  * and v6, constants at each call, so that every offset is one): the L2 header with its MACs swapped, a new IP
  * header from the packet's destination (the VIP) to its source, the ICMP
  * header, and the first DIR_TOO_BIG_QUOTE bytes of the packet, trimmed to
  * that. Returns -1, untouched, where the frame cannot be (its first buffer
- * too short: never for a packet this large). */
+ * too short: never for a packet this large), and too_big_error's XDP_PASS
+ * where the helpers fail. */
 static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters *c, __u32 l2len, __u32 v6, __u32 mtu)
 {
 	__u32 hdr = v6 ? 40 + 8 : 20 + 8;
@@ -59,16 +68,16 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 	}
 
 	if (bpf_xdp_adjust_head(ctx, -(int)hdr))
-		return pass(c, DIR_C_ERROR_ADJUST_HEAD);
+		return too_big_error(c, DIR_C_ERROR_ADJUST_HEAD);
 	int delta = (int)want - (int)bpf_xdp_get_buff_len(ctx);
 	if (bpf_xdp_adjust_tail(ctx, delta)) {
 		bpf_xdp_adjust_head(ctx, (int)hdr);
-		return pass(c, DIR_C_ERROR_BOUNDS);
+		return too_big_error(c, DIR_C_ERROR_BOUNDS);
 	}
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	if ((void *)(data + want) > end) /* the frame is want bytes now: for the verifier */
-		return pass(c, DIR_C_ERROR_BOUNDS);
+		return too_big_error(c, DIR_C_ERROR_BOUNDS);
 
 	__builtin_memcpy(data, mac, 12);
 	if (l2len == 18) {
@@ -155,9 +164,10 @@ static __always_inline int check_size(struct xdp_md *ctx, struct dir_counters *c
 	/* What the client may send: IPv4 takes no MTU under 68. */
 	__u32 room = mtu > esize + 68 ? mtu - esize : 68;
 	int r = too_big(ctx, c, l2len | (__u32)family << 8 | (__u32)kind << 16, ip_len, room);
-	if (r == XDP_TX)
-		return captured(ctx, r, DIR_C_ICMP_TOO_BIG, 0, NULL);
-	return r;
+	if (r < 0)
+		return r;
+	/* Captured here: a call deeper, the stack would not hold. */
+	return captured(ctx, r & 0xff, r == XDP_TX ? DIR_C_ICMP_TOO_BIG : (__u32)r >> 8, 0, NULL);
 }
 
 #endif

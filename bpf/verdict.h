@@ -18,10 +18,12 @@ static __always_inline void count(struct dir_counters *c, int i)
 		c->c[i]++;
 }
 
-static __always_inline int pass(struct dir_counters *c, int reason)
+/* error_pass passes a frame the program failed on (a DIR_C_ERROR_
+ * counter) as it is now: rare, and what a capture is for. */
+static __always_inline int error_pass(struct xdp_md *ctx, struct dir_counters *c, int reason)
 {
 	count(c, reason);
-	return XDP_PASS;
+	return captured(ctx, XDP_PASS, reason, 0, NULL);
 }
 
 /* glb_result is what GLB's XDP director would have counted a frame this

@@ -170,6 +170,36 @@ func TestCapture(t *testing.T) {
 			return fmt.Errorf("rate 5: %d captured, loss %+v (%v) of %d", got, loss, err, len(frames))
 		}
 
+		// A frame the program fails on is captured too, with its error: a
+		// director whose config says it is not configured passes a
+		// steered frame untouched.
+		var cfgNow bpf.Config
+		if err := d.Maps.Config.Lookup(uint32(0), &cfgNow); err != nil {
+			return err
+		}
+		unconfigured := cfgNow
+		unconfigured.Configured = 0
+		if err := d.Maps.Config.Put(uint32(0), &unconfigured); err != nil {
+			return err
+		}
+		c, err = d.Capture(CaptureFilter{Table: -1})
+		if err != nil {
+			return err
+		}
+		sendErr := send(frames[0])
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		r, readErr := c.Read()
+		c.Close()
+		if err := d.Maps.Config.Put(uint32(0), &cfgNow); err != nil {
+			return err
+		}
+		if sendErr != nil || readErr != nil {
+			return fmt.Errorf("an error pass: %v, %v", sendErr, readErr)
+		}
+		if r.Action != model.XDPPass || r.Reason != bpf.CErrNoConfig || !bytes.Equal(r.Frame, frames[0]) {
+			return fmt.Errorf("an error pass: captured %s %d bytes %x, want %s untouched", CounterNames()[r.Reason], r.Action, r.Frame, CounterNames()[bpf.CErrNoConfig])
+		}
+
 		// A capture whose process goes without closing it: the program
 		// turns the hook off at the next frame.
 		c, err = d.Capture(CaptureFilter{Table: -1})

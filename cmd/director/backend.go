@@ -26,8 +26,8 @@ var backendCmd = &command{
 }
 
 func runBackend(e *env, c *command, args []string) error {
-	if len(args) > 0 && args[0] == "capture" {
-		return runBackendCapture(e, c, args[1:])
+	if rest, ok := backendCaptureArgs(args); ok {
+		return runBackendCapture(e, c, rest)
 	}
 	fs := e.flags(c)
 	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
@@ -75,6 +75,27 @@ func runBackend(e *env, c *command, args []string) error {
 		return backendStatus(e, *dir, *asJSON)
 	}
 	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status or capture")
+}
+
+// backendCaptureArgs says whether args are 'capture's, which may follow
+// the pin directory's flags (as the other subcommands may), and gives its
+// arguments with those flags in front.
+func backendCaptureArgs(args []string) ([]string, bool) {
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimLeft(args[i], "-")
+		switch {
+		case args[i] == "capture":
+			return append(append([]string{}, args[:i]...), args[i+1:]...), true
+		case !strings.HasPrefix(args[i], "-"):
+			return nil, false
+		case a == "backend-bpffs" || a == "bpffs":
+			i++ // its value
+		case strings.HasPrefix(a, "backend-bpffs=") || strings.HasPrefix(a, "bpffs="):
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // runBackendCapture is 'backend capture'.

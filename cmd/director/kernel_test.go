@@ -207,6 +207,12 @@ func TestBackendCommands(t *testing.T) {
 				return fmt.Errorf("%v: %d %s %s", args, code, out, errOut)
 			}
 		}
+		// capture, too, after the directory's flags.
+		for _, args := range [][]string{append(b, "capture", "--table", "x"), {"backend", "--bpffs=" + dir, "capture", "--table", "x"}} {
+			if _, errOut, code := runCmd(args...); code != 1 || !strings.Contains(errOut, "--table and --backend are the director's") {
+				return fmt.Errorf("%v: %d %s", args, code, errOut)
+			}
+		}
 		if _, errOut, code := runCmd("backend", "status", "--bpffs", dir, "--backend-bpffs", dir+"-other"); code != 1 || !strings.Contains(errOut, "give one") {
 			return fmt.Errorf("--bpffs and --backend-bpffs at odds: %d %s", code, errOut)
 		}
