@@ -185,6 +185,10 @@ type result struct {
 	PkgFailed                        []string
 	Problems                         []string // anything else wrong: a module that did not load, no clean end
 	KernelLog                        []string // kernel warnings and oopses printed during the run
+	// Failures are, for each failed test or subtest, what it logged
+	// (first lines), so that a summary that is all one sees of a run
+	// says why.
+	Failures []string
 	Status                           string   // 'director status --json' in the guest
 	Done                             bool
 }
@@ -206,6 +210,14 @@ var (
 	kernelMsg = regexp.MustCompile(`^\[\s*\d+\.\d+\] `)
 	badKernel = regexp.MustCompile(`WARNING:|BUG:|Oops|Call Trace|general protection|kernel panic|Kernel panic`)
 	noise     = regexp.MustCompile(`^=== (RUN|PAUSE|CONT|NAME)\b`)
+	logLine   = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
+)
+
+// Of each failed test, at most this many of its log lines, each cut to
+// failureWidth bytes, are kept.
+const (
+	failureLines = 6
+	failureWidth = 240
 )
 
 // console follows a guest's console, line by line.
@@ -214,7 +226,8 @@ type console struct {
 	pkg     string
 	inState bool
 	status  strings.Builder
-	started bool // the first marker line has been seen
+	started bool     // the first marker line has been seen
+	logged  []string // the log lines since the last test started
 }
 
 func newConsole(k Kernel, pkg string) *console {
@@ -266,7 +279,25 @@ func (p *console) line(l string) bool {
 		p.r.KernelLog = append(p.r.KernelLog, l)
 		return true
 	}
+	if strings.HasPrefix(l, "=== RUN") {
+		p.logged = p.logged[:0]
+	} else if logLine.MatchString(l) {
+		if len(p.logged) == failureLines {
+			p.logged = p.logged[1:]
+		}
+		line := strings.TrimSpace(l)
+		if len(line) > failureWidth {
+			line = line[:failureWidth] + "..."
+		}
+		p.logged = append(p.logged, line)
+	}
 	if m := testLine.FindStringSubmatch(l); m != nil && p.pkg != "" {
+		if m[2] == "FAIL" {
+			for _, why := range p.logged {
+				p.r.Failures = append(p.r.Failures, m[3]+": "+why)
+			}
+			p.logged = p.logged[:0]
+		}
 		if m[1] != "" { // a subtest
 			if m[2] == "PASS" {
 				p.r.Subtests++

@@ -325,6 +325,9 @@ func summary(out io.Writer, results []*result, pkgs []pkgTests, total time.Durat
 			fmt.Fprintln(out)
 		}
 		fmt.Fprintf(out, "      %d subtests passed\n", r.Subtests)
+		for _, f := range r.Failures {
+			fmt.Fprintf(out, "      why: %s\n", f)
+		}
 		for _, pf := range r.PkgFailed {
 			fmt.Fprintf(out, "      package failed: %s\n", pf)
 		}
