@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -78,8 +79,10 @@ func TestRunOnAHostileHost(t *testing.T) {
 	}
 	// An emulated guest's first checks may time out, and flap while it is
 	// slow: the service brings the backends in once their checks pass
-	// (an unsafe change held meanwhile), which can take a few rounds.
-	waitFingerprint(t, tb, allUp, 3*interval*(trigger+2), "serving the config")
+	// (an unsafe change held meanwhile), which can take a few rounds. The
+	// table is all up at once if every first check failed (fail-static),
+	// so the test waits for the checks' own word, with nothing pending.
+	waitSettled(t, tb, allUp, 3*interval*(trigger+2))
 	alive := func(t *testing.T, when string) {
 		t.Helper()
 		select {
@@ -503,6 +506,53 @@ func TestRunOnAHostileHost(t *testing.T) {
 			}
 		}
 	})
+}
+
+// waitSettled waits until the live table is want, by the checks (not
+// fail-static: every backend healthy, by its metric) and with no change
+// held.
+func waitSettled(t *testing.T, tb *Testbed, want string, within time.Duration) {
+	t.Helper()
+	within = testenv.Scaled(within)
+	start := time.Now()
+	for {
+		fams, err := tb.Scrape()
+		if err == nil && liveFingerprint(t, tb) == want && allOne(fams["director_backend_healthy"]) &&
+			!anyNonZero(fams["director_fail_static"]) && !anyNonZero(fams["director_held_changes"]) {
+			return
+		}
+		if time.Since(start) > within {
+			t.Fatalf("not settled after %v: live %s (want %s), scrape error %v", within, table.ShortFingerprint(liveFingerprint(t, tb)),
+				table.ShortFingerprint(want), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// allOne says whether fam has samples, all of them 1.
+func allOne(fam *dto.MetricFamily) bool {
+	if fam == nil || len(fam.Metric) == 0 {
+		return false
+	}
+	for _, m := range fam.Metric {
+		if m.GetGauge().GetValue() != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// anyNonZero says whether a sample of fam is not 0.
+func anyNonZero(fam *dto.MetricFamily) bool {
+	if fam == nil {
+		return false
+	}
+	for _, m := range fam.Metric {
+		if m.GetGauge().GetValue() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // veth makes a veth pair in the current namespace, both ends up.

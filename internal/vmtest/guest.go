@@ -189,8 +189,8 @@ type result struct {
 	// (first lines), so that a summary that is all one sees of a run
 	// says why.
 	Failures []string
-	Status                           string   // 'director status --json' in the guest
-	Done                             bool
+	Status   string // 'director status --json' in the guest
+	Done     bool
 }
 
 func (r *result) ok() bool {
@@ -206,11 +206,12 @@ func count(m map[string][]string) int {
 }
 
 var (
-	testLine  = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): (\S+) \(`)
-	kernelMsg = regexp.MustCompile(`^\[\s*\d+\.\d+\] `)
-	badKernel = regexp.MustCompile(`WARNING:|BUG:|Oops|Call Trace|general protection|kernel panic|Kernel panic`)
-	noise     = regexp.MustCompile(`^=== (RUN|PAUSE|CONT|NAME)\b`)
-	logLine   = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
+	testLine   = regexp.MustCompile(`^(\s*)--- (PASS|FAIL|SKIP): (\S+) \(`)
+	kernelMsg  = regexp.MustCompile(`^\[\s*\d+\.\d+\] `)
+	badKernel  = regexp.MustCompile(`WARNING:|BUG:|Oops|Call Trace|general protection|kernel panic|Kernel panic`)
+	noise      = regexp.MustCompile(`^=== (RUN|PAUSE|CONT|NAME)\b`)
+	testHeader = regexp.MustCompile(`^=== (?:RUN|NAME|CONT)\s+(\S+)`)
+	logLine    = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
 )
 
 // Of each failed test, at most this many of its log lines, each cut to
@@ -226,8 +227,9 @@ type console struct {
 	pkg     string
 	inState bool
 	status  strings.Builder
-	started bool     // the first marker line has been seen
-	logged  []string // the log lines since the last test started
+	started bool                // the first marker line has been seen
+	current string              // the test whose output this is (=== RUN, NAME, CONT)
+	logged  map[string][]string // each test's log lines, the last failureLines of them
 }
 
 func newConsole(k Kernel, pkg string) *console {
@@ -279,25 +281,29 @@ func (p *console) line(l string) bool {
 		p.r.KernelLog = append(p.r.KernelLog, l)
 		return true
 	}
-	if strings.HasPrefix(l, "=== RUN") {
-		p.logged = p.logged[:0]
-	} else if logLine.MatchString(l) {
-		if len(p.logged) == failureLines {
-			p.logged = p.logged[1:]
+	if m := testHeader.FindStringSubmatch(l); m != nil {
+		p.current = m[1]
+	} else if logLine.MatchString(l) && p.current != "" {
+		if p.logged == nil {
+			p.logged = map[string][]string{}
+		}
+		lines := p.logged[p.current]
+		if len(lines) == failureLines {
+			lines = lines[1:]
 		}
 		line := strings.TrimSpace(l)
 		if len(line) > failureWidth {
 			line = line[:failureWidth] + "..."
 		}
-		p.logged = append(p.logged, line)
+		p.logged[p.current] = append(lines, line)
 	}
 	if m := testLine.FindStringSubmatch(l); m != nil && p.pkg != "" {
 		if m[2] == "FAIL" {
-			for _, why := range p.logged {
+			for _, why := range p.logged[m[3]] {
 				p.r.Failures = append(p.r.Failures, m[3]+": "+why)
 			}
-			p.logged = p.logged[:0]
 		}
+		delete(p.logged, m[3])
 		if m[1] != "" { // a subtest
 			if m[2] == "PASS" {
 				p.r.Subtests++

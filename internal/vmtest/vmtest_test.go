@@ -197,18 +197,21 @@ func TestConsoleVerdicts(t *testing.T) {
 // failing test logged, and nothing of what passing ones logged.
 func TestConsoleFailures(t *testing.T) {
 	c := newConsole(kernels[0], kernels[0].Package)
+	// As go test -v prints it: a subtest's result comes after its
+	// siblings' output, with its parent's.
 	for _, l := range strings.Split(marker+"begin testbed\n=== RUN   TestA\n    a_test.go:5: fine\n--- PASS: TestA (0.1s)\n"+
-		"=== RUN   TestB\n=== RUN   TestB/sub\n    b_test.go:10: waited 3s: not served\n    b_test.go:11: log:\n"+
-		"        more output\n--- FAIL: TestB (1.0s)\n    --- FAIL: TestB/sub (0.9s)\nFAIL\n"+marker+"end testbed 1", "\n") {
+		"=== RUN   TestB\n=== RUN   TestB/sub\n    b_test.go:10: waited 3s: not served\n=== RUN   TestB/next\n    b_test.go:20: took 1s\n"+
+		"=== NAME  TestB\n    b_test.go:11: log:\n        more output\n--- FAIL: TestB (1.0s)\n    --- FAIL: TestB/sub (0.9s)\n"+
+		"    --- PASS: TestB/next (0.1s)\nFAIL\n"+marker+"end testbed 1", "\n") {
 		c.line(l)
 	}
-	want := []string{"TestB: b_test.go:10: waited 3s: not served", "TestB: b_test.go:11: log:"}
+	want := []string{"TestB: b_test.go:11: log:", "TestB/sub: b_test.go:10: waited 3s: not served"}
 	if !slices.Equal(c.r.Failures, want) {
 		t.Fatalf("failures %q, want %q", c.r.Failures, want)
 	}
 	var out strings.Builder
 	summary(&out, []*result{c.r}, nil, time.Second)
-	if !strings.Contains(out.String(), "why: TestB: b_test.go:10: waited 3s: not served") {
+	if !strings.Contains(out.String(), "why: TestB/sub: b_test.go:10: waited 3s: not served") {
 		t.Fatalf("the summary does not say why:\n%s", out.String())
 	}
 }
