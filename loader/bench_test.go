@@ -594,9 +594,11 @@ func median(v []float64) float64 {
 // second on each CPU), a reader draining the events, in windows
 // alternating with the capture off. on- and off-ns/pkt are the program's
 // cost per packet (its own run time) with and without, slower-% the
-// difference's share, and kept and rate-capped what the capture took and
-// refused (the refused are counted, as 'director capture' reports at its
-// end).
+// difference's share; off- and on-Mpps the datapath's rate (packets a
+// second through the generator, veth and program, all on one CPU), and
+// rate-drop-% the difference's share, the measure; kept and
+// rate-capped what the capture took and refused (the refused are counted,
+// as 'director capture' reports at its end).
 //
 //	go test ./loader -run '^$' -bench CaptureLoad -benchtime 80000000x
 func BenchmarkCaptureLoad(b *testing.B) {
@@ -650,9 +652,13 @@ func BenchmarkCaptureLoad(b *testing.B) {
 			}
 			cost[side].Runs += c1.Runs
 			cost[side].Runtime += c1.Runtime
+			cost[side].Wall += c1.Wall
 		}
 		b.StopTimer()
 		ns := func(c lab.Cost) float64 { return float64(c.Runtime.Nanoseconds()) / float64(max(c.Runs, 1)) }
+		// The datapath's rate: packets through it a second of the
+		// generator's, which sends at full speed on one CPU.
+		mpps := func(c lab.Cost) float64 { return float64(c.Runs) / c.Wall.Seconds() / 1e6 }
 		loss, err := c.Close()
 		<-done
 		if err != nil {
@@ -661,6 +667,9 @@ func BenchmarkCaptureLoad(b *testing.B) {
 		b.ReportMetric(ns(cost[0]), "off-ns/pkt")
 		b.ReportMetric(ns(cost[1]), "on-ns/pkt")
 		b.ReportMetric(100*(ns(cost[1])-ns(cost[0]))/ns(cost[0]), "slower-%")
+		b.ReportMetric(mpps(cost[0]), "off-Mpps")
+		b.ReportMetric(mpps(cost[1]), "on-Mpps")
+		b.ReportMetric(100*(mpps(cost[0])-mpps(cost[1]))/mpps(cost[0]), "rate-drop-%")
 		b.ReportMetric(float64(kept), "kept")
 		b.ReportMetric(float64(loss.RateCapped), "rate-capped")
 		if loss.RateCapped == 0 {

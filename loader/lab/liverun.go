@@ -44,7 +44,8 @@ func EnableRunStats() (stop func(), err error) {
 // Cost is a program's run-time statistics over an interval.
 type Cost struct {
 	Runs    uint64
-	Runtime time.Duration
+	Runtime time.Duration // the program's own time
+	Wall    time.Duration // f's, the generator's and the rest of the path's included
 }
 
 // MeasureCost runs f and returns how many times p ran during it and for how
@@ -54,12 +55,14 @@ func MeasureCost(p *ebpf.Program, f func() error) (Cost, error) {
 	if err != nil {
 		return Cost{}, err
 	}
+	start := time.Now()
 	if err := f(); err != nil {
 		return Cost{}, err
 	}
+	wall := time.Since(start)
 	after, err := p.Stats()
 	if err != nil {
 		return Cost{}, err
 	}
-	return Cost{Runs: after.RunCount - before.RunCount, Runtime: after.Runtime - before.Runtime}, nil
+	return Cost{Runs: after.RunCount - before.RunCount, Runtime: after.Runtime - before.Runtime, Wall: wall}, nil
 }
