@@ -5,12 +5,13 @@ import (
 	"io"
 	"strings"
 
+	"github.com/director/director/internal/picture"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
 
 var diffCmd = &command{
-	name: "diff", args: "OLD NEW [--json]",
+	name: "diff", args: "OLD NEW [--json] [--picture F.png|F.svg]",
 	summary: "Compare two configs or GLB binaries for review.",
 	help: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
 		"shares before and after. Exit status 0: no change, 2: changes, 1: error.",
@@ -20,9 +21,15 @@ var diffCmd = &command{
 func runDiff(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	asJSON := fs.Bool("json", false, "print the diff as a JSON document")
+	pic := fs.String("picture", "", "draw what the change moves into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 2, 2)
 	if err != nil {
 		return err
+	}
+	if *pic != "" {
+		if err := picture.CheckPath(*pic); err != nil {
+			return fmt.Errorf("diff: %w", err)
+		}
 	}
 	old, err := config.Load(pos[0])
 	if err != nil {
@@ -44,6 +51,15 @@ func runDiff(e *env, c *command, args []string) error {
 		}
 	}
 	d := table.Compare(old.Tables, new.Tables)
+	if *pic != "" {
+		verdict := "no change"
+		if d.Changed {
+			verdict = "changed ('director plan' judges it against what is live)"
+		}
+		if err := writePicture(e, *pic, changePanels(old.Tables, new.Tables, d, verdict)); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		if err := writeJSON(e.stdout, d); err != nil {
 			return err

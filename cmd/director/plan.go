@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/director/director/internal/picture"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -16,7 +17,7 @@ import (
 
 var planCmd = &command{
 	uses: usesBPFFS | usesDirectorConfig,
-	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json]",
+	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json] [--picture F.png|F.svg]",
 	summary: "Judge a change against what is live, and write it as a plan.",
 	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
 		"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
@@ -28,9 +29,15 @@ func runPlan(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	out := fs.String("o", "", "write the plan to `PLAN` (mode 0600: it holds the config's keys)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON (without the config)")
+	pic := fs.String("picture", "", "draw what the plan moves into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
+	}
+	if *pic != "" {
+		if err := picture.CheckPath(*pic); err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
 	}
 	src, err := loadForApply(e, pos[0], e.liveHealth)
 	if err != nil {
@@ -55,6 +62,19 @@ func runPlan(e *env, c *command, args []string) error {
 			return err
 		}
 		p.Ramps, p.RampProblems = table.Ramps(loader.Tables(live), src.Config)
+	}
+	if *pic != "" {
+		live, err := d.Live()
+		if err != nil {
+			return err
+		}
+		verdict := "safe"
+		if !p.Safe {
+			verdict = "UNSAFE: " + strings.Join(p.Reasons, "; ")
+		}
+		if err := writePicture(e, *pic, changePanels(loader.Tables(live), src.Tables, p.Diff, verdict)); err != nil {
+			return err
+		}
 	}
 	if *out != "" {
 		err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error {

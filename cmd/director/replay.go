@@ -15,6 +15,7 @@ import (
 
 	"github.com/director/director/internal/capture"
 	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/picture"
 	"github.com/director/director/internal/replay"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -27,7 +28,7 @@ var replayGateway = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
 
 var replayCmd = &command{
 	uses: usesDirectorConfig,
-	name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model] [--hot N]",
+	name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model] [--hot N] [--picture F.png|F.svg]",
 	summary: "Run a capture through the real program, or the model, and report where it goes.",
 	help: "Run every packet of a capture (pcap or pcapng) through the real XDP program with BPF_PROG_RUN, in a\n" +
 		"private instance that never touches the live director, and report where the traffic goes: verdicts,\n" +
@@ -45,9 +46,15 @@ func runReplay(e *env, c *command, args []string) error {
 	verify := fs.Bool("verify", false, "also run every packet through the Go model and require identical verdicts and bytes")
 	modelOnly := fs.Bool("model", false, "use only the Go model (no BPF, no root)")
 	hot := fs.Int("hot", 10, "list the `N` busiest rows")
+	pic := fs.String("picture", "", "draw packets per row, each table a heat map, into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
+	}
+	if *pic != "" {
+		if err := picture.CheckPath(*pic); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
 	}
 	if *cfgPath == "" {
 		return errors.New("replay: --config CONFIG is required")
@@ -60,7 +67,18 @@ func runReplay(e *env, c *command, args []string) error {
 		return err
 	}
 	defer rp.close()
-	rep, runErr := rp.run(e, pos[0], *verify, *hot)
+	rep, rows, runErr := rp.run(e, pos[0], *verify, *hot)
+	if rep != nil && *pic != "" {
+		var panels []picture.Panel
+		for i, t := range rp.cur.Tables {
+			if i < len(rows) {
+				panels = append(panels, picture.HeatPanel(table.DisplayName(t.Name, i), t, rows[i]))
+			}
+		}
+		if err := writePicture(e, *pic, panels); err != nil {
+			return err
+		}
+	}
 	if rep != nil {
 		if *asJSON {
 			if err := writeJSON(e.stdout, rep); err != nil {
@@ -167,10 +185,10 @@ func isTerminal(w io.Writer) bool {
 
 // run replays the capture. On a capture error it still returns the report
 // of what was processed, with the error.
-func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Report, error) {
+func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Report, [][]uint64, error) {
 	r, err := capture.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	defer r.Close()
 	names := make([]string, len(rp.cur.Tables))
@@ -211,14 +229,15 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 		var re *replay.RunError
 		if errors.As(err, &re) {
 			close(stop)
-			return nil, fmt.Errorf("replay: %w", err)
+			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 	}
 	close(stop)
 	if err != nil {
 		err = fmt.Errorf("replay: %w", err)
 	}
-	return rp.finish(e, agg, vr, start, progress, hot), err
+	rep := rp.finish(e, agg, vr, start, progress, hot)
+	return rep, agg.RowPackets(), err
 }
 
 // finish completes the report and says how fast the replay went.

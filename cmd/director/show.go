@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/picture"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -67,12 +68,15 @@ type lookupEntry struct {
 
 var showCmd = &command{
 	uses: usesDirectorConfig,
-	name: "show", args: "CONFIG|FILE [--json] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
+	name: "show", args: "CONFIG|FILE [--json] [--picture F.png|F.svg] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
 	summary: "Summarise the tables of a config or GLB binary.",
 	help: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
 		"--lookup prints the row and hops a client's flow maps to, hashed as the datapath hashes it: the\n" +
 		"fields of --director-config's hash_fields (the source address by default) and alt_hash_fields,\n" +
-		"with the client's port from CLIENT:PORT and the VIP and its port from --to.",
+		"with the client's port from CLIENT:PORT and the VIP and its port from --to.\n" +
+		"--picture draws each table's 65,536 rows as a 256x256 grid (row r at column r%256, line r/256),\n" +
+		"coloured by primary backend, tables side by side, with a legend of each backend's share, state,\n" +
+		"health, weight and domain: PNG or SVG by the file's extension.",
 	run: runShow,
 }
 
@@ -82,9 +86,15 @@ func runShow(e *env, c *command, args []string) error {
 	lookup := fs.String("lookup", "", "client `ADDR[:PORT]` to look up in every table (or those --to selects)")
 	to := fs.String("to", "", "only tables with a bind matching `VIP[:PORT]` (with --lookup)")
 	protoName := fs.String("proto", "tcp", "`PROTO` for --to: tcp or udp")
+	pic := fs.String("picture", "", "draw the tables into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
+	}
+	if *pic != "" {
+		if err := picture.CheckPath(*pic); err != nil {
+			return fmt.Errorf("show: %w", err)
+		}
 	}
 	proto, err := table.ParseProto(*protoName)
 	if err != nil {
@@ -115,6 +125,11 @@ func runShow(e *env, c *command, args []string) error {
 		}
 	} else if *to != "" {
 		return fmt.Errorf("show: --to needs --lookup")
+	}
+	if *pic != "" {
+		if err := writePicture(e, *pic, tablePanels(src.Tables)); err != nil {
+			return err
+		}
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, doc)

@@ -344,3 +344,17 @@ func (a *Aggregator) againstReport(file string) *AgainstReport {
 	}
 	return ar
 }
+
+// RowPackets is, for each table of the replayed config, the packets each
+// of its rows took: what 'replay --picture' draws. Call it after Report.
+func (a *Aggregator) RowPackets() [][]uint64 {
+	a.normalize()
+	out := make([][]uint64, len(a.tables))
+	for i, t := range a.tables {
+		out[i] = make([]uint64, len(t.rows))
+		for r, row := range t.rows {
+			out[i][r] = row.count.Packets
+		}
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package picture
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"image/png"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/director/director/internal/golden"
+	"github.com/director/director/table"
+	"github.com/director/director/table/config"
+)
+
+func build(t testing.TB, path string) []*table.Table {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "configs", path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buildJSON(t, data)
+}
+
+func buildJSON(t testing.TB, data []byte) []*table.Table {
+	t.Helper()
+	c, err := config.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tabs
+}
+
+// TestPalette: 256 addresses get 256 colours, none of them the red kept
+// for marks, and an address keeps its colour in another palette where no
+// other address wants its slot.
+func TestPalette(t *testing.T) {
+	var addrs []netip.Addr
+	for i := 0; i < Slots; i++ {
+		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 1, byte(i / 200), byte(i % 200)}))
+	}
+	p := NewPalette(addrs)
+	seen := map[color.RGBA]netip.Addr{}
+	for _, a := range addrs {
+		c := p.Color(a)
+		if o, dup := seen[c]; dup {
+			t.Fatalf("%s and %s share %v", a, o, c)
+		}
+		if c == AtRisk || c.R > 0xd0 && c.G < 0x40 && c.B < 0x40 {
+			t.Fatalf("%s is red (%v), the marks' colour", a, c)
+		}
+		seen[c] = a
+	}
+	one := NewPalette(addrs[:1])
+	if one.Color(addrs[0]) != SlotColor(preferred(addrs[0])) {
+		t.Error("a lone address does not get its preferred slot")
+	}
+	if one.Color(addrs[0]) != NewPalette([]netip.Addr{addrs[0], netip.MustParseAddr("2001:db8::1")}).Color(addrs[0]) &&
+		preferred(addrs[0]) != preferred(netip.MustParseAddr("2001:db8::1")) {
+		t.Error("an address changed colour when another with a different slot joined")
+	}
+}
+
+// cellAt is the colour of row r in img, the panel drawn at x0.
+func cellAt(img interface{ At(x, y int) color.Color }, x0, r int) color.RGBA {
+	g := image0()
+	c := img.At(x0+g.X+(r%Side)*Cell+1, g.Y+(r/Side)*Cell+1)
+	return color.RGBAModel.Convert(c).(color.RGBA)
+}
+
+func image0() struct{ X, Y int } { return struct{ X, Y int }{margin, margin + titleH} }
+
+// describe is the golden form of a panel: its title, legend and the
+// colours of a few rows, as drawn in the PNG (decoded back).
+func describe(t *testing.T, p Panel, rows ...int) string {
+	var buf bytes.Buffer
+	if err := WritePNG(&buf, []Panel{p}); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "title: %s\nalarm: %v\n", p.Title, p.Alarm)
+	for _, l := range p.Legend {
+		sw := "      -"
+		if l.Swatch.A != 0 {
+			sw = hex(l.Swatch)
+		}
+		fmt.Fprintf(&b, "legend %s %s\n", sw, l.Text)
+	}
+	for _, r := range rows {
+		drawn := cellAt(img, 0, r)
+		if drawn != p.Color(r) {
+			t.Errorf("row %#x drawn %v, want %v", r, drawn, p.Color(r))
+		}
+		fmt.Fprintf(&b, "row %#04x %s\n", r, hex(drawn))
+	}
+	return b.String()
+}
+
+// TestTablePicture: each row in its primary's colour, the legend each
+// backend's share, state and health.
+func TestTablePicture(t *testing.T) {
+	tabs := build(t, "small-weighted.json")
+	pal := PaletteFor(tabs...)
+	p := TablePanel("api", tabs[0], pal)
+	for r, row := range tabs[0].Rows {
+		if p.Color(r) != pal.Color(tabs[0].Backends[row.Primary].IP) {
+			t.Fatalf("row %d is not its primary's colour", r)
+		}
+	}
+	golden.Check(t, "picture-table.txt", []byte(describe(t, p, 0, 1, 2, 0xff, 0x100, 0xffff)))
+}
+
+// TestChangePicture: a backend removed without a drain. Its rows move,
+// those whose new secondary is not their old primary are at risk, in red,
+// as many as diff counts; the rows that stay are dimmed.
+func TestChangePicture(t *testing.T) {
+	o, n := build(t, "small.json")[0], build(t, "small-removed.json")[0]
+	pal := PaletteFor(o, n)
+	p := ChangePanel("api", o, n, pal, "UNSAFE")
+	d := table.Compare([]*table.Table{o}, []*table.Table{n}).Tables[0]
+	red, dim, first := 0, 0, -1
+	for r := range p.Cells {
+		switch p.Color(r) {
+		case AtRisk:
+			red++
+			if first < 0 {
+				first = r
+			}
+		case Dim(pal.Color(n.Backends[n.Rows[r].Primary].IP)):
+			dim++
+		}
+	}
+	if red == 0 || red != d.Rows.AtRisk || !p.Alarm {
+		t.Fatalf("%d rows drawn at risk, diff says %d (alarm %v)", red, d.Rows.AtRisk, p.Alarm)
+	}
+	if dim != len(n.Rows)-d.Rows.PrimaryChanged {
+		t.Fatalf("%d rows dimmed, %d kept their primary", dim, len(n.Rows)-d.Rows.PrimaryChanged)
+	}
+	golden.Check(t, "picture-change.txt", []byte(describe(t, p, 0, 1, 2, first, 0xffff)))
+}
+
+// TestHeatPicture: rows coloured by packets, the busiest marked red and
+// listed with their primary.
+func TestHeatPicture(t *testing.T) {
+	tab := build(t, "small.json")[0]
+	counts := make([]uint64, len(tab.Rows))
+	for r := range counts {
+		counts[r] = uint64(r % 7)
+	}
+	counts[0x1234] = 1000
+	p := HeatPanel("api", tab, counts)
+	if p.Color(0x1234) != Hot || !strings.Contains(p.Legend[3].Text, "row 0x1234: 1000 packets -> ") {
+		t.Fatalf("the busiest row is not marked first: %v", p.Legend[3])
+	}
+	if p.Color(0) != Heat(0, 1000) || p.Color(7) != Heat(0, 1000) {
+		t.Fatal("an empty row is not black")
+	}
+	golden.Check(t, "picture-heat.txt", []byte(describe(t, p, 0, 1, 6, 0x1234)))
+}
+
+// TestSVG: the SVG has every legend line, the frame, and the grid.
+func TestSVG(t *testing.T) {
+	o, n := build(t, "small.json")[0], build(t, "small-removed.json")[0]
+	pal := PaletteFor(o, n)
+	var b bytes.Buffer
+	if err := Write(&b, "x.svg", []Panel{TablePanel("api", o, pal), ChangePanel("api", o, n, pal, "UNSAFE")}); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	for _, want := range []string{"<svg ", "192.168.50.10", "rows at risk", `fill="#ff0000"`, "data:image/png;base64,", "-&gt;"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the SVG lacks %q", want)
+		}
+	}
+	if err := Write(&b, "x.jpg", nil); err == nil {
+		t.Error("a .jpg was written")
+	}
+}
+
+// bigTables is 32 tables of 256 backends.
+func bigTables(t testing.TB) []*table.Table {
+	var b strings.Builder
+	b.WriteString(`{"tables": [`)
+	for i := 0; i < 32; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"name": "t%d", "hash_key": "%032x", "seed": "%032x", "binds": [{"ip": "10.200.%d.1", "proto": "tcp", "port": 80}], "backends": [`, i, i+1, i+100, i)
+		for j := 0; j < 256; j++ {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"ip": "10.%d.%d.%d", "state": "active", "healthy": true}`, 100+i, j/200, j%200+1)
+		}
+		b.WriteString("]}")
+	}
+	b.WriteString("]}")
+	return buildJSON(t, []byte(b.String()))
+}
+
+// BenchmarkPicture draws 32 tables of 256 backends side by side, as
+// 'show --picture' does, in each format.
+//
+//	go test ./internal/picture -run '^$' -bench Picture
+func BenchmarkPicture(b *testing.B) {
+	tabs := bigTables(b)
+	for _, format := range []string{"png", "svg"} {
+		b.Run(format, func(b *testing.B) {
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				pal := PaletteFor(tabs...)
+				var panels []Panel
+				for i, t := range tabs {
+					panels = append(panels, TablePanel(fmt.Sprint("t", i), t, pal))
+				}
+				if err := Write(&buf, "x."+format, panels); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(buf.Len())/1e6, "MB")
+		})
+	}
+}

@@ -1,0 +1,317 @@
+package picture
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
+)
+
+// Layout, in pixels. A row is a Cell×Cell square; the legend runs in
+// columns of at most LegendRows lines under the grid.
+const (
+	Cell       = 2
+	margin     = 10
+	lineH      = 15
+	titleH     = 20
+	LegendRows = 64
+	charW      = 7 // basicfont.Face7x13's advance
+	swatchW    = 10
+)
+
+var (
+	background = color.RGBA{0xff, 0xff, 0xff, 0xff}
+	ink        = color.RGBA{0x20, 0x20, 0x20, 0xff}
+)
+
+// geometry is where a panel's parts go.
+type geometry struct {
+	w, h      int
+	grid      image.Point // the grid's top left
+	legendTop int
+	colX      []int // each legend column's left, from the legend's
+	cols      int
+}
+
+func (p *Panel) geometry() geometry {
+	g := geometry{grid: image.Pt(margin, margin+titleH)}
+	g.cols = (len(p.Legend) + LegendRows - 1) / LegendRows
+	g.colX = make([]int, g.cols+1)
+	for col := 0; col < g.cols; col++ {
+		longest := 0
+		for _, l := range p.Legend[col*LegendRows : min(len(p.Legend), (col+1)*LegendRows)] {
+			longest = max(longest, len(l.Text))
+		}
+		g.colX[col+1] = g.colX[col] + swatchW + 6 + longest*charW + margin
+	}
+	rows := min(len(p.Legend), LegendRows)
+	g.legendTop = g.grid.Y + Side*Cell + margin
+	g.w = max(Side*Cell+2*margin, margin+len(p.Title)*charW+margin, margin+g.colX[g.cols])
+	g.h = g.legendTop + rows*lineH + margin
+	return g
+}
+
+// A canvas is a picture being drawn: a colour index a pixel, so that it
+// can be written as a paletted PNG (8 bits a pixel, unfiltered: the PNG
+// encoder's filter search is most of an RGBA picture's cost) when it has
+// 256 colours or fewer.
+type canvas struct {
+	w, h  int
+	pix   []uint16
+	pal   []color.RGBA
+	index map[color.RGBA]uint16
+}
+
+func newCanvas(w, h int) *canvas {
+	c := &canvas{w: w, h: h, pix: make([]uint16, w*h), index: map[color.RGBA]uint16{}}
+	c.idx(background) // index 0: what pix starts as
+	return c
+}
+
+func (c *canvas) idx(col color.RGBA) uint16 {
+	i, ok := c.index[col]
+	if !ok {
+		i = uint16(len(c.pal))
+		c.pal = append(c.pal, col)
+		c.index[col] = i
+	}
+	return i
+}
+
+func (c *canvas) fill(r image.Rectangle, col color.RGBA) {
+	r = r.Intersect(image.Rect(0, 0, c.w, c.h))
+	i := c.idx(col)
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		row := c.pix[y*c.w+r.Min.X : y*c.w+r.Max.X]
+		for x := range row {
+			row[x] = i
+		}
+	}
+}
+
+// glyphs are basicfont.Face7x13's printable ASCII glyphs, as the pixels
+// each sets, from its top left.
+var glyphs = func() (g [128][]image.Point) {
+	f := basicfont.Face7x13
+	for r := rune(32); r < 127; r++ {
+		dr, mask, mp, _, ok := f.Glyph(fixed.P(0, f.Ascent), r)
+		if !ok {
+			continue
+		}
+		for y := 0; y < dr.Dy(); y++ {
+			for x := 0; x < dr.Dx(); x++ {
+				if _, _, _, a := mask.At(mp.X+x, mp.Y+y).RGBA(); a > 0x8000 {
+					g[r] = append(g[r], image.Pt(dr.Min.X+x, dr.Min.Y+y))
+				}
+			}
+		}
+	}
+	return g
+}()
+
+// text writes s with its baseline at y.
+func (c *canvas) text(x, y int, s string) {
+	i := c.idx(ink)
+	top := y - basicfont.Face7x13.Ascent
+	for _, r := range s {
+		if r < 128 {
+			for _, p := range glyphs[r] {
+				px, py := x+p.X, top+p.Y
+				if px >= 0 && px < c.w && py >= 0 && py < c.h {
+					c.pix[py*c.w+px] = i
+				}
+			}
+		}
+		x += charW
+	}
+}
+
+// image is the canvas as an image: paletted when it can be.
+func (c *canvas) image() image.Image {
+	if len(c.pal) <= 256 {
+		pal := make(color.Palette, len(c.pal))
+		for i, col := range c.pal {
+			pal[i] = col
+		}
+		img := image.NewPaletted(image.Rect(0, 0, c.w, c.h), pal)
+		for i, v := range c.pix {
+			img.Pix[i] = uint8(v)
+		}
+		return img
+	}
+	img := image.NewRGBA(image.Rect(0, 0, c.w, c.h))
+	for i, v := range c.pix {
+		col := c.pal[v]
+		img.Pix[4*i], img.Pix[4*i+1], img.Pix[4*i+2], img.Pix[4*i+3] = col.R, col.G, col.B, 0xff
+	}
+	return img
+}
+
+// Image draws panels side by side.
+func Image(panels []Panel) image.Image {
+	gs := make([]geometry, len(panels))
+	w, h := 0, 0
+	for i := range panels {
+		gs[i] = panels[i].geometry()
+		w += gs[i].w
+		h = max(h, gs[i].h)
+	}
+	c := newCanvas(max(w, 1), max(h, 1))
+	x := 0
+	for i := range panels {
+		drawPanel(c, x, &panels[i], gs[i])
+		x += gs[i].w
+	}
+	return c.image()
+}
+
+func drawPanel(c *canvas, x0 int, p *Panel, g geometry) {
+	c.text(x0+margin, margin+13, p.Title)
+	gx, gy := x0+g.grid.X, g.grid.Y
+	if p.Alarm {
+		c.fill(image.Rect(gx-3, gy-3, gx+Side*Cell+3, gy+Side*Cell+3), AtRisk)
+	}
+	c.fill(image.Rect(gx-1, gy-1, gx+Side*Cell+1, gy+Side*Cell+1), ink)
+	// The cells: the panel's colours indexed once, then a slice index a
+	// row, straight into the pixels.
+	at := make([]uint16, len(p.Colors))
+	for i, col := range p.Colors {
+		at[i] = c.idx(col)
+	}
+	for r, ci := range p.Cells {
+		v := at[ci]
+		o := (gy+(r/Side)*Cell)*c.w + gx + (r%Side)*Cell
+		for dy := 0; dy < Cell; dy++ {
+			row := c.pix[o+dy*c.w : o+dy*c.w+Cell]
+			for dx := range row {
+				row[dx] = v
+			}
+		}
+	}
+	for _, r := range p.Rings {
+		x, y := gx+(r%Side)*Cell, gy+(r/Side)*Cell
+		o := image.Rect(x-4, y-4, x+Cell+4, y+Cell+4)
+		for _, side := range []image.Rectangle{{o.Min, image.Pt(o.Max.X, o.Min.Y+1)}, {image.Pt(o.Min.X, o.Max.Y-1), o.Max},
+			{o.Min, image.Pt(o.Min.X+1, o.Max.Y)}, {image.Pt(o.Max.X-1, o.Min.Y), o.Max}} {
+			c.fill(side.Intersect(image.Rect(gx, gy, gx+Side*Cell, gy+Side*Cell)), Hot)
+		}
+	}
+	for i, l := range p.Legend {
+		col, line := i/LegendRows, i%LegendRows
+		lx, ly := x0+margin+g.colX[col], g.legendTop+line*lineH
+		if l.Swatch.A != 0 {
+			c.fill(image.Rect(lx, ly+2, lx+swatchW, ly+2+swatchW), l.Swatch)
+		}
+		c.text(lx+swatchW+6, ly+11, l.Text)
+	}
+}
+
+// WritePNG writes panels as one PNG.
+func WritePNG(w io.Writer, panels []Panel) error {
+	e := png.Encoder{CompressionLevel: png.BestSpeed}
+	return e.Encode(w, Image(panels))
+}
+
+// WriteSVG writes panels as SVG: the grids as one embedded PNG of a
+// pixel per row, scaled up without smoothing (65,536 rows a table would
+// be as many rectangles), the titles, frames and legends as SVG.
+func WriteSVG(w io.Writer, panels []Panel) error {
+	gs := make([]geometry, len(panels))
+	width, height := 0, 0
+	for i := range panels {
+		gs[i] = panels[i].geometry()
+		width += gs[i].w
+		height = max(height, gs[i].h)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="monospace" font-size="12">`+"\n",
+		width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", width, height)
+	x := 0
+	for i := range panels {
+		p, g := &panels[i], gs[i]
+		gx, gy := x+g.grid.X, g.grid.Y
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", x+margin, margin+13, hex(ink), escape(p.Title))
+		if p.Alarm {
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", gx-3, gy-3, Side*Cell+6, Side*Cell+6, hex(AtRisk))
+		}
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", gx-1, gy-1, Side*Cell+2, Side*Cell+2, hex(ink))
+		grid, err := gridPNG(p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, `<image x="%d" y="%d" width="%d" height="%d" style="image-rendering:pixelated" href="data:image/png;base64,%s"/>`+"\n",
+			gx, gy, Side*Cell, Side*Cell, base64.StdEncoding.EncodeToString(grid))
+		for _, r := range p.Rings {
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n",
+				gx+(r%Side)*Cell-4, gy+(r/Side)*Cell-4, Cell+8, Cell+8, hex(Hot))
+		}
+		for i, l := range p.Legend {
+			col, line := i/LegendRows, i%LegendRows
+			lx, ly := x+margin+g.colX[col], g.legendTop+line*lineH
+			if l.Swatch.A != 0 {
+				fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, lx, ly+2, swatchW, swatchW, hex(l.Swatch))
+			}
+			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", lx+swatchW+6, ly+11, hex(ink), escape(l.Text))
+		}
+		x += g.w
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// gridPNG is p's grid at a pixel a row.
+func gridPNG(p *Panel) ([]byte, error) {
+	c := newCanvas(Side, max(1, (len(p.Cells)+Side-1)/Side))
+	at := make([]uint16, len(p.Colors))
+	for i, col := range p.Colors {
+		at[i] = c.idx(col)
+	}
+	for r, ci := range p.Cells {
+		c.pix[r] = at[ci]
+	}
+	img := c.image()
+	var out bytes.Buffer
+	e := png.Encoder{CompressionLevel: png.BestSpeed}
+	if err := e.Encode(&out, img); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func hex(c color.RGBA) string { return fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B) }
+
+func escape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
+
+// Write writes panels to w in the format path's extension names: .png or
+// .svg.
+func Write(w io.Writer, path string, panels []Panel) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".png":
+		return WritePNG(w, panels)
+	case ".svg":
+		return WriteSVG(w, panels)
+	}
+	return fmt.Errorf("%s: a picture is .png or .svg", path)
+}
+
+// CheckPath says whether path names a format Write knows, before any
+// work is done for it.
+func CheckPath(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".png", ".svg":
+		return nil
+	}
+	return fmt.Errorf("--picture %s: a picture is .png or .svg", path)
+}
