@@ -79,6 +79,7 @@ func runService(e *env, c *command, args []string) error {
 			}
 		}
 	}()
+	service.Version = version
 	return service.Run(ctx, service.Options{
 		Config: *config, DirectorConfig: e.dirConfig, BPFFS: e.bpffs,
 		Attach: attach, Mode: *mode, MetricsAddr: *metrics, Log: slog.New(h),

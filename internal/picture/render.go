@@ -271,7 +271,9 @@ func WriteSVG(w io.Writer, panels []Panel) error {
 
 // gridPNG is p's grid at a pixel a row.
 func gridPNG(p *Panel) ([]byte, error) {
-	c := newCanvas(Side, max(1, (len(p.Cells)+Side-1)/Side))
+	// No background: a table of 256 backends is 256 colours, and paletted.
+	c := &canvas{w: Side, h: max(1, (len(p.Cells)+Side-1)/Side), index: map[color.RGBA]uint16{}}
+	c.pix = make([]uint16, c.w*c.h)
 	at := make([]uint16, len(p.Colors))
 	for i, col := range p.Colors {
 		at[i] = c.idx(col)
@@ -314,4 +316,16 @@ func CheckPath(path string) error {
 		return nil
 	}
 	return fmt.Errorf("--picture %s: a picture is .png or .svg", path)
+}
+
+// WriteGridPNG writes p's grid alone, a pixel a row (256×256 for a
+// table): the status page's picture, scaled up by the browser, its legend
+// the page's own.
+func WriteGridPNG(w io.Writer, p Panel) error {
+	data, err := gridPNG(&p)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }

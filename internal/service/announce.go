@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -191,6 +192,13 @@ func (s *service) publish() {
 		fs = append(fs, n)
 	}
 	sort.Strings(fs)
+	var ifaces []StatusInterface
+	for _, name := range s.o.Attach {
+		if st, ok := s.ifaces[name]; ok {
+			ifaces = append(ifaces, st)
+		}
+	}
 	s.status.publish(Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
-		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now, Ramp: s.rampStatus()})
+		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now, Ramp: s.rampStatus(),
+		Recent: slices.Clone(s.recent), Backends: s.checks.backends(), Interfaces: ifaces}, s.live.tables)
 }

@@ -32,6 +32,8 @@ type target struct {
 	checkedAt, failingSince time.Time
 	// used marks targets the served or pending config still has.
 	used bool
+	// failures counts the failed rounds.
+	failures uint64
 }
 
 func targetKey(ip netip.Addr, c health.Checks) string {
@@ -216,6 +218,9 @@ func (c *checker) check(ctx context.Context, t *target, kick bool) {
 		t.failingSince = time.Time{}
 	}
 	t.lastOK, t.last, t.checkedAt = ok, rs, now
+	if !ok {
+		t.failures++
+	}
 	if changed {
 		t.flip = rs
 	}
@@ -282,6 +287,37 @@ func (c *checker) summary() StatusChecks {
 		}
 	}
 	return s
+}
+
+// backends are the targets' last results for the status, by address (a
+// backend checked two ways, in two tables, appears twice).
+func (c *checker) backends() []StatusBackend {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]StatusBackend, 0, len(c.targets))
+	for _, t := range c.targets {
+		b := StatusBackend{IP: t.ip.String(), Up: t.damp.Up(), Passing: t.lastOK, Failures: t.failures, Results: []StatusResult{}}
+		for _, r := range t.last {
+			b.Results = append(b.Results, StatusResult{Kind: r.Kind, OK: r.OK, LatencyMS: float64(r.Latency.Microseconds()) / 1000, Reason: r.Reason})
+		}
+		if !t.checkedAt.IsZero() {
+			at := t.checkedAt.UTC()
+			b.CheckedAt = &at
+		}
+		if !t.failingSince.IsZero() {
+			at := t.failingSince.UTC()
+			b.FailingSince = &at
+		}
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := netip.MustParseAddr(out[i].IP), netip.MustParseAddr(out[j].IP)
+		if a != b {
+			return a.Less(b)
+		}
+		return len(out[i].Results) < len(out[j].Results)
+	})
+	return out
 }
 
 // count is how many targets there are.

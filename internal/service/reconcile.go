@@ -273,7 +273,8 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 	}
 	s.log.Info("applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
 		"took", took.Round(time.Microsecond))
-	s.lastApply = &StatusApply{Time: time.Now().UTC(), Trigger: trigger, Changes: changes}
+	s.lastApply = &StatusApply{Time: time.Now().UTC(), Trigger: trigger, Verdict: verdict, Changes: changes}
+	s.recent = append([]StatusApply{*s.lastApply}, s.recent[:min(len(s.recent), RecentApplies-1)]...)
 	return applied, frozen, nil
 }
 

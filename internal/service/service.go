@@ -102,8 +102,11 @@ type service struct {
 	ramp    *rampState // a lowered weight being taken in safe steps
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
-	lastApply  *StatusApply // the last apply
-	since      time.Time    // when Run began
+	lastApply  *StatusApply  // the last apply
+	recent     []StatusApply // the last RecentApplies applies, newest first
+	// ifaces are the interfaces of --attach as last found.
+	ifaces map[string]StatusInterface
+	since  time.Time // when Run began
 	// problems are what verify found wrong, as last logged, by subject.
 	problems map[string]string
 	started  bool // attached after the first apply: BGP may announce
@@ -188,6 +191,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelError)}))
+		servePage(mux, s.status)
 		srv := serveHTTP(ln, mux, o.Log)
 		defer srv.Close()
 	}
@@ -357,7 +361,7 @@ func (s *service) attach() error {
 		if err != nil {
 			return err
 		}
-		s.m.attached.WithLabelValues(a.Interface, a.Mode).Set(1)
+		s.setAttached(a.Interface, a.Mode, true)
 	}
 	return nil
 }

@@ -39,8 +39,49 @@ type Status struct {
 	Held []StatusHeld `json:"held"`
 	// Ramp is a held edit being carried out in safe steps: when the next
 	// is due and what it takes. Nil when none is.
-	Ramp  *StatusRamp `json:"ramp,omitempty"`
-	Stale bool        `json:"stale,omitempty"`
+	Ramp *StatusRamp `json:"ramp,omitempty"`
+	// Recent are the service's last applies, newest first (at most
+	// RecentApplies).
+	Recent []StatusApply `json:"recent_applies"`
+	// Backends are the checked backends' last results, by address.
+	Backends []StatusBackend `json:"backends"`
+	// Interfaces are those the service steers (--attach), as it last
+	// found them.
+	Interfaces []StatusInterface `json:"interfaces"`
+	Stale      bool              `json:"stale,omitempty"`
+}
+
+// RecentApplies is how many applies Status.Recent keeps.
+const RecentApplies = 16
+
+// StatusBackend is what a checked backend's checks last found.
+type StatusBackend struct {
+	IP string `json:"ip"`
+	// Up is the dampened state (rise and fall); Passing the last round's.
+	Up      bool           `json:"up"`
+	Passing bool           `json:"passing"`
+	Results []StatusResult `json:"results"`
+	// CheckedAt is when the last round came in; FailingSince when the
+	// current run of failed rounds began (null while passing).
+	CheckedAt    *time.Time `json:"checked_at"`
+	FailingSince *time.Time `json:"failing_since"`
+	// Failures counts the failed rounds since the service began.
+	Failures uint64 `json:"failures"`
+}
+
+// StatusResult is one check of a round.
+type StatusResult struct {
+	Kind      string  `json:"kind"` // http, tcp, gue
+	OK        bool    `json:"ok"`
+	LatencyMS float64 `json:"latency_ms"`
+	Reason    string  `json:"reason,omitempty"` // why it failed
+}
+
+// StatusInterface is an interface the service steers.
+type StatusInterface struct {
+	Name     string `json:"name"`
+	Mode     string `json:"mode"`
+	Attached bool   `json:"attached"`
 }
 
 // StatusRamp is a ramp in progress.
@@ -54,6 +95,7 @@ type StatusRamp struct {
 type StatusApply struct {
 	Time    time.Time `json:"time"`
 	Trigger string    `json:"trigger"` // start, checks, config, outside change, ...
+	Verdict string    `json:"verdict"` // safe, or why an unsafe one was applied
 	Changes []string  `json:"changes"`
 }
 
@@ -148,23 +190,22 @@ type statusBoard struct {
 	path string // "" for none
 	bgp  func() *StatusBGP
 
-	mu   sync.Mutex
-	view Status
+	mu     sync.Mutex
+	view   Status
+	tables []*table.Table // the live tables, as the loop last knew them (the page's)
 }
 
-// publish replaces the loop's part and writes the file.
-func (b *statusBoard) publish(view Status) {
+// publish replaces the loop's part and writes the file. tables are not
+// changed after: the page reads them.
+func (b *statusBoard) publish(view Status, tables []*table.Table) {
 	b.mu.Lock()
-	b.view = view
+	b.view, b.tables = view, tables
 	b.mu.Unlock()
 	b.write()
 }
 
-// write writes the file.
-func (b *statusBoard) write() {
-	if b.path == "" {
-		return
-	}
+// current is the status as the file has it now, and the live tables.
+func (b *statusBoard) current() (Status, []*table.Table) {
 	var sb *StatusBGP
 	if b.bgp != nil {
 		sb = b.bgp()
@@ -179,6 +220,26 @@ func (b *statusBoard) write() {
 	if st.FailStatic == nil {
 		st.FailStatic = []string{}
 	}
+	if st.Recent == nil {
+		st.Recent = []StatusApply{}
+	}
+	if st.Backends == nil {
+		st.Backends = []StatusBackend{}
+	}
+	if st.Interfaces == nil {
+		st.Interfaces = []StatusInterface{}
+	}
+	return st, b.tables
+}
+
+// write writes the file.
+func (b *statusBoard) write() {
+	if b.path == "" {
+		return
+	}
+	st, _ := b.current()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	data, _ := json.MarshalIndent(st, "", "  ")
 	tmp := b.path + ".tmp"
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {

@@ -142,6 +142,10 @@ func (s *service) anyAttached() bool {
 }
 
 func (s *service) setAttached(iface, mode string, on bool) {
+	if s.ifaces == nil {
+		s.ifaces = map[string]StatusInterface{}
+	}
+	s.ifaces[iface] = StatusInterface{Name: iface, Mode: mode, Attached: on}
 	s.m.attached.DeletePartialMatch(map[string]string{"interface": iface})
 	v := 0.0
 	if on {

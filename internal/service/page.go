@@ -1,0 +1,209 @@
+package service
+
+import (
+	_ "embed"
+	"fmt"
+	"html"
+	"html/template"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/director/director/internal/picture"
+	"github.com/director/director/table"
+)
+
+// The status page: what the status file says (the same document, from
+// the same publish), with the live tables' backends, shares and pictures,
+// on the metrics address. Read-only, refreshed by the browser, and
+// self-contained: the style and the pictures come from the binary, and
+// the Content-Security-Policy lets the page load nothing else.
+
+//go:embed page.html
+var pageHTML string
+
+//go:embed page.css
+var pageCSS []byte
+
+var pageTemplate = template.Must(template.New("page").Parse(pageHTML))
+
+// pageRefresh is how often the page reloads itself, in seconds.
+const pageRefresh = 5
+
+// pagePolicy is the page's Content-Security-Policy: its own style and
+// images, nothing else (no script, no frame, no form).
+const pagePolicy = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+type pageData struct {
+	Host    string
+	Version string
+	Refresh int
+	Status  Status
+	Tables  []pageTable
+}
+
+type pageTable struct {
+	Index       int
+	Name        string
+	Fingerprint string
+	Binds       []string
+	FailStatic  bool
+	Backends    []pageBackend
+	// Rows are the backends' table rows, written by backendRows: a
+	// table may have 256, and the template's reflection costs 20 µs a row.
+	Rows template.HTML
+}
+
+type pageBackend struct {
+	IP           string
+	State        string
+	Healthy      bool
+	Rows         int
+	Share        float64
+	Color        string
+	Checked      bool
+	Results      []StatusResult
+	FailingSince *time.Time
+	Failures     uint64
+}
+
+// Version is the binary's version, for the page's footer (set by main).
+var Version = "dev"
+
+// servePage adds the page's routes to mux: /, /style.css and
+// /picture/N.png (live table N's rows). board is what it shows.
+func servePage(mux *http.ServeMux, board *statusBoard) {
+	mux.Handle("/", pageOnly(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		st, tables := board.current()
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		pageTemplate.Execute(w, buildPage(st, tables))
+	}))
+	mux.Handle("/style.css", pageOnly(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		w.Write(pageCSS)
+	}))
+	mux.Handle("/picture/", pageOnly(func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/picture/"), ".png"))
+		_, tables := board.current()
+		if err != nil || !strings.HasSuffix(r.URL.Path, ".png") || n < 0 || n >= len(tables) {
+			http.NotFound(w, r)
+			return
+		}
+		t := tables[n]
+		w.Header().Set("Content-Type", "image/png")
+		picture.WriteGridPNG(w, picture.TablePanel(table.DisplayName(t.Name, n), t, picture.PaletteFor(t)))
+	}))
+}
+
+// pageOnly serves GET and HEAD only, with the page's headers.
+func pageOnly(f http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", pagePolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.Set("Allow", "GET, HEAD")
+			http.Error(w, "the status page is read-only", http.StatusMethodNotAllowed)
+			return
+		}
+		f(w, r)
+	})
+}
+
+// buildPage is what the page shows of st and the live tables.
+func buildPage(st Status, tables []*table.Table) pageData {
+	host, _ := os.Hostname()
+	d := pageData{Host: host, Version: Version, Refresh: pageRefresh, Status: st}
+	checks := map[string]StatusBackend{}
+	for _, b := range st.Backends {
+		if _, seen := checks[b.IP]; !seen {
+			checks[b.IP] = b
+		}
+	}
+	failStatic := map[string]bool{}
+	for _, n := range st.FailStatic {
+		failStatic[n] = true
+	}
+	for i, t := range tables {
+		name := table.DisplayName(t.Name, i)
+		pt := pageTable{Index: i, Name: name, Fingerprint: table.Fingerprint(t), FailStatic: failStatic[name]}
+		for _, b := range t.Binds {
+			pt.Binds = append(pt.Binds, b.String())
+		}
+		rows := make([]int, len(t.Backends))
+		for _, r := range t.Rows {
+			rows[r.Primary]++
+		}
+		pal := picture.PaletteFor(t)
+		for k, b := range t.Backends {
+			c := pal.Color(b.IP)
+			pb := pageBackend{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Rows: rows[k],
+				Share: 100 * float64(rows[k]) / float64(max(len(t.Rows), 1)), Color: "#" + hex2(c.R) + hex2(c.G) + hex2(c.B)}
+			if cb, ok := checks[pb.IP]; ok {
+				pb.Checked, pb.Results, pb.FailingSince, pb.Failures = true, cb.Results, cb.FailingSince, cb.Failures
+			}
+			pt.Backends = append(pt.Backends, pb)
+		}
+		pt.Rows = backendRows(pt.Backends)
+		d.Tables = append(d.Tables, pt)
+	}
+	return d
+}
+
+// backendRows writes the rows of a table's backends, every text escaped.
+func backendRows(bs []pageBackend) template.HTML {
+	var b strings.Builder
+	esc := html.EscapeString
+	class := func(ok bool) string {
+		if ok {
+			return "good"
+		}
+		return "bad"
+	}
+	for _, pb := range bs {
+		health := "unhealthy"
+		if pb.Healthy {
+			health = "healthy"
+		}
+		fmt.Fprintf(&b, `<tr class="backend" data-ip="%s" data-healthy="%t"><td><svg class="sw" width="12" height="12" aria-hidden="true"><rect width="12" height="12" fill="%s"/></svg></td>`,
+			esc(pb.IP), pb.Healthy, esc(pb.Color))
+		fmt.Fprintf(&b, `<td class="ip">%s</td><td>%s</td><td class="%s health">%s</td>`, esc(pb.IP), esc(pb.State), class(pb.Healthy), health)
+		fmt.Fprintf(&b, `<td class="share"><meter min="0" max="100" value="%.1f"></meter> %.1f%% (%d)</td><td class="checks">`, pb.Share, pb.Share, pb.Rows)
+		if !pb.Checked {
+			b.WriteString("not checked (the config says)")
+		}
+		for _, r := range pb.Results {
+			what := "ok"
+			if !r.OK {
+				what = "failed"
+				if r.Reason != "" {
+					what += ": " + r.Reason
+				}
+			}
+			fmt.Fprintf(&b, `<span class="%s">%s %s in %.1f ms</span> `, class(r.OK), esc(r.Kind), esc(what), r.LatencyMS)
+		}
+		b.WriteString("</td><td>")
+		if pb.FailingSince != nil {
+			b.WriteString(pb.FailingSince.Format("15:04:05"))
+		}
+		b.WriteString("</td><td>")
+		if pb.Checked {
+			fmt.Fprint(&b, pb.Failures)
+		}
+		b.WriteString("</td></tr>\n")
+	}
+	return template.HTML(b.String())
+}
+
+func hex2(v uint8) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{digits[v>>4], digits[v&15]})
+}

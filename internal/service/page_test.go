@@ -1,0 +1,178 @@
+package service
+
+import (
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/director/director/internal/picture"
+	"github.com/director/director/table"
+	"github.com/director/director/table/config"
+)
+
+// pageTables builds n tables of b backends, the first backend of each
+// unhealthy.
+func pageTables(t testing.TB, n, b int) []*table.Table {
+	t.Helper()
+	var sb strings.Builder
+	sb.WriteString(`{"tables": [`)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `{"name": "t%d", "hash_key": "%032x", "seed": "%032x", "binds": [{"ip": "10.200.%d.1", "proto": "tcp", "port": 80}], "backends": [`, i, 0xabcdef0123+i, 0x5eed0000+i, i)
+		for j := 0; j < b; j++ {
+			if j > 0 {
+				sb.WriteString(",")
+			}
+			fmt.Fprintf(&sb, `{"ip": "10.%d.%d.%d", "state": "active", "healthy": %v}`, 100+i, j/200, j%200+1, j != 0)
+		}
+		sb.WriteString("]}")
+	}
+	sb.WriteString("]}")
+	c, err := config.Parse([]byte(sb.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tabs
+}
+
+func pageServer(t testing.TB, st Status, tabs []*table.Table) *httptest.Server {
+	board := &statusBoard{}
+	board.publish(st, tabs)
+	mux := http.NewServeMux()
+	servePage(mux, board)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res, string(body)
+}
+
+// TestStatusPage: the page shows the tables' fingerprints, binds and
+// backends with health, shares and check results, the applies, what is
+// held and fail-static; it is sent with its policy and nosniff, refuses
+// anything but GET, never shows a key or seed; the pictures are the
+// tables' rows.
+func TestStatusPage(t *testing.T) {
+	tabs := pageTables(t, 2, 4)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	failing := now.Add(-time.Minute)
+	st := Status{Since: now, Config: "/etc/director/tables.json", FailStatic: []string{"t1"},
+		Recent:   []StatusApply{{Time: now, Trigger: "checks", Verdict: "safe", Changes: []string{"t0/10.100.0.1: down (checks: http failed: refused)"}}},
+		Held:     []StatusHeld{{Reasons: []string{"table t0: hash_key changed"}}},
+		Backends: []StatusBackend{{IP: "10.100.0.1", Results: []StatusResult{{Kind: "http", Reason: "refused", LatencyMS: 1.5}}, FailingSince: &failing, Failures: 7}},
+		Interfaces: []StatusInterface{{Name: "eth0", Mode: "native", Attached: true}}}
+	srv := pageServer(t, st, tabs)
+	res, body := get(t, srv.URL+"/")
+	if res.StatusCode != 200 || res.Header.Get("Content-Security-Policy") != pagePolicy || res.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("%d %v", res.StatusCode, res.Header)
+	}
+	for _, want := range []string{table.Fingerprint(tabs[0]), table.Fingerprint(tabs[1]), "tcp 10.200.0.1:80", "10.100.0.1", "unhealthy",
+		"http failed: refused in 1.5 ms", ">7<", "FAIL-STATIC: t1", "HELD (unsafe, not applied): table t0: hash_key changed",
+		"t0/10.100.0.1: down (checks: http failed: refused)", `src="/picture/1.png"`, "eth0", "no bgp block"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	for _, secret := range []string{fmt.Sprintf("%032x", 0xabcdef0123), fmt.Sprintf("%032x", 0x5eed0000)} {
+		if strings.Contains(body, secret) {
+			t.Fatalf("the page shows a key or seed")
+		}
+	}
+	if strings.Contains(body, "<script") || strings.Contains(body, "http://") || strings.Contains(body, "https://") {
+		t.Error("the page has a script or a link elsewhere")
+	}
+	res, err := http.Post(srv.URL+"/", "text/plain", strings.NewReader("x"))
+	if err != nil || res.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST: %v %v", res.StatusCode, err)
+	}
+	if res, _ := get(t, srv.URL+"/picture/2.png"); res.StatusCode != 404 {
+		t.Errorf("a picture of no table: %d", res.StatusCode)
+	}
+	if res, css := get(t, srv.URL+"/style.css"); res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/css") || !strings.Contains(css, "body") {
+		t.Errorf("style: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	r, err := http.Get(srv.URL + "/picture/0.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	img, err := png.Decode(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pal := picture.PaletteFor(tabs[0])
+	for _, row := range []int{0, 1, 300, 65535} {
+		want := pal.Color(tabs[0].Backends[tabs[0].Rows[row].Primary].IP)
+		if got := img.At(row%256, row/256); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("row %d drawn %v, want %v", row, got, want)
+		}
+	}
+	if !strings.Contains(body, fmt.Sprintf(`fill="#%02x%02x%02x"`, pal.Color(netip.MustParseAddr("10.100.0.2")).R, pal.Color(netip.MustParseAddr("10.100.0.2")).G, pal.Color(netip.MustParseAddr("10.100.0.2")).B)) {
+		t.Error("a backend's swatch is not its colour in the picture")
+	}
+}
+
+// BenchmarkStatusPage renders the page and every table's picture for 32
+// tables of 256 backends.
+//
+//	go test ./internal/service -run '^$' -bench StatusPage
+func BenchmarkStatusPage(b *testing.B) {
+	tabs := pageTables(b, 32, 256)
+	board := &statusBoard{}
+	board.publish(Status{}, tabs)
+	mux := http.NewServeMux()
+	servePage(mux, board)
+	page := func() {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if w.Code != 200 {
+			b.Fatal(w.Code)
+		}
+	}
+	pictures := func() {
+		for i := range tabs {
+			w := httptest.NewRecorder()
+			mux.ServeHTTP(w, httptest.NewRequest("GET", fmt.Sprintf("/picture/%d.png", i), nil))
+			if w.Code != 200 {
+				b.Fatal(w.Code)
+			}
+		}
+	}
+	b.Run("page", func(b *testing.B) {
+		for b.Loop() {
+			page()
+		}
+	})
+	b.Run("pictures", func(b *testing.B) {
+		for b.Loop() {
+			pictures()
+		}
+	})
+	b.Run("both", func(b *testing.B) {
+		for b.Loop() {
+			page()
+			pictures()
+		}
+	})
+}
