@@ -78,9 +78,9 @@ func TestStatusPage(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	failing := now.Add(-time.Minute)
 	st := Status{Since: now, Config: "/etc/director/tables.json", FailStatic: []string{"t1"},
-		Recent:   []StatusApply{{Time: now, Trigger: "checks", Verdict: "safe", Changes: []string{"t0/10.100.0.1: down (checks: http failed: refused)"}}},
-		Held:     []StatusHeld{{Reasons: []string{"table t0: hash_key changed"}}},
-		Backends: []StatusBackend{{IP: "10.100.0.1", Results: []StatusResult{{Kind: "http", Reason: "refused", LatencyMS: 1.5}}, FailingSince: &failing, Failures: 7}},
+		Recent:     []StatusApply{{Time: now, Trigger: "checks", Verdict: "safe", Changes: []string{"t0/10.100.0.1: down (checks: http failed: refused)"}}},
+		Held:       []StatusHeld{{Reasons: []string{"table t0: hash_key changed"}}},
+		Backends:   []StatusBackend{{IP: "10.100.0.1", Results: []StatusResult{{Kind: "http", Reason: "refused", LatencyMS: 1.5}}, FailingSince: &failing, Failures: 7}},
 		Interfaces: []StatusInterface{{Name: "eth0", Mode: "native", Attached: true}}}
 	srv := pageServer(t, st, tabs)
 	res, body := get(t, srv.URL+"/")
