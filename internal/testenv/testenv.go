@@ -8,6 +8,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -98,4 +99,22 @@ func Libpcap(tb testing.TB, err error) {
 		tb.Fatalf("%v, and DIRECTOR_KERNEL_TESTS=required", err)
 	}
 	tb.Skip(err)
+}
+
+// Browser is the headless browser that renders the status page in tests
+// (Debian's chromium): its path, or a skip (with
+// DIRECTOR_KERNEL_TESTS=required, a failure) when there is none. 'make
+// test' and CI install it.
+func Browser(tb testing.TB) string {
+	tb.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("DIRECTOR_KERNEL_TESTS") == Required {
+		tb.Fatal("no chromium to render the status page in, and DIRECTOR_KERNEL_TESTS=required (apt-get install chromium)")
+	}
+	tb.Skip("no chromium to render the status page in (apt-get install chromium)")
+	return ""
 }
