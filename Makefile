@@ -38,8 +38,11 @@ install: build
 DIRECTOR_VECTOR_TESTS ?= required
 RACE_PKGS = ./table/... ./internal/service ./internal/health ./internal/bgp ./internal/model ./internal/classify \
 	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest ./internal/layout ./internal/golden
+# Test artifacts (the status page's screenshots) are kept in ARTIFACTS.
+ARTIFACTS ?= $(CURDIR)/test-artifacts
 test: lint
-	DIRECTOR_KERNEL_TESTS=required DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 ./...
+	mkdir -p $(ARTIFACTS)
+	DIRECTOR_KERNEL_TESTS=required DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -artifacts -outputdir $(ARTIFACTS) ./...
 	$(GO) test -count=1 -tags purego ./table
 	DIRECTOR_KERNEL_TESTS=required $(GO) test -race -count=1 $(RACE_PKGS)
 

@@ -67,6 +67,26 @@ func Check(t testing.TB, name string, got []byte) {
 	}
 }
 
+// CheckBinary is Check for a file that is not text (a picture), at path
+// relative to the module's root (testdata/golden's parent's parent):
+// compared byte for byte, rewritten with -update.
+func CheckBinary(t testing.TB, path string, got []byte) {
+	t.Helper()
+	path = filepath.Join(filepath.Dir(filepath.Dir(Dir(t))), path)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatalf("writing %s: %v", path, err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update to write it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s is not what the command makes now (%d bytes, was %d): run the test with -update after looking at both", path, len(got), len(want))
+	}
+}
+
 func text(s *bufio.Scanner, ok bool) string {
 	if !ok {
 		return "(end)"

@@ -21,7 +21,7 @@ import (
 	"github.com/director/director/internal/testenv"
 )
 
-// TestStatusPageInABrowser renders 'director run''s status page in a
+// TestStatusPageInABrowser renders 'director run”s status page in a
 // real browser (headless chromium) against the testbed's service: the
 // page says what 'director status --json' says, changes after a health
 // flip, and makes no request to any other host; its screenshots are the

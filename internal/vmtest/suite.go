@@ -23,6 +23,8 @@ var hostOnly = map[string]string{
 		"its directors' datapath is the one the other tests drive",
 	"internal/testbed.TestFleetFailures":     "needs BIRD, as TestFleetSpreadsAndAgrees",
 	"internal/testbed.TestFleetIPv6Underlay": "needs BIRD, as TestFleetSpreadsAndAgrees",
+	"internal/testbed.TestStatusPageInABrowser": "needs chromium, which the guest does not carry; the page is the service's, " +
+		"whose datapath the other tests drive",
 }
 
 // testFilter says which kernel tests to run: all, unless -run says.
