@@ -37,7 +37,7 @@ install: build
 # AVX-512: pass DIRECTOR_VECTOR_TESTS= on one without).
 DIRECTOR_VECTOR_TESTS ?= required
 RACE_PKGS = ./table/... ./internal/service ./internal/health ./internal/bgp ./internal/model ./internal/classify \
-	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest ./internal/layout ./internal/golden
+	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest ./internal/layout ./internal/golden ./internal/picture
 # Test artifacts (the status page's screenshots) are kept in ARTIFACTS.
 ARTIFACTS ?= $(CURDIR)/test-artifacts
 test: lint
@@ -74,6 +74,8 @@ bench:
 	$(GO) test -run '^$$' -bench Program -benchtime 1000000x ./loader
 	$(GO) test -run '^$$' -bench Apply -benchtime 10x ./loader
 	$(GO) test -run '^$$' -bench HealthFlip -benchtime 200x ./internal/service
+	$(GO) test -run '^$$' -bench Picture -benchtime 10x ./internal/picture
+	$(GO) test -run '^$$' -bench StatusPage ./internal/service
 
 generate:
 	cd bpf && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...

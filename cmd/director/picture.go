@@ -22,11 +22,9 @@ func writePicture(e *env, path string, panels []picture.Panel) error {
 // tablePanels are tables drawn side by side, one palette for all.
 func tablePanels(tables []*table.Table) []picture.Panel {
 	pal := picture.PaletteFor(tables...)
-	var out []picture.Panel
-	for i, t := range tables {
-		out = append(out, picture.TablePanel(table.DisplayName(t.Name, i), t, pal))
-	}
-	return out
+	return picture.Panels(len(tables), func(i int) picture.Panel {
+		return picture.TablePanel(table.DisplayName(tables[i].Name, i), tables[i], pal)
+	})
 }
 
 // changePanels draw d, the change from old to new: a panel for each table

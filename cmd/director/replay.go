@@ -69,12 +69,10 @@ func runReplay(e *env, c *command, args []string) error {
 	defer rp.close()
 	rep, rows, runErr := rp.run(e, pos[0], *verify, *hot)
 	if rep != nil && *pic != "" {
-		var panels []picture.Panel
-		for i, t := range rp.cur.Tables {
-			if i < len(rows) {
-				panels = append(panels, picture.HeatPanel(table.DisplayName(t.Name, i), t, rows[i]))
-			}
-		}
+		tabs := rp.cur.Tables[:min(len(rp.cur.Tables), len(rows))]
+		panels := picture.Panels(len(tabs), func(i int) picture.Panel {
+			return picture.HeatPanel(table.DisplayName(tabs[i].Name, i), tabs[i], rows[i])
+		})
 		if err := writePicture(e, *pic, panels); err != nil {
 			return err
 		}

@@ -189,7 +189,11 @@ func TestSVG(t *testing.T) {
 }
 
 // bigTables is 32 tables of 256 backends.
-func bigTables(t testing.TB) []*table.Table {
+func bigTables(t testing.TB) []*table.Table { return bigTablesDown(t, -1) }
+
+// bigTablesDown is bigTables with the first table's backend down
+// unhealthy.
+func bigTablesDown(t testing.TB, down int) []*table.Table {
 	var b strings.Builder
 	b.WriteString(`{"tables": [`)
 	for i := 0; i < 32; i++ {
@@ -201,7 +205,7 @@ func bigTables(t testing.TB) []*table.Table {
 			if j > 0 {
 				b.WriteString(",")
 			}
-			fmt.Fprintf(&b, `{"ip": "10.%d.%d.%d", "state": "active", "healthy": true}`, 100+i, j/200, j%200+1)
+			fmt.Fprintf(&b, `{"ip": "10.%d.%d.%d", "state": "active", "healthy": %v}`, 100+i, j/200, j%200+1, i != 0 || j != down)
 		}
 		b.WriteString("]}")
 	}
@@ -221,15 +225,87 @@ func BenchmarkPicture(b *testing.B) {
 			for b.Loop() {
 				buf.Reset()
 				pal := PaletteFor(tabs...)
-				var panels []Panel
-				for i, t := range tabs {
-					panels = append(panels, TablePanel(fmt.Sprint("t", i), t, pal))
-				}
+				panels := Panels(len(tabs), func(i int) Panel { return TablePanel(fmt.Sprint("t", i), tabs[i], pal) })
 				if err := Write(&buf, "x."+format, panels); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(buf.Len())/1e6, "MB")
 		})
+	}
+	// A change to one table of the 32 (what diff and plan draw: the
+	// tables that changed), and the 32 tables' heat maps (replay).
+	changed := bigTablesDown(b, 3)[0]
+	counts := make([]uint64, len(tabs[0].Rows))
+	for r := range counts {
+		counts[r] = uint64(r) * 0x9E3779B97F4A7C15 >> 54 // 0 to 1023, scattered
+	}
+	for _, k := range []struct {
+		name   string
+		panels func() []Panel
+	}{
+		{"change", func() []Panel {
+			return []Panel{ChangePanel("t0", tabs[0], changed, PaletteFor(tabs[0], changed), "safe")}
+		}},
+		{"heat", func() []Panel {
+			return Panels(len(tabs), func(i int) Panel { return HeatPanel(fmt.Sprint("t", i), tabs[i], counts) })
+		}},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				if err := WritePNG(&buf, k.panels()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(buf.Len())/1e6, "MB")
+		})
+	}
+}
+
+// TestTruecolourPicture: a table of 256 backends needs 256 colours and
+// the legend's two: more than a paletted PNG holds, so the picture is
+// written as RGB by writeRGB. It decodes, every row in its colour.
+func TestTruecolourPicture(t *testing.T) {
+	tab := bigTables(t)[0]
+	p := TablePanel("t0", tab, PaletteFor(tab))
+	var buf bytes.Buffer
+	if err := WritePNG(&buf, []Panel{p}); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, paletted := img.(interface{ ColorIndexAt(x, y int) uint8 }); paletted {
+		t.Fatal("a picture of 258 colours was written paletted")
+	}
+	seen := map[color.RGBA]bool{}
+	for r := range tab.Rows {
+		if got := cellAt(img, 0, r); got != p.Color(r) {
+			t.Fatalf("row %d drawn %v, want %v", r, got, p.Color(r))
+		}
+		seen[p.Color(r)] = true
+	}
+	if len(seen) != 256 {
+		t.Fatalf("%d colours among 256 backends' rows", len(seen))
+	}
+}
+
+// TestHeatSteps: the panel's steps are HeatIndex's, row by row.
+func TestHeatSteps(t *testing.T) {
+	for _, most := range []uint64{1, 2, 7, 1000, 1 << 40} {
+		counts := make([]uint64, 4096)
+		for r := range counts {
+			counts[r] = uint64(r*r*7919) % (most + 1)
+		}
+		counts[0] = most
+		p := HeatPanel("x", nil, counts)
+		for r, n := range counts {
+			if p.Cells[r] != uint16(HeatIndex(n, most)) && p.Color(r) != Hot {
+				t.Fatalf("max %d: row %d (%d packets) at step %d, want %d", most, r, n, p.Cells[r], HeatIndex(n, most))
+			}
+		}
 	}
 }
