@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	_ "embed"
 	"fmt"
 	"html"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/director/director/internal/picture"
@@ -88,6 +90,7 @@ func servePage(mux *http.ServeMux, board *statusBoard) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		w.Write(pageCSS)
 	}))
+	var pics pictureCache
 	mux.Handle("/picture/", pageOnly(func(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/picture/"), ".png"))
 		_, tables := board.current()
@@ -95,10 +98,39 @@ func servePage(mux *http.ServeMux, board *statusBoard) {
 			http.NotFound(w, r)
 			return
 		}
-		t := tables[n]
 		w.Header().Set("Content-Type", "image/png")
-		picture.WriteGridPNG(w, picture.TablePanel(table.DisplayName(t.Name, n), t, picture.PaletteFor(t)))
+		w.Write(pics.get(tables[n]))
 	}))
+}
+
+// pictureCache keeps each live table's picture, by fingerprint (which
+// covers its backends and rows), so that a page refreshed every few
+// seconds draws a table again only when it changed. Bounded: emptied
+// when it holds pictureCacheSize.
+type pictureCache struct {
+	mu  sync.Mutex
+	pic map[string][]byte
+}
+
+const pictureCacheSize = 2 * 32 // the datapath's tables, twice over
+
+func (c *pictureCache) get(t *table.Table) []byte {
+	fp := table.Fingerprint(t)
+	c.mu.Lock()
+	data, ok := c.pic[fp]
+	c.mu.Unlock()
+	if ok {
+		return data
+	}
+	var buf bytes.Buffer
+	picture.WriteGridPNG(&buf, picture.TablePanel(t.Name, t, picture.PaletteFor(t)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pic == nil || len(c.pic) >= pictureCacheSize {
+		c.pic = map[string][]byte{}
+	}
+	c.pic[fp] = buf.Bytes()
+	return buf.Bytes()
 }
 
 // pageOnly serves GET and HEAD only, with the page's headers.

@@ -166,10 +166,22 @@ func BenchmarkStatusPage(b *testing.B) {
 	})
 	b.Run("pictures", func(b *testing.B) {
 		for b.Loop() {
+			mux = http.NewServeMux()
+			servePage(mux, board)
 			pictures()
 		}
 	})
+	// Cold: every picture drawn (a fresh cache each time); warm: what a
+	// refresh costs while the tables stay as they are.
 	b.Run("both", func(b *testing.B) {
+		for b.Loop() {
+			mux = http.NewServeMux()
+			servePage(mux, board)
+			page()
+			pictures()
+		}
+	})
+	b.Run("both-warm", func(b *testing.B) {
 		for b.Loop() {
 			page()
 			pictures()
