@@ -127,6 +127,26 @@ func TestKernelCommands(t *testing.T) {
 	if out := run(0, "status"); !strings.Contains(out, "gateway 02:00:00:00:00:03") {
 		t.Fatalf("status: %s", out)
 	}
+	// A plan's picture is drawn against what is live: the removal's rows
+	// at risk, as many as the plan counts, and its verdict.
+	svg := filepath.Join(t.TempDir(), "plan.svg")
+	var pl struct {
+		Diff struct {
+			Tables []struct {
+				Rows struct {
+					AtRisk int `json:"at_risk"`
+				} `json:"rows"`
+			} `json:"tables"`
+		} `json:"diff"`
+	}
+	planOut, planErr, code := runCmd(append(b, "plan", cfgDir+"small-removed.json", "--json", "--picture", svg)...)
+	if err := json.Unmarshal([]byte(planOut), &pl); err != nil || code != 2 || len(pl.Diff.Tables) != 1 || !strings.Contains(planErr, "picture of 1 table written to "+svg) {
+		t.Fatalf("plan --json --picture: exit %d, %v\n%s", code, err, planErr)
+	}
+	if data, err := os.ReadFile(svg); err != nil || !strings.Contains(string(data), "verdict: UNSAFE: ") ||
+		!strings.Contains(string(data), fmt.Sprintf("%d rows at risk", pl.Diff.Tables[0].Rows.AtRisk)) || pl.Diff.Tables[0].Rows.AtRisk == 0 {
+		t.Fatalf("plan --picture: %v\n%.600s", err, data)
+	}
 	// Nothing to do is a plan with no changes.
 	run(0, "plan", cfgDir+"small.json")
 	if out := run(0, "plan", cfgDir+"small.json", "--director-config", cfgDir+"director.conf"); !strings.Contains(out, "director config: unchanged") {

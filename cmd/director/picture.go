@@ -15,7 +15,11 @@ func writePicture(e *env, path string, panels []picture.Panel) error {
 	if err != nil {
 		return fmt.Errorf("--picture: %w", err)
 	}
-	fmt.Fprintf(e.stderr, "director: picture of %d tables written to %s\n", len(panels), path)
+	what := "tables"
+	if len(panels) == 1 {
+		what = "table"
+	}
+	fmt.Fprintf(e.stderr, "director: picture of %d %s written to %s\n", len(panels), what, path)
 	return nil
 }
 
