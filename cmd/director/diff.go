@@ -14,7 +14,8 @@ var diffCmd = &command{
 	name: "diff", args: "OLD NEW [--json] [--picture F.png|F.svg]",
 	summary: "Compare two configs or GLB binaries for review.",
 	help: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
-		"shares before and after. Exit status 0: no change, 2: changes, 1: error.",
+		"shares before and after. --picture draws what the change moves (rows that stay dimmed, moved rows\n" +
+		"in their new primary's colour, rows at risk in red). Exit status 0: no change, 2: changes, 1: error.",
 	run: runDiff,
 }
 

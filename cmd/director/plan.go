@@ -21,7 +21,8 @@ var planCmd = &command{
 	summary: "Judge a change against what is live, and write it as a plan.",
 	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
 		"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
-		"apply' applies exactly as reviewed. Exit status 0: no change, 2: changes, 1: error.",
+		"apply' applies exactly as reviewed. --picture draws what the plan moves, as 'diff --picture' does,\n" +
+		"against what is live. Exit status 0: no change, 2: changes, 1: error.",
 	run: runPlan,
 }
 

@@ -34,7 +34,8 @@ var replayCmd = &command{
 		"private instance that never touches the live director, and report where the traffic goes: verdicts,\n" +
 		"pass reasons, packets, bytes and flows per table and backend, the hottest rows. --against NEW shows\n" +
 		"what NEW would do to those flows. --verify checks every packet against the Go model; --model runs the\n" +
-		"model alone (no kernel needed).",
+		"model alone (no kernel needed). --picture draws packets per row, each table a heat map, the busiest\n" +
+		"rows circled.",
 	run: runReplay,
 }
 
