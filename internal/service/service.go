@@ -347,6 +347,10 @@ func (s *service) reread(ctx context.Context, force bool) {
 		return
 	}
 	s.checks.stopWait() // the checks use the prober configure may replace
+	// The edit takes over the builders of the tables it shares with what
+	// is pending or served: only what it changed is built again.
+	in.adopt(s.pending)
+	in.adopt(s.cur)
 	s.pending, s.hold.logged = in, ""
 	s.configure(in)
 	s.track(ctx)
