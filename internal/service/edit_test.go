@@ -94,7 +94,7 @@ func TestConfigEditBuildsOnlyWhatChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for step := 0; step < 80; step++ {
+	for step := 0; step < 80/raceRuns; step++ {
 		i, what, incremental := edit(rng, ts)
 		next := editInput(t, slices.Clone(ts))
 		was := slices.Clone(cur.memo)
