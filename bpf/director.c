@@ -29,6 +29,7 @@ const struct dir_bind_key *unused_bind_key __attribute__((unused));
 const struct dir_bind_val *unused_bind_val __attribute__((unused));
 const struct dir_counters *unused_counters __attribute__((unused));
 const struct dir_traffic *unused_traffic __attribute__((unused));
+const struct dir_registry *unused_registry __attribute__((unused));
 const enum dir_counter *unused_counter __attribute__((unused));
 const enum dir_hash_field *unused_hash_field __attribute__((unused));
 const enum dir_family *unused_family __attribute__((unused));

@@ -317,4 +317,14 @@ struct dir_traffic {
 	__u64 bytes;
 };
 
+/* What the loader records of the table in each slot, which the datapath
+ * never reads: the table's fingerprint (SHA-256 of what it holds) and its
+ * input digest (HMAC-SHA-256 keyed by the table's seed over what decides
+ * it and the fingerprint; table.InputDigest), so that a config's table
+ * whose inputs match is taken from the kernel instead of built again. */
+struct dir_registry {
+	__u8 fingerprint[32];
+	__u8 digest[32]; /* all zero: none recorded */
+};
+
 #endif

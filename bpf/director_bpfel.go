@@ -280,6 +280,12 @@ type DirectorDirPortRange struct {
 	Slot uint32
 }
 
+type DirectorDirRegistry struct {
+	_           structs.HostLayout
+	Fingerprint [32]uint8
+	Digest      [32]uint8
+}
+
 type DirectorDirRow struct {
 	_         structs.HostLayout
 	Primary   uint8
@@ -373,6 +379,7 @@ const (
 	DirectorMapCaptureEvents     = "capture_events"
 	DirectorMapConfig            = "config"
 	DirectorMapCounters          = "counters"
+	DirectorMapRegistry          = "registry"
 	DirectorMapTables            = "tables"
 	DirectorProgDirector         = "director"
 	DirectorVarUnusedBindKey     = "unused_bind_key"
@@ -394,6 +401,7 @@ const (
 	DirectorVarUnusedGueConst    = "unused_gue_const"
 	DirectorVarUnusedHashField   = "unused_hash_field"
 	DirectorVarUnusedLimit       = "unused_limit"
+	DirectorVarUnusedRegistry    = "unused_registry"
 	DirectorVarUnusedTable       = "unused_table"
 	DirectorVarUnusedTraffic     = "unused_traffic"
 	DirectorVarUnusedXdpAction   = "unused_xdp_action"
@@ -457,6 +465,7 @@ type DirectorMapSpecs struct {
 	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
 
@@ -483,6 +492,7 @@ type DirectorVariableSpecs struct {
 	UnusedGueConst    *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField   *ebpf.VariableSpec `ebpf:"unused_hash_field"`
 	UnusedLimit       *ebpf.VariableSpec `ebpf:"unused_limit"`
+	UnusedRegistry    *ebpf.VariableSpec `ebpf:"unused_registry"`
 	UnusedTable       *ebpf.VariableSpec `ebpf:"unused_table"`
 	UnusedTraffic     *ebpf.VariableSpec `ebpf:"unused_traffic"`
 	UnusedXdpAction   *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
@@ -517,6 +527,7 @@ type DirectorMaps struct {
 	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
+	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
 
@@ -531,6 +542,7 @@ func (m *DirectorMaps) Close() error {
 		m.CaptureEvents,
 		m.Config,
 		m.Counters,
+		m.Registry,
 		m.Tables,
 	)
 }
@@ -558,6 +570,7 @@ type DirectorVariables struct {
 	UnusedGueConst    *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField   *ebpf.Variable `ebpf:"unused_hash_field"`
 	UnusedLimit       *ebpf.Variable `ebpf:"unused_limit"`
+	UnusedRegistry    *ebpf.Variable `ebpf:"unused_registry"`
 	UnusedTable       *ebpf.Variable `ebpf:"unused_table"`
 	UnusedTraffic     *ebpf.Variable `ebpf:"unused_traffic"`
 	UnusedXdpAction   *ebpf.Variable `ebpf:"unused_xdp_action"`

@@ -75,6 +75,15 @@ struct {
 	__type(value, struct dir_traffic);
 } backend_traffic SEC(".maps");
 
+/* Each slot's registry entry (struct dir_registry): the loader's, the
+ * datapath never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DIR_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct dir_registry);
+} registry SEC(".maps");
+
 #include "capture.h"
 
 #endif

@@ -28,6 +28,7 @@ type (
 	Row         = DirectorDirRow
 	Table       = DirectorDirTable
 	Traffic     = DirectorDirTraffic
+	Registry    = DirectorDirRegistry
 	GLBEncap    = DirectorGlbEncap
 	Gue6Encap   = DirectorDirGue6Encap
 	GUEHeader   = DirectorGlbGueHdr

@@ -86,6 +86,7 @@ func TestSharedTypeSizes(t *testing.T) {
 		{"dir_bind_key", unsafe.Sizeof(bpf.BindKey{}), 24},
 		{"dir_table", unsafe.Sizeof(bpf.Table{}), 16 + 64 + 4 + 4 + 4 + 4 + 256*(24+64) + 256*24 + 256*4 + 8 + 256*16 + 65536*2},
 		{"dir_counters", unsafe.Sizeof(bpf.Counters{}), 8 * 32}, // DIR_C_SLOTS: room for counters to come
+		{"dir_registry", unsafe.Sizeof(bpf.Registry{}), 32 + 32},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s is %d bytes, want %d", c.name, c.got, c.want)

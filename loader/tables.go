@@ -2,6 +2,7 @@ package loader
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -62,13 +63,20 @@ func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]LiveTable, 0, len(slots))
-	for _, s := range slots {
-		lt, err := d.readSlot(s)
+	// Read and fingerprinted at once (a fingerprint is SHA-256 over 2 MB
+	// of hops, what every reader of the tables wants next).
+	out := make([]LiveTable, len(slots))
+	err = concurrently(len(slots), func(i int) error {
+		lt, err := d.readSlot(slots[i])
 		if err != nil {
-			return nil, fmt.Errorf("reading table slot %d: %w", s, err)
+			return fmt.Errorf("reading table slot %d: %w", slots[i], err)
 		}
-		out = append(out, *lt)
+		table.Fingerprint(lt.Table)
+		out[i] = *lt
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out, nil
@@ -137,6 +145,14 @@ func (d *Director) readSlot(slot int) (*LiveTable, error) {
 		return nil, err
 	}
 	lt.Slot = slot
+	// The registry's digest is its writer's word, which a reader checks
+	// against the rows before taking the table for a config's
+	// (table.Table.BuiltFrom).
+	var reg bpf.Registry
+	if err := d.Maps.Registry.Lookup(uint32(slot), &reg); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	lt.Table.Digest = reg.Digest
 	lt.Table = d.canonical(slot, lt.Table)
 	return lt, nil
 }
@@ -146,7 +162,7 @@ func (d *Director) readSlot(slot int) (*LiveTable, error) {
 func (d *Director) canonical(slot int, t *table.Table) *table.Table {
 	d.knownMu.Lock()
 	defer d.knownMu.Unlock()
-	if k := d.known[slot]; k != nil && sameContent(k, t) {
+	if k := d.known[slot]; k != nil && sameContent(k, t) && k.Digest == t.Digest {
 		return k
 	}
 	d.remember(slot, t)
@@ -162,8 +178,8 @@ func (d *Director) remember(slot int, t *table.Table) {
 }
 
 // sameContent reports whether two tables hold the same thing in the
-// kernel: name, key, binds, backends and rows. (NoGoodRows, which only
-// a build records, is not kept in the kernel.)
+// kernel: name, key, binds, backends and rows. (NoGoodRows follows from
+// the rows and backends.)
 func sameContent(a, b *table.Table) bool {
 	if a.Name != b.Name || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
 		len(a.Backends) != len(b.Backends) {
@@ -289,6 +305,9 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 			return nil, fmt.Errorf("corrupt table: row %#x names counter %d/%d of no backend", r, row.Primary, row.Secondary)
 		}
 		t.Rows[r] = table.Row{Primary: uint32(p), Secondary: uint32(s)}
+		if !t.Backends[p].Good() {
+			t.NoGoodRows++ // as a build counts them, so that a live table taken for a config's is judged alike
+		}
 	}
 	return lt, nil
 }
@@ -508,6 +527,16 @@ func (d *Director) writeSlots(tables []*table.Table, plans []placement) error {
 		inner.Close()
 		if err != nil {
 			return fmt.Errorf("writing tables[%d]: %w", i, err)
+		}
+		// Its registry entry: the fingerprint, and the digest of the
+		// config it was built from (zero for a GLB binary's table).
+		var reg bpf.Registry
+		if fp, err := hex.DecodeString(table.Fingerprint(tables[i])); err == nil {
+			copy(reg.Fingerprint[:], fp)
+		}
+		reg.Digest = tables[i].Digest
+		if err := d.Maps.Registry.Put(uint32(p.slot), &reg); err != nil {
+			return fmt.Errorf("registry of tables[%d]: %w", i, err)
 		}
 		d.knownMu.Lock()
 		d.remember(p.slot, tables[i])

@@ -419,6 +419,7 @@ func (b *Builder) Table() *Table {
 			t.NoGoodRows++
 		}
 	}
+	t.Digest = InputDigest(&b.cfg, Fingerprint(t))
 	return t
 }
 

@@ -319,6 +319,12 @@ func bindSet(t *Table) map[Bind]bool {
 func compareRows(td *TableDiff, o, n *Table) {
 	rc := &td.Rows
 	rc.NoGoodRows = n.NoGoodRows
+	if o == n {
+		// One table on both sides (a live table a config did not change,
+		// taken as it is): no row moved.
+		rc.Minimal = true
+		return
+	}
 	wentDown := map[netip.Addr]bool{}
 	for _, bc := range td.Backends {
 		if bc.Old != nil && bc.New != nil && bc.Old.Healthy && !bc.New.Healthy {

@@ -20,6 +20,10 @@ type Table struct {
 	// the two best-ranked backends regardless); read from a GLB binary,
 	// they are whatever rows it holds so.
 	NoGoodRows int
+	// Digest is the input digest of the config it was built from
+	// (InputDigest); zero where that is not known (a GLB binary's table,
+	// or one read from a kernel that recorded none).
+	Digest Digest
 
 	fp atomic.Pointer[string] // Fingerprint, once computed
 }
@@ -64,9 +68,20 @@ func Build(tc *TableConfig) (*Table, error) {
 }
 
 // BuildAll builds every table of a config.
-func BuildAll(c *Config) ([]*Table, error) {
+func BuildAll(c *Config) ([]*Table, error) { return BuildAllReusing(c, nil) }
+
+// BuildAllReusing is BuildAll where reuse (when not nil) may give table
+// i ready made: a table it returns must be one that c.Tables[i] builds
+// into (Table.BuiltFrom says so of a live one), and is not built again.
+func BuildAllReusing(c *Config, reuse func(i int, tc *TableConfig) *Table) ([]*Table, error) {
 	out := make([]*Table, len(c.Tables))
 	for i := range c.Tables {
+		if reuse != nil {
+			if t := reuse(i, &c.Tables[i]); t != nil {
+				out[i] = t
+				continue
+			}
+		}
 		t, err := Build(&c.Tables[i])
 		if err != nil {
 			return nil, fmt.Errorf("tables[%d]: %w", i, err)

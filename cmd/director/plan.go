@@ -109,6 +109,10 @@ func runPlan(e *env, c *command, args []string) error {
 	return nil
 }
 
+// reused counts the live tables plan and apply took instead of building
+// them, for the tests that check what is not built again.
+var reused int
+
 // healthSource gives the health of backends a config leaves to the
 // checks; nil where there is none to take it from.
 type healthSource func() (func(table, backend int, tc *table.TableConfig) bool, error)
@@ -125,7 +129,11 @@ func loadForApply(e *env, path string, health healthSource) (*config.Source, err
 	return buildForApply(e, path, data, health)
 }
 
-// buildForApply is loadForApply of data read from path (or a plan).
+// buildForApply is loadForApply of data read from path (or a plan). With
+// health (plan and apply), a live table that the config's table builds
+// into, by its registry digest checked against its rows
+// (table.Table.BuiltFrom), is taken as it is: only what the config changes
+// is built.
 func buildForApply(e *env, path string, data []byte, health healthSource) (*config.Source, error) {
 	var src *config.Source
 	var err error
@@ -133,13 +141,25 @@ func buildForApply(e *env, path string, data []byte, health healthSource) (*conf
 		src, err = config.ParseSource(path, data, loader.Limit)
 	} else {
 		var filled bool
-		src, filled, err = config.ParseSourceHealth(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
+		var live []*table.Table
+		if !table.IsGLBBinary(data) {
+			if _, lerr := health(); lerr == nil && e.live != nil {
+				live = e.live.Tables
+			}
+		}
+		src, filled, err = config.ParseSourceReusing(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
 			h, herr := health()
 			if herr != nil {
 				err = herr
 				return false
 			}
 			return h(i, j, tc)
+		}, func(i int, tc *table.TableConfig) *table.Table {
+			if t := table.Replaced(live, tc, i); t != nil && t.BuiltFrom(tc) {
+				reused++
+				return t
+			}
+			return nil
 		})
 		if filled && err == nil {
 			fmt.Fprintf(e.stderr, "director: note: %s leaves health to the checks: it is taken from the live tables, where "+

@@ -56,7 +56,16 @@ func LoadLimit(path string, lim table.Limit) (*Source, error) {
 // (FillHealth), so that a plan applies exactly what it shows. filled
 // reports whether any was.
 func ParseSourceHealth(path string, data []byte, lim table.Limit, health func(table, backend int, c *table.TableConfig) bool) (s *Source, filled bool, err error) {
-	if !table.IsGLBBinary(data) {
+	return ParseSourceReusing(path, data, lim, health, nil)
+}
+
+// ParseSourceReusing is ParseSourceHealth (health may be nil: then a
+// config that leaves health to the checks is refused as ParseSource
+// refuses it) where reuse gives the tables that need no build
+// (table.BuildAllReusing).
+func ParseSourceReusing(path string, data []byte, lim table.Limit, health func(table, backend int, c *table.TableConfig) bool,
+	reuse func(i int, tc *table.TableConfig) *table.Table) (s *Source, filled bool, err error) {
+	if !table.IsGLBBinary(data) && health != nil {
 		c, err := ParseLimit(data, lim)
 		if err != nil {
 			return nil, false, InFile(path, err)
@@ -68,7 +77,7 @@ func ParseSourceHealth(path string, data []byte, lim table.Limit, health func(ta
 			filled = true
 		}
 	}
-	s, err = ParseSource(path, data, lim)
+	s, err = parseSource(path, data, lim, reuse)
 	return s, filled, err
 }
 
@@ -76,6 +85,10 @@ func ParseSourceHealth(path string, data []byte, lim table.Limit, health func(ta
 // builds its tables. Warnings include what the datapath cannot serve
 // (Unservable), so that every command that reads a file says so.
 func ParseSource(path string, data []byte, lim table.Limit) (*Source, error) {
+	return parseSource(path, data, lim, nil)
+}
+
+func parseSource(path string, data []byte, lim table.Limit, reuse func(i int, tc *table.TableConfig) *table.Table) (*Source, error) {
 	s := &Source{Path: path, Data: data}
 	var err error
 	if table.IsGLBBinary(data) {
@@ -90,7 +103,7 @@ func ParseSource(path string, data []byte, lim table.Limit) (*Source, error) {
 		if err := oneShot(s.Config); err != nil {
 			return nil, InFile(path, err)
 		}
-		if s.Tables, err = table.BuildAll(s.Config); err != nil {
+		if s.Tables, err = table.BuildAllReusing(s.Config, reuse); err != nil {
 			return nil, InFile(path, err)
 		}
 		s.Warnings = append(s.Warnings, s.Config.Warnings...)

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/loader"
+	"github.com/director/director/table"
+	"github.com/director/director/table/config"
+)
+
+// drainedCopy writes medium.json with backend k of table i draining.
+func drainedCopy(t *testing.T, i, k int) (string, *table.Config) {
+	t.Helper()
+	data, err := os.ReadFile(cfgDir + "medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["tables"].([]any)[i].(map[string]any)["backends"].([]any)[k].(map[string]any)["state"] = "draining"
+	out, _ := json.Marshal(doc)
+	path := filepath.Join(t.TempDir(), "drained.json")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, c
+}
+
+// TestPlanAndApplyReuseLiveTables: plan and apply build only the tables a
+// config changes; the others are the live ones, taken by their registry
+// digest checked against their rows, and the result is what a full build
+// makes. A tampered digest (the one the new config's table would record)
+// does not make apply skip the table it lies about: it is built, written
+// and read back.
+func TestPlanAndApplyReuseLiveTables(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	b := []string{"--bpffs", dir}
+	mustRun(t, 0, append(b, "load")...)
+	mustRun(t, 0, append(b, "apply", cfgDir+"medium.json", "--yes", "--director-config", cfgDir+"director.conf")...)
+	liveFPs := func() map[string]string {
+		t.Helper()
+		d, err := loader.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		live, err := d.Live()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, lt := range live {
+			out[lt.Table.Name] = table.Fingerprint(lt.Table)
+		}
+		return out
+	}
+	full := func(c *table.Config) map[string]string {
+		t.Helper()
+		tabs, err := table.BuildAll(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, tb := range tabs {
+			out[tb.Name] = table.Fingerprint(tb)
+		}
+		return out
+	}
+
+	// One backend of "git" drained: web and dns are taken as they are.
+	path, c := drainedCopy(t, 2, 0)
+	reused = 0
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	mustRun(t, 2, append(b, "plan", path, "-o", plan)...)
+	if reused != 2 {
+		t.Fatalf("plan took %d live tables, want 2 (web, dns)", reused)
+	}
+	reused = 0
+	mustRun(t, 0, append(b, "apply", plan)...)
+	if reused != 2 {
+		t.Fatalf("apply of the plan took %d live tables, want 2", reused)
+	}
+	want := full(c)
+	if got := liveFPs(); got["git"] != want["git"] || got["web"] != want["web"] || got["dns"] != want["dns"] {
+		t.Fatalf("live %v, a full build %v", got, want)
+	}
+
+	// Tamper: web's registry says it was built from a config whose web
+	// differs, with the digest that config's web would record.
+	path2, c2 := drainedCopy(t, 0, 3)
+	tabs2, err := table.BuildAll(c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lt := range live {
+		if lt.Table.Name != "web" {
+			continue
+		}
+		var reg bpf.Registry
+		if err := d.Maps.Registry.Lookup(uint32(lt.Slot), &reg); err != nil {
+			t.Fatal(err)
+		}
+		if hex.EncodeToString(reg.Fingerprint[:]) != table.Fingerprint(lt.Table) {
+			t.Fatal("the registry's fingerprint is not the table's")
+		}
+		reg.Digest = tabs2[0].Digest
+		if err := d.Maps.Registry.Put(uint32(lt.Slot), &reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+	reused = 0
+	mustRun(t, 0, append(b, "apply", path2, "--yes")...)
+	if reused != 1 { // dns; not git (its drain is undone) nor web
+		t.Fatalf("apply took %d live tables, want 1 (dns): the tampered web was skipped?", reused)
+	}
+	want2 := full(c2)
+	if got := liveFPs(); got["web"] != want2["web"] || got["git"] != want2["git"] || got["dns"] != want2["dns"] {
+		t.Fatalf("after the tampered registry: live %v, a full build %v", got, want2)
+	}
+	mustRun(t, 0, append(b, "unload")...)
+}
