@@ -36,7 +36,19 @@ func runDiff(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	new, err := config.Load(pos[1])
+	// NEW's tables that OLD has built from the same inputs are OLD's (by
+	// digest, checked against the rows): only what changed is built.
+	newData, err := config.ReadInput(pos[1], table.ToolLimit)
+	if err != nil {
+		return err
+	}
+	new, _, err := config.ParseSourceReusing(pos[1], newData, table.ToolLimit, nil, func(i int, tc *table.TableConfig) *table.Table {
+		if t := table.Replaced(old.Tables, tc, i); t != nil && t.BuiltFrom(tc) {
+			reused++
+			return t
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -140,4 +141,30 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 		t.Fatalf("after the tampered registry: live %v, a full build %v", got, want2)
 	}
 	mustRun(t, 0, append(b, "unload")...)
+}
+
+// TestDiffReusesTheOtherSide: diff builds OLD, and of NEW only the tables
+// whose inputs differ; what it reports is what two full builds compare to.
+func TestDiffReusesTheOtherSide(t *testing.T) {
+	path, c := drainedCopy(t, 2, 0)
+	reused = 0
+	out, errOut, code := runCmd("diff", cfgDir+"medium.json", path, "--json")
+	if code != exitChanges || reused != 2 {
+		t.Fatalf("diff: exit %d, took %d of OLD's tables (want 2)\n%s", code, reused, errOut)
+	}
+	oldSrc, err := config.Load(cfgDir + "medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newTabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.MarshalIndent(table.Compare(oldSrc.Tables, newTabs), "", "  ")
+	var got, wantDoc any
+	json.Unmarshal([]byte(out), &got)
+	json.Unmarshal(want, &wantDoc)
+	if g, w := fmt.Sprint(got), fmt.Sprint(wantDoc); g != w {
+		t.Fatalf("the diff differs from two full builds':\n%s\nwant\n%s", out, want)
+	}
 }
