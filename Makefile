@@ -76,6 +76,8 @@ bench:
 	$(GO) test -run '^$$' -bench HealthFlip -benchtime 200x ./internal/service
 	$(GO) test -run '^$$' -bench Picture -benchtime 10x ./internal/picture
 	$(GO) test -run '^$$' -bench StatusPage ./internal/service
+	$(GO) test -run '^$$' -bench ConfigEdit ./internal/service
+	$(GO) test -run '^$$' -bench WholeProcess -benchtime 5x ./cmd/director
 
 generate:
 	cd bpf && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
