@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -124,8 +125,11 @@ func metaSig(tc *table.TableConfig) string {
 
 // adopt hands in the builders of from's tables that in has too (by name,
 // or by index where unnamed) with the same seed, so that a config edit
-// rebuilds only what it changed. A builder has one owner: from gives its
-// up (and rebuilds, should it build again while the edit is held).
+// rebuilds only what it changed. A table the edit left exactly as it was
+// shares its builder: both inputs judge its health alike, so the builder
+// is where either wants it, and the served config's health flips stay
+// incremental while the edit is held. A changed table's builder is the
+// edit's: from rebuilds that one table, should it build it again first.
 func (in *input) adopt(from *input) {
 	if from == nil {
 		return
@@ -142,8 +146,10 @@ func (in *input) adopt(from *input) {
 		}
 		// The last table built goes with its builder: an unchanged
 		// table's build is then that table (its memo matches).
-		in.builders[i], from.builders[j] = from.builders[j], nil
-		in.memo[i], from.memo[j] = from.memo[j], built{}
+		in.builders[i], in.memo[i] = from.builders[j], from.memo[j]
+		if !reflect.DeepEqual(from.cfg.Tables[j], *tc) {
+			from.builders[j], from.memo[j] = nil, built{}
+		}
 	}
 }
 

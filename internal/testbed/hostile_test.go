@@ -124,6 +124,11 @@ func TestRunOnAHostileHost(t *testing.T) {
 		if !ok || !strings.Contains(fmt.Sprint(rec["reasons"]), "hash_key changed") {
 			t.Fatalf("the key edit was not held as unsafe: %v", rec)
 		}
+		// The round that logged the hold exports it when it ends.
+		deadline := time.Now().Add(testenv.Scaled(2 * time.Second))
+		for metric(t, "director_held_changes") != 1 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
 		if liveFingerprint(t, tb) != allUp || metric(t, "director_held_changes") != 1 {
 			t.Fatal("the key edit was applied, or is not exported as held")
 		}
