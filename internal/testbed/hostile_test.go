@@ -88,7 +88,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 	if value(t, scrape(t, tb), "director_held_changes") != 0 {
 		checked := filepath.Join(dir, "checked.json")
 		for _, args := range [][]string{{"healthcheck", cfg, "-o", checked, "--director-config", dcPath},
-			{"apply", checked, "--yes", "--allow-unsafe", "--bpffs", tb.BPFFS}} {
+			{"apply", checked, "--yes", "--allow-unsafe", "--director-config", dcPath, "--bpffs", tb.BPFFS}} {
 			var out strings.Builder
 			cmd := exec.Command(directorBinary(t), args...)
 			cmd.Stdout, cmd.Stderr = &out, &out
