@@ -42,15 +42,7 @@ func Dir(t testing.TB) string {
 func Check(t testing.TB, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join(Dir(t), name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatalf("writing %s: %v", path, err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run the test with -update to write it)", err)
-	}
+	want := golden(t, path, got)
 	if bytes.Equal(want, got) {
 		return
 	}
@@ -73,6 +65,14 @@ func Check(t testing.TB, name string, got []byte) {
 func CheckBinary(t testing.TB, path string, got []byte) {
 	t.Helper()
 	path = filepath.Join(filepath.Dir(filepath.Dir(Dir(t))), path)
+	if want := golden(t, path, got); !bytes.Equal(want, got) {
+		t.Errorf("%s is not what the command makes now (%d bytes, was %d): run the test with -update after looking at both", path, len(got), len(want))
+	}
+}
+
+// golden is the file at path, written with got first under -update.
+func golden(t testing.TB, path string, got []byte) []byte {
+	t.Helper()
 	if *update {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatalf("writing %s: %v", path, err)
@@ -82,9 +82,7 @@ func CheckBinary(t testing.TB, path string, got []byte) {
 	if err != nil {
 		t.Fatalf("%v (run the test with -update to write it)", err)
 	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("%s is not what the command makes now (%d bytes, was %d): run the test with -update after looking at both", path, len(got), len(want))
-	}
+	return want
 }
 
 func text(s *bufio.Scanner, ok bool) string {
