@@ -97,6 +97,15 @@ func (c *canvas) idx(col color.RGBA) uint16 {
 	return i
 }
 
+// indexAll is each of cols's index.
+func (c *canvas) indexAll(cols []color.RGBA) []uint16 {
+	at := make([]uint16, len(cols))
+	for i, col := range cols {
+		at[i] = c.idx(col)
+	}
+	return at
+}
+
 func (c *canvas) fill(r image.Rectangle, col color.RGBA) {
 	r = r.Intersect(image.Rect(0, 0, c.w, c.h))
 	i := c.idx(col)
@@ -169,33 +178,34 @@ func (c *canvas) image() image.Image {
 // Image draws panels side by side.
 func Image(panels []Panel) image.Image { return draw(panels).image() }
 
-func draw(panels []Panel) *canvas {
-	gs := make([]geometry, len(panels))
-	w, h := 0, 0
+// layout places panels side by side: each one's geometry and left edge,
+// and the picture's size. Both writers draw from it.
+func layout(panels []Panel) (gs []geometry, xs []int, w, h int) {
+	gs, xs = make([]geometry, len(panels)), make([]int, len(panels))
 	for i := range panels {
 		gs[i] = panels[i].geometry()
+		xs[i] = w
 		w += gs[i].w
 		h = max(h, gs[i].h)
 	}
-	c := newCanvas(max(w, 1), max(h, 1))
+	return gs, xs, max(w, 1), max(h, 1)
+}
+
+func draw(panels []Panel) *canvas {
+	gs, xs, w, h := layout(panels)
+	c := newCanvas(w, h)
 	// Every colour indexed first; then the panels, which share no
 	// pixels, are drawn at once, one goroutine a CPU.
 	for _, col := range []color.RGBA{ink, AtRisk, Hot} {
 		c.idx(col)
 	}
-	xs := make([]int, len(panels))
-	x := 0
 	for i := range panels {
-		for _, col := range panels[i].Colors {
-			c.idx(col)
-		}
+		c.indexAll(panels[i].Colors)
 		for _, l := range panels[i].Legend {
 			if l.Swatch.A != 0 {
 				c.idx(l.Swatch)
 			}
 		}
-		xs[i] = x
-		x += gs[i].w
 	}
 	c.frozen = true
 	parallel(len(panels), func(i int) { drawPanel(c, xs[i], &panels[i], gs[i]) })
@@ -234,10 +244,7 @@ func drawPanel(c *canvas, x0 int, p *Panel, g geometry) {
 	c.fill(image.Rect(gx-1, gy-1, gx+Side*Cell+1, gy+Side*Cell+1), ink)
 	// The cells: the panel's colours indexed once, then a slice index a
 	// row, straight into the pixels.
-	at := make([]uint16, len(p.Colors))
-	for i, col := range p.Colors {
-		at[i] = c.idx(col)
-	}
+	at := c.indexAll(p.Colors)
 	for r, ci := range p.Cells {
 		v := at[ci]
 		o := (gy+(r/Side)*Cell)*c.w + gx + (r%Side)*Cell
@@ -342,20 +349,13 @@ func writeRGB(w io.Writer, c *canvas) error {
 // pixel per row, scaled up without smoothing (65,536 rows a table would
 // be as many rectangles), the titles, frames and legends as SVG.
 func WriteSVG(w io.Writer, panels []Panel) error {
-	gs := make([]geometry, len(panels))
-	width, height := 0, 0
-	for i := range panels {
-		gs[i] = panels[i].geometry()
-		width += gs[i].w
-		height = max(height, gs[i].h)
-	}
+	gs, xs, width, height := layout(panels)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="monospace" font-size="12">`+"\n",
 		width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", width, height)
-	x := 0
 	for i := range panels {
-		p, g := &panels[i], gs[i]
+		p, g, x := &panels[i], gs[i], xs[i]
 		gx, gy := x+g.grid.X, g.grid.Y
 		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", x+margin, margin+13, hex(ink), escape(p.Title))
 		if p.Alarm {
@@ -380,7 +380,6 @@ func WriteSVG(w io.Writer, panels []Panel) error {
 			}
 			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", lx+swatchW+6, ly+11, hex(ink), escape(l.Text))
 		}
-		x += g.w
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
@@ -392,10 +391,7 @@ func gridPNG(p *Panel) ([]byte, error) {
 	// No background: a table of 256 backends is 256 colours, and paletted.
 	c := &canvas{w: Side, h: max(1, (len(p.Cells)+Side-1)/Side), index: map[color.RGBA]uint16{}}
 	c.pix = make([]uint16, c.w*c.h)
-	at := make([]uint16, len(p.Colors))
-	for i, col := range p.Colors {
-		at[i] = c.idx(col)
-	}
+	at := c.indexAll(p.Colors)
 	for r, ci := range p.Cells {
 		c.pix[r] = at[ci]
 	}
