@@ -569,3 +569,43 @@ func TestWhyIsWhatFlippedIt(t *testing.T) {
 		t.Errorf("why down, after a passing check: %q", got)
 	}
 }
+
+// TestAttachedNeverMissing: the attachment is re-exported every interval,
+// and a scrape in between must still find it (a delete-then-set once let
+// the hostile-host test scrape an attached eth0 as absent).
+func TestAttachedNeverMissing(t *testing.T) {
+	s := &service{m: newMetrics(nil)}
+	s.setAttached("eth0", "native", true)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.setAttached("eth0", "native", true)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := 0; i < 2000; i++ {
+		if n := testutil.CollectAndCount(s.m.attached); n != 1 {
+			t.Fatalf("scrape %d found %d director_interface_attached samples for an attached eth0", i, n)
+		}
+	}
+}
+
+// TestAttachedModeChange: a new mode replaces the old one's sample.
+func TestAttachedModeChange(t *testing.T) {
+	s := &service{m: newMetrics(nil)}
+	s.setAttached("eth0", "native", true)
+	s.setAttached("eth0", "generic", false)
+	if n := testutil.CollectAndCount(s.m.attached); n != 1 {
+		t.Fatalf("%d samples after a mode change, want the new mode's alone", n)
+	}
+	if v := testutil.ToFloat64(s.m.attached.WithLabelValues("eth0", "generic")); v != 0 {
+		t.Fatalf("eth0 generic = %v, want 0", v)
+	}
+}

@@ -145,13 +145,18 @@ func (s *service) setAttached(iface, mode string, on bool) {
 	if s.ifaces == nil {
 		s.ifaces = map[string]StatusInterface{}
 	}
+	prev, had := s.ifaces[iface]
 	s.ifaces[iface] = StatusInterface{Name: iface, Mode: mode, Attached: on}
-	s.m.attached.DeletePartialMatch(map[string]string{"interface": iface})
 	v := 0.0
 	if on {
 		v = 1
 	}
+	// Set, then drop the old mode's series: deleting first left a moment,
+	// every interval, in which a scrape saw no sample for the interface.
 	s.m.attached.WithLabelValues(iface, mode).Set(v)
+	if had && prev.Mode != mode {
+		s.m.attached.DeleteLabelValues(iface, prev.Mode)
+	}
 }
 
 // setSteering records whether any interface steers: while none does, the
