@@ -185,7 +185,7 @@ func BenchmarkProgramPaired(b *testing.B) {
 	testenv.Kernel(b)
 	for _, c := range programCases() {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error { return benchPaired(b, c.cfg, c.frames) })
+			err := lab.InNetns(func() error { return benchPaired(b, c.dc(), c.cfg, c.frames) })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -199,19 +199,36 @@ type programCase struct {
 	name   string
 	cfg    string
 	frames [][]byte
+	edit   func(*table.DirectorConfig) // the director config, when not the default
+}
+
+func (c programCase) dc() table.DirectorConfig {
+	dc := directorConfig()
+	if c.edit != nil {
+		c.edit(&dc)
+	}
+	return dc
 }
 
 // programCases are the kinds of packet ProgramPaired and ProgramAB measure.
 func programCases() []programCase {
 	return []programCase{
-		{"ipv4-tcp", testConfig, [][]byte{benchTCP4(9)}},
-		{"ipv4-tcp-4096flows", testConfig, benchFlows()},
-		{"ipv6-tcp", testConfig, [][]byte{benchTCP6()}},
+		{"ipv4-tcp", testConfig, [][]byte{benchTCP4(9)}, nil},
+		{"ipv4-tcp-4096flows", testConfig, benchFlows(), nil},
+		{"ipv6-tcp", testConfig, [][]byte{benchTCP6()}, nil},
+		// Hashes other than the default (source address alone) go through
+		// a call to dir_hash_fields.
+		{"ipv4-tcp-all-fields", testConfig, [][]byte{benchTCP4(9)}, func(dc *table.DirectorConfig) {
+			dc.HashFields = table.HashSrcAddr | table.HashDstAddr | table.HashSrcPort | table.HashDstPort
+		}},
+		{"ipv4-tcp-alt-hash", testConfig, [][]byte{benchTCP4(9)}, func(dc *table.DirectorConfig) {
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+		}},
 		// The binds of GLB's example config: an exact bind, a port range on
 		// the same address, a prefix.
-		{"binds/exact", bindsConfig, benchTo("192.0.2.1", 80)},
-		{"binds/range", bindsConfig, benchTo("192.0.2.1", 8080)},
-		{"binds/prefix", bindsConfig, benchTo("198.18.0.77", 80)},
+		{"binds/exact", bindsConfig, benchTo("192.0.2.1", 80), nil},
+		{"binds/range", bindsConfig, benchTo("192.0.2.1", 8080), nil},
+		{"binds/prefix", bindsConfig, benchTo("198.18.0.77", 80), nil},
 	}
 }
 
@@ -350,7 +367,7 @@ func BenchmarkProgramAB(b *testing.B) {
 	testenv.Kernel(b)
 	for _, c := range programCases() {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error { return benchAB(b, c.cfg, c.frames) })
+			err := lab.InNetns(func() error { return benchAB(b, c.dc(), c.cfg, c.frames) })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -358,7 +375,7 @@ func BenchmarkProgramAB(b *testing.B) {
 	}
 }
 
-func benchAB(b *testing.B, cfg string, frames [][]byte) error {
+func benchAB(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]byte) error {
 	var ds [2]*Director
 	for i := range ds {
 		if i == 0 && *abObject != "" {
@@ -382,7 +399,7 @@ func benchAB(b *testing.B, cfg string, frames [][]byte) error {
 				return spec, nil
 			}
 		}
-		ds[i], _ = setupWith(b, directorConfig(), cfg)
+		ds[i], _ = setupWith(b, dc, cfg)
 		directorSpec = bpf.LoadDirector
 	}
 	return benchTwo(b, ds, frames)
@@ -499,8 +516,8 @@ const bindsConfig = `{"tables": [{"name": "web", "hash_key": "001122334455667788
   "backends": [{"ip": "10.1.0.1", "state": "active", "healthy": true}, {"ip": "10.1.0.2", "state": "active", "healthy": true},
                {"ip": "10.1.0.3", "state": "active", "healthy": true}, {"ip": "10.1.0.4", "state": "active", "healthy": true}]}]}`
 
-func benchPaired(b *testing.B, cfg string, frames [][]byte) error {
-	d, m := setupWith(b, directorConfig(), cfg)
+func benchPaired(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]byte) error {
+	d, m := setupWith(b, dc, cfg)
 	for i, f := range frames {
 		if m.Process(f).Verdict != model.XDPTX {
 			return fmt.Errorf("frame %d is not steered", i)

@@ -91,7 +91,7 @@ func Load(dir string) (*Director, error) { return load(dir, nil) }
 // LoadServing loads a private director (Load("")) and runs serve on it
 // while the kernel verifies its program: the maps exist and are set up, so
 // serve may fill them (Serve), but d.Prog is not set yet. Verifying takes
-// about 40 ms and filling the maps waits for RCU grace periods; a command
+// 60-80 ms and filling the maps waits for RCU grace periods; a command
 // that starts a private director to run packets through (replay) waits for
 // the longer of the two rather than their sum. An error from serve fails
 // the load. A private director only: a pinned one is loaded under its
