@@ -427,7 +427,7 @@ func TestDatapathMatchesModel(t *testing.T) {
 		}, 10000, false, underlay6Config},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			n := c.n
+			n := testenv.Reduced(c.n)
 			if testing.Short() {
 				n /= 10
 			}

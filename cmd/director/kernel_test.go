@@ -743,7 +743,7 @@ func TestPlanProposesARamp(t *testing.T) {
 	var ramp *table.Ramp
 	for s := 0; s < 20 && ramp == nil; s++ {
 		seed = fmt.Sprintf("%032x", 1000+s)
-		from, err1 := config.Parse([]byte(rampConfig(seed, 40000)))
+		from, err1 := config.Parse([]byte(rampConfig(seed, 20000)))
 		to, err2 := config.Parse([]byte(rampConfig(seed, 10000)))
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
@@ -757,14 +757,15 @@ func TestPlanProposesARamp(t *testing.T) {
 	if ramp == nil {
 		t.Fatal("no seed of 20 has a ramp")
 	}
+	t.Logf("seed %s: %d steps", seed, len(ramp.Steps))
 	run := func(code int, args ...string) string {
 		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
 	}
 	run(0, "load")
-	run(0, "apply", write("from.json", rampConfig(seed, 40000)), "--yes")
+	run(0, "apply", write("from.json", rampConfig(seed, 20000)), "--yes")
 	lowered := write("to.json", rampConfig(seed, 10000))
 	out := run(2, "plan", lowered)
-	if !strings.Contains(out, "verdict: UNSAFE") || !strings.Contains(out, fmt.Sprintf("ramp: api 192.168.60.10 weight 40000 -> 10000 in %d steps, each with 0 rows at risk", len(ramp.Steps))) {
+	if !strings.Contains(out, "verdict: UNSAFE") || !strings.Contains(out, fmt.Sprintf("ramp: api 192.168.60.10 weight 20000 -> 10000 in %d steps, each with 0 rows at risk", len(ramp.Steps))) {
 		t.Fatalf("plan of a lowered weight:\n%s", out)
 	}
 	var doc table.Plan

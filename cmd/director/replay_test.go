@@ -52,7 +52,7 @@ func TestReplayGolden(t *testing.T) {
 func TestReplayVerifyLarge(t *testing.T) {
 	testenv.Kernel(t)
 	pcap := filepath.Join(t.TempDir(), "large.pcap")
-	mustRun(t, 0, "gen-capture", "--config", cfgDir+"medium.json", "-o", pcap, "--flows", "14000", "--seed", "3")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"medium.json", "-o", pcap, "--flows", fmt.Sprint(testenv.Reduced(14000)), "--seed", "3")
 	out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"medium.json", "--verify", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -61,7 +61,7 @@ func TestReplayVerifyLarge(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Capture.Packets < 100000 || r.Verify == nil || r.Verify.Compared != r.Capture.Packets || r.Verify.Mismatches != 0 {
+	if r.Capture.Packets < uint64(testenv.Reduced(100000)) || r.Verify == nil || r.Verify.Compared != r.Capture.Packets || r.Verify.Mismatches != 0 {
 		t.Fatalf("capture %+v, verify %+v", r.Capture, r.Verify)
 	}
 	if r.Verdicts["tx"].Packets == 0 || r.Reasons["pass_no_bind"].Packets == 0 || r.Reasons["pass_not_ip"].Packets == 0 {
@@ -126,7 +126,7 @@ func TestReplayVerifyLarge(t *testing.T) {
 func TestReplayAgainstMatchesDiff(t *testing.T) {
 	testenv.Kernel(t)
 	pcap := filepath.Join(t.TempDir(), "c.pcap")
-	mustRun(t, 0, "gen-capture", "--config", cfgDir+"small.json", "-o", pcap, "--flows", "4000", "--seed", "9")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"small.json", "-o", pcap, "--flows", fmt.Sprint(testenv.Reduced(4000)), "--seed", "9")
 	for _, newCfg := range []string{"small-draining.json", "small-removed.json", "small-added.json"} {
 		out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"small.json", "--against", cfgDir+newCfg, "--json")
 		if code != 0 {
@@ -353,7 +353,7 @@ func TestReplayVerifyIPv6Underlay(t *testing.T) {
 	tmp := t.TempDir()
 	cfg, dconf := cfgDir+"ipv6-backends.json", cfgDir+"director6.conf"
 	pcap := filepath.Join(tmp, "v6.pcap")
-	mustRun(t, 0, "gen-capture", "--config", cfg, "-o", pcap, "--flows", "3000", "--seed", "4")
+	mustRun(t, 0, "gen-capture", "--config", cfg, "-o", pcap, "--flows", fmt.Sprint(testenv.Reduced(3000)), "--seed", "4")
 	report := func(extra ...string) replay.Report {
 		t.Helper()
 		out, errOut, code := runCmd(append([]string{"replay", pcap, "--config", cfg, "--json"}, extra...)...)

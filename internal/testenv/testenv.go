@@ -87,6 +87,20 @@ func Scaled(d time.Duration) time.Duration {
 	return d * time.Duration(n)
 }
 
+// Reduced is n, the size of a test's workload (packets, flows, clients),
+// divided by DIRECTOR_TEST_SIZE_DIVISOR (a whole number; 1 when unset),
+// and at least 1. The emulated guests of 'make test-kernels' set it: a Go
+// loop runs some 30 times slower there, and what the guests check is what
+// each kernel does, which a few thousand packets show as well as a hundred
+// thousand. The host's 'make test' runs the full sizes.
+func Reduced(n int) int {
+	d, err := strconv.Atoi(os.Getenv("DIRECTOR_TEST_SIZE_DIVISOR"))
+	if err != nil || d < 1 {
+		return n
+	}
+	return max(1, n/d)
+}
+
 // Libpcap skips tb (or, with DIRECTOR_KERNEL_TESTS=required, fails it)
 // when err says libpcap, which compiles capture filter expressions, could
 // not be loaded: 'make test' and CI install it.
