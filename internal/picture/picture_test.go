@@ -2,12 +2,16 @@ package picture
 
 import (
 	"bytes"
+	"compress/zlib"
 	"fmt"
+	"hash/adler32"
 	"image/color"
 	"image/png"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -306,6 +310,49 @@ func TestHeatSteps(t *testing.T) {
 			if p.Cells[r] != uint16(HeatIndex(n, most)) && p.Color(r) != Hot {
 				t.Fatalf("max %d: row %d (%d packets) at step %d, want %d", most, r, n, p.Cells[r], HeatIndex(n, most))
 			}
+		}
+	}
+}
+
+// TestAdler32Combine: the combined checksum is the checksum of the whole,
+// for splits anywhere, empty parts included.
+func TestAdler32Combine(t *testing.T) {
+	data := make([]byte, 200000)
+	for i := range data {
+		data[i] = byte(i*7 + i>>9)
+	}
+	for _, at := range []int{0, 1, 65520, 65521, 65522, 100000, len(data)} {
+		a, b := data[:at], data[at:]
+		if got, want := adler32Combine(adler32.Checksum(a), adler32.Checksum(b), int64(len(b))), adler32.Checksum(data); got != want {
+			t.Errorf("split at %d: %08x, want %08x", at, got, want)
+		}
+	}
+}
+
+// TestRGBStreamIsWhole: the striped IDAT is one zlib stream that a strict
+// reader takes to its end, checksum and all, with every line's bytes.
+func TestRGBStreamIsWhole(t *testing.T) {
+	tabs := bigTables(t)[:3]
+	pal := PaletteFor(tabs...)
+	panels := Panels(len(tabs), func(i int) Panel { return TablePanel(fmt.Sprint("t", i), tabs[i], pal) })
+	c := draw(panels)
+	for _, procs := range []int{1, 2, 5} {
+		old := runtime.GOMAXPROCS(procs)
+		z, err := compressLines(c)
+		runtime.GOMAXPROCS(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := zlib.NewReader(bytes.NewReader(z))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(r) // io.EOF only once the Adler-32 matched
+		if err != nil {
+			t.Fatalf("GOMAXPROCS %d: %v", procs, err)
+		}
+		if len(raw) != c.h*(1+3*c.w) {
+			t.Fatalf("GOMAXPROCS %d: %d bytes, want %d", procs, len(raw), c.h*(1+3*c.w))
 		}
 	}
 }
