@@ -48,6 +48,15 @@ const maxJSONDepth = 64
 // parseJSON decodes exactly one JSON value from data. Syntax errors carry a
 // line and column.
 func parseJSON(data []byte) (*jsonValue, error) {
+	if v, ok := fastJSON(data); ok {
+		return v, nil
+	}
+	return slowJSON(data)
+}
+
+// slowJSON is parseJSON by encoding/json's decoder: every input it reads,
+// every error its own, with a line and column.
+func slowJSON(data []byte) (*jsonValue, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	v, err := decodeValue(dec, 0)
