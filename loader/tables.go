@@ -456,11 +456,50 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 	if err := d.swapBinds(tables, slots, ch.Config); err != nil {
 		return nil, err
 	}
-	now, err := d.Live()
+	now, err := d.readBack(gen+1, plans)
 	if err != nil {
 		return nil, err
 	}
 	return &ApplyResult{Tables: now, Duration: time.Since(start)}, nil
+}
+
+// readBack is the live set once generation gen is committed: the slots
+// its binds register must be the plans' own, each slot written read back
+// from the kernel, and the others as they were read before the commit
+// (under the lock, which every writer takes: not written since). Reading
+// all 32 tables of 256 backends again was most of an apply's time.
+func (d *Director) readBack(gen uint32, plans []placement) ([]LiveTable, error) {
+	reg, err := d.registered(gen % bpf.BindGens)
+	if err != nil {
+		return nil, fmt.Errorf("reading back the binds: %w", err)
+	}
+	want := make([]int, len(plans))
+	for i, p := range plans {
+		want[i] = p.slot
+	}
+	slices.Sort(want)
+	if !slices.Equal(reg, want) {
+		return nil, fmt.Errorf("the binds read back register table slots %v, not the %v written", reg, want)
+	}
+	out := make([]LiveTable, len(plans))
+	err = concurrently(len(plans), func(i int) error {
+		p := plans[i]
+		if !p.write {
+			out[i] = *p.old
+			return nil
+		}
+		lt, err := d.readSlot(p.slot)
+		if err != nil {
+			return fmt.Errorf("reading back tables[%d] from slot %d: %w", i, p.slot, err)
+		}
+		table.Fingerprint(lt.Table)
+		out[i] = *lt
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // checkedLive reads the live tables and, with check, has it judge the live

@@ -9,12 +9,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
@@ -607,5 +609,80 @@ func TestAttachedModeChange(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(s.m.attached.WithLabelValues("eth0", "generic")); v != 0 {
 		t.Fatalf("eth0 generic = %v, want 0", v)
+	}
+}
+
+func exportTable(name string, bs ...table.Backend) *table.Table {
+	return &table.Table{Name: name, Backends: bs}
+}
+
+func be(ip string, healthy bool, domain string) table.Backend {
+	return table.Backend{IP: netip.MustParseAddr(ip), State: table.StateActive, Healthy: healthy, Domain: domain}
+}
+
+// TestExportLive: the live tables' series after each apply are exactly
+// what the tables say: a changed table's stale series go, a removed
+// table's all go, an unchanged table's stay.
+func TestExportLive(t *testing.T) {
+	s := &service{m: newMetrics(nil)}
+	a1 := exportTable("a", be("10.0.0.1", true, "r1"), be("10.0.0.2", true, "r2"), be("10.0.0.3", false, ""))
+	b1 := exportTable("b", be("10.1.0.1", true, ""))
+	s.exportLive([]*table.Table{a1, b1}, []string{"fa1", "fb1"})
+	// a: 10.0.0.2 removed, 10.0.0.1 to r9 and down, 10.0.0.4 added; b gone; c new.
+	a2 := exportTable("a", be("10.0.0.1", false, "r9"), be("10.0.0.3", false, ""), be("10.0.0.4", true, "r2"))
+	c1 := exportTable("c", be("10.2.0.1", true, ""))
+	s.exportLive([]*table.Table{a2, c1}, []string{"fa2", "fc1"})
+	// Counted before the values are read: reading a series makes it.
+	for _, c := range []struct {
+		v    *prometheus.GaugeVec
+		want int
+	}{{s.m.backendDomain, 2}, {s.m.backendHealthy, 4}, {s.m.backendWeight, 4}, {s.m.tableInfo, 2}} {
+		if n := testutil.CollectAndCount(c.v); n != c.want {
+			t.Errorf("%d series of a vector, want %d", n, c.want)
+		}
+	}
+	for _, c := range []struct {
+		v      *prometheus.GaugeVec
+		labels []string
+		want   float64
+	}{
+		{s.m.backendDomain, []string{"a", "10.0.0.1", "r9"}, 1}, {s.m.backendDomain, []string{"a", "10.0.0.4", "r2"}, 1},
+		{s.m.backendHealthy, []string{"a", "10.0.0.1"}, 0}, {s.m.backendHealthy, []string{"a", "10.0.0.4"}, 1},
+		{s.m.backendHealthy, []string{"c", "10.2.0.1"}, 1}, {s.m.tableInfo, []string{"a", "fa2"}, 1},
+	} {
+		if v := testutil.ToFloat64(c.v.WithLabelValues(c.labels...)); v != c.want {
+			t.Errorf("%v = %v, want %v", c.labels, v, c.want)
+		}
+	}
+}
+
+// TestExportLiveNeverMissing: while applies re-export the live tables, a
+// scrape always finds every live backend.
+func TestExportLiveNeverMissing(t *testing.T) {
+	s := &service{m: newMetrics(nil)}
+	var bs []table.Backend
+	for i := 1; i <= 64; i++ {
+		bs = append(bs, be(fmt.Sprintf("10.0.0.%d", i), true, ""))
+	}
+	s.exportLive([]*table.Table{exportTable("a", bs...)}, []string{"f0"})
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			flipped := slices.Clone(bs)
+			flipped[i%64].Healthy = i%2 == 0
+			s.exportLive([]*table.Table{exportTable("a", flipped...)}, []string{fmt.Sprint("f", i%2)})
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := 0; i < 2000; i++ {
+		if n := testutil.CollectAndCount(s.m.backendHealthy); n != 64 {
+			t.Fatalf("scrape %d found %d of the 64 live backends", i, n)
+		}
 	}
 }
