@@ -48,6 +48,17 @@ type Director struct {
 	// table, whose fingerprint is then computed once, not at every plan.
 	knownMu sync.Mutex
 	known   map[int]*table.Table
+	// read holds, by slot, the kernel's bytes as this process last read
+	// and decoded them, and what they decoded to: the same bytes again
+	// are that table, without decoding them again (most of a live read of
+	// 32 tables). What an apply wrote is always decoded when read back.
+	read map[int]readSlotCache
+}
+
+type readSlotCache struct {
+	raw    *bpf.Table
+	digest [32]byte
+	lt     LiveTable
 }
 
 // Close releases this process's handles; pinned objects stay.

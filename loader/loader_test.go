@@ -258,3 +258,60 @@ func TestLoadRepairsPins(t *testing.T) {
 		d4.Close()
 	}
 }
+
+// TestLiveReadSeesOutsideWrites: a live read answers from the bytes it
+// decoded last only while the kernel holds those very bytes: a row
+// written underneath, or a registry digest, is read and decoded anew.
+func TestLiveReadSeesOutsideWrites(t *testing.T) {
+	testenv.Kernel(t)
+	d, _ := setupWith(t, directorConfig(), testConfig)
+	first, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].Table != first[0].Table {
+		t.Fatal("an unchanged slot was not answered from what was decoded")
+	}
+	slot := first[0].Slot
+	inner, err := d.slotMap(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	dt := new(bpf.Table)
+	if err := inner.Lookup(uint32(0), dt); err != nil {
+		t.Fatal(err)
+	}
+	was := dt.Rows[7]
+	dt.Rows[7].Primary = dt.Rows[7].Secondary
+	dt.Rows[7].Secondary = was.Primary
+	if err := inner.Put(uint32(0), dt); err != nil {
+		t.Fatal(err)
+	}
+	after, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := after[0].Table.Rows[7]; int(r.Primary) != int(was.Secondary) || int(r.Secondary) != int(was.Primary) {
+		t.Fatalf("row 7 written underneath read as %+v (was %+v)", r, was)
+	}
+	var reg bpf.Registry
+	if err := d.Maps.Registry.Lookup(uint32(slot), &reg); err != nil {
+		t.Fatal(err)
+	}
+	reg.Digest[0] ^= 0xff
+	if err := d.Maps.Registry.Put(uint32(slot), &reg); err != nil {
+		t.Fatal(err)
+	}
+	tampered, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tampered[0].Table.Digest != reg.Digest {
+		t.Fatal("a registry digest written underneath was not read")
+	}
+}

@@ -67,7 +67,7 @@ func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
 	// of hops, what every reader of the tables wants next).
 	out := make([]LiveTable, len(slots))
 	err = concurrently(len(slots), func(i int) error {
-		lt, err := d.readSlot(slots[i])
+		lt, err := d.readSlotCached(slots[i])
 		if err != nil {
 			return fmt.Errorf("reading table slot %d: %w", slots[i], err)
 		}
@@ -126,7 +126,18 @@ func (d *Director) registered(gen uint32) ([]int, error) {
 	return slots, nil
 }
 
+// readSlot reads and decodes the table in slot.
 func (d *Director) readSlot(slot int) (*LiveTable, error) {
+	return d.readSlotRaw(slot, false)
+}
+
+// readSlotCached is readSlot, but for bytes (and a registry digest) equal
+// to those it last decoded in slot: that decoded table, as it was.
+func (d *Director) readSlotCached(slot int) (*LiveTable, error) {
+	return d.readSlotRaw(slot, true)
+}
+
+func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 	var id ebpf.MapID
 	if err := d.Maps.Tables.Lookup(uint32(slot), &id); err != nil {
 		return nil, err
@@ -136,15 +147,10 @@ func (d *Director) readSlot(slot int) (*LiveTable, error) {
 		return nil, err
 	}
 	defer inner.Close()
-	var dt bpf.Table
-	if err := inner.Lookup(uint32(0), &dt); err != nil {
+	dt := new(bpf.Table)
+	if err := inner.Lookup(uint32(0), dt); err != nil {
 		return nil, err
 	}
-	lt, err := decodeTable(&dt)
-	if err != nil {
-		return nil, err
-	}
-	lt.Slot = slot
 	// The registry's digest is its writer's word, which a reader checks
 	// against the rows before taking the table for a config's
 	// (table.Table.BuiltFrom).
@@ -152,8 +158,28 @@ func (d *Director) readSlot(slot int) (*LiveTable, error) {
 	if err := d.Maps.Registry.Lookup(uint32(slot), &reg); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
+	if cached {
+		d.knownMu.Lock()
+		c, ok := d.read[slot]
+		d.knownMu.Unlock()
+		if ok && c.digest == reg.Digest && *c.raw == *dt {
+			lt := c.lt
+			return &lt, nil
+		}
+	}
+	lt, err := decodeTable(dt)
+	if err != nil {
+		return nil, err
+	}
+	lt.Slot = slot
 	lt.Table.Digest = reg.Digest
 	lt.Table = d.canonical(slot, lt.Table)
+	d.knownMu.Lock()
+	if d.read == nil {
+		d.read = map[int]readSlotCache{}
+	}
+	d.read[slot] = readSlotCache{raw: dt, digest: reg.Digest, lt: *lt}
+	d.knownMu.Unlock()
 	return lt, nil
 }
 

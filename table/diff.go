@@ -197,7 +197,17 @@ func compareTable(name string, i, j int, o, n *Table) TableDiff {
 	}
 
 	// Backends: the new table's order, then those only the old one had.
-	os, ns := sides(o), sides(n)
+	os := sides(o)
+	var ns map[netip.Addr]*BackendSide
+	if n == o { // one table on both sides: its sides counted once
+		ns = make(map[netip.Addr]*BackendSide, len(os))
+		for ip, side := range os {
+			c := *side
+			ns[ip] = &c
+		}
+	} else {
+		ns = sides(n)
+	}
 	var order []Backend
 	if n != nil {
 		order = append(order, n.Backends...)
