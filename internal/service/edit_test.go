@@ -4,15 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -182,7 +179,6 @@ func BenchmarkConfigEdit(b *testing.B) {
 //
 //	go test ./internal/service -run '^$' -bench ConfigEditApplied
 func BenchmarkConfigEditApplied(b *testing.B) {
-	testenv.Kernel(b)
 	var docs [2][]byte
 	for k := range docs {
 		var ts []string
@@ -207,22 +203,7 @@ func BenchmarkConfigEditApplied(b *testing.B) {
 		}
 		return &input{data: data, cfg: cfg, builders: make([]*table.Builder, len(cfg.Tables)), memo: make([]built, len(cfg.Tables))}
 	}
-	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("director-bench-%d", time.Now().UnixNano()))
-	d, err := loader.Load(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer loader.Unload(dir)
-	defer d.Close()
-	s := newTestService(b, parse(docs[0]))
-	s.d, s.m = d, newMetrics(d.Stats)
-	s.checks.m = s.m
-	s.bgp = &announcer{log: s.log, m: s.m, changed: func() {}}
-	s.status = &statusBoard{}
-	s.o.BPFFS = dir
-	if err := s.reconcile("start", true); err != nil {
-		b.Fatal(err)
-	}
+	s := benchService(b, parse(docs[0]))
 	applied := s.m.applies.WithLabelValues("applied")
 	for i := 0; b.Loop(); i++ {
 		n := testutil.ToFloat64(applied)

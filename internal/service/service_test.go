@@ -363,15 +363,19 @@ func BenchmarkHealthFlipApplied(b *testing.B) {
 	}
 }
 
-func benchmarkHealthFlip(b *testing.B, in *input) {
+// benchService is a service serving in from a director of its own in
+// bpffs, started as 'director run' starts (unloaded when b ends).
+func benchService(b *testing.B, in *input) *service {
 	testenv.Kernel(b)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("director-bench-%d", time.Now().UnixNano()))
 	d, err := loader.Load(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer loader.Unload(dir)
-	defer d.Close()
+	b.Cleanup(func() {
+		d.Close()
+		loader.Unload(dir)
+	})
 	s := newTestService(b, in)
 	s.d, s.m = d, newMetrics(d.Stats)
 	s.checks.m = s.m
@@ -381,6 +385,11 @@ func benchmarkHealthFlip(b *testing.B, in *input) {
 	if err := s.reconcile("start", true); err != nil {
 		b.Fatal(err)
 	}
+	return s
+}
+
+func benchmarkHealthFlip(b *testing.B, in *input) {
+	s := benchService(b, in)
 	var flip *target
 	for _, t := range s.checks.targets {
 		if t.ip == backendIP(100) {
