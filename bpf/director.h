@@ -111,7 +111,8 @@ struct dir_table {
 	__u32 stats_id;           /* counter block in backend_traffic; stable across applies */
 	__u32 index;              /* position in the applied config */
 	__u32 hop_family;         /* enum dir_family of every backend: the underlay GUE goes over; beside the key, in the line every packet reads */
-	__u32 pad;
+	__u16 balance;            /* table.Table.Balance, the balance factor x1000 (0: none); for userspace, the datapath never reads it */
+	__u16 pad;
 	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
 	__u32 num_backends;
 	__u32 num_binds;

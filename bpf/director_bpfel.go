@@ -298,7 +298,8 @@ type DirectorDirTable struct {
 	StatsId     uint32
 	Index       uint32
 	HopFamily   uint32
-	Pad         uint32
+	Balance     uint16
+	Pad         uint16
 	Name        [64]uint8
 	NumBackends uint32
 	NumBinds    uint32

@@ -204,10 +204,10 @@ func (d *Director) remember(slot int, t *table.Table) {
 }
 
 // sameContent reports whether two tables hold the same thing in the
-// kernel: name, key, binds, backends and rows. (NoGoodRows follows from
-// the rows and backends.)
+// kernel: name, key, balance factor, binds, backends and rows. (NoGoodRows
+// follows from the rows and backends.)
 func sameContent(a, b *table.Table) bool {
-	if a.Name != b.Name || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
+	if a.Name != b.Name || a.Balance != b.Balance || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
 		len(a.Backends) != len(b.Backends) {
 		return false
 	}
@@ -242,6 +242,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 	dt.Index = uint32(index)
 	dt.NumBackends = uint32(len(t.Backends))
 	dt.NumBinds = uint32(len(t.Binds))
+	dt.Balance = t.Balance
 	if len(t.Backends) > bpf.MaxBackends || len(t.Binds) > len(dt.Binds) {
 		return nil, errors.New("too many backends or binds")
 	}
@@ -286,7 +287,7 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 	if dt.NumBackends == 0 || int(dt.NumBackends) > bpf.MaxBackends || int(dt.NumBinds) > len(dt.Binds) {
 		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
 	}
-	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows)}
+	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows), Balance: dt.Balance}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
 	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t}
 	// Rows name backends by counter index; map those back to positions.

@@ -76,6 +76,26 @@ func BenchmarkBuildDomains(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildBalanced is BenchmarkBuild with a balance factor of 1.01,
+// and with it and distinct weights.
+func BenchmarkBuildBalanced(b *testing.B) {
+	for _, weighted := range []bool{false, true} {
+		tc := benchTable(256)
+		name := "256"
+		if weighted {
+			tc, name = weightedBenchTable(256), "weighted/256"
+		}
+		tc.Balance = 1010
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := Build(tc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkIncremental times each kind of one-backend change at 256
 // backends, including producing the new table; the inverse change that
 // restores the state is not timed.

@@ -419,6 +419,10 @@ func (b *Builder) Table() *Table {
 			t.NoGoodRows++
 		}
 	}
+	if b.cfg.Balance != 0 {
+		t.Balance = b.cfg.Balance
+		b.balance(t.Rows)
+	}
 	t.Digest = InputDigest(&b.cfg, Fingerprint(t))
 	return t
 }

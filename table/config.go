@@ -66,6 +66,10 @@ type TableConfig struct {
 	// ramp (a lowered weight taken in safe steps); 0 means the default,
 	// DefaultRampInterval.
 	RampInterval time.Duration
+	// Balance is the balance factor F in BalanceScale units (1010 is
+	// 1.01): no good backend is primary for more than F times its fair
+	// share of rows (balance.go). 0 means off: GLB's table.
+	Balance uint16
 }
 
 // DefaultRampInterval is a ramp's step interval when the table gives none.

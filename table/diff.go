@@ -36,7 +36,11 @@ type TableDiff struct {
 	// absent where a side has one domain or none.
 	OldDomains *DomainStats `json:"old_domains,omitempty"`
 	NewDomains *DomainStats `json:"new_domains,omitempty"`
-	Warnings   []string     `json:"warnings"`
+	// OldBalance and NewBalance are each side's balance factor, 0 for
+	// none.
+	OldBalance float64  `json:"old_balance_factor,omitempty"`
+	NewBalance float64  `json:"new_balance_factor,omitempty"`
+	Warnings   []string `json:"warnings"`
 }
 
 // Table statuses.
@@ -88,6 +92,10 @@ type BackendSide struct {
 	Domain        string `json:"domain,omitempty"`
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
+	// Cap is its cap on primary rows where the table has a balance
+	// factor (BalanceOf), and AtCap whether it is primary for that many.
+	Cap   int  `json:"cap,omitempty"`
+	AtCap bool `json:"at_cap,omitempty"`
 }
 
 // Backend change kinds.
@@ -178,8 +186,13 @@ func sides(t *Table) map[netip.Addr]*BackendSide {
 		return m
 	}
 	prim, sec := counts(t)
+	caps := Caps(t.Backends, t.Balance)
 	for i, b := range t.Backends {
-		m[b.IP] = &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[i], SecondaryRows: sec[i]}
+		s := &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[i], SecondaryRows: sec[i]}
+		if caps != nil && b.Good() {
+			s.Cap, s.AtCap = caps[i], prim[i] >= caps[i]
+		}
+		m[b.IP] = s
 	}
 	return m
 }
@@ -190,10 +203,12 @@ func compareTable(name string, i, j int, o, n *Table) TableDiff {
 	if o != nil {
 		td.OldFingerprint = Fingerprint(o)
 		td.OldDomains = Domains(o)
+		td.OldBalance = float64(o.Balance) / BalanceScale
 	}
 	if n != nil {
 		td.NewFingerprint = Fingerprint(n)
 		td.NewDomains = Domains(n)
+		td.NewBalance = float64(n.Balance) / BalanceScale
 	}
 
 	// Backends: the new table's order, then those only the old one had.
@@ -296,6 +311,9 @@ func TableWarnings(t *Table) []string {
 	}
 	if len(bad) > 1 {
 		w = append(w, fmt.Sprintf("%d backends are not active and healthy (%v); GLB's safety rule allows at most one at a time", len(bad), bad))
+	}
+	if bs := BalanceOf(t); bs != nil && bs.OverCap > 0 {
+		w = append(w, fmt.Sprintf("%d backends are primary for more rows than their balance cap: their rows' secondaries are at their caps too (too few backends for a factor this close to 1)", bs.OverCap))
 	}
 	if t.NoGoodRows > 0 {
 		w = append(w, fmt.Sprintf("%d rows have no active or filling healthy backend as primary: new connections there go to a backend that may be down", t.NoGoodRows))

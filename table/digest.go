@@ -42,6 +42,12 @@ func InputDigest(tc *TableConfig, fp string) Digest {
 		buf = append(buf, byte(b.State), boolByte(b.Healthy), byte(b.W()>>8), byte(b.W()))
 		str(b.Domain)
 	}
+	if tc.Balance != 0 {
+		// Only when set, so that digests of tables without it stay as
+		// they were.
+		str("balance")
+		buf = binary.BigEndian.AppendUint16(buf, tc.Balance)
+	}
 	str(fp)
 	m.Write(buf)
 	var d Digest

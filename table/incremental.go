@@ -204,6 +204,7 @@ func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
 	}
 	keepMeta := func() {
 		b.cfg.Name, b.cfg.HashKey = tc.Name, tc.HashKey
+		b.cfg.RampInterval, b.cfg.Balance = tc.RampInterval, tc.Balance // applied by Table
 		b.cfg.Binds = append([]Bind(nil), tc.Binds...)
 	}
 	if tc.Seed == b.cfg.Seed {

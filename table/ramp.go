@@ -2,7 +2,9 @@ package table
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 )
 
 // A Ramp is the way to lower one backend's weight without putting a row at
@@ -10,12 +12,57 @@ import (
 // is in neither new hop. Lowering a weight moves rows off the backend; a
 // row where it falls behind two others at once loses it from both hops,
 // and a smaller step leaves fewer such rows.
+//
+// A balance ramp is the way to add backends to a table with a balance
+// factor: a row the factor swapped has its second choice as primary, and
+// an added backend can push that out of the row's pair (balance.go). Its
+// one step serves the table without the factor (the added backends
+// inactive), which only swaps hops back; from there the edit itself puts
+// no row at risk, since every old primary is then its row's first choice.
 type Ramp struct {
-	Table   string `json:"table"`
-	Backend string `json:"backend"`
-	From    uint16 `json:"from"`
+	Table string `json:"table"`
+	// Kind is RampWeight or RampBalance.
+	Kind    string `json:"kind"`
+	Backend string `json:"backend,omitempty"`
+	From    uint16 `json:"from,omitempty"`
 	// Steps are the weights to apply in turn, the last being the target.
-	Steps []uint16 `json:"steps"`
+	Steps []uint16 `json:"steps,omitempty"`
+	// Added are a balance ramp's added backends.
+	Added []string `json:"added,omitempty"`
+}
+
+// Ramp kinds.
+const (
+	RampWeight  = "weight"
+	RampBalance = "balance"
+)
+
+// Apply makes tc, the edit's table, the ramp's first step.
+func (r *Ramp) Apply(tc *TableConfig) {
+	tc.Backends = slices.Clone(tc.Backends)
+	switch r.Kind {
+	case RampBalance:
+		tc.Balance = 0
+		for k := range tc.Backends {
+			if slices.Contains(r.Added, tc.Backends[k].IP.String()) {
+				tc.Backends[k].State = StateInactive
+			}
+		}
+	default:
+		for k := range tc.Backends {
+			if tc.Backends[k].IP.String() == r.Backend {
+				tc.Backends[k].Weight = r.Steps[0]
+			}
+		}
+	}
+}
+
+// String says what the ramp does.
+func (r *Ramp) String() string {
+	if r.Kind == RampBalance {
+		return fmt.Sprintf("%s: balance factor off while %s is added, then the edit", r.Table, strings.Join(r.Added, ", "))
+	}
+	return fmt.Sprintf("%s/%s: weight %d -> %d (%d more steps to %d)", r.Table, r.Backend, r.From, r.Steps[0], len(r.Steps)-1, r.Steps[len(r.Steps)-1])
 }
 
 // maxRampSteps bounds a ramp: past it a ramp is not worth proposing.
@@ -31,6 +78,9 @@ func FindRamp(live *Table, next *TableConfig) (*Ramp, error) {
 }
 
 func findRamp(live *Table, next *TableConfig, index int) (*Ramp, error) {
+	if live.Balance != 0 && next.Balance == live.Balance && len(next.Backends) > len(live.Backends) {
+		return findBalanceRamp(live, next, index)
+	}
 	if len(live.Backends) != len(next.Backends) {
 		return nil, nil
 	}
@@ -61,7 +111,7 @@ func findRamp(live *Table, next *TableConfig, index int) (*Ramp, error) {
 	if t := b.Table(); !slices.Equal(t.Rows, live.Rows) {
 		return nil, nil // the live table is not this config at the old weight
 	}
-	r := &Ramp{Table: DisplayName(next.Name, index), Backend: next.Backends[k].IP.String(), From: from}
+	r := &Ramp{Table: DisplayName(next.Name, index), Kind: RampWeight, Backend: next.Backends[k].IP.String(), From: from}
 	steps, err := rampSteps(b, k, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: weight %d -> %d: %w", r.Table, r.Backend, from, to, err)
@@ -80,6 +130,66 @@ func findRamp(live *Table, next *TableConfig, index int) (*Ramp, error) {
 	}
 	r.Steps = steps
 	return r, nil
+}
+
+// findBalanceRamp proposes a balance ramp when next only adds backends to
+// live, a table with the same balance factor, and doing so at once puts
+// rows at risk.
+func findBalanceRamp(live *Table, next *TableConfig, index int) (*Ramp, error) {
+	was := map[netip.Addr]Backend{}
+	for _, b := range live.Backends {
+		was[b.IP] = b
+	}
+	r := &Ramp{Table: DisplayName(next.Name, index), Kind: RampBalance}
+	kept := 0
+	for _, b := range next.Backends {
+		o, ok := was[b.IP]
+		if !ok {
+			r.Added = append(r.Added, b.IP.String())
+			continue
+		}
+		if !sameBackend(o, b) {
+			return nil, nil // more than additions
+		}
+		kept++
+	}
+	if kept != len(live.Backends) {
+		return nil, nil
+	}
+	target, err := Build(next)
+	if err != nil {
+		return nil, err
+	}
+	if RiskRows(live, target) == 0 {
+		return nil, nil // safe as it is
+	}
+	step := *next
+	r.Apply(&step)
+	st, err := Build(&step)
+	if err != nil {
+		return nil, err
+	}
+	n, m := RiskRows(live, st), RiskRows(st, target)
+	if n == 0 && m != 0 && len(r.Added) > 1 {
+		return nil, fmt.Errorf("%s: adding %s at once puts %d rows at risk even without the balance factor (rows where two new backends rank ahead of the old primary): add them one at a time", r.Table, strings.Join(r.Added, ", "), m)
+	}
+	if n != 0 || m != 0 {
+		return nil, fmt.Errorf("%s: adding %s: no balance ramp (without the factor %d rows are at risk, then %d)", r.Table, strings.Join(r.Added, ", "), n, m)
+	}
+	return r, nil
+}
+
+// RiskRows counts the rows whose primary in old is neither hop in new, by
+// address: the two may list different backends.
+func RiskRows(old, new *Table) int {
+	n := 0
+	for r := range old.Rows {
+		p := old.Backends[old.Rows[r].Primary].IP
+		if new.Backends[new.Rows[r].Primary].IP != p && new.Backends[new.Rows[r].Secondary].IP != p {
+			n++
+		}
+	}
+	return n
 }
 
 // rampSteps chooses the weights for lowering backend k from from to to.
@@ -159,8 +269,9 @@ func rampSteps(b *Builder, k int, from, to uint16) ([]uint16, error) {
 }
 
 // Ramps proposes, for each table of next whose only change from the live
-// table of its name (or position) is one lowered weight putting rows at
-// risk, a ramp; and says why where there is none.
+// table of its name (or position) is one lowered weight, or added
+// backends under a balance factor, putting rows at risk, a ramp; and says
+// why where there is none.
 func Ramps(live []*Table, next *Config) (ramps []Ramp, problems []string) {
 	byName := allNamed(live) && allNamedConfigs(next.Tables)
 	for i := range next.Tables {
@@ -177,7 +288,7 @@ func Ramps(live []*Table, next *Config) (ramps []Ramp, problems []string) {
 		r, err := findRamp(lt, tc, i)
 		if err != nil {
 			problems = append(problems, err.Error())
-		} else if r != nil && len(r.Steps) > 1 {
+		} else if r != nil && (r.Kind == RampBalance || len(r.Steps) > 1) {
 			ramps = append(ramps, *r)
 		}
 	}

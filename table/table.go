@@ -24,6 +24,9 @@ type Table struct {
 	// (InputDigest); zero where that is not known (a GLB binary's table,
 	// or one read from a kernel that recorded none).
 	Digest Digest
+	// Balance is the balance factor it was built with (TableConfig.Balance),
+	// 0 for none.
+	Balance uint16
 
 	fp atomic.Pointer[string] // Fingerprint, once computed
 }

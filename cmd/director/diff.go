@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/director/director/internal/picture"
@@ -96,7 +97,21 @@ func sideString(s *table.BackendSide) string {
 	if s.Domain != "" {
 		out += " in " + s.Domain
 	}
+	if s.Cap > 0 {
+		out += fmt.Sprintf(" cap %d", s.Cap)
+		if s.AtCap {
+			out += " (at cap)"
+		}
+	}
 	return out
+}
+
+// factorString is a balance factor as the config gives it, or "none".
+func factorString(f float64) string {
+	if f == 0 {
+		return "none"
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
 func printDiff(w io.Writer, d *table.Diff) {
@@ -199,6 +214,11 @@ func printShares(w io.Writer, td table.TableDiff) {
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 	printDomainChange(w, td.OldDomains, td.NewDomains)
+	if td.OldBalance != td.NewBalance {
+		fmt.Fprintf(w, "  balance factor  %s -> %s\n", factorString(td.OldBalance), factorString(td.NewBalance))
+	} else if td.NewBalance != 0 {
+		fmt.Fprintf(w, "  balance factor  %s\n", factorString(td.NewBalance))
+	}
 }
 
 // printDomainChange shows each domain's share and what its failure would

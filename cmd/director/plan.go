@@ -207,6 +207,12 @@ func printPlan(e *env, p *table.Plan) {
 		fmt.Fprintf(e.stdout, "  - %s\n", r)
 	}
 	for _, r := range p.Ramps {
+		if r.Kind == table.RampBalance {
+			fmt.Fprintf(e.stdout, "\nramp: %s: add %s in two steps, each with 0 rows at risk:\n  1. the old backends without the balance factor (%s inactive): rows the factor swapped swap back\n  2. the edit\n",
+				r.Table, strings.Join(r.Added, ", "), strings.Join(r.Added, ", "))
+			fmt.Fprintln(e.stdout, "  director run waits ramp_interval_s (the table's, default 60) between them; by hand, plan and apply step 1's config, then the edit")
+			continue
+		}
 		fmt.Fprintf(e.stdout, "\nramp: %s %s weight %d -> %d in %d steps, each with 0 rows at risk:\n  %s\n",
 			r.Table, r.Backend, r.From, r.Steps[len(r.Steps)-1], len(r.Steps), rampLine(r))
 		fmt.Fprintln(e.stdout, "  director run takes one step every ramp_interval_s (the table's, default 60); by hand, plan and apply each weight in turn")

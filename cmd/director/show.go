@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/director/director/internal/model"
@@ -30,6 +31,8 @@ type showTable struct {
 	NoGoodRows  int           `json:"no_good_rows"`
 	// Domains is absent where the backends are in one domain or none.
 	Domains *table.DomainStats `json:"domains,omitempty"`
+	// Balance is absent where the table has no balance factor.
+	Balance *table.BalanceStats `json:"balance,omitempty"`
 }
 
 type showBind struct {
@@ -48,6 +51,10 @@ type showBackend struct {
 	Domain        string `json:"domain,omitempty"`
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
+	// Cap and AtCap: with a balance factor, its cap on primary rows and
+	// whether it is primary for that many.
+	Cap   int  `json:"cap,omitempty"`
+	AtCap bool `json:"at_cap,omitempty"`
 }
 
 type lookupEntry struct {
@@ -143,7 +150,7 @@ func runShow(e *env, c *command, args []string) error {
 }
 
 func describe(i int, t *table.Table) showTable {
-	st := showTable{Index: i, Name: t.Name, Fingerprint: table.Fingerprint(t), NoGoodRows: t.NoGoodRows, Domains: table.Domains(t)}
+	st := showTable{Index: i, Name: t.Name, Fingerprint: table.Fingerprint(t), NoGoodRows: t.NoGoodRows, Domains: table.Domains(t), Balance: table.BalanceOf(t)}
 	prim, sec := make([]int, len(t.Backends)), make([]int, len(t.Backends))
 	for _, r := range t.Rows {
 		prim[r.Primary]++
@@ -154,8 +161,12 @@ func describe(i int, t *table.Table) showTable {
 			Proto: b.Proto.String(), PortStart: b.PortStart, PortEnd: b.PortEnd})
 	}
 	for j, b := range t.Backends {
-		st.Backends = append(st.Backends, showBackend{IP: b.IP.String(), State: b.State.String(),
-			Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[j], SecondaryRows: sec[j]})
+		sb := showBackend{IP: b.IP.String(), State: b.State.String(),
+			Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[j], SecondaryRows: sec[j]}
+		if st.Balance != nil && b.Good() {
+			sb.Cap, sb.AtCap = st.Balance.Caps[j], prim[j] >= st.Balance.Caps[j]
+		}
+		st.Backends = append(st.Backends, sb)
 	}
 	return st
 }
@@ -275,6 +286,9 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 		if dw > 0 {
 			weightHead += fmt.Sprintf("%-*s ", dw, "DOMAIN")
 		}
+		if st.Balance != nil {
+			weightHead += fmt.Sprintf("%-10s ", "CAP")
+		}
 		fmt.Fprintf(w, "  %-*s %-8s %-9s %s%-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", weightHead, barWidth+14, "PRIMARY ROWS", "SECONDARY")
 		for _, b := range st.Backends {
 			weight := ""
@@ -284,8 +298,21 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 			if dw > 0 {
 				weight += fmt.Sprintf("%-*s ", dw, b.Domain)
 			}
+			if st.Balance != nil {
+				c := ""
+				if b.Cap > 0 {
+					c = strconv.Itoa(b.Cap)
+					if b.AtCap {
+						c += " at cap"
+					}
+				}
+				weight += fmt.Sprintf("%-10s ", c)
+			}
 			fmt.Fprintf(w, "  %-*s %-8s %-9s %s%s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy), weight,
 				bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
+		}
+		if bs := st.Balance; bs != nil {
+			fmt.Fprintf(w, "  balance factor %s: %d backends at their cap, %d over\n", factorString(bs.Factor), bs.AtCap, bs.OverCap)
 		}
 		if d := st.Domains; d != nil {
 			fmt.Fprintln(w, "  failure domains (primary share, rows with no hop if it failed):")

@@ -1,15 +1,15 @@
 package service
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/director/director/table"
 )
 
-// A held config edit that only lowers weights, where a one-step change
-// would put rows at risk, is carried out as a ramp (table.FindRamp): every
+// A held config edit that only lowers weights, or only adds backends to a
+// table with a balance factor, where a one-step change would put rows at
+// risk, is carried out as a ramp (table.FindRamp): every
 // ramp_interval_s, the first step of the ramp from what is live now is
 // applied, through the same plan and apply as any change, until what is
 // live is the edit, which is then adopted as usual. The ramp is found
@@ -56,7 +56,7 @@ func (s *service) rampStep(now time.Time) bool {
 	}
 	if len(ramps) == 0 || len(problems) > 0 || !s.onlyRamped(in, ramps) {
 		if going {
-			s.log.Warn("ramp stopped: the held edit is no longer only lowered weights with a safe ramp", "problems", problems)
+			s.log.Warn("ramp stopped: the held edit is no longer one with a safe ramp", "problems", problems)
 		}
 		s.ramp = nil
 		return false
@@ -72,17 +72,12 @@ func (s *service) rampStep(now time.Time) bool {
 	for _, r := range ramps {
 		i := tableIndex(in.cfg, r.Table)
 		tc := &step.cfg.Tables[i]
-		tc.Backends = slices.Clone(tc.Backends)
-		for k := range tc.Backends {
-			if tc.Backends[k].IP.String() == r.Backend {
-				tc.Backends[k].Weight = r.Steps[0]
-			}
-		}
+		r.Apply(tc)
 		interval = max(interval, rampInterval(tc))
-		what = append(what, fmt.Sprintf("%s/%s: weight %d -> %d (%d more steps to %d)", r.Table, r.Backend, r.From, r.Steps[0], len(r.Steps)-1, r.Steps[len(r.Steps)-1]))
+		what = append(what, r.String())
 	}
 	if !going {
-		s.log.Info("the held edit lowers weights: carried out as a ramp, each step with no row at risk", "ramps", what, "interval", interval)
+		s.log.Info("the held edit is carried out as a ramp, each step with no row at risk", "ramps", what, "interval", interval)
 	}
 	out, _, err := s.try(step, "ramp", false)
 	if err != nil || out != applied {

@@ -24,9 +24,11 @@ type built struct {
 }
 
 // healthSig is what a table's build depends on beyond the input's fixed
-// fields: states and health, and the weights a ramp changes.
+// fields: states and health, the weights a ramp changes, and the balance
+// factor.
 func healthSig(tc *table.TableConfig) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "%d: ", tc.Balance)
 	for _, be := range tc.Backends {
 		fmt.Fprintf(&b, "%d%t%d ", be.State, be.Healthy, be.W())
 	}

@@ -226,3 +226,108 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// balanceTestConfig is a table of n equal backends with a balance factor
+// of 1.01, checks every 100 ms and ramp steps every second.
+func balanceTestConfig(seed string, n int) string {
+	var bs []string
+	for i := 0; i < n; i++ {
+		bs = append(bs, fmt.Sprintf(`{"ip": "192.168.62.%d", "state": "active", "healthy": true}`, 10+i))
+	}
+	return `{"healthchecks": {"interval_ms": 100, "timeout_ms": 50, "trigger": 1},
+	 "tables": [{"name": "api", "hash_key": "12345678901234561234567890123456", "seed": "` + seed + `", "ramp_interval_s": 1, "balance_factor": 1.01,
+	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80}], "backends": [` + strings.Join(bs, ",\n") + `]}]}`
+}
+
+// TestRunRampsABalancedAdd: adding a backend to a table with a balance
+// factor, unsafe in one step, is carried out as the balance ramp: the
+// table without the factor first, then a ramp interval later the edit,
+// each change putting no row at risk.
+func TestRunRampsABalancedAdd(t *testing.T) {
+	testenv.Kernel(t)
+	const n = 40
+	var seed string
+	for s := 0; s < 20 && seed == ""; s++ {
+		sd := fmt.Sprintf("%032x", 7000+s)
+		from, _ := config.Parse([]byte(balanceTestConfig(sd, n)))
+		to, _ := config.Parse([]byte(balanceTestConfig(sd, n+1)))
+		live, err := table.Build(&from.Tables[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := table.FindRamp(live, &to.Tables[0]); r != nil && r.Kind == table.RampBalance {
+			seed = sd
+		}
+	}
+	if seed == "" {
+		t.Fatal("no seed of 20 puts rows at risk adding a backend")
+	}
+	dir := filepath.Join("/sys/fs/bpf", "director-svc-"+filepath.Base(t.TempDir()))
+	t.Cleanup(func() { loader.Unload(dir) })
+	tmp := t.TempDir()
+	cfg := filepath.Join(tmp, "forwarding_table.src.json")
+	if err := os.WriteFile(cfg, []byte(balanceTestConfig(seed, n)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Config: cfg, BPFFS: dir, LockDir: tmp, Poll: 50 * time.Millisecond,
+			Ready: func(s string) { ready <- s }, Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
+	}
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	live := func() *table.Table {
+		lt, err := d.Live()
+		if err != nil || len(lt) != 1 {
+			t.Fatalf("live: %v", err)
+		}
+		return lt[0].Table
+	}
+	if err := os.WriteFile(cfg+".new", []byte(balanceTestConfig(seed, n+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Rename(cfg+".new", cfg)
+	seen := []*table.Table{live()}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if lt := live(); table.Fingerprint(lt) != table.Fingerprint(seen[len(seen)-1]) {
+			seen = append(seen, lt)
+		}
+		if strings.Contains(logs.String(), `"msg":"config edit adopted"`) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(seen) != 3 {
+		t.Fatalf("%d tables served, want 3 (before, the step, the edit)\n%s", len(seen), logs.String())
+	}
+	if seen[1].Balance != 0 || seen[2].Balance != 1010 || len(seen[2].Backends) != n+1 {
+		t.Errorf("the step has balance %d, the edit %d with %d backends", seen[1].Balance, seen[2].Balance, len(seen[2].Backends))
+	}
+	for i := 1; i < len(seen); i++ {
+		if r := table.RiskRows(seen[i-1], seen[i]); r != 0 {
+			t.Errorf("change %d put %d rows at risk", i, r)
+		}
+	}
+	if n := strings.Count(logs.String(), `"msg":"ramp step applied"`); n != 1 {
+		t.Errorf("%d ramp steps logged, want 1", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -43,6 +43,13 @@ func checkedInput(t testing.TB, n int) *input { return checkedInputWith(t, n, ""
 // is the backend's number.
 func checkedInputWith(t testing.TB, n int, extra string) *input {
 	t.Helper()
+	return checkedInputTable(t, n, extra, "")
+}
+
+// checkedInputTable is checkedInputWith with tableExtra among the table's
+// own settings.
+func checkedInputTable(t testing.TB, n int, extra, tableExtra string) *input {
+	t.Helper()
 	var bs []string
 	for i := 1; i <= n; i++ {
 		more := ""
@@ -51,8 +58,11 @@ func checkedInputWith(t testing.TB, n int, extra string) *input {
 		}
 		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "active", "healthchecks": {"http": 80}%s}`, backendIP(i), more))
 	}
-	data := []byte(fmt.Sprintf(`{"tables": [{"name": "api", "hash_key": "%s", "seed": "%s",
-	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [%s]}]}`, testKey, testSeed, strings.Join(bs, ", ")))
+	if tableExtra != "" {
+		tableExtra += ", "
+	}
+	data := []byte(fmt.Sprintf(`{"tables": [{"name": "api", "hash_key": "%s", "seed": "%s", %s
+	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [%s]}]}`, testKey, testSeed, tableExtra, strings.Join(bs, ", ")))
 	cfg, err := config.Parse(data)
 	if err != nil {
 		t.Fatal(err)
@@ -356,10 +366,11 @@ func TestMetricNamesAndTypes(t *testing.T) {
 // kernel and read back: the incremental rebuild, the plan, the apply and
 // its check, through the service's own path.
 func BenchmarkHealthFlipApplied(b *testing.B) {
-	for _, c := range []struct{ name, extra string }{
-		{"glb", ""}, {"weighted", `"weight": %d`}, {"domains", `"domain": "rack-%d"`},
+	for _, c := range []struct{ name, extra, table string }{
+		{"glb", "", ""}, {"weighted", `"weight": %d`, ""}, {"domains", `"domain": "rack-%d"`, ""},
+		{"balanced", "", `"balance_factor": 1.01`},
 	} {
-		b.Run(c.name, func(b *testing.B) { benchmarkHealthFlip(b, checkedInputWith(b, 256, c.extra)) })
+		b.Run(c.name, func(b *testing.B) { benchmarkHealthFlip(b, checkedInputTable(b, 256, c.extra, c.table)) })
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -153,6 +154,21 @@ func (p *parser) config(root *jsonValue) *table.Config {
 	return c
 }
 
+// balance reads a balance factor: 1.0 to 2.0, in steps of 0.001.
+func (p *parser) balance(path string, v *jsonValue) uint16 {
+	f, err := strconv.ParseFloat(v.num.String(), 64)
+	if v.kind != jsonNumber || err != nil || f < 1 || f > 2 {
+		p.fail(path, "%s is not a number from 1.0 to 2.0 (the most primary rows a backend may have, as a multiple of its fair share)", v.brief())
+		return 0
+	}
+	m := math.Round(f * table.BalanceScale)
+	if math.Abs(m-f*table.BalanceScale) > 1e-6 {
+		p.fail(path, "%s has more than three decimals", v.brief())
+		return 0
+	}
+	return uint16(m)
+}
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // domainRE is a failure domain's name: a rack or a power feed as the
@@ -163,8 +179,11 @@ func (p *parser) table(path string, v *jsonValue) table.TableConfig {
 	var t table.TableConfig
 	var idx []int // where each of t.Binds stood
 	defer func() { p.bindIdx = append(p.bindIdx, idx) }()
-	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends", "ramp_interval_s") {
+	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends", "ramp_interval_s", "balance_factor") {
 		return t
+	}
+	if bv := v.get("balance_factor"); bv != nil {
+		t.Balance = p.balance(path+".balance_factor", bv)
 	}
 	if rv := v.get("ramp_interval_s"); rv != nil {
 		n, err := strconv.ParseInt(rv.num.String(), 10, 64)

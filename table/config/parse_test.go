@@ -113,6 +113,14 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`tables[0].backends[0].domain: "" is not a failure domain`}},
 		{"ramp interval", cfg(tbl(goodBackends() + `, "ramp_interval_s": 0`)),
 			[]string{"tables[0].ramp_interval_s: 0 is not a number of seconds from 1 to 86400"}},
+		{"balance factor under 1", cfg(tbl(goodBackends() + `, "balance_factor": 0.99`)),
+			[]string{"tables[0].balance_factor: 0.99 is not a number from 1.0 to 2.0 (the most primary rows a backend may have, as a multiple of its fair share)"}},
+		{"balance factor over 2", cfg(tbl(goodBackends() + `, "balance_factor": 2.5`)),
+			[]string{"tables[0].balance_factor: 2.5 is not a number from 1.0 to 2.0 (the most primary rows a backend may have, as a multiple of its fair share)"}},
+		{"balance factor string", cfg(tbl(goodBackends() + `, "balance_factor": "1.1"`)),
+			[]string{`tables[0].balance_factor: "1.1" is not a number from 1.0 to 2.0 (the most primary rows a backend may have, as a multiple of its fair share)`}},
+		{"balance factor precision", cfg(tbl(goodBackends() + `, "balance_factor": 1.0105`)),
+			[]string{"tables[0].balance_factor: 1.0105 has more than three decimals"}},
 		{"ramp interval string", cfg(tbl(goodBackends() + `, "ramp_interval_s": "60"`)),
 			[]string{`tables[0].ramp_interval_s: "60" is not a number of seconds from 1 to 86400`}},
 		{"weight string", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true, "weight": "3"}`))),
@@ -379,5 +387,18 @@ func TestBindOverlapAcrossTablesIsError(t *testing.T) {
 	_, err := Parse([]byte(two))
 	if err == nil || !strings.Contains(err.Error(), "tables[1].binds[0]: tcp 10.0.0.1:70-90 overlaps tables[0].binds[0]") {
 		t.Fatalf("overlap: %v", err)
+	}
+}
+
+// TestBalanceFactor: the factor is kept in thousandths, exactly.
+func TestBalanceFactor(t *testing.T) {
+	for in, want := range map[string]uint16{"1": 1000, "1.0": 1000, "1.01": 1010, "1.234": 1234, "2": 2000, "2.000": 2000} {
+		c, err := Parse([]byte(cfg(tbl(goodBackends() + `, "balance_factor": ` + in))))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got := c.Tables[0].Balance; got != want {
+			t.Errorf("balance_factor %s: %d, want %d", in, got, want)
+		}
 	}
 }

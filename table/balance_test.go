@@ -1,0 +1,305 @@
+package table
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// moves compares two tables row by row by address: rows whose primary
+// changed, and rows at risk (the old primary in neither new hop).
+func moves(before, after *Table) (moved, risk int) {
+	for r := range before.Rows {
+		p := before.Backends[before.Rows[r].Primary].IP
+		np, ns := after.Backends[after.Rows[r].Primary].IP, after.Backends[after.Rows[r].Secondary].IP
+		if np != p {
+			moved++
+			if ns != p {
+				risk++
+			}
+		}
+	}
+	return moved, risk
+}
+
+// atRiskRow reports whether row r's old primary is in neither new hop.
+func atRiskRow(before, after *Table, r int) bool {
+	p := before.Backends[before.Rows[r].Primary].IP
+	return after.Backends[after.Rows[r].Primary].IP != p && after.Backends[after.Rows[r].Secondary].IP != p
+}
+
+// riskBeyond counts the rows a change puts at risk with balance (b0 to
+// b1) that the same change does not without it (u0 to u1). GLB's own rule
+// puts rows at risk where more than one backend is not good; balance may
+// add none.
+func riskBeyond(b0, b1, u0, u1 *Table) int {
+	n := 0
+	for r := range b0.Rows {
+		if atRiskRow(b0, b1, r) && !atRiskRow(u0, u1, r) {
+			n++
+		}
+	}
+	return n
+}
+
+func primaryCounts(t *Table) []int {
+	c := make([]int, len(t.Backends))
+	for _, r := range t.Rows {
+		c[r.Primary]++
+	}
+	return c
+}
+
+// checkBalanced checks bt, built with a balance factor, against ut, the
+// same config built without: every row keeps its pair of hops, a row
+// whose order differs has two good hops, and no good backend is over its
+// cap. It returns the rows swapped.
+func checkBalanced(t *testing.T, what string, ut, bt *Table) int {
+	t.Helper()
+	swapped := 0
+	for r := range ut.Rows {
+		u, b := ut.Rows[r], bt.Rows[r]
+		if u == b {
+			continue
+		}
+		if u.Primary != b.Secondary || u.Secondary != b.Primary {
+			t.Fatalf("%s: row %d: hops %v, without balance %v: not the same pair", what, r, b, u)
+		}
+		if !ut.Backends[u.Primary].Good() || !ut.Backends[u.Secondary].Good() {
+			t.Fatalf("%s: row %d swapped onto a backend that is not good", what, r)
+		}
+		swapped++
+	}
+	caps := Caps(bt.Backends, bt.Balance)
+	for i, c := range primaryCounts(bt) {
+		if bt.Backends[i].Good() && c > caps[i] {
+			t.Errorf("%s: backend %s primary for %d rows, over its cap of %d", what, bt.Backends[i].IP, c, caps[i])
+		}
+	}
+	return swapped
+}
+
+func mustBuild(t testing.TB, tc *TableConfig) *Table {
+	t.Helper()
+	tab, err := Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tab
+}
+
+func without(tc *TableConfig, k int) *TableConfig {
+	c := *tc
+	c.Backends = slices.Delete(slices.Clone(tc.Backends), k, k+1)
+	return &c
+}
+
+// TestBalanceProperties checks bounded load against its rules on random
+// configs: weights, domains, states and health, and factors from 1.01 to
+// 2: the caps hold, every row keeps its pair, a change of factor puts no
+// row at risk, and a drain then the removal put none at risk that they do
+// not put at risk without balance (none where GLB's invariant holds).
+func TestBalanceProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 3))
+	for iter := range 32 / raceRuns {
+		n := 2 + rng.IntN(64)
+		tc := randomTable(rng, n, 3)
+		if rng.IntN(2) == 0 {
+			for i := range tc.Backends {
+				tc.Backends[i].Weight = uint16(1 + rng.IntN(5))
+			}
+		}
+		if rng.IntN(2) == 0 {
+			for i := range tc.Backends {
+				tc.Backends[i].Domain = fmt.Sprint("rack-", rng.IntN(4))
+			}
+		}
+		f := uint16(1010 + rng.IntN(991))
+		what := fmt.Sprintf("iter %d (%d backends, F %d)", iter, len(tc.Backends), f)
+		ut := mustBuild(t, tc)
+		bc := *tc
+		bc.Balance = f
+		bt := mustBuild(t, &bc)
+		checkBalanced(t, what, ut, bt)
+		if _, risk := moves(ut, bt); risk != 0 {
+			t.Errorf("%s: turning balance on put %d rows at risk", what, risk)
+		}
+		other := bc
+		other.Balance = uint16(1000 + rng.IntN(1001))
+		if _, risk := moves(bt, mustBuild(t, &other)); risk != 0 {
+			t.Errorf("%s: factor %d -> %d put %d rows at risk", what, f, other.Balance, risk)
+		}
+		// Drain a good backend, then remove it.
+		k := slices.IndexFunc(bc.Backends, Backend.Good)
+		if k < 0 {
+			continue
+		}
+		drained := bc
+		drained.Backends = slices.Clone(bc.Backends)
+		drained.Backends[k].State = StateDraining
+		if _, err := Build(&drained); err != nil {
+			continue // the only good backend
+		}
+		dt := mustBuild(t, &drained)
+		udrained := drained
+		udrained.Balance = 0
+		udt := mustBuild(t, &udrained)
+		checkBalanced(t, what+" drained", udt, dt)
+		if extra := riskBeyond(bt, dt, ut, udt); extra != 0 {
+			t.Errorf("%s: draining %s put %d rows at risk that are not at risk without balance", what, bc.Backends[k].IP, extra)
+		}
+		rt := mustBuild(t, without(&drained, k))
+		if extra := riskBeyond(dt, rt, udt, mustBuild(t, without(&udrained, k))); extra != 0 {
+			t.Errorf("%s: removing drained %s put %d rows at risk that are not at risk without balance", what, bc.Backends[k].IP, extra)
+		}
+	}
+}
+
+// TestBalanceUnusedIsGLB: a factor that no backend's share comes near
+// leaves the table exactly as without it.
+func TestBalanceUnusedIsGLB(t *testing.T) {
+	tc := benchTable(4)
+	ut := mustBuild(t, tc)
+	bc := *tc
+	bc.Balance = MaxBalance
+	if bt := mustBuild(t, &bc); !slices.Equal(ut.Rows, bt.Rows) {
+		t.Fatal("a factor of 2 on 4 equal backends changed rows")
+	}
+}
+
+// TestBoundedLoadTradeOff measures bounded load at 256 equal backends and
+// F 1.01 beside Maglev, in the same run: balance, and the rows moved for
+// an add and for a drain then removal, as multiples of the minimum (the
+// added backend's rows; the drained backend's). Its log is the table in
+// docs/tables.md.
+func TestBoundedLoadTradeOff(t *testing.T) {
+	const n = 256
+	tc := benchTable(n + 1)
+	added := tc.Backends[n]
+	base := *tc
+	base.Backends = tc.Backends[:n]
+	base.Balance = 1010
+	bt := mustBuild(t, &base)
+	checkBalanced(t, "256", mustBuild(t, &TableConfig{Seed: base.Seed, Backends: base.Backends}), bt)
+	c := primaryCounts(bt)
+	balance := float64(slices.Max(c)) * n / Rows
+
+	// Add.
+	plus := base
+	plus.Backends = tc.Backends
+	pt := mustBuild(t, &plus)
+	addMoved, addRisk := moves(bt, pt)
+	addMin := primaryCounts(pt)[n]
+
+	// Drain, then remove.
+	victim := rand.New(rand.NewPCG(9, 9)).IntN(n)
+	drained := base
+	drained.Backends = slices.Clone(base.Backends)
+	drained.Backends[victim].State = StateDraining
+	dt := mustBuild(t, &drained)
+	drainMoved, drainRisk := moves(bt, dt)
+	rt := mustBuild(t, without(&drained, victim))
+	removeMoved, removeRisk := moves(dt, rt)
+	dropMin := c[victim]
+
+	// Maglev on the same addresses.
+	addrs := func(bs []Backend) []netip.Addr {
+		out := make([]netip.Addr, len(bs))
+		for i, b := range bs {
+			out[i] = b.IP
+		}
+		return out
+	}
+	mBefore := maglev(addrs(base.Backends), 65537)
+	mPlus := maglev(addrs(plus.Backends), 65537)
+	mLess := maglev(addrs(without(&base, victim).Backends), 65537)
+	mAdd, mAddMin, mDrop, mDropMin := 0, 0, 0, 0
+	for r := range mBefore {
+		if mPlus[r] == n {
+			mAddMin++
+		}
+		if mPlus[r] != mBefore[r] {
+			mAdd++
+		}
+		if mBefore[r] == victim {
+			mDropMin++
+		}
+		old := mBefore[r]
+		if old > victim {
+			old--
+		}
+		if mBefore[r] == victim || mLess[r] != old {
+			mDrop++
+		}
+	}
+	_ = added
+	t.Logf("%d equal backends:", n)
+	t.Logf("  %-26s max/mean %.4f  add: moved %d = %.2f x min (%d), at risk %d;  drain then remove: moved %d+%d = %.2f x min (%d), at risk %d+%d",
+		"director, F 1.01", balance, addMoved, float64(addMoved)/float64(addMin), addMin, addRisk,
+		drainMoved, removeMoved, float64(drainMoved+removeMoved)/float64(dropMin), dropMin, drainRisk, removeRisk)
+	t.Logf("  %-26s max/mean %.4f  add: moved %d = %.2f x min (%d);  remove: moved %d = %.2f x min (%d)",
+		"Maglev, M = 65,537", maxOverMean(mBefore, n), mAdd, float64(mAdd)/float64(mAddMin), mAddMin, mDrop, float64(mDrop)/float64(mDropMin), mDropMin)
+	if balance > 1.01 {
+		t.Errorf("max/mean %.4f over F 1.01", balance)
+	}
+	if drainRisk+removeRisk != 0 {
+		t.Errorf("drain then remove put %d+%d rows at risk", drainRisk, removeRisk)
+	}
+}
+
+// TestBalanceRampAdds: adding backends to a table with a balance factor
+// puts at risk rows whose swapped-in primary the new backend displaces;
+// FindRamp then proposes the balance ramp, whose step and the edit after
+// it each put none at risk, and from the step no further ramp.
+func TestBalanceRampAdds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 5))
+	ramps := 0
+	for iter := range 24 / raceRuns {
+		tc := benchTable(8 + rng.IntN(120))
+		tc.Balance = uint16(1005 + rng.IntN(100))
+		add := 1
+		live := *tc
+		live.Backends = tc.Backends[:len(tc.Backends)-add]
+		lt := mustBuild(t, &live)
+		direct := RiskRows(lt, mustBuild(t, tc))
+		r, err := FindRamp(lt, tc)
+		if err != nil {
+			t.Fatalf("iter %d: %v", iter, err)
+		}
+		if direct == 0 {
+			if r != nil {
+				t.Errorf("iter %d: a ramp for an add that puts no row at risk", iter)
+			}
+			continue
+		}
+		if r == nil || r.Kind != RampBalance || len(r.Added) != add {
+			t.Fatalf("iter %d: adding %d puts %d rows at risk, and the ramp is %+v", iter, add, direct, r)
+		}
+		ramps++
+		step := *tc
+		r.Apply(&step)
+		st := mustBuild(t, &step)
+		if n, m := RiskRows(lt, st), RiskRows(st, mustBuild(t, tc)); n != 0 || m != 0 {
+			t.Errorf("iter %d: the ramp's steps put %d and %d rows at risk", iter, n, m)
+		}
+		if r2, err := FindRamp(st, tc); err != nil || r2 != nil {
+			t.Errorf("iter %d: from the step, another ramp %+v (%v)", iter, r2, err)
+		}
+	}
+	if ramps == 0 {
+		t.Error("no add put rows at risk: the test tests nothing")
+	}
+	t.Logf("%d of the adds needed a ramp", ramps)
+
+	// Two at once: at risk without the factor too, and said so.
+	tc := benchTable(64)
+	tc.Balance = 1010
+	live := *tc
+	live.Backends = tc.Backends[:62]
+	if _, err := FindRamp(mustBuild(t, &live), tc); err == nil || !strings.Contains(err.Error(), "one at a time") {
+		t.Errorf("two backends added at once: %v", err)
+	}
+}
