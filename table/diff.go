@@ -277,7 +277,7 @@ func compareTable(name string, i, j int, o, n *Table) TableDiff {
 				changedBackends = true
 			}
 		}
-		if td.OldFingerprint != td.NewFingerprint || td.HashKeyChanged || changedBackends ||
+		if td.OldFingerprint != td.NewFingerprint || td.HashKeyChanged || changedBackends || o.Balance != n.Balance ||
 			len(td.BindsAdded)+len(td.BindsRemoved) > 0 {
 			td.Status = StatusChanged
 		}

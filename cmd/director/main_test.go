@@ -77,6 +77,9 @@ func TestGolden(t *testing.T) {
 		{"diff-weighted", []string{"diff", cfgDir + "small.json", cfgDir + "small-weighted.json"}, 2},
 		{"show-domains", []string{"show", cfgDir + "small-domains.json"}, 0},
 		{"diff-domains", []string{"diff", cfgDir + "small.json", cfgDir + "small-domains.json"}, 2},
+		{"show-balanced", []string{"show", cfgDir + "small-balanced.json"}, 0},
+		{"show-balanced-json", []string{"show", "--json", cfgDir + "small-balanced.json"}, 0},
+		{"diff-balanced", []string{"diff", cfgDir + "small.json", cfgDir + "small-balanced.json"}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, errOut, code := runCmd(c.args...)

@@ -287,7 +287,7 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 			weightHead += fmt.Sprintf("%-*s ", dw, "DOMAIN")
 		}
 		if st.Balance != nil {
-			weightHead += fmt.Sprintf("%-10s ", "CAP")
+			weightHead += fmt.Sprintf("%-12s ", "CAP")
 		}
 		fmt.Fprintf(w, "  %-*s %-8s %-9s %s%-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", weightHead, barWidth+14, "PRIMARY ROWS", "SECONDARY")
 		for _, b := range st.Backends {
@@ -306,7 +306,7 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 						c += " at cap"
 					}
 				}
-				weight += fmt.Sprintf("%-10s ", c)
+				weight += fmt.Sprintf("%-12s ", c)
 			}
 			fmt.Fprintf(w, "  %-*s %-8s %-9s %s%s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy), weight,
 				bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))

@@ -75,8 +75,16 @@ func TablePanel(name string, t *table.Table, pal *Palette) Panel {
 		weighted = weighted || b.W() != t.Backends[0].W() // equal weights are no weights
 	}
 	p.Legend = append(p.Legend, Line{Text: "primary rows; active and healthy unless said"})
+	caps := table.Caps(t.Backends, t.Balance)
+	if caps != nil {
+		p.Legend = append(p.Legend, Line{Text: fmt.Sprintf("balance factor %g: \"at cap\" is primary for its most", float64(t.Balance)/table.BalanceScale)})
+	}
 	for i, b := range t.Backends {
-		p.Legend = append(p.Legend, Line{colors[i], backendText(b, prim[i], len(t.Rows), weighted)})
+		text := backendText(b, prim[i], len(t.Rows), weighted)
+		if caps != nil && b.Good() && prim[i] >= caps[i] {
+			text += " at cap"
+		}
+		p.Legend = append(p.Legend, Line{colors[i], text})
 	}
 	if t.NoGoodRows > 0 {
 		p.Legend = append(p.Legend, Line{Text: fmt.Sprintf("%d rows with no good backend", t.NoGoodRows)})

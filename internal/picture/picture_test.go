@@ -356,3 +356,37 @@ func TestRGBStreamIsWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestLegendAtCap: with a balance factor the legend says which backends
+// are at their cap, and only those.
+func TestLegendAtCap(t *testing.T) {
+	tc := &table.TableConfig{Name: "b", Balance: 1010}
+	for i := 1; i <= 30; i++ {
+		tc.Backends = append(tc.Backends, table.Backend{IP: netip.AddrFrom4([4]byte{10, 7, 0, byte(i)}), State: table.StateActive, Healthy: true})
+	}
+	tab, err := table.Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := table.Caps(tab.Backends, tab.Balance)
+	prim := make([]int, len(tab.Backends))
+	for _, r := range tab.Rows {
+		prim[r.Primary]++
+	}
+	p := TablePanel("b", tab, PaletteFor(tab))
+	at := 0
+	for i, b := range tab.Backends {
+		line := p.Legend[i+2].Text // after the heading and the factor's line
+		if !strings.HasPrefix(line, b.IP.String()+" ") {
+			t.Fatalf("legend line %q is not %s's", line, b.IP)
+		}
+		if want := prim[i] >= caps[i]; strings.HasSuffix(line, " at cap") != want {
+			t.Errorf("%q: %d rows, cap %d", line, prim[i], caps[i])
+		} else if want {
+			at++
+		}
+	}
+	if at == 0 {
+		t.Error("no backend at its cap: the test tests nothing")
+	}
+}

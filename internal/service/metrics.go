@@ -20,6 +20,8 @@ type metrics struct {
 
 	backendHealthy *prometheus.GaugeVec   // table, backend: the health applied
 	backendWeight  *prometheus.GaugeVec   // table, backend: the weight applied
+	backendRows    *prometheus.GaugeVec   // table, backend: its primary rows
+	backendCap     *prometheus.GaugeVec   // table, backend: its cap under a balance factor
 	backendDomain  *prometheus.GaugeVec   // table, backend, domain: 1, where a domain is given
 	checkUp        *prometheus.GaugeVec   // backend, check: the last result
 	checkLatency   *prometheus.GaugeVec   // backend, check
@@ -47,6 +49,10 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 		Help: "1 when the backend is healthy in the live table, 0 when not (the checks' dampened state, or the operator's)."}, []string{"table", "backend"})
 	m.backendWeight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_weight",
 		Help: "The backend's weight in the live table (1 where none was given)."}, []string{"table", "backend"})
+	m.backendRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_primary_rows",
+		Help: "The rows of the live table whose primary the backend is (of 65,536)."}, []string{"table", "backend"})
+	m.backendCap = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_balance_cap_rows",
+		Help: "The most rows the backend may be primary for under the table's balance factor; only for tables with one, and backends that may be primary. At its cap when director_backend_primary_rows equals it."}, []string{"table", "backend"})
 	m.backendDomain = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_backend_domain_info",
 		Help: "1 for each backend of a live table with a failure domain, labelled with it."}, []string{"table", "backend", "domain"})
 	m.checkUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_check_up",
@@ -75,7 +81,7 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 		Help: "1 for each interface the program is attached to, with its XDP mode."}, []string{"interface", "mode"})
 	m.vipsAnnounced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_bgp_vips_announced",
 		Help: "VIPs this director announces over BGP."})
-	for _, c := range []prometheus.Collector{m.backendHealthy, m.backendWeight, m.backendDomain, m.checkUp, m.checkLatency, m.checkFailures, m.checksSkipped, m.tableInfo, m.applies,
+	for _, c := range []prometheus.Collector{m.backendHealthy, m.backendWeight, m.backendRows, m.backendCap, m.backendDomain, m.checkUp, m.checkLatency, m.checkFailures, m.checksSkipped, m.tableInfo, m.applies,
 		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached, m.vipsAnnounced} {
 		f(c)
 	}

@@ -61,6 +61,7 @@ type pageTable struct {
 type pageBackend struct {
 	IP           string
 	State        string
+	Notes        string // weight, domain and balance cap, where the table has them
 	Healthy      bool
 	Rows         int
 	Share        float64
@@ -175,10 +176,26 @@ func buildPage(st Status, tables []*table.Table) pageData {
 			rows[r.Primary]++
 		}
 		pal := picture.PaletteFor(t)
+		caps := table.Caps(t.Backends, t.Balance)
 		for k, b := range t.Backends {
 			c := pal.Color(b.IP)
 			pb := pageBackend{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Rows: rows[k],
 				Share: 100 * float64(rows[k]) / float64(max(len(t.Rows), 1)), Color: "#" + hex2(c.R) + hex2(c.G) + hex2(c.B)}
+			var notes []string
+			if b.W() != 1 {
+				notes = append(notes, fmt.Sprintf("weight %d", b.W()))
+			}
+			if b.Domain != "" {
+				notes = append(notes, "in "+b.Domain)
+			}
+			if caps != nil && b.Good() {
+				n := fmt.Sprintf("cap %d", caps[k])
+				if rows[k] >= caps[k] {
+					n += " (at cap)"
+				}
+				notes = append(notes, n)
+			}
+			pb.Notes = strings.Join(notes, ", ")
 			if cb, ok := checks[pb.IP]; ok {
 				pb.Checked, pb.Results, pb.FailingSince, pb.Failures = true, cb.Results, cb.FailingSince, cb.Failures
 			}
@@ -207,7 +224,11 @@ func backendRows(bs []pageBackend) template.HTML {
 		}
 		fmt.Fprintf(&b, `<tr class="backend" data-ip="%s" data-healthy="%t"><td><svg class="sw" width="12" height="12" aria-hidden="true"><rect width="12" height="12" fill="%s"/></svg></td>`,
 			esc(pb.IP), pb.Healthy, esc(pb.Color))
-		fmt.Fprintf(&b, `<td class="ip">%s</td><td>%s</td><td class="%s health">%s</td>`, esc(pb.IP), esc(pb.State), class(pb.Healthy), health)
+		state := esc(pb.State)
+		if pb.Notes != "" {
+			state += ` <span class="notes">` + esc(pb.Notes) + `</span>`
+		}
+		fmt.Fprintf(&b, `<td class="ip">%s</td><td class="state">%s</td><td class="%s health">%s</td>`, esc(pb.IP), state, class(pb.Healthy), health)
 		fmt.Fprintf(&b, `<td class="share"><meter min="0" max="100" value="%.1f"></meter> %.1f%% (%d)</td><td class="checks">`, pb.Share, pb.Share, pb.Rows)
 		if !pb.Checked {
 			b.WriteString("not checked (the config says)")

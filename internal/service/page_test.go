@@ -188,3 +188,43 @@ func BenchmarkStatusPage(b *testing.B) {
 		}
 	})
 }
+
+// TestStatusPageNotes: a backend's weight, domain and balance cap are on
+// the page, the cap marked where the backend is at it.
+func TestStatusPageNotes(t *testing.T) {
+	tc := &table.TableConfig{Name: "w", Balance: 1010,
+		Binds: []table.Bind{{Prefix: netip.MustParsePrefix("10.200.0.9/32"), Proto: table.ProtoTCP, PortStart: 80, PortEnd: 80}}}
+	for i := 1; i <= 20; i++ {
+		b := table.Backend{IP: netip.AddrFrom4([4]byte{10, 100, 9, byte(i)}), State: table.StateActive, Healthy: true, Domain: fmt.Sprint("rack-", i%2)}
+		if i == 1 {
+			b.Weight = 3
+		}
+		tc.Backends = append(tc.Backends, b)
+	}
+	tab, err := table.Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := table.BalanceOf(tab)
+	if bs == nil || bs.AtCap == 0 {
+		t.Fatalf("no backend at its cap: %+v", bs)
+	}
+	srv := pageServer(t, Status{Since: time.Now()}, []*table.Table{tab})
+	_, body := get(t, srv.URL+"/")
+	prim := make([]int, len(tab.Backends))
+	for _, r := range tab.Rows {
+		prim[r.Primary]++
+	}
+	for i, b := range tab.Backends {
+		want := "in " + b.Domain + ", cap " + fmt.Sprint(bs.Caps[i])
+		if i == 0 {
+			want = "weight 3, " + want
+		}
+		if prim[i] >= bs.Caps[i] {
+			want += " (at cap)"
+		}
+		if !strings.Contains(body, `<span class="notes">`+want+`</span>`) {
+			t.Errorf("the page lacks %q for %s", want, b.IP)
+		}
+	}
+}

@@ -581,9 +581,20 @@ func (s *service) exportLive(tables []*table.Table, fps []string) {
 		}
 		s.m.tableInfo.WithLabelValues(e.name, e.fp).Set(1)
 		ips := make(map[netip.Addr]string, len(t.Backends))
-		for _, b := range t.Backends {
+		capped := map[netip.Addr]bool{}
+		caps := table.Caps(t.Backends, t.Balance)
+		prim := make([]int, len(t.Backends))
+		for _, r := range t.Rows {
+			prim[r.Primary]++
+		}
+		for i, b := range t.Backends {
 			ip := b.IP.String()
 			ips[b.IP] = b.Domain
+			s.m.backendRows.WithLabelValues(e.name, ip).Set(float64(prim[i]))
+			if caps != nil && b.Good() {
+				capped[b.IP] = true
+				s.m.backendCap.WithLabelValues(e.name, ip).Set(float64(caps[i]))
+			}
 			v := 0.0
 			if b.Healthy {
 				v = 1
@@ -606,6 +617,10 @@ func (s *service) exportLive(tables []*table.Table, fps []string) {
 			if !still {
 				s.m.backendHealthy.DeleteLabelValues(e.name, ip)
 				s.m.backendWeight.DeleteLabelValues(e.name, ip)
+				s.m.backendRows.DeleteLabelValues(e.name, ip)
+			}
+			if !capped[b.IP] {
+				s.m.backendCap.DeleteLabelValues(e.name, ip)
 			}
 			if b.Domain != "" && (!still || dom != b.Domain) {
 				s.m.backendDomain.DeleteLabelValues(e.name, ip, b.Domain)
@@ -614,7 +629,7 @@ func (s *service) exportLive(tables []*table.Table, fps []string) {
 	}
 	// Tables no longer live.
 	for name := range prev {
-		for _, v := range []*prometheus.GaugeVec{s.m.tableInfo, s.m.backendHealthy, s.m.backendWeight, s.m.backendDomain} {
+		for _, v := range []*prometheus.GaugeVec{s.m.tableInfo, s.m.backendHealthy, s.m.backendWeight, s.m.backendRows, s.m.backendCap, s.m.backendDomain} {
 			v.DeletePartialMatch(prometheus.Labels{"table": name})
 		}
 	}
@@ -626,12 +641,12 @@ func sameSeries(a, b *table.Table) bool {
 	if a == b {
 		return true
 	}
-	if len(a.Backends) != len(b.Backends) {
+	if len(a.Backends) != len(b.Backends) || a.Balance != b.Balance {
 		return false
 	}
 	for i, x := range a.Backends {
 		y := b.Backends[i]
-		if x.IP != y.IP || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain {
+		if x.State != y.State || x.IP != y.IP || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain {
 			return false
 		}
 	}

@@ -706,3 +706,46 @@ func TestExportLiveNeverMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestExportBalance: each backend's primary rows, and with a balance
+// factor each good backend's cap, are exported as the table has them; the
+// caps go when the factor does.
+func TestExportBalance(t *testing.T) {
+	s := &service{m: newMetrics(nil)}
+	tc := &table.TableConfig{Name: "a", Balance: 1010}
+	for i := 1; i <= 40; i++ {
+		tc.Backends = append(tc.Backends, be(fmt.Sprintf("10.0.0.%d", i), i != 7, ""))
+	}
+	bt, err := table.Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.exportLive([]*table.Table{bt}, []string{table.Fingerprint(bt)})
+	if n := testutil.CollectAndCount(s.m.backendCap); n != 39 {
+		t.Errorf("%d cap series, want 39 (the good backends)", n)
+	}
+	caps := table.Caps(bt.Backends, bt.Balance)
+	prim := make([]int, len(bt.Backends))
+	for _, r := range bt.Rows {
+		prim[r.Primary]++
+	}
+	for i, b := range bt.Backends {
+		if v := testutil.ToFloat64(s.m.backendRows.WithLabelValues("a", b.IP.String())); v != float64(prim[i]) {
+			t.Errorf("%s primary rows %v, want %d", b.IP, v, prim[i])
+		}
+		if i != 6 {
+			if v := testutil.ToFloat64(s.m.backendCap.WithLabelValues("a", b.IP.String())); v != float64(caps[i]) || caps[i] == 0 {
+				t.Errorf("%s cap %v, want %d", b.IP, v, caps[i])
+			}
+		}
+	}
+	tc.Balance = 0
+	ut, err := table.Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.exportLive([]*table.Table{ut}, []string{table.Fingerprint(ut)})
+	if n := testutil.CollectAndCount(s.m.backendCap); n != 0 {
+		t.Errorf("%d cap series without a balance factor", n)
+	}
+}
