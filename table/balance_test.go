@@ -170,42 +170,15 @@ func TestBalanceUnusedIsGLB(t *testing.T) {
 	}
 }
 
-// TestBoundedLoadTradeOff measures bounded load at 256 equal backends and
-// F 1.01 beside Maglev, in the same run: balance, and the rows moved for
-// an add and for a drain then removal, as multiples of the minimum (the
-// added backend's rows; the drained backend's). Its log is the table in
-// docs/tables.md.
+// TestBoundedLoadTradeOff measures bounded load at 256 equal backends
+// beside Maglev, in the same run: balance (max/mean primary rows), and the
+// rows moved for an add and for a drain then removal, as multiples of the
+// minimum (the added backend's rows; the drained backend's), at F 1.01
+// and at looser factors. Its log is the table in docs/tables.md.
 func TestBoundedLoadTradeOff(t *testing.T) {
 	const n = 256
 	tc := benchTable(n + 1)
-	added := tc.Backends[n]
-	base := *tc
-	base.Backends = tc.Backends[:n]
-	base.Balance = 1010
-	bt := mustBuild(t, &base)
-	checkBalanced(t, "256", mustBuild(t, &TableConfig{Seed: base.Seed, Backends: base.Backends}), bt)
-	c := primaryCounts(bt)
-	balance := float64(slices.Max(c)) * n / Rows
-
-	// Add.
-	plus := base
-	plus.Backends = tc.Backends
-	pt := mustBuild(t, &plus)
-	addMoved, addRisk := moves(bt, pt)
-	addMin := primaryCounts(pt)[n]
-
-	// Drain, then remove.
 	victim := rand.New(rand.NewPCG(9, 9)).IntN(n)
-	drained := base
-	drained.Backends = slices.Clone(base.Backends)
-	drained.Backends[victim].State = StateDraining
-	dt := mustBuild(t, &drained)
-	drainMoved, drainRisk := moves(bt, dt)
-	rt := mustBuild(t, without(&drained, victim))
-	removeMoved, removeRisk := moves(dt, rt)
-	dropMin := c[victim]
-
-	// Maglev on the same addresses.
 	addrs := func(bs []Backend) []netip.Addr {
 		out := make([]netip.Addr, len(bs))
 		for i, b := range bs {
@@ -213,8 +186,69 @@ func TestBoundedLoadTradeOff(t *testing.T) {
 		}
 		return out
 	}
+	base := *tc
+	base.Backends = tc.Backends[:n]
+	t.Logf("%d equal backends:", n)
+	for _, f := range []uint16{0, 1010, 1020, 1050, 1100} {
+		base.Balance = f
+		bt := mustBuild(t, &base)
+		if f != 0 {
+			checkBalanced(t, "256", mustBuild(t, &TableConfig{Seed: base.Seed, Backends: base.Backends}), bt)
+		}
+		c := primaryCounts(bt)
+		balance := float64(slices.Max(c)) * n / Rows
+
+		plus := base
+		plus.Backends = tc.Backends
+		pt := mustBuild(t, &plus)
+		addMoved, addRisk := moves(bt, pt)
+		addMin := primaryCounts(pt)[n]
+
+		drained := base
+		drained.Backends = slices.Clone(base.Backends)
+		drained.Backends[victim].State = StateDraining
+		dt := mustBuild(t, &drained)
+		drainMoved, drainRisk := moves(bt, dt)
+		rt := mustBuild(t, without(&drained, victim))
+		removeMoved, removeRisk := moves(dt, rt)
+		dropMin := c[victim]
+
+		name := "director, GLB's table"
+		if f != 0 {
+			name = fmt.Sprintf("director, F %.2f", float64(f)/BalanceScale)
+		}
+		t.Logf("  %-22s max/mean %.4f  add: moved %d = %.2f x min (%d), at risk %d;  drain then remove: moved %d+%d = %.2f x min (%d), at risk %d+%d",
+			name, balance, addMoved, float64(addMoved)/float64(addMin), addMin, addRisk,
+			drainMoved, removeMoved, float64(drainMoved+removeMoved)/float64(dropMin), dropMin, drainRisk, removeRisk)
+		if addRisk > 0 {
+			r, err := FindRamp(bt, &plus)
+			if err != nil || r == nil {
+				t.Fatalf("F %d: an add with %d rows at risk has no ramp: %v", f, addRisk, err)
+			}
+			step := plus
+			r.Apply(&step)
+			st := mustBuild(t, &step)
+			m1, r1 := moves(bt, st)
+			m2, r2 := moves(st, pt)
+			t.Logf("  %-22s by the balance ramp: moved %d then %d (every one a swap of hops or a row to the new backend), at risk %d+%d", "", m1, m2, r1, r2)
+			if r1+r2 != 0 {
+				t.Errorf("F %d: the balance ramp put %d+%d rows at risk", f, r1, r2)
+			}
+		}
+		if f != 0 && balance > float64(f)/BalanceScale {
+			t.Errorf("F %d: max/mean %.4f over F", f, balance)
+		}
+		if drainRisk+removeRisk != 0 {
+			t.Errorf("F %d: drain then remove put %d+%d rows at risk", f, drainRisk, removeRisk)
+		}
+		if f == 0 && (addMoved != addMin || drainMoved+removeMoved != dropMin) {
+			t.Errorf("GLB's table moved more than the minimum: %d for %d, %d for %d", addMoved, addMin, drainMoved+removeMoved, dropMin)
+		}
+	}
+
+	// Maglev on the same addresses.
 	mBefore := maglev(addrs(base.Backends), 65537)
-	mPlus := maglev(addrs(plus.Backends), 65537)
+	mPlus := maglev(addrs(tc.Backends), 65537)
 	mLess := maglev(addrs(without(&base, victim).Backends), 65537)
 	mAdd, mAddMin, mDrop, mDropMin := 0, 0, 0, 0
 	for r := range mBefore {
@@ -235,19 +269,8 @@ func TestBoundedLoadTradeOff(t *testing.T) {
 			mDrop++
 		}
 	}
-	_ = added
-	t.Logf("%d equal backends:", n)
-	t.Logf("  %-26s max/mean %.4f  add: moved %d = %.2f x min (%d), at risk %d;  drain then remove: moved %d+%d = %.2f x min (%d), at risk %d+%d",
-		"director, F 1.01", balance, addMoved, float64(addMoved)/float64(addMin), addMin, addRisk,
-		drainMoved, removeMoved, float64(drainMoved+removeMoved)/float64(dropMin), dropMin, drainRisk, removeRisk)
-	t.Logf("  %-26s max/mean %.4f  add: moved %d = %.2f x min (%d);  remove: moved %d = %.2f x min (%d)",
+	t.Logf("  %-22s max/mean %.4f  add: moved %d = %.2f x min (%d);  remove: moved %d = %.2f x min (%d)",
 		"Maglev, M = 65,537", maxOverMean(mBefore, n), mAdd, float64(mAdd)/float64(mAddMin), mAddMin, mDrop, float64(mDrop)/float64(mDropMin), mDropMin)
-	if balance > 1.01 {
-		t.Errorf("max/mean %.4f over F 1.01", balance)
-	}
-	if drainRisk+removeRisk != 0 {
-		t.Errorf("drain then remove put %d+%d rows at risk", drainRisk, removeRisk)
-	}
 }
 
 // TestBalanceRampAdds: adding backends to a table with a balance factor
