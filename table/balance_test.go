@@ -326,3 +326,24 @@ func TestBalanceRampAdds(t *testing.T) {
 		t.Errorf("two backends added at once: %v", err)
 	}
 }
+
+// TestClosenessOrders: the closeness code never decreases as the margin
+// grows, and tells apart margins a thirty-second apart.
+func TestClosenessOrders(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		a, b := rng.Uint64()>>rng.IntN(64), rng.Uint64()>>rng.IntN(64)
+		if a > b {
+			a, b = b, a
+		}
+		if closeness(a) > closeness(b) {
+			t.Fatalf("closeness(%d) = %d > closeness(%d) = %d", a, closeness(a), b, closeness(b))
+		}
+		if a >= 64 && b >= a+a/16 && closeness(a) == closeness(b) {
+			t.Fatalf("%d and %d share code %d", a, b, closeness(a))
+		}
+	}
+	if closeness(^uint64(0)) >= 1<<12 {
+		t.Fatal("a code past 12 bits")
+	}
+}
