@@ -173,6 +173,7 @@ func TestEqualWeightsAreGLB(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no configs in testdata/configs")
 	}
+	balancedTables := 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -183,7 +184,7 @@ func TestEqualWeightsAreGLB(t *testing.T) {
 			continue // the configs the table tools refuse have their own tests
 		}
 		if slices.ContainsFunc(c.Tables, func(tc TableConfig) bool {
-			return slices.ContainsFunc(tc.Backends, func(b Backend) bool { return b.Weight != 0 || b.Domain != "" })
+			return tc.Balance != 0 || slices.ContainsFunc(tc.Backends, func(b Backend) bool { return b.Weight != 0 || b.Domain != "" })
 		}) {
 			continue // weights or domains of its own: their own tests
 		}
@@ -206,6 +207,32 @@ func TestEqualWeightsAreGLB(t *testing.T) {
 				t.Errorf("%s table %d: weight 300 and one domain everywhere changed the rows", f, i)
 			}
 		}
+		// A balance factor no backend's share reaches: the rows stay.
+		for i := range c.Tables {
+			caps := Caps(base[i].Backends, MaxBalance)
+			if caps == nil || slices.ContainsFunc(base[i].Backends, func(b Backend) bool { return !b.Good() }) {
+				continue
+			}
+			over := false
+			for k, n := range primaryShares(base[i]) {
+				over = over || n > caps[k]
+			}
+			if over {
+				continue
+			}
+			c.Tables[i].Balance = MaxBalance
+			balanced, err := Build(&c.Tables[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(base[i].Rows, balanced.Rows) {
+				t.Errorf("%s table %d: a balance factor of 2 that no backend reaches changed the rows", f, i)
+			}
+			balancedTables++
+		}
+	}
+	if balancedTables == 0 {
+		t.Error("no fixture table was built with a balance factor")
 	}
 }
 
