@@ -778,3 +778,76 @@ func TestPlanProposesARamp(t *testing.T) {
 		}
 	}
 }
+
+// balancedConfig is a one-table config of n equal backends with a
+// balance factor of 1.01; inactive names a backend (by position) to list
+// inactive and without the factor, as a balance ramp's step is.
+func balancedConfig(seed string, n, inactive int) string {
+	var bs []string
+	for i := 0; i < n; i++ {
+		state := "active"
+		if i == inactive {
+			state = "inactive"
+		}
+		bs = append(bs, fmt.Sprintf(`{"ip": "192.168.63.%d", "state": "%s", "healthy": true}`, 10+i, state))
+	}
+	factor := `"balance_factor": 1.01,`
+	if inactive >= 0 {
+		factor = ""
+	}
+	return `{"tables": [{"name": "api", "hash_key": "12345678901234561234567890123456", "seed": "` + seed + `", ` + factor + `
+	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80}], "backends": [` + strings.Join(bs, ",\n") + `]}]}`
+}
+
+// TestPlanProposesABalanceRamp: adding a backend under a balance factor
+// puts rows at risk; plan says so and proposes the balance ramp, whose
+// step and then the edit each apply as safe changes.
+func TestPlanProposesABalanceRamp(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	tmp := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const n = 40
+	var seed string
+	for s := 0; s < 20 && seed == ""; s++ {
+		sd := fmt.Sprintf("%032x", 3000+s)
+		from, _ := config.Parse([]byte(balancedConfig(sd, n, -1)))
+		to, _ := config.Parse([]byte(balancedConfig(sd, n+1, -1)))
+		live, err := table.Build(&from.Tables[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := table.FindRamp(live, &to.Tables[0]); r != nil {
+			seed = sd
+		}
+	}
+	if seed == "" {
+		t.Fatal("no seed of 20 puts rows at risk adding a backend")
+	}
+	run := func(code int, args ...string) string {
+		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
+	}
+	run(0, "load")
+	run(0, "apply", write("from.json", balancedConfig(seed, n, -1)), "--yes")
+	added := write("to.json", balancedConfig(seed, n+1, -1))
+	out := run(2, "plan", added)
+	if !strings.Contains(out, "verdict: UNSAFE") || !strings.Contains(out, "ramp: api: add 192.168.63.50 in two steps, each with 0 rows at risk") {
+		t.Fatalf("plan of an added backend under a balance factor:\n%s", out)
+	}
+	var doc table.Plan
+	if err := json.Unmarshal([]byte(run(2, "plan", added, "--json")), &doc); err != nil || len(doc.Ramps) != 1 || doc.Ramps[0].Kind != table.RampBalance {
+		t.Fatalf("plan --json ramps: %v %+v", err, doc.Ramps)
+	}
+	for _, step := range []string{write("step.json", balancedConfig(seed, n+1, n)), added} {
+		if out := run(2, "plan", step); !strings.Contains(out, "verdict: safe") {
+			t.Fatalf("plan of %s:\n%s", step, out)
+		}
+		run(0, "apply", step, "--yes")
+	}
+}
