@@ -8,6 +8,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -338,7 +339,7 @@ func TestRGBStreamIsWhole(t *testing.T) {
 	c := draw(panels)
 	for _, procs := range []int{1, 2, 5} {
 		old := runtime.GOMAXPROCS(procs)
-		z, err := compressLines(c)
+		z, err := compressLines(c, nil)
 		runtime.GOMAXPROCS(old)
 		if err != nil {
 			t.Fatal(err)
@@ -353,6 +354,66 @@ func TestRGBStreamIsWhole(t *testing.T) {
 		}
 		if len(raw) != c.h*(1+3*c.w) {
 			t.Fatalf("GOMAXPROCS %d: %d bytes, want %d", procs, len(raw), c.h*(1+3*c.w))
+		}
+		// Every pixel, unfiltered, is the canvas's.
+		stride := 1 + 3*c.w
+		for y := 0; y < c.h; y++ {
+			line := raw[y*stride : (y+1)*stride]
+			for x := 0; x < c.w; x++ {
+				px := [3]byte(line[1+3*x : 4+3*x])
+				switch line[0] {
+				case 0:
+				case 2: // Up
+					above := raw[(y-1)*stride:]
+					for j := range px {
+						px[j] += above[1+3*x+j]
+					}
+					copy(line[1+3*x:], px[:])
+				default:
+					t.Fatalf("line %d: filter %d", y, line[0])
+				}
+				if col := c.pal[c.pix[y*c.w+x]]; px != [3]byte{col.R, col.G, col.B} {
+					t.Fatalf("GOMAXPROCS %d: pixel (%d, %d) is %v, the canvas has %v", procs, x, y, px, col)
+				}
+			}
+		}
+	}
+}
+
+// TestWindowedPNGIsTheWholePicture: a picture of more than 256 colours,
+// drawn and written a window of lines at a time, is pixel for pixel the
+// picture drawn whole.
+func TestWindowedPNGIsTheWholePicture(t *testing.T) {
+	tabs := bigTables(t)[:3]
+	pal := PaletteFor(tabs...)
+	panels := Panels(len(tabs), func(i int) Panel { return TablePanel(fmt.Sprint("t", i), tabs[i], pal) })
+	want := draw(panels)
+	if len(want.pal) <= 256 {
+		t.Fatal("the picture is paletted: the test tests nothing")
+	}
+	for _, procs := range []int{1, 3} {
+		old := runtime.GOMAXPROCS(procs)
+		var buf bytes.Buffer
+		err := WritePNG(&buf, panels)
+		runtime.GOMAXPROCS(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := img.Bounds(); b.Dx() != want.w || b.Dy() != want.h {
+			t.Fatalf("%v, want %dx%d", b, want.w, want.h)
+		}
+		for y := 0; y < want.h; y++ {
+			for x := 0; x < want.w; x++ {
+				r, g, b, _ := img.At(x, y).RGBA()
+				col := want.pal[want.pix[y*want.w+x]]
+				if uint8(r>>8) != col.R || uint8(g>>8) != col.G || uint8(b>>8) != col.B {
+					t.Fatalf("GOMAXPROCS %d: pixel (%d, %d) differs from the whole picture's", procs, x, y)
+				}
+			}
 		}
 	}
 }
@@ -388,5 +449,24 @@ func TestLegendAtCap(t *testing.T) {
 	}
 	if at == 0 {
 		t.Error("no backend at its cap: the test tests nothing")
+	}
+}
+
+// TestRunLen: the word-at-a-time run length is the pixel-at-a-time one.
+func TestRunLen(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		line := make([]uint16, 1+rng.IntN(40))
+		for i := range line {
+			line[i] = uint16(rng.IntN(3))
+		}
+		x := rng.IntN(len(line))
+		want := 1
+		for x+want < len(line) && line[x+want] == line[x] {
+			want++
+		}
+		if got := runLen(line, x); got != want {
+			t.Fatalf("runLen(%v, %d) = %d, want %d", line, x, got, want)
+		}
 	}
 }

@@ -2,11 +2,9 @@ package picture
 
 import (
 	"bytes"
-	"compress/flate"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
-	"hash/adler32"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -14,7 +12,6 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,8 +69,11 @@ func (p *Panel) geometry() geometry {
 // encoder's filter search is most of an RGBA picture's cost) when it has
 // 256 colours or fewer.
 type canvas struct {
-	w, h  int
-	pix   []uint16
+	w, h int
+	// pix holds lines y0 to y1 (not included) of the picture: all of it,
+	// or a window of it being drawn and written at once (writeRGB).
+	y0, y1 int
+	pix    []uint16
 	pal   []color.RGBA
 	index map[color.RGBA]uint16
 	// frozen is set while panels are drawn at once: index is read only.
@@ -81,10 +81,26 @@ type canvas struct {
 }
 
 func newCanvas(w, h int) *canvas {
-	c := &canvas{w: w, h: h, pix: make([]uint16, w*h), index: map[color.RGBA]uint16{}}
+	c := &canvas{w: w, h: h, y1: h, pix: make([]uint16, w*h), index: map[color.RGBA]uint16{}}
 	c.idx(background) // index 0: what pix starts as
 	return c
 }
+
+// window is a canvas of lines y0 to y1 of c's picture, with c's palette,
+// which must be frozen; its pixels in buf when it is large enough.
+func (c *canvas) window(y0, y1 int, buf []uint16) *canvas {
+	n := c.w * (y1 - y0)
+	if cap(buf) >= n {
+		buf = buf[:n]
+		clear(buf)
+	} else {
+		buf = make([]uint16, n)
+	}
+	return &canvas{w: c.w, h: c.h, y0: y0, y1: y1, pix: buf, pal: c.pal, index: c.index, frozen: true}
+}
+
+// line is line y's pixels.
+func (c *canvas) line(y int) []uint16 { return c.pix[(y-c.y0)*c.w : (y-c.y0+1)*c.w] }
 
 func (c *canvas) idx(col color.RGBA) uint16 {
 	i, ok := c.index[col]
@@ -109,10 +125,13 @@ func (c *canvas) indexAll(cols []color.RGBA) []uint16 {
 }
 
 func (c *canvas) fill(r image.Rectangle, col color.RGBA) {
-	r = r.Intersect(image.Rect(0, 0, c.w, c.h))
+	r = r.Intersect(image.Rect(0, c.y0, c.w, c.y1))
+	if r.Empty() {
+		return
+	}
 	i := c.idx(col)
 	for y := r.Min.Y; y < r.Max.Y; y++ {
-		row := c.pix[y*c.w+r.Min.X : y*c.w+r.Max.X]
+		row := c.line(y)[r.Min.X:r.Max.X]
 		for x := range row {
 			row[x] = i
 		}
@@ -143,12 +162,15 @@ var glyphs = func() (g [128][]image.Point) {
 func (c *canvas) text(x, y int, s string) {
 	i := c.idx(ink)
 	top := y - basicfont.Face7x13.Ascent
+	if top+basicfont.Face7x13.Height <= c.y0 || top >= c.y1 {
+		return // outside the window
+	}
 	for _, r := range s {
 		if r < 128 {
 			for _, p := range glyphs[r] {
 				px, py := x+p.X, top+p.Y
-				if px >= 0 && px < c.w && py >= 0 && py < c.h {
-					c.pix[py*c.w+px] = i
+				if px >= 0 && px < c.w && py >= c.y0 && py < c.y1 {
+					c.pix[(py-c.y0)*c.w+px] = i
 				}
 			}
 		}
@@ -195,9 +217,20 @@ func layout(panels []Panel) (gs []geometry, xs []int, w, h int) {
 
 func draw(panels []Panel) *canvas {
 	gs, xs, w, h := layout(panels)
-	c := newCanvas(w, h)
-	// Every colour indexed first; then the panels, which share no
-	// pixels, are drawn at once, one goroutine a CPU.
+	c := paletteCanvas(panels, w, h)
+	c.y1, c.pix = h, make([]uint16, w*h)
+	// The panels, which share no pixels, are drawn at once, one
+	// goroutine a CPU.
+	parallel(len(panels), func(i int) { drawPanel(c, xs[i], &panels[i], gs[i]) })
+	return c
+}
+
+// paletteCanvas is a canvas of w×h holding no pixels yet, every colour of
+// the panels indexed and the palette frozen, so that it can be drawn in
+// at once.
+func paletteCanvas(panels []Panel, w, h int) *canvas {
+	c := &canvas{w: w, h: h, index: map[color.RGBA]uint16{}}
+	c.idx(background) // index 0: what pix starts as
 	for _, col := range []color.RGBA{ink, AtRisk, Hot} {
 		c.idx(col)
 	}
@@ -210,7 +243,6 @@ func draw(panels []Panel) *canvas {
 		}
 	}
 	c.frozen = true
-	parallel(len(panels), func(i int) { drawPanel(c, xs[i], &panels[i], gs[i]) })
 	return c
 }
 
@@ -247,13 +279,14 @@ func drawPanel(c *canvas, x0 int, p *Panel, g geometry) {
 	// The cells: the panel's colours indexed once, then a slice index a
 	// row, straight into the pixels.
 	at := c.indexAll(p.Colors)
-	for r, ci := range p.Cells {
-		v := at[ci]
-		o := (gy+(r/Side)*Cell)*c.w + gx + (r%Side)*Cell
-		for dy := 0; dy < Cell; dy++ {
-			row := c.pix[o+dy*c.w : o+dy*c.w+Cell]
-			for dx := range row {
-				row[dx] = v
+	for y := max(gy, c.y0); y < min(gy+Side*Cell, c.y1); y++ {
+		lo := (y - gy) / Cell * Side
+		cells := p.Cells[min(lo, len(p.Cells)):min(lo+Side, len(p.Cells))]
+		row := c.line(y)[gx : gx+len(cells)*Cell]
+		for j, ci := range cells {
+			v := at[ci]
+			for dx := range Cell {
+				row[j*Cell+dx] = v
 			}
 		}
 	}
@@ -278,22 +311,28 @@ func drawPanel(c *canvas, x0 int, p *Panel, g geometry) {
 // WritePNG writes panels as one PNG: paletted where the picture has 256
 // colours or fewer, else RGB written by writeRGB.
 func WritePNG(w io.Writer, panels []Panel) error {
-	c := draw(panels)
-	if len(c.pal) > 256 {
-		return writeRGB(w, c)
+	gs, xs, pw, ph := layout(panels)
+	if pc := paletteCanvas(panels, pw, ph); len(pc.pal) > 256 {
+		// Drawn a stripe of lines at a time as it is written: the whole
+		// picture of 32 tables is 89 MB of indices.
+		return writeRGB(w, pc, func(win *canvas) {
+			for i := range panels {
+				if xs[i] < win.w {
+					drawPanel(win, xs[i], &panels[i], gs[i])
+				}
+			}
+		})
 	}
+	c := draw(panels)
 	e := png.Encoder{CompressionLevel: png.BestSpeed}
 	return e.Encode(w, c.image())
 }
 
-// writeRGB writes img as an 8-bit RGB PNG, each line unfiltered or, when
-// it repeats the line above, filtered "Up" (all zeros). image/png tries
-// every filter on every row of a truecolour image, and that search is
-// three quarters of the time on a picture of many tables; a picture of
-// flat colours compresses about as well without. The repeated lines made
-// 32 tables of 256 backends 686 -> 589 ms, 11.2 -> 7.4 MB; deflating
-// stripes at once (compressLines) 589 -> 405 ms on 2 CPUs.
-func writeRGB(w io.Writer, c *canvas) error {
+// writeRGB writes c as an 8-bit RGB PNG, each line unfiltered or, when it
+// repeats the line above, filtered "Up" (all zeros), deflated by
+// compressLines (deflate.go); with drawIn, c holds only the palette, and
+// the lines are drawn a window at a time as they are written.
+func writeRGB(w io.Writer, c *canvas, drawIn func(win *canvas)) error {
 	b := image.Rect(0, 0, c.w, c.h)
 	chunk := func(kind string, data []byte) error {
 		var hdr [8]byte
@@ -321,7 +360,7 @@ func writeRGB(w io.Writer, c *canvas) error {
 	if err := chunk("IHDR", ihdr); err != nil {
 		return err
 	}
-	idat, err := compressLines(c)
+	idat, err := compressLines(c, drawIn)
 	if err != nil {
 		return err
 	}
@@ -329,73 +368,6 @@ func writeRGB(w io.Writer, c *canvas) error {
 		return err
 	}
 	return chunk("IEND", nil)
-}
-
-// compressLines is the zlib stream of c's filtered lines. Stripes of
-// lines are deflated at once, one goroutine a CPU, as pigz does: each
-// stripe a deflate stream of its own ended by a sync flush (byte-aligned,
-// not final), the last one closed, so that their concatenation is one
-// stream; the Adler-32 of the whole is combined from the stripes'.
-func compressLines(c *canvas) ([]byte, error) {
-	rgb := make([][3]byte, len(c.pal))
-	for i, col := range c.pal {
-		rgb[i] = [3]byte{col.R, col.G, col.B}
-	}
-	n := max(1, min(runtime.GOMAXPROCS(0), c.h/256))
-	type stripe struct {
-		out   bytes.Buffer
-		sum   uint32
-		bytes int64
-		err   error
-	}
-	stripes := make([]stripe, n)
-	parallel(n, func(i int) {
-		st := &stripes[i]
-		fw, err := flate.NewWriter(&st.out, flate.BestSpeed)
-		if err != nil {
-			st.err = err
-			return
-		}
-		sum := adler32.New()
-		w := io.MultiWriter(fw, sum)
-		row := make([]byte, 1+3*c.w) // the filter type, then the pixels
-		same := make([]byte, 1+3*c.w)
-		same[0] = 2 // "Up", and every byte the one above: a line drawn twice (each table row is 2 px high) costs deflate next to nothing
-		for y := c.h * i / n; y < c.h*(i+1)/n; y++ {
-			line := c.pix[y*c.w : (y+1)*c.w]
-			out := row
-			if y > 0 && slices.Equal(line, c.pix[(y-1)*c.w:y*c.w]) {
-				out = same
-			} else {
-				px := row[1:]
-				for x, v := range line {
-					p := rgb[v]
-					px[3*x], px[3*x+1], px[3*x+2] = p[0], p[1], p[2]
-				}
-			}
-			if _, err := w.Write(out); err != nil {
-				st.err = err
-				return
-			}
-			st.bytes += int64(len(out))
-		}
-		if i == n-1 {
-			st.err = fw.Close()
-		} else {
-			st.err = fw.Flush()
-		}
-		st.sum = sum.Sum32()
-	})
-	z := []byte{0x78, 0x01} // deflate, 32 KiB window, the fastest level
-	var sum uint32 = 1      // the Adler-32 of nothing
-	for i := range stripes {
-		if stripes[i].err != nil {
-			return nil, stripes[i].err
-		}
-		z = append(z, stripes[i].out.Bytes()...)
-		sum = adler32Combine(sum, stripes[i].sum, stripes[i].bytes)
-	}
-	return binary.BigEndian.AppendUint32(z, sum), nil
 }
 
 // adler32Combine is the Adler-32 of A then B, from A's, B's and B's
@@ -467,7 +439,7 @@ func WriteSVG(w io.Writer, panels []Panel) error {
 func gridPNG(p *Panel) ([]byte, error) {
 	// No background: a table of 256 backends is 256 colours, and paletted.
 	c := &canvas{w: Side, h: max(1, (len(p.Cells)+Side-1)/Side), index: map[color.RGBA]uint16{}}
-	c.pix = make([]uint16, c.w*c.h)
+	c.y1, c.pix = c.h, make([]uint16, c.w*c.h)
 	at := c.indexAll(p.Colors)
 	for r, ci := range p.Cells {
 		c.pix[r] = at[ci]
