@@ -74,8 +74,8 @@ type canvas struct {
 	// or a window of it being drawn and written at once (writeRGB).
 	y0, y1 int
 	pix    []uint16
-	pal   []color.RGBA
-	index map[color.RGBA]uint16
+	pal    []color.RGBA
+	index  map[color.RGBA]uint16
 	// frozen is set while panels are drawn at once: index is read only.
 	frozen bool
 }
