@@ -38,6 +38,10 @@ type TableDiff struct {
 	NewDomains *DomainStats `json:"new_domains,omitempty"`
 	// OldBalance and NewBalance are each side's balance factor, 0 for
 	// none.
+	// SameInputs is set where both sides are one config table, unbuilt
+	// (UnbuiltTable): unchanged, with no fingerprints, backends or row
+	// counts, since neither side was computed.
+	SameInputs bool     `json:"same_inputs,omitempty"`
 	OldBalance float64  `json:"old_balance_factor,omitempty"`
 	NewBalance float64  `json:"new_balance_factor,omitempty"`
 	Warnings   []string `json:"warnings"`
@@ -200,6 +204,11 @@ func sides(t *Table) map[netip.Addr]*BackendSide {
 func compareTable(name string, i, j int, o, n *Table) TableDiff {
 	td := TableDiff{Name: name, OldIndex: i, NewIndex: j, BindsAdded: []string{}, BindsRemoved: []string{}, Warnings: []string{}}
 	td.Rows.Total = Rows
+	if o != nil && o == n && o.Unbuilt {
+		td.Status, td.SameInputs, td.Backends = StatusUnchanged, true, []BackendChange{}
+		td.Rows.Minimal = true
+		return td
+	}
 	if o != nil {
 		td.OldFingerprint = Fingerprint(o)
 		td.OldDomains = Domains(o)

@@ -20,6 +20,9 @@ import (
 // diff and the read-back check all ask for it): a Table must not be
 // changed once it has been fingerprinted.
 func Fingerprint(t *Table) string {
+	if t.Unbuilt {
+		return "" // no rows to identify
+	}
 	if fp := t.fp.Load(); fp != nil {
 		return *fp
 	}

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"slices"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -27,6 +28,10 @@ type Table struct {
 	// Balance is the balance factor it was built with (TableConfig.Balance),
 	// 0 for none.
 	Balance uint16
+	// Unbuilt is set on a table whose rows were not computed (Rows is
+	// nil): diff's stand-in for a table with the same inputs on both sides
+	// (UnbuiltTable). Its fingerprint is "".
+	Unbuilt bool
 
 	fp atomic.Pointer[string] // Fingerprint, once computed
 }
@@ -59,6 +64,31 @@ func (t *Table) Lookup(hash uint64) (row int, primary, secondary Backend) {
 	row = int(hash & (Rows - 1))
 	r := t.Rows[row]
 	return row, t.Backends[r.Primary], t.Backends[r.Secondary]
+}
+
+// UnbuiltTable is tc's table without its rows: what a comparison of a
+// table with itself needs to say that nothing changed.
+func UnbuiltTable(tc *TableConfig) *Table {
+	return &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: append([]Bind(nil), tc.Binds...),
+		Backends: append([]Backend(nil), tc.Backends...), Balance: tc.Balance, Unbuilt: true}
+}
+
+// SameInputs reports whether a and b build the same table: the same name,
+// key, seed, binds, balance factor and backends in the same order with
+// the same address, state, health, weight and domain. (Checks and ramp
+// intervals decide nothing in it.)
+func SameInputs(a, b *TableConfig) bool {
+	if a.Name != b.Name || a.HashKey != b.HashKey || a.Seed != b.Seed || a.Balance != b.Balance ||
+		!slices.Equal(a.Binds, b.Binds) || len(a.Backends) != len(b.Backends) {
+		return false
+	}
+	for i := range a.Backends {
+		x, y := a.Backends[i], b.Backends[i]
+		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain {
+			return false
+		}
+	}
+	return true
 }
 
 // Build computes a table from its config.

@@ -12,17 +12,20 @@ import (
 )
 
 var diffCmd = &command{
-	name: "diff", args: "OLD NEW [--json] [--picture F.png|F.svg]",
+	name: "diff", args: "OLD NEW [--json] [--all] [--picture F.png|F.svg]",
 	summary: "Compare two configs or GLB binaries for review.",
 	help: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
 		"shares before and after. --picture draws what the change moves (rows that stay dimmed, moved rows\n" +
-		"in their new primary's colour, rows at risk in red). Exit status 0: no change, 2: changes, 1: error.",
+		"in their new primary's colour, rows at risk in red). A table whose inputs are the same on both sides\n" +
+		"is shown in one line, unbuilt; --all builds and shows it whole (--picture builds every table).\n" +
+		"Exit status 0: no change, 2: changes, 1: error.",
 	run: runDiff,
 }
 
 func runDiff(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	asJSON := fs.Bool("json", false, "print the diff as a JSON document")
+	all := fs.Bool("all", false, "build and show every table whole, also those whose inputs are the same on both sides")
 	pic := fs.String("picture", "", "draw what the change moves into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 2, 2)
 	if err != nil {
@@ -33,23 +36,66 @@ func runDiff(e *env, c *command, args []string) error {
 			return fmt.Errorf("diff: %w", err)
 		}
 	}
-	old, err := config.Load(pos[0])
+	oldData, err := config.ReadInput(pos[0], table.ToolLimit)
 	if err != nil {
 		return err
 	}
-	// NEW's tables that OLD has built from the same inputs are OLD's (by
-	// digest, checked against the rows): only what changed is built.
 	newData, err := config.ReadInput(pos[1], table.ToolLimit)
 	if err != nil {
 		return err
 	}
-	new, _, err := config.ParseSourceReusing(pos[1], newData, table.ToolLimit, nil, func(i int, tc *table.TableConfig) *table.Table {
-		if t := table.Replaced(old.Tables, tc, i); t != nil && t.BuiltFrom(tc) {
+	// A table whose inputs are the same on both sides is unchanged, and
+	// is not built unless asked to show it whole (--all) or draw it: both
+	// sides are one unbuilt table. NEW's other tables that OLD has built
+	// from the same inputs are OLD's (by digest, checked against the
+	// rows): only what changed is built.
+	unbuilt := map[int]int{} // OLD's index -> NEW's, for tables not built
+	var oldCfg, newCfg *table.Config
+	if !table.IsGLBBinary(oldData) && !table.IsGLBBinary(newData) {
+		if oldCfg, err = config.ParseConfigSource(pos[0], oldData, table.ToolLimit); err != nil {
+			return err
+		}
+		if newCfg, err = config.ParseConfigSource(pos[1], newData, table.ToolLimit); err != nil {
+			return err
+		}
+		if !*all && *pic == "" {
+			unbuilt = sameInputTables(oldCfg.Tables, newCfg.Tables)
+		}
+	}
+	stubs := map[int]*table.Table{} // by NEW's index
+	oldReuse := func(i int, tc *table.TableConfig) *table.Table {
+		if j, ok := unbuilt[i]; ok {
+			stubs[j] = table.UnbuiltTable(tc)
+			unbuiltDiffTables++
+			return stubs[j]
+		}
+		return nil
+	}
+	var old *config.Source
+	if oldCfg != nil {
+		old, err = config.BuildSource(pos[0], oldData, oldCfg, oldReuse)
+	} else {
+		old, err = config.ParseSource(pos[0], oldData, table.ToolLimit)
+	}
+	if err != nil {
+		return err
+	}
+	newReuse := func(i int, tc *table.TableConfig) *table.Table {
+		if t := stubs[i]; t != nil {
+			return t
+		}
+		if t := table.Replaced(old.Tables, tc, i); t != nil && !t.Unbuilt && t.BuiltFrom(tc) {
 			reused++
 			return t
 		}
 		return nil
-	})
+	}
+	var new *config.Source
+	if newCfg != nil {
+		new, err = config.BuildSource(pos[1], newData, newCfg, newReuse)
+	} else {
+		new, _, err = config.ParseSourceReusing(pos[1], newData, table.ToolLimit, nil, newReuse)
+	}
 	if err != nil {
 		return err
 	}
@@ -87,6 +133,35 @@ func runDiff(e *env, c *command, args []string) error {
 	return nil
 }
 
+// unbuiltDiffTables counts the tables diff left unbuilt, for the tests.
+var unbuiltDiffTables int
+
+// sameInputTables pairs OLD's tables with NEW's as table.Compare does (by
+// name when every table on both sides has one, else by position) and
+// returns, by OLD's index, NEW's of the pairs with the same inputs.
+func sameInputTables(old, new []table.TableConfig) map[int]int {
+	named := func(ts []table.TableConfig) bool {
+		for _, t := range ts {
+			if t.Name == "" {
+				return false
+			}
+		}
+		return true
+	}
+	byName := named(old) && named(new)
+	out := map[int]int{}
+	for i := range old {
+		for j := range new {
+			if (byName && old[i].Name == new[j].Name) || (!byName && i == j) {
+				if table.SameInputs(&old[i], &new[j]) {
+					out[i] = j
+				}
+			}
+		}
+	}
+	return out
+}
+
 // sideString is a backend's state and health, and its weight when it has
 // one other than 1.
 func sideString(s *table.BackendSide) string {
@@ -116,8 +191,12 @@ func factorString(f float64) string {
 
 func printDiff(w io.Writer, d *table.Diff) {
 	for i, td := range d.Tables {
-		if i > 0 {
+		if i > 0 && !(td.SameInputs && d.Tables[i-1].SameInputs) {
 			fmt.Fprintln(w)
+		}
+		if td.SameInputs {
+			fmt.Fprintf(w, "table %s: unchanged (the same inputs on both sides: not built; --all shows it whole)\n", td.Name)
+			continue
 		}
 		fmt.Fprintf(w, "table %s: %s\n", td.Name, td.Status)
 		switch td.Status {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/director/director/bpf"
@@ -148,7 +149,7 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 func TestDiffReusesTheOtherSide(t *testing.T) {
 	path, c := drainedCopy(t, 2, 0)
 	reused = 0
-	out, errOut, code := runCmd("diff", cfgDir+"medium.json", path, "--json")
+	out, errOut, code := runCmd("diff", cfgDir+"medium.json", path, "--json", "--all")
 	if code != exitChanges || reused != 2 {
 		t.Fatalf("diff: exit %d, took %d of OLD's tables (want 2)\n%s", code, reused, errOut)
 	}
@@ -166,5 +167,47 @@ func TestDiffReusesTheOtherSide(t *testing.T) {
 	json.Unmarshal(want, &wantDoc)
 	if g, w := fmt.Sprint(got), fmt.Sprint(wantDoc); g != w {
 		t.Fatalf("the diff differs from two full builds':\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestDiffLeavesSameInputsUnbuilt: without --all, a table whose inputs are
+// the same on both sides is not built and is reported unchanged in one
+// line; the changed table's report is what two full builds give.
+func TestDiffLeavesSameInputsUnbuilt(t *testing.T) {
+	path, c := drainedCopy(t, 2, 0)
+	reused, unbuiltDiffTables = 0, 0
+	out, errOut, code := runCmd("diff", cfgDir+"medium.json", path, "--json")
+	if code != exitChanges || unbuiltDiffTables != 2 || reused != 0 {
+		t.Fatalf("diff: exit %d, %d tables left unbuilt (want 2), %d reused\n%s", code, unbuiltDiffTables, reused, errOut)
+	}
+	var d table.Diff
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	oldSrc, err := config.Load(cfgDir + "medium.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newTabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := table.Compare(oldSrc.Tables, newTabs)
+	for i, td := range d.Tables {
+		if i == 2 {
+			g, _ := json.Marshal(td)
+			w, _ := json.Marshal(full.Tables[i])
+			if string(g) != string(w) {
+				t.Errorf("the changed table's report differs from two full builds':\n%s\nwant\n%s", g, w)
+			}
+			continue
+		}
+		if !td.SameInputs || td.Status != table.StatusUnchanged || td.OldFingerprint != "" || full.Tables[i].Status != table.StatusUnchanged {
+			t.Errorf("table %d: %+v", i, td)
+		}
+	}
+	text, _, _ := runCmd("diff", cfgDir+"medium.json", path)
+	if want := "unchanged (the same inputs on both sides: not built; --all shows it whole)"; strings.Count(text, want) != 2 {
+		t.Errorf("diff's text lacks two one-line unchanged tables:\n%s", text)
 	}
 }

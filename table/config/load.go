@@ -89,32 +89,57 @@ func ParseSource(path string, data []byte, lim table.Limit) (*Source, error) {
 }
 
 func parseSource(path string, data []byte, lim table.Limit, reuse func(i int, tc *table.TableConfig) *table.Table) (*Source, error) {
-	s := &Source{Path: path, Data: data}
-	var err error
 	if table.IsGLBBinary(data) {
-		s.Binary = true
+		s := &Source{Path: path, Data: data, Binary: true}
+		var err error
 		if s.Tables, err = table.ReadGLBLimit(data, lim); err != nil {
 			return nil, InFile(path, err)
 		}
-	} else {
-		if s.Config, err = ParseLimit(data, lim); err != nil {
-			return nil, InFile(path, err)
-		}
-		if err := oneShot(s.Config); err != nil {
-			return nil, InFile(path, err)
-		}
-		if s.Tables, err = table.BuildAllReusing(s.Config, reuse); err != nil {
-			return nil, InFile(path, err)
-		}
-		s.Warnings = append(s.Warnings, s.Config.Warnings...)
+		s.warn()
+		return s, nil
 	}
+	c, err := ParseConfigSource(path, data, lim)
+	if err != nil {
+		return nil, err
+	}
+	return BuildSource(path, data, c, reuse)
+}
+
+// ParseConfigSource parses data, read from path, as a JSON config, without
+// building its tables: for BuildSource, once the caller knows which need
+// no build.
+func ParseConfigSource(path string, data []byte, lim table.Limit) (*table.Config, error) {
+	c, err := ParseLimit(data, lim)
+	if err != nil {
+		return nil, InFile(path, err)
+	}
+	if err := oneShot(c); err != nil {
+		return nil, InFile(path, err)
+	}
+	return c, nil
+}
+
+// BuildSource is the source of c, parsed from data (ParseConfigSource),
+// its tables built but those reuse gives (table.BuildAllReusing).
+func BuildSource(path string, data []byte, c *table.Config, reuse func(i int, tc *table.TableConfig) *table.Table) (*Source, error) {
+	s := &Source{Path: path, Data: data, Config: c}
+	var err error
+	if s.Tables, err = table.BuildAllReusing(c, reuse); err != nil {
+		return nil, InFile(path, err)
+	}
+	s.Warnings = append(s.Warnings, c.Warnings...)
+	s.warn()
+	return s, nil
+}
+
+// warn adds the tables' warnings, and what the datapath cannot serve.
+func (s *Source) warn() {
 	for i, t := range s.Tables {
 		for _, w := range table.TableWarnings(t) {
 			s.Warnings = append(s.Warnings, fmt.Sprintf("tables[%d]: %s", i, w))
 		}
 	}
 	s.Warnings = append(s.Warnings, table.UnservableWarnings(s.Tables)...)
-	return s, nil
 }
 
 // ReadInput reads a config or GLB binary, refusing a file larger than its
