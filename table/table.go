@@ -1,9 +1,9 @@
 package table
 
 import (
-	"slices"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync/atomic"
 )
