@@ -47,6 +47,11 @@ type BackendStats struct {
 	Healthy bool   `json:"healthy"`
 	Weight  int    `json:"weight"`
 	Domain  string `json:"domain,omitempty"`
+	// PrimaryRows are the rows it is primary for; with a balance factor,
+	// Cap is its cap on them (table.Caps) and AtCap whether it is there.
+	PrimaryRows int  `json:"primary_rows"`
+	Cap         int  `json:"cap,omitempty"`
+	AtCap       bool `json:"at_cap,omitempty"`
 	Traffic
 }
 
@@ -105,6 +110,11 @@ func (d *Director) Stats() (*Stats, error) {
 	}
 	for i, lt := range live {
 		ts := TableStats{Name: table.DisplayName(lt.Table.Name, i), StatsID: lt.StatsID}
+		prim := make([]int, len(lt.Table.Backends))
+		for _, r := range lt.Table.Rows {
+			prim[r.Primary]++
+		}
+		caps := table.Caps(lt.Table.Backends, lt.Table.Balance)
 		for j, b := range lt.Table.Backends {
 			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*bpf.MaxBackends+int(lt.Stat[j])))
 			if err != nil {
@@ -113,7 +123,11 @@ func (d *Director) Stats() (*Stats, error) {
 			// The datapath counts backends only; a table is their sum.
 			ts.Traffic.Packets += tr.Packets
 			ts.Traffic.Bytes += tr.Bytes
-			ts.Backends = append(ts.Backends, BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, Traffic: tr})
+			bs := BackendStats{IP: b.IP.String(), State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[j], Traffic: tr}
+			if caps != nil && b.Good() {
+				bs.Cap, bs.AtCap = caps[j], prim[j] >= caps[j]
+			}
+			ts.Backends = append(ts.Backends, bs)
 		}
 		s.Tables = append(s.Tables, ts)
 	}

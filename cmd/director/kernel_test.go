@@ -851,3 +851,44 @@ func TestPlanProposesABalanceRamp(t *testing.T) {
 		run(0, "apply", step, "--yes")
 	}
 }
+
+// TestStatsShowsCaps: stats of a live table with a balance factor gives
+// each backend's primary rows and cap as the table has them.
+func TestStatsShowsCaps(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	run := func(code int, args ...string) string {
+		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
+	}
+	run(0, "load")
+	run(0, "apply", cfgDir+"small-balanced.json", "--yes")
+	src, err := config.Load(cfgDir + "small-balanced.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := src.Tables[0]
+	caps := table.Caps(want.Backends, want.Balance)
+	prim := make([]int, len(want.Backends))
+	for _, r := range want.Rows {
+		prim[r.Primary]++
+	}
+	var doc loader.Stats
+	if err := json.Unmarshal([]byte(run(0, "stats", "--json")), &doc); err != nil || len(doc.Tables) != 1 {
+		t.Fatalf("stats --json: %v", err)
+	}
+	atCap := 0
+	for j, b := range doc.Tables[0].Backends {
+		if b.PrimaryRows != prim[j] || b.Cap != caps[j] || b.AtCap != (prim[j] >= caps[j]) {
+			t.Errorf("%s: %d rows, cap %d, at cap %v; the table has %d, %d", b.IP, b.PrimaryRows, b.Cap, b.AtCap, prim[j], caps[j])
+		}
+		if b.AtCap {
+			atCap++
+		}
+	}
+	if atCap == 0 {
+		t.Error("no backend at its cap: the test tests nothing")
+	}
+	if out := run(0, "stats"); !strings.Contains(out, fmt.Sprintf("cap %d (at cap)", caps[0])) {
+		t.Errorf("stats does not show caps:\n%s", out)
+	}
+}

@@ -123,6 +123,12 @@ func printStats(e *env, s, prev *loader.Stats) {
 			if b.Domain != "" {
 				weight += "  in " + b.Domain
 			}
+			if b.Cap > 0 {
+				weight += fmt.Sprintf("  cap %d", b.Cap)
+				if b.AtCap {
+					weight += " (at cap)"
+				}
+			}
 			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes%s\n", b.IP, b.State, healthWord(b.Healthy), b.Packets, b.Bytes, weight)
 		}
 	}
