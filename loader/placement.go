@@ -151,7 +151,11 @@ func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
 	if old.Index != index {
 		return false
 	}
-	if o.Name != t.Name || o.HashKey != t.HashKey || len(o.Backends) != len(t.Backends) || len(o.Binds) != len(t.Binds) {
+	// The balance factor and the registry's digest are part of what a
+	// slot holds: a table whose rows stay but whose factor changed, or
+	// that was built from other inputs, is written again.
+	if o.Name != t.Name || o.HashKey != t.HashKey || o.Balance != t.Balance || o.Digest != t.Digest ||
+		len(o.Backends) != len(t.Backends) || len(o.Binds) != len(t.Binds) {
 		return false
 	}
 	for i := range t.Backends {

@@ -892,3 +892,37 @@ func TestStatsShowsCaps(t *testing.T) {
 		t.Errorf("stats does not show caps:\n%s", out)
 	}
 }
+
+// TestApplyBalanceOnlyChange: a balance factor that moves no row is still
+// applied (the kernel's table records it), and shown as a change.
+func TestApplyBalanceOnlyChange(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	run := func(code int, args ...string) string {
+		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
+	}
+	run(0, "load")
+	run(0, "apply", cfgDir+"small.json", "--yes")
+	data, err := os.ReadFile(cfgDir + "small.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose := filepath.Join(t.TempDir(), "loose.json")
+	if err := os.WriteFile(loose, []byte(strings.Replace(string(data), `"binds"`, `"balance_factor": 2, "binds"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(2, "plan", loose); !strings.Contains(out, "balance factor  none -> 2") {
+		t.Fatalf("plan of a balance factor alone:\n%s", out)
+	}
+	run(0, "apply", loose, "--yes")
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	live, err := d.Live()
+	if err != nil || len(live) != 1 || live[0].Table.Balance != 2000 {
+		t.Fatalf("live: %v, balance %d", err, live[0].Table.Balance)
+	}
+	run(0, "plan", loose) // nothing left to do
+}
