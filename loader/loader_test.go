@@ -25,7 +25,7 @@ import (
 func testDir(t testing.TB) string {
 	t.Helper()
 	testenv.Kernel(t)
-	dir := filepath.Join("/sys/fs/bpf", "director-test-"+filepath.Base(t.TempDir()))
+	dir := testenv.PinDir("director-test")
 	t.Cleanup(func() {
 		if err := Unload(dir); err != nil {
 			t.Errorf("cleanup: %v", err)

@@ -30,7 +30,7 @@ import (
 func bpffsDir(t *testing.T) string {
 	t.Helper()
 	testenv.Kernel(t)
-	dir := filepath.Join("/sys/fs/bpf", "director-cli-"+filepath.Base(t.TempDir()))
+	dir := testenv.PinDir("director-cli")
 	t.Cleanup(func() { loader.Unload(dir) })
 	return dir
 }

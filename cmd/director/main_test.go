@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/director/director/internal/golden"
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -448,7 +449,7 @@ func TestLoadWithoutRootSaysWhatItNeeds(t *testing.T) {
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("needs setpriv (util-linux)")
 	}
-	dir := filepath.Join("/sys/fs/bpf", "director-nocaps-"+filepath.Base(t.TempDir()))
+	dir := testenv.PinDir("director-nocaps")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	// A backend program pinned, as root, for the unprivileged status.
 	be := dir + "-backend"

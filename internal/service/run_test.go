@@ -26,7 +26,7 @@ import (
 // the pins; a bad config is refused before anything is touched.
 func TestRunEmptyConfig(t *testing.T) {
 	testenv.Kernel(t)
-	dir := filepath.Join("/sys/fs/bpf", "director-svc-"+filepath.Base(t.TempDir()))
+	dir := testenv.PinDir("director-svc")
 	t.Cleanup(func() { loader.Unload(dir) })
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "forwarding_table.src.json")
@@ -141,7 +141,7 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 	if ramp == nil {
 		t.Fatal("no seed of 20 has a ramp of 2 to 6 steps")
 	}
-	dir := filepath.Join("/sys/fs/bpf", "director-svc-"+filepath.Base(t.TempDir()))
+	dir := testenv.PinDir("director-svc")
 	t.Cleanup(func() { loader.Unload(dir) })
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "forwarding_table.src.json")
@@ -262,7 +262,7 @@ func TestRunRampsABalancedAdd(t *testing.T) {
 	if seed == "" {
 		t.Fatal("no seed of 20 puts rows at risk adding a backend")
 	}
-	dir := filepath.Join("/sys/fs/bpf", "director-svc-"+filepath.Base(t.TempDir()))
+	dir := testenv.PinDir("director-svc")
 	t.Cleanup(func() { loader.Unload(dir) })
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "forwarding_table.src.json")

@@ -7,9 +7,12 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +134,13 @@ func Browser(tb testing.TB) string {
 	}
 	tb.Skip("no chromium to render the status page in (apt-get install chromium)")
 	return ""
+}
+
+var pinDirs atomic.Int64
+
+// PinDir is a bpffs directory for a test's pins, named by prefix, this
+// process and a count: unique among the tests of every package running at
+// once (t.TempDir's last element is the same "001" in each).
+func PinDir(prefix string) string {
+	return filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), pinDirs.Add(1)))
 }
