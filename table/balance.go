@@ -23,12 +23,13 @@ import "math/bits"
 //     then removing it is such a change (a row is never swapped onto a
 //     backend that is not good). Adding a backend can take a swapped row's
 //     old primary, its second choice, out of the pair: such rows are at risk
-//     and the change is judged as any other that puts rows at risk.
+//     and the change is judged as any other that puts rows at risk (plan
+//     proposes a balance ramp: ramp.go).
 //
 // Which rows swap: among the rows of backends over their cap, those whose
-// two hops' keys are closest first (closeness) (the rows that nearly chose their
-// secondary anyway), each only while its primary is over its cap and its
-// secondary under its own. Where that leaves a backend over its cap (its
+// two hops' keys are closest first (by closeness: the rows that nearly
+// chose their secondary anyway), each only while its primary is over its
+// cap and its secondary under its own. Where that leaves a backend over its cap (its
 // rows' secondaries are all full), chains of swaps through full backends
 // move rows on to one with room. The order depends only on the keys, so a
 // change that alters few rows' ranks alters few swaps. Everything is in
