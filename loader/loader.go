@@ -43,6 +43,14 @@ type Director struct {
 	// (layout.ExactPoints): for tests of the group table and the trie.
 	noSpelling bool
 
+	// cache is what this process last wrote or read in the pins' slots,
+	// shared by every Director of the process on the same directory (a
+	// command opens it more than once).
+	cache *slotCache
+}
+
+// slotCache is a directory's tables as this process last saw them.
+type slotCache struct {
 	// known holds, by slot, the table this process last wrote or read
 	// there. A table read back equal to it is returned as that same
 	// table, whose fingerprint is then computed once, not at every plan.
@@ -53,6 +61,34 @@ type Director struct {
 	// are that table, without decoding them again (most of a live read of
 	// 32 tables). What an apply wrote is always decoded when read back.
 	read map[int]readSlotCache
+}
+
+var (
+	cachesMu sync.Mutex
+	caches   = map[string]*slotCache{}
+)
+
+// cacheFor is dir's slot cache in this process; a Director with no
+// directory (its maps pinned nowhere) has one of its own.
+func cacheFor(dir string) *slotCache {
+	if dir == "" {
+		return &slotCache{}
+	}
+	cachesMu.Lock()
+	defer cachesMu.Unlock()
+	c := caches[filepath.Clean(dir)]
+	if c == nil {
+		c = &slotCache{}
+		caches[filepath.Clean(dir)] = c
+	}
+	return c
+}
+
+// dropCache forgets dir's slots (it was unloaded).
+func dropCache(dir string) {
+	cachesMu.Lock()
+	delete(caches, filepath.Clean(dir))
+	cachesMu.Unlock()
 }
 
 type readSlotCache struct {
@@ -115,7 +151,7 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 		return nil, err
 	}
 	var objs bpf.DirectorObjects
-	d := &Director{Dir: dir, spec: spec}
+	d := &Director{Dir: dir, spec: spec, cache: cacheFor(dir)}
 	l := &pinnedLoad{
 		dir:     dir,
 		what:    "the XDP program",
@@ -249,7 +285,7 @@ func Open(dir string) (*Director, error) {
 		prog.Close()
 		return nil, err
 	}
-	d := &Director{Dir: dir, Prog: prog, spec: spec}
+	d := &Director{Dir: dir, Prog: prog, spec: spec, cache: cacheFor(dir)}
 	// Pins from before the group table have none until 'load' upgrades
 	// them; their program does not read one either.
 	err = openPinned(dir, &d.Maps, bpf.DirectorMapBindGroups)
@@ -288,6 +324,7 @@ func Unload(dir string) error {
 		}
 	}
 	unlock()
+	dropCache(dir)
 	return os.RemoveAll(dir)
 }
 

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"net/netip"
 	"os"
@@ -303,6 +304,14 @@ func TestLiveReadSeesOutsideWrites(t *testing.T) {
 	if err := d.Maps.Registry.Lookup(uint32(slot), &reg); err != nil {
 		t.Fatal(err)
 	}
+	// The registry still claims the fingerprint written with the table:
+	// read as a claim, not as the table's fingerprint, which is its rows'.
+	if got := after[0].Table.Claimed; got != hex.EncodeToString(reg.Fingerprint[:]) || got == "" {
+		t.Fatalf("claimed fingerprint %q, the registry holds %x", got, reg.Fingerprint)
+	}
+	if table.Fingerprint(after[0].Table) == after[0].Table.Claimed {
+		t.Fatal("a table whose row was written underneath has the fingerprint its registry claims")
+	}
 	reg.Digest[0] ^= 0xff
 	if err := d.Maps.Registry.Put(uint32(slot), &reg); err != nil {
 		t.Fatal(err)
@@ -313,5 +322,42 @@ func TestLiveReadSeesOutsideWrites(t *testing.T) {
 	}
 	if tampered[0].Table.Digest != reg.Digest {
 		t.Fatal("a registry digest written underneath was not read")
+	}
+}
+
+// TestDirectorsShareWhatTheyRead: two Directors of one process on one
+// directory answer an unchanged slot with the same decoded table (a
+// command that opens the pins twice decodes and fingerprints once), and
+// unloading the directory forgets it.
+func TestDirectorsShareWhatTheyRead(t *testing.T) {
+	d := loadTest(t)
+	dc := directorConfig()
+	if _, err := d.applyChange(change{Tables: testTables(t, testConfig), Config: &dc}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Open(d.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	second, err := o.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second[0].Table != first[0].Table {
+		t.Fatal("a second Director decoded an unchanged slot again")
+	}
+	if err := Unload(d.Dir); err != nil {
+		t.Fatal(err)
+	}
+	cachesMu.Lock()
+	_, kept := caches[filepath.Clean(d.Dir)]
+	cachesMu.Unlock()
+	if kept {
+		t.Error("an unloaded directory's tables are still held")
 	}
 }

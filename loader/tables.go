@@ -63,15 +63,16 @@ func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Read and fingerprinted at once (a fingerprint is SHA-256 over 2 MB
-	// of hops, what every reader of the tables wants next).
+	// Read at once. Not fingerprinted (SHA-256 over 2 MB of hops each):
+	// a table a config's digest checks out against takes the one its
+	// registry records (table.Table.BuiltFrom), and the rest are
+	// fingerprinted when asked.
 	out := make([]LiveTable, len(slots))
 	err = concurrently(len(slots), func(i int) error {
 		lt, err := d.readSlotCached(slots[i])
 		if err != nil {
 			return fmt.Errorf("reading table slot %d: %w", slots[i], err)
 		}
-		table.Fingerprint(lt.Table)
 		out[i] = *lt
 		return nil
 	})
@@ -159,9 +160,9 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if cached {
-		d.knownMu.Lock()
-		c, ok := d.read[slot]
-		d.knownMu.Unlock()
+		d.cache.knownMu.Lock()
+		c, ok := d.cache.read[slot]
+		d.cache.knownMu.Unlock()
 		if ok && c.digest == reg.Digest && *c.raw == *dt {
 			lt := c.lt
 			return &lt, nil
@@ -173,22 +174,25 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 	}
 	lt.Slot = slot
 	lt.Table.Digest = reg.Digest
-	lt.Table = d.canonical(slot, lt.Table)
-	d.knownMu.Lock()
-	if d.read == nil {
-		d.read = map[int]readSlotCache{}
+	if reg.Fingerprint != ([32]byte{}) {
+		lt.Table.Claimed = hex.EncodeToString(reg.Fingerprint[:])
 	}
-	d.read[slot] = readSlotCache{raw: dt, digest: reg.Digest, lt: *lt}
-	d.knownMu.Unlock()
+	lt.Table = d.canonical(slot, lt.Table)
+	d.cache.knownMu.Lock()
+	if d.cache.read == nil {
+		d.cache.read = map[int]readSlotCache{}
+	}
+	d.cache.read[slot] = readSlotCache{raw: dt, digest: reg.Digest, lt: *lt}
+	d.cache.knownMu.Unlock()
 	return lt, nil
 }
 
 // canonical is t, or the table known to be in slot when t's content
 // equals it.
 func (d *Director) canonical(slot int, t *table.Table) *table.Table {
-	d.knownMu.Lock()
-	defer d.knownMu.Unlock()
-	if k := d.known[slot]; k != nil && sameContent(k, t) && k.Digest == t.Digest {
+	d.cache.knownMu.Lock()
+	defer d.cache.knownMu.Unlock()
+	if k := d.cache.known[slot]; k != nil && sameContent(k, t) && k.Digest == t.Digest {
 		return k
 	}
 	d.remember(slot, t)
@@ -197,10 +201,10 @@ func (d *Director) canonical(slot int, t *table.Table) *table.Table {
 
 // remember records t as slot's content; the caller holds knownMu.
 func (d *Director) remember(slot int, t *table.Table) {
-	if d.known == nil {
-		d.known = map[int]*table.Table{}
+	if d.cache.known == nil {
+		d.cache.known = map[int]*table.Table{}
 	}
-	d.known[slot] = t
+	d.cache.known[slot] = t
 }
 
 // sameContent reports whether two tables hold the same thing in the
@@ -604,9 +608,9 @@ func (d *Director) writeSlots(tables []*table.Table, plans []placement) error {
 		if err := d.Maps.Registry.Put(uint32(p.slot), &reg); err != nil {
 			return fmt.Errorf("registry of tables[%d]: %w", i, err)
 		}
-		d.knownMu.Lock()
+		d.cache.knownMu.Lock()
 		d.remember(p.slot, tables[i])
-		d.knownMu.Unlock()
+		d.cache.knownMu.Unlock()
 	}
 	return nil
 }

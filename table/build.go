@@ -423,7 +423,7 @@ func (b *Builder) Table() *Table {
 		t.Balance = b.cfg.Balance
 		b.balance(t.Rows)
 	}
-	t.Digest = InputDigest(&b.cfg, Fingerprint(t))
+	t.Digest = InputDigest(&b.cfg, t.Rows, Fingerprint(t))
 	return t
 }
 

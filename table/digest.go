@@ -10,25 +10,33 @@ import (
 type Digest [32]byte
 
 // InputDigest is the digest of what decides the table tc builds into,
-// bound to fp, the fingerprint of what it built: HMAC-SHA-256 keyed by
-// tc's seed over a versioned encoding of its name, hash key, binds and
-// backends (address, state, health, weight and domain, in order), then
-// fp. Health checks and the ramp interval decide no row and are left out.
+// bound to what it built: HMAC-SHA-256 keyed by tc's seed over a
+// versioned encoding of its name, hash key, binds, backends (address,
+// state, health, weight and domain, in order) and balance factor, then
+// rows (each row's two hops as positions in the backend list, a byte
+// each) and fp, their fingerprint. Health checks and the ramp interval
+// decide no row and are left out.
 //
 // Two tables with the same digest were built from the same inputs into
-// the rows fp names, so one may stand for the other without a build. The
-// seed keys it: the digest reveals neither key nor seed (HMAC's output),
-// and one who holds the kernel's maps but not the config (the kernel
-// never holds the seed) cannot make the digest that would pass other
-// rows off as these inputs'.
-func InputDigest(tc *TableConfig, fp string) Digest {
+// these rows, whose fingerprint is fp, so one may stand for the other
+// without a build; and a live table whose rows and inputs check out
+// against its digest has the fingerprint its registry records, without
+// hashing 2 MB of hops again (BuiltFrom). The seed keys it: the digest
+// reveals neither key nor seed (HMAC's output), and one who holds the
+// kernel's maps but not the config (the kernel never holds the seed)
+// cannot make the digest that would pass other rows, or another
+// fingerprint, off as these inputs'.
+//
+// Version 2 (2026-12) added the rows: a table whose registry holds a
+// version 1 digest is built again, once, and written with a version 2.
+func InputDigest(tc *TableConfig, rows []Row, fp string) Digest {
 	m := hmac.New(sha256.New, tc.Seed[:])
 	var buf []byte
 	str := func(s string) {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
 		buf = append(buf, s...)
 	}
-	str("director table inputs v1")
+	str("director table inputs v2")
 	str(tc.Name)
 	buf = append(buf, tc.HashKey[:]...)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(tc.Binds)))
@@ -48,6 +56,13 @@ func InputDigest(tc *TableConfig, fp string) Digest {
 		str("balance")
 		buf = binary.BigEndian.AppendUint16(buf, tc.Balance)
 	}
+	m.Write(buf)
+	hops := make([]byte, 0, 2*len(rows))
+	for _, r := range rows {
+		hops = append(hops, byte(r.Primary), byte(r.Secondary)) // positions: at most 256 backends
+	}
+	m.Write(hops)
+	buf = buf[:0]
 	str(fp)
 	m.Write(buf)
 	var d Digest
@@ -64,9 +79,43 @@ func boolByte(b bool) byte {
 
 // BuiltFrom reports whether t is the table tc builds into, by t's digest
 // (for a table read from the kernel, what its registry records) checked
-// against t's own rows: tc's digest bound to t's fingerprint must be it.
-// A digest not made for exactly these rows from these inputs with tc's
-// seed does not match, whoever wrote it.
+// against t's own inputs and rows: tc's digest over them, bound to t's
+// fingerprint, must be it. A digest not made for exactly these rows from
+// these inputs with tc's seed does not match, whoever wrote it.
+//
+// The fingerprint checked first is the one t's registry claims (Claimed),
+// which costs no hashing of the rows: when the digest checks out with it,
+// it is the fingerprint of these rows (the digest binds the two, and only
+// the seed's holder makes digests), and t keeps it as its own. Else t's
+// fingerprint is computed.
 func (t *Table) BuiltFrom(tc *TableConfig) bool {
-	return t.Digest != (Digest{}) && InputDigest(tc, Fingerprint(t)) == t.Digest
+	if t.Digest == (Digest{}) || t.Unbuilt || !sameBuild(tc, t) {
+		return false
+	}
+	if fp := t.Claimed; fp != "" && InputDigest(tc, t.Rows, fp) == t.Digest {
+		t.fp.CompareAndSwap(nil, &fp)
+		return Fingerprint(t) == fp // it was computed already: it must be this one
+	}
+	return InputDigest(tc, t.Rows, Fingerprint(t)) == t.Digest
+}
+
+// sameBuild reports whether t holds what tc's table would beside its rows:
+// name, key, binds, balance factor and backends.
+func sameBuild(tc *TableConfig, t *Table) bool {
+	if t.Name != tc.Name || t.HashKey != tc.HashKey || t.Balance != tc.Balance ||
+		len(t.Binds) != len(tc.Binds) || len(t.Backends) != len(tc.Backends) || len(t.Rows) != Rows {
+		return false
+	}
+	for i := range t.Binds {
+		if t.Binds[i] != tc.Binds[i] {
+			return false
+		}
+	}
+	for i, b := range tc.Backends {
+		x := t.Backends[i]
+		if x.IP != b.IP || x.State != b.State || x.Healthy != b.Healthy || x.W() != b.W() || x.Domain != b.Domain {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -17,7 +19,7 @@ func TestInputDigest(t *testing.T) {
 	base.Name = "api"
 	base.Binds = []Bind{{Prefix: netip.MustParsePrefix("10.0.0.1/32"), Proto: ProtoTCP, PortStart: 80, PortEnd: 80}}
 	fp := "0123"
-	d0 := InputDigest(base, fp)
+	d0 := InputDigest(base, nil, fp)
 	clone := func() *TableConfig {
 		c := *base
 		c.Backends = append([]Backend(nil), base.Backends...)
@@ -45,21 +47,75 @@ func TestInputDigest(t *testing.T) {
 	} {
 		c := clone()
 		change(c)
-		if InputDigest(c, fp) == d0 {
+		if InputDigest(c, nil, fp) == d0 {
 			t.Errorf("a changed %s leaves the digest as it was", what)
 		}
 	}
-	if InputDigest(base, "4567") == d0 {
+	if InputDigest(base, nil, "4567") == d0 {
 		t.Error("the digest is not bound to the fingerprint")
+	}
+	if InputDigest(base, []Row{{0, 1}}, fp) == d0 || InputDigest(base, []Row{{0, 1}}, fp) == InputDigest(base, []Row{{1, 0}}, fp) {
+		t.Error("the digest is not bound to the rows")
+	}
+	bc := clone()
+	bc.Balance = 1010
+	if InputDigest(bc, nil, fp) == d0 {
+		t.Error("a balance factor leaves the digest as it was")
 	}
 	c := clone()
 	port := 80
 	c.Backends[0].Healthchecks = &Healthchecks{HTTP: &port}
 	c.RampInterval = 5
-	if InputDigest(c, fp) != d0 {
+	if InputDigest(c, nil, fp) != d0 {
 		t.Error("health checks or the ramp interval changed the digest")
 	}
 	if bytes.Contains(d0[:], base.HashKey[:4]) || bytes.Contains(d0[:], base.Seed[:4]) {
 		t.Error("the digest holds the key or the seed")
+	}
+}
+
+// TestBuiltFromTrustsOnlyABoundFingerprint: a live table whose rows and
+// inputs its digest binds takes the fingerprint its registry claims; a
+// claim the digest does not bind is not taken (the fingerprint is
+// computed), and rows, backends or a digest that differ are not the
+// config's table whatever the claim.
+func TestBuiltFromTrustsOnlyABoundFingerprint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	tc := randomTable(rng, 12, 2)
+	built, err := Build(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := Fingerprint(built)
+	live := func(mutate func(*Table)) *Table {
+		l := &Table{Name: built.Name, HashKey: built.HashKey, Binds: built.Binds, Backends: slices.Clone(built.Backends),
+			Rows: slices.Clone(built.Rows), NoGoodRows: built.NoGoodRows, Digest: built.Digest, Balance: built.Balance, Claimed: fp}
+		if mutate != nil {
+			mutate(l)
+		}
+		return l
+	}
+	if l := live(nil); !l.BuiltFrom(tc) || Fingerprint(l) != fp {
+		t.Fatal("the live copy of a built table is not its config's")
+	}
+	wrong := strings.Repeat("ab", 32)
+	if l := live(func(l *Table) { l.Claimed = wrong }); !l.BuiltFrom(tc) || Fingerprint(l) != fp {
+		t.Errorf("a wrong claimed fingerprint was taken (%s), or the table refused", ShortFingerprint(Fingerprint(l)))
+	}
+	for what, mutate := range map[string]func(*Table){
+		"a row":        func(l *Table) { l.Rows[77].Primary, l.Rows[77].Secondary = l.Rows[77].Secondary, l.Rows[77].Primary },
+		"the backends": func(l *Table) { l.Backends[0], l.Backends[1] = l.Backends[1], l.Backends[0] },
+		"the key":      func(l *Table) { l.HashKey[0]++ },
+		"the digest":   func(l *Table) { l.Digest[5]++ },
+		"the balance":  func(l *Table) { l.Balance = 1500 },
+	} {
+		if l := live(mutate); l.BuiltFrom(tc) {
+			t.Errorf("a live table with %s changed passes for its config's", what)
+		}
+	}
+	other := *tc
+	other.Seed[0]++
+	if live(nil).BuiltFrom(&other) {
+		t.Error("a table passes for one with another seed")
 	}
 }

@@ -25,6 +25,9 @@ type Table struct {
 	// (InputDigest); zero where that is not known (a GLB binary's table,
 	// or one read from a kernel that recorded none).
 	Digest Digest
+	// Claimed is the fingerprint the kernel's registry records for a live
+	// table ("" for none): trusted only as BuiltFrom says.
+	Claimed string
 	// Balance is the balance factor it was built with (TableConfig.Balance),
 	// 0 for none.
 	Balance uint16
