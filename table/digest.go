@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
+	"slices"
 )
 
 // Digest is a table's input digest (InputDigest); zero is none.
@@ -103,17 +104,14 @@ func (t *Table) BuiltFrom(tc *TableConfig) bool {
 // name, key, binds, balance factor and backends.
 func sameBuild(tc *TableConfig, t *Table) bool {
 	if t.Name != tc.Name || t.HashKey != tc.HashKey || t.Balance != tc.Balance ||
-		len(t.Binds) != len(tc.Binds) || len(t.Backends) != len(tc.Backends) || len(t.Rows) != Rows {
+		len(t.Backends) != len(tc.Backends) || len(t.Rows) != Rows {
 		return false
 	}
-	for i := range t.Binds {
-		if t.Binds[i] != tc.Binds[i] {
-			return false
-		}
+	if !slices.Equal(t.Binds, tc.Binds) {
+		return false
 	}
 	for i, b := range tc.Backends {
-		x := t.Backends[i]
-		if x.IP != b.IP || x.State != b.State || x.Healthy != b.Healthy || x.W() != b.W() || x.Domain != b.Domain {
+		if !sameBackend(t.Backends[i], b) {
 			return false
 		}
 	}

@@ -86,8 +86,7 @@ func SameInputs(a, b *TableConfig) bool {
 		return false
 	}
 	for i := range a.Backends {
-		x, y := a.Backends[i], b.Backends[i]
-		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain {
+		if !sameBackend(a.Backends[i], b.Backends[i]) {
 			return false
 		}
 	}
