@@ -241,6 +241,11 @@ func TestBoundedLoadTradeOff(t *testing.T) {
 		if drainRisk+removeRisk != 0 {
 			t.Errorf("F %d: drain then remove put %d+%d rows at risk", f, drainRisk, removeRisk)
 		}
+		// Movement: the measured 1.76 and 1.78 at F 1.01 (docs/tables.md
+		// says why not under 1.5), held under 2, and Maglev's 2.9.
+		if add, drop := float64(addMoved)/float64(addMin), float64(drainMoved+removeMoved)/float64(dropMin); f != 0 && (add > 2 || drop > 2) {
+			t.Errorf("F %d: an add moved %.2f x the minimum, a drain then removal %.2f x", f, add, drop)
+		}
 		if f == 0 && (addMoved != addMin || drainMoved+removeMoved != dropMin) {
 			t.Errorf("GLB's table moved more than the minimum: %d for %d, %d for %d", addMoved, addMin, drainMoved+removeMoved, dropMin)
 		}
