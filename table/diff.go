@@ -243,6 +243,7 @@ func compareTable(name string, i, j int, o, n *Table) TableDiff {
 			}
 		}
 	}
+	ob, nb := byIP(o), byIP(n)
 	for _, b := range order {
 		bc := BackendChange{IP: b.IP.String(), Old: os[b.IP], New: ns[b.IP]}
 		switch {
@@ -250,7 +251,7 @@ func compareTable(name string, i, j int, o, n *Table) TableDiff {
 			bc.Change = ChangeAdded
 		case bc.New == nil:
 			bc.Change = ChangeRemoved
-		case !sameSide(o, n, b.IP):
+		case o != n && !sameSide(ob[b.IP], nb[b.IP]):
 			bc.Change = ChangeChanged
 		default:
 			bc.Change = ChangeUnchanged
@@ -330,19 +331,23 @@ func TableWarnings(t *Table) []string {
 	return w
 }
 
-func sameSide(o, n *Table, ip netip.Addr) bool {
-	var a, b Backend
-	for _, x := range o.Backends {
-		if x.IP == ip {
-			a = x
-		}
-	}
-	for _, x := range n.Backends {
-		if x.IP == ip {
-			b = x
-		}
-	}
+// sameSide reports whether a backend on both sides of a diff is the same:
+// state (draining and inactive alike, as a GLB binary cannot tell them
+// apart), health, weight and domain.
+func sameSide(a, b Backend) bool {
 	return a.State.SameAs(b.State) && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain
+}
+
+// byIP indexes a table's backends by address (nil for no table).
+func byIP(t *Table) map[netip.Addr]Backend {
+	if t == nil {
+		return nil
+	}
+	m := make(map[netip.Addr]Backend, len(t.Backends))
+	for _, b := range t.Backends {
+		m[b.IP] = b
+	}
+	return m
 }
 
 func bindSet(t *Table) map[Bind]bool {
