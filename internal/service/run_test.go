@@ -141,34 +141,8 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 	if ramp == nil {
 		t.Fatal("no seed of 20 has a ramp of 2 to 6 steps")
 	}
-	dir := testenv.PinDir("director-svc")
-	t.Cleanup(func() { loader.Unload(dir) })
-	tmp := t.TempDir()
-	cfg := filepath.Join(tmp, "forwarding_table.src.json")
-	if err := os.WriteFile(cfg, []byte(rampTestConfig(seed, 40000)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{Config: cfg, BPFFS: dir, LockDir: tmp, Poll: 50 * time.Millisecond,
-			Ready: func(s string) { ready <- s }, Log: slog.New(slog.NewJSONHandler(&logs, nil))})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v\n%s", err, logs.String())
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
-	d, err := loader.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	r := startRun(t, rampTestConfig(seed, 40000))
+	cfg, d, logs := r.cfg, r.d, r.logs
 	weight := func() uint16 {
 		live, err := d.Live()
 		if err != nil || len(live) != 1 {
@@ -221,10 +195,57 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 			t.Errorf("step %d came %v after the one before: sooner than the ramp interval (1 s)", i, gap)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testRun is a director run started by startRun.
+type testRun struct {
+	cfg  string           // its config file
+	d    *loader.Director // its pins, opened
+	logs *syncBuffer      // its JSON log
+	stop func() error     // ends it, returning what Run did
+}
+
+// startRun starts a director run of its own pins serving body, polling its
+// config file every 50 ms, and waits for it to be ready. It is stopped and
+// unloaded when t ends, if not before.
+func startRun(t *testing.T, body string) *testRun {
+	t.Helper()
+	dir := testenv.PinDir("director-svc")
+	t.Cleanup(func() { loader.Unload(dir) })
+	tmp := t.TempDir()
+	r := &testRun{cfg: filepath.Join(tmp, "forwarding_table.src.json"), logs: &syncBuffer{}}
+	if err := os.WriteFile(r.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Config: r.cfg, BPFFS: dir, LockDir: tmp, Poll: 50 * time.Millisecond,
+			Ready: func(s string) { ready <- s }, Log: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	}()
+	var stopped error
+	stopOnce := sync.OnceFunc(func() { cancel(); stopped = <-done })
+	r.stop = func() error { stopOnce(); return stopped }
+	t.Cleanup(stopOnce)
+	select {
+	case <-ready:
+	case err := <-done:
+		done <- err // for stop
+		t.Fatalf("run: %v\n%s", err, r.logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
+	}
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	r.d = d
+	return r
 }
 
 // balanceTestConfig is a table of n equal backends with a balance factor
@@ -262,34 +283,8 @@ func TestRunRampsABalancedAdd(t *testing.T) {
 	if seed == "" {
 		t.Fatal("no seed of 20 puts rows at risk adding a backend")
 	}
-	dir := testenv.PinDir("director-svc")
-	t.Cleanup(func() { loader.Unload(dir) })
-	tmp := t.TempDir()
-	cfg := filepath.Join(tmp, "forwarding_table.src.json")
-	if err := os.WriteFile(cfg, []byte(balanceTestConfig(seed, n)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{Config: cfg, BPFFS: dir, LockDir: tmp, Poll: 50 * time.Millisecond,
-			Ready: func(s string) { ready <- s }, Log: slog.New(slog.NewJSONHandler(&logs, nil))})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v\n%s", err, logs.String())
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
-	d, err := loader.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	r := startRun(t, balanceTestConfig(seed, n))
+	cfg, d, logs := r.cfg, r.d, r.logs
 	live := func() *table.Table {
 		lt, err := d.Live()
 		if err != nil || len(lt) != 1 {
@@ -326,8 +321,7 @@ func TestRunRampsABalancedAdd(t *testing.T) {
 	if n := strings.Count(logs.String(), `"msg":"ramp step applied"`); n != 1 {
 		t.Errorf("%d ramp steps logged, want 1", n)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
 }
