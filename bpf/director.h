@@ -124,6 +124,9 @@ struct dir_table {
 };
 
 _Static_assert(DIR_MAX_BACKENDS <= 256, "dir_row holds counter indices in bytes");
+/* encap.h's copy16 moves IPv6 addresses out of these in eight-byte loads. */
+_Static_assert(__builtin_offsetof(struct dir_table, hop_addr6) % 8 == 0, "hop_addr6 is 8-aligned");
+_Static_assert(__builtin_offsetof(struct dir_config, src_ip6) % 8 == 0, "src_ip6 is 8-aligned");
 
 /* Bind lookup is two longest-prefix matches in one LPM trie, so its cost
  * does not grow with the number of binds:
