@@ -51,10 +51,10 @@ const (
 	BackendMapBeLocal             = "be_local"
 	BackendMapBeLocal6            = "be_local6"
 	BackendMapBeStats             = "be_stats"
-	BackendMapCapture             = "capture"
 	BackendMapCaptureCpu          = "capture_cpu"
 	BackendMapCaptureEvents       = "capture_events"
 	BackendProgBackend            = "backend"
+	BackendVarCaptureSetting      = "capture_setting"
 	BackendVarUnusedBeCapture     = "unused_be_capture"
 	BackendVarUnusedBeCaptureCpu  = "unused_be_capture_cpu"
 	BackendVarUnusedBeCaptureMeta = "unused_be_capture_meta"
@@ -116,7 +116,6 @@ type BackendMapSpecs struct {
 	BeLocal       *ebpf.MapSpec `ebpf:"be_local"`
 	BeLocal6      *ebpf.MapSpec `ebpf:"be_local6"`
 	BeStats       *ebpf.MapSpec `ebpf:"be_stats"`
-	Capture       *ebpf.MapSpec `ebpf:"capture"`
 	CaptureCpu    *ebpf.MapSpec `ebpf:"capture_cpu"`
 	CaptureEvents *ebpf.MapSpec `ebpf:"capture_events"`
 }
@@ -125,6 +124,7 @@ type BackendMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BackendVariableSpecs struct {
+	CaptureSetting      *ebpf.VariableSpec `ebpf:"capture_setting"`
 	UnusedBeCapture     *ebpf.VariableSpec `ebpf:"unused_be_capture"`
 	UnusedBeCaptureCpu  *ebpf.VariableSpec `ebpf:"unused_be_capture_cpu"`
 	UnusedBeCaptureMeta *ebpf.VariableSpec `ebpf:"unused_be_capture_meta"`
@@ -157,7 +157,6 @@ type BackendMaps struct {
 	BeLocal       *ebpf.Map `ebpf:"be_local"`
 	BeLocal6      *ebpf.Map `ebpf:"be_local6"`
 	BeStats       *ebpf.Map `ebpf:"be_stats"`
-	Capture       *ebpf.Map `ebpf:"capture"`
 	CaptureCpu    *ebpf.Map `ebpf:"capture_cpu"`
 	CaptureEvents *ebpf.Map `ebpf:"capture_events"`
 }
@@ -168,7 +167,6 @@ func (m *BackendMaps) Close() error {
 		m.BeLocal,
 		m.BeLocal6,
 		m.BeStats,
-		m.Capture,
 		m.CaptureCpu,
 		m.CaptureEvents,
 	)
@@ -178,6 +176,7 @@ func (m *BackendMaps) Close() error {
 //
 // It can be passed to LoadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BackendVariables struct {
+	CaptureSetting      *ebpf.Variable `ebpf:"capture_setting"`
 	UnusedBeCapture     *ebpf.Variable `ebpf:"unused_be_capture"`
 	UnusedBeCaptureCpu  *ebpf.Variable `ebpf:"unused_be_capture_cpu"`
 	UnusedBeCaptureMeta *ebpf.Variable `ebpf:"unused_be_capture_meta"`

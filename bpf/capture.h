@@ -41,12 +41,13 @@ struct dir_capture_cpu {
 	__u64 failed;   /* frames the event buffer refused */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dir_capture);
-} capture SEC(".maps");
+/* The setting is a global in a section of its own, so that the hook reads
+ * it with one load from an address the verifier fixes (a direct map value)
+ * rather than a map lookup (thirteen instructions with the key's store and
+ * the bounds check). Userspace sees the section as the map "capture": the
+ * loader renames it (bpf/capture.go), and it has the layout of the map it
+ * replaced, so pins made by an older build are adopted. */
+struct dir_capture capture_setting SEC(".data.capture");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
@@ -128,10 +129,8 @@ static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap,
  * frame as it is now. */
 static __always_inline int captured(struct xdp_md *ctx, int action, __u32 reason, __u32 at, const __u8 *primary)
 {
-	__u32 zero = 0;
-	struct dir_capture *cap = bpf_map_lookup_elem(&capture, &zero);
-	if (cap && __builtin_expect(cap->on, 0))
-		capture_frame(ctx, cap, (__u32)action << 8 | (reason & 0xff), at, primary);
+	if (__builtin_expect(capture_setting.on, 0))
+		capture_frame(ctx, &capture_setting, (__u32)action << 8 | (reason & 0xff), at, primary);
 	return action;
 }
 

@@ -375,7 +375,6 @@ const (
 	DirectorMapBindExact         = "bind_exact"
 	DirectorMapBindGroups        = "bind_groups"
 	DirectorMapBinds             = "binds"
-	DirectorMapCapture           = "capture"
 	DirectorMapCaptureCpu        = "capture_cpu"
 	DirectorMapCaptureEvents     = "capture_events"
 	DirectorMapConfig            = "config"
@@ -383,6 +382,7 @@ const (
 	DirectorMapRegistry          = "registry"
 	DirectorMapTables            = "tables"
 	DirectorProgDirector         = "director"
+	DirectorVarCaptureSetting    = "capture_setting"
 	DirectorVarUnusedBindKey     = "unused_bind_key"
 	DirectorVarUnusedBindKind    = "unused_bind_kind"
 	DirectorVarUnusedBindVal     = "unused_bind_val"
@@ -461,7 +461,6 @@ type DirectorMapSpecs struct {
 	BindExact      *ebpf.MapSpec `ebpf:"bind_exact"`
 	BindGroups     *ebpf.MapSpec `ebpf:"bind_groups"`
 	Binds          *ebpf.MapSpec `ebpf:"binds"`
-	Capture        *ebpf.MapSpec `ebpf:"capture"`
 	CaptureCpu     *ebpf.MapSpec `ebpf:"capture_cpu"`
 	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
@@ -474,6 +473,7 @@ type DirectorMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorVariableSpecs struct {
+	CaptureSetting    *ebpf.VariableSpec `ebpf:"capture_setting"`
 	UnusedBindKey     *ebpf.VariableSpec `ebpf:"unused_bind_key"`
 	UnusedBindKind    *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
 	UnusedBindVal     *ebpf.VariableSpec `ebpf:"unused_bind_val"`
@@ -523,7 +523,6 @@ type DirectorMaps struct {
 	BindExact      *ebpf.Map `ebpf:"bind_exact"`
 	BindGroups     *ebpf.Map `ebpf:"bind_groups"`
 	Binds          *ebpf.Map `ebpf:"binds"`
-	Capture        *ebpf.Map `ebpf:"capture"`
 	CaptureCpu     *ebpf.Map `ebpf:"capture_cpu"`
 	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
 	Config         *ebpf.Map `ebpf:"config"`
@@ -538,7 +537,6 @@ func (m *DirectorMaps) Close() error {
 		m.BindExact,
 		m.BindGroups,
 		m.Binds,
-		m.Capture,
 		m.CaptureCpu,
 		m.CaptureEvents,
 		m.Config,
@@ -552,6 +550,7 @@ func (m *DirectorMaps) Close() error {
 //
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorVariables struct {
+	CaptureSetting    *ebpf.Variable `ebpf:"capture_setting"`
 	UnusedBindKey     *ebpf.Variable `ebpf:"unused_bind_key"`
 	UnusedBindKind    *ebpf.Variable `ebpf:"unused_bind_kind"`
 	UnusedBindVal     *ebpf.Variable `ebpf:"unused_bind_val"`

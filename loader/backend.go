@@ -29,7 +29,8 @@ type Backend struct {
 	Dir string
 	// Repaired says what LoadBackend put right of the pins it found.
 	Repaired []string
-	objs     bpf.BackendObjects
+	maps     bpf.BackendPinned
+	progs    bpf.BackendPrograms
 }
 
 // LoadBackend loads the backend program into dir (pinned, adopting what is
@@ -38,6 +39,9 @@ type Backend struct {
 // replaces the pinned one on every attached interface.
 func LoadBackend(dir string) (*Backend, error) {
 	spec, err := bpf.LoadBackend()
+	if err == nil {
+		err = bpf.CaptureAsMap(spec)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -47,10 +51,10 @@ func LoadBackend(dir string) (*Backend, error) {
 		what:    "the backend program",
 		restart: fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir),
 		spec:    spec,
-		pinned:  mapNames[bpf.BackendMaps](),
-		maps:    &b.objs.BackendMaps,
-		progs:   &b.objs.BackendPrograms,
-		prog:    &b.objs.Backend,
+		pinned:  mapNames[bpf.BackendPinned](),
+		maps:    &b.maps,
+		progs:   &b.progs,
+		prog:    &b.progs.Backend,
 	}
 	err = l.run()
 	b.Repaired = l.repaired
@@ -61,10 +65,10 @@ func LoadBackend(dir string) (*Backend, error) {
 }
 
 // Close releases this process's handles.
-func (b *Backend) Close() error { return b.objs.Close() }
+func (b *Backend) Close() error { return errors.Join(b.progs.Close(), b.maps.Close()) }
 
 // Prog is the backend program.
-func (b *Backend) Prog() *ebpf.Program { return b.objs.Backend }
+func (b *Backend) Prog() *ebpf.Program { return b.progs.Backend }
 
 // SetSelf sets the addresses forwarded packets leave from: this host's,
 // one of each family at most (IPv6 for GUE over IPv6).
@@ -79,7 +83,7 @@ func (b *Backend) DisableSecondChance(self ...netip.Addr) error { return b.confi
 // connections to the next hop (see DisableSecondChance).
 func (b *Backend) SecondChance() (bool, error) {
 	var c bpf.BeConfig
-	if err := b.objs.BeCfg.Lookup(uint32(0), &c); err != nil {
+	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err != nil {
 		return false, err
 	}
 	return c.NoSecondChance == 0, nil
@@ -104,7 +108,7 @@ func (b *Backend) configure(selves []netip.Addr, secondChance bool) error {
 	if !secondChance {
 		c.NoSecondChance = 1
 	}
-	return b.objs.BeCfg.Put(uint32(0), &c)
+	return b.maps.BeCfg.Put(uint32(0), &c)
 }
 
 // Attach attaches the backend program to iface (pinned link).
@@ -112,7 +116,7 @@ func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
 	if b.Dir == "" {
 		return nil, errors.New("a private backend program cannot be attached")
 	}
-	return attachPinned(b.Dir, b.objs.Backend, iface, mode)
+	return attachPinned(b.Dir, b.progs.Backend, iface, mode)
 }
 
 // Detach removes the backend program from iface; idempotent. The program
@@ -131,13 +135,13 @@ func (b *Backend) Accept(addrs []netip.Addr) error {
 			want6[a.As16()] = true
 		}
 	}
-	if n := int(b.objs.BeLocal.MaxEntries()); len(want4) > n || len(want6) > n {
+	if n := int(b.maps.BeLocal.MaxEntries()); len(want4) > n || len(want6) > n {
 		return fmt.Errorf("%d IPv4 and %d IPv6 addresses to accept GUE for, more than the %d of each the program holds", len(want4), len(want6), n)
 	}
-	if err := replaceSet(b.objs.BeLocal, want4); err != nil {
+	if err := replaceSet(b.maps.BeLocal, want4); err != nil {
 		return err
 	}
-	return replaceSet(b.objs.BeLocal6, want6)
+	return replaceSet(b.maps.BeLocal6, want6)
 }
 
 // replaceSet makes m's keys want's.
@@ -172,7 +176,7 @@ func replaceSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 func (b *Backend) Accepted() ([]netip.Addr, error) {
 	seen := map[netip.Addr]bool{}
 	var c bpf.BeConfig
-	if err := b.objs.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
+	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
 		if c.SelfIp != 0 {
 			seen[addrFromNative(c.SelfIp)] = true
 		}
@@ -182,7 +186,7 @@ func (b *Backend) Accepted() ([]netip.Addr, error) {
 	}
 	var k uint32
 	var v uint8
-	it := b.objs.BeLocal.Iterate()
+	it := b.maps.BeLocal.Iterate()
 	for it.Next(&k, &v) {
 		seen[addrFromNative(k)] = true
 	}
@@ -190,7 +194,7 @@ func (b *Backend) Accepted() ([]netip.Addr, error) {
 		return nil, err
 	}
 	var k6 [16]byte
-	it6 := b.objs.BeLocal6.Iterate()
+	it6 := b.maps.BeLocal6.Iterate()
 	for it6.Next(&k6, &v) {
 		seen[netip.AddrFrom16(k6)] = true
 	}
@@ -253,7 +257,7 @@ func (b *Backend) Attachments() ([]Attachment, error) { return attachments(b.Dir
 // Counters sums the backend counters over CPUs, by name.
 func (b *Backend) Counters() (map[string]uint64, error) {
 	var per []bpf.BeCounters
-	if err := b.objs.BeStats.Lookup(uint32(0), &per); err != nil {
+	if err := b.maps.BeStats.Lookup(uint32(0), &per); err != nil {
 		return nil, err
 	}
 	out := map[string]uint64{}
@@ -289,20 +293,20 @@ func InterfaceIPv4(iface string) (netip.Addr, error) {
 func OpenBackend(dir string) (*Backend, error) {
 	b := &Backend{Dir: dir}
 	var err error
-	if b.objs.Backend, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err != nil {
+	if b.progs.Backend, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("no backend program is loaded at %s", dir)
 		}
 		return nil, privilegeError("reading the backend's pins in "+dir, err)
 	}
-	if b.objs.BeCfg, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeCfg), nil); err == nil {
-		b.objs.BeStats, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeStats), nil)
+	if b.maps.BeCfg, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeCfg), nil); err == nil {
+		b.maps.BeStats, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeStats), nil)
 	}
 	if err == nil {
-		b.objs.BeLocal, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal), nil)
+		b.maps.BeLocal, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal), nil)
 	}
 	if err == nil {
-		b.objs.BeLocal6, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal6), nil)
+		b.maps.BeLocal6, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal6), nil)
 	}
 	if err != nil {
 		b.Close()

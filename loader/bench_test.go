@@ -388,6 +388,9 @@ func benchAB(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]byte)
 				// Maps this build added, which the other's program never
 				// reads: created all the same, so that it loads.
 				cur, err := bpf.LoadDirector()
+				if err == nil {
+					err = bpf.CaptureAsMap(cur)
+				}
 				if err != nil {
 					return nil, err
 				}

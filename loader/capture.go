@@ -83,7 +83,7 @@ func (d *Director) Capture(f CaptureFilter) (*Capture, error) {
 
 // Capture starts a capture of the backend program's frames.
 func (b *Backend) Capture(f CaptureFilter) (*Capture, error) {
-	return startCapture(b.Dir, captureMaps{b.objs.Capture, b.objs.CaptureEvents, b.objs.CaptureCpu}, f)
+	return startCapture(b.Dir, captureMaps{b.maps.Capture, b.maps.CaptureEvents, b.maps.CaptureCpu}, f)
 }
 
 func startCapture(dir string, m captureMaps, f CaptureFilter) (_ *Capture, err error) {

@@ -33,7 +33,7 @@ var ErrNotLoaded = errors.New("no director is loaded there (run 'director load')
 type Director struct {
 	Dir  string
 	Prog *ebpf.Program
-	Maps bpf.DirectorMaps
+	Maps bpf.DirectorPinned
 	spec *ebpf.CollectionSpec
 
 	// Repaired says what Load put right of the pins it found (a map pin
@@ -111,7 +111,7 @@ func (d *Director) Close() error {
 
 // pinnedMaps are the maps a director keeps across processes: all of its
 // program's.
-var pinnedMaps = mapNames[bpf.DirectorMaps]()
+var pinnedMaps = mapNames[bpf.DirectorPinned]()
 
 // directorSpec reads the BPF object loads use: the embedded one, unless a
 // benchmark comparing two builds of the program (BenchmarkProgramAB) loads
@@ -120,6 +120,9 @@ var directorSpec = bpf.LoadDirector
 
 func collectionSpec() (*ebpf.CollectionSpec, error) {
 	spec, err := directorSpec()
+	if err == nil {
+		err = bpf.CaptureAsMap(spec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
@@ -150,7 +153,8 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	if err != nil {
 		return nil, err
 	}
-	var objs bpf.DirectorObjects
+	var maps bpf.DirectorPinned
+	var progs bpf.DirectorPrograms
 	d := &Director{Dir: dir, spec: spec, cache: cacheFor(dir)}
 	l := &pinnedLoad{
 		dir:     dir,
@@ -158,11 +162,11 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 		restart: fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
 		spec:    spec,
 		pinned:  pinnedMaps,
-		maps:    &objs.DirectorMaps,
-		progs:   &objs.DirectorPrograms,
-		prog:    &objs.Director,
+		maps:    &maps,
+		progs:   &progs,
+		prog:    &progs.Director,
 		setup: func() error {
-			d.Maps = objs.DirectorMaps
+			d.Maps = maps
 			if err := d.createBindMaps(); err != nil {
 				return err
 			}
@@ -180,7 +184,7 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.Prog = objs.Director
+	d.Prog = progs.Director
 	return d, nil
 }
 

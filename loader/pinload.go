@@ -162,13 +162,28 @@ func (l *pinnedLoad) loadErr(err error) error {
 	return fmt.Errorf("loading %s: %w", l.what, err)
 }
 
-// mapNames are the maps a bpf2go maps struct holds, by their ebpf tags.
+// mapNames are the maps a bpf2go maps struct holds, by their ebpf tags
+// (those of a struct it embeds included, as bpf.DirectorPinned embeds
+// bpf2go's).
 func mapNames[T any]() []string {
-	t := reflect.TypeFor[T]()
 	var out []string
+	for _, f := range mapFields(reflect.TypeFor[T](), nil) {
+		out = append(out, f.Tag.Get("ebpf"))
+	}
+	return out
+}
+
+// mapFields are t's fields with an ebpf tag, and those of the structs it
+// embeds, each with its index path (for reflect.Value.FieldByIndex).
+func mapFields(t reflect.Type, at []int) []reflect.StructField {
+	var out []reflect.StructField
 	for i := range t.NumField() {
-		if name := t.Field(i).Tag.Get("ebpf"); name != "" {
-			out = append(out, name)
+		f := t.Field(i)
+		f.Index = append(slices.Clip(at), i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			out = append(out, mapFields(f.Type, f.Index)...)
+		} else if f.Tag.Get("ebpf") != "" {
+			out = append(out, f)
 		}
 	}
 	return out
@@ -180,11 +195,8 @@ func mapNames[T any]() []string {
 // Close.
 func openPinned(dir string, dst any, optional ...string) error {
 	v := reflect.ValueOf(dst).Elem()
-	for i := range v.NumField() {
-		name := v.Type().Field(i).Tag.Get("ebpf")
-		if name == "" {
-			continue
-		}
+	for _, f := range mapFields(v.Type(), nil) {
+		name := f.Tag.Get("ebpf")
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if errors.Is(err, os.ErrNotExist) && slices.Contains(optional, name) {
 			continue
@@ -192,7 +204,7 @@ func openPinned(dir string, dst any, optional ...string) error {
 		if err != nil {
 			return fmt.Errorf("opening pinned map %s: %w", name, err)
 		}
-		v.Field(i).Set(reflect.ValueOf(m))
+		v.FieldByIndex(f.Index).Set(reflect.ValueOf(m))
 	}
 	return nil
 }

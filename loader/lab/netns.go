@@ -72,12 +72,18 @@ func onThread(f func() error) error {
 			return
 		}
 		defer orig.Close()
+		returned := false
 		defer func() {
 			if r := recover(); r != nil {
 				errc <- fmt.Errorf("panic: %v", r)
+			} else if !returned {
+				// runtime.Goexit: a t.Fatal inside f. Said, so that the
+				// caller does not wait for an answer that never comes.
+				errc <- errors.New("the function run in the namespace exited its goroutine (t.Fatal there?)")
 			}
 		}()
 		err = f()
+		returned = true
 		if netns.Set(orig) == nil {
 			runtime.UnlockOSThread()
 		}
