@@ -1,11 +1,17 @@
 package loader
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/director/director/bpf"
 
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
@@ -148,5 +154,41 @@ func TestLoadBackendReplacesAnOlderProgram(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLoadAdoptsAnOlderCaptureMap pins the capture setting as builds before
+// the global pinned it (an ordinary array map named capture), then loads:
+// the program must read that very map, so that a capture started through
+// the pin reaches the datapath.
+func TestLoadAdoptsAnOlderCaptureMap(t *testing.T) {
+	testenv.Kernel(t)
+	dir := testDir(t)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: bpf.CaptureMap, Type: ebpf.Array, KeySize: 4,
+		ValueSize: uint32(binary.Size(bpf.Capture{})), MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := old.Pin(filepath.Join(dir, bpf.CaptureMap)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	info, _ := old.Info()
+	oldID, _ := info.ID()
+	progInfo, err := d.Prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := progInfo.MapIDs()
+	if !slices.Contains(ids, oldID) {
+		t.Fatalf("the program reads maps %v, not the pinned capture map %d", ids, oldID)
 	}
 }
