@@ -403,7 +403,7 @@ func benchAB(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]byte)
 			}
 		}
 		ds[i], _ = setupWith(b, dc, cfg)
-		directorSpec = bpf.LoadDirector
+		directorSpec = embeddedSpec
 	}
 	return benchTwo(b, ds, frames)
 }

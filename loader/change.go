@@ -52,6 +52,13 @@ func (d *Director) Plan(p *Proposal) (*table.Plan, error) {
 	return planAgainst(d.Dir, live, p)
 }
 
+// PlanOn judges p against live, a state this director's LiveState gave:
+// for a caller that built p from it (taking its unchanged tables), so that
+// the plan's base is the state p was made from, read once.
+func (d *Director) PlanOn(live State, p *Proposal) (*table.Plan, error) {
+	return planAgainst(d.Dir, live, p)
+}
+
 // Commit plans p against what is live, under the apply lock, asks allow
 // whether to apply it (a non-nil error refuses, and is returned; nil
 // allows any plan), applies it, and checks that the tables and director

@@ -116,7 +116,20 @@ var pinnedMaps = mapNames[bpf.DirectorPinned]()
 // directorSpec reads the BPF object loads use: the embedded one, unless a
 // benchmark comparing two builds of the program (BenchmarkProgramAB) loads
 // the other build's.
-var directorSpec = bpf.LoadDirector
+var directorSpec = embeddedSpec
+
+// embeddedSpec is bpf.LoadDirector, parsed once a process (parsing the
+// ELF is 5-10 ms, and a command may open the director more than once),
+// each caller given its own copy to change.
+func embeddedSpec() (*ebpf.CollectionSpec, error) {
+	spec, err := parsedSpec()
+	if err != nil {
+		return nil, err
+	}
+	return spec.Copy(), nil
+}
+
+var parsedSpec = sync.OnceValues(bpf.LoadDirector)
 
 func collectionSpec() (*ebpf.CollectionSpec, error) {
 	spec, err := directorSpec()

@@ -291,9 +291,10 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 	if dt.NumBackends == 0 || int(dt.NumBackends) > bpf.MaxBackends || int(dt.NumBinds) > len(dt.Binds) {
 		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
 	}
-	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows), Balance: dt.Balance}
+	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows), Balance: dt.Balance,
+		Backends: make([]table.Backend, 0, dt.NumBackends)}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
-	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t}
+	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t, Stat: make([]uint8, 0, dt.NumBackends)}
 	// Rows name backends by counter index; map those back to positions.
 	var byStat [bpf.MaxBackends]int32
 	for i := range byStat {
@@ -329,17 +330,30 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 		t.Binds = append(t.Binds, table.Bind{Prefix: netip.PrefixFrom(a, int(b.PrefixBits)), Proto: table.Proto(b.Proto),
 			PortStart: b.PortStart, PortEnd: b.PortEnd})
 	}
-	for r := range t.Rows {
-		row := &dt.Rows[r]
-		p, s := byStat[row.Primary], byStat[row.Secondary]
-		if p < 0 || s < 0 {
-			return nil, fmt.Errorf("corrupt table: row %#x names counter %d/%d of no backend", r, row.Primary, row.Secondary)
-		}
-		t.Rows[r] = table.Row{Primary: uint32(p), Secondary: uint32(s)}
-		if !t.Backends[p].Good() {
-			t.NoGoodRows++ // as a build counts them, so that a live table taken for a config's is judged alike
+	// By counter index: not good (bit 0), of no backend (bit 1). One
+	// table lookup a row, and one branch for both errors.
+	var flags [256]uint8 // a row's counter indices are bytes
+	for st := range flags {
+		switch {
+		case st >= len(byStat) || byStat[st] < 0:
+			flags[st] = 2
+		case !t.Backends[byStat[st]].Good():
+			flags[st] = 1
 		}
 	}
+	rows := t.Rows[:len(dt.Rows)]
+	bad := 0
+	for r := range rows {
+		row := dt.Rows[r]
+		p, s := row.Primary, row.Secondary
+		fp := flags[p]
+		if (fp|flags[s])&2 != 0 {
+			return nil, fmt.Errorf("corrupt table: row %#x names counter %d/%d of no backend", r, p, s)
+		}
+		rows[r] = table.Row{Primary: uint32(byStat[p]), Secondary: uint32(byStat[s])}
+		bad += int(fp) // as a build counts them, so that a live table taken for a config's is judged alike
+	}
+	t.NoGoodRows = bad
 	return lt, nil
 }
 

@@ -2,6 +2,7 @@ package table
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -195,5 +196,45 @@ func TestVerdictStateChangesNotHealth(t *testing.T) {
 	}
 	if safe, _ := Verdict(d); safe {
 		t.Error("a backend coming back while another drains breaks connections of healthy backends: safe")
+	}
+}
+
+// TestSameTableIsTheGeneralPath checks compareTable's shortcut for one
+// table on both sides against the general comparison of two equal tables
+// (a copy), for tables with draining, unhealthy and weighted backends,
+// failure domains and a balance factor.
+func TestSameTableIsTheGeneralPath(t *testing.T) {
+	c, _ := parseConfig([]byte(glbCompatConfig))
+	var tcs []TableConfig
+	for _, tc := range c.Tables {
+		tcs = append(tcs, tc)
+	}
+	var wide TableConfig
+	wide.Name = "wide"
+	for j := range 40 {
+		b := Backend{IP: netip.AddrFrom4([4]byte{10, 9, 0, byte(j + 1)}), State: StateActive, Healthy: j%7 != 3,
+			Weight: uint16(1 + j%3), Domain: []string{"a", "b", "c"}[j%3]}
+		if j == 5 {
+			b.State = StateDraining
+		}
+		wide.Backends = append(wide.Backends, b)
+	}
+	balanced := wide
+	balanced.Name, balanced.Balance = "balanced", 1050
+	balanced.Backends = slices.Clone(wide.Backends)
+	for j := range balanced.Backends {
+		balanced.Backends[j].Domain, balanced.Backends[j].Weight = "", 0
+	}
+	tcs = append(tcs, wide, balanced)
+	for _, tc := range tcs {
+		tab, cp := buildCfg(t, &tc), buildCfg(t, &tc) // equal, and two
+		got := compareTable(tc.Name, 0, 0, tab, tab)
+		want := compareTable(tc.Name, 0, 0, tab, cp)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the shortcut gives\n%+v\nthe general path\n%+v", tc.Name, got, want)
+		}
+		if got.Status != StatusUnchanged {
+			t.Errorf("%s: %s", tc.Name, got.Status)
+		}
 	}
 }

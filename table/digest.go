@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"slices"
 )
 
@@ -116,4 +117,72 @@ func sameBuild(tc *TableConfig, t *Table) bool {
 		}
 	}
 	return true
+}
+
+// BuiltRows is a table a plan built (not taken from what was live), its
+// rows carried in the plan so that applying the plan need not build it
+// again: Rows as InputDigest hashes them (each row's primary and secondary
+// as positions in the backend list, a byte each; base64 in JSON), and
+// Digest, the table's input digest, in hex.
+type BuiltRows struct {
+	Index  int    `json:"index"`
+	Rows   []byte `json:"rows"`
+	Digest string `json:"digest"`
+}
+
+// CarryBuilt lists the tables of ts that are not in base (by identity:
+// the live tables a plan took as they were) with their rows.
+func CarryBuilt(ts, base []*Table) []BuiltRows {
+	var out []BuiltRows
+	for i, t := range ts {
+		if t.Unbuilt || t.Digest == (Digest{}) || slices.Contains(base, t) {
+			continue
+		}
+		rows := make([]byte, 0, 2*len(t.Rows))
+		for _, r := range t.Rows {
+			rows = append(rows, byte(r.Primary), byte(r.Secondary))
+		}
+		out = append(out, BuiltRows{Index: i, Rows: rows, Digest: hex.EncodeToString(t.Digest[:])})
+	}
+	return out
+}
+
+// FromBuilt is table i of a config, tc, from the rows a plan carried for
+// it, or nil when it carried none that check out: rows of every row
+// naming backends tc has, whose input digest, computed from tc and them,
+// is the one carried. The digest is keyed by tc's seed, so rows changed
+// in the file without it do not pass; what apply writes is read back and
+// checked against the plan's fingerprints as any table is.
+func FromBuilt(carried []BuiltRows, i int, tc *TableConfig) *Table {
+	for _, c := range carried {
+		if c.Index != i {
+			continue
+		}
+		var d Digest
+		if len(c.Rows) != 2*Rows || hex.DecodedLen(len(c.Digest)) != len(d) {
+			return nil
+		}
+		if _, err := hex.Decode(d[:], []byte(c.Digest)); err != nil {
+			return nil
+		}
+		t := &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: slices.Clone(tc.Binds), Backends: slices.Clone(tc.Backends),
+			Rows: make([]Row, Rows), Balance: tc.Balance}
+		n := len(tc.Backends)
+		for r := range t.Rows {
+			p, s := int(c.Rows[2*r]), int(c.Rows[2*r+1])
+			if p >= n || s >= n {
+				return nil
+			}
+			t.Rows[r] = Row{Primary: uint32(p), Secondary: uint32(s)}
+			if !tc.Backends[p].Good() {
+				t.NoGoodRows++
+			}
+		}
+		if InputDigest(tc, t.Rows, Fingerprint(t)) != d {
+			return nil
+		}
+		t.Digest = d
+		return t
+	}
+	return nil
 }

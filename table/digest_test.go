@@ -119,3 +119,54 @@ func TestBuiltFromTrustsOnlyABoundFingerprint(t *testing.T) {
 		t.Error("a table passes for one with another seed")
 	}
 }
+
+// TestFromBuiltTakesOnlyRowsThatCheckOut carries a built table's rows as a
+// plan does and takes them back; rows changed, a digest changed, rows
+// for another config, or rows naming a backend the config lacks are not
+// taken.
+func TestFromBuiltTakesOnlyRowsThatCheckOut(t *testing.T) {
+	c, _ := parseConfig([]byte(glbCompatConfig))
+	tc := c.Tables[0]
+	built, err := Build(&tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := CarryBuilt([]*Table{built}, nil)
+	if len(carried) != 1 || carried[0].Index != 0 {
+		t.Fatalf("carried %d tables", len(carried))
+	}
+	if CarryBuilt([]*Table{built}, []*Table{built}) != nil {
+		t.Fatal("a table taken from the base is carried")
+	}
+	got := FromBuilt(carried, 0, &tc)
+	if got == nil {
+		t.Fatal("the rows a build carried were not taken back")
+	}
+	if Fingerprint(got) != Fingerprint(built) || got.Digest != built.Digest || got.NoGoodRows != built.NoGoodRows || !slices.Equal(got.Rows, built.Rows) {
+		t.Fatal("the table taken back is not the one built")
+	}
+	if FromBuilt(carried, 1, &tc) != nil {
+		t.Error("rows carried for table 0 taken for table 1")
+	}
+	bad := func(what string, f func(b *BuiltRows)) {
+		t.Helper()
+		b := carried[0]
+		b.Rows = slices.Clone(b.Rows)
+		f(&b)
+		if FromBuilt([]BuiltRows{b}, 0, &tc) != nil {
+			t.Errorf("%s: taken", what)
+		}
+	}
+	r := 2 * 1234
+	bad("a row's primary changed", func(b *BuiltRows) { b.Rows[r] = (b.Rows[r] + 1) % byte(len(tc.Backends)) })
+	bad("a row naming no backend", func(b *BuiltRows) { b.Rows[r] = byte(len(tc.Backends)) })
+	bad("rows cut short", func(b *BuiltRows) { b.Rows = b.Rows[:len(b.Rows)-2] })
+	bad("another digest", func(b *BuiltRows) { b.Digest = strings.Repeat("00", 32) })
+	bad("a digest that is not hex", func(b *BuiltRows) { b.Digest = "zz" })
+	other := tc
+	other.Backends = slices.Clone(tc.Backends)
+	other.Backends[0].State = StateDraining
+	if FromBuilt(carried, 0, &other) != nil {
+		t.Error("rows carried for a config taken for another")
+	}
+}

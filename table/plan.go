@@ -27,9 +27,13 @@ type Plan struct {
 	Director *DirectorPlan `json:"director_config,omitempty"`
 	// Ramps are the safe ways to a lowered weight that puts rows at risk
 	// in one step (FindRamp), and RampProblems why a table has none.
-	Ramps        []Ramp          `json:"ramps,omitempty"`
-	RampProblems []string        `json:"ramp_problems,omitempty"`
-	Config       json.RawMessage `json:"config,omitempty"`
+	Ramps        []Ramp   `json:"ramps,omitempty"`
+	RampProblems []string `json:"ramp_problems,omitempty"`
+	// Built are the tables this plan built, with their rows
+	// (CarryBuilt), so that applying it takes them rather than building
+	// them again (FromBuilt).
+	Built  []BuiltRows     `json:"built,omitempty"`
+	Config json.RawMessage `json:"config,omitempty"`
 	// ConfigGLB is the GLB binary exactly as reviewed (base64 in JSON),
 	// when the plan was made from one rather than from a JSON config.
 	ConfigGLB []byte `json:"config_glb,omitempty"`

@@ -55,10 +55,11 @@ func runApply(e *env, c *command, args []string) error {
 		return errors.New("apply: a plan carries its own director config (or none): give --director-config to 'director plan'")
 	}
 	input := data
+	var carried []table.BuiltRows
 	if plan != nil {
-		input = plan.Input()
+		input, carried = plan.Input(), plan.Built
 	}
-	src, err := buildForApply(e, pos[0], input, e.liveHealth)
+	src, err := buildForApply(e, pos[0], input, e.liveHealth, carried)
 	if err != nil {
 		return err
 	}

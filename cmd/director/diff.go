@@ -191,11 +191,19 @@ func factorString(f float64) string {
 
 func printDiff(w io.Writer, d *table.Diff) {
 	for i, td := range d.Tables {
-		if i > 0 && !(td.SameInputs && d.Tables[i-1].SameInputs) {
+		short := td.SameInputs || td.Brief
+		if i > 0 && !(short && (d.Tables[i-1].SameInputs || d.Tables[i-1].Brief)) {
 			fmt.Fprintln(w)
 		}
 		if td.SameInputs {
 			fmt.Fprintf(w, "table %s: unchanged (the same inputs on both sides: not built; --all shows it whole)\n", td.Name)
+			continue
+		}
+		if td.Brief {
+			fmt.Fprintf(w, "table %s: unchanged (fingerprint %s; --all shows it whole)\n", td.Name, table.ShortFingerprint(td.NewFingerprint))
+			for _, warn := range td.Warnings {
+				fmt.Fprintf(w, "  ! %s\n", warn)
+			}
 			continue
 		}
 		fmt.Fprintf(w, "table %s: %s\n", td.Name, td.Status)

@@ -17,12 +17,13 @@ import (
 
 var planCmd = &command{
 	uses: usesBPFFS | usesDirectorConfig,
-	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json] [--picture F.png|F.svg]",
+	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json] [--all] [--picture F.png|F.svg]",
 	summary: "Judge a change against what is live, and write it as a plan.",
 	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
 		"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
 		"apply' applies exactly as reviewed. --picture draws what the plan moves, as 'diff --picture' does,\n" +
-		"against what is live. Exit status 0: no change, 2: changes, 1: error.",
+		"against what is live. A table that does not change is shown in one line (its fingerprint), in the\n" +
+		"output and the plan file; --all shows it whole. Exit status 0: no change, 2: changes, 1: error.",
 	run: runPlan,
 }
 
@@ -31,6 +32,7 @@ func runPlan(e *env, c *command, args []string) error {
 	out := fs.String("o", "", "write the plan to `PLAN` (mode 0600: it holds the config's keys)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON (without the config)")
 	pic := fs.String("picture", "", "draw what the plan moves into `FILE` (.png or .svg)")
+	all := fs.Bool("all", false, "show every table whole, in the output and the plan file, also those unchanged")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -53,7 +55,13 @@ func runPlan(e *env, c *command, args []string) error {
 		return err
 	}
 	defer d.Close()
-	p, err := d.Plan(&loader.Proposal{Tables: src.Tables, Input: src.Data, Config: dc})
+	prop := &loader.Proposal{Tables: src.Tables, Input: src.Data, Config: dc}
+	var p *table.Plan
+	if e.live != nil {
+		p, err = d.PlanOn(*e.live, prop) // the state src took its unchanged tables from
+	} else {
+		p, err = d.Plan(prop)
+	}
 	if err != nil {
 		return err
 	}
@@ -77,19 +85,23 @@ func runPlan(e *env, c *command, args []string) error {
 			return err
 		}
 	}
+	if !*all {
+		p.Diff = p.Diff.Brief()
+	}
 	if *out != "" {
-		err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			return enc.Encode(p)
-		})
+		var base []*table.Table
+		if e.live != nil {
+			base = e.live.Tables
+		}
+		p.Built = table.CarryBuilt(src.Tables, base)
+		err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error { return writePlan(w, p) })
 		if err != nil {
 			return fmt.Errorf("plan: writing %s: %w", *out, err)
 		}
 	}
 	if *asJSON {
 		shown := *p
-		shown.Config, shown.ConfigGLB = nil, nil
+		shown.Config, shown.ConfigGLB, shown.Built = nil, nil, nil
 		if err := writeJSON(e.stdout, shown); err != nil {
 			return err
 		}
@@ -113,6 +125,10 @@ func runPlan(e *env, c *command, args []string) error {
 // them, for the tests that check what is not built again.
 var reused int
 
+// carriedTaken counts the tables apply took from a plan's rows, for the
+// tests.
+var carriedTaken int
+
 // healthSource gives the health of backends a config leaves to the
 // checks; nil where there is none to take it from.
 type healthSource func() (func(table, backend int, tc *table.TableConfig) bool, error)
@@ -126,7 +142,7 @@ func loadForApply(e *env, path string, health healthSource) (*config.Source, err
 	if err != nil {
 		return nil, err
 	}
-	return buildForApply(e, path, data, health)
+	return buildForApply(e, path, data, health, nil)
 }
 
 // buildForApply is loadForApply of data read from path (or a plan). With
@@ -134,7 +150,10 @@ func loadForApply(e *env, path string, health healthSource) (*config.Source, err
 // into, by its registry digest checked against its rows
 // (table.Table.BuiltFrom), is taken as it is: only what the config changes
 // is built.
-func buildForApply(e *env, path string, data []byte, health healthSource) (*config.Source, error) {
+//
+// carried are the tables a plan built, with their rows (table.FromBuilt):
+// a table not live is taken from them when they check out, not built.
+func buildForApply(e *env, path string, data []byte, health healthSource, carried []table.BuiltRows) (*config.Source, error) {
 	var src *config.Source
 	var err error
 	if health == nil {
@@ -142,12 +161,24 @@ func buildForApply(e *env, path string, data []byte, health healthSource) (*conf
 	} else {
 		var filled bool
 		var live []*table.Table
+		// The live tables are read while the config is parsed: the
+		// callbacks below wait for them, and nothing else touches e
+		// meanwhile.
+		ready := make(chan struct{})
+		wait := func() { <-ready }
+		defer wait()
 		if !table.IsGLBBinary(data) {
-			if _, lerr := health(); lerr == nil && e.live != nil {
-				live = e.live.Tables
-			}
+			go func() {
+				defer close(ready)
+				if _, lerr := health(); lerr == nil && e.live != nil {
+					live = e.live.Tables
+				}
+			}()
+		} else {
+			close(ready)
 		}
 		src, filled, err = config.ParseSourceReusing(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
+			wait()
 			h, herr := health()
 			if herr != nil {
 				err = herr
@@ -155,8 +186,13 @@ func buildForApply(e *env, path string, data []byte, health healthSource) (*conf
 			}
 			return h(i, j, tc)
 		}, func(i int, tc *table.TableConfig) *table.Table {
+			wait()
 			if t := table.Replaced(live, tc, i); t != nil && t.BuiltFrom(tc) {
 				reused++
+				return t
+			}
+			if t := table.FromBuilt(carried, i, tc); t != nil {
+				carriedTaken++
 				return t
 			}
 			return nil
@@ -220,6 +256,27 @@ func printPlan(e *env, p *table.Plan) {
 	for _, pr := range p.RampProblems {
 		fmt.Fprintf(e.stdout, "\nno ramp: %s\n", pr)
 	}
+}
+
+// writePlan writes p as indented JSON with its config as it was read, not
+// indented again: encoding/json would compact and re-indent the 1.2 MB of
+// a config of 32 tables of 256 backends, a third of writing such a plan.
+// The config is JSON that parsed as a config, so it is a valid value.
+func writePlan(w io.Writer, p *table.Plan) error {
+	q := *p
+	q.Config = nil
+	b, err := json.MarshalIndent(&q, "", "  ")
+	if err != nil {
+		return err
+	}
+	if len(p.Config) > 0 {
+		b = bytes.TrimSuffix(b, []byte("\n}"))
+		b = append(b, ",\n  \"config\": "...)
+		b = append(b, bytes.TrimSpace(p.Config)...)
+		b = append(b, "\n}"...)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 // rampLine lists a ramp's weights, the middle elided when there are many.

@@ -90,10 +90,10 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 	if reused != 2 {
 		t.Fatalf("plan took %d live tables, want 2 (web, dns)", reused)
 	}
-	reused = 0
+	reused, carriedTaken = 0, 0
 	mustRun(t, 0, append(b, "apply", plan)...)
-	if reused != 2 {
-		t.Fatalf("apply of the plan took %d live tables, want 2", reused)
+	if reused != 2 || carriedTaken != 1 {
+		t.Fatalf("apply of the plan took %d live tables (want 2) and %d the plan built (want 1, git)", reused, carriedTaken)
 	}
 	want := full(c)
 	if got := liveFPs(); got["git"] != want["git"] || got["web"] != want["web"] || got["dns"] != want["dns"] {
@@ -142,6 +142,64 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 		t.Fatalf("after the tampered registry: live %v, a full build %v", got, want2)
 	}
 	mustRun(t, 0, append(b, "unload")...)
+}
+
+// TestApplyRebuildsAPlansTamperedRows: rows a plan carries that do not
+// check out against its config (one row's primary changed in the file)
+// are not taken: apply builds the table from the config, and what is live
+// afterwards is what a full build makes.
+func TestApplyRebuildsAPlansTamperedRows(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	b := []string{"--bpffs", dir}
+	mustRun(t, 0, append(b, "load")...)
+	defer mustRun(t, 0, append(b, "unload")...)
+	mustRun(t, 0, append(b, "apply", cfgDir+"medium.json", "--yes", "--director-config", cfgDir+"director.conf")...)
+	path, c := drainedCopy(t, 2, 0)
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	mustRun(t, 2, append(b, "plan", path, "-o", plan)...)
+	data, err := os.ReadFile(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var built []table.BuiltRows
+	if err := json.Unmarshal(doc["built"], &built); err != nil || len(built) != 1 {
+		t.Fatalf("the plan carries %d built tables (want 1, git): %v", len(built), err)
+	}
+	r := 2 * 777
+	built[0].Rows[r] = (built[0].Rows[r] + 1) % byte(len(c.Tables[2].Backends))
+	doc["built"], _ = json.Marshal(built)
+	out, _ := json.Marshal(doc)
+	if err := os.WriteFile(plan, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reused, carriedTaken = 0, 0
+	mustRun(t, 0, append(b, "apply", plan)...)
+	if carriedTaken != 0 || reused != 2 {
+		t.Fatalf("apply took %d tables from the tampered plan (want 0) and %d live (want 2)", carriedTaken, reused)
+	}
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	live, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, lt := range live {
+		if table.Fingerprint(lt.Table) != table.Fingerprint(tabs[i]) {
+			t.Errorf("live %s is not what a full build makes", lt.Table.Name)
+		}
+	}
 }
 
 // TestDiffReusesTheOtherSide: diff builds OLD, and of NEW only the tables
@@ -209,5 +267,52 @@ func TestDiffLeavesSameInputsUnbuilt(t *testing.T) {
 	text, _, _ := runCmd("diff", cfgDir+"medium.json", path)
 	if want := "unchanged (the same inputs on both sides: not built; --all shows it whole)"; strings.Count(text, want) != 2 {
 		t.Errorf("diff's text lacks two one-line unchanged tables:\n%s", text)
+	}
+}
+
+// TestPlanShowsUnchangedTablesInOneLine: a plan gives a table it does not
+// change one line, in its output and its file; --all shows it whole in
+// both. The changed table is shown whole either way.
+func TestPlanShowsUnchangedTablesInOneLine(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	b := []string{"--bpffs", dir}
+	mustRun(t, 0, append(b, "load")...)
+	defer mustRun(t, 0, append(b, "unload")...)
+	mustRun(t, 0, append(b, "apply", cfgDir+"medium.json", "--yes", "--director-config", cfgDir+"director.conf")...)
+	path, _ := drainedCopy(t, 2, 0)
+	tmp := t.TempDir()
+	for _, all := range []bool{false, true} {
+		file := filepath.Join(tmp, fmt.Sprint("plan-", all, ".json"))
+		args := append(b, "plan", path, "-o", file)
+		if all {
+			args = append(args, "--all")
+		}
+		out := mustRun(t, 2, args...)
+		web := out[strings.Index(out, "table web:"):]
+		web = web[:strings.Index(web, "\ntable ")]
+		short := strings.Contains(web, "table web: unchanged (fingerprint ") && !strings.Contains(web, "primary share")
+		if short == all {
+			t.Errorf("--all %v: web shown\n%s", all, web)
+		}
+		if git := out[strings.Index(out, "table git:"):]; !strings.Contains(git, "primary share") {
+			t.Errorf("--all %v: the changed table is not shown whole:\n%s", all, git)
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p table.Plan
+		if err := json.Unmarshal(data, &p); err != nil {
+			t.Fatal(err)
+		}
+		for _, td := range p.Diff.Tables {
+			if brief := td.Name != "git"; td.Brief != (brief && !all) || (td.Brief && len(td.Backends) > 0) {
+				t.Errorf("--all %v: the plan file's %s: brief %v with %d backends", all, td.Name, td.Brief, len(td.Backends))
+			}
+		}
+		if !json.Valid(p.Config) {
+			t.Errorf("--all %v: the plan's config is not kept", all)
+		}
 	}
 }

@@ -70,12 +70,18 @@ func ParseSourceReusing(path string, data []byte, lim table.Limit, health func(t
 		if err != nil {
 			return nil, false, InFile(path, err)
 		}
-		if c.Checked() {
-			if data, err = FillHealth(data, func(i, j int) bool { return health(i, j, &c.Tables[i]) }); err != nil {
+		if !c.Checked() {
+			// Parsed once: the config as it is is the one built.
+			if err := oneShot(c); err != nil {
 				return nil, false, InFile(path, err)
 			}
-			filled = true
+			s, err = BuildSource(path, data, c, reuse)
+			return s, false, err
 		}
+		if data, err = FillHealth(data, func(i, j int) bool { return health(i, j, &c.Tables[i]) }); err != nil {
+			return nil, false, InFile(path, err)
+		}
+		filled = true
 	}
 	s, err = parseSource(path, data, lim, reuse)
 	return s, filled, err
