@@ -1,9 +1,11 @@
 package loader
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
+	"unsafe"
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/table"
@@ -169,10 +171,11 @@ func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
 			return false
 		}
 	}
-	for r := range t.Rows {
-		if o.Rows[r] != t.Rows[r] {
-			return false
-		}
-	}
-	return true
+	return len(o.Rows) == len(t.Rows) && (len(t.Rows) == 0 || bytes.Equal(rowBytes(o.Rows), rowBytes(t.Rows)))
+}
+
+// rowBytes is rows' memory, compared in one memequal (table.Row is two
+// uint32s, no padding).
+func rowBytes(rows []table.Row) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), len(rows)*int(unsafe.Sizeof(rows[0])))
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -163,7 +164,7 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 		d.cache.knownMu.Lock()
 		c, ok := d.cache.read[slot]
 		d.cache.knownMu.Unlock()
-		if ok && c.digest == reg.Digest && *c.raw == *dt {
+		if ok && c.digest == reg.Digest && bytes.Equal(rawBytes(c.raw), rawBytes(dt)) {
 			lt := c.lt
 			return &lt, nil
 		}
@@ -726,4 +727,11 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		return fmt.Errorf("switching to the new binds: %w", err)
 	}
 	return nil
+}
+
+// rawBytes is the memory of *p, for comparing kernel values byte for byte:
+// one memequal over 160 KB rather than Go's == field by field (bpf2go's
+// structs have blank padding fields, which == skips by walking the rest).
+func rawBytes[T any](p *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
 }

@@ -3,6 +3,7 @@ package table
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // Diff is what changes between two sets of tables: the review an operator
@@ -232,9 +233,32 @@ func compareTable(name string, i, j int, o, n *Table) TableDiff {
 		td.Rows.Minimal = true
 		return td
 	}
-	if o != nil && o == n {
-		return diffOfOne(td, o)
+	if o != nil && n != nil && (o == n || sameTables(o, n)) {
+		return diffOfOne(td, n)
 	}
+	return compareGeneral(td, o, n)
+}
+
+// sameTables reports whether o and n are one table in two copies (a live
+// table read back, and the build that wrote it): the same rows (by
+// fingerprint, which hashes the key and every row's hops), backends with
+// everything about them, binds and balance factor. Fingerprints are
+// computed once a table, and built and live tables have theirs already.
+func sameTables(o, n *Table) bool {
+	if o.Unbuilt || n.Unbuilt || o.HashKey != n.HashKey || o.Balance != n.Balance || o.NoGoodRows != n.NoGoodRows ||
+		len(o.Backends) != len(n.Backends) || !slices.Equal(o.Binds, n.Binds) {
+		return false
+	}
+	for i := range o.Backends {
+		if !sameBackend(o.Backends[i], n.Backends[i]) {
+			return false
+		}
+	}
+	return Fingerprint(o) == Fingerprint(n)
+}
+
+// compareGeneral is compareTable of two tables that may differ.
+func compareGeneral(td TableDiff, o, n *Table) TableDiff {
 	if o != nil {
 		td.OldFingerprint = Fingerprint(o)
 		td.OldDomains = Domains(o)

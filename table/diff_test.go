@@ -200,8 +200,8 @@ func TestVerdictStateChangesNotHealth(t *testing.T) {
 }
 
 // TestSameTableIsTheGeneralPath checks compareTable's shortcut for one
-// table on both sides against the general comparison of two equal tables
-// (a copy), for tables with draining, unhealthy and weighted backends,
+// table on both sides, or two copies of it, against the general
+// comparison of the two copies, for tables with draining, unhealthy and weighted backends,
 // failure domains and a balance factor.
 func TestSameTableIsTheGeneralPath(t *testing.T) {
 	c, _ := parseConfig([]byte(glbCompatConfig))
@@ -228,13 +228,31 @@ func TestSameTableIsTheGeneralPath(t *testing.T) {
 	tcs = append(tcs, wide, balanced)
 	for _, tc := range tcs {
 		tab, cp := buildCfg(t, &tc), buildCfg(t, &tc) // equal, and two
+		if !sameTables(tab, cp) {
+			t.Fatalf("%s: two builds of one config are not the same table", tc.Name)
+		}
+		td := TableDiff{Name: tc.Name, BindsAdded: []string{}, BindsRemoved: []string{}, Warnings: []string{}}
+		td.Rows.Total = Rows
 		got := compareTable(tc.Name, 0, 0, tab, tab)
-		want := compareTable(tc.Name, 0, 0, tab, cp)
+		if other := compareTable(tc.Name, 0, 0, tab, cp); !reflect.DeepEqual(got, other) {
+			t.Errorf("%s: one table and its copy compare unlike", tc.Name)
+		}
+		want := compareGeneral(td, tab, cp)
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the shortcut gives\n%+v\nthe general path\n%+v", tc.Name, got, want)
 		}
 		if got.Status != StatusUnchanged {
 			t.Errorf("%s: %s", tc.Name, got.Status)
+		}
+		drained := tc
+		drained.Backends = slices.Clone(tc.Backends)
+		drained.Backends[0].State = StateDraining
+		reseeded := tc
+		reseeded.Seed[0]++
+		for what, other := range map[string]*TableConfig{"a backend drained": &drained, "another seed": &reseeded} {
+			if sameTables(tab, buildCfg(t, other)) {
+				t.Errorf("%s: %s is taken for the same table", tc.Name, what)
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"sort"
@@ -375,14 +376,22 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 			continue
 		}
 		seen[lt] = true
-		old := map[string]table.Backend{}
+		if lt == t || sameStates(lt.Backends, t.Backends) {
+			// No backend came, went or changed: the usual table of an
+			// edit, told in one comparison.
+			if !slices.Equal(lt.Binds, t.Binds) {
+				out = append(out, fmt.Sprintf("%s: binds changed (config edit)", name))
+			}
+			continue
+		}
+		old := map[netip.Addr]table.Backend{}
 		for _, b := range lt.Backends {
-			old[b.IP.String()] = b
+			old[b.IP] = b
 		}
 		for k, b := range t.Backends {
 			b.Checked = tc.Backends[k].Checked
-			o, ok := old[b.IP.String()]
-			delete(old, b.IP.String())
+			o, ok := old[b.IP]
+			delete(old, b.IP)
 			switch {
 			case !ok:
 				out = append(out, fmt.Sprintf("%s/%s: added, %s, %s (config edit)", name, b.IP, b.State, upDown(b.Healthy)))
@@ -396,7 +405,7 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 		}
 		var gone []string
 		for ip := range old {
-			gone = append(gone, ip)
+			gone = append(gone, ip.String())
 		}
 		sort.Strings(gone)
 		for _, ip := range gone {
@@ -456,4 +465,18 @@ func (s *service) failStaticWhy(name string) string {
 		}
 	})
 	return failStaticWhy(s.checks.results(backends))
+}
+
+// sameStates reports whether a and b list the same backends in the same
+// order with the same state, health and weight: what changes reports.
+func sameStates(a, b []table.Backend) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].IP != b[i].IP || a[i].State != b[i].State || a[i].Healthy != b[i].Healthy || a[i].W() != b[i].W() {
+			return false
+		}
+	}
+	return true
 }
