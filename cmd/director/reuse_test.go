@@ -40,6 +40,20 @@ func drainedCopy(t *testing.T, i, k int) (string, *table.Config) {
 	return path, c
 }
 
+// servingMedium loads a director serving medium.json into a directory of
+// its own, unloaded when the test ends, and returns the directory and
+// the --bpffs flag naming it.
+func servingMedium(t *testing.T) (string, []string) {
+	t.Helper()
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	b := []string{"--bpffs", dir}
+	mustRun(t, 0, append(b, "load")...)
+	t.Cleanup(func() { mustRun(t, 0, append(b, "unload")...) })
+	mustRun(t, 0, append(b, "apply", cfgDir+"medium.json", "--yes", "--director-config", cfgDir+"director.conf")...)
+	return dir, b
+}
+
 // TestPlanAndApplyReuseLiveTables: plan and apply build only the tables a
 // config changes; the others are the live ones, taken by their registry
 // digest checked against their rows, and the result is what a full build
@@ -47,11 +61,7 @@ func drainedCopy(t *testing.T, i, k int) (string, *table.Config) {
 // does not make apply skip the table it lies about: it is built, written
 // and read back.
 func TestPlanAndApplyReuseLiveTables(t *testing.T) {
-	testenv.Kernel(t)
-	dir := bpffsDir(t)
-	b := []string{"--bpffs", dir}
-	mustRun(t, 0, append(b, "load")...)
-	mustRun(t, 0, append(b, "apply", cfgDir+"medium.json", "--yes", "--director-config", cfgDir+"director.conf")...)
+	dir, b := servingMedium(t)
 	liveFPs := func() map[string]string {
 		t.Helper()
 		d, err := loader.Open(dir)
@@ -141,7 +151,6 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 	if got := liveFPs(); got["web"] != want2["web"] || got["git"] != want2["git"] || got["dns"] != want2["dns"] {
 		t.Fatalf("after the tampered registry: live %v, a full build %v", got, want2)
 	}
-	mustRun(t, 0, append(b, "unload")...)
 }
 
 // TestApplyRebuildsAPlansTamperedRows: rows a plan carries that do not
@@ -149,12 +158,7 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 // are not taken: apply builds the table from the config, and what is live
 // afterwards is what a full build makes.
 func TestApplyRebuildsAPlansTamperedRows(t *testing.T) {
-	testenv.Kernel(t)
-	dir := bpffsDir(t)
-	b := []string{"--bpffs", dir}
-	mustRun(t, 0, append(b, "load")...)
-	defer mustRun(t, 0, append(b, "unload")...)
-	mustRun(t, 0, append(b, "apply", cfgDir+"medium.json", "--yes", "--director-config", cfgDir+"director.conf")...)
+	dir, b := servingMedium(t)
 	path, c := drainedCopy(t, 2, 0)
 	plan := filepath.Join(t.TempDir(), "plan.json")
 	mustRun(t, 2, append(b, "plan", path, "-o", plan)...)
@@ -274,12 +278,7 @@ func TestDiffLeavesSameInputsUnbuilt(t *testing.T) {
 // change one line, in its output and its file; --all shows it whole in
 // both. The changed table is shown whole either way.
 func TestPlanShowsUnchangedTablesInOneLine(t *testing.T) {
-	testenv.Kernel(t)
-	dir := bpffsDir(t)
-	b := []string{"--bpffs", dir}
-	mustRun(t, 0, append(b, "load")...)
-	defer mustRun(t, 0, append(b, "unload")...)
-	mustRun(t, 0, append(b, "apply", cfgDir+"medium.json", "--yes", "--director-config", cfgDir+"director.conf")...)
+	_, b := servingMedium(t)
 	path, _ := drainedCopy(t, 2, 0)
 	tmp := t.TempDir()
 	for _, all := range []bool{false, true} {
