@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,42 @@ func servingMedium(t *testing.T) (string, []string) {
 	return dir, b
 }
 
+// liveRowFingerprints are the fingerprints of the tables live in dir, by
+// name, computed from the rows read from the kernel (liveFingerprints,
+// through status, may give what the registry claims).
+func liveRowFingerprints(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	live, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, lt := range live {
+		out[lt.Table.Name] = table.Fingerprint(lt.Table)
+	}
+	return out
+}
+
+// builtFingerprints are the fingerprints of c's tables built in full, by
+// name.
+func builtFingerprints(t *testing.T, c *table.Config) map[string]string {
+	t.Helper()
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, tb := range tabs {
+		out[tb.Name] = table.Fingerprint(tb)
+	}
+	return out
+}
+
 // TestPlanAndApplyReuseLiveTables: plan and apply build only the tables a
 // config changes; the others are the live ones, taken by their registry
 // digest checked against their rows, and the result is what a full build
@@ -62,35 +99,8 @@ func servingMedium(t *testing.T) (string, []string) {
 // and read back.
 func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 	dir, b := servingMedium(t)
-	liveFPs := func() map[string]string {
-		t.Helper()
-		d, err := loader.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		live, err := d.Live()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for _, lt := range live {
-			out[lt.Table.Name] = table.Fingerprint(lt.Table)
-		}
-		return out
-	}
-	full := func(c *table.Config) map[string]string {
-		t.Helper()
-		tabs, err := table.BuildAll(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for _, tb := range tabs {
-			out[tb.Name] = table.Fingerprint(tb)
-		}
-		return out
-	}
+	liveFPs := func() map[string]string { return liveRowFingerprints(t, dir) }
+	full := func(c *table.Config) map[string]string { return builtFingerprints(t, c) }
 
 	// One backend of "git" drained: web and dns are taken as they are.
 	path, c := drainedCopy(t, 2, 0)
@@ -186,23 +196,8 @@ func TestApplyRebuildsAPlansTamperedRows(t *testing.T) {
 	if carriedTaken != 0 || reused != 2 {
 		t.Fatalf("apply took %d tables from the tampered plan (want 0) and %d live (want 2)", carriedTaken, reused)
 	}
-	tabs, err := table.BuildAll(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := loader.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	live, err := d.Live()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, lt := range live {
-		if table.Fingerprint(lt.Table) != table.Fingerprint(tabs[i]) {
-			t.Errorf("live %s is not what a full build makes", lt.Table.Name)
-		}
+	if got, want := liveRowFingerprints(t, dir), builtFingerprints(t, c); !maps.Equal(got, want) {
+		t.Errorf("live %v is not what a full build makes, %v", got, want)
 	}
 }
 
