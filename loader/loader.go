@@ -7,8 +7,11 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -324,25 +327,116 @@ func Open(dir string) (*Director, error) {
 }
 
 // Unload detaches every interface and removes every pin in dir. Unloading
-// what is not loaded is not an error.
+// what is not loaded is not an error. It removes only what this project
+// pins: a directory not on a bpffs, or holding anything else (a mistyped
+// --bpffs), is refused with nothing removed or detached.
 func Unload(dir string) error {
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+	st, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
+	} else if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory, so not a director's pins: nothing removed (check --bpffs)", dir)
+	}
+	if !isBPFFS(dir) {
+		return fmt.Errorf("%s is not on a bpf filesystem, so not a director's pins: nothing removed (check --bpffs)", dir)
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return err
 	}
-	links, _ := os.ReadDir(filepath.Join(dir, pinLinks))
-	for _, l := range links {
-		if err := detachPinned(filepath.Join(dir, pinLinks, l.Name())); err != nil {
-			unlock()
+	defer unlock()
+	ours, err := ownPins(dir)
+	if err != nil {
+		return err
+	}
+	for _, l := range ours.links {
+		if err := detachPinned(l); err != nil {
 			return err
 		}
 	}
-	unlock()
+	for _, p := range ours.files {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", p, err)
+		}
+	}
+	for _, d := range ours.dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", d, err)
+		}
+	}
 	dropCache(dir)
-	return os.RemoveAll(dir)
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// pinSet is what a pin directory holds of this project's: link pins,
+// other pins, and directories (innermost first), as paths.
+type pinSet struct{ links, files, dirs []string }
+
+// ownPins lists dir's pins, or refuses dir, naming what in it this project
+// never pins: Unload removes exactly this list.
+func ownPins(dir string) (pinSet, error) {
+	var s pinSet
+	known := map[string]bool{pinProgram: true}
+	for _, n := range append(slices.Clone(pinnedMaps), mapNames[bpf.BackendPinned]()...) {
+		known[n] = true
+	}
+	// Interrupted replacements leave these beside a pin (bpffs forbids dots).
+	for n := range maps.Clone(known) {
+		known[n+"_new"], known[n+"_repair"] = true, true
+	}
+	var foreign []string
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return s, err
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		switch {
+		case e.Name() == pinLinks && e.IsDir():
+			links, err := os.ReadDir(p)
+			if err != nil {
+				return s, err
+			}
+			for _, l := range links {
+				if l.IsDir() {
+					foreign = append(foreign, filepath.Join(pinLinks, l.Name())+"/")
+				} else {
+					s.links = append(s.links, filepath.Join(p, l.Name()))
+				}
+			}
+			s.dirs = append(s.dirs, p)
+		case e.Name() == pinRunLock && e.IsDir():
+			if inner, _ := os.ReadDir(p); len(inner) > 0 {
+				foreign = append(foreign, pinRunLock+"/"+inner[0].Name())
+			}
+			s.dirs = append(s.dirs, p)
+		case known[e.Name()] && e.Type().IsRegular():
+			s.files = append(s.files, p)
+		default:
+			name := e.Name()
+			if e.IsDir() {
+				name += "/"
+			}
+			foreign = append(foreign, name)
+		}
+	}
+	if len(foreign) > 0 {
+		if len(foreign) > 5 {
+			foreign = append(foreign[:5], fmt.Sprintf("and %d more", len(foreign)-5))
+		}
+		return s, fmt.Errorf("%s holds what director never pins (%s): not a director's pin directory, nothing removed (check --bpffs)",
+			dir, strings.Join(foreign, ", "))
+	}
+	if len(s.links)+len(s.files)+len(s.dirs) == 0 {
+		return s, fmt.Errorf("%s holds no director pins: nothing removed (check --bpffs)", dir)
+	}
+	return s, nil
 }
 
 // Private loads a private instance (nothing pinned, never attached) that

@@ -19,7 +19,12 @@ func TestRunLockIsThePins(t *testing.T) {
 	base := testDir(t)
 	a := filepath.Join(base, "a", "b")
 	b := base + "-a-b"
-	t.Cleanup(func() { Unload(b) })
+	t.Cleanup(func() {
+		Unload(b)
+		Unload(a) // inside base, which Unload refuses while it holds a/
+		os.Remove(filepath.Dir(a))
+		os.Remove(base) // which held only a/: no pins of its own
+	})
 	if err := os.MkdirAll(filepath.Dir(a), 0o700); err != nil {
 		t.Fatal(err)
 	}

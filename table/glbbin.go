@@ -356,7 +356,11 @@ func getAddr(e []byte) (netip.Addr, error) {
 	case glbFamilyIPv4:
 		return netip.AddrFrom4([4]byte(e[4:8])), nil
 	case glbFamilyIPv6:
-		return netip.AddrFrom16([16]byte(e[4:20])), nil
+		a := netip.AddrFrom16([16]byte(e[4:20]))
+		if a.Is4In6() {
+			return netip.Addr{}, fmt.Errorf("%s is an IPv4-mapped IPv6 address: GLB's table gives IPv4 as family %d", a, glbFamilyIPv4)
+		}
+		return a, nil
 	default:
 		return netip.Addr{}, fmt.Errorf("address family %d unknown", f)
 	}

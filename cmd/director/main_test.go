@@ -489,3 +489,22 @@ func TestLoadWithoutRootSaysWhatItNeeds(t *testing.T) {
 		t.Errorf("a failed load left %s behind", dir)
 	}
 }
+
+// TestUnloadOfAMistypedPathRemovesNothing: both unloads refuse a directory
+// that is not a director's pins, exit non-zero and never say "unloaded".
+func TestUnloadOfAMistypedPathRemovesNothing(t *testing.T) {
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(keep, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"unload", "--bpffs", dir}, {"backend", "unload", "--bpffs", dir}} {
+		out, errOut, code := runCmd(args...)
+		if code == 0 || strings.Contains(out, "unloaded") || !strings.Contains(errOut, "not on a bpf filesystem") {
+			t.Errorf("%v: code %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+		if _, err := os.Stat(keep); err != nil {
+			t.Fatalf("%v removed %s: %v", args, keep, err)
+		}
+	}
+}

@@ -344,6 +344,9 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	if err != nil || addr.Zone() != "" {
 		return netip.Prefix{}, errors.New("is not an IP address or CIDR prefix")
 	}
+	if addr.Is4In6() { // no IPv4 packet carries it: the bind would match nothing
+		return netip.Prefix{}, fmt.Errorf("is an IPv4-mapped IPv6 address: write it as %s", addr.Unmap())
+	}
 	bits := addr.BitLen()
 	if hasBits {
 		n, err := strconv.Atoi(bitsPart)
@@ -379,8 +382,14 @@ func (p *parser) backend(path string, v *jsonValue) (table.Backend, bool) {
 	before := len(p.errs)
 	if ipv := p.required(path, v, "ip", jsonString); ipv != nil {
 		addr, err := netip.ParseAddr(ipv.str)
-		if err != nil || addr.Zone() != "" {
+		switch {
+		case err != nil || addr.Zone() != "":
 			p.fail(path+".ip", "%s is not an IP address", ipv.brief())
+		case addr.Is4In6():
+			// The datapath would send it GUE over IPv6 to an address no
+			// host answers on, while checks (made to the IPv4 address)
+			// pass.
+			p.fail(path+".ip", "%s is an IPv4-mapped IPv6 address: write it as %s", ipv.brief(), addr.Unmap())
 		}
 		b.IP = addr
 	}
