@@ -299,15 +299,8 @@ func OpenBackend(dir string) (*Backend, error) {
 		}
 		return nil, privilegeError("reading the backend's pins in "+dir, err)
 	}
-	if b.maps.BeCfg, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeCfg), nil); err == nil {
-		b.maps.BeStats, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeStats), nil)
-	}
-	if err == nil {
-		b.maps.BeLocal, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal), nil)
-	}
-	if err == nil {
-		b.maps.BeLocal6, err = ebpf.LoadPinnedMap(filepath.Join(dir, bpf.BackendMapBeLocal6), nil)
-	}
+	// Pins from before live capture have no capture maps; Capture says so.
+	err = openPinned(dir, &b.maps, "capture", bpf.BackendMapCaptureEvents, bpf.BackendMapCaptureCpu)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("opening the backend's pinned maps: %w", err)

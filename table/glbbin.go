@@ -127,8 +127,15 @@ func WriteGLBFile(path string, tables []*Table) error {
 	return WriteFileAtomic(path, 0o600, func(w io.Writer) error { return WriteGLB(w, tables) })
 }
 
-// WriteFileAtomic writes path through a temporary file and a rename.
+// WriteFileAtomic writes path through a temporary file and a rename. It
+// refuses a path that is a symbolic link or not a regular file: renaming
+// over a link would replace it rather than write where it points, and
+// writing through one, as root, where another user may place links, would
+// write wherever that user chose.
 func WriteFileAtomic(path string, mode os.FileMode, write func(io.Writer) error) (err error) {
+	if err := CheckReplaceable(path); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -152,6 +159,24 @@ func WriteFileAtomic(path string, mode os.FileMode, write func(io.Writer) error)
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// CheckReplaceable refuses a path to write a new file at that is a
+// symbolic link or something other than a regular file (WriteFileAtomic).
+func CheckReplaceable(path string) error {
+	st, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case st.Mode()&os.ModeSymlink != 0:
+		to, _ := os.Readlink(path)
+		return fmt.Errorf("%s is a symbolic link (to %s): give the path of the file itself", path, to)
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%s exists and is not a regular file (%s)", path, st.Mode().Type())
+	}
+	return nil
 }
 
 // ReadGLB parses a GLB binary table file of at most MaxTables tables,

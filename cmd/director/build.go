@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"sync"
 
@@ -22,7 +23,7 @@ const buildGCPercent = 400
 
 func runBuild(e *env, c *command, args []string) error {
 	fs := e.flags(c)
-	out := fs.String("o", "", "output `FILE`, written atomically (temporary file and rename)")
+	out := fs.String("o", "", "output `FILE`, written atomically (temporary file and rename); - for stdout")
 	format := fs.String("format", "glb", "output `FORMAT`: glb (GLB's binary table format v2)")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
@@ -54,14 +55,15 @@ func runBuild(e *env, c *command, args []string) error {
 	for _, t := range src.Tables {
 		fps.Go(func() { table.Fingerprint(t) })
 	}
-	err = table.WriteGLBFile(*out, src.Tables)
+	err = e.writeOutput(*out, 0o600, func(w io.Writer) error { return table.WriteGLB(w, src.Tables) })
 	fps.Wait()
 	if err != nil {
-		return fmt.Errorf("build: writing %s: %w", *out, err)
+		return fmt.Errorf("build: writing %s: %w", wrote(*out), err)
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: %d tables\n", *out, len(src.Tables))
+	r := e.reportTo(*out)
+	fmt.Fprintf(r.stdout, "wrote %s: %d tables\n", wrote(*out), len(src.Tables))
 	for i, t := range src.Tables {
-		fmt.Fprintf(e.stdout, "  %s  fingerprint %s\n", tableLabel(t, i), table.ShortFingerprint(table.Fingerprint(t)))
+		fmt.Fprintf(r.stdout, "  %s  fingerprint %s\n", tableLabel(t, i), table.ShortFingerprint(table.Fingerprint(t)))
 	}
 	return nil
 }

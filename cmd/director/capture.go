@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/director/director/internal/pcapfilter"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/loader"
+	"github.com/director/director/table"
 )
 
 var captureCmd = &command{
@@ -296,12 +298,8 @@ func captureOutput(e *env, path string, snaplen int, ifaces map[int]string) (fun
 	var w io.Writer = e.stdout
 	closeFile := func() error { return nil }
 	if path != "-" {
-		file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		file, err := newOwnFile(path)
 		if err != nil {
-			return nil, nil, fmt.Errorf("capture: %w", err)
-		}
-		if err := file.Chmod(0o600); err != nil { // an existing file keeps its mode otherwise
-			file.Close()
 			return nil, nil, fmt.Errorf("capture: %w", err)
 		}
 		w, closeFile = file, file.Close
@@ -331,4 +329,25 @@ func captureOutput(e *env, path string, snaplen int, ifaces map[int]string) (fun
 		return nil, nil, fmt.Errorf("capture: %w", err)
 	}
 	return func(r loader.CaptureRecord, _ string) error { return pw.WritePacket(info(r), r.Frame) }, closeFile, nil
+}
+
+// newOwnFile is a new, empty file of this user's, mode 0600, at path
+// (packets are private): made aside and renamed into place, so that a file
+// there before, whoever's it was and whatever its mode, is replaced rather
+// than written into, and a symbolic link there is refused rather than
+// followed or replaced (table.CheckReplaceable).
+func newOwnFile(path string) (*os.File, error) {
+	if err := table.CheckReplaceable(path); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
 }

@@ -121,15 +121,26 @@ func TestCaptureCommand(t *testing.T) {
 
 		// pcap, with an expression: only the GUE packets.
 		file := filepath.Join(tmp, "gue.pcap")
-		os.WriteFile(file, nil, 0o644) // an existing file takes the capture's mode
+		// Another user's file there is replaced by one of this user's, mode
+		// 0600: the capture is never written into a file someone else can read.
+		os.WriteFile(file, []byte("theirs"), 0o644)
+		os.Chown(file, 65534, 65534)
+		link := filepath.Join(tmp, "link.pcap")
+		os.Symlink(filepath.Join(tmp, "target"), link)
+		if _, errOut, code := runCmd(append(b, "capture", "-c", "1", "-w", link)...); code != 1 || !strings.Contains(errOut, "is a symbolic link") {
+			return fmt.Errorf("capture -w to a symbolic link: exit %d: %s", code, errOut)
+		}
+		if _, err := os.Lstat(filepath.Join(tmp, "target")); !os.IsNotExist(err) {
+			return fmt.Errorf("capture -w followed a symbolic link: %v", err)
+		}
 		stop = sending()
 		_, errOut, code = runCmd(append(b, "capture", "-c", "3", "-w", file, "udp", "dst", "port", "19523")...)
 		stop()
 		if code != 0 {
 			return fmt.Errorf("capture -w: exit %d: %s", code, errOut)
 		}
-		if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
-			return fmt.Errorf("capture file mode %v, %v", st.Mode(), err)
+		if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+			return fmt.Errorf("capture file mode %v, owner %d, %v", st.Mode(), st.Sys().(*syscall.Stat_t).Uid, err)
 		}
 		rd, err := capture.Open(file)
 		if err != nil {
@@ -209,5 +220,48 @@ func TestCaptureCommand(t *testing.T) {
 	cmd.Run()
 	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "needs root, or CAP_BPF") {
 		t.Fatalf("capture without capabilities: exit %d: %s", cmd.ProcessState.ExitCode(), stderr.String())
+	}
+}
+
+// TestBackendCaptureCommand: backend capture shows the backend program's
+// frames (it once opened no capture maps, and panicked).
+func TestBackendCaptureCommand(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t) + "-backend"
+	t.Cleanup(func() { loader.Unload(dir) })
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("bc0", "bc1"); err != nil {
+			return err
+		}
+		b := []string{"backend", "--backend-bpffs", dir}
+		if out, errOut, code := runCmd(append(b, "attach", "bc0", "--self", "192.0.2.9", "--mode", "generic")...); code != 0 {
+			return fmt.Errorf("attach: %s%s", out, errOut)
+		}
+		sock, err := lab.Listen("bc1")
+		if err != nil {
+			return err
+		}
+		defer sock.Close()
+		frame := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("192.0.2.9"), 17, pkt.UDP(40000, 53, []byte("q")), pkt.V4Opts{}))
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				sock.Send(frame)
+			}
+		}()
+		out, errOut, code := runCmd(append(b, "capture", "-c", "1", "--action", "pass")...)
+		if code != 0 || !strings.Contains(out, " bc0 pass ") || !strings.Contains(out, "ipv4 198.18.0.1 > 192.0.2.9") || !strings.Contains(out, "udp 40000 > 53") {
+			return fmt.Errorf("backend capture: exit %d: %s%s", code, out, errOut)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

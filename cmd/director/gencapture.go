@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"github.com/director/director/internal/capture"
-	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
 
@@ -22,7 +21,7 @@ var genCaptureCmd = &command{
 func runGenCapture(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	cfgPath := fs.String("config", "", "forwarding-table `CONFIG` whose binds the traffic goes to (required)")
-	out := fs.String("o", "", "output `FILE` (required)")
+	out := fs.String("o", "", "output `FILE` (required; - for stdout)")
 	flows := fs.Int("flows", 1000, "`N` client flows to generate")
 	seed := fs.Uint64("seed", 1, "random `SEED`: the same seed gives the same capture")
 	if _, err := e.parse(fs, args, 0, 0); err != nil {
@@ -36,7 +35,7 @@ func runGenCapture(e *env, c *command, args []string) error {
 		return err
 	}
 	var st capture.GenStats
-	err = table.WriteFileAtomic(*out, 0o644, func(w io.Writer) error {
+	err = e.writeOutput(*out, 0o644, func(w io.Writer) error {
 		cw, err := capture.NewWriter(w)
 		if err != nil {
 			return err
@@ -50,7 +49,7 @@ func runGenCapture(e *env, c *command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("gen-capture: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: %d packets: %d flows (%d TCP, %d UDP, %d ICMP echo), %d ICMP errors, %d noise packets\n",
-		*out, st.Packets, st.Flows, st.TCPFlows, st.UDPFlows, st.EchoFlows, st.ICMPErrors, st.Noise)
+	fmt.Fprintf(e.reportTo(*out).stdout, "wrote %s: %d packets: %d flows (%d TCP, %d UDP, %d ICMP echo), %d ICMP errors, %d noise packets\n",
+		wrote(*out), st.Packets, st.Flows, st.TCPFlows, st.UDPFlows, st.EchoFlows, st.ICMPErrors, st.Noise)
 	return nil
 }

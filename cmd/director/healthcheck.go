@@ -24,7 +24,7 @@ var healthcheckCmd = &command{
 
 func runHealthcheck(e *env, c *command, args []string) error {
 	fs := e.flags(c)
-	out := fs.String("o", "", "write the checked config to `FILE`")
+	out := fs.String("o", "", "write the checked config to `FILE` (- for stdout)")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -32,6 +32,7 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	if *out == "" {
 		return fmt.Errorf("healthcheck: -o FILE is required (see 'director help healthcheck')")
 	}
+	rep := e.reportTo(*out) // what it found goes to stderr when the config goes to stdout
 	data, err := config.ReadInput(pos[0], table.ToolLimit)
 	if err != nil {
 		return err
@@ -73,9 +74,9 @@ func runHealthcheck(e *env, c *command, args []string) error {
 			rs := results[i][j]
 			switch {
 			case !b.Checked:
-				fmt.Fprintf(e.stdout, "%s %s: healthy %v (set in the config; not checked)\n", name, b.IP, b.Healthy)
+				fmt.Fprintf(rep.stdout, "%s %s: healthy %v (set in the config; not checked)\n", name, b.IP, b.Healthy)
 			case b.State == table.StateInactive:
-				fmt.Fprintf(e.stdout, "%s %s: inactive, not checked (healthy false)\n", name, b.IP)
+				fmt.Fprintf(rep.stdout, "%s %s: inactive, not checked (healthy false)\n", name, b.IP)
 			default:
 				h := health.Healthy(rs)
 				if h {
@@ -83,14 +84,14 @@ func runHealthcheck(e *env, c *command, args []string) error {
 				} else {
 					down++
 				}
-				fmt.Fprintf(e.stdout, "%s %s: %s (%s)\n", name, b.IP, map[bool]string{true: "up", false: "DOWN"}[h], describeResults(rs))
+				fmt.Fprintf(rep.stdout, "%s %s: %s (%s)\n", name, b.IP, map[bool]string{true: "up", false: "DOWN"}[h], describeResults(rs))
 			}
 		}
 	}
-	if err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error { _, err := w.Write(filled); return err }); err != nil {
+	if err := e.writeOutput(*out, 0o600, func(w io.Writer) error { _, err := w.Write(filled); return err }); err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "%d up, %d down; wrote %s\n", up, down, *out)
+	fmt.Fprintf(rep.stdout, "%d up, %d down; wrote %s\n", up, down, wrote(*out))
 	return nil
 }
 

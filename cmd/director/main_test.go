@@ -508,3 +508,65 @@ func TestUnloadOfAMistypedPathRemovesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputToStdoutAndLinks: -o - writes the output to stdout (the
+// command's report to stderr), and no -o or --picture writes through or
+// over a symbolic link.
+func TestOutputToStdoutAndLinks(t *testing.T) {
+	out, errOut, code := runCmd("build", cfgDir+"small.json", "-o", "-")
+	if code != 0 || !strings.HasPrefix(out, "GLBD") || !strings.Contains(errOut, "wrote stdout: 1 tables") {
+		t.Fatalf("build -o -: code %d, stdout %.20q, stderr %q", code, out, errOut)
+	}
+	tables, err := table.ReadGLB([]byte(out))
+	if err != nil || len(tables) != 1 {
+		t.Fatalf("build -o - wrote what is not the table: %v", err)
+	}
+	if _, err := os.Stat("-"); err == nil {
+		t.Fatal("build -o - wrote a file named -")
+	}
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"build", cfgDir + "small.json", "-o", link},
+		{"gen-capture", "--config", cfgDir + "small.json", "-o", link},
+		{"show", cfgDir + "small.json", "--picture", link + ".png"},
+	} {
+		if args[0] == "show" {
+			os.Symlink(target, link+".png")
+		}
+		if _, errOut, code := runCmd(args...); code != 1 || !strings.Contains(errOut, "is a symbolic link (to "+target+")") {
+			t.Errorf("%v: code %d, %s", args, code, errOut)
+		}
+	}
+	if data, _ := os.ReadFile(target); string(data) != "keep" {
+		t.Errorf("a write went through a symbolic link: %q", data)
+	}
+	for _, l := range []string{link, link + ".png"} {
+		if st, err := os.Lstat(l); err != nil || st.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s is no longer the symbolic link: %v", l, err)
+		}
+	}
+}
+
+// TestPlanToStdout: plan -o - writes the plan to stdout and its review to
+// stderr.
+func TestPlanToStdout(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	mustRun(t, 0, "--bpffs", dir, "load")
+	out, errOut, code := runCmd("--bpffs", dir, "plan", cfgDir+"small.json", "--director-config", cfgDir+"director.conf", "-o", "-")
+	var p table.Plan
+	if code != 2 || json.Unmarshal([]byte(out), &p) != nil || !strings.Contains(errOut, "plan written to stdout") || !strings.Contains(errOut, "verdict: ") {
+		t.Fatalf("plan -o -: code %d, stdout %.40q, stderr %q", code, out, errOut)
+	}
+	if _, errOut, code := runCmd("--bpffs", dir, "plan", cfgDir+"small.json", "-o", "-", "--json"); code != 1 || !strings.Contains(errOut, "both write to stdout") {
+		t.Fatalf("plan -o - --json: %d %s", code, errOut)
+	}
+}

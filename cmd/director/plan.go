@@ -29,7 +29,7 @@ var planCmd = &command{
 
 func runPlan(e *env, c *command, args []string) error {
 	fs := e.flags(c)
-	out := fs.String("o", "", "write the plan to `PLAN` (mode 0600: it holds the config's keys)")
+	out := fs.String("o", "", "write the plan to `PLAN` (mode 0600: it holds the config's keys; - for stdout)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON (without the config)")
 	pic := fs.String("picture", "", "draw what the plan moves into `FILE` (.png or .svg)")
 	all := fs.Bool("all", false, "show every table whole, in the output and the plan file, also those unchanged")
@@ -41,6 +41,9 @@ func runPlan(e *env, c *command, args []string) error {
 		if err := picture.CheckPath(*pic); err != nil {
 			return fmt.Errorf("plan: %w", err)
 		}
+	}
+	if *out == "-" && *asJSON {
+		return errors.New("plan: -o - and --json would both write to stdout; give -o a FILE")
 	}
 	src, err := loadForApply(e, pos[0], e.liveHealth)
 	if err != nil {
@@ -94,9 +97,9 @@ func runPlan(e *env, c *command, args []string) error {
 			base = e.live.Tables
 		}
 		p.Built = table.CarryBuilt(src.Tables, base)
-		err := table.WriteFileAtomic(*out, 0o600, func(w io.Writer) error { return writePlan(w, p) })
+		err := e.writeOutput(*out, 0o600, func(w io.Writer) error { return writePlan(w, p) })
 		if err != nil {
-			return fmt.Errorf("plan: writing %s: %w", *out, err)
+			return fmt.Errorf("plan: writing %s: %w", wrote(*out), err)
 		}
 	}
 	if *asJSON {
@@ -106,13 +109,14 @@ func runPlan(e *env, c *command, args []string) error {
 			return err
 		}
 	} else {
-		printPlan(e, p)
+		r := e.reportTo(*out) // the review goes to stderr when the plan goes to stdout
+		printPlan(r, p)
 		if *out != "" {
 			unsafe := ""
 			if !p.Safe {
 				unsafe = " --allow-unsafe"
 			}
-			fmt.Fprintf(e.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", *out, *out, e.bpffsFlag(), unsafe)
+			fmt.Fprintf(r.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", wrote(*out), *out, e.bpffsFlag(), unsafe)
 		}
 	}
 	if p.Changed() {

@@ -425,3 +425,37 @@ func TestReplayVerifyIPv6Underlay(t *testing.T) {
 		t.Fatalf("replay of IPv6 backends without --director-config: exit %d: %s", code, errOut)
 	}
 }
+
+// TestReplayPictureOfATableWithoutTraffic: a table no packet of the
+// capture reaches is drawn empty (its rows once panicked the picture).
+func TestReplayPictureOfATableWithoutTraffic(t *testing.T) {
+	var doc map[string]any
+	data, err := os.ReadFile(cfgDir + "small.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	tables := doc["tables"].([]any)
+	other := map[string]any{}
+	for k, v := range tables[0].(map[string]any) {
+		other[k] = v
+	}
+	other["name"] = "quiet"
+	other["binds"] = []any{map[string]any{"ip": "10.99.99.99", "proto": "tcp", "port": 80}}
+	doc["tables"] = []any{other, tables[0]} // the quiet one first
+	cfg := filepath.Join(t.TempDir(), "two.json")
+	data, _ = json.Marshal(doc)
+	if err := os.WriteFile(cfg, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pic := filepath.Join(t.TempDir(), "rows.png")
+	_, errOut, code := runCmd("replay", capDir+"small.pcap", "--config", cfg, "--model", "--picture", pic)
+	if code != 0 || !strings.Contains(errOut, "picture of 2 tables written") {
+		t.Fatalf("replay --picture: exit %d: %s", code, errOut)
+	}
+	if st, err := os.Stat(pic); err != nil || st.Size() == 0 {
+		t.Fatalf("no picture: %v", err)
+	}
+}

@@ -349,9 +349,13 @@ func (a *Aggregator) againstReport(file string) *AgainstReport {
 // of its rows took: what 'replay --picture' draws. Call it after Report.
 func (a *Aggregator) RowPackets() [][]uint64 {
 	a.normalize()
-	out := make([][]uint64, len(a.tables))
-	for i, t := range a.tables {
-		out[i] = make([]uint64, len(t.rows))
+	out := make([][]uint64, max(len(a.names), len(a.tables)))
+	for i := range out {
+		out[i] = make([]uint64, 1<<16)
+		if i >= len(a.tables) || a.tables[i] == nil { // a table no packet reached
+			continue
+		}
+		t := a.tables[i]
 		for r, row := range t.rows {
 			out[i][r] = row.count.Packets
 		}
