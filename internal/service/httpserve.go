@@ -9,7 +9,8 @@ import (
 )
 
 // The metrics server's limits: a scraper that connects and says nothing,
-// or keeps a connection idle, or reads slowly, is cut off, and at most
+// or keeps a connection idle, or reads slowly, is cut off (and pushed out
+// sooner by newcomers when the connections are full, see connLimit), and at most
 // maxMetricsConns connections are open at once, so that no number of
 // clients can take the descriptors the checks and config reads need.
 const (
@@ -36,8 +37,10 @@ func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
 // connLimit is a listener that keeps at most max connections open: when a
 // new one would be one too many, it closes the one that has waited longest
 // without a request under way (new, or idle between requests), and if every
-// one has a request under way, the new one. A flood of idle connections so
-// never keeps a scrape out: each newcomer pushes out the oldest idler.
+// one has a request under way, the one whose request began longest ago. A
+// flood of idle connections, or of requests read slowly, so never keeps a
+// scrape out: each newcomer pushes out the oldest, and a scrape takes
+// milliseconds, not the seconds a slow reader holds on for.
 type connLimit struct {
 	net.Listener
 	max int
@@ -64,20 +67,17 @@ func (l *connLimit) Accept() (net.Conn, error) {
 	}
 }
 
-// admit makes room for c, if there is an idle connection to close.
+// admit makes room for c: the newcomer always gets in.
 func (l *connLimit) admit(c net.Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.conns) >= l.max {
 		var victim net.Conn
-		var oldest time.Time
+		var vs *connState
 		for vc, st := range l.conns {
-			if !st.busy && (victim == nil || st.since.Before(oldest)) {
-				victim, oldest = vc, st.since
+			if vs == nil || (!st.busy && vs.busy) || (st.busy == vs.busy && st.since.Before(vs.since)) {
+				victim, vs = vc, st
 			}
-		}
-		if victim == nil {
-			return false
 		}
 		victim.Close()
 		delete(l.conns, victim)
@@ -95,7 +95,7 @@ func (l *connLimit) track(c net.Conn, s http.ConnState) {
 		delete(l.conns, c)
 	case http.StateActive:
 		if st := l.conns[c]; st != nil {
-			st.busy = true
+			st.busy, st.since = true, time.Now()
 		}
 	case http.StateIdle:
 		if st := l.conns[c]; st != nil {
