@@ -8,9 +8,20 @@
 #ifndef DIR_CAPTURE_H
 #define DIR_CAPTURE_H
 
+/* A capture holds a lease that its process renews: on is the time it
+ * ends, in units of 1 << DIR_CAPTURE_LEASE_SHIFT ns of bpf_ktime_get_ns
+ * (CLOCK_MONOTONIC), and the process sets it DIR_CAPTURE_LEASE units
+ * ahead about every second. A process that dies, however it dies, stops
+ * renewing, and the first frame after the lease ends turns the hook off,
+ * whether or not the capture would have kept it. Exported to Go. */
+enum dir_capture_lease {
+	DIR_CAPTURE_LEASE_SHIFT = 30,
+	DIR_CAPTURE_LEASE = 4,
+};
+
 /* The capture map's one entry, written by the capturing process. */
 struct dir_capture {
-	__u32 on;       /* 0: no capture runs; all the datapath reads then */
+	__u32 on;       /* 0: no capture runs; all the datapath reads then. Else the lease's end */
 	__u32 actions;  /* 1 << the XDP action, for each captured */
 	__u32 reasons;  /* 0: any; else 1 << each counter (a pass reason, encapsulated...) captured */
 	__u32 table;    /* 0: any; 1 + the slot of the only table captured */
@@ -72,6 +83,11 @@ struct {
  * test cap->on. */
 static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap, __u32 kind, __u32 at, const __u8 *primary)
 {
+	__u64 now = bpf_ktime_get_ns();
+	if (now >> DIR_CAPTURE_LEASE_SHIFT > cap->on) {
+		cap->on = 0; /* the lease ran out: the capturing process is gone */
+		return 0;
+	}
 	__u32 action = kind >> 8, reason = kind & 0xff;
 	if (!(cap->actions & (1u << (action & 31))))
 		return 0;
@@ -92,24 +108,17 @@ static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap,
 	struct dir_capture_cpu *cpu = bpf_map_lookup_elem(&capture_cpu, &zero);
 	if (!cpu)
 		return 0;
-	__u64 now = 0;
 	if (cap->rate) {
 		if (cpu->kept >= cap->rate) {
-			/* Over the cap: the clock is read only now and then, so
-			 * that a refused frame costs a few instructions. */
-			if (++cpu->limited & 63)
+			if (now - cpu->window < 1000000000ull) {
+				cpu->limited++;
 				return 0;
-			now = bpf_ktime_get_ns();
-			if (now - cpu->window < 1000000000ull)
-				return 0;
-			cpu->limited--; /* a new window: this one is kept */
-			cpu->window = now;
+			}
+			cpu->window = now; /* a new window: this one is kept */
 			cpu->kept = 0;
 		}
 		cpu->kept++;
 	}
-	if (!now)
-		now = bpf_ktime_get_ns();
 	__u64 len = bpf_xdp_get_buff_len(ctx);
 	__u64 cap_len = len < cap->snaplen ? len : cap->snaplen;
 	cap_len &= DIR_CAPTURE_MAX_SNAPLEN;

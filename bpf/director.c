@@ -46,6 +46,7 @@ const enum xdp_action *unused_xdp_action __attribute__((unused));
 const struct dir_capture *unused_capture __attribute__((unused));
 const struct dir_capture_meta *unused_capture_meta __attribute__((unused));
 const struct dir_capture_cpu *unused_capture_cpu __attribute__((unused));
+const enum dir_capture_lease *unused_capture_lease __attribute__((unused));
 
 #include "maps.h"
 #include "flow.h"

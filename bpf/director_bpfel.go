@@ -76,6 +76,13 @@ type DirectorDirCaptureCpu struct {
 	Failed  uint64
 }
 
+type DirectorDirCaptureLease uint32
+
+const (
+	DirectorDirCaptureLeaseDIR_CAPTURE_LEASE_SHIFT DirectorDirCaptureLease = 30
+	DirectorDirCaptureLeaseDIR_CAPTURE_LEASE       DirectorDirCaptureLease = 4
+)
+
 type DirectorDirCaptureMeta struct {
 	_       structs.HostLayout
 	Ktime   uint64
@@ -371,41 +378,42 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DirectorMapBackendTraffic    = "backend_traffic"
-	DirectorMapBindExact         = "bind_exact"
-	DirectorMapBindGroups        = "bind_groups"
-	DirectorMapBinds             = "binds"
-	DirectorMapCaptureCpu        = "capture_cpu"
-	DirectorMapCaptureEvents     = "capture_events"
-	DirectorMapConfig            = "config"
-	DirectorMapCounters          = "counters"
-	DirectorMapRegistry          = "registry"
-	DirectorMapTables            = "tables"
-	DirectorProgDirector         = "director"
-	DirectorVarCaptureSetting    = "capture_setting"
-	DirectorVarUnusedBindKey     = "unused_bind_key"
-	DirectorVarUnusedBindKind    = "unused_bind_kind"
-	DirectorVarUnusedBindVal     = "unused_bind_val"
-	DirectorVarUnusedCapture     = "unused_capture"
-	DirectorVarUnusedCaptureCpu  = "unused_capture_cpu"
-	DirectorVarUnusedCaptureMeta = "unused_capture_meta"
-	DirectorVarUnusedConfig      = "unused_config"
-	DirectorVarUnusedCounter     = "unused_counter"
-	DirectorVarUnusedCounters    = "unused_counters"
-	DirectorVarUnusedExactKey    = "unused_exact_key"
-	DirectorVarUnusedExactMult   = "unused_exact_mult"
-	DirectorVarUnusedExactTable  = "unused_exact_table"
-	DirectorVarUnusedFamily      = "unused_family"
-	DirectorVarUnusedGlbEncap    = "unused_glb_encap"
-	DirectorVarUnusedGroupTable  = "unused_group_table"
-	DirectorVarUnusedGue6Encap   = "unused_gue6_encap"
-	DirectorVarUnusedGueConst    = "unused_gue_const"
-	DirectorVarUnusedHashField   = "unused_hash_field"
-	DirectorVarUnusedLimit       = "unused_limit"
-	DirectorVarUnusedRegistry    = "unused_registry"
-	DirectorVarUnusedTable       = "unused_table"
-	DirectorVarUnusedTraffic     = "unused_traffic"
-	DirectorVarUnusedXdpAction   = "unused_xdp_action"
+	DirectorMapBackendTraffic     = "backend_traffic"
+	DirectorMapBindExact          = "bind_exact"
+	DirectorMapBindGroups         = "bind_groups"
+	DirectorMapBinds              = "binds"
+	DirectorMapCaptureCpu         = "capture_cpu"
+	DirectorMapCaptureEvents      = "capture_events"
+	DirectorMapConfig             = "config"
+	DirectorMapCounters           = "counters"
+	DirectorMapRegistry           = "registry"
+	DirectorMapTables             = "tables"
+	DirectorProgDirector          = "director"
+	DirectorVarCaptureSetting     = "capture_setting"
+	DirectorVarUnusedBindKey      = "unused_bind_key"
+	DirectorVarUnusedBindKind     = "unused_bind_kind"
+	DirectorVarUnusedBindVal      = "unused_bind_val"
+	DirectorVarUnusedCapture      = "unused_capture"
+	DirectorVarUnusedCaptureCpu   = "unused_capture_cpu"
+	DirectorVarUnusedCaptureLease = "unused_capture_lease"
+	DirectorVarUnusedCaptureMeta  = "unused_capture_meta"
+	DirectorVarUnusedConfig       = "unused_config"
+	DirectorVarUnusedCounter      = "unused_counter"
+	DirectorVarUnusedCounters     = "unused_counters"
+	DirectorVarUnusedExactKey     = "unused_exact_key"
+	DirectorVarUnusedExactMult    = "unused_exact_mult"
+	DirectorVarUnusedExactTable   = "unused_exact_table"
+	DirectorVarUnusedFamily       = "unused_family"
+	DirectorVarUnusedGlbEncap     = "unused_glb_encap"
+	DirectorVarUnusedGroupTable   = "unused_group_table"
+	DirectorVarUnusedGue6Encap    = "unused_gue6_encap"
+	DirectorVarUnusedGueConst     = "unused_gue_const"
+	DirectorVarUnusedHashField    = "unused_hash_field"
+	DirectorVarUnusedLimit        = "unused_limit"
+	DirectorVarUnusedRegistry     = "unused_registry"
+	DirectorVarUnusedTable        = "unused_table"
+	DirectorVarUnusedTraffic      = "unused_traffic"
+	DirectorVarUnusedXdpAction    = "unused_xdp_action"
 )
 
 // LoadDirector returns the embedded CollectionSpec for Director.
@@ -473,30 +481,31 @@ type DirectorMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorVariableSpecs struct {
-	CaptureSetting    *ebpf.VariableSpec `ebpf:"capture_setting"`
-	UnusedBindKey     *ebpf.VariableSpec `ebpf:"unused_bind_key"`
-	UnusedBindKind    *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
-	UnusedBindVal     *ebpf.VariableSpec `ebpf:"unused_bind_val"`
-	UnusedCapture     *ebpf.VariableSpec `ebpf:"unused_capture"`
-	UnusedCaptureCpu  *ebpf.VariableSpec `ebpf:"unused_capture_cpu"`
-	UnusedCaptureMeta *ebpf.VariableSpec `ebpf:"unused_capture_meta"`
-	UnusedConfig      *ebpf.VariableSpec `ebpf:"unused_config"`
-	UnusedCounter     *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCounters    *ebpf.VariableSpec `ebpf:"unused_counters"`
-	UnusedExactKey    *ebpf.VariableSpec `ebpf:"unused_exact_key"`
-	UnusedExactMult   *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
-	UnusedExactTable  *ebpf.VariableSpec `ebpf:"unused_exact_table"`
-	UnusedFamily      *ebpf.VariableSpec `ebpf:"unused_family"`
-	UnusedGlbEncap    *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
-	UnusedGroupTable  *ebpf.VariableSpec `ebpf:"unused_group_table"`
-	UnusedGue6Encap   *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
-	UnusedGueConst    *ebpf.VariableSpec `ebpf:"unused_gue_const"`
-	UnusedHashField   *ebpf.VariableSpec `ebpf:"unused_hash_field"`
-	UnusedLimit       *ebpf.VariableSpec `ebpf:"unused_limit"`
-	UnusedRegistry    *ebpf.VariableSpec `ebpf:"unused_registry"`
-	UnusedTable       *ebpf.VariableSpec `ebpf:"unused_table"`
-	UnusedTraffic     *ebpf.VariableSpec `ebpf:"unused_traffic"`
-	UnusedXdpAction   *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
+	CaptureSetting     *ebpf.VariableSpec `ebpf:"capture_setting"`
+	UnusedBindKey      *ebpf.VariableSpec `ebpf:"unused_bind_key"`
+	UnusedBindKind     *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
+	UnusedBindVal      *ebpf.VariableSpec `ebpf:"unused_bind_val"`
+	UnusedCapture      *ebpf.VariableSpec `ebpf:"unused_capture"`
+	UnusedCaptureCpu   *ebpf.VariableSpec `ebpf:"unused_capture_cpu"`
+	UnusedCaptureLease *ebpf.VariableSpec `ebpf:"unused_capture_lease"`
+	UnusedCaptureMeta  *ebpf.VariableSpec `ebpf:"unused_capture_meta"`
+	UnusedConfig       *ebpf.VariableSpec `ebpf:"unused_config"`
+	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCounters     *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedExactKey     *ebpf.VariableSpec `ebpf:"unused_exact_key"`
+	UnusedExactMult    *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
+	UnusedExactTable   *ebpf.VariableSpec `ebpf:"unused_exact_table"`
+	UnusedFamily       *ebpf.VariableSpec `ebpf:"unused_family"`
+	UnusedGlbEncap     *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
+	UnusedGroupTable   *ebpf.VariableSpec `ebpf:"unused_group_table"`
+	UnusedGue6Encap    *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
+	UnusedGueConst     *ebpf.VariableSpec `ebpf:"unused_gue_const"`
+	UnusedHashField    *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedLimit        *ebpf.VariableSpec `ebpf:"unused_limit"`
+	UnusedRegistry     *ebpf.VariableSpec `ebpf:"unused_registry"`
+	UnusedTable        *ebpf.VariableSpec `ebpf:"unused_table"`
+	UnusedTraffic      *ebpf.VariableSpec `ebpf:"unused_traffic"`
+	UnusedXdpAction    *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
 }
 
 // DirectorObjects contains all objects after they have been loaded into the kernel.
@@ -550,30 +559,31 @@ func (m *DirectorMaps) Close() error {
 //
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorVariables struct {
-	CaptureSetting    *ebpf.Variable `ebpf:"capture_setting"`
-	UnusedBindKey     *ebpf.Variable `ebpf:"unused_bind_key"`
-	UnusedBindKind    *ebpf.Variable `ebpf:"unused_bind_kind"`
-	UnusedBindVal     *ebpf.Variable `ebpf:"unused_bind_val"`
-	UnusedCapture     *ebpf.Variable `ebpf:"unused_capture"`
-	UnusedCaptureCpu  *ebpf.Variable `ebpf:"unused_capture_cpu"`
-	UnusedCaptureMeta *ebpf.Variable `ebpf:"unused_capture_meta"`
-	UnusedConfig      *ebpf.Variable `ebpf:"unused_config"`
-	UnusedCounter     *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCounters    *ebpf.Variable `ebpf:"unused_counters"`
-	UnusedExactKey    *ebpf.Variable `ebpf:"unused_exact_key"`
-	UnusedExactMult   *ebpf.Variable `ebpf:"unused_exact_mult"`
-	UnusedExactTable  *ebpf.Variable `ebpf:"unused_exact_table"`
-	UnusedFamily      *ebpf.Variable `ebpf:"unused_family"`
-	UnusedGlbEncap    *ebpf.Variable `ebpf:"unused_glb_encap"`
-	UnusedGroupTable  *ebpf.Variable `ebpf:"unused_group_table"`
-	UnusedGue6Encap   *ebpf.Variable `ebpf:"unused_gue6_encap"`
-	UnusedGueConst    *ebpf.Variable `ebpf:"unused_gue_const"`
-	UnusedHashField   *ebpf.Variable `ebpf:"unused_hash_field"`
-	UnusedLimit       *ebpf.Variable `ebpf:"unused_limit"`
-	UnusedRegistry    *ebpf.Variable `ebpf:"unused_registry"`
-	UnusedTable       *ebpf.Variable `ebpf:"unused_table"`
-	UnusedTraffic     *ebpf.Variable `ebpf:"unused_traffic"`
-	UnusedXdpAction   *ebpf.Variable `ebpf:"unused_xdp_action"`
+	CaptureSetting     *ebpf.Variable `ebpf:"capture_setting"`
+	UnusedBindKey      *ebpf.Variable `ebpf:"unused_bind_key"`
+	UnusedBindKind     *ebpf.Variable `ebpf:"unused_bind_kind"`
+	UnusedBindVal      *ebpf.Variable `ebpf:"unused_bind_val"`
+	UnusedCapture      *ebpf.Variable `ebpf:"unused_capture"`
+	UnusedCaptureCpu   *ebpf.Variable `ebpf:"unused_capture_cpu"`
+	UnusedCaptureLease *ebpf.Variable `ebpf:"unused_capture_lease"`
+	UnusedCaptureMeta  *ebpf.Variable `ebpf:"unused_capture_meta"`
+	UnusedConfig       *ebpf.Variable `ebpf:"unused_config"`
+	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCounters     *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedExactKey     *ebpf.Variable `ebpf:"unused_exact_key"`
+	UnusedExactMult    *ebpf.Variable `ebpf:"unused_exact_mult"`
+	UnusedExactTable   *ebpf.Variable `ebpf:"unused_exact_table"`
+	UnusedFamily       *ebpf.Variable `ebpf:"unused_family"`
+	UnusedGlbEncap     *ebpf.Variable `ebpf:"unused_glb_encap"`
+	UnusedGroupTable   *ebpf.Variable `ebpf:"unused_group_table"`
+	UnusedGue6Encap    *ebpf.Variable `ebpf:"unused_gue6_encap"`
+	UnusedGueConst     *ebpf.Variable `ebpf:"unused_gue_const"`
+	UnusedHashField    *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedLimit        *ebpf.Variable `ebpf:"unused_limit"`
+	UnusedRegistry     *ebpf.Variable `ebpf:"unused_registry"`
+	UnusedTable        *ebpf.Variable `ebpf:"unused_table"`
+	UnusedTraffic      *ebpf.Variable `ebpf:"unused_traffic"`
+	UnusedXdpAction    *ebpf.Variable `ebpf:"unused_xdp_action"`
 }
 
 // DirectorPrograms contains all programs after they have been loaded into the kernel.

@@ -101,6 +101,13 @@ const (
 	IPv4Proto        = uint8(DirectorGueConstGUE_IPV4PROTO)
 )
 
+// A capture's lease (enum dir_capture_lease): the hook's on field is the
+// lease's end, in units of 1<<CaptureLeaseShift ns of CLOCK_MONOTONIC.
+const (
+	CaptureLeaseShift = uint(DirectorDirCaptureLeaseDIR_CAPTURE_LEASE_SHIFT)
+	CaptureLease      = uint32(DirectorDirCaptureLeaseDIR_CAPTURE_LEASE)
+)
+
 // XDP verdicts, as the kernel numbers them.
 const (
 	XDPPass = int(DirectorXdpActionXDP_PASS)

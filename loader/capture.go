@@ -21,8 +21,10 @@ import (
 // what the program decided (bpf/capture.h): every exit tests one flag,
 // and only a running capture pays for more. One capture at a time runs on
 // a set of pins; a capture that ends, however it ends, leaves the
-// datapath as it found it (its process gone, the program turns the hook
-// off at the next frame it would have sent).
+// datapath as it found it: the capture holds a lease on the hook that its
+// process renews every second, and once its process is gone the program
+// turns the hook off at the first frame after the lease ends (a few
+// seconds), whatever the frame.
 
 // CaptureFilter is what a capture keeps, decided in the kernel before a
 // frame is copied out.
@@ -65,7 +67,18 @@ type Capture struct {
 	lost     uint64
 	boot     time.Time // wall time of ktime 0
 	closed   bool
-	stop     chan struct{} // ends the flushing
+	setting  bpf.Capture   // what the hook is set to, renewed
+	stop     chan struct{} // ends the flushing and the renewing
+	stopped  chan struct{} // closed when they have ended
+}
+
+// leaseEnd is the end of a capture's lease taken now, in the hook's units.
+func leaseEnd() (uint32, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, err
+	}
+	return uint32(uint64(ts.Nano())>>bpf.CaptureLeaseShift) + bpf.CaptureLease, nil
 }
 
 type captureMaps struct{ cfg, events, cpu *ebpf.Map }
@@ -162,28 +175,48 @@ func startCapture(dir string, m captureMaps, f CaptureFilter) (_ *Capture, err e
 	if c.rd, err = perf.NewReaderWithOptions(events, captureBuffer, perf.ReaderOptions{Watermark: captureBuffer / 2}); err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
-	c.stop = make(chan struct{})
-	go func(rd *perf.Reader, stop chan struct{}) {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				rd.Flush()
-			}
-		}
-	}(c.rd, c.stop)
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return nil, err
 	}
 	c.boot = time.Now().Add(-time.Duration(ts.Nano()))
+	if v.On, err = leaseEnd(); err != nil {
+		return nil, err
+	}
 	if err := m.cfg.Put(uint32(0), &v); err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
+	c.setting = v
+	c.stop, c.stopped = make(chan struct{}), make(chan struct{})
+	go c.tend()
 	return c, nil
+}
+
+// tend flushes the reader every 100 ms and renews the lease every second,
+// until stop.
+func (c *Capture) tend() {
+	defer close(c.stopped)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for i := 1; ; i++ {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.rd.Flush()
+		}
+		if i%10 == 0 {
+			// The hook may have turned itself off meanwhile (a CPU's
+			// buffer gone as this process closes it): then it stays off.
+			var now bpf.Capture
+			if c.cfg.Lookup(uint32(0), &now) == nil && now.On != 0 {
+				if end, err := leaseEnd(); err == nil {
+					c.setting.On = end
+					c.cfg.Put(uint32(0), &c.setting)
+				}
+			}
+		}
+	}
 }
 
 // SetDeadline makes Read return os.ErrDeadlineExceeded at t (zero: never).
@@ -223,6 +256,7 @@ func (c *Capture) Close() (CaptureLoss, error) {
 		return loss, nil
 	}
 	c.closed = true
+	c.stopTending() // no renewal after the hook is turned off
 	off := bpf.Capture{}
 	err := c.cfg.Put(uint32(0), &off)
 	var cpus []bpf.CaptureCPU
@@ -239,11 +273,16 @@ func (c *Capture) Close() (CaptureLoss, error) {
 	return loss, err
 }
 
-func (c *Capture) release() {
+func (c *Capture) stopTending() {
 	if c.stop != nil {
 		close(c.stop)
+		<-c.stopped
 		c.stop = nil
 	}
+}
+
+func (c *Capture) release() {
+	c.stopTending()
 	if c.rd != nil {
 		c.rd.Close()
 	}

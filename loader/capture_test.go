@@ -251,6 +251,49 @@ func TestCapture(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+
+		// A running capture renews its lease every second.
+		c, err = d.Capture(CaptureFilter{Table: 7})
+		if err != nil {
+			return err
+		}
+		var taken, renewed bpf.Capture
+		d.Maps.Capture.Lookup(uint32(0), &taken)
+		time.Sleep(1300 * time.Millisecond)
+		d.Maps.Capture.Lookup(uint32(0), &renewed)
+		c.Close()
+		if renewed.On <= taken.On {
+			return fmt.Errorf("the lease was not renewed: %d, then %d", taken.On, renewed.On)
+		}
+
+		// One whose filter takes none of the frames that come: the lease,
+		// no longer renewed, runs out, and the next frame turns it off.
+		c, err = d.Capture(CaptureFilter{Table: 7})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		c.release()
+		deadline = start.Add(time.Duration(bpf.CaptureLease+2) << bpf.CaptureLeaseShift)
+		for {
+			if err := send(frames[:1]...); err != nil {
+				return err
+			}
+			on, err := captureOn(d)
+			if err != nil {
+				return err
+			}
+			if !on {
+				break
+			}
+			if time.Now().After(deadline) {
+				return errors.New("the hook stayed on after its capture's process went, no frame matching its filter")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if took := time.Since(start); took < time.Duration(bpf.CaptureLease-1)<<bpf.CaptureLeaseShift {
+			return fmt.Errorf("the hook went off %v after its capture started: before the lease ended", took)
+		}
 		return nil
 	})
 	if err != nil {
