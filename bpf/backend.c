@@ -13,6 +13,14 @@
  *   - any other TCP segment: forward it to the next hop in GLB's hop list:
  *     outer source = this host, outer destination = hops[next hop], next hop
  *     index + 1. When the list is exhausted, decapsulate locally anyway.
+ *     A next hop whose neighbour entry the kernel has not resolved, or that
+ *     is out another interface, is left to the kernel: the outer destination
+ *     rewritten (the source kept: the kernel takes a packet from one of its
+ *     own addresses for a spoofed one), the packet is passed to the stack,
+ *     which forwards it, resolving the neighbour as it does.
+ * A GUE packet whose inner packet is not to one of this host's addresses
+ * (those GUE is accepted for) is dropped: decapsulated, the kernel would
+ * forward it, relaying whatever a spoofed GUE packet carried.
  * Everything else is passed untouched. */
 
 #include <linux/bpf.h>
@@ -52,6 +60,8 @@ enum be_counter {
 	BE_C_DROP_NO_ROUTE,    /* the next hop could not be resolved */
 	BE_C_DROP_NO_CONFIG,
 	BE_C_GUE6,             /* of the GUE packets for us above, those over IPv6 */
+	BE_C_DROP_NOT_LOCAL,   /* GUE for us whose inner packet is to another host: never relayed */
+	BE_C_FORWARDED_STACK,  /* sent on to the next hop through the kernel (its neighbour unresolved, or out another interface) */
 	BE_C_MAX,
 };
 
@@ -143,17 +153,42 @@ static __always_inline int decap(struct xdp_md *ctx, __u32 strip, __be16 inner_p
 	return captured(ctx, XDP_PASS, reason, 0, NULL);
 }
 
-/* send_on sends a packet whose outer header now goes to the next hop out
- * of the interface fib found, to the MAC it found. */
+/* send_on sends a packet whose outer header now goes to the next hop back
+ * out of the interface it came in by (route), to the MAC fib found. */
 static __always_inline int send_on(struct xdp_md *ctx, struct be_counters *c, struct ethhdr *eth, const struct bpf_fib_lookup *fib)
 {
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
 	c->c[BE_C_FORWARDED]++;
-	if (fib->ifindex == ctx->ingress_ifindex)
-		return captured(ctx, XDP_TX, BE_C_FORWARDED, 0, NULL);
-	/* Captured before the redirect, which takes effect on return. */
-	return captured(ctx, bpf_redirect(fib->ifindex, 0), BE_C_FORWARDED, 0, NULL);
+	return captured(ctx, XDP_TX, BE_C_FORWARDED, 0, NULL);
+}
+
+/* route finds how a packet goes on to the next hop that fib names: 1 out
+ * of the interface it came in by (fib then holds the MACs, for send_on),
+ * 0 through the kernel (its neighbour unresolved, or out another
+ * interface), -1 nowhere. The host sends it itself, so the first lookup is
+ * an egress one, which looks only out of the interface it came in by; a
+ * next hop out another is found by a lookup as the kernel forwards. */
+static __always_inline int route(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
+{
+	struct bpf_fib_lookup again = *fib; /* the lookup writes over its input */
+	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		return fib->ifindex == ctx->ingress_ifindex ? 1 : 0;
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return 0;
+	rc = bpf_fib_lookup(ctx, &again, sizeof(again), 0);
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ? 0 : -1;
+}
+
+/* to_stack passes a packet whose outer header now goes to the next hop
+ * to the kernel, which forwards it: it resolves a neighbour the fib lookup
+ * found unresolved (queueing the packet meanwhile), and sends out another
+ * interface, which an XDP redirect cannot do on every driver. */
+static __always_inline int to_stack(struct xdp_md *ctx, struct be_counters *c)
+{
+	c->c[BE_C_FORWARDED_STACK]++;
+	return captured(ctx, XDP_PASS, BE_C_FORWARDED_STACK, 0, NULL);
 }
 
 /* local_or_next decides for a GUE packet for this host, whose inner
@@ -161,7 +196,7 @@ static __always_inline int send_on(struct xdp_md *ctx, struct be_counters *c, st
  * Ethernet header: decapsulated for the local stack when it is a new
  * connection, one this host knows, or not TCP (the XDP action, >= 0), or
  * -1: on to the next hop. */
-static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters *c, void *inner, void *end,
+static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters *c, const struct be_config *cfg, void *inner, void *end,
 					 __u8 inner_ipproto, __u32 strip)
 {
 	__be16 inner_proto = inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
@@ -171,13 +206,19 @@ static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters 
 	struct tcphdr *tcp;
 	if (inner_ipproto == IPPROTO_IPIP) {
 		struct iphdr *iip = inner;
-		if ((void *)(iip + 1) > end || iip->ihl != 5)
+		if ((void *)(iip + 1) > end || iip->version != 4 || iip->ihl < 5)
 			return drop(ctx, c, BE_C_DROP_MALFORMED);
+		if (iip->daddr != cfg->self_ip && !bpf_map_lookup_elem(&be_local, &iip->daddr))
+			return drop(ctx, c, BE_C_DROP_NOT_LOCAL);
 		if (iip->protocol != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
-		tcp = (void *)(iip + 1);
+		/* Options, if any, before the TCP header (ihl is 4 bits: at most 60 bytes). */
+		tcp = inner + ((__u32)iip->ihl & 0xf) * 4;
 		if ((void *)(tcp + 1) > end)
 			return drop(ctx, c, BE_C_DROP_MALFORMED);
+		/* The checked pointer, not one clang would compute again at the
+		 * join below: the verifier knows the bounds of this one only. */
+		asm volatile("" : "+r"(tcp));
 		tuple.ipv4.saddr = iip->saddr;
 		tuple.ipv4.daddr = iip->daddr;
 		tuple.ipv4.sport = tcp->source;
@@ -185,8 +226,11 @@ static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters 
 		tuple_len = sizeof(tuple.ipv4);
 	} else {
 		struct ipv6hdr *iip6 = inner;
-		if ((void *)(iip6 + 1) > end)
+		if ((void *)(iip6 + 1) > end || iip6->version != 6)
 			return drop(ctx, c, BE_C_DROP_MALFORMED);
+		struct in6_addr idst = iip6->daddr;
+		if (!same16(&idst, cfg->self_ip6) && !bpf_map_lookup_elem(&be_local6, &idst))
+			return drop(ctx, c, BE_C_DROP_NOT_LOCAL);
 		if (iip6->nexthdr != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
 		tcp = (void *)(iip6 + 1);
@@ -242,7 +286,7 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	    count > GUE_MAX_LISTED || hlen != 1 + 4 * count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6))
 		return drop(ctx, c, BE_C_DROP_MALFORMED);
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
-	int r = local_or_next(ctx, c, inner, end, inner_ipproto, inner - (void *)ip6);
+	int r = local_or_next(ctx, c, cfg, inner, end, inner_ipproto, inner - (void *)ip6);
 	if (r >= 0)
 		return r;
 
@@ -268,14 +312,17 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	__builtin_memcpy(fib.ipv6_dst, dst, 16);
 	fib.ifindex = ctx->ingress_ifindex;
 	fib.l4_protocol = IPPROTO_UDP;
-	int rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	int how = route(ctx, &fib);
+	if (how < 0)
 		return drop(ctx, c, BE_C_DROP_NO_ROUTE);
+	int by_stack = how == 0;
 	gue->next_hop = next + 1;
 	__builtin_memcpy(&ip6->daddr, dst, 16);
-	__builtin_memcpy(&ip6->saddr, cfg->self_ip6, 16);
 	ip6->hop_limit = GUE_IPV6_HOP_LIMIT;
 	/* UDP's checksum is 0 (RFC 6935): nothing to update. */
+	if (by_stack)
+		return to_stack(ctx, c);
+	__builtin_memcpy(&ip6->saddr, cfg->self_ip6, 16);
 	return send_on(ctx, c, eth, &fib);
 
 not_gue:
@@ -331,7 +378,7 @@ int backend(struct xdp_md *ctx)
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
 	__u32 strip = inner - (void *)ip;
 	__be16 inner_proto = inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
-	int r = local_or_next(ctx, c, inner, end, inner_ipproto, strip);
+	int r = local_or_next(ctx, c, cfg, inner, end, inner_ipproto, strip);
 	if (r >= 0)
 		return r;
 
@@ -358,17 +405,20 @@ int backend(struct xdp_md *ctx)
 	fib.ipv4_dst = dst;
 	fib.ifindex = ctx->ingress_ifindex;
 	fib.l4_protocol = IPPROTO_UDP;
-	/* An egress lookup: the host sends this packet itself. */
-	int rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+	int how = route(ctx, &fib);
+	if (how < 0) {
 		return drop(ctx, c, BE_C_DROP_NO_ROUTE);
 	}
+	int by_stack = how == 0;
 	gue->next_hop = next + 1;
-	ip->saddr = cfg->self_ip;
+	if (!by_stack)
+		ip->saddr = cfg->self_ip;
 	ip->daddr = dst;
 	ip->ttl = GUE_IPV4_TTL;
 	ip->check = 0;
 	ip->check = ipv4_csum(ip);
+	if (by_stack)
+		return to_stack(ctx, c);
 	return send_on(ctx, c, eth, &fib);
 
 not_gue:

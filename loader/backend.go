@@ -47,14 +47,15 @@ func LoadBackend(dir string) (*Backend, error) {
 	}
 	b := &Backend{Dir: dir}
 	l := &pinnedLoad{
-		dir:     dir,
-		what:    "the backend program",
-		restart: fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir),
-		spec:    spec,
-		pinned:  mapNames[bpf.BackendPinned](),
-		maps:    &b.maps,
-		progs:   &b.progs,
-		prog:    &b.progs.Backend,
+		dir:      dir,
+		what:     "the backend program",
+		restart:  fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir),
+		spec:     spec,
+		pinned:   mapNames[bpf.BackendPinned](),
+		counters: []string{bpf.BackendMapBeStats, bpf.BackendMapCaptureCpu},
+		maps:     &b.maps,
+		progs:    &b.progs,
+		prog:     &b.progs.Backend,
 	}
 	err = l.run()
 	b.Repaired = l.repaired

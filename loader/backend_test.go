@@ -89,6 +89,17 @@ func TestBackendProgram(t *testing.T) {
 		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("1"), 0o644); err != nil {
 			return err
 		}
+		// Another interface, with a resolved neighbour out of it.
+		if err := lab.Veth("bx0", "bx1"); err != nil {
+			return err
+		}
+		bx0, _ := netlink.LinkByName("bx0")
+		adx, _ := netlink.ParseAddr("192.168.88.1/24")
+		netlink.AddrAdd(bx0, adx)
+		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: bx0.Attrs().Index, IP: net.ParseIP("192.168.88.2"), HardwareAddr: mac,
+			State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V4}); err != nil {
+			return err
+		}
 
 		b, err := LoadBackend("")
 		if err != nil {
@@ -99,10 +110,10 @@ func TestBackendProgram(t *testing.T) {
 			return err
 		}
 		// Another of this host's addresses: GUE for it is accepted too.
-		if err := b.Accept([]netip.Addr{a("192.168.77.1"), a("10.0.0.1")}); err != nil {
+		if err := b.Accept([]netip.Addr{a("192.168.77.1"), a("10.0.0.1"), a("fd00::1")}); err != nil {
 			return err
 		}
-		if acc, err := b.Accepted(); err != nil || len(acc) != 2 || acc[0] != a("10.0.0.1") || acc[1] != a("192.168.77.1") {
+		if acc, err := b.Accepted(); err != nil || len(acc) != 3 || acc[0] != a("10.0.0.1") || acc[1] != a("192.168.77.1") || acc[2] != a("fd00::1") {
 			return fmt.Errorf("accepted %v, %v", acc, err)
 		}
 		capt, err := b.Capture(CaptureFilter{Table: -1})
@@ -143,6 +154,17 @@ func TestBackendProgram(t *testing.T) {
 			{"unknown, forwarded", gueFrame(t, tcp(1001, 0x10), 0, other), 3, "forwarded", nil},
 			{"unknown, no route", gueFrame(t, tcp(1001, 0x10), 0, a("203.0.113.50")), 1, "drop_no_route", nil},
 			{"bad GUE", func() []byte { f := gueFrame(t, tcp(1000, 0x02), 0, other); f[14+28] = 0x40; return f }(), 1, "drop_malformed", nil},
+			// Never a relay: an inner packet to an address not this host's
+			// is dropped, whatever it is.
+			{"SYN to another host", gueFrame(t, pkt.IPv4(client, a("198.51.100.7"), 6, pkt.TCP(1000, 80, 0x02, nil), pkt.V4Opts{}), 0, other), 1, "drop_not_local", nil},
+			{"UDP to another host", gueFrame(t, pkt.IPv4(client, a("198.51.100.7"), 17, pkt.UDP(5, 53, nil), pkt.V4Opts{}), 1, other), 1, "drop_not_local", nil},
+			{"IPv6 to another host", gueFrame(t, pkt.IPv6(a("2001:db8::2"), a("2001:db8::99"), 17, pkt.UDP(5, 53, nil)), 0, other), 1, "drop_not_local", nil},
+			// Options before the TCP header.
+			{"SYN with IP options", gueFrame(t, withOpts(tcp(1000, 0x02)), 0, other), 2, "decap_syn", withOpts(tcp(1000, 0x02))},
+			{"known connection with IP options", gueFrame(t, withOpts(tcp(cport, 0x10)), 0, other), 2, "decap_known", withOpts(tcp(cport, 0x10))},
+			// A next hop without a neighbour entry: left to the kernel.
+			{"unknown, next hop unresolved", gueFrame(t, tcp(1001, 0x10), 0, a("192.168.77.3")), 2, "forwarded_stack", nil},
+			{"unknown, next hop out another interface", gueFrame(t, tcp(1001, 0x10), 0, a("192.168.88.2")), 2, "forwarded_stack", nil},
 		} {
 			out, _, _, err := runBackendCase(b, be0.Attrs().Index, c)
 			if err != nil {
@@ -156,6 +178,16 @@ func TestBackendProgram(t *testing.T) {
 			}
 			if uint32(r.Action) != c.verdict || BackendCounterNames()[r.Reason] != c.counter || !bytes.Equal(r.Frame, out) {
 				return fmt.Errorf("%s: captured %d %s %x, want %d %s %x", c.name, r.Action, BackendCounterNames()[r.Reason], r.Frame, c.verdict, c.counter, out)
+			}
+			if c.counter == "forwarded_stack" {
+				// Outer destination: the next hop; source kept (the kernel
+				// would take its own for a spoofed one); next-hop index
+				// advanced; the checksum right.
+				ip := out[14:]
+				if netip.AddrFrom4([4]byte(ip[12:16])) != a("192.0.2.1") || netip.AddrFrom4([4]byte(ip[16:20])) != netip.AddrFrom4([4]byte(c.in[14+28+8:14+28+12])) ||
+					ip[28+6] != 1 || gue.Checksum(ip[:20]) != 0 {
+					return fmt.Errorf("frame for the stack to forward %x", out)
+				}
 			}
 			if c.counter == "forwarded" {
 				// Outer source: this host; destination: the next hop; its
@@ -258,10 +290,10 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 		if err := b.SetSelf(a("192.168.77.1"), a("fd00:77::1")); err != nil {
 			return err
 		}
-		if err := b.Accept([]netip.Addr{a("fd00:77::1"), a("192.168.77.1")}); err != nil {
+		if err := b.Accept([]netip.Addr{a("fd00:77::1"), a("192.168.77.1"), a("10.0.0.1")}); err != nil {
 			return err
 		}
-		if acc, err := b.Accepted(); err != nil || len(acc) != 2 || acc[0] != a("192.168.77.1") || acc[1] != a("fd00:77::1") {
+		if acc, err := b.Accepted(); err != nil || len(acc) != 3 || acc[0] != a("10.0.0.1") || acc[2] != a("fd00:77::1") {
 			return fmt.Errorf("accepted %v, %v", acc, err)
 		}
 		client, vip, other := a("10.0.0.2"), a("10.0.0.1"), a("fd00:77::2")
@@ -280,6 +312,8 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 			{"unknown, last hop", gue6Frame(t, tcp(1001, 0x10), 1, other), 2, "decap_last_hop", tcp(1001, 0x10)},
 			{"unknown, forwarded", gue6Frame(t, tcp(1001, 0x10), 0, other), 3, "forwarded", nil},
 			{"unknown, no route", gue6Frame(t, tcp(1001, 0x10), 0, a("2001:db8:99::50")), 1, "drop_no_route", nil},
+			{"unknown, next hop unresolved", gue6Frame(t, tcp(1001, 0x10), 0, a("fd00:77::3")), 2, "forwarded_stack", nil},
+			{"to another host", gue6Frame(t, pkt.IPv4(client, a("198.51.100.7"), 6, pkt.TCP(1000, 80, 0x02, nil), pkt.V4Opts{}), 0, other), 1, "drop_not_local", nil},
 			{"GLB's type over IPv6", func() []byte { f := gue6Frame(t, tcp(1000, 0x02), 0, other); f[14+52], f[14+53] = 0, 0; return f }(), 1, "drop_malformed", nil},
 		} {
 			out, before, after, err := runBackendCase(b, be0.Attrs().Index, c)
@@ -288,6 +322,15 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 			}
 			if c.counter != "pass_not_gue" && after["gue6"] != before["gue6"]+1 {
 				return fmt.Errorf("%s: gue6 not counted", c.name)
+			}
+			if c.counter == "forwarded_stack" {
+				// Outer destination: the next hop; source kept (the kernel
+				// would take its own for a spoofed one); next-hop index
+				// advanced; the checksum right.
+				ip := out[14:]
+				if !bytes.Equal(ip[8:24], c.in[14+8:14+24]) || netip.AddrFrom16([16]byte(ip[24:40])) != a("fd00:77::3") || ip[48+6] != 1 {
+					return fmt.Errorf("frame for the stack to forward %x", out)
+				}
 			}
 			if c.counter == "forwarded" {
 				ip := out[14:]
@@ -302,4 +345,11 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// withOpts is an IPv4 packet with 8 bytes of options (a router alert and
+// padding) inserted after its header.
+func withOpts(p []byte) []byte {
+	src, dst := netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20]))
+	return pkt.IPv4(src, dst, p[9], p[20:], pkt.V4Opts{Options: []byte{0x94, 0x04, 0, 0, 1, 1, 1, 0}})
 }

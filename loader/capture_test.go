@@ -259,7 +259,8 @@ func TestCapture(t *testing.T) {
 		}
 		var taken, renewed bpf.Capture
 		d.Maps.Capture.Lookup(uint32(0), &taken)
-		time.Sleep(1300 * time.Millisecond)
+		// The lease counts in units of 1.07 s: two renewals are at least one apart.
+		time.Sleep(2300 * time.Millisecond)
 		d.Maps.Capture.Lookup(uint32(0), &renewed)
 		c.Close()
 		if renewed.On <= taken.On {

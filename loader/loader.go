@@ -173,14 +173,15 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	var progs bpf.DirectorPrograms
 	d := &Director{Dir: dir, spec: spec, cache: cacheFor(dir)}
 	l := &pinnedLoad{
-		dir:     dir,
-		what:    "the XDP program",
-		restart: fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
-		spec:    spec,
-		pinned:  pinnedMaps,
-		maps:    &maps,
-		progs:   &progs,
-		prog:    &progs.Director,
+		dir:      dir,
+		what:     "the XDP program",
+		restart:  fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
+		spec:     spec,
+		pinned:   pinnedMaps,
+		counters: []string{bpf.DirectorMapCounters, bpf.DirectorMapCaptureCpu},
+		maps:     &maps,
+		progs:    &progs,
+		prog:     &progs.Director,
 		setup: func() error {
 			d.Maps = maps
 			if err := d.createBindMaps(); err != nil {

@@ -35,6 +35,10 @@ type pinnedLoad struct {
 	progs   io.Closer      // a bpf2go programs struct
 	prog    **ebpf.Program // the program in progs that dir pins
 	setup   func() error   // run on the maps while the program verifies
+	// counters are the pinned maps that hold only counts: one made by a
+	// build with another layout (a counter added) is made again, its
+	// counts from zero, rather than refusing the load.
+	counters []string
 
 	repaired []string
 }
@@ -106,7 +110,36 @@ func (l *pinnedLoad) prepare() (unlock func(), err error) {
 		unlock()
 		return nil, fmt.Errorf("loading %s: reading the pinned program: %w", l.what, err)
 	}
+	for _, name := range l.counters {
+		if err := l.resetCounters(name); err != nil {
+			unlock()
+			return nil, err
+		}
+	}
 	return unlock, nil
+}
+
+// resetCounters unpins the counters map name when its layout is not the
+// spec's: the load then makes it again. The program pinned now keeps its
+// own until the new one replaces it.
+func (l *pinnedLoad) resetCounters(name string) error {
+	path := filepath.Join(l.dir, name)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("loading %s: opening pinned map %s: %w", l.what, path, err)
+	}
+	defer m.Close()
+	want := l.spec.Maps[name]
+	if m.Type() == want.Type && m.KeySize() == want.KeySize && m.ValueSize() == want.ValueSize && m.MaxEntries() == want.MaxEntries {
+		return nil
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("loading %s: %w", l.what, err)
+	}
+	l.repaired = append(l.repaired, fmt.Sprintf("%s: the counters were made by a build with another set of them; they start again from zero", path))
+	return nil
 }
 
 // load creates (or adopts) the maps, then verifies the program while setup

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,59 @@ func TestLoadAdoptsAnOlderCaptureMap(t *testing.T) {
 	ids, _ := progInfo.MapIDs()
 	if !slices.Contains(ids, oldID) {
 		t.Fatalf("the program reads maps %v, not the pinned capture map %d", ids, oldID)
+	}
+}
+
+// TestLoadRemakesCountersOfAnotherLayout: pins left by a build with fewer
+// backend counters (and its program) are upgraded, the counters made
+// again, rather than the load refused until an unload.
+func TestLoadRemakesCountersOfAnotherLayout(t *testing.T) {
+	testenv.Kernel(t)
+	dir := testDir(t)
+	b, err := LoadBackend(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	old, err := lab.PassAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	stats := filepath.Join(dir, bpf.BackendMapBeStats)
+	for _, p := range []string{filepath.Join(dir, pinProgram), stats} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Pin(filepath.Join(dir, pinProgram)); err != nil {
+		t.Fatal(err)
+	}
+	fewer, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 * 11, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fewer.Close()
+	if err := fewer.Pin(stats); err != nil {
+		t.Fatal(err)
+	}
+	b, err = LoadBackend(dir)
+	if err != nil {
+		t.Fatalf("load over counters of another layout: %v", err)
+	}
+	defer b.Close()
+	if len(b.Repaired) != 1 || !strings.Contains(b.Repaired[0], "start again from zero") {
+		t.Errorf("repaired: %q", b.Repaired)
+	}
+	m, err := ebpf.LoadPinnedMap(stats, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if want := uint32(8 * len(BackendCounterNames())); m.ValueSize() != want {
+		t.Errorf("be_stats value size %d, want %d", m.ValueSize(), want)
+	}
+	if _, err := b.Counters(); err != nil {
+		t.Errorf("counters: %v", err)
 	}
 }

@@ -325,3 +325,35 @@ func TestRunRampsABalancedAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFailedStartLeavesNothing: a run that fails to start on pins it made
+// (an interface that is not there) leaves no program loaded and no pin
+// directory; one that fails on pins that were there keeps them serving.
+func TestFailedStartLeavesNothing(t *testing.T) {
+	testenv.Kernel(t)
+	dir := testenv.PinDir("director-svc")
+	t.Cleanup(func() { loader.Unload(dir) })
+	tmp := t.TempDir()
+	cfg := filepath.Join(tmp, "forwarding_table.src.json")
+	if err := os.WriteFile(cfg, []byte(`{"tables": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Config: cfg, BPFFS: dir, LockDir: tmp, Attach: []string{"nosuch0"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := Run(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "nosuch0") {
+		t.Fatalf("run attaching to no interface: %v", err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the failed start left %s: %v", dir, err)
+	}
+	d, err := loader.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if err := Run(context.Background(), opts); err == nil {
+		t.Fatal("run attaching to no interface started")
+	}
+	if _, err := loader.Open(dir); err != nil {
+		t.Fatalf("a failed start removed pins that were there before it: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -166,6 +167,21 @@ func Run(ctx context.Context, o Options) (err error) {
 	finished := make(chan struct{})
 	defer close(finished)
 	go s.stopWithin(ctx, finished)
+	// A start that fails leaves nothing it made: pins that were not there
+	// before go (detached and removed, after the lock and handles below
+	// are released), so that neither a loaded program nor a directory
+	// of this user's is left for the next start, by whoever, to trip over.
+	// Pins that were there are kept: they may be serving.
+	if _, serr := os.Lstat(o.BPFFS); errors.Is(serr, os.ErrNotExist) {
+		defer func() {
+			if err == nil || s.started {
+				return
+			}
+			if uerr := loader.Unload(o.BPFFS); uerr != nil {
+				s.log.Error("the failed start left pins behind", "bpffs", o.BPFFS, "err", uerr)
+			}
+		}()
+	}
 	unlock, err := loader.LockRun(o.BPFFS)
 	if err != nil {
 		return err

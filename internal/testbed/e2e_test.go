@@ -318,8 +318,9 @@ func TestRollingDrain(t *testing.T) {
 		forwarded := uint64(0)
 		for i := range tb.Backends {
 			c := backendCounters(t, tb, i+1)
-			forwarded += c["forwarded"]
-			took := c["decap_syn"] + c["decap_known"] + c["decap_not_tcp"] + c["decap_last_hop"] + c["forwarded"] + c["drop_malformed"] + c["drop_no_route"]
+			forwarded += c["forwarded"] + c["forwarded_stack"]
+			took := c["decap_syn"] + c["decap_known"] + c["decap_not_tcp"] + c["decap_last_hop"] + c["forwarded"] + c["forwarded_stack"] +
+				c["drop_malformed"] + c["drop_no_route"] + c["drop_not_local"]
 			if c["gue6"] == 0 || c["gue6"] != took {
 				t.Errorf("backend%d took %d GUE packets, %d of them over IPv6: %v", i+1, took, c["gue6"], c)
 			}

@@ -347,25 +347,11 @@ func (tb *Testbed) setupBackend(i int, h *Host) error {
 			}
 		}
 		// Second chance sends packets on with a fib lookup, which needs
-		// forwarding on; the other backends' MACs are known up front.
+		// forwarding on. The other backends' MACs are found as a real
+		// network finds them: the first packet to one goes through the
+		// kernel, which resolves its neighbour.
 		if err := sysctl("net.ipv4.conf.eth0.forwarding", "1"); err != nil {
 			return err
-		}
-		l, _ := netlink.LinkByName("eth0")
-		for _, o := range tb.Backends {
-			if o == h {
-				continue
-			}
-			if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: o.IP.AsSlice(), HardwareAddr: o.MAC,
-				State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V4}); err != nil {
-				return err
-			}
-			if o.IP6.IsValid() {
-				if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: o.IP6.AsSlice(), HardwareAddr: o.MAC,
-					State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V6}); err != nil {
-					return err
-				}
-			}
 		}
 		b, err := loader.LoadBackend(tb.BackendBPFFS(i))
 		if err != nil {
@@ -373,6 +359,15 @@ func (tb *Testbed) setupBackend(i int, h *Host) error {
 		}
 		defer b.Close()
 		if err := b.SetSelf(h.selves()...); err != nil {
+			return err
+		}
+		// As 'backend attach' does: GUE is taken for the host's addresses,
+		// the VIPs on lo among them.
+		host, err := loader.HostAddrs()
+		if err != nil {
+			return err
+		}
+		if err := b.Accept(host); err != nil {
 			return err
 		}
 		if _, err := b.Attach("eth0", loader.ModeNative); err != nil {
