@@ -255,7 +255,7 @@ func TestBackendCaptureCommand(t *testing.T) {
 				sock.Send(frame)
 			}
 		}()
-		out, errOut, code := runCmd(append(b, "capture", "-c", "1", "--action", "pass")...)
+		out, errOut, code := runCmd(append(b, "capture", "-c", "1", "--action", "pass", "udp", "port", "53")...)
 		if code != 0 || !strings.Contains(out, " bc0 pass ") || !strings.Contains(out, "ipv4 198.18.0.1 > 192.0.2.9") || !strings.Contains(out, "udp 40000 > 53") {
 			return fmt.Errorf("backend capture: exit %d: %s%s", code, out, errOut)
 		}

@@ -267,6 +267,11 @@ func (s *service) reconcile(trigger string, first bool) error {
 		}
 	}
 	out, frozen, err := s.try(s.cur, trigger, first)
+	if out == held && s.healthSteps(trigger) {
+		// A safe step of it is live; the rest is still to come.
+		s.hold.now = nil
+		out, frozen, err = s.try(s.cur, trigger, false)
+	}
 	s.hold.health = out == held
 	if out == held {
 		heldCount++
@@ -289,6 +294,26 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 	if s.sameAsLive(tables, fps, in.dc) {
 		return unchanged, frozen, nil
 	}
+	mode := judgeSafe
+	if first {
+		mode = judgeFirst
+	}
+	out, err := s.commit(in, tables, trigger, mode)
+	return out, frozen, err
+}
+
+// judgeMode is what commit applies of a plan.
+type judgeMode int
+
+const (
+	judgeSafe  judgeMode = iota // safe plans only
+	judgeFirst                  // and any, when nothing is live yet
+	judgeDowns                  // any: backends the checks found down (never held)
+)
+
+// commit applies tables (with in's director config) through the one path,
+// as mode allows, and records what it did.
+func (s *service) commit(in *input, tables []*table.Table, trigger string, mode judgeMode) (outcome, error) {
 	changes := s.changes(in, tables)
 	before := append([]string(nil), s.live.fps...)
 	start := time.Now()
@@ -297,10 +322,13 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 		if !plan.Changed() {
 			return errUnchanged
 		}
+		if why := s.transitWaits(plan); why != "" {
+			return &heldError{reasons: []string{why}}
+		}
 		if plan.Safe {
 			return nil
 		}
-		if first && len(live.Tables) == 0 {
+		if (mode == judgeFirst && len(live.Tables) == 0) || mode == judgeDowns {
 			allowedUnsafe = true
 			return nil
 		}
@@ -311,7 +339,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 	case errors.Is(err, errUnchanged):
 		// Live already (applied by hand, say): the service's view was old.
 		s.setLive(tables, plan.Result, in.dc)
-		return unchanged, frozen, nil
+		return unchanged, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
 		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc), Reasons: he.reasons})
@@ -327,7 +355,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			}
 		}
-		return held, frozen, nil
+		return held, nil
 	case err != nil:
 		s.m.applies.WithLabelValues("failed").Inc()
 		s.log.Error("apply failed; the live tables keep serving", "trigger", trigger, "err", err)
@@ -336,7 +364,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 				s.setLive(live.Tables, table.PlanTables(live.Tables), live.Config)
 			}
 		}
-		return failed, frozen, err
+		return failed, err
 	}
 	took := time.Since(start)
 	s.m.applies.WithLabelValues("applied").Inc()
@@ -344,7 +372,10 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 	s.m.lastApply.SetToCurrentTime()
 	s.setLive(loader.Tables(res.Tables), plan.Result, in.dc)
 	verdict := "safe"
-	if allowedUnsafe {
+	switch {
+	case allowedUnsafe && mode == judgeDowns:
+		verdict = "unsafe, applied because backends went down (a down is never held): " + strings.Join(plan.Reasons, "; ")
+	case allowedUnsafe:
 		verdict = "unsafe, applied because nothing was live: " + strings.Join(plan.Reasons, "; ")
 	}
 	var fpChanges []string
@@ -359,7 +390,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 		"took", took.Round(time.Microsecond))
 	s.lastApply = &StatusApply{Time: time.Now().UTC(), Trigger: trigger, Verdict: verdict, Changes: changes}
 	s.recent = append([]StatusApply{*s.lastApply}, s.recent[:min(len(s.recent), RecentApplies-1)]...)
-	return applied, frozen, nil
+	return applied, nil
 }
 
 // changes lists, for the audit log, what tables change from the live ones

@@ -103,7 +103,8 @@ type service struct {
 	// exported is what exportLive last exported of the live tables.
 	exported []exported
 	hold     holdState
-	ramp     *rampState // a lowered weight being taken in safe steps
+	ramp     *rampState    // a lowered weight being taken in safe steps
+	transit  *transitState // a held health change's transition, being served
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
 	lastApply  *StatusApply  // the last apply

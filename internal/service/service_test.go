@@ -376,27 +376,34 @@ func BenchmarkHealthFlipApplied(b *testing.B) {
 
 // benchService is a service serving in from a director of its own in
 // bpffs, started as 'director run' starts (unloaded when b ends).
-func benchService(b *testing.B, in *input) *service {
+func benchService(b testing.TB, in *input) *service {
 	testenv.Kernel(b)
+	s := newTestService(b, in)
+	startService(b, s)
+	return s
+}
+
+// startService gives s pins of its own, unloaded when t ends, and does its
+// first reconcile.
+func startService(t testing.TB, s *service) {
+	t.Helper()
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("director-bench-%d", time.Now().UnixNano()))
 	d, err := loader.Load(dir)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	b.Cleanup(func() {
+	t.Cleanup(func() {
 		d.Close()
 		loader.Unload(dir)
 	})
-	s := newTestService(b, in)
 	s.d, s.m = d, newMetrics(d.Stats)
 	s.checks.m = s.m
 	s.bgp = &announcer{log: s.log, m: s.m, changed: func() {}}
 	s.status = &statusBoard{}
 	s.o.BPFFS = dir
 	if err := s.reconcile("start", true); err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	return s
 }
 
 func benchmarkHealthFlip(b *testing.B, in *input) {
