@@ -215,7 +215,9 @@ func rampSteps(b *Builder, k int, from, to uint16) ([]uint16, error) {
 			if i == k || b.flags[i]&flagActive == 0 {
 				continue
 			}
-			s := b.key(int32(i), b.words[i].score(st))
+			// The weighted key whether or not b ranks by one (with equal
+			// weights it ranks by raw scores): loses compares k's.
+			s := keyFor(expScore(b.words[i].score(st)), recip(b.wts[i]))
 			if b.before(s, int32(i), sa, ia) {
 				sb, ib, sa, ia = sa, ia, s, int32(i)
 			} else if b.before(s, int32(i), sb, ib) {

@@ -86,3 +86,52 @@ func TestRampStepsPutNoRowAtRisk(t *testing.T) {
 		t.Errorf("a drain got a ramp: %+v, %v", r, err)
 	}
 }
+
+// TestRampFromEqualWeights: a weight lowered from a table whose weights
+// are all equal (built ranking by raw scores, not weighted keys) gets a
+// ramp too, each step with no row at risk.
+func TestRampFromEqualWeights(t *testing.T) {
+	found := 0
+	for i := 0; i < 4; i++ {
+		tc := benchTable(10 + 7*i)
+		for j := range tc.Backends {
+			tc.Backends[j].Weight = 10000
+		}
+		live, err := Build(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := *tc
+		next.Backends = slices.Clone(tc.Backends)
+		next.Backends[1].Weight = 9000
+		target, _ := Build(&next)
+		if atRisk(live.Rows, target.Rows) == 0 {
+			continue
+		}
+		r, err := FindRamp(live, &next)
+		if err != nil && strings.Contains(err.Error(), "no ramp of whole weights") {
+			continue
+		}
+		if err != nil || r == nil {
+			t.Fatalf("table %d: no ramp from equal weights: %v", i, err)
+		}
+		found++
+		prev := live
+		for _, w := range r.Steps {
+			step := next
+			step.Backends = slices.Clone(next.Backends)
+			step.Backends[1].Weight = w
+			tab, err := Build(&step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := atRisk(prev.Rows, tab.Rows); n != 0 {
+				t.Fatalf("table %d: step to %d: %d rows at risk", i, w, n)
+			}
+			prev = tab
+		}
+	}
+	if found == 0 {
+		t.Fatal("no table of 4 needed and had a ramp: the test shows nothing")
+	}
+}

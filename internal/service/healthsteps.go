@@ -81,6 +81,9 @@ func (s *service) healthSteps(trigger string) bool {
 		if lt == nil {
 			return false
 		}
+		if !sameButHealth(lt.Backends, tc.Backends) {
+			return false // more than health differs (a restart mid-ramp): not the checks' change
+		}
 		tc.Backends = slices.Clone(tc.Backends)
 		changed := false
 		for k, b := range tc.Backends {
@@ -135,5 +138,20 @@ func (s *service) healthSteps(trigger string) bool {
 	s.transit = &transitState{until: time.Now().Add(interval)}
 	s.log.Info("the checks' change is taken in two steps: a transition keeping the moved rows' old primaries as secondaries is live; "+
 		"the change follows after ramp_interval_s", "tables", strings.Join(through, ", "), "next", interval)
+	return true
+}
+
+// sameButHealth reports whether a and b list the same backends in the same
+// order with the same states and weights: what differs, if anything, is
+// health.
+func sameButHealth(a, b []table.Backend) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].IP != b[i].IP || a[i].State != b[i].State || a[i].W() != b[i].W() {
+			return false
+		}
+	}
 	return true
 }

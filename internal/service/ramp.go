@@ -1,6 +1,9 @@
 package service
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -24,12 +27,55 @@ type rampState struct {
 	last   []string // what it took
 }
 
-// rampWaits reports whether a ramp towards the pending edit is under way
-// with its next step not yet due: the edit is not tried meanwhile, even
-// once its last step is safe on its own, so that every step keeps the
-// interval.
+// rampWaits reports whether a ramp is under way with its next step not yet
+// due: the pending edit is not tried meanwhile, even once its last step is
+// safe on its own, so that every step keeps the interval. The interval
+// runs from the last step applied (s.rampLast, kept across restarts), not
+// from when this edit was read: a config read again, or edited again,
+// mid-ramp does not make the next step due.
 func (s *service) rampWaits(now time.Time) bool {
-	return s.ramp != nil && s.ramp.target == s.pending && now.Before(s.ramp.next)
+	return s.ramp != nil && now.Before(s.ramp.next)
+}
+
+// rampFile is where the time of the last ramp step is kept for the next
+// start of the service on these pins (the LockDir, a run directory).
+func (s *service) rampFile() string { return runFile(s.o.LockDir, s.o.BPFFS, ".ramp.json") }
+
+// loadRampLast reads the last ramp step's time a previous run recorded; a
+// file that is not one (or too large to be) is ignored.
+func (s *service) loadRampLast() {
+	path := s.rampFile()
+	if path == "" {
+		return
+	}
+	data, err := readRegular(path, 4096, "a ramp record")
+	if err != nil {
+		return
+	}
+	var rec struct {
+		LastStep time.Time `json:"last_step"`
+	}
+	if json.Unmarshal(data, &rec) == nil && !rec.LastStep.After(time.Now()) {
+		s.rampLast = rec.LastStep
+	}
+}
+
+// saveRampLast records a ramp step's time, written aside and renamed.
+func (s *service) saveRampLast(t time.Time) {
+	s.rampLast = t
+	path := s.rampFile()
+	if path == "" {
+		return
+	}
+	data, _ := json.Marshal(struct {
+		LastStep time.Time `json:"last_step"`
+	}{t.UTC()})
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err == nil {
+		if err := os.Rename(tmp, path); err != nil {
+			os.Remove(tmp)
+		}
+	}
 }
 
 // rampStep applies the next step of a ramp towards the pending edit, when
@@ -41,11 +87,16 @@ func (s *service) rampWaits(now time.Time) bool {
 // the last step, as any safe edit is.
 func (s *service) rampStep(now time.Time) bool {
 	in := s.pending
+	if in == nil && s.hold.health {
+		// The served config itself is held: after a restart mid-ramp, the
+		// config files are the edit and what is live is a step.
+		in = s.cur
+	}
 	if in == nil || len(in.judged) != len(in.cfg.Tables) {
 		s.ramp = nil
 		return false
 	}
-	going := s.ramp != nil && s.ramp.target == in
+	going := s.ramp != nil
 	if going && now.Before(s.ramp.next) {
 		return false
 	}
@@ -76,6 +127,12 @@ func (s *service) rampStep(now time.Time) bool {
 		interval = max(interval, rampInterval(tc))
 		what = append(what, r.String())
 	}
+	if due := s.rampLast.Add(interval); now.Before(due) {
+		// The last step (of this ramp, one before an edit or a restart)
+		// was less than an interval ago.
+		s.ramp = &rampState{target: in, next: due}
+		return false
+	}
 	if !going {
 		s.log.Info("the held edit is carried out as a ramp, each step with no row at risk", "ramps", what, "interval", interval)
 	}
@@ -86,8 +143,12 @@ func (s *service) rampStep(now time.Time) bool {
 		return false
 	}
 	s.log.Info("ramp step applied", "steps", what, "next", interval)
+	s.saveRampLast(time.Now())
+	if s.pending == nil {
+		s.pending = in // the served config was the edit: it is now what the ramp goes to
+	}
 	s.cur = step
-	s.ramp = &rampState{target: in, next: time.Now().Add(interval), step: step, last: what}
+	s.ramp = &rampState{target: in, next: s.rampLast.Add(interval), step: step, last: what}
 	return true
 }
 
@@ -124,8 +185,37 @@ func rampInterval(tc *table.TableConfig) time.Duration {
 
 // rampStatus is the ramp under way, for the status file.
 func (s *service) rampStatus() *StatusRamp {
-	if s.ramp == nil || s.ramp.target != s.pending || s.ramp.last == nil {
+	if s.ramp == nil || s.ramp.last == nil {
 		return nil
 	}
 	return &StatusRamp{Next: s.ramp.next.UTC(), Last: s.ramp.last}
+}
+
+// rampGate says why plan must wait, or "": a change of backends (their
+// weights, states, or which there are) to a table within its
+// ramp_interval_s of the last ramp step (s.rampLast, this run's or the
+// one's before it): so that a ramp's last step, the edit itself, keeps the
+// interval too, read again or after a restart.
+func (s *service) rampGate(in *input, plan *table.Plan) string {
+	if s.rampLast.IsZero() || plan.Diff == nil {
+		return ""
+	}
+	for _, td := range plan.Diff.Tables {
+		moved := false
+		for _, bc := range td.Backends {
+			if bc.Old == nil || bc.New == nil || bc.Old.Weight != bc.New.Weight || bc.Old.State != bc.New.State {
+				moved = true
+				break
+			}
+		}
+		i := tableIndex(in.cfg, td.Name)
+		if !moved || i < 0 {
+			continue
+		}
+		if due := s.rampLast.Add(rampInterval(&in.cfg.Tables[i])); time.Now().Before(due) {
+			return fmt.Sprintf("table %s: a ramp step was applied at %s; its backends change again no sooner than "+
+				"ramp_interval_s after it (%s)", td.Name, s.rampLast.UTC().Format(time.TimeOnly), due.UTC().Format(time.TimeOnly))
+		}
+	}
+	return ""
 }

@@ -325,6 +325,9 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		if why := s.transitWaits(plan); why != "" {
 			return &heldError{reasons: []string{why}}
 		}
+		if why := s.rampGate(in, plan); why != "" {
+			return &heldError{reasons: []string{why}}
+		}
 		if plan.Safe {
 			return nil
 		}

@@ -120,27 +120,30 @@ func rampTestConfig(seed string, w int) string {
 // TestRunRampsALoweredWeight: an edit that lowers a weight, unsafe in one
 // step, is carried out by the service as the ramp plan proposes, one step
 // a ramp interval, each applied as a safe change, and then adopted.
-func TestRunRampsALoweredWeight(t *testing.T) {
-	testenv.Kernel(t)
-	// A seed whose ramp is short enough for a test.
-	var seed string
-	var ramp *table.Ramp
-	for s := 0; s < 20; s++ {
-		seed = fmt.Sprintf("%032x", 5000+s)
+// rampSeed is a seed for rampTestConfig whose ramp from 40000 to 39000
+// has min to 6 steps, and the ramp.
+func rampSeed(t *testing.T, min int) (string, *table.Ramp) {
+	t.Helper()
+	for s := 0; s < 40; s++ {
+		seed := fmt.Sprintf("%032x", 5000+s)
 		from, _ := config.Parse([]byte(rampTestConfig(seed, 40000)))
 		to, _ := config.Parse([]byte(rampTestConfig(seed, 39000)))
 		live, err := table.Build(&from.Tables[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r, _ := table.FindRamp(live, &to.Tables[0]); r != nil && len(r.Steps) >= 2 && len(r.Steps) <= 6 {
-			ramp = r
-			break
+		if r, _ := table.FindRamp(live, &to.Tables[0]); r != nil && len(r.Steps) >= min && len(r.Steps) <= 6 {
+			return seed, r
 		}
 	}
-	if ramp == nil {
-		t.Fatal("no seed of 20 has a ramp of 2 to 6 steps")
-	}
+	t.Fatalf("no seed of 40 has a ramp of %d to 6 steps", min)
+	return "", nil
+}
+
+func TestRunRampsALoweredWeight(t *testing.T) {
+	testenv.Kernel(t)
+	// A seed whose ramp is short enough for a test.
+	seed, ramp := rampSeed(t, 2)
 	r := startRun(t, rampTestConfig(seed, 40000))
 	cfg, d, logs := r.cfg, r.d, r.logs
 	weight := func() uint16 {
@@ -216,10 +219,18 @@ func startRun(t *testing.T, body string) *testRun {
 	dir := testenv.PinDir("director-svc")
 	t.Cleanup(func() { loader.Unload(dir) })
 	tmp := t.TempDir()
-	r := &testRun{cfg: filepath.Join(tmp, "forwarding_table.src.json"), logs: &syncBuffer{}}
-	if err := os.WriteFile(r.cfg, []byte(body), 0o600); err != nil {
+	cfg := filepath.Join(tmp, "forwarding_table.src.json")
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return startRunAt(t, dir, tmp, cfg, &syncBuffer{})
+}
+
+// startRunAt starts a director run on the pins dir, its run files in tmp,
+// serving the config file cfg, logging to logs.
+func startRunAt(t *testing.T, dir, tmp, cfg string, logs *syncBuffer) *testRun {
+	t.Helper()
+	r := &testRun{cfg: cfg, logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
@@ -355,5 +366,88 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	}
 	if _, err := loader.Open(dir); err != nil {
 		t.Fatalf("a failed start removed pins that were there before it: %v", err)
+	}
+}
+
+// appliedTimes are the times of the applies a JSON log records, but the
+// start's in the log of the first run.
+func appliedTimes(log string, first bool) []time.Time {
+	var times []time.Time
+	for _, line := range strings.Split(log, "\n") {
+		var rec struct {
+			Time    time.Time
+			Msg     string
+			Trigger string
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "applied" && (rec.Trigger != "start" || !first) {
+			times = append(times, rec.Time)
+		}
+	}
+	return times
+}
+
+// TestRunRampKeepsItsInterval: a ramp's steps stay a ramp interval apart
+// while its config file is read again and again, and across a restart of
+// the service mid-ramp, after which the ramp carries on to the edit.
+func TestRunRampKeepsItsInterval(t *testing.T) {
+	testenv.Kernel(t)
+	seed, ramp := rampSeed(t, 3)
+	r := startRun(t, rampTestConfig(seed, 40000))
+	dir, cfg := r.d.Dir, r.cfg
+	edit := rampTestConfig(seed, 39000)
+	write := func(body string) {
+		if err := os.WriteFile(cfg+".new", []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Rename(cfg+".new", cfg)
+	}
+	write(edit)
+	waitLog := func(logs *syncBuffer, msg string, d time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(d); !strings.Contains(logs.String(), msg); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in the log:\n%s", msg, logs.String())
+			}
+		}
+	}
+	waitLog(r.logs, `"msg":"ramp step applied"`, 5*time.Second)
+	// The same edit, read again every 100 ms (its bytes differ by a space).
+	for i := 0; i < 12; i++ {
+		write(edit + strings.Repeat(" ", i%2+1))
+		time.Sleep(100 * time.Millisecond)
+	}
+	before := r.logs.String()
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Close()
+	logs2 := &syncBuffer{}
+	r2 := startRunAt(t, dir, filepath.Dir(cfg), cfg, logs2)
+	// The files are the edit: the restarted service serves it once the
+	// ramp reaches it.
+	for deadline := time.Now().Add(time.Duration(len(ramp.Steps)+4) * 2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		live, err := r2.d.Live()
+		if err == nil && len(live) == 1 && live[0].Table.Backends[0].W() == 39000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ramp did not reach the edit after the restart:\n%s", logs2.String())
+		}
+	}
+	times := append(appliedTimes(before, true), appliedTimes(logs2.String(), false)...)
+	if len(times) != len(ramp.Steps) {
+		t.Fatalf("%d applies after the start, want %d (the ramp's steps)\n%s\n%s", len(times), len(ramp.Steps), before, logs2.String())
+	}
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < 950*time.Millisecond {
+			t.Errorf("step %d came %v after the one before: sooner than the ramp interval (1 s)", i, gap)
+		}
+	}
+	live, err := r2.d.Live()
+	if err != nil || live[0].Table.Backends[0].W() != 39000 {
+		t.Fatalf("after the ramp: %v, weight %d", err, live[0].Table.Backends[0].W())
+	}
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
 	}
 }

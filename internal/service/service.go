@@ -105,6 +105,7 @@ type service struct {
 	hold     holdState
 	ramp     *rampState    // a lowered weight being taken in safe steps
 	transit  *transitState // a held health change's transition, being served
+	rampLast time.Time     // when the last ramp step was applied, by this run or the one before
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
 	lastApply  *StatusApply  // the last apply
@@ -199,6 +200,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	// Load made it. Whatever ends the run, its status goes with it.
 	s.status.path = StatusPath(o.LockDir, o.BPFFS)
 	defer os.Remove(s.status.path)
+	s.loadRampLast()
 	s.m = newMetrics(s.d.Stats)
 	s.checks.m = s.m
 	s.bgp = &announcer{log: o.Log, m: s.m, changed: s.status.write}
@@ -330,7 +332,7 @@ func (s *service) loop(ctx context.Context) {
 			// Held changes are retried: an operator may have applied
 			// the held config by hand, or the checks agree again. A
 			// held edit that lowers a weight is taken in steps.
-			if s.pending != nil && s.rampStep(time.Now()) {
+			if (s.pending != nil || s.hold.health) && s.rampStep(time.Now()) {
 				s.publish()
 				continue
 			}
