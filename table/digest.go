@@ -122,17 +122,38 @@ func sameBuild(tc *TableConfig, t *Table) bool {
 // BuiltRows is a table a plan built (not taken from what was live), its
 // rows carried in the plan so that applying the plan need not build it
 // again: Rows as InputDigest hashes them (each row's primary and secondary
-// as positions in the backend list, a byte each; base64 in JSON), and
-// Digest, the table's input digest, in hex.
+// as positions in the backend list, a byte each; base64 in JSON), Digest,
+// the table's input digest, in hex, and Seal, a MAC of the digest under a
+// key of the host's (a Sealer's), in hex. The input digest is keyed by the
+// table's seed, which the plan file holds too: whoever can edit the file
+// could make one for rows of their own. The seal is what they cannot make.
 type BuiltRows struct {
 	Index  int    `json:"index"`
 	Rows   []byte `json:"rows"`
 	Digest string `json:"digest"`
+	Seal   string `json:"seal"`
+}
+
+// Sealer seals plans' carried rows with a key of the host's, one only its
+// root can read (a plan is made and applied where the pins are).
+type Sealer []byte
+
+// seal is the MAC of a table's input digest, and its place, in hex.
+func (k Sealer) seal(i int, d Digest) string {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("director carried rows v1"))
+	m.Write(binary.BigEndian.AppendUint32(nil, uint32(i)))
+	m.Write(d[:])
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // CarryBuilt lists the tables of ts that are not in base (by identity:
-// the live tables a plan took as they were) with their rows.
-func CarryBuilt(ts, base []*Table) []BuiltRows {
+// the live tables a plan took as they were) with their rows, sealed with
+// k. Without a key it carries none.
+func CarryBuilt(ts, base []*Table, k Sealer) []BuiltRows {
+	if len(k) == 0 {
+		return nil
+	}
 	var out []BuiltRows
 	for i, t := range ts {
 		if t.Unbuilt || t.Digest == (Digest{}) || slices.Contains(base, t) {
@@ -142,18 +163,20 @@ func CarryBuilt(ts, base []*Table) []BuiltRows {
 		for _, r := range t.Rows {
 			rows = append(rows, byte(r.Primary), byte(r.Secondary))
 		}
-		out = append(out, BuiltRows{Index: i, Rows: rows, Digest: hex.EncodeToString(t.Digest[:])})
+		out = append(out, BuiltRows{Index: i, Rows: rows, Digest: hex.EncodeToString(t.Digest[:]), Seal: k.seal(i, t.Digest)})
 	}
 	return out
 }
 
 // FromBuilt is table i of a config, tc, from the rows a plan carried for
-// it, or nil when it carried none that check out: rows of every row
-// naming backends tc has, whose input digest, computed from tc and them,
-// is the one carried. The digest is keyed by tc's seed, so rows changed
-// in the file without it do not pass; what apply writes is read back and
+// it, or nil when it carried none that check out: sealed with k, rows of
+// every row naming backends tc has, whose input digest, computed from tc
+// and them, is the one carried. What apply writes is read back and
 // checked against the plan's fingerprints as any table is.
-func FromBuilt(carried []BuiltRows, i int, tc *TableConfig) *Table {
+func FromBuilt(carried []BuiltRows, i int, tc *TableConfig, k Sealer) *Table {
+	if len(k) == 0 {
+		return nil
+	}
 	for _, c := range carried {
 		if c.Index != i {
 			continue
@@ -164,6 +187,9 @@ func FromBuilt(carried []BuiltRows, i int, tc *TableConfig) *Table {
 		}
 		if _, err := hex.Decode(d[:], []byte(c.Digest)); err != nil {
 			return nil
+		}
+		if !hmac.Equal([]byte(c.Seal), []byte(k.seal(i, d))) {
+			return nil // not sealed by this host: the file was edited, or the plan made elsewhere
 		}
 		t := &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: slices.Clone(tc.Binds), Backends: slices.Clone(tc.Backends),
 			Rows: make([]Row, Rows), Balance: tc.Balance}

@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"encoding/hex"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -131,21 +132,25 @@ func TestFromBuiltTakesOnlyRowsThatCheckOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	carried := CarryBuilt([]*Table{built}, nil)
+	key := Sealer("0123456789abcdef0123456789abcdef")
+	carried := CarryBuilt([]*Table{built}, nil, key)
 	if len(carried) != 1 || carried[0].Index != 0 {
 		t.Fatalf("carried %d tables", len(carried))
 	}
-	if CarryBuilt([]*Table{built}, []*Table{built}) != nil {
+	if CarryBuilt([]*Table{built}, nil, nil) != nil {
+		t.Fatal("rows carried without a key")
+	}
+	if CarryBuilt([]*Table{built}, []*Table{built}, key) != nil {
 		t.Fatal("a table taken from the base is carried")
 	}
-	got := FromBuilt(carried, 0, &tc)
+	got := FromBuilt(carried, 0, &tc, key)
 	if got == nil {
 		t.Fatal("the rows a build carried were not taken back")
 	}
 	if Fingerprint(got) != Fingerprint(built) || got.Digest != built.Digest || got.NoGoodRows != built.NoGoodRows || !slices.Equal(got.Rows, built.Rows) {
 		t.Fatal("the table taken back is not the one built")
 	}
-	if FromBuilt(carried, 1, &tc) != nil {
+	if FromBuilt(carried, 1, &tc, key) != nil {
 		t.Error("rows carried for table 0 taken for table 1")
 	}
 	bad := func(what string, f func(b *BuiltRows)) {
@@ -153,7 +158,7 @@ func TestFromBuiltTakesOnlyRowsThatCheckOut(t *testing.T) {
 		b := carried[0]
 		b.Rows = slices.Clone(b.Rows)
 		f(&b)
-		if FromBuilt([]BuiltRows{b}, 0, &tc) != nil {
+		if FromBuilt([]BuiltRows{b}, 0, &tc, key) != nil {
 			t.Errorf("%s: taken", what)
 		}
 	}
@@ -163,10 +168,25 @@ func TestFromBuiltTakesOnlyRowsThatCheckOut(t *testing.T) {
 	bad("rows cut short", func(b *BuiltRows) { b.Rows = b.Rows[:len(b.Rows)-2] })
 	bad("another digest", func(b *BuiltRows) { b.Digest = strings.Repeat("00", 32) })
 	bad("a digest that is not hex", func(b *BuiltRows) { b.Digest = "zz" })
+	bad("no seal", func(b *BuiltRows) { b.Seal = "" })
+	// Rows of one's own with the digest the seed (in the plan file) makes
+	// for them: the seal, which takes the host's key, gives them away.
+	bad("rows forged with their digest", func(b *BuiltRows) {
+		b.Rows[r] = (b.Rows[r] + 1) % byte(len(tc.Backends))
+		forged := &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: tc.Binds, Backends: tc.Backends, Rows: make([]Row, Rows), Balance: tc.Balance}
+		for i := range forged.Rows {
+			forged.Rows[i] = Row{Primary: uint32(b.Rows[2*i]), Secondary: uint32(b.Rows[2*i+1])}
+		}
+		d := InputDigest(&tc, forged.Rows, Fingerprint(forged))
+		b.Digest = hex.EncodeToString(d[:])
+	})
+	if FromBuilt(carried, 0, &tc, Sealer("another host's key, 32 bytes....")) != nil {
+		t.Error("rows sealed by another host's key taken")
+	}
 	other := tc
 	other.Backends = slices.Clone(tc.Backends)
 	other.Backends[0].State = StateDraining
-	if FromBuilt(carried, 0, &other) != nil {
+	if FromBuilt(carried, 0, &other, key) != nil {
 		t.Error("rows carried for a config taken for another")
 	}
 }

@@ -3,6 +3,7 @@ package table
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -29,14 +30,16 @@ type Plan struct {
 	// in one step (FindRamp), and RampProblems why a table has none.
 	Ramps        []Ramp   `json:"ramps,omitempty"`
 	RampProblems []string `json:"ramp_problems,omitempty"`
-	// Built are the tables this plan built, with their rows
-	// (CarryBuilt), so that applying it takes them rather than building
-	// them again (FromBuilt).
+	// Built are the tables this plan built, with their rows, sealed by
+	// the host (CarryBuilt), so that applying it here takes them rather
+	// than building them again (FromBuilt).
 	Built  []BuiltRows     `json:"built,omitempty"`
 	Config json.RawMessage `json:"config,omitempty"`
 	// ConfigGLB is the GLB binary exactly as reviewed (base64 in JSON),
 	// when the plan was made from one rather than from a JSON config.
 	ConfigGLB []byte `json:"config_glb,omitempty"`
+
+	rawDiff json.RawMessage // the diff as read, decoded on demand (RawDiff)
 }
 
 // Input is the config or binary the plan applies, as reviewed.
@@ -160,6 +163,21 @@ type DirectorPlan struct {
 	Changes []SettingChange `json:"changes"`
 }
 
+// SetRawDiff keeps a plan's diff as read, undecoded (RawDiff decodes it).
+func (p *Plan) SetRawDiff(raw json.RawMessage) { p.rawDiff = raw }
+
+// RawDiff is the plan's diff: Diff, or the one SetRawDiff kept, decoded.
+func (p *Plan) RawDiff() (*Diff, error) {
+	if p.Diff != nil || len(p.rawDiff) == 0 {
+		return p.Diff, nil
+	}
+	var d Diff
+	if err := json.Unmarshal(p.rawDiff, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
 // Changed reports whether the plan changes anything: a table or a
 // director setting.
 func (p *Plan) Changed() bool {
@@ -186,4 +204,66 @@ func (p *Plan) JudgeDirector(old, new *DirectorConfig) error {
 	}
 	p.Director = dp
 	return nil
+}
+
+// ChangeDiffers says how the change now, a diff of what is live against
+// what a plan's config builds, differs from the change the plan recorded
+// (reviewed), or "" when it is the same change: per table its status,
+// fingerprints, key, binds added and removed, and each backend added,
+// removed or changed with its state, health, weight and domain on each
+// side. Row counts follow from those and are not compared.
+func ChangeDiffers(reviewed, now *Diff) string {
+	if reviewed == nil || now == nil {
+		return "the plan records no diff"
+	}
+	if len(reviewed.Tables) != len(now.Tables) {
+		return fmt.Sprintf("it changes %d tables, the plan %d", len(now.Tables), len(reviewed.Tables))
+	}
+	for i := range now.Tables {
+		r, n := &reviewed.Tables[i], &now.Tables[i]
+		switch {
+		case r.Name != n.Name || r.Status != n.Status:
+			return fmt.Sprintf("table %s is %s, the plan shows %s %s", n.Name, n.Status, r.Name, r.Status)
+		case r.OldFingerprint != n.OldFingerprint || r.NewFingerprint != n.NewFingerprint:
+			return fmt.Sprintf("table %s: its rows are not the ones the plan shows", n.Name)
+		case r.HashKeyChanged != n.HashKeyChanged:
+			return fmt.Sprintf("table %s: hash_key changed %v, the plan shows %v", n.Name, n.HashKeyChanged, r.HashKeyChanged)
+		case !slices.Equal(r.BindsAdded, n.BindsAdded) || !slices.Equal(r.BindsRemoved, n.BindsRemoved):
+			return fmt.Sprintf("table %s: binds added %v and removed %v, the plan shows %v and %v", n.Name,
+				n.BindsAdded, n.BindsRemoved, r.BindsAdded, r.BindsRemoved)
+		}
+		if r.Brief || n.Brief || r.SameInputs || n.SameInputs {
+			continue // unchanged on both sides (status and fingerprints above)
+		}
+		rb, nb := movedBackends(r.Backends), movedBackends(n.Backends)
+		if len(rb) != len(nb) {
+			return fmt.Sprintf("table %s: %d backends change, the plan shows %d", n.Name, len(nb), len(rb))
+		}
+		for k := range nb {
+			if !sameBackendChange(rb[k], nb[k]) {
+				return fmt.Sprintf("table %s: backend %s changes otherwise than the plan shows", n.Name, nb[k].IP)
+			}
+		}
+	}
+	return ""
+}
+
+func movedBackends(bs []BackendChange) []BackendChange {
+	var out []BackendChange
+	for _, b := range bs {
+		if b.Change != "unchanged" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func sameBackendChange(a, b BackendChange) bool {
+	side := func(x, y *BackendSide) bool {
+		if x == nil || y == nil {
+			return x == y
+		}
+		return x.State == y.State && x.Healthy == y.Healthy && x.Weight == y.Weight && x.Domain == y.Domain
+	}
+	return a.IP == b.IP && a.Change == b.Change && side(a.Old, b.Old) && side(a.New, b.New)
 }

@@ -93,6 +93,21 @@ func runApply(e *env, c *command, args []string) error {
 		if plan != nil && !sameBase(plan, live) {
 			return errors.New("apply: what is live changed since the plan was made; make a new plan")
 		}
+		if plan != nil {
+			// Only the change that was reviewed: the plan's config must
+			// make, against what is live, the diff the plan shows (an
+			// edited config, a bind added say, does not).
+			reviewed, err := plan.RawDiff()
+			if err != nil {
+				return fmt.Errorf("apply: the plan's diff: %w", err)
+			}
+			if why := table.ChangeDiffers(reviewed, verdict.Diff); why != "" {
+				return fmt.Errorf("apply: the plan's config does not make the change the plan shows (%s): edited plan? Make a new plan", why)
+			}
+			if verdict.Safe != plan.Safe {
+				return fmt.Errorf("apply: the change is judged %s, the plan shows %s: make a new plan", safeWord(verdict.Safe), safeWord(plan.Safe))
+			}
+		}
 		if !verdict.Safe && !*unsafe {
 			return fmt.Errorf("apply: unsafe change refused (pass --allow-unsafe to apply it):\n  - %s", strings.Join(verdict.Reasons, "\n  - "))
 		}
@@ -213,4 +228,11 @@ func samePath(a, b string) bool {
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+func safeWord(safe bool) string {
+	if safe {
+		return "safe"
+	}
+	return "unsafe"
 }

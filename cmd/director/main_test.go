@@ -26,7 +26,16 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DIRECTOR_TEST_AS_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	// The host's plan key in a directory of the tests' own.
+	dir, err := os.MkdirTemp("", "director-plankey-")
+	if err != nil {
+		panic(err)
+	}
+	os.Chmod(dir, 0o755)
+	planKeyDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // asDirector is a command that runs this test binary as director.

@@ -96,7 +96,7 @@ func runPlan(e *env, c *command, args []string) error {
 		if e.live != nil {
 			base = e.live.Tables
 		}
-		p.Built = table.CarryBuilt(src.Tables, base)
+		p.Built = table.CarryBuilt(src.Tables, base, planKey())
 		err := e.writeOutput(*out, 0o600, func(w io.Writer) error { return writePlan(w, p) })
 		if err != nil {
 			return fmt.Errorf("plan: writing %s: %w", wrote(*out), err)
@@ -156,7 +156,8 @@ func loadForApply(e *env, path string, health healthSource) (*config.Source, err
 // is built.
 //
 // carried are the tables a plan built, with their rows (table.FromBuilt):
-// a table not live is taken from them when they check out, not built.
+// a table not live is taken from them when they check out, sealed by this
+// host, not built.
 func buildForApply(e *env, path string, data []byte, health healthSource, carried []table.BuiltRows) (*config.Source, error) {
 	var src *config.Source
 	var err error
@@ -181,6 +182,10 @@ func buildForApply(e *env, path string, data []byte, health healthSource, carrie
 		} else {
 			close(ready)
 		}
+		var key table.Sealer
+		if len(carried) > 0 {
+			key = planKey()
+		}
 		src, filled, err = config.ParseSourceReusing(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
 			wait()
 			h, herr := health()
@@ -195,7 +200,7 @@ func buildForApply(e *env, path string, data []byte, health healthSource, carrie
 				reused++
 				return t
 			}
-			if t := table.FromBuilt(carried, i, tc); t != nil {
+			if t := table.FromBuilt(carried, i, tc, key); t != nil {
 				carriedTaken++
 				return t
 			}
@@ -300,9 +305,8 @@ func rampLine(r table.Ramp) string {
 
 // readPlan parses a plan file, or returns nil if data is not one.
 func readPlan(data []byte) (*table.Plan, error) {
-	// One decode, and the diff (two thirds of a big plan's bytes, there
-	// for review) only scanned: apply checks the plan against what is
-	// live and builds its config, and never reads the diff.
+	// One decode, the diff (two thirds of a big plan's bytes) kept raw:
+	// apply decodes it only to hold its change to it (reviewedDiff).
 	var f struct {
 		table.Plan
 		PlanVersion *int            `json:"plan_version"`
@@ -320,6 +324,8 @@ func readPlan(data []byte) (*table.Plan, error) {
 	}
 	p := f.Plan
 	p.PlanVersion = *f.PlanVersion
+	p.Diff = nil
+	p.SetRawDiff(f.Diff)
 	if p.PlanVersion != table.PlanVersion {
 		return nil, fmt.Errorf("plan format version %d, this director reads %d", p.PlanVersion, table.PlanVersion)
 	}

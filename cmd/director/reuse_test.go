@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,11 +164,13 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 	}
 }
 
-// TestApplyRebuildsAPlansTamperedRows: rows a plan carries that do not
-// check out against its config (one row's primary changed in the file)
-// are not taken: apply builds the table from the config, and what is live
-// afterwards is what a full build makes.
-func TestApplyRebuildsAPlansTamperedRows(t *testing.T) {
+// TestApplyTakesOnlyTheReviewedChange: a plan whose config was edited
+// after review (a bind added, so the tables' rows are the same) is
+// refused, and nothing changes; rows forged in the file with the digest
+// the file's own seed makes for them are not taken (their seal, the
+// host's, does not check out): what is live after applying such a plan
+// is what a full build of its config makes, and plan then says so.
+func TestApplyTakesOnlyTheReviewedChange(t *testing.T) {
 	dir, b := servingMedium(t)
 	path, c := drainedCopy(t, 2, 0)
 	plan := filepath.Join(t.TempDir(), "plan.json")
@@ -176,16 +179,56 @@ func TestApplyRebuildsAPlansTamperedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := liveRowFingerprints(t, dir)
+
+	// The config edited in the file: a bind added to git.
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(doc["config"], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	git := cfg["tables"].([]any)[2].(map[string]any)
+	git["binds"] = append(git["binds"].([]any), map[string]any{"ip": "0.0.0.0/1", "proto": "tcp", "port": 22})
+	doc["config"], _ = json.Marshal(cfg)
+	edited, _ := json.Marshal(doc)
+	if err := os.WriteFile(plan+".edited", edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := runCmd(append(b, "apply", plan+".edited")...)
+	if code != 1 || !strings.Contains(errOut, "does not make the change the plan shows") || !strings.Contains(errOut, "0.0.0.0/1") {
+		t.Fatalf("apply of an edited plan: exit %d: %s", code, errOut)
+	}
+	if got := liveRowFingerprints(t, dir); !maps.Equal(got, before) {
+		t.Fatalf("a refused plan changed what is live: %v, was %v", got, before)
+	}
+
+	// Rows forged for git, with the digest its config's seed makes, in
+	// the field plans once carried them in.
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	git0 := tabs[2]
+	rows := slices.Clone(git0.Rows)
+	rows[777].Primary = (rows[777].Primary + 1) % uint32(len(git0.Backends))
+	forged := &table.Table{Name: git0.Name, HashKey: git0.HashKey, Binds: git0.Binds, Backends: git0.Backends, Rows: rows, Balance: git0.Balance}
+	raw := make([]byte, 0, 2*len(rows))
+	for _, r := range rows {
+		raw = append(raw, byte(r.Primary), byte(r.Secondary))
+	}
+	dg := table.InputDigest(&c.Tables[2], rows, table.Fingerprint(forged))
+	doc = nil
+	if err := json.Unmarshal(data, &doc); err != nil { // the plan as made
 		t.Fatal(err)
 	}
 	var built []table.BuiltRows
 	if err := json.Unmarshal(doc["built"], &built); err != nil || len(built) != 1 {
 		t.Fatalf("the plan carries %d built tables (want 1, git): %v", len(built), err)
 	}
-	r := 2 * 777
-	built[0].Rows[r] = (built[0].Rows[r] + 1) % byte(len(c.Tables[2].Backends))
+	built[0].Rows, built[0].Digest = raw, hex.EncodeToString(dg[:]) // the seal kept: the one for git's real rows
 	doc["built"], _ = json.Marshal(built)
 	out, _ := json.Marshal(doc)
 	if err := os.WriteFile(plan, out, 0o600); err != nil {
@@ -194,11 +237,12 @@ func TestApplyRebuildsAPlansTamperedRows(t *testing.T) {
 	reused, carriedTaken = 0, 0
 	mustRun(t, 0, append(b, "apply", plan)...)
 	if carriedTaken != 0 || reused != 2 {
-		t.Fatalf("apply took %d tables from the tampered plan (want 0) and %d live (want 2)", carriedTaken, reused)
+		t.Fatalf("apply took %d tables from the forged plan (want 0) and %d live (want 2)", carriedTaken, reused)
 	}
 	if got, want := liveRowFingerprints(t, dir), builtFingerprints(t, c); !maps.Equal(got, want) {
 		t.Errorf("live %v is not what a full build makes, %v", got, want)
 	}
+	mustRun(t, 0, append(b, "plan", path)...)
 }
 
 // TestDiffReusesTheOtherSide: diff builds OLD, and of NEW only the tables
