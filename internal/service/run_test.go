@@ -427,8 +427,8 @@ func TestRunRampKeepsItsInterval(t *testing.T) {
 	// ramp reaches it.
 	for deadline := time.Now().Add(time.Duration(len(ramp.Steps)+4) * 2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		live, err := r2.d.Live()
-		if err == nil && len(live) == 1 && live[0].Table.Backends[0].W() == 39000 {
-			break
+		if err == nil && len(live) == 1 && live[0].Table.Backends[0].W() == 39000 && len(appliedTimes(logs2.String(), false)) > 0 {
+			break // live, and logged (just after)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the ramp did not reach the edit after the restart:\n%s", logs2.String())
