@@ -109,13 +109,13 @@ static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap,
 	if (!cpu)
 		return 0;
 	if (cap->rate) {
-		if (cpu->kept >= cap->rate) {
-			if (now - cpu->window < 1000000000ull) {
-				cpu->limited++;
-				return 0;
-			}
-			cpu->window = now; /* a new window: this one is kept */
+		if (now - cpu->window >= 1000000000ull) { /* a new one-second window */
+			cpu->window = now;
 			cpu->kept = 0;
+		}
+		if (cpu->kept >= cap->rate) {
+			cpu->limited++;
+			return 0;
 		}
 		cpu->kept++;
 	}
