@@ -38,6 +38,7 @@ type Backend struct {
 // (pinnedLoad): under dir's lock, and a program of another version
 // replaces the pinned one on every attached interface.
 func LoadBackend(dir string) (*Backend, error) {
+	raiseMemlock()
 	spec, err := bpf.LoadBackend()
 	if err == nil {
 		err = bpf.CaptureAsMap(spec)

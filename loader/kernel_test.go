@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/testenv"
 )
@@ -61,5 +62,27 @@ func TestHelperName(t *testing.T) {
 		if got := helperName(fn); got != want {
 			t.Errorf("%v: %s, want %s", fn, got, want)
 		}
+	}
+}
+
+// TestMemlockLeftAloneWhereMapsAreCharged: loading on a kernel that
+// charges BPF maps to the memory cgroup (5.11 and later, every kernel the
+// tests run on but 5.10) leaves RLIMIT_MEMLOCK as it was.
+func TestMemlockLeftAloneWhereMapsAreCharged(t *testing.T) {
+	testenv.Kernel(t)
+	var before, after unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &before); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("RLIMIT_MEMLOCK %+v -> %+v on a kernel that does not charge maps to it", before, after)
 	}
 }

@@ -165,6 +165,7 @@ func Load(dir string) (*Director, error) { return load(dir, nil) }
 func LoadServing(serve func(d *Director) error) (*Director, error) { return load("", serve) }
 
 func load(dir string, serve func(d *Director) error) (*Director, error) {
+	raiseMemlock()
 	spec, err := collectionSpec()
 	if err != nil {
 		return nil, err

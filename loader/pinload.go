@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
 )
 
 // pinnedLoad is how both programs, the director and the backend, are
@@ -241,3 +243,11 @@ func openPinned(dir string, dst any, optional ...string) error {
 	}
 	return nil
 }
+
+// raiseMemlock lifts RLIMIT_MEMLOCK where this kernel charges BPF maps to
+// it (before 5.11, which charges them to the memory cgroup instead), as
+// cilium/ebpf's rlimit probes: creating a map with the limit at zero. On
+// a kernel that charges the cgroup it changes nothing. It fails only
+// where this process may not raise the limit, and the load then says
+// what it lacks.
+var raiseMemlock = sync.OnceFunc(func() { rlimit.RemoveMemlock() })
