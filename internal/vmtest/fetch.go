@@ -28,17 +28,21 @@ func fetchKernel(cache string, k Kernel, log io.Writer) (deb, pkg string, err er
 	if _, err := os.Stat(deb); err == nil {
 		return deb, pkg, nil
 	}
-	err = download(cache, pkg, log)
+	apt, err := aptConfig(cache, k.Suite)
+	if err != nil {
+		return "", "", err
+	}
+	err = download(cache, pkg, apt, log)
 	if err != nil {
 		// The package lists may be missing or stale: a fresh machine's are.
 		fmt.Fprintf(log, "vmtest: apt-get download %s failed (%v); updating the package lists\n", pkg, err)
-		if out, uerr := exec.Command("apt-get", "update", "-q").CombinedOutput(); uerr != nil {
+		if out, uerr := exec.Command("apt-get", append(apt, "update", "-q")...).CombinedOutput(); uerr != nil {
 			return "", "", fmt.Errorf("apt-get update: %w\n%s", uerr, out)
 		}
-		err = download(cache, pkg, log)
+		err = download(cache, pkg, apt, log)
 	}
 	if err != nil {
-		alt, aerr := newestOfSeries(k.Series)
+		alt, aerr := newestOfSeries(k.Series, apt)
 		if aerr != nil {
 			return "", "", fmt.Errorf("kernel %s: %s cannot be downloaded (%v), and no other package of the series is served: %w", k.Name, pkg, err, aerr)
 		}
@@ -48,16 +52,39 @@ func fetchKernel(cache string, k Kernel, log io.Writer) (deb, pkg string, err er
 		if _, err := os.Stat(deb); err == nil {
 			return deb, pkg, nil
 		}
-		if err := download(cache, pkg, log); err != nil {
+		if err := download(cache, pkg, apt, log); err != nil {
 			return "", "", err
 		}
 	}
 	return deb, pkg, nil
 }
 
+// aptConfig is the apt-get options that fetch from suite: none for the
+// machine's own sources (""), else a sources list and package lists of
+// the cache's own, for Debian's suite and its security updates.
+func aptConfig(cache, suite string) ([]string, error) {
+	if suite == "" {
+		return nil, nil
+	}
+	dir := filepath.Join(cache, "apt-"+suite)
+	for _, d := range []string{"lists/partial", "cache/archives/partial"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	const keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+	list := fmt.Sprintf("deb [signed-by=%s] http://deb.debian.org/debian %s main\n"+
+		"deb [signed-by=%s] http://deb.debian.org/debian-security %s-security main\n", keyring, suite, keyring, suite)
+	if err := os.WriteFile(filepath.Join(dir, "sources.list"), []byte(list), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{"-o", "Dir::Etc::sourcelist=" + filepath.Join(dir, "sources.list"), "-o", "Dir::Etc::sourceparts=-",
+		"-o", "Dir::State::Lists=" + filepath.Join(dir, "lists"), "-o", "Dir::Cache=" + filepath.Join(dir, "cache")}, nil
+}
+
 // download fetches pkg's .deb into cache as pkg.deb, through a temporary
 // directory, so that an interrupted download leaves nothing behind.
-func download(cache, pkg string, log io.Writer) error {
+func download(cache, pkg string, apt []string, log io.Writer) error {
 	tmp, err := os.MkdirTemp(cache, "download-")
 	if err != nil {
 		return err
@@ -67,7 +94,7 @@ func download(cache, pkg string, log io.Writer) error {
 	// let it write.
 	os.Chmod(tmp, 0o777)
 	fmt.Fprintf(log, "vmtest: downloading %s\n", pkg)
-	cmd := exec.Command("apt-get", "download", "-q", pkg)
+	cmd := exec.Command("apt-get", append(apt, "download", "-q", pkg)...)
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("apt-get download %s: %w\n%s", pkg, err, bytes.TrimSpace(out))
@@ -81,8 +108,8 @@ func download(cache, pkg string, log io.Writer) error {
 
 // newestOfSeries is the served package whose name starts with series and
 // has the highest number after it (6.1.0-57 over 6.1.0-9).
-func newestOfSeries(series string) (string, error) {
-	out, err := exec.Command("apt-cache", "search", "--names-only", "^"+strings.ReplaceAll(series, ".", `\.`)+".*-cloud-amd64$").Output()
+func newestOfSeries(series string, apt []string) (string, error) {
+	out, err := exec.Command("apt-cache", append(apt, "search", "--names-only", "^"+strings.ReplaceAll(series, ".", `\.`)+".*-cloud-amd64$")...).Output()
 	if err != nil {
 		return "", fmt.Errorf("apt-cache search: %w", err)
 	}

@@ -58,7 +58,11 @@ func main() {
 func kernelNames() string {
 	var n []string
 	for _, k := range kernels {
-		n = append(n, k.Name)
+		if k.Optional {
+			n = append(n, k.Name+" (only when named)")
+		} else {
+			n = append(n, k.Name)
+		}
 	}
 	return strings.Join(n, ", ")
 }
@@ -75,7 +79,13 @@ func defaultCache() string {
 
 func selectKernels(only string) ([]Kernel, error) {
 	if only == "" {
-		return kernels, nil
+		var out []Kernel
+		for _, k := range kernels {
+			if !k.Optional {
+				out = append(out, k)
+			}
+		}
+		return out, nil
 	}
 	var out []Kernel
 	for _, name := range strings.Split(only, ",") {
