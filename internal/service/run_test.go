@@ -416,10 +416,10 @@ func TestRunRampKeepsItsInterval(t *testing.T) {
 		write(edit + strings.Repeat(" ", i%2+1))
 		time.Sleep(100 * time.Millisecond)
 	}
-	before := r.logs.String()
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
+	before := r.logs.String() // all of it: a step may come as it stops
 	r.d.Close()
 	logs2 := &syncBuffer{}
 	r2 := startRunAt(t, dir, filepath.Dir(cfg), cfg, logs2)
