@@ -26,24 +26,31 @@ import (
 //     table's ramp_interval_s (the longest of the tables'): from the
 //     transition it moves no primary. A down meanwhile is not held.
 
-// transitState is a transition table being served, and when the change
-// it leads to may follow.
+// transitState is a transition table being served (its fingerprints),
+// the change it leads to (the fingerprints of the tables that change
+// makes), and when that change may follow.
 type transitState struct {
-	until time.Time
+	until        time.Time
+	live, target []string
 }
 
 // transitWaits says why plan must wait for a transition to finish, or ""
-// when it need not: no transition is under way, its time is up, or plan
-// takes a backend down.
+// when it need not: no transition is live (its time is up, or the tables
+// live are no longer it: applied over by hand, say), plan is not the
+// change it leads to (judged as any other), or plan takes a backend down.
 func (s *service) transitWaits(plan *table.Plan) string {
 	if s.transit == nil {
 		return ""
 	}
-	if !time.Now().Before(s.transit.until) {
+	if !time.Now().Before(s.transit.until) || !slices.Equal(s.live.fps, s.transit.live) {
 		s.transit = nil
 		return ""
 	}
-	if takesDown(plan.Diff) {
+	result := make([]string, len(plan.Result))
+	for i, p := range plan.Result {
+		result[i] = p.Fingerprint
+	}
+	if !slices.Equal(result, s.transit.target) || takesDown(plan.Diff) {
 		return ""
 	}
 	return fmt.Sprintf("a health change is taken in two steps: the first (a transition that keeps the moved rows' "+
@@ -135,7 +142,11 @@ func (s *service) healthSteps(trigger string) bool {
 	if out != applied {
 		return false
 	}
-	s.transit = &transitState{until: time.Now().Add(interval)}
+	target := make([]string, len(targets))
+	for i, t := range targets {
+		target[i] = table.Fingerprint(t)
+	}
+	s.transit = &transitState{until: time.Now().Add(interval), live: slices.Clone(s.live.fps), target: target}
 	s.log.Info("the checks' change is taken in two steps: a transition keeping the moved rows' old primaries as secondaries is live; "+
 		"the change follows after ramp_interval_s", "tables", strings.Join(through, ", "), "next", interval)
 	return true

@@ -322,20 +322,21 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		if !plan.Changed() {
 			return errUnchanged
 		}
+		var wait []string // a change safe in itself may still have to wait
 		if why := s.transitWaits(plan); why != "" {
-			return &heldError{reasons: []string{why}}
+			wait = append(wait, why)
 		}
 		if why := s.rampGate(in, plan); why != "" {
-			return &heldError{reasons: []string{why}}
+			wait = append(wait, why)
 		}
-		if plan.Safe {
+		if plan.Safe && len(wait) == 0 {
 			return nil
 		}
-		if (mode == judgeFirst && len(live.Tables) == 0) || mode == judgeDowns {
+		if !plan.Safe && ((mode == judgeFirst && len(live.Tables) == 0) || mode == judgeDowns) {
 			allowedUnsafe = true
 			return nil
 		}
-		return &heldError{reasons: plan.Reasons}
+		return &heldError{reasons: append(slices.Clone(plan.Reasons), wait...)}
 	})
 	var he *heldError
 	switch {

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/internal/testenv"
 	"github.com/director/director/table"
 )
 
@@ -58,10 +59,14 @@ func checkedConfigOf(states map[int]string, n int, interval time.Duration, trigg
 		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthchecks": {"http": %d, "http_uri": "/health", "gue": 19523}}`,
 			addr(i), st, HealthPort))
 	}
-	return fmt.Sprintf(`{"healthchecks": {"interval_ms": %d, "timeout_ms": 200, "trigger": %d},
+	// Checks time out after 200 ms; in the emulated guests, where an
+	// answer under load takes up to 200 ms itself, as long as the interval
+	// allows.
+	timeout := min(testenv.Scaled(200*time.Millisecond), max(interval, 200*time.Millisecond))
+	return fmt.Sprintf(`{"healthchecks": {"interval_ms": %d, "timeout_ms": %d, "trigger": %d},
  "tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
   "binds": [%s],
-  "backends": [%s]}]}`, interval.Milliseconds(), trigger, binds(vips), strings.Join(bs, ", "))
+  "backends": [%s]}]}`, interval.Milliseconds(), timeout.Milliseconds(), trigger, binds(vips), strings.Join(bs, ", "))
 }
 
 // LiveFingerprint is the live table's fingerprint, read from the kernel.
