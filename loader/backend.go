@@ -216,6 +216,10 @@ func (b *Backend) Accepted() ([]netip.Addr, error) {
 // that routers forward (not loopback or link-local).
 func HostAddrs() ([]netip.Addr, error) {
 	addrs, err := netlink.AddrList(nil, unix.AF_UNSPEC)
+	// A dump that addresses changed under is incomplete: list again.
+	for try := 0; try < 5 && errors.Is(err, netlink.ErrDumpInterrupted); try++ {
+		addrs, err = netlink.AddrList(nil, unix.AF_UNSPEC)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses: %w", err)
 	}
