@@ -241,19 +241,8 @@ func TestCapture(t *testing.T) {
 		if err := send(frames[:2]...); err != nil {
 			return err
 		}
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			on, err := captureOn(d)
-			if err != nil {
-				return err
-			}
-			if !on {
-				break
-			}
-			if time.Now().After(deadline) {
-				return errors.New("the hook stayed on after its capture's process went")
-			}
-			time.Sleep(10 * time.Millisecond)
+		if err := untilHookOff(d, time.Now().Add(2*time.Second), 10*time.Millisecond, nil); err != nil {
+			return fmt.Errorf("the hook stayed on after its capture's process went: %w", err)
 		}
 
 		// A running capture renews its lease every second.
@@ -279,22 +268,9 @@ func TestCapture(t *testing.T) {
 		}
 		start := time.Now()
 		c.release()
-		deadline = start.Add(time.Duration(bpf.CaptureLease+2) << bpf.CaptureLeaseShift)
-		for {
-			if err := send(frames[:1]...); err != nil {
-				return err
-			}
-			on, err := captureOn(d)
-			if err != nil {
-				return err
-			}
-			if !on {
-				break
-			}
-			if time.Now().After(deadline) {
-				return errors.New("the hook stayed on after its capture's process went, no frame matching its filter")
-			}
-			time.Sleep(50 * time.Millisecond)
+		deadline := start.Add(time.Duration(bpf.CaptureLease+2) << bpf.CaptureLeaseShift)
+		if err := untilHookOff(d, deadline, 50*time.Millisecond, func() error { return send(frames[:1]...) }); err != nil {
+			return fmt.Errorf("the hook stayed on after its capture's process went, no frame matching its filter: %w", err)
 		}
 		if took := time.Since(start); took < time.Duration(bpf.CaptureLease-1)<<bpf.CaptureLeaseShift {
 			return fmt.Errorf("the hook went off %v after its capture started: before the lease ended", took)
@@ -315,6 +291,26 @@ func drain(c *Capture) int {
 			return n
 		}
 		n++
+	}
+}
+
+// untilHookOff waits for the capture hook to go off by deadline, looking
+// every period, after tick (if any) each time.
+func untilHookOff(d *Director, deadline time.Time, every time.Duration, tick func() error) error {
+	for {
+		if tick != nil {
+			if err := tick(); err != nil {
+				return err
+			}
+		}
+		on, err := captureOn(d)
+		if err != nil || !on {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("still on at the deadline")
+		}
+		time.Sleep(every)
 	}
 }
 
