@@ -49,7 +49,7 @@ func TestRunEmptyConfig(t *testing.T) {
 		}
 	case err := <-done:
 		t.Fatalf("run: %v\n%s", err, logs.String())
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("not ready")
 	}
 	if !strings.Contains(logs.String(), "passes every packet") {
@@ -247,7 +247,7 @@ func startRunAt(t *testing.T, dir, tmp, cfg string, logs *syncBuffer) *testRun {
 	case err := <-done:
 		done <- err // for stop
 		t.Fatalf("run: %v\n%s", err, r.logs.String())
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("not ready")
 	}
 	d, err := loader.Open(dir)
@@ -410,7 +410,7 @@ func TestRunRampKeepsItsInterval(t *testing.T) {
 			}
 		}
 	}
-	waitLog(r.logs, `"msg":"ramp step applied"`, 5*time.Second)
+	waitLog(r.logs, `"msg":"ramp step applied"`, testenv.Scaled(5*time.Second))
 	// The same edit, read again every 100 ms (its bytes differ by a space).
 	for i := 0; i < 12; i++ {
 		write(edit + strings.Repeat(" ", i%2+1))
@@ -425,7 +425,7 @@ func TestRunRampKeepsItsInterval(t *testing.T) {
 	r2 := startRunAt(t, dir, filepath.Dir(cfg), cfg, logs2)
 	// The files are the edit: the restarted service serves it once the
 	// ramp reaches it.
-	for deadline := time.Now().Add(time.Duration(len(ramp.Steps)+4) * 2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Scaled(time.Duration(len(ramp.Steps)+4) * 2 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
 		live, err := r2.d.Live()
 		if err == nil && len(live) == 1 && live[0].Table.Backends[0].W() == 39000 && len(appliedTimes(logs2.String(), false)) > 0 {
 			break // live, and logged (just after)

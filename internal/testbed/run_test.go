@@ -20,11 +20,12 @@ import (
 	"github.com/director/director/table/config"
 )
 
-// The service's check settings in these tests: GLB's, scaled down.
-const (
-	interval = 300 * time.Millisecond
-	trigger  = 2
-)
+// The service's check settings in these tests: GLB's, scaled down; in
+// the emulated guests, up again by their time scale, so that a loaded
+// guest's slow answers do not make the checks flap.
+var interval = testenv.Scaled(300 * time.Millisecond)
+
+const trigger = 2
 
 var (
 	binOnce sync.Once
