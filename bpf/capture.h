@@ -8,6 +8,8 @@
 #ifndef DIR_CAPTURE_H
 #define DIR_CAPTURE_H
 
+#include "frame.h"
+
 /* A capture holds a lease that its process renews: on is the time it
  * ends, in units of 1 << DIR_CAPTURE_LEASE_SHIFT ns of bpf_ktime_get_ns
  * (CLOCK_MONOTONIC), and the process sets it DIR_CAPTURE_LEASE units
@@ -119,7 +121,7 @@ static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap,
 		}
 		cpu->kept++;
 	}
-	__u64 len = bpf_xdp_get_buff_len(ctx);
+	__u64 len = frame_len(ctx);
 	__u64 cap_len = len < cap->snaplen ? len : cap->snaplen;
 	cap_len &= DIR_CAPTURE_MAX_SNAPLEN;
 	struct dir_capture_meta m = {

@@ -28,6 +28,7 @@ enum dir_limit {
 	DIR_GROUP_SCAN = 8,    /* port ranges of one group the program scans */
 	DIR_GROUP_TRIE = 0xff, /* dir_group_table.nlens: this family is the trie's */
 	DIR_BIND_GENS = 2,     /* bind generations (see below) */
+	DIR_MAX_LINKS = 64,    /* interfaces one director is attached to, for link_mtus */
 	DIR_C_SLOTS = 32,      /* room in dir_counters (see below) */
 };
 

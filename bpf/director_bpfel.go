@@ -277,6 +277,7 @@ const (
 	DirectorDirLimitDIR_GROUP_SCAN   DirectorDirLimit = 8
 	DirectorDirLimitDIR_GROUP_TRIE   DirectorDirLimit = 255
 	DirectorDirLimitDIR_BIND_GENS    DirectorDirLimit = 2
+	DirectorDirLimitDIR_MAX_LINKS    DirectorDirLimit = 64
 	DirectorDirLimitDIR_C_SLOTS      DirectorDirLimit = 32
 )
 
@@ -386,6 +387,7 @@ const (
 	DirectorMapCaptureEvents      = "capture_events"
 	DirectorMapConfig             = "config"
 	DirectorMapCounters           = "counters"
+	DirectorMapLinkMtus           = "link_mtus"
 	DirectorMapRegistry           = "registry"
 	DirectorMapTables             = "tables"
 	DirectorProgDirector          = "director"
@@ -473,6 +475,7 @@ type DirectorMapSpecs struct {
 	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
@@ -536,6 +539,7 @@ type DirectorMaps struct {
 	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
+	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
@@ -550,6 +554,7 @@ func (m *DirectorMaps) Close() error {
 		m.CaptureEvents,
 		m.Config,
 		m.Counters,
+		m.LinkMtus,
 		m.Registry,
 		m.Tables,
 	)

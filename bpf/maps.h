@@ -84,6 +84,17 @@ struct {
 	__type(value, struct dir_registry);
 } registry SEC(".maps");
 
+/* The MTU of each interface the program is attached to, by ifindex: kept
+ * by the loader (attach, and 'director run' on the interfaces' netlink
+ * events). Read by the single-buffer build only, which has no
+ * bpf_check_mtu (kernels before 5.12); an interface missing is not checked. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DIR_MAX_LINKS);
+	__type(key, __u32);
+	__type(value, __u32);
+} link_mtus SEC(".maps");
+
 #include "capture.h"
 
 #endif

@@ -3,6 +3,8 @@
 #ifndef DIR_PARSE_H
 #define DIR_PARSE_H
 
+#include "frame.h"
+
 /* ---- parsing ----
  *
  * Every read is checked against both the end of the IP packet (what the
@@ -21,7 +23,7 @@ static __always_inline int ip_fits(struct xdp_md *ctx, void *ip, void *end, __u3
 {
 	if (ip + tot <= end)
 		return 1;
-	return l2len + tot <= bpf_xdp_get_buff_len(ctx);
+	return l2len + tot <= frame_len(ctx);
 }
 
 static __always_inline int ports(void *p, void *ip_end, void *end, struct flow *f, int reversed)

@@ -7,6 +7,8 @@
 #ifndef DIR_TOOBIG_H
 #define DIR_TOOBIG_H
 
+#include "frame.h"
+
 /* No underlay is smaller than IPv6's minimum MTU: an outer packet of up to
  * this many bytes is never checked, so that the small packets (ACKs, SYNs)
  * pay a compare and nothing else. */
@@ -19,12 +21,20 @@
 #define ICMP_FRAG_NEEDED_ 4
 
 /* link_mtu is the MTU GUE packets leave with: the interface's, or
- * outbound_mtu when smaller. */
+ * outbound_mtu when smaller. The frame leaves by the interface it came in
+ * on (XDP_TX). Without bpf_check_mtu (the single-buffer build, for kernels
+ * before 5.12), the interface's is what the loader keeps in link_mtus. */
 static __always_inline __u32 link_mtu(struct xdp_md *ctx, const struct dir_config *cfg)
 {
+#ifdef DIR_SINGLE_BUFFER
+	__u32 ifindex = ctx->ingress_ifindex;
+	const __u32 *known = bpf_map_lookup_elem(&link_mtus, &ifindex);
+	__u32 mtu = known ? *known : 0xffff;
+#else
 	__u32 mtu = 1; /* a length to check; the helper returns the MTU whatever it is */
 	if (bpf_check_mtu(ctx, 0, &mtu, 0, 0) < 0)
 		mtu = 0xffff;
+#endif
 	if (cfg->outbound_mtu && cfg->outbound_mtu < mtu)
 		mtu = cfg->outbound_mtu;
 	return mtu;
@@ -69,7 +79,7 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 
 	if (bpf_xdp_adjust_head(ctx, -(int)hdr))
 		return too_big_error(c, DIR_C_ERROR_ADJUST_HEAD);
-	int delta = (int)want - (int)bpf_xdp_get_buff_len(ctx);
+	int delta = (int)want - (int)frame_len(ctx);
 	if (bpf_xdp_adjust_tail(ctx, delta)) {
 		bpf_xdp_adjust_head(ctx, (int)hdr);
 		return too_big_error(c, DIR_C_ERROR_BOUNDS);

@@ -63,7 +63,14 @@ func linkPin(dir, iface string) string { return filepath.Join(dir, pinLinks, ifa
 // time, so the old link goes and the new one comes, the interface running
 // no program for the moment between (Attachment.Gap).
 func (d *Director) Attach(iface, mode string) (*Attachment, error) {
-	return attachPinned(d.Dir, d.Prog, iface, mode)
+	a, err := attachPinned(d.Dir, d.Prog, iface, mode)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.SyncLinkMTUs(); err != nil {
+		return a, fmt.Errorf("attached to %s, but not ready for the too-big check: %w", iface, err)
+	}
+	return a, nil
 }
 
 // attachPinned attaches prog to iface through a link pinned in dir/links.
@@ -174,7 +181,12 @@ func VethWithoutXDPPeer(iface string) (bool, error) {
 // Detach removes the director from iface, or removes an attachment whose
 // interface is gone. An interface with no attachment is an error that
 // lists those there are: a typo must not read as done.
-func (d *Director) Detach(iface string) error { return detachNamed(d.Dir, iface) }
+func (d *Director) Detach(iface string) error {
+	if err := detachNamed(d.Dir, iface); err != nil {
+		return err
+	}
+	return d.SyncLinkMTUs()
+}
 
 // ErrNotAttached is what detaching an interface with no attachment gives.
 var ErrNotAttached = errors.New("not attached")

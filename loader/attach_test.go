@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
@@ -93,6 +94,62 @@ func TestAttachNamesTheHolder(t *testing.T) {
 		_, err = d.Attach("busy0", ModeGeneric)
 		if err == nil || !strings.Contains(err.Error(), `"xdp_pass_all"`) || !strings.Contains(err.Error(), "already holds busy0's XDP hook") {
 			return fmt.Errorf("attach to a taken interface: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLinkMTUsFollowTheInterfaces: attaching records the interface's MTU
+// for the single-buffer build's too-big check, a sync follows a change,
+// and detaching removes it.
+func TestLinkMTUsFollowTheInterfaces(t *testing.T) {
+	testenv.Kernel(t)
+	d := loadTest(t)
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("mtu0", "mtu1"); err != nil {
+			return err
+		}
+		nl, err := netlink.LinkByName("mtu0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMTU(nl, 1400); err != nil {
+			return err
+		}
+		if _, err := d.Attach("mtu0", ModeGeneric); err != nil {
+			return err
+		}
+		ifindex := uint32(nl.Attrs().Index)
+		want := func(mtu uint32) error {
+			got, err := d.LinkMTUs()
+			if err != nil {
+				return err
+			}
+			if mtu == 0 && len(got) != 0 || mtu != 0 && (len(got) != 1 || got[ifindex] != mtu) {
+				return fmt.Errorf("link_mtus holds %v, want %d for ifindex %d", got, mtu, ifindex)
+			}
+			return nil
+		}
+		if err := want(1400); err != nil {
+			return fmt.Errorf("attached: %w", err)
+		}
+		if err := netlink.LinkSetMTU(nl, 1280); err != nil {
+			return err
+		}
+		if err := d.SyncLinkMTUs(); err != nil {
+			return err
+		}
+		if err := want(1280); err != nil {
+			return fmt.Errorf("after a change: %w", err)
+		}
+		if err := d.Detach("mtu0"); err != nil {
+			return err
+		}
+		if err := want(0); err != nil {
+			return fmt.Errorf("detached: %w", err)
 		}
 		return nil
 	})

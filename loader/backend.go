@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/loader/xdpbuild"
 )
 
 // BackendDir is where the backend program is pinned: beside the director's
@@ -39,7 +40,7 @@ type Backend struct {
 // replaces the pinned one on every attached interface.
 func LoadBackend(dir string) (*Backend, error) {
 	raiseMemlock()
-	spec, err := bpf.LoadBackend()
+	spec, err := xdpbuild.Backend()
 	if err == nil {
 		err = bpf.CaptureAsMap(spec)
 	}

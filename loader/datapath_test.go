@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/layout"
 	"github.com/director/director/table/config"
@@ -18,6 +20,7 @@ import (
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 )
 
@@ -391,43 +394,77 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 	return ""
 }
 
+// useBuild makes the private directors t loads be build b's, until t ends.
+func useBuild(t testing.TB, b xdpbuild.Build) {
+	orig := directorSpec
+	directorSpec = func() (*ebpf.CollectionSpec, error) { return xdpbuild.DirectorOf(b) }
+	t.Cleanup(func() { directorSpec = orig })
+}
+
+// TestDatapathMatchesModel runs every build this kernel loads (both on
+// one with multi-buffer XDP): each equals the model byte for byte, so the
+// builds send the same bytes for every frame.
 func TestDatapathMatchesModel(t *testing.T) {
 	testenv.Kernel(t)
-	for _, c := range []struct {
+	for _, b := range xdpbuild.Runnable() {
+		t.Run(string(b), func(t *testing.T) {
+			useBuild(t, b)
+			// The single-buffer build on a kernel that runs the other:
+			// a quarter of the packets, its difference being small.
+			div := 1
+			if cur, _ := xdpbuild.Current(); b != cur {
+				div = 4
+			}
+			datapathMatchesModel(t, b, div)
+		})
+	}
+}
+
+func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
+	type tcase struct {
 		name string
 		edit func(*table.DirectorConfig)
 		n    int
 		trie bool   // the group path is turned off: the trie answers, and hashes start from the table's key
 		cfg  string // the tables: testConfig when empty
-	}{
-		{"default", func(*table.DirectorConfig) {}, 100000, false, ""},
-		{"trie", func(*table.DirectorConfig) {}, 20000, true, ""},
+		// linkMTU, for the single-buffer build: the MTU link_mtus gives
+		// the interface BPF_PROG_RUN runs on (lo), for the model as
+		// outbound_mtu.
+		linkMTU uint32
+	}
+	var extra []tcase
+	if build == xdpbuild.SingleBuffer {
+		extra = append(extra, tcase{name: "link-mtu", edit: func(*table.DirectorConfig) {}, n: 20000, linkMTU: 1400})
+	}
+	for _, c := range append([]tcase{
+		{"default", func(*table.DirectorConfig) {}, 100000, false, "", 0},
+		{"trie", func(*table.DirectorConfig) {}, 20000, true, "", 0},
 		{"all-fields", func(dc *table.DirectorConfig) {
 			dc.HashFields = table.HashSrcAddr | table.HashDstAddr | table.HashSrcPort | table.HashDstPort
-		}, 10000, false, ""},
+		}, 10000, false, "", 0},
 		{"alt-hash", func(dc *table.DirectorConfig) {
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
-		}, 10000, false, ""},
+		}, 10000, false, "", 0},
 		{"ports-only-echo-off", func(dc *table.DirectorConfig) {
 			dc.HashFields = table.HashDstPort | table.HashSrcPort
 			dc.ForwardICMPEcho = false
-		}, 10000, false, ""},
-		{"ipv6-underlay", underlay6, 20000, false, underlay6Config},
+		}, 10000, false, "", 0},
+		{"ipv6-underlay", underlay6, 20000, false, underlay6Config, 0},
 		{"ipv6-underlay-alt-hash", func(dc *table.DirectorConfig) {
 			underlay6(dc)
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
-		}, 10000, false, underlay6Config},
+		}, 10000, false, underlay6Config, 0},
 		// Packets their encapsulation takes over the link's MTU: the
 		// generator's large ones, with DF and without, and ICMP errors.
-		{"outbound-mtu", func(dc *table.DirectorConfig) { dc.OutboundMTU = 1400 }, 20000, false, ""},
+		{"outbound-mtu", func(dc *table.DirectorConfig) { dc.OutboundMTU = 1400 }, 20000, false, "", 0},
 		{"ipv6-underlay-outbound-mtu-alt-hash", func(dc *table.DirectorConfig) {
 			underlay6(dc)
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
 			dc.OutboundMTU = 1320
-		}, 10000, false, underlay6Config},
-	} {
+		}, 10000, false, underlay6Config, 0},
+	}, extra...) {
 		t.Run(c.name, func(t *testing.T) {
-			n := testenv.Reduced(c.n)
+			n := testenv.Reduced(c.n / div)
 			if testing.Short() {
 				n /= 10
 			}
@@ -438,6 +475,14 @@ func TestDatapathMatchesModel(t *testing.T) {
 				cfg = testConfig
 			}
 			d, m := setupWith(t, dc, cfg)
+			if c.linkMTU != 0 {
+				if err := d.Maps.LinkMtus.Put(uint32(1), c.linkMTU); err != nil {
+					t.Fatal(err)
+				}
+				mdc := dc
+				mdc.OutboundMTU = int(c.linkMTU)
+				m = model.New(mdc, pkt.GatewayMAC, m.Tables)
+			}
 			g := &gen{rand.New(rand.NewPCG(uint64(n), 99))}
 			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}, exact: exactSet(m.Tables), trie: c.trie}
 			if c.trie {
@@ -474,7 +519,7 @@ func TestDatapathMatchesModel(t *testing.T) {
 				t.Fatalf("%d of the packets differ", failures)
 			}
 			checkCounters(t, d, tl)
-			if dc.OutboundMTU != 0 {
+			if dc.OutboundMTU != 0 || c.linkMTU != 0 {
 				replied, encapsulated := tl.counters[model.CounterICMPTooBig], tl.counters[model.CounterTooBigEncap]
 				t.Logf("too big for the link: %d answered, %d encapsulated all the same", replied, encapsulated)
 				if replied == 0 || encapsulated == 0 {

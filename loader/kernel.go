@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"unicode"
 
 	"github.com/cilium/ebpf"
@@ -13,7 +12,7 @@ import (
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/loader/xdpbuild"
 )
 
 // TestedKernels are the kernels every test runs on: 'make test-kernels'
@@ -33,16 +32,36 @@ type KernelSupport struct {
 	// it lacks nothing. A director whose own program needs something
 	// missing does not load, and says why.
 	Missing []string `json:"missing"`
+	// Build is the build of the programs this kernel runs (bpf/frame.h):
+	// multi-buffer, or single-buffer where the kernel lacks what the
+	// first uses (Lacking).
+	Build xdpbuild.Build `json:"build"`
+	// Lacking is what the kernel lacks of the multi-buffer build's
+	// needs, and Fallbacks what the single-buffer build does instead, in
+	// an operator's words; both empty for the multi-buffer build.
+	Lacking   []string `json:"lacking"`
+	Fallbacks []string `json:"fallbacks"`
 }
 
 // ProbeKernel checks the running kernel for everything the three
 // programs (director, backend, lab) use.
 func ProbeKernel() (*KernelSupport, error) {
-	ks := &KernelSupport{Release: kernelRelease(), Missing: []string{}}
+	build, err := xdpbuild.Current()
+	if err != nil {
+		return nil, err
+	}
+	ks := &KernelSupport{Release: kernelRelease(), Missing: []string{}, Build: build, Lacking: xdpbuild.Lacking(),
+		Fallbacks: xdpbuild.Fallbacks(build)}
+	if ks.Lacking == nil {
+		ks.Lacking = []string{}
+	}
+	if ks.Fallbacks == nil {
+		ks.Fallbacks = []string{}
+	}
 	for _, o := range []struct {
 		name string
 		load func() (*ebpf.CollectionSpec, error)
-	}{{"director", directorSpec}, {"backend", bpf.LoadBackend}, {"lab", bpf.LoadLab}} {
+	}{{"director", directorSpec}, {"backend", xdpbuild.Backend}, {"lab", xdpbuild.Lab}} {
 		spec, err := o.load()
 		if err != nil {
 			return nil, fmt.Errorf("reading the embedded %s object: %w", o.name, err)
@@ -92,7 +111,7 @@ func lacks(spec *ebpf.CollectionSpec) ([]string, error) {
 			return nil, err
 		}
 		if ps.Type == ebpf.XDP && ps.Flags&unix.BPF_F_XDP_HAS_FRAGS != 0 {
-			if err := probe("multi-buffer XDP (xdp.frags)", haveXDPFrags()); err != nil {
+			if err := probe("multi-buffer XDP (xdp.frags)", xdpbuild.HaveXDPFrags()); err != nil {
 				return nil, err
 			}
 		}
@@ -128,22 +147,6 @@ func helperName(fn asm.BuiltinFunc) string {
 	}
 	return b.String()
 }
-
-// haveXDPFrags says whether the kernel takes XDP programs flagged as
-// handling multi-buffer frames (BPF_F_XDP_HAS_FRAGS, Linux 5.18).
-var haveXDPFrags = sync.OnceValue(func() error {
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type: ebpf.XDP, Flags: unix.BPF_F_XDP_HAS_FRAGS, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
-	})
-	if errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("BPF_F_XDP_HAS_FRAGS refused: %w", ebpf.ErrNotSupported)
-	}
-	if err != nil {
-		return err
-	}
-	return p.Close()
-})
 
 // explainLoad adds to a program's load failure what this kernel lacks of
 // what spec uses, if anything: that, not the verifier's log, is what an

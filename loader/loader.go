@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 )
 
@@ -121,7 +122,7 @@ var pinnedMaps = mapNames[bpf.DirectorPinned]()
 // the other build's.
 var directorSpec = embeddedSpec
 
-// embeddedSpec is bpf.LoadDirector, parsed once a process (parsing the
+// embeddedSpec is the director object of this kernel's build, parsed once a process (parsing the
 // ELF is 5-10 ms, and a command may open the director more than once),
 // each caller given its own copy to change.
 func embeddedSpec() (*ebpf.CollectionSpec, error) {
@@ -132,7 +133,7 @@ func embeddedSpec() (*ebpf.CollectionSpec, error) {
 	return spec.Copy(), nil
 }
 
-var parsedSpec = sync.OnceValues(bpf.LoadDirector)
+var parsedSpec = sync.OnceValues(xdpbuild.Director)
 
 func collectionSpec() (*ebpf.CollectionSpec, error) {
 	spec, err := directorSpec()

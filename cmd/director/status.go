@@ -246,10 +246,24 @@ func attachmentLine(a loader.Attachment) string {
 		a.Interface, a.LinkID, a.Interface)
 }
 
-// kernelLine describes the running kernel in one line of status text.
+// kernelLine describes the running kernel, and the build of the programs
+// it runs, in status text.
 func kernelLine(k *loader.KernelSupport) string {
+	var line string
 	if len(k.Missing) == 0 {
-		return fmt.Sprintf("kernel       %s: has everything the programs use", k.Release)
+		line = fmt.Sprintf("kernel       %s: has everything the programs use", k.Release)
+	} else {
+		line = fmt.Sprintf("kernel       %s: lacks %s", k.Release, strings.Join(k.Missing, "; "))
 	}
-	return fmt.Sprintf("kernel       %s: lacks %s", k.Release, strings.Join(k.Missing, "; "))
+	if k.Build == "" {
+		return line
+	}
+	line += fmt.Sprintf("\nbuild        %s", k.Build)
+	if len(k.Lacking) > 0 {
+		line += fmt.Sprintf(" (this kernel lacks %s)", strings.Join(k.Lacking, ", "))
+	}
+	for _, f := range k.Fallbacks {
+		line += "\n             " + f
+	}
+	return line
 }

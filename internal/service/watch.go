@@ -56,6 +56,11 @@ func (s *service) verify(trigger string) {
 		}
 	}
 	s.verifyAttachments(trigger)
+	if err := s.d.SyncLinkMTUs(); err != nil {
+		s.once("mtus", "cannot record the interfaces' MTUs for the too-big check", "err", err)
+	} else {
+		s.resolved("mtus", "the interfaces' MTUs are recorded again")
+	}
 	s.verifyLive()
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -603,7 +604,11 @@ func passAll() (interface {
 	Close() error
 }, error) {
 	var objs bpf.LabObjects
-	if err := bpf.LoadLabObjects(&objs, nil); err != nil {
+	spec, err := xdpbuild.Lab()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return nil, err
 	}
 	prog := objs.XdpPassAll

@@ -359,14 +359,23 @@ func kernelReport(status string) string {
 		Kernel *struct {
 			Release string   `json:"release"`
 			Missing []string `json:"missing"`
+			Build   string   `json:"build"`
+			Lacking []string `json:"lacking"`
 		} `json:"kernel"`
 	}
 	if err := json.Unmarshal([]byte(status), &doc); err != nil || doc.Kernel == nil {
 		return "director status: no kernel report"
 	}
+	build := ""
+	if doc.Kernel.Build != "" {
+		build = ", " + doc.Kernel.Build + " build"
+		if len(doc.Kernel.Lacking) > 0 {
+			build += " (lacking " + strings.Join(doc.Kernel.Lacking, ", ") + ")"
+		}
+	}
 	if len(doc.Kernel.Missing) == 0 {
-		return fmt.Sprintf("director status: kernel %s has everything the programs use", doc.Kernel.Release)
+		return fmt.Sprintf("director status: kernel %s has everything the programs use%s", doc.Kernel.Release, build)
 	}
 	sort.Strings(doc.Kernel.Missing)
-	return fmt.Sprintf("director status: kernel %s lacks %s", doc.Kernel.Release, strings.Join(doc.Kernel.Missing, "; "))
+	return fmt.Sprintf("director status: kernel %s lacks %s%s", doc.Kernel.Release, strings.Join(doc.Kernel.Missing, "; "), build)
 }

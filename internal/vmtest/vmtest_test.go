@@ -178,6 +178,11 @@ func TestConsoleVerdicts(t *testing.T) {
 	if got := kernelReport(r.Status); got != "director status: kernel 6.1.0-57-cloud-amd64 has everything the programs use" {
 		t.Errorf("report: %s", got)
 	}
+	old := `{"kernel": {"release": "5.10.0-46-cloud-amd64", "missing": [], "build": "single-buffer", "lacking": ["helper bpf_check_mtu", "multi-buffer XDP (xdp.frags)"]}}`
+	if got := kernelReport(old); got != "director status: kernel 5.10.0-46-cloud-amd64 has everything the programs use, "+
+		"single-buffer build (lacking helper bpf_check_mtu, multi-buffer XDP (xdp.frags))" {
+		t.Errorf("report: %s", got)
+	}
 	for name, lines := range map[string]string{
 		"a skipped subtest": strings.Replace(good, "--- PASS: TestB/x", "--- SKIP: TestB/x", 1),
 		"a skipped test":    strings.Replace(good, "--- PASS: TestA", "--- SKIP: TestA", 1),

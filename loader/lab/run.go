@@ -111,7 +111,7 @@ func AttachPassAll(iface string, flags link.XDPAttachFlags) (detach func(), err 
 
 func labProgram(pick func(*bpf.LabPrograms) **ebpf.Program) (*ebpf.Program, error) {
 	var progs bpf.LabPrograms
-	if err := bpf.LoadLabObjects(&progs, nil); err != nil {
+	if err := loadLab(&progs); err != nil {
 		return nil, fmt.Errorf("loading the lab programs: %w", err)
 	}
 	keep := pick(&progs)

@@ -6,6 +6,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/loader/xdpbuild"
 )
 
 // Limits of the traffic generator (enum tg_limit in bpf/lab.c).
@@ -26,10 +27,20 @@ type Trafficgen struct {
 // NewTrafficgen loads the generator.
 func NewTrafficgen() (*Trafficgen, error) {
 	g := &Trafficgen{}
-	if err := bpf.LoadLabObjects(&g.objs, nil); err != nil {
+	if err := loadLab(&g.objs); err != nil {
 		return nil, fmt.Errorf("loading the traffic generator: %w", err)
 	}
 	return g, nil
+}
+
+// loadLab loads the lab object's programs and maps into objs, for this
+// kernel (xdpbuild.Lab).
+func loadLab(objs any) error {
+	spec, err := xdpbuild.Lab()
+	if err != nil {
+		return err
+	}
+	return spec.LoadAndAssign(objs, nil)
 }
 
 // Close unloads the generator.
