@@ -129,9 +129,9 @@ static __always_inline int lookup_lens(struct dir_group_table *gt, const struct 
 	return -1;
 }
 
-__noinline int dir_group_lookup(struct dir_group_table *gt, const struct flow *f)
+static __always_inline int group_lookup(struct dir_group_table *gt, const struct flow *f)
 {
-	if (!gt || !f || !gt->ready)
+	if (!gt->ready)
 		return -2;
 	int fi = f->family == DIR_FAMILY_IPV6;
 	__u32 n = gt->nlens[fi];
@@ -142,12 +142,45 @@ __noinline int dir_group_lookup(struct dir_group_table *gt, const struct flow *f
 	return lookup_lens(gt, f, 0, n);
 }
 
+/* dir_group_lookup is a global function, verified once (siphash.h says
+ * why); in the single-buffer build it finds generation gen's group table
+ * itself and the flow in flow_scratch (build.h). */
+#ifdef DIR_SINGLE_BUFFER
+__noinline int dir_group_lookup(__u32 gen)
+{
+	gen &= DIR_BIND_GENS - 1;
+	struct dir_group_table *gt = bpf_map_lookup_elem(&bind_groups, &gen);
+	struct dir_flow_scratch *s = flow_scratch_get();
+	if (!gt || !s)
+		return -2;
+	return group_lookup(gt, &s->f);
+}
+
+static __always_inline int call_group_lookup(struct dir_group_table *gt, const struct flow *f, __u32 gen)
+{
+	struct dir_flow_scratch *s = flow_scratch_get();
+	if (!s)
+		return -2;
+	s->f = *f;
+	return dir_group_lookup(gen);
+}
+#else
+__noinline int dir_group_lookup(struct dir_group_table *gt, const struct flow *f)
+{
+	if (!gt || !f)
+		return -2;
+	return group_lookup(gt, f);
+}
+
+#define call_group_lookup(gt, f, gen) dir_group_lookup(gt, f)
+#endif
+
 /* lookup_groups returns the table slot for a flow and its hash state, -1
  * for no bind, or -2 when the trie must answer. */
 static __always_inline int lookup_groups(struct dir_group_table *gt, const struct flow *f, struct dir_counters *c,
-					 const __u64 **state)
+					 const __u64 **state, __u32 gen)
 {
-	int r = dir_group_lookup(gt, f);
+	int r = call_group_lookup(gt, f, gen);
 	if (r < 0)
 		return r;
 	__u32 slot;
@@ -198,7 +231,7 @@ static __always_inline int lookup_bind(const struct flow *f, struct dir_counters
 	}
 	struct dir_group_table *gt = bpf_map_lookup_elem(&bind_groups, &gen);
 	if (gt) {
-		int slot = lookup_groups(gt, f, c, state);
+		int slot = lookup_groups(gt, f, c, state, gen);
 		if (slot != -2)
 			return slot;
 	}

@@ -8,7 +8,7 @@
 #ifndef DIR_CAPTURE_H
 #define DIR_CAPTURE_H
 
-#include "frame.h"
+#include "build.h"
 
 /* A capture holds a lease that its process renews: on is the time it
  * ends, in units of 1 << DIR_CAPTURE_LEASE_SHIFT ns of bpf_ktime_get_ns

@@ -87,7 +87,7 @@ static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, co
 			    at | (h & DIR_ROW_MASK));
 }
 
-/* xdp.frags (the multi-buffer build, frame.h): the program takes
+/* xdp.frags (the multi-buffer build, build.h): the program takes
  * multi-buffer frames, so it can be attached to interfaces with jumbo
  * MTUs, and a frame larger than one buffer is steered like any other (its
  * headers are in the first buffer; the encapsulation only touches the

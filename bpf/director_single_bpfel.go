@@ -24,6 +24,7 @@ const (
 	DirectorSingleMapCaptureEvents      = "capture_events"
 	DirectorSingleMapConfig             = "config"
 	DirectorSingleMapCounters           = "counters"
+	DirectorSingleMapFlowScratch        = "flow_scratch"
 	DirectorSingleMapLinkMtus           = "link_mtus"
 	DirectorSingleMapRegistry           = "registry"
 	DirectorSingleMapTables             = "tables"
@@ -112,6 +113,7 @@ type DirectorSingleMapSpecs struct {
 	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	FlowScratch    *ebpf.MapSpec `ebpf:"flow_scratch"`
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
@@ -176,6 +178,7 @@ type DirectorSingleMaps struct {
 	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
+	FlowScratch    *ebpf.Map `ebpf:"flow_scratch"`
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
@@ -191,6 +194,7 @@ func (m *DirectorSingleMaps) Close() error {
 		m.CaptureEvents,
 		m.Config,
 		m.Counters,
+		m.FlowScratch,
 		m.LinkMtus,
 		m.Registry,
 		m.Tables,

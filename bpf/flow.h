@@ -3,6 +3,9 @@
 #ifndef DIR_FLOW_H
 #define DIR_FLOW_H
 
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
 #define ETH_P_8021Q_ 0x8100
 #define ETH_P_8021AD_ 0x88a8
 #define IPPROTO_ICMPV6_ 58
@@ -23,5 +26,28 @@ struct flow {
 	__u8 proto;        /* bind protocol: TCP, UDP, or ICMP(v6) for echo */
 	__u8 family;
 };
+
+#ifdef DIR_SINGLE_BUFFER
+/* The single-buffer build's global functions take no pointers (build.h):
+ * the flow they work on, and the table's hash key, are passed through
+ * this per-CPU scratch instead. */
+struct dir_flow_scratch {
+	struct flow f;
+	__u8 key[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_flow_scratch);
+} flow_scratch SEC(".maps");
+
+static __always_inline struct dir_flow_scratch *flow_scratch_get(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&flow_scratch, &zero);
+}
+#endif
 
 #endif

@@ -7,7 +7,7 @@
 // Three programs: director (the production datapath 'director load' pins),
 // backend (GLB's proxy side for backend hosts), and lab (the traffic
 // generator and the baseline and pass-all programs that benchmarks and
-// tests use). The first two come in two builds (frame.h): the
+// tests use). The first two come in two builds (build.h): the
 // multi-buffer build for kernels with multi-buffer XDP (5.18 and up), and
 // the single-buffer build (DirectorSingle, BackendSingle) for 5.10 to
 // 5.17; the loader picks one by probing the kernel. They are compiled with -nostdinc against the headers in

@@ -3,7 +3,7 @@
 #ifndef DIR_PARSE_H
 #define DIR_PARSE_H
 
-#include "frame.h"
+#include "build.h"
 
 /* ---- parsing ----
  *

@@ -84,11 +84,8 @@ struct dir_hash_key {
  * program took 527,392 instructions to verify, and takes 97,086 now. The
  * default hash (source address alone) stays inline in hash_flow, so the
  * call, and the flow it takes on the stack, cost only the other hashes. */
-__noinline __u64 dir_hash_fields(const struct dir_hash_key *k, const struct flow *f, __u32 fields)
+static __always_inline __u64 hash_fields(const __u8 *key, const struct flow *f, __u32 fields)
 {
-	if (!k || !f) /* a global function's pointers may be NULL, for the verifier */
-		return 0;
-	const __u8 *key = k->b;
 	struct hashbuf m = {};
 	__u8 *b = (__u8 *)&m;
 	__u32 off = 0;
@@ -129,6 +126,36 @@ __noinline __u64 dir_hash_fields(const struct dir_hash_key *k, const struct flow
 	return siphash(key, &m, off);
 }
 
+#ifdef DIR_SINGLE_BUFFER
+/* The single-buffer build's: the key and flow in flow_scratch. */
+__noinline __u64 dir_hash_fields(__u32 fields)
+{
+	struct dir_flow_scratch *s = flow_scratch_get();
+	if (!s)
+		return 0;
+	return hash_fields(s->key, &s->f, fields);
+}
+
+static __always_inline __u64 call_hash_fields(const __u8 *key, const struct flow *f, __u32 fields)
+{
+	struct dir_flow_scratch *s = flow_scratch_get();
+	if (!s)
+		return 0;
+	__builtin_memcpy(s->key, key, 16);
+	s->f = *f;
+	return dir_hash_fields(fields);
+}
+#else
+__noinline __u64 dir_hash_fields(const struct dir_hash_key *k, const struct flow *f, __u32 fields)
+{
+	if (!k || !f) /* a global function's pointers may be NULL, for the verifier */
+		return 0;
+	return hash_fields(k->b, f, fields);
+}
+
+#define call_hash_fields(key, f, fields) dir_hash_fields((const struct dir_hash_key *)(key), f, fields)
+#endif
+
 /* The default hash, source address only: for an IPv4 client a single
  * SipHash block, for an IPv6 one two and the length block, inlined, from
  * the state the bind's entry holds (dir_exact_entry.hash_state) or else
@@ -136,7 +163,7 @@ __noinline __u64 dir_hash_fields(const struct dir_hash_key *k, const struct flow
 static __always_inline __u64 hash_flow(const __u8 *key, const __u64 *state, const struct flow *f, __u32 fields)
 {
 	if (fields != DIR_HASH_SRC_ADDR)
-		return dir_hash_fields((const struct dir_hash_key *)key, f, fields);
+		return call_hash_fields(key, f, fields);
 	int v4 = f->family == DIR_FAMILY_IPV4;
 	__u64 v0, v1, v2, v3, w, w2 = 0;
 	if (v4) {

@@ -7,7 +7,7 @@
 #ifndef DIR_TOOBIG_H
 #define DIR_TOOBIG_H
 
-#include "frame.h"
+#include "build.h"
 
 /* No underlay is smaller than IPv6's minimum MTU: an outer packet of up to
  * this many bytes is never checked, so that the small packets (ACKs, SYNs)

@@ -32,7 +32,7 @@ type KernelSupport struct {
 	// it lacks nothing. A director whose own program needs something
 	// missing does not load, and says why.
 	Missing []string `json:"missing"`
-	// Build is the build of the programs this kernel runs (bpf/frame.h):
+	// Build is the build of the programs this kernel runs (bpf/build.h):
 	// multi-buffer, or single-buffer where the kernel lacks what the
 	// first uses (Lacking).
 	Build xdpbuild.Build `json:"build"`

@@ -1,5 +1,5 @@
 // Package xdpbuild picks which of the two builds of the XDP programs
-// (bpf/frame.h) the running kernel loads, by probing it, for the loader and
+// (bpf/build.h) the running kernel loads, by probing it, for the loader and
 // the lab alike.
 package xdpbuild
 
@@ -17,7 +17,7 @@ import (
 	"github.com/director/director/bpf"
 )
 
-// Build is which build of the programs (bpf/frame.h) this kernel runs.
+// Build is which build of the programs (bpf/build.h) this kernel runs.
 type Build string
 
 const (

@@ -1,16 +1,17 @@
-/* The frame as the kernel hands it over, in the two builds of each program
- * (docs/architecture.md, "Kernels"):
+/* The two builds of each program (docs/architecture.md, "Kernels"):
  *   - the multi-buffer build (the default): for kernels with multi-buffer
  *     XDP (Linux 5.18 and up), whose programs are flagged xdp.frags and
  *     measure a frame with bpf_xdp_get_buff_len;
  *   - the single-buffer build (DIR_SINGLE_BUFFER): for 5.10 to 5.17, whose
  *     drivers hand an XDP program one buffer only (they refuse XDP at an
  *     MTU that would need more), so the frame is what data to data_end
- *     holds.
+ *     holds; and whose verifiers take no pointer arguments to global
+ *     functions (5.12 does), so those find their arguments themselves
+ *     (flow.h's flow_scratch).
  * The loader picks the build by probing the kernel. Both send the same
  * bytes for every frame both take. */
-#ifndef DIR_FRAME_H
-#define DIR_FRAME_H
+#ifndef DIR_BUILD_H
+#define DIR_BUILD_H
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
