@@ -42,9 +42,12 @@ RACE_PKGS = ./table/... ./internal/service ./internal/health ./internal/bgp ./in
 	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest ./internal/layout ./internal/golden ./internal/picture
 # Test artifacts (the status page's screenshots) are kept in ARTIFACTS.
 ARTIFACTS ?= $(CURDIR)/test-artifacts
+# The NIC tests (TestNIC...) need virtio-net NICs of their own, which the
+# guests of 'make test-kernels' have and the host does not: they are left
+# to the guests, where a missing NIC fails them (testenv.NICs).
 test: lint
 	mkdir -p $(ARTIFACTS)
-	DIRECTOR_KERNEL_TESTS=required DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -artifacts -outputdir $(ARTIFACTS) ./...
+	DIRECTOR_KERNEL_TESTS=required DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -skip '^TestNIC' -artifacts -outputdir $(ARTIFACTS) ./...
 	$(GO) test -count=1 -tags purego ./table
 	DIRECTOR_KERNEL_TESTS=required $(GO) test -race -count=1 $(RACE_PKGS)
 

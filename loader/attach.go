@@ -39,6 +39,9 @@ type Attachment struct {
 	LinkID    uint32        `json:"link_id"`
 	ProgramID uint32        `json:"program_id"`
 	Pin       string        `json:"pin"`
+	// Warnings are what this attachment's driver does that an operator
+	// should know (xdpTxAdvice); set by Attach only.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Attachment states.
@@ -63,12 +66,30 @@ func linkPin(dir, iface string) string { return filepath.Join(dir, pinLinks, ifa
 // time, so the old link goes and the new one comes, the interface running
 // no program for the moment between (Attachment.Gap).
 func (d *Director) Attach(iface, mode string) (*Attachment, error) {
-	a, err := attachPinned(d.Dir, d.Prog, iface, mode)
+	a, err := attachAdvised(d.Dir, d.Prog, iface, mode)
 	if err != nil {
 		return nil, err
 	}
 	if err := d.SyncLinkMTUs(); err != nil {
 		return a, fmt.Errorf("attached to %s, but not ready for the too-big check: %w", iface, err)
+	}
+	return a, nil
+}
+
+// attachAdvised is attachPinned, with what the driver does to XDP_TX
+// (xdpTxAdvice) in the error where it refused, or in the warnings.
+func attachAdvised(dir string, prog *ebpf.Program, iface, mode string) (*Attachment, error) {
+	a, err := attachPinned(dir, prog, iface, mode)
+	if err != nil {
+		if advice := xdpTxAdvice(iface); advice != "" && mode == ModeNative && errors.Is(err, unix.ENOMEM) {
+			return nil, fmt.Errorf("%w (%s)", err, advice)
+		}
+		return nil, err
+	}
+	if a.Mode == ModeNative {
+		if advice := xdpTxAdvice(iface); advice != "" {
+			a.Warnings = append(a.Warnings, advice)
+		}
 	}
 	return a, nil
 }
@@ -227,8 +248,14 @@ func detachPinned(pin string) error {
 		return fmt.Errorf("opening %s: %w", pin, err)
 	}
 	defer l.Close()
+	// Detached now, rather than when the link is released: the pin's
+	// reference goes only after an RCU grace period, and until then an
+	// attach to the interface finds its hook taken (seen on 5.10).
+	if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("detaching %s: %w", pin, err)
+	}
 	// With the pin gone, closing the last handle releases the link, which
-	// detaches the program.
+	// detaches the program where the kernel could not be asked to.
 	return l.Unpin()
 }
 

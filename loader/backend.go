@@ -119,7 +119,7 @@ func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
 	if b.Dir == "" {
 		return nil, errors.New("a private backend program cannot be attached")
 	}
-	return attachPinned(b.Dir, b.progs.Backend, iface, mode)
+	return attachAdvised(b.Dir, b.progs.Backend, iface, mode)
 }
 
 // Detach removes the backend program from iface; idempotent. The program

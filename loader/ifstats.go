@@ -17,6 +17,12 @@ type InterfaceStats struct {
 	TxPackets uint64 `json:"tx_packets"`
 	TxDropped uint64 `json:"tx_dropped"`
 	TxErrors  uint64 `json:"tx_errors"`
+	// Driver is the interface's driver (ethtool -i), and DriverDrops its
+	// own counters of frames it dropped (ethtool -S, those whose name
+	// says drop, each queue's summed: virtio_net's rx_xdp_drops and
+	// tx_xdp_tx_drops, say); none for a driver that keeps none.
+	Driver      string            `json:"driver,omitempty"`
+	DriverDrops map[string]uint64 `json:"driver_drops,omitempty"`
 }
 
 // InterfaceStats reads the link statistics of the interfaces the director
@@ -41,8 +47,16 @@ func interfaceStats(atts []Attachment) []InterfaceStats {
 			continue
 		}
 		s := nl.Attrs().Statistics
-		out = append(out, InterfaceStats{Interface: a.Interface, RxPackets: s.RxPackets, RxDropped: s.RxDropped, RxErrors: s.RxErrors,
-			TxPackets: s.TxPackets, TxDropped: s.TxDropped, TxErrors: s.TxErrors})
+		is := InterfaceStats{Interface: a.Interface, RxPackets: s.RxPackets, RxDropped: s.RxDropped, RxErrors: s.RxErrors,
+			TxPackets: s.TxPackets, TxDropped: s.TxDropped, TxErrors: s.TxErrors}
+		name := nl.Attrs().Name // the name now: the kernel's ioctls go by it
+		is.Driver, _ = driverOf(name)
+		if st, err := driverStats(name); err == nil {
+			if drops := driverDrops(st); len(drops) > 0 {
+				is.DriverDrops = drops
+			}
+		}
+		out = append(out, is)
 	}
 	return out
 }

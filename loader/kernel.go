@@ -46,6 +46,7 @@ type KernelSupport struct {
 // ProbeKernel checks the running kernel for everything the three
 // programs (director, backend, lab) use.
 func ProbeKernel() (*KernelSupport, error) {
+	raiseMemlock() // the probes make maps
 	build, err := xdpbuild.Current()
 	if err != nil {
 		return nil, err

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/director/director/loader/xdpbuild"
 )
 
 // pinnedLoad is how both programs, the director and the backend, are
@@ -250,4 +250,4 @@ func openPinned(dir string, dst any, optional ...string) error {
 // a kernel that charges the cgroup it changes nothing. It fails only
 // where this process may not raise the limit, and the load then says
 // what it lacks.
-var raiseMemlock = sync.OnceFunc(func() { rlimit.RemoveMemlock() })
+var raiseMemlock = xdpbuild.RaiseMemlock

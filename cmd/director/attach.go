@@ -42,6 +42,9 @@ func runAttach(e *env, c *command, args []string) error {
 	} else {
 		fmt.Fprintf(e.stdout, "attached to %s in %s mode (link %d, program %d)\n", at.Interface, at.Mode, at.LinkID, at.ProgramID)
 	}
+	for _, w := range at.Warnings {
+		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
+	}
 	if at.Mode == loader.ModeNative {
 		if bad, err := loader.VethWithoutXDPPeer(at.Interface); err == nil && bad {
 			fmt.Fprintf(e.stderr, "director: warning: %s is a veth whose peer runs no XDP program (or is in another namespace): "+

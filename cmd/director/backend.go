@@ -191,6 +191,9 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 	}
 	fmt.Fprintf(e.stdout, "backend program attached to %s in %s mode (link %d); forwarded packets leave from %s; GUE accepted for %s\n",
 		a.Interface, a.Mode, a.LinkID, addr, joinAddrs(accepted))
+	for _, w := range a.Warnings {
+		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
+	}
 	if !secondChance {
 		fmt.Fprintln(e.stderr, "director: warning: second chance is off: every GUE packet is decapsulated here, and connections break when their row moves to another backend")
 	}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/director/director/loader"
@@ -147,6 +150,14 @@ func printInterfaces(e *env, ifs, prev []loader.InterfaceStats, dt time.Duration
 	for _, i := range ifs {
 		fmt.Fprintf(e.stdout, "\ninterface %s: rx %d packets, %d dropped, %d errors; tx %d packets, %d dropped, %d errors\n",
 			i.Interface, i.RxPackets, i.RxDropped, i.RxErrors, i.TxPackets, i.TxDropped, i.TxErrors)
+		if len(i.DriverDrops) > 0 {
+			names := slices.Sorted(maps.Keys(i.DriverDrops))
+			parts := make([]string, len(names))
+			for k, n := range names {
+				parts[k] = fmt.Sprintf("%s %d", n, i.DriverDrops[n])
+			}
+			fmt.Fprintf(e.stdout, "  driver %s drops: %s\n", i.Driver, strings.Join(parts, ", "))
+		}
 		var was *loader.InterfaceStats
 		for k := range prev {
 			if prev[k].Interface == i.Interface {

@@ -28,6 +28,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,10 @@ type Testbed struct {
 	servers   []net.Listener
 	health    map[int]*http.Server
 	conns     sync.WaitGroup
+	// NewOnNICs's: the NICs not yet taken, and those taken (to give back).
+	nics   []string
+	taken  []takenNIC
+	homeNS netns.NsHandle
 }
 
 // BackendBPFFS is backend i's pin directory.
@@ -140,11 +145,47 @@ func newBed(n int, underlay6 bool) (_ *Testbed, err error) {
 	return tb, nil
 }
 
+// NewOnNICs is New on real NICs rather than veths: nics, on one Ethernet
+// segment of their own (testenv.NICs), are the LAN's port (in its bridge),
+// then the client's, the director's and each backend's eth0, so that the
+// director and the backend programs run native in the NICs' driver. It
+// needs 3+n of them; Close gives them back to the namespace they came
+// from, under their names.
+func NewOnNICs(nics []string, n int) (*Testbed, error) {
+	if len(nics) < 3+n {
+		return nil, fmt.Errorf("a testbed of %d backends on NICs needs %d of them, not %d", n, 3+n, len(nics))
+	}
+	tb, err := buildOn(nics, n, false, func(tb *Testbed) (err error) {
+		tb.Director, err = tb.join("director", DirIP)
+		return err
+	}, DirIP)
+	if err != nil {
+		return nil, err
+	}
+	if err := tb.setupDirector(); err != nil {
+		tb.Close()
+		return nil, fmt.Errorf("director: %w", err)
+	}
+	return tb, nil
+}
+
 // build makes the LAN, the client, whatever directors adds, and n
 // backends; the client reaches the VIP through via.
 func build(n int, underlay6 bool, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
+	return buildOn(nil, n, underlay6, directors, via)
+}
+
+// buildOn is build, on NICs when nics are given (NewOnNICs).
+func buildOn(nics []string, n int, underlay6 bool, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
 	ClearStale()
-	tb := &Testbed{BPFFS: fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid()), Underlay6: underlay6}
+	tb := &Testbed{BPFFS: fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid()), Underlay6: underlay6, nics: slices.Clone(nics)}
+	if nics != nil {
+		// This goroutine's thread is in the namespace the NICs are in:
+		// lab.Do never leaves one elsewhere.
+		if tb.homeNS, err = netns.Get(); err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		if err != nil {
 			tb.Close()
@@ -174,6 +215,19 @@ func build(n int, underlay6 bool, directors func(*Testbed) error, via netip.Addr
 		}
 		l, _ := netlink.LinkByName("br0")
 		tb.GatewayMAC = l.Attrs().HardwareAddr
+		if tb.nics != nil {
+			// The segment reaches the bridge through the LAN's NIC.
+			port, err := tb.takeNIC(tb.LAN, "lan0")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetMaster(port, br); err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(port); err != nil {
+				return err
+			}
+		}
 		sysctl("net.ipv4.conf.all.send_redirects", "0")
 		sysctl("net.ipv4.conf.br0.send_redirects", "0")
 		if underlay6 {
@@ -256,7 +310,125 @@ func (tb *Testbed) join(name string, ip netip.Addr) (*Host, error) {
 // brought up. The port runs NAPI (a pass-all XDP program), so frames the
 // host's XDP program transmits back are accepted.
 func (tb *Testbed) plug(h *Host, port string, ip netip.Addr, lan func(netlink.Link) error) error {
-	err := tb.LAN.Do(func() error {
+	var err error
+	if tb.nics != nil {
+		// A NIC of the segment, whose LAN end is the LAN's own NIC.
+		_, err = tb.takeNIC(h, "eth0")
+	} else {
+		err = tb.plugVeth(h, port, lan)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: plugging in: %w", h.Name, err)
+	}
+	err = h.Do(func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		a, _ := netlink.ParseAddr(ip.String() + "/24")
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return err
+		}
+		if h.IP6.IsValid() {
+			if err := addr6(l, h.IP6); err != nil {
+				return err
+			}
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		h.MAC = l.Attrs().HardwareAddr
+		sysctl("net.ipv4.conf.all.rp_filter", "0")
+		return sysctl("net.ipv4.conf.eth0.rp_filter", "0")
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", h.Name, err)
+	}
+	return nil
+}
+
+// takenNIC is a NIC a testbed host holds, and the name it had.
+type takenNIC struct {
+	host *Host
+	name string // now
+	orig string
+	home netns.NsHandle
+}
+
+// takeNIC moves the next of the testbed's NICs into h's namespace as name,
+// and returns it there. It is called in the namespace the NICs are in.
+func (tb *Testbed) takeNIC(h *Host, name string) (netlink.Link, error) {
+	if len(tb.nics) == 0 {
+		return nil, errors.New("no NIC left for it")
+	}
+	orig := tb.nics[0]
+	tb.nics = tb.nics[1:]
+	var l netlink.Link
+	err := lab.Do(tb.home(), func() error {
+		var err error
+		if l, err = netlink.LinkByName(orig); err != nil {
+			return err
+		}
+		netlink.LinkSetDown(l)
+		return netlink.LinkSetNsFd(l, int(h.NS))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("taking NIC %s: %w", orig, err)
+	}
+	tb.taken = append(tb.taken, takenNIC{host: h, name: name, orig: orig, home: tb.home()})
+	err = h.Do(func() error {
+		var err error
+		if l, err = netlink.LinkByName(orig); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetName(l, name); err != nil {
+			return err
+		}
+		l, err = netlink.LinkByName(name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("taking NIC %s: %w", orig, err)
+	}
+	return l, nil
+}
+
+// home is the namespace the testbed was built from, where its NICs were.
+func (tb *Testbed) home() netns.NsHandle { return tb.homeNS }
+
+// giveBackNICs moves every NIC taken back home, under its own name, before
+// the namespaces go: the kernel would move them back itself, but under
+// whatever name was free.
+func (tb *Testbed) giveBackNICs() error {
+	var errs []error
+	for _, t := range tb.taken {
+		err := t.host.Do(func() error {
+			l, err := netlink.LinkByName(t.name)
+			if err != nil {
+				return err
+			}
+			netlink.LinkSetDown(l)
+			netlink.LinkSetXdpFd(l, -1) // none left after the unloads, but for a test's own
+			if err := netlink.LinkSetName(l, t.orig); err != nil {
+				return err
+			}
+			return netlink.LinkSetNsFd(l, int(t.home))
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("giving NIC %s back: %w", t.orig, err))
+		}
+	}
+	tb.taken = nil
+	if tb.homeNS.IsOpen() {
+		tb.homeNS.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// plugVeth makes h's eth0 a veth whose peer, port, is in the LAN's
+// namespace, set up by lan.
+func (tb *Testbed) plugVeth(h *Host, port string, lan func(netlink.Link) error) error {
+	return tb.LAN.Do(func() error {
 		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "eth0"}
 		if err := netlink.LinkAdd(v); err != nil {
 			return err
@@ -287,34 +459,6 @@ func (tb *Testbed) plug(h *Host, port string, ip netip.Addr, lan func(netlink.Li
 		defer pass.Close()
 		return netlink.LinkSetXdpFdWithFlags(p, pass.FD(), 4 /* XDP_FLAGS_DRV_MODE */)
 	})
-	if err != nil {
-		return fmt.Errorf("%s: plugging in: %w", h.Name, err)
-	}
-	err = h.Do(func() error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		a, _ := netlink.ParseAddr(ip.String() + "/24")
-		if err := netlink.AddrAdd(l, a); err != nil {
-			return err
-		}
-		if h.IP6.IsValid() {
-			if err := addr6(l, h.IP6); err != nil {
-				return err
-			}
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return err
-		}
-		h.MAC = l.Attrs().HardwareAddr
-		sysctl("net.ipv4.conf.all.rp_filter", "0")
-		return sysctl("net.ipv4.conf.eth0.rp_filter", "0")
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", h.Name, err)
-	}
-	return nil
 }
 
 // addr6 gives l the IPv6 address ip/64 (a /128 for fd60::, the VIP),
@@ -497,6 +641,7 @@ func (tb *Testbed) Close() error {
 			errs = append(errs, loader.Unload(tb.BackendBPFFS(i+1)))
 		}
 	}
+	errs = append(errs, tb.giveBackNICs())
 	for _, h := range append([]*Host{tb.LAN, tb.Client, tb.Director}, tb.Backends...) {
 		if h != nil {
 			h.NS.Close()

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,4 +144,42 @@ var pinDirs atomic.Int64
 // once (t.TempDir's last element is the same "001" in each).
 func PinDir(prefix string) string {
 	return filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), pinDirs.Add(1)))
+}
+
+// NICs are the real NICs a test may take for its own, at least n of them:
+// DIRECTOR_TEST_NICS names them (space-separated), all on one Ethernet
+// segment that nothing else uses. The guests of 'make test-kernels' have
+// virtio-net NICs so (internal/vmtest, nics.go) and set
+// DIRECTOR_NIC_TESTS=required, which turns a missing NIC into a failure.
+// Elsewhere the test skips, saying why; 'make test' leaves the NIC tests
+// (TestNIC...) to the guests rather than skip them on a host without NICs.
+func NICs(tb testing.TB, n int) []string {
+	tb.Helper()
+	Kernel(tb)
+	nics := strings.Fields(os.Getenv("DIRECTOR_TEST_NICS"))
+	if len(nics) >= n {
+		return nics[:n]
+	}
+	why := fmt.Sprintf("this test needs %d NICs of its own on one segment, and DIRECTOR_TEST_NICS names %d", n, len(nics))
+	if os.Getenv("DIRECTOR_NIC_TESTS") == Required {
+		tb.Fatalf("%s, and DIRECTOR_NIC_TESTS=required", why)
+	}
+	tb.Skipf("%s: 'make test-kernels' runs it in guests that have them", why)
+	return nil
+}
+
+// SingleQueueNIC is a NIC with one queue pair, on a segment of its own
+// (DIRECTOR_TEST_NIC_SINGLE_QUEUE), as NICs.
+func SingleQueueNIC(tb testing.TB) string {
+	tb.Helper()
+	Kernel(tb)
+	if nic := os.Getenv("DIRECTOR_TEST_NIC_SINGLE_QUEUE"); nic != "" {
+		return nic
+	}
+	why := "this test needs a single-queue NIC of its own (DIRECTOR_TEST_NIC_SINGLE_QUEUE)"
+	if os.Getenv("DIRECTOR_NIC_TESTS") == Required {
+		tb.Fatalf("%s, and DIRECTOR_NIC_TESTS=required", why)
+	}
+	tb.Skipf("%s: 'make test-kernels' runs it in guests that have one", why)
+	return ""
 }

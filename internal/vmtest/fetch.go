@@ -170,6 +170,20 @@ func extract(deb, dir string) (*extracted, error) {
 		})
 	}
 	ex := &extracted{Vmlinuz: images[0]}
+	// Modules built into this kernel (modules.builtin: one path a line),
+	// which a wanted one may be here and a module there (virtio_pci is
+	// built into 6.12's cloud kernel, a module of 5.10's and 6.1's).
+	builtin := map[string]bool{}
+	lists, _ := filepath.Glob(filepath.Join(root, "*", "modules", "*", "modules.builtin"))
+	more, _ := filepath.Glob(filepath.Join(root, "usr", "lib", "modules", "*", "modules.builtin"))
+	for _, l := range append(lists, more...) {
+		data, _ := os.ReadFile(l)
+		for _, line := range strings.Split(string(data), "\n") {
+			if name, ok := moduleName(filepath.Base(line)); ok {
+				builtin[name] = true
+			}
+		}
+	}
 	seen := map[string]bool{}
 	var add func(name string, chain []string) error
 	add = func(name string, chain []string) error {
@@ -179,6 +193,9 @@ func extract(deb, dir string) (*extracted, error) {
 		}
 		seen[name] = true
 		src, ok := files[name]
+		if !ok && builtin[name] {
+			return nil
+		}
 		if !ok {
 			return fmt.Errorf("%s: no module %s (wanted by %s)", deb, name, strings.Join(chain, " <- "))
 		}

@@ -139,7 +139,7 @@ echo "` + marker + `kernel $(uname -r)"
 	for _, m := range mods {
 		fmt.Fprintf(&b, "insmod /lib/modules/vmtest/%s.ko || echo \"%sinsmod-failed %s\"\n", m, marker, m)
 	}
-	b.WriteString(`export DIRECTOR_KERNEL_TESTS=required DIRECTOR_TEST_BINARY=/bin/director DIRECTOR_TEST_TIME_SCALE=4 DIRECTOR_TEST_SIZE_DIVISOR=4 HOME=/tmp TMPDIR=/tmp
+	b.WriteString(`export DIRECTOR_KERNEL_TESTS=required DIRECTOR_TEST_BINARY=/bin/director DIRECTOR_TEST_TIME_SCALE=4 DIRECTOR_TEST_SIZE_DIVISOR=4 HOME=/tmp TMPDIR=/tmp ` + nicEnv() + `
 `)
 	for _, p := range pkgs {
 		fmt.Fprintf(&b, "echo \"%sbegin %s\"\n", marker, p.Rel)
@@ -161,8 +161,9 @@ poweroff -f
 
 // qemuArgs boots a kernel and initramfs under TCG: KVM fails on these
 // machines, which are virtual themselves (../shared/notes/old-kernels.md).
-// No network card (the tests make their own veths), so no option ROM is
-// needed; a virtio RNG so that nothing waits on entropy.
+// No network card of qemu's own (the tests make their own veths, and the
+// guest's NICs are nics.go's); a virtio RNG so that nothing waits on
+// entropy.
 func qemuArgs(vmlinuz, initrd string, cpus, memMB int) []string {
 	return []string{
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(memMB),
@@ -349,7 +350,7 @@ func (p *console) finish(pkgs []pkgTests) {
 // boot runs one guest to its end, or until ctx ends, streaming what is
 // worth showing to out (each line prefixed with the kernel's name) and
 // everything to the log file.
-func boot(ctx context.Context, qemu string, args []string, k Kernel, pkg string, pkgs []pkgTests, logPath string, out io.Writer) *result {
+func boot(ctx context.Context, name string, args []string, k Kernel, pkg string, pkgs []pkgTests, logPath string, out io.Writer) *result {
 	p := newConsole(k, pkg)
 	start := time.Now()
 	defer func() { p.r.Elapsed = time.Since(start) }()
@@ -359,13 +360,13 @@ func boot(ctx context.Context, qemu string, args []string, k Kernel, pkg string,
 		return p.r
 	}
 	defer logf.Close()
-	cmd := exec.CommandContext(ctx, qemu, args...)
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdin = nil
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
-		p.r.Problems = append(p.r.Problems, fmt.Sprintf("starting %s: %v", qemu, err))
+		p.r.Problems = append(p.r.Problems, fmt.Sprintf("starting %s: %v", name, err))
 		return p.r
 	}
 	waited := make(chan error, 1)

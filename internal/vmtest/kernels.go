@@ -31,6 +31,7 @@ var kernels = []Kernel{
 }
 
 // modulesWanted are the modules the guest loads (with what they depend
-// on): veth for every veth pair, bridge for the testbed's LAN. The cloud
-// kernels build both as modules.
-var modulesWanted = []string{"veth", "bridge"}
+// on): veth for every veth pair, bridge for the testbed's LAN, virtio_pci
+// and virtio_net for the NICs (nics.go). The cloud kernels build them as
+// modules, but for virtio_pci, built into 6.12 (its modules.builtin).
+var modulesWanted = []string{"veth", "bridge", "virtio_pci", "virtio_net"}

@@ -107,6 +107,10 @@ func discover(root string) ([]pkgTests, error) {
 	return pkgs, nil
 }
 
+// kernelGates are testenv's functions that make a test a kernel test:
+// Kernel, and those that call it for a test that needs more (NICs).
+var kernelGates = map[string]bool{"Kernel": true, "NICs": true, "SingleQueueNIC": true}
+
 // kernelTests are the Test functions of one package's test files that
 // call testenv.Kernel, directly or through functions of those files.
 func kernelTests(files ...string) ([]string, error) {
@@ -137,7 +141,7 @@ func kernelTests(files ...string) ([]string, error) {
 				case *ast.Ident:
 					calls[name] = append(calls[name], f.Name)
 				case *ast.SelectorExpr:
-					if x, ok := f.X.(*ast.Ident); ok && x.Name == "testenv" && f.Sel.Name == "Kernel" {
+					if x, ok := f.X.(*ast.Ident); ok && x.Name == "testenv" && kernelGates[f.Sel.Name] {
 						kernel[name] = true
 					}
 				}

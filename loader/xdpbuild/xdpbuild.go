@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
@@ -79,6 +80,7 @@ type buildChoice struct {
 // another reason than the kernel's lack (no privileges, say) leaves the
 // multi-buffer build, whose load then says what is wrong.
 var chosenBuild = sync.OnceValue(func() buildChoice {
+	RaiseMemlock() // the probes make maps and programs
 	var c buildChoice
 	for _, n := range multiBufferNeeds {
 		if err := n.probe(); errors.Is(err, ebpf.ErrNotSupported) {
@@ -98,6 +100,11 @@ var chosenBuild = sync.OnceValue(func() buildChoice {
 	}
 	return c
 })
+
+// RaiseMemlock lifts RLIMIT_MEMLOCK where this kernel charges BPF maps and
+// programs to it (before 5.11; rlimit.RemoveMemlock probes, and changes
+// nothing on later kernels), once a process.
+var RaiseMemlock = sync.OnceFunc(func() { rlimit.RemoveMemlock() })
 
 // Current is the build of the programs this process loads.
 func Current() (Build, error) {
