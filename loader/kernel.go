@@ -16,9 +16,9 @@ import (
 )
 
 // TestedKernels are the kernels every test runs on: 'make test-kernels'
-// boots the first two under qemu, and the last is the development
+// boots the first three under qemu, and the last is the development
 // machine's ('make test'). README lists the same.
-var TestedKernels = []string{"6.1", "6.12", "6.18"}
+var TestedKernels = []string{"5.10", "6.1", "6.12", "6.18"}
 
 // KernelSupport is what the running kernel offers of what the programs
 // use. What they use is read from the embedded objects themselves (each

@@ -16,7 +16,9 @@ var attachCmd = &command{
 		"(the kernel holds one at a time: the interface runs no program for the moment between, which it\n" +
 		"reports). A stale attachment whose interface is gone is replaced. An interface another XDP program\n" +
 		"holds is refused, naming that program. Native mode on a veth whose peer runs no XDP program is\n" +
-		"warned of: the frames the program sends back out are dropped there.",
+		"warned of: the frames the program sends back out are dropped there. So is native mode on a\n" +
+		"virtio-net NIC with too few queues for XDP_TX to have its own (one per CPU beyond the stack's):\n" +
+		"it then shares the stack's under a lock, slower, or the kernel refuses it, and the error says so.",
 	run: runAttach,
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -925,4 +926,52 @@ func TestApplyBalanceOnlyChange(t *testing.T) {
 		t.Fatalf("live: %v, balance %d", err, live[0].Table.Balance)
 	}
 	run(0, "plan", loose) // nothing left to do
+}
+
+// TestSingleBufferBuildCommands: the commands on the single-buffer build
+// (DIRECTOR_BUILD, which the loader otherwise picks only on a kernel
+// without multi-buffer XDP): load, apply and status, which names the build
+// and what it does without. On a kernel that has multi-buffer XDP it says
+// the kernel lacks nothing; the guests of 5.10 show the rest.
+func TestSingleBufferBuildCommands(t *testing.T) {
+	dir := bpffsDir(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	director := func(args ...string) string {
+		t.Helper()
+		cmd := asDirector(exe, append([]string{"--bpffs", dir}, args...)...)
+		cmd.Env = append(cmd.Env, "DIRECTOR_BUILD=single-buffer")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("director %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	director("load")
+	director("apply", cfgDir+"small.json", "--director-config", cfgDir+"director.conf", "--yes")
+	out := director("status")
+	if !strings.Contains(out, "build        single-buffer") || !strings.Contains(out, "no bpf_check_mtu: the too-big check uses outbound_mtu") ||
+		!strings.Contains(out, "native mode needs an MTU of about 3,500 bytes or less") || !strings.Contains(out, "table        api ") {
+		t.Fatalf("status on the single-buffer build:\n%s", out)
+	}
+	var doc statusDoc
+	if err := json.Unmarshal([]byte(director("status", "--json")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Kernel == nil || doc.Kernel.Build != xdpbuild.SingleBuffer || len(doc.Kernel.Fallbacks) != 2 {
+		t.Fatalf("status --json kernel: %+v", doc.Kernel)
+	}
+	// The program pinned is the other build's: not the one this process
+	// loads on this kernel.
+	other := bpffsDir(t)
+	mustRun(t, 0, "--bpffs", other, "load")
+	var mine statusDoc
+	if err := json.Unmarshal([]byte(mustRun(t, 0, "--bpffs", other, "status", "--json")), &mine); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := xdpbuild.Current(); cur == xdpbuild.MultiBuffer && (doc.Program.Tag == "" || doc.Program.Tag == mine.Program.Tag) {
+		t.Errorf("the single-buffer build's program has tag %q, the multi-buffer one's %q", doc.Program.Tag, mine.Program.Tag)
+	}
 }

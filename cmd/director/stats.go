@@ -21,8 +21,9 @@ var statsCmd = &command{
 	summary: "Show the datapath's and the attached interfaces' counters.",
 	help: "Show the datapath's counters: global (processed, matched, encapsulated, passed and errors by\n" +
 		"reason), per table and per backend (packets and bytes of the original IP packets sent to it as\n" +
-		"primary), and the attached interfaces' own counters (dropped frames included). --watch prints them\n" +
-		"again every interval, with rates, until interrupted.",
+		"primary), and the attached interfaces' own counters (dropped frames included), with their\n" +
+		"drivers' counters of drops (ethtool -S, each queue's summed: virtio_net's XDP and XDP_TX drops).\n" +
+		"--watch prints them again every interval, with rates, until interrupted.",
 	run: runStats,
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/director/director/internal/service"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 )
 
@@ -259,8 +260,11 @@ func kernelLine(k *loader.KernelSupport) string {
 		return line
 	}
 	line += fmt.Sprintf("\nbuild        %s", k.Build)
-	if len(k.Lacking) > 0 {
+	switch {
+	case len(k.Lacking) > 0:
 		line += fmt.Sprintf(" (this kernel lacks %s)", strings.Join(k.Lacking, ", "))
+	case k.Build == xdpbuild.SingleBuffer:
+		line += fmt.Sprintf(" (as %s asks: this kernel runs the multi-buffer one)", xdpbuild.Env)
 	}
 	for _, f := range k.Fallbacks {
 		line += "\n             " + f

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -190,18 +191,26 @@ func TestNICs(t *testing.T) {
 			}
 		}()
 		pause := func() { time.Sleep(testenv.Scaled(300 * time.Millisecond)) }
-		// The director: detached and attached again at once (between,
-		// its packets go to its stack, which drops them: the VIP is not
-		// its), switched to generic and back; each time the connections
-		// carry on, TCP sending again what was lost, within their
-		// exchanges' second.
+		// The director: detached and attached again at once by the
+		// commands (between, its packets go to its stack, which drops
+		// them: the VIP is not its), switched to generic and back; each
+		// time the connections carry on, TCP sending again what was lost,
+		// within their exchanges' second.
+		cli := func(want string, args ...string) error {
+			cmd := exec.Command(directorBinary(t), append([]string{args[0], "--bpffs", tb.BPFFS}, args[1:]...)...)
+			var out []byte
+			err := tb.Director.Do(func() (err error) { out, err = cmd.CombinedOutput(); return })
+			if err != nil || !strings.Contains(string(out), want) {
+				return fmt.Errorf("director %s: %v: %s", strings.Join(args, " "), err, out)
+			}
+			return nil
+		}
 		for _, step := range []func() error{
 			func() error {
-				if err := d.Detach("eth0"); err != nil {
+				if err := cli("detached from eth0", "detach", "eth0"); err != nil {
 					return err
 				}
-				_, err := d.Attach("eth0", loader.ModeNative)
-				return err
+				return cli("attached to eth0 in native mode", "attach", "eth0", "--mode", "native")
 			},
 			func() error { _, err := d.Attach("eth0", loader.ModeGeneric); return err },
 			func() error { _, err := d.Attach("eth0", loader.ModeNative); return err },

@@ -32,10 +32,10 @@ const (
 	SingleBuffer Build = "single-buffer"
 )
 
-// BuildEnv, set to a Build, makes the loader use that build whatever the
+// Env, set to a Build, makes the loader use that build whatever the
 // kernel has: tests run the single-buffer build on new kernels, to check
 // that it sends what the multi-buffer build sends.
-const BuildEnv = "DIRECTOR_BUILD"
+const Env = "DIRECTOR_BUILD"
 
 // multiBufferNeeds is what the multi-buffer build uses that the
 // single-buffer build does without, as the probes name it (lacks).
@@ -91,12 +91,12 @@ var chosenBuild = sync.OnceValue(func() buildChoice {
 	if len(c.lacking) > 0 {
 		c.build = SingleBuffer
 	}
-	switch b := Build(os.Getenv(BuildEnv)); b {
+	switch b := Build(os.Getenv(Env)); b {
 	case "":
 	case MultiBuffer, SingleBuffer:
 		c.build = b
 	default:
-		c.err = fmt.Errorf("%s=%q: not a build (%s or %s)", BuildEnv, b, MultiBuffer, SingleBuffer)
+		c.err = fmt.Errorf("%s=%q: not a build (%s or %s)", Env, b, MultiBuffer, SingleBuffer)
 	}
 	return c
 })
