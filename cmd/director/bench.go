@@ -40,6 +40,7 @@ type benchRun struct {
 	PacketsPerSec  float64 `json:"packets_per_sec"` // runs per second: the generator's rate, not the director's capacity
 	NsPerPacket    float64 `json:"ns_per_packet"`   // the program's own time, from BPF run-time statistics
 	DistinctFrames int     `json:"distinct_frames"` // how many of the frames it was given were sent at least once
+	Injector       string  `json:"injector"`        // how frames were injected (lab.Rig.Injector)
 }
 
 // benchPath is the frames of a capture that take one path through the
@@ -59,8 +60,8 @@ var benchCmd = &command{
 	summary: "Measure the program's cost per packet on a capture, on a veth pair.",
 	help: "Replay a capture at line rate through the real datapath: in a private network namespace, the\n" +
 		"program is attached to one end of a veth pair and the capture's frames are injected into the other\n" +
-		"end (native: BPF_PROG_RUN in live-frames mode redirecting them; generic: sendmmsg on a packet\n" +
-		"socket), looping for the duration. Then the\n" +
+		"end (native: BPF_PROG_RUN in live-frames mode redirecting them, or before Linux 5.18 sendmmsg on\n" +
+		"a packet socket, slower; generic: the socket), looping for the duration. Then the\n" +
 		"same for an empty XDP_TX program. Reports packets/s, verdicts and the program's cost per packet.\n" +
 		"Everything is torn down on every exit path, Ctrl-C included.",
 	run: runBench,
@@ -227,8 +228,10 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 		return r, err
 	}
 	defer rig.Close()
+	r.Injector = rig.Injector()
+	live := rig.Live()
 	size := lab.TrafficgenMaxFrames
-	if mode == loader.ModeGeneric {
+	if !live {
 		size = 4096 // a packet socket's batch
 	}
 	start := time.Now()
@@ -254,7 +257,7 @@ func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Durat
 		// many frames: a window is cycled through windowRepeats times,
 		// and a capture that fits is sent perCall times over.
 		n := uint32(hi-lo) * windowRepeats
-		if mode == loader.ModeGeneric {
+		if !live {
 			n = uint32(hi - lo)
 		} else if len(frames) <= size {
 			n = perCall
@@ -318,7 +321,7 @@ func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pa
 }
 
 func printBench(w io.Writer, d *benchDoc) {
-	fmt.Fprintf(w, "bench %s: %d frames, %s XDP on a veth pair\n", d.Capture, d.Frames, d.Mode)
+	fmt.Fprintf(w, "bench %s: %d frames, %s XDP on a veth pair, injected by %s\n", d.Capture, d.Frames, d.Mode, d.Director.Injector)
 	fmt.Fprintf(w, "program cost above an empty XDP_TX program (its %.1f ns/packet), from BPF run-time statistics:\n", d.Baseline.NsPerPacket)
 	line := func(what string, r benchRun, frames int) {
 		fmt.Fprintf(w, "  %-20s %7.1f ns/packet   %d of %d frames sent\n", what, r.NsPerPacket-d.Baseline.NsPerPacket, r.DistinctFrames, frames)

@@ -271,6 +271,9 @@ func printReplay(w io.Writer, r *replay.Report) {
 	if c.MultiBuffer > 0 {
 		fmt.Fprintf(w, ", %d multi-buffer (over %d bytes)", c.MultiBuffer, model.FirstBuffer)
 	}
+	if c.NotRun > 0 {
+		fmt.Fprintf(w, ", %d of them not run by this kernel (no multi-buffer XDP): the model's fate", c.NotRun)
+	}
 	fmt.Fprintln(w)
 	tx, pass := r.Verdicts["tx"], r.Verdicts["pass"]
 	fmt.Fprintf(w, "  XDP_TX    %10d packets %12d bytes  %s\n", tx.Packets, tx.Bytes, share(tx.Packets, c.Packets))

@@ -129,6 +129,9 @@ func (a *Aggregator) Captured(bytes int, truncated bool) {
 	}
 }
 
+// NotRun counts a packet the kernel could not run (CaptureInfo.NotRun).
+func (a *Aggregator) NotRun() { a.r.Capture.NotRun++ }
+
 func hops4(hops []netip.Addr) (n uint8, out [4]hop) {
 	for i, h := range hops {
 		if i == len(out) {
@@ -478,6 +481,7 @@ func (a *Aggregator) mergeCounts(o *Aggregator) {
 	c.Bytes += o.r.Capture.Bytes
 	c.Truncated += o.r.Capture.Truncated
 	c.MultiBuffer += o.r.Capture.MultiBuffer
+	c.NotRun += o.r.Capture.NotRun
 	for i := range a.verdict {
 		a.verdict[i].merge(o.verdict[i])
 	}

@@ -228,6 +228,7 @@ type outcome struct {
 	out     []byte       // the frame as the program left it
 	reason  int          // for XDP_PASS: the pass counter, an index in loader.CounterNames(); -1 if none moved
 	res     model.Result // the model's view (flow, table, row)
+	notRun  bool         // the kernel could not run it (lab.Outcome.NotRun): the rest is the model's
 }
 
 func (o *outcome) tx() bool { return o.verdict == model.XDPTX }
@@ -269,6 +270,16 @@ func (k *kernelRun) runSide(s *Side, packets []capture.Packet) ([]outcome, error
 		return nil, err
 	}
 	for i := range ko {
+		if ko[i].NotRun {
+			// The model's fate for it, as the kernel's would be with a
+			// multi-buffer program, not verified.
+			m := s.Model.Process(frames[i])
+			out[i] = outcome{verdict: m.Verdict, out: m.Out, reason: m.Reason, res: m, notRun: true}
+			if m.Verdict != model.XDPPass {
+				out[i].reason = -1
+			}
+			continue
+		}
 		out[i].verdict = int(ko[i].Verdict)
 		out[i].out = ko[i].Out
 		out[i].reason = ko[i].Reason
@@ -300,13 +311,16 @@ func sample(p capture.Packet, o outcome) Sample {
 func aggregate(packets []capture.Packet, cur, nw []outcome, agg *Aggregator, vr *VerifyReport) {
 	for i, p := range packets {
 		agg.Captured(len(p.Frame), p.Truncated)
+		if cur[i].notRun {
+			agg.NotRun()
+		}
 		s := sample(p, cur[i])
 		agg.Add(&s)
 		if nw != nil {
 			s := sample(p, nw[i])
 			agg.AddAgainst(&s)
 		}
-		if vr == nil {
+		if vr == nil || cur[i].notRun {
 			continue
 		}
 		vr.Compared++

@@ -103,6 +103,11 @@ type CaptureInfo struct {
 	// (model.FirstBuffer): multi-buffer XDP frames, as a jumbo MTU or a
 	// capture taken after GRO gives.
 	MultiBuffer uint64 `json:"multi_buffer"`
+	// NotRun counts frames the kernel could not run: over one buffer, on
+	// a kernel without multi-buffer XDP, whose BPF_PROG_RUN takes no more
+	// (the single-buffer build). Their fate in the report is the model's,
+	// and --verify does not compare them.
+	NotRun uint64 `json:"not_run"`
 }
 
 // TableReport is one table's share of the traffic.

@@ -2,9 +2,11 @@ package lab
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,6 +32,21 @@ func RunLive(p *ebpf.Program, frame []byte, repeat uint32, ifindex int) error {
 	}
 	return nil
 }
+
+// HaveLiveFrames says whether the kernel runs XDP programs in live-frames
+// mode (Linux 5.18): where it does not, the rig injects frames with a
+// packet socket instead, and the traffic generator cannot run.
+var HaveLiveFrames = sync.OnceValue(func() bool {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1 /* XDP_DROP */), asm.Return()},
+	})
+	if err != nil {
+		return false
+	}
+	defer p.Close()
+	return RunLive(p, make([]byte, 64), 1, 1) == nil
+})
 
 // EnableRunStats turns on the kernel's BPF run-time statistics until the
 // returned function is called.

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -17,6 +18,11 @@ type Outcome struct {
 	Verdict uint32
 	Out     []byte // the frame as the program left it
 	Reason  int    // for XDP_PASS: the counter it incremented (index in the counter names); -1 otherwise
+	// NotRun is a frame over one buffer that the kernel could not run:
+	// BPF_PROG_RUN takes such frames only for a multi-buffer program (the
+	// single-buffer build's kernels have none). Verdict, Out and Reason
+	// are unset.
+	NotRun bool
 }
 
 // Replayer runs frames through a private, unpinned director program (its
@@ -110,6 +116,10 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 			continue
 		}
 		v, o, err := runInto(r.prog, f, buf)
+		if err != nil && len(f) > model.FirstBuffer && (errors.Is(err, unix.EMSGSIZE) || errors.Is(err, unix.EINVAL)) {
+			out[i] = Outcome{NotRun: true}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("frame %d: %w", i, err)
 		}

@@ -17,8 +17,9 @@ import (
 // mode the traffic generator injects them (BPF_PROG_RUN in live-frames
 // mode redirecting into the veth, so they arrive in NAPI batches as from a
 // NIC); in generic mode a packet socket does (redirected frames reach only
-// a veth running native XDP). bench and the datapath's benchmarks both
-// measure with it.
+// a veth running native XDP), and so it does in native mode on a kernel
+// without live-frames mode (before 5.18), slower: a syscall per batch.
+// bench and the datapath's benchmarks both measure with it.
 type Rig struct {
 	prog      *ebpf.Program
 	mode      string
@@ -68,7 +69,7 @@ func NewRig(name string, prog *ebpf.Program, mode string) (r *Rig, err error) {
 		return nil, err
 	}
 	r.closers = append(r.closers, l.Close)
-	if mode == xdpmode.Native {
+	if mode == xdpmode.Native && HaveLiveFrames() {
 		if r.tg, err = NewTrafficgen(); err != nil {
 			return nil, err
 		}
@@ -84,6 +85,18 @@ func NewRig(name string, prog *ebpf.Program, mode string) (r *Rig, err error) {
 	}
 	r.closers = append(r.closers, func() error { r.stopStats(); return nil })
 	return r, nil
+}
+
+// Live reports whether the traffic generator injects the frames (else a
+// packet socket does).
+func (r *Rig) Live() bool { return r.tg != nil }
+
+// Injector says how the rig injects frames, for reports.
+func (r *Rig) Injector() string {
+	if r.tg != nil {
+		return "traffic generator (BPF_PROG_RUN in live-frames mode)"
+	}
+	return "packet socket (sendmmsg)"
 }
 
 // Close detaches everything and deletes the veth pair.
