@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/loader/xdpmode"
 )
 
@@ -84,6 +85,9 @@ func attachAdvised(dir string, prog *ebpf.Program, iface, mode string) (*Attachm
 		if advice := xdpTxAdvice(iface); advice != "" && mode == ModeNative && errors.Is(err, unix.ENOMEM) {
 			return nil, fmt.Errorf("%w (%s)", err, advice)
 		}
+		if why := singleBufferMTU(iface); why != "" && mode == ModeNative {
+			return nil, fmt.Errorf("%w (%s)", err, why)
+		}
 		return nil, err
 	}
 	if a.Mode == ModeNative {
@@ -92,6 +96,22 @@ func attachAdvised(dir string, prog *ebpf.Program, iface, mode string) (*Attachm
 		}
 	}
 	return a, nil
+}
+
+// singleBufferMTU explains a native attach refused on the single-buffer
+// build where iface's MTU needs frames of more than one buffer, which a
+// driver without multi-buffer XDP refuses (veth: ERANGE, virtio_net:
+// EINVAL); "" otherwise.
+func singleBufferMTU(iface string) string {
+	if b, _ := xdpbuild.Current(); b != xdpbuild.SingleBuffer {
+		return ""
+	}
+	nl, err := netlink.LinkByName(iface)
+	if err != nil || nl.Attrs().MTU <= 3000 {
+		return ""
+	}
+	return fmt.Sprintf("this kernel has no multi-buffer XDP, so a driver runs a program natively only on frames of one buffer, "+
+		"and %s's MTU is %d; lower it under about 3,500, or attach in generic mode, which takes any MTU", iface, nl.Attrs().MTU)
 }
 
 // attachPinned attaches prog to iface through a link pinned in dir/links.

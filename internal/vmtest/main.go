@@ -34,7 +34,7 @@ func main() {
 		cache    = flag.String("cache", defaultCache(), "where kernel packages are kept across runs ($DIRECTOR_KERNEL_CACHE)")
 		work     = flag.String("work", "", "working directory (default: a temporary one, removed after a run that passed)")
 		timeout  = flag.Duration("timeout", 40*time.Minute, "the longest one guest may run")
-		parallel = flag.Int("parallel", 2, "guests booted at once")
+		parallel = flag.Int("parallel", 3, "guests booted at once")
 		cpus     = flag.Int("cpus", 2, "CPUs per guest")
 		mem      = flag.Int("mem", 3072, "MiB of memory per guest")
 		run      = flag.String("run", "", "run only the kernel tests whose names match this regular expression (a quick look; the whole set is the test)")
