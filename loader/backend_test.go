@@ -166,6 +166,7 @@ func TestBackendProgram(t *testing.T) {
 			{"unknown, next hop unresolved", gueFrame(t, tcp(1001, 0x10), 0, a("192.168.77.3")), 2, "forwarded_stack", nil},
 			{"unknown, next hop out another interface", gueFrame(t, tcp(1001, 0x10), 0, a("192.168.88.2")), 2, "forwarded_stack", nil},
 		} {
+			c := onLoopback(c)
 			out, _, _, err := runBackendCase(b, be0.Attrs().Index, c)
 			if err != nil {
 				return err
@@ -206,6 +207,19 @@ func TestBackendProgram(t *testing.T) {
 	}
 }
 
+// onLoopback is c as a kernel whose BPF_PROG_RUN takes no XDP context
+// (before 5.13) runs it: as if it came in on loopback. A packet sent on to
+// the next hop then leaves by another interface than it came in by, so the
+// program leaves it to the stack (forwarded_stack) rather than sending it
+// back out (forwarded). The testbed's drains check forwarded end to end
+// on such kernels, through real interfaces.
+func onLoopback(c backendCase) backendCase {
+	if !lab.HaveRunContext() && c.counter == "forwarded" {
+		c.verdict, c.counter = 2, "forwarded_stack"
+	}
+	return c
+}
+
 // backendCase is a frame for the backend program, the verdict and the
 // counter it should give, and for a decapsulated one, the inner packet
 // expected after the Ethernet header.
@@ -223,7 +237,11 @@ type backendCase struct {
 // before and after.
 func runBackendCase(b *Backend, ifindex int, c backendCase) (out []byte, before, after map[string]uint64, err error) {
 	before, _ = b.Counters()
-	v, out, err := lab.RunOn(b.Prog(), c.in, ifindex)
+	run := func() (uint32, []byte, error) { return lab.RunOn(b.Prog(), c.in, ifindex) }
+	if !lab.HaveRunContext() {
+		run = func() (uint32, []byte, error) { return lab.Run(b.Prog(), c.in) }
+	}
+	v, out, err := run()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -316,6 +334,11 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 			{"to another host", gue6Frame(t, pkt.IPv4(client, a("198.51.100.7"), 6, pkt.TCP(1000, 80, 0x02, nil), pkt.V4Opts{}), 0, other), 1, "drop_not_local", nil},
 			{"GLB's type over IPv6", func() []byte { f := gue6Frame(t, tcp(1000, 0x02), 0, other); f[14+52], f[14+53] = 0, 0; return f }(), 1, "drop_malformed", nil},
 		} {
+			next := a("fd00:77::3")
+			if c.counter == "forwarded" {
+				next = other
+			}
+			c := onLoopback(c)
 			out, before, after, err := runBackendCase(b, be0.Attrs().Index, c)
 			if err != nil {
 				return err
@@ -328,7 +351,7 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 				// would take its own for a spoofed one); next-hop index
 				// advanced; the checksum right.
 				ip := out[14:]
-				if !bytes.Equal(ip[8:24], c.in[14+8:14+24]) || netip.AddrFrom16([16]byte(ip[24:40])) != a("fd00:77::3") || ip[48+6] != 1 {
+				if !bytes.Equal(ip[8:24], c.in[14+8:14+24]) || netip.AddrFrom16([16]byte(ip[24:40])) != next || ip[48+6] != 1 {
 					return fmt.Errorf("frame for the stack to forward %x", out)
 				}
 			}

@@ -48,6 +48,22 @@ var HaveLiveFrames = sync.OnceValue(func() bool {
 	return RunLive(p, make([]byte, 64), 1, 1) == nil
 })
 
+// HaveRunContext says whether the kernel's BPF_PROG_RUN takes an XDP
+// context (struct xdp_md: the ingress interface, Linux 5.13). Without it
+// a frame is run as if it came in on the namespace's loopback.
+var HaveRunContext = sync.OnceValue(func() bool {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
+	})
+	if err != nil {
+		return false
+	}
+	defer p.Close()
+	_, _, err = RunOn(p, make([]byte, 64), 1)
+	return err == nil
+})
+
 // EnableRunStats turns on the kernel's BPF run-time statistics until the
 // returned function is called.
 func EnableRunStats() (stop func(), err error) {
