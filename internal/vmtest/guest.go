@@ -139,7 +139,7 @@ echo "` + marker + `kernel $(uname -r)"
 	for _, m := range mods {
 		fmt.Fprintf(&b, "insmod /lib/modules/vmtest/%s.ko || echo \"%sinsmod-failed %s\"\n", m, marker, m)
 	}
-	b.WriteString(`export DIRECTOR_KERNEL_TESTS=required DIRECTOR_TEST_BINARY=/bin/director DIRECTOR_TEST_TIME_SCALE=4 DIRECTOR_TEST_SIZE_DIVISOR=4 HOME=/tmp TMPDIR=/tmp ` + nicEnv() + `
+	b.WriteString(`export DIRECTOR_KERNEL_TESTS=required DIRECTOR_TEST_BINARY=/bin/director DIRECTOR_TEST_TIME_SCALE=4 DIRECTOR_TEST_SIZE_DIVISOR=8 HOME=/tmp TMPDIR=/tmp ` + nicEnv() + `
 `)
 	for _, p := range pkgs {
 		fmt.Fprintf(&b, "echo \"%sbegin %s\"\n", marker, p.Rel)

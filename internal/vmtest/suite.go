@@ -35,7 +35,7 @@ var testFilter = func(string) bool { return true }
 var pkgArgs = map[string][]string{
 	// 4,096 of the 65,536 ports per address and protocol, besides every
 	// bind's edges: the whole sweep alone would take seven minutes.
-	"loader": {"-sweep.sample=4096"},
+	"loader": {"-sweep.sample=2048"},
 }
 
 // A pkgTests is one package's test binary and the kernel tests it runs.
