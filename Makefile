@@ -52,7 +52,8 @@ test: lint
 	DIRECTOR_KERNEL_TESTS=required $(GO) test -race -count=1 $(RACE_PKGS)
 
 # The kernel tests again, inside each kernel of internal/vmtest/kernels.go
-# (Debian 12's 6.1 and 6.12) booted under qemu; the kernel packages are
+# (Debian 11's 5.10, Debian 12's 6.1 and 6.12) booted under qemu, with
+# virtio-net NICs for the NIC tests; the kernel packages are
 # downloaded into a cache the first time (docs/development.md, "Older
 # kernels"). As root, after 'make test', which covers the host's kernel.
 test-kernels:

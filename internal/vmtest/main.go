@@ -5,9 +5,10 @@
 //
 // It downloads the Debian kernel packages (apt-get download) into a cache
 // it keeps across runs, builds static test binaries and the director,
-// packs them with busybox, the kernel's veth and bridge modules and
-// testdata into an initramfs, and boots it under TCG (KVM does not work on
-// the machines CI runs on). Lab code: the product never imports it.
+// packs them with busybox, the kernel's veth, bridge and virtio-net
+// modules and testdata into an initramfs, and boots it under TCG (KVM does
+// not work on the machines CI runs on) with virtio-net NICs of its own
+// (nics.go). Lab code: the product never imports it.
 package main
 
 import (
