@@ -77,6 +77,24 @@ func open(t *testing.T, tb *Testbed, id int) *Session {
 	return s
 }
 
+// started opens n sessions, IDs first to first+n-1, and starts them
+// exchanging; they stop when t ends.
+func started(t *testing.T, tb *Testbed, first, n int) []*Session {
+	t.Helper()
+	var sessions []*Session
+	for i := 0; i < n; i++ {
+		s := open(t, tb, first+i)
+		s.Start()
+		sessions = append(sessions, s)
+	}
+	t.Cleanup(func() {
+		for _, s := range sessions {
+			s.Stop()
+		}
+	})
+	return sessions
+}
+
 func spread(t *testing.T, tb *Testbed, n int) map[string]int {
 	t.Helper()
 	got, err := tb.Spread(n)
@@ -98,17 +116,7 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 	if got := spread(t, tb, 60); len(got) != 3 || got["backend1"] < 8 || got["backend2"] < 8 || got["backend3"] < 8 {
 		t.Fatalf("60 new connections spread as %v", got)
 	}
-	var sessions []*Session
-	for i := 0; i < 24; i++ {
-		s := open(t, tb, i)
-		s.Start()
-		sessions = append(sessions, s)
-	}
-	defer func() {
-		for _, s := range sessions {
-			s.Stop()
-		}
-	}()
+	sessions := started(t, tb, 0, 24)
 	drained := Busiest(sessions)
 	x := BackendIndex(drained)
 	wait := func() { time.Sleep(1200 * time.Millisecond) }

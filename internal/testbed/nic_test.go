@@ -60,17 +60,7 @@ func TestNICs(t *testing.T) {
 	})
 
 	t.Run("second chance", func(t *testing.T) {
-		var sessions []*Session
-		for i := 0; i < 12; i++ {
-			s := open(t, tb, i)
-			s.Start()
-			sessions = append(sessions, s)
-		}
-		defer func() {
-			for _, s := range sessions {
-				s.Stop()
-			}
-		}()
+		sessions := started(t, tb, 0, 12)
 		drained := Busiest(sessions)
 		apply(t, tb, BackendConfig(map[int]string{BackendIndex(drained): "draining"}, nil, 3))
 		time.Sleep(testenv.Scaled(time.Second))
@@ -179,17 +169,7 @@ func TestNICs(t *testing.T) {
 	})
 
 	t.Run("attach and detach under traffic", func(t *testing.T) {
-		var sessions []*Session
-		for i := 0; i < 9; i++ {
-			s := open(t, tb, 200+i)
-			s.Start()
-			sessions = append(sessions, s)
-		}
-		defer func() {
-			for _, s := range sessions {
-				s.Stop()
-			}
-		}()
+		sessions := started(t, tb, 200, 9)
 		pause := func() { time.Sleep(testenv.Scaled(300 * time.Millisecond)) }
 		// The director: detached and attached again at once by the
 		// commands (between, its packets go to its stack, which drops

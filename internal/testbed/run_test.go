@@ -267,17 +267,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("backend down and back", func(t *testing.T) {
-		var sessions []*Session
-		for i := 0; i < 12; i++ {
-			s := open(t, tb, i)
-			s.Start()
-			sessions = append(sessions, s)
-		}
-		defer func() {
-			for _, s := range sessions {
-				s.Stop()
-			}
-		}()
+		sessions := started(t, tb, 0, 12)
 		if err := tb.StopHealth(1); err != nil {
 			t.Fatal(err)
 		}
@@ -498,17 +488,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("restart", func(t *testing.T) {
-		var sessions []*Session
-		for i := 0; i < 8; i++ {
-			s := open(t, tb, 200+i)
-			s.Start()
-			sessions = append(sessions, s)
-		}
-		defer func() {
-			for _, s := range sessions {
-				s.Stop()
-			}
-		}()
+		sessions := started(t, tb, 200, 8)
 		before := liveFingerprint(t, tb)
 		if err := p.Stop(); err != nil {
 			t.Fatalf("director run on SIGTERM: %v", err)

@@ -128,12 +128,13 @@ func New(n int) (_ *Testbed, err error) { return newBed(n, false) }
 // New6 is New with the IPv6 underlay (see the package doc).
 func New6(n int) (_ *Testbed, err error) { return newBed(n, true) }
 
-func newBed(n int, underlay6 bool) (_ *Testbed, err error) {
-	tb, err := build(n, underlay6, func(tb *Testbed) error {
-		if tb.Director, err = tb.join("director", DirIP); err != nil {
-			return err
-		}
-		return nil
+func newBed(n int, underlay6 bool) (_ *Testbed, err error) { return newBedOn(nil, n, underlay6) }
+
+// newBedOn is the testbed with one director, on NICs when nics are given.
+func newBedOn(nics []string, n int, underlay6 bool) (*Testbed, error) {
+	tb, err := buildOn(nics, n, underlay6, func(tb *Testbed) (err error) {
+		tb.Director, err = tb.join("director", DirIP)
+		return err
 	}, DirIP)
 	if err != nil {
 		return nil, err
@@ -155,18 +156,7 @@ func NewOnNICs(nics []string, n int) (*Testbed, error) {
 	if len(nics) < 3+n {
 		return nil, fmt.Errorf("a testbed of %d backends on NICs needs %d of them, not %d", n, 3+n, len(nics))
 	}
-	tb, err := buildOn(nics, n, false, func(tb *Testbed) (err error) {
-		tb.Director, err = tb.join("director", DirIP)
-		return err
-	}, DirIP)
-	if err != nil {
-		return nil, err
-	}
-	if err := tb.setupDirector(); err != nil {
-		tb.Close()
-		return nil, fmt.Errorf("director: %w", err)
-	}
-	return tb, nil
+	return newBedOn(nics, n, false)
 }
 
 // build makes the LAN, the client, whatever directors adds, and n

@@ -32,17 +32,7 @@ func TestRunIPv6Underlay(t *testing.T) {
 	waitFingerprint(t, tb, allUp, interval*(trigger+1), "the checks' first round")
 
 	t.Run("http check", func(t *testing.T) {
-		var sessions []*Session
-		for i := 0; i < 12; i++ {
-			s := open(t, tb, i)
-			s.Start()
-			sessions = append(sessions, s)
-		}
-		defer func() {
-			for _, s := range sessions {
-				s.Stop()
-			}
-		}()
+		sessions := started(t, tb, 0, 12)
 		if err := tb.StopHealth(1); err != nil {
 			t.Fatal(err)
 		}
