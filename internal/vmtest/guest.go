@@ -163,13 +163,15 @@ poweroff -f
 // machines, which are virtual themselves (../shared/notes/old-kernels.md).
 // No network card of qemu's own (the tests make their own veths, and the
 // guest's NICs are nics.go's); a virtio RNG so that nothing waits on
-// entropy.
+// entropy. loglevel=5 rather than quiet: a soft lockup's stack traces are
+// printed at the default level, which quiet hides, and a hung guest without
+// them cannot be diagnosed from CI's log.
 func qemuArgs(vmlinuz, initrd string, cpus, memMB int) []string {
 	return []string{
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(memMB),
 		"-nographic", "-no-reboot", "-nic", "none", "-device", "virtio-rng-pci",
 		"-kernel", vmlinuz, "-initrd", initrd,
-		"-append", "console=ttyS0 quiet panic=-1",
+		"-append", "console=ttyS0 loglevel=5 softlockup_all_cpu_backtrace=1 panic=-1",
 	}
 }
 
