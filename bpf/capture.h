@@ -43,7 +43,7 @@ struct dir_capture_meta {
 	__u32 ifindex;
 	__u32 len;      /* the frame's length as it left */
 	__u32 cap_len;  /* of it, the bytes that follow */
-	__u32 pad;
+	__u32 quic;     /* a packet of a table with QUIC-LB routing: the QUIC counter it was counted under; else 0 */
 };
 
 /* Each CPU's rate window and what the capture could not keep. */
@@ -95,7 +95,7 @@ static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap,
 		return 0;
 	if (cap->reasons && !(cap->reasons & (1u << (reason & 31))))
 		return 0;
-	if (cap->table && cap->table != at >> 16)
+	if (cap->table && cap->table != ((at >> 16) & 0xff))
 		return 0;
 	if (cap->family) {
 		if (!primary)
@@ -125,8 +125,8 @@ static __noinline int capture_frame(struct xdp_md *ctx, struct dir_capture *cap,
 	__u64 cap_len = len < cap->snaplen ? len : cap->snaplen;
 	cap_len &= DIR_CAPTURE_MAX_SNAPLEN;
 	struct dir_capture_meta m = {
-		.ktime = now, .action = action, .reason = reason, .table = at >> 16, .row = at & 0xffff,
-		.ifindex = ctx->ingress_ifindex, .len = len, .cap_len = cap_len,
+		.ktime = now, .action = action, .reason = reason, .table = (at >> 16) & 0xff, .row = at & 0xffff,
+		.ifindex = ctx->ingress_ifindex, .len = len, .cap_len = cap_len, .quic = at >> 24,
 	};
 	long r = bpf_perf_event_output(ctx, &capture_events, BPF_F_CURRENT_CPU | cap_len << 32, &m, sizeof(m));
 	if (r == -2 /* ENOENT: no reader on this CPU, so its process is gone */)

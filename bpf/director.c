@@ -30,6 +30,8 @@ const struct dir_bind_val *unused_bind_val __attribute__((unused));
 const struct dir_counters *unused_counters __attribute__((unused));
 const struct dir_traffic *unused_traffic __attribute__((unused));
 const struct dir_registry *unused_registry __attribute__((unused));
+const struct dir_quic_table *unused_quic_table __attribute__((unused));
+const enum dir_quic_limit *unused_quic_limit __attribute__((unused));
 const enum dir_counter *unused_counter __attribute__((unused));
 const enum dir_hash_field *unused_hash_field __attribute__((unused));
 const enum dir_family *unused_family __attribute__((unused));
@@ -56,19 +58,49 @@ const enum dir_capture_lease *unused_capture_lease __attribute__((unused));
 #include "verdict.h"
 #include "toobig.h"
 #include "encap.h"
+#include "quic.h"
+
+/* quic_hops routes a UDP packet of a table with QUIC-LB routing by its
+ * connection ID: the named backend becomes the primary, and the row's
+ * primary the second hop (its secondary, where the row's primary is that
+ * backend), so that the hop list still holds the backend the table would
+ * have chosen. Returns the QUIC counter it counted (bits 16 and up) above
+ * the second hop (bits 8-15) and the primary (bits 0-7), as counter
+ * indices: one value, not pointers, so the hops need no stack. */
+static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_counters *c, const struct dir_table *t, __u32 slot,
+				       __u32 l4off, __u32 ip_end, __u32 primary, __u32 second)
+{
+	int s = quic_route(ctx, t, slot, l4off + 8, ip_end);
+	__u32 counter = DIR_C_QUIC_ROUTED;
+	if (s < 0) {
+		counter = -s;
+	} else {
+		second = (__u32)s == primary ? second : primary;
+		primary = s;
+	}
+	count(c, counter);
+	return counter << 16 | (second & 0xff) << 8 | (primary & 0xff);
+}
 
 /* steer6 is the rest of the program for a table of IPv6 backends: the
  * payload length check (it holds the encapsulation but the outer header),
  * the rows, the counter, and GUE over IPv6 (encapsulate6). */
 static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 				  const struct dir_table *t, const __u64 *state, struct flow *f, __u32 l2len, __u32 ip_len, __u8 kind,
-				  __u32 at)
+				  __u32 at, __u32 slot)
 {
 	if (ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
 		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
 	c->c[DIR_C_MATCHED]++;
 	__u64 h = hash_flow(t->hash_key, state, f, cfg->hash_fields);
 	const struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
+	__u32 primary = row->primary, second = row->secondary;
+	if (__builtin_expect(t->quic_sid_len, 0) && f->proto == IPPROTO_UDP && kind == ICMP_KIND_NONE) {
+		__u32 q = quic_hops(ctx, c, t, slot, f->l4off, l2len + ip_len, primary, second);
+		primary = q & 0xff;
+		second = (q >> 8) & 0xff;
+		at |= q >> 16 << 24;
+	}
 	const struct dir_row *alt = NULL;
 	if (cfg->alt_hash_fields) {
 		__u64 h2 = hash_flow(t->hash_key, state, f, cfg->alt_hash_fields);
@@ -81,9 +113,9 @@ static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, co
 			return r;
 	}
 	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
-	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (row->primary & (DIR_MAX_BACKENDS - 1)), ip_len);
+	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
 	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f->client_port)) & 0x7fff);
-	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, row, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK,
+	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, primary, second, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK,
 			    at | (h & DIR_ROW_MASK));
 }
 
@@ -162,15 +194,21 @@ int director(struct xdp_md *ctx)
 	/* A table of IPv6 backends goes over IPv6: its own path, so that the
 	 * IPv4 one pays a compare on a field in the line the key is in. */
 	if (__builtin_expect(t->hop_family == DIR_FAMILY_IPV6, 0))
-		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, at);
+		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, at, s);
 	c->c[DIR_C_MATCHED]++;
 
 	__be32 hops[GUE_MAX_HOPS] = {};
 	__u64 h = hash_flow(t->hash_key, state, &f, cfg->hash_fields);
 	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
-	__u32 primary = row->primary;
+	__u32 primary = row->primary, second = row->secondary;
+	if (__builtin_expect(t->quic_sid_len, 0) && f.proto == IPPROTO_UDP && kind == ICMP_KIND_NONE) {
+		__u32 q = quic_hops(ctx, c, t, s, f.l4off, l2len + ip_len, primary, second);
+		primary = q & 0xff;
+		second = (q >> 8) & 0xff;
+		at |= q >> 16 << 24;
+	}
 	hops[0] = t->hop_addr[primary];
-	hops[1] = t->hop_addr[row->secondary];
+	hops[1] = t->hop_addr[second];
 	__u32 nhops = 2;
 	if (cfg->alt_hash_fields) {
 		__u64 h2 = hash_flow(t->hash_key, state, &f, cfg->alt_hash_fields);

@@ -113,7 +113,11 @@ struct dir_table {
 	__u32 index;              /* position in the applied config */
 	__u32 hop_family;         /* enum dir_family of every backend: the underlay GUE goes over; beside the key, in the line every packet reads */
 	__u16 balance;            /* table.Table.Balance, the balance factor x1000 (0: none); for userspace, the datapath never reads it */
-	__u16 pad;
+	/* QUIC-LB routing (see dir_quic_table): the server ID's length, 0
+	 * for a table without it; and the config rotation bits above the
+	 * short header's connection-ID length (1 + server ID + nonce). */
+	__u8 quic_sid_len;
+	__u8 quic_cid;
 	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
 	__u32 num_backends;
 	__u32 num_binds;
@@ -305,6 +309,14 @@ enum dir_counter {
 	 * encapsulated all the same, as GLB does. */
 	DIR_C_ICMP_TOO_BIG,
 	DIR_C_TOO_BIG_ENCAPSULATED,
+	/* UDP to a table with QUIC-LB routing (quic.h): sent to the backend
+	 * its destination connection ID names; or sent by the row, and why. */
+	DIR_C_QUIC_ROUTED,
+	DIR_C_QUIC_FALLBACK_SHORT,        /* the payload is too short for the ID the table reads */
+	DIR_C_QUIC_FALLBACK_CID_LEN,      /* a long header's ID is over 20 bytes or has no room for a server ID */
+	DIR_C_QUIC_FALLBACK_UNROUTABLE,   /* config rotation 0b111: the server asks for 4-tuple routing */
+	DIR_C_QUIC_FALLBACK_OTHER_CONFIG, /* config rotation bits of another config */
+	DIR_C_QUIC_FALLBACK_UNKNOWN_ID,   /* no serving backend of the table has that server ID */
 	DIR_C_MAX,
 };
 
@@ -320,6 +332,43 @@ struct dir_counters {
 struct dir_traffic {
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* QUIC-LB routing (draft-ietf-quic-load-balancers, its plaintext
+ * connection IDs; docs/wire.md "QUIC-LB"). A table whose config has a
+ * "quic" block names each backend's server ID. A UDP packet to it whose
+ * destination connection ID carries the table's config rotation bits and
+ * the server ID of a backend that is serving (active, filling or draining,
+ * and healthy) goes to that backend, whatever its row says; any other
+ * follows the row. The IDs of the serving backends are in an
+ * open-addressing table, one per table slot (map quic_ids), written with
+ * the slot's table: a packet sees the IDs of the table it reads. The key
+ * is the server ID as two little-endian words, w0 its first eight bytes and
+ * w1 the rest (zero-padded); its home is (w0*K0 + w1*K1) >> 32, masked, and
+ * an entry lies at most DIR_QUIC_PROBES - 1 slots past it (placed by
+ * loader/quic.go, which a test checks against the program). */
+enum dir_quic_limit {
+	DIR_QUIC_SLOTS = 512,    /* a power of two: 256 backends fill it to one half */
+	DIR_QUIC_PROBES = 8,
+	DIR_QUIC_MAX_SID = 15,
+	DIR_QUIC_MAX_CID = 20,   /* the longest connection ID QUIC v1 allows */
+	DIR_QUIC_UNROUTABLE = 7, /* config rotation 0b111 */
+	DIR_QUIC_READ = 16,      /* bytes the program reads after the ID's first octet */
+	DIR_QUIC_K0_HI = 0x9e3779b9, DIR_QUIC_K0_LO = 0x7f4a7c15,
+	DIR_QUIC_K1_HI = 0xc2b2ae3d, DIR_QUIC_K1_LO = 0x27d4eb4f,
+};
+#define DIR_QUIC_K(i) ((__u64)DIR_QUIC_K##i##_HI << 32 | DIR_QUIC_K##i##_LO)
+
+struct dir_quic_entry {
+	__u8 sid[DIR_QUIC_MAX_SID]; /* zero-padded */
+	__u8 stat_plus1;            /* the backend's counter index + 1; 0: empty */
+};
+
+struct dir_quic_table {
+	struct dir_quic_entry e[DIR_QUIC_SLOTS]; /* the serving backends' IDs */
+	/* Every backend's ID by its position in dir_table.backends, for
+	 * userspace: the datapath never reads it. */
+	struct dir_quic_entry ids[DIR_MAX_BACKENDS];
 };
 
 /* What the loader records of the table in each slot, which the datapath

@@ -93,7 +93,7 @@ type DirectorDirCaptureMeta struct {
 	Ifindex uint32
 	Len     uint32
 	CapLen  uint32
-	Pad     uint32
+	Quic    uint32
 }
 
 type DirectorDirConfig struct {
@@ -115,32 +115,38 @@ type DirectorDirConfig struct {
 type DirectorDirCounter uint32
 
 const (
-	DirectorDirCounterDIR_C_PROCESSED            DirectorDirCounter = 0
-	DirectorDirCounterDIR_C_MATCHED              DirectorDirCounter = 1
-	DirectorDirCounterDIR_C_ENCAPSULATED         DirectorDirCounter = 2
-	DirectorDirCounterDIR_C_ENCAPSULATED_BYTES   DirectorDirCounter = 3
-	DirectorDirCounterDIR_C_BIND_FAST            DirectorDirCounter = 4
-	DirectorDirCounterDIR_C_PASS_NOT_IP          DirectorDirCounter = 5
-	DirectorDirCounterDIR_C_PASS_VLAN            DirectorDirCounter = 6
-	DirectorDirCounterDIR_C_PASS_MALFORMED       DirectorDirCounter = 7
-	DirectorDirCounterDIR_C_PASS_FRAGMENT        DirectorDirCounter = 8
-	DirectorDirCounterDIR_C_PASS_IPV6EXT         DirectorDirCounter = 9
-	DirectorDirCounterDIR_C_PASS_PROTO           DirectorDirCounter = 10
-	DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF   DirectorDirCounter = 11
-	DirectorDirCounterDIR_C_PASS_NO_BIND         DirectorDirCounter = 12
-	DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT   DirectorDirCounter = 13
-	DirectorDirCounterDIR_C_PASS_TOO_BIG         DirectorDirCounter = 14
-	DirectorDirCounterDIR_C_ERROR_NO_CONFIG      DirectorDirCounter = 15
-	DirectorDirCounterDIR_C_ERROR_NO_TABLE       DirectorDirCounter = 16
-	DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD    DirectorDirCounter = 17
-	DirectorDirCounterDIR_C_ERROR_BOUNDS         DirectorDirCounter = 18
-	DirectorDirCounterDIR_C_BIND_GROUP           DirectorDirCounter = 19
-	DirectorDirCounterDIR_C_GLB_UNKNOWN_FORMAT   DirectorDirCounter = 20
-	DirectorDirCounterDIR_C_GLB_NO_MATCHING_BIND DirectorDirCounter = 21
-	DirectorDirCounterDIR_C_GLB_MATCHED          DirectorDirCounter = 22
-	DirectorDirCounterDIR_C_ICMP_TOO_BIG         DirectorDirCounter = 23
-	DirectorDirCounterDIR_C_TOO_BIG_ENCAPSULATED DirectorDirCounter = 24
-	DirectorDirCounterDIR_C_MAX                  DirectorDirCounter = 25
+	DirectorDirCounterDIR_C_PROCESSED                  DirectorDirCounter = 0
+	DirectorDirCounterDIR_C_MATCHED                    DirectorDirCounter = 1
+	DirectorDirCounterDIR_C_ENCAPSULATED               DirectorDirCounter = 2
+	DirectorDirCounterDIR_C_ENCAPSULATED_BYTES         DirectorDirCounter = 3
+	DirectorDirCounterDIR_C_BIND_FAST                  DirectorDirCounter = 4
+	DirectorDirCounterDIR_C_PASS_NOT_IP                DirectorDirCounter = 5
+	DirectorDirCounterDIR_C_PASS_VLAN                  DirectorDirCounter = 6
+	DirectorDirCounterDIR_C_PASS_MALFORMED             DirectorDirCounter = 7
+	DirectorDirCounterDIR_C_PASS_FRAGMENT              DirectorDirCounter = 8
+	DirectorDirCounterDIR_C_PASS_IPV6EXT               DirectorDirCounter = 9
+	DirectorDirCounterDIR_C_PASS_PROTO                 DirectorDirCounter = 10
+	DirectorDirCounterDIR_C_PASS_ICMP_ECHO_OFF         DirectorDirCounter = 11
+	DirectorDirCounterDIR_C_PASS_NO_BIND               DirectorDirCounter = 12
+	DirectorDirCounterDIR_C_PASS_HEADERS_SPLIT         DirectorDirCounter = 13
+	DirectorDirCounterDIR_C_PASS_TOO_BIG               DirectorDirCounter = 14
+	DirectorDirCounterDIR_C_ERROR_NO_CONFIG            DirectorDirCounter = 15
+	DirectorDirCounterDIR_C_ERROR_NO_TABLE             DirectorDirCounter = 16
+	DirectorDirCounterDIR_C_ERROR_ADJUST_HEAD          DirectorDirCounter = 17
+	DirectorDirCounterDIR_C_ERROR_BOUNDS               DirectorDirCounter = 18
+	DirectorDirCounterDIR_C_BIND_GROUP                 DirectorDirCounter = 19
+	DirectorDirCounterDIR_C_GLB_UNKNOWN_FORMAT         DirectorDirCounter = 20
+	DirectorDirCounterDIR_C_GLB_NO_MATCHING_BIND       DirectorDirCounter = 21
+	DirectorDirCounterDIR_C_GLB_MATCHED                DirectorDirCounter = 22
+	DirectorDirCounterDIR_C_ICMP_TOO_BIG               DirectorDirCounter = 23
+	DirectorDirCounterDIR_C_TOO_BIG_ENCAPSULATED       DirectorDirCounter = 24
+	DirectorDirCounterDIR_C_QUIC_ROUTED                DirectorDirCounter = 25
+	DirectorDirCounterDIR_C_QUIC_FALLBACK_SHORT        DirectorDirCounter = 26
+	DirectorDirCounterDIR_C_QUIC_FALLBACK_CID_LEN      DirectorDirCounter = 27
+	DirectorDirCounterDIR_C_QUIC_FALLBACK_UNROUTABLE   DirectorDirCounter = 28
+	DirectorDirCounterDIR_C_QUIC_FALLBACK_OTHER_CONFIG DirectorDirCounter = 29
+	DirectorDirCounterDIR_C_QUIC_FALLBACK_UNKNOWN_ID   DirectorDirCounter = 30
+	DirectorDirCounterDIR_C_MAX                        DirectorDirCounter = 31
 )
 
 type DirectorDirCounters struct {
@@ -288,6 +294,33 @@ type DirectorDirPortRange struct {
 	Slot uint32
 }
 
+type DirectorDirQuicEntry struct {
+	_         structs.HostLayout
+	Sid       [15]uint8
+	StatPlus1 uint8
+}
+
+type DirectorDirQuicLimit uint32
+
+const (
+	DirectorDirQuicLimitDIR_QUIC_SLOTS      DirectorDirQuicLimit = 512
+	DirectorDirQuicLimitDIR_QUIC_PROBES     DirectorDirQuicLimit = 8
+	DirectorDirQuicLimitDIR_QUIC_MAX_SID    DirectorDirQuicLimit = 15
+	DirectorDirQuicLimitDIR_QUIC_MAX_CID    DirectorDirQuicLimit = 20
+	DirectorDirQuicLimitDIR_QUIC_UNROUTABLE DirectorDirQuicLimit = 7
+	DirectorDirQuicLimitDIR_QUIC_READ       DirectorDirQuicLimit = 16
+	DirectorDirQuicLimitDIR_QUIC_K0HI       DirectorDirQuicLimit = 2654435769
+	DirectorDirQuicLimitDIR_QUIC_K0LO       DirectorDirQuicLimit = 2135587861
+	DirectorDirQuicLimitDIR_QUIC_K1HI       DirectorDirQuicLimit = 3266489917
+	DirectorDirQuicLimitDIR_QUIC_K1LO       DirectorDirQuicLimit = 668265295
+)
+
+type DirectorDirQuicTable struct {
+	_   structs.HostLayout
+	E   [512]DirectorDirQuicEntry
+	Ids [256]DirectorDirQuicEntry
+}
+
 type DirectorDirRegistry struct {
 	_           structs.HostLayout
 	Fingerprint [32]uint8
@@ -307,7 +340,8 @@ type DirectorDirTable struct {
 	Index       uint32
 	HopFamily   uint32
 	Balance     uint16
-	Pad         uint16
+	QuicSidLen  uint8
+	QuicCid     uint8
 	Name        [64]uint8
 	NumBackends uint32
 	NumBinds    uint32
@@ -388,6 +422,7 @@ const (
 	DirectorMapConfig             = "config"
 	DirectorMapCounters           = "counters"
 	DirectorMapLinkMtus           = "link_mtus"
+	DirectorMapQuicIds            = "quic_ids"
 	DirectorMapRegistry           = "registry"
 	DirectorMapTables             = "tables"
 	DirectorProgDirector          = "director"
@@ -412,6 +447,8 @@ const (
 	DirectorVarUnusedGueConst     = "unused_gue_const"
 	DirectorVarUnusedHashField    = "unused_hash_field"
 	DirectorVarUnusedLimit        = "unused_limit"
+	DirectorVarUnusedQuicLimit    = "unused_quic_limit"
+	DirectorVarUnusedQuicTable    = "unused_quic_table"
 	DirectorVarUnusedRegistry     = "unused_registry"
 	DirectorVarUnusedTable        = "unused_table"
 	DirectorVarUnusedTraffic      = "unused_traffic"
@@ -476,6 +513,7 @@ type DirectorMapSpecs struct {
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
+	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
@@ -505,6 +543,8 @@ type DirectorVariableSpecs struct {
 	UnusedGueConst     *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.VariableSpec `ebpf:"unused_hash_field"`
 	UnusedLimit        *ebpf.VariableSpec `ebpf:"unused_limit"`
+	UnusedQuicLimit    *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
+	UnusedQuicTable    *ebpf.VariableSpec `ebpf:"unused_quic_table"`
 	UnusedRegistry     *ebpf.VariableSpec `ebpf:"unused_registry"`
 	UnusedTable        *ebpf.VariableSpec `ebpf:"unused_table"`
 	UnusedTraffic      *ebpf.VariableSpec `ebpf:"unused_traffic"`
@@ -540,6 +580,7 @@ type DirectorMaps struct {
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
+	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
@@ -555,6 +596,7 @@ func (m *DirectorMaps) Close() error {
 		m.Config,
 		m.Counters,
 		m.LinkMtus,
+		m.QuicIds,
 		m.Registry,
 		m.Tables,
 	)
@@ -585,6 +627,8 @@ type DirectorVariables struct {
 	UnusedGueConst     *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.Variable `ebpf:"unused_hash_field"`
 	UnusedLimit        *ebpf.Variable `ebpf:"unused_limit"`
+	UnusedQuicLimit    *ebpf.Variable `ebpf:"unused_quic_limit"`
+	UnusedQuicTable    *ebpf.Variable `ebpf:"unused_quic_table"`
 	UnusedRegistry     *ebpf.Variable `ebpf:"unused_registry"`
 	UnusedTable        *ebpf.Variable `ebpf:"unused_table"`
 	UnusedTraffic      *ebpf.Variable `ebpf:"unused_traffic"`

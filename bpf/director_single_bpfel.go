@@ -26,6 +26,7 @@ const (
 	DirectorSingleMapCounters           = "counters"
 	DirectorSingleMapFlowScratch        = "flow_scratch"
 	DirectorSingleMapLinkMtus           = "link_mtus"
+	DirectorSingleMapQuicIds            = "quic_ids"
 	DirectorSingleMapRegistry           = "registry"
 	DirectorSingleMapTables             = "tables"
 	DirectorSingleProgDirector          = "director"
@@ -50,6 +51,8 @@ const (
 	DirectorSingleVarUnusedGueConst     = "unused_gue_const"
 	DirectorSingleVarUnusedHashField    = "unused_hash_field"
 	DirectorSingleVarUnusedLimit        = "unused_limit"
+	DirectorSingleVarUnusedQuicLimit    = "unused_quic_limit"
+	DirectorSingleVarUnusedQuicTable    = "unused_quic_table"
 	DirectorSingleVarUnusedRegistry     = "unused_registry"
 	DirectorSingleVarUnusedTable        = "unused_table"
 	DirectorSingleVarUnusedTraffic      = "unused_traffic"
@@ -115,6 +118,7 @@ type DirectorSingleMapSpecs struct {
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	FlowScratch    *ebpf.MapSpec `ebpf:"flow_scratch"`
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
+	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
@@ -144,6 +148,8 @@ type DirectorSingleVariableSpecs struct {
 	UnusedGueConst     *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.VariableSpec `ebpf:"unused_hash_field"`
 	UnusedLimit        *ebpf.VariableSpec `ebpf:"unused_limit"`
+	UnusedQuicLimit    *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
+	UnusedQuicTable    *ebpf.VariableSpec `ebpf:"unused_quic_table"`
 	UnusedRegistry     *ebpf.VariableSpec `ebpf:"unused_registry"`
 	UnusedTable        *ebpf.VariableSpec `ebpf:"unused_table"`
 	UnusedTraffic      *ebpf.VariableSpec `ebpf:"unused_traffic"`
@@ -180,6 +186,7 @@ type DirectorSingleMaps struct {
 	Counters       *ebpf.Map `ebpf:"counters"`
 	FlowScratch    *ebpf.Map `ebpf:"flow_scratch"`
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
+	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
@@ -196,6 +203,7 @@ func (m *DirectorSingleMaps) Close() error {
 		m.Counters,
 		m.FlowScratch,
 		m.LinkMtus,
+		m.QuicIds,
 		m.Registry,
 		m.Tables,
 	)
@@ -226,6 +234,8 @@ type DirectorSingleVariables struct {
 	UnusedGueConst     *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.Variable `ebpf:"unused_hash_field"`
 	UnusedLimit        *ebpf.Variable `ebpf:"unused_limit"`
+	UnusedQuicLimit    *ebpf.Variable `ebpf:"unused_quic_limit"`
+	UnusedQuicTable    *ebpf.Variable `ebpf:"unused_quic_table"`
 	UnusedRegistry     *ebpf.Variable `ebpf:"unused_registry"`
 	UnusedTable        *ebpf.Variable `ebpf:"unused_table"`
 	UnusedTraffic      *ebpf.Variable `ebpf:"unused_traffic"`

@@ -85,11 +85,11 @@ static __always_inline void copy16(__u8 *dst, const __u8 *src)
 
 /* encapsulate6 is encapsulate for a table of IPv6 backends: outer IPv6
  * from the director's IPv6 source to the primary, with flow label flow,
- * and director's IPv6 hop list (gue.h): the row's secondary, and with the
- * alternate hash alt's two hops. */
+ * and director's IPv6 hop list (gue.h): the second hop, and with the
+ * alternate hash alt's two hops. Hops are counter indices. */
 static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 					const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
-					const struct dir_row *row, const struct dir_row *alt, __u16 sport, __u32 flow, __u32 at)
+					__u32 primary, __u32 secondary, const struct dir_row *alt, __u16 sport, __u32 flow, __u32 at)
 {
 	__u32 listed = alt ? GUE_MAX_LISTED : 1;
 	__u32 esize = alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2);
@@ -120,19 +120,19 @@ static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters 
 	*(__be32 *)p = bpf_htonl((__u32)GUE_IPV6_VERSION << 28 | flow);
 	*(__u32 *)(p + 4) = bpf_htons(plen) | (__u32)GUE_IPV6_NEXT_HEADER << 16 | (__u32)GUE_IPV6_HOP_LIMIT << 24;
 	copy16(p + 8, cfg->src_ip6);
-	copy16(p + 24, t->hop_addr6[row->primary]);
+	copy16(p + 24, t->hop_addr6[primary & (DIR_MAX_BACKENDS - 1)]);
 	*(__u64 *)(p + 40) = bpf_htons(sport) | (__u64)bpf_htons(GUE_PORT) << 16 | (__u64)bpf_htons(plen) << 32; /* UDP, checksum 0 */
 	__u8 gproto = ip_family == DIR_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
 	*(__u64 *)(p + GUE6_OFF) = (1 + 4 * listed) | (__u64)gproto << 8 |
 				   (__u64)bpf_htons(GUE_PRIVATE_TYPE_DIRECTOR_V6) << 32 | (__u64)listed << 56;
-	copy16(p + HOPS6_OFF, t->hop_addr6[row->secondary]);
+	copy16(p + HOPS6_OFF, t->hop_addr6[secondary & (DIR_MAX_BACKENDS - 1)]);
 	if (alt) {
 		copy16(p + HOPS6_OFF + 16, t->hop_addr6[alt->primary]);
 		copy16(p + HOPS6_OFF + 32, t->hop_addr6[alt->secondary]);
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + esize + ip_len;
-	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, t->hop_addr6[row->primary]);
+	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, t->hop_addr6[primary & (DIR_MAX_BACKENDS - 1)]);
 }
 
 #endif

@@ -75,6 +75,16 @@ struct {
 	__type(value, struct dir_traffic);
 } backend_traffic SEC(".maps");
 
+/* Each slot's QUIC-LB server IDs (director.h, struct dir_quic_table),
+ * written with the slot's table; read only for a table whose
+ * quic_sid_len is not 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DIR_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct dir_quic_table);
+} quic_ids SEC(".maps");
+
 /* Each slot's registry entry (struct dir_registry): the loader's, the
  * datapath never reads it. */
 struct {

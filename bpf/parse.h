@@ -52,6 +52,8 @@ static __always_inline int parse_l4(__u8 proto, void *l4, void *ip_end, void *en
 	return ports(l4, ip_end, end, f, 0);
 }
 
+/* parse_ipv4 and parse_ipv6 fill f, the IP packet's length, what kind of
+ * ICMP packet it is. */
 static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, __u32 l2len, struct flow *f, __u32 *ip_len,
 				      __u8 *icmp_kind)
 {
@@ -75,8 +77,10 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, _
 	void *l4 = ip + hl;
 	if (l4 > ip_end)
 		return DIR_C_PASS_MALFORMED;
-	if (iph->protocol == IPPROTO_TCP || iph->protocol == IPPROTO_UDP)
+	if (iph->protocol == IPPROTO_TCP || iph->protocol == IPPROTO_UDP) {
+		f->l4off = l2len + hl;
 		return parse_l4(iph->protocol, l4, ip_end, end, f);
+	}
 	if (iph->protocol != IPPROTO_ICMP)
 		return DIR_C_PASS_PROTO;
 
@@ -132,6 +136,7 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
 
 	__u8 nh = ip6->nexthdr;
 	void *p = ip + 40;
+	__u32 off = l2len + 40;
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
 		if (!ipv6_ext(nh))
@@ -141,6 +146,7 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
 			return BAD_READ(h, 2, ip_end);
 		nh = h[0];
 		p += (h[1] + 1) * 8;
+		off += (h[1] + 1) * 8;
 	}
 	if (ipv6_ext(nh))
 		return DIR_C_PASS_IPV6_EXT;
@@ -148,8 +154,10 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
 		return DIR_C_PASS_FRAGMENT;
 	if (p > ip_end)
 		return DIR_C_PASS_MALFORMED;
-	if (nh == IPPROTO_TCP || nh == IPPROTO_UDP)
+	if (nh == IPPROTO_TCP || nh == IPPROTO_UDP) {
+		f->l4off = off;
 		return parse_l4(nh, p, ip_end, end, f);
+	}
 	if (nh != IPPROTO_ICMPV6_)
 		return DIR_C_PASS_PROTO;
 

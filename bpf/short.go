@@ -29,6 +29,8 @@ type (
 	Table       = DirectorDirTable
 	Traffic     = DirectorDirTraffic
 	Registry    = DirectorDirRegistry
+	QUICEntry   = DirectorDirQuicEntry
+	QUICTable   = DirectorDirQuicTable
 	GLBEncap    = DirectorGlbEncap
 	Gue6Encap   = DirectorDirGue6Encap
 	GUEHeader   = DirectorGlbGueHdr
@@ -141,5 +143,32 @@ const (
 	CGLBMatched       = int(DirectorDirCounterDIR_C_GLB_MATCHED)
 	CICMPTooBig       = int(DirectorDirCounterDIR_C_ICMP_TOO_BIG)
 	CTooBigEncap      = int(DirectorDirCounterDIR_C_TOO_BIG_ENCAPSULATED)
-	NumCounters       = int(DirectorDirCounterDIR_C_MAX)
+	// UDP to a table with QUIC-LB routing: routed by connection ID, or
+	// sent by the row, and why.
+	CQUICRouted      = int(DirectorDirCounterDIR_C_QUIC_ROUTED)
+	CQUICShort       = int(DirectorDirCounterDIR_C_QUIC_FALLBACK_SHORT)
+	CQUICCIDLen      = int(DirectorDirCounterDIR_C_QUIC_FALLBACK_CID_LEN)
+	CQUICUnroutable  = int(DirectorDirCounterDIR_C_QUIC_FALLBACK_UNROUTABLE)
+	CQUICOtherConfig = int(DirectorDirCounterDIR_C_QUIC_FALLBACK_OTHER_CONFIG)
+	CQUICUnknownID   = int(DirectorDirCounterDIR_C_QUIC_FALLBACK_UNKNOWN_ID)
+	NumCounters      = int(DirectorDirCounterDIR_C_MAX)
 )
+
+// QUIC-LB routing (enum dir_quic_limit): the server-ID table's size and
+// probes, the longest IDs, the config rotation that is not routed, and the
+// bytes read after an ID's first octet.
+const (
+	QUICSlots      = uint32(DirectorDirQuicLimitDIR_QUIC_SLOTS)
+	QUICProbes     = uint32(DirectorDirQuicLimitDIR_QUIC_PROBES)
+	QUICMaxSID     = int(DirectorDirQuicLimitDIR_QUIC_MAX_SID)
+	QUICMaxCID     = int(DirectorDirQuicLimitDIR_QUIC_MAX_CID)
+	QUICUnroutable = uint8(DirectorDirQuicLimitDIR_QUIC_UNROUTABLE)
+	QUICRead       = int(DirectorDirQuicLimitDIR_QUIC_READ)
+)
+
+// The multipliers of the server-ID hash (enum dir_quic_limit), as 64-bit
+// words.
+var QUICMult = [...]uint64{
+	uint64(DirectorDirQuicLimitDIR_QUIC_K0HI)<<32 | uint64(DirectorDirQuicLimitDIR_QUIC_K0LO),
+	uint64(DirectorDirQuicLimitDIR_QUIC_K1HI)<<32 | uint64(DirectorDirQuicLimitDIR_QUIC_K1LO),
+}

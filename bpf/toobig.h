@@ -54,8 +54,11 @@ static __always_inline int too_big_error(struct dir_counters *c, int reason)
  * header, and the first DIR_TOO_BIG_QUOTE bytes of the packet, trimmed to
  * that. Returns -1, untouched, where the frame cannot be (its first buffer
  * too short: never for a packet this large), and too_big_error's XDP_PASS
- * where the helpers fail. */
-static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters *c, __u32 l2len, __u32 v6, __u32 mtu)
+ * where the helpers fail. mac and addr are its scratch, the caller's: one
+ * copy for its four inlined calls, which keeps the stack of the call
+ * under the datapath's within the verifier's 512 bytes. */
+static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters *c, __u32 l2len, __u32 v6, __u32 mtu,
+					 __u8 mac[12], __u8 addr[32])
 {
 	__u32 hdr = v6 ? 40 + 8 : 20 + 8;
 	__u32 want = l2len + hdr + DIR_TOO_BIG_QUOTE;
@@ -63,7 +66,6 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 	void *end = (void *)(long)ctx->data_end;
 	if ((void *)(data + l2len + DIR_TOO_BIG_QUOTE) > end)
 		return -1;
-	__u8 mac[12], addr[32];
 	__u32 tag = 0;
 	__builtin_memcpy(mac, data + 6, 6); /* the reply goes back where the packet came from */
 	__builtin_memcpy(mac + 6, data, 6);
@@ -151,10 +153,11 @@ static __noinline int too_big(struct xdp_md *ctx, struct dir_counters *c, __u32 
 	if (v6 ? ip_len <= 1280 && mtu < 1280 : !(*(__be16 *)(data + l2len + 6) & bpf_htons(0x4000)))
 		goto encapsulate;
 	int r;
+	__u8 mac[12], addr[32];
 	if (l2len == 18)
-		r = v6 ? too_big_reply(ctx, c, 18, 1, mtu) : too_big_reply(ctx, c, 18, 0, mtu);
+		r = v6 ? too_big_reply(ctx, c, 18, 1, mtu, mac, addr) : too_big_reply(ctx, c, 18, 0, mtu, mac, addr);
 	else
-		r = v6 ? too_big_reply(ctx, c, 14, 1, mtu) : too_big_reply(ctx, c, 14, 0, mtu);
+		r = v6 ? too_big_reply(ctx, c, 14, 1, mtu, mac, addr) : too_big_reply(ctx, c, 14, 0, mtu, mac, addr);
 	if (r >= 0)
 		return r;
 encapsulate:

@@ -50,7 +50,7 @@ func fingerprints(ts []*table.Table) string {
 
 // probeFrames are packets whose fate differs between configA and configB.
 func probeFrames() [][]byte {
-	g := &gen{rngFor(5)}
+	g := &gen{rng: rngFor(5)}
 	var out [][]byte
 	for i := 0; i < 300; i++ {
 		out = append(out, pkt.Frame(g.steeredIP()))

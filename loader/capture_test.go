@@ -65,7 +65,7 @@ func TestCapture(t *testing.T) {
 		for _, lt := range live {
 			slotOf[lt.Index] = lt.Slot
 		}
-		g := &gen{rngFor(11)}
+		g := &gen{rng: rngFor(11)}
 		var frames [][]byte
 		for len(frames) < 60 {
 			f := pkt.Frame(g.steeredIP())

@@ -128,8 +128,12 @@ func directorConfig() table.DirectorConfig {
 }
 
 // gen makes varied frames: steered and not, every header shape the parser
-// handles, and broken ones.
-type gen struct{ rng *rand.Rand }
+// handles, and broken ones; and, given tables with QUIC-LB routing, QUIC
+// packets to them (quicFrame).
+type gen struct {
+	rng  *rand.Rand
+	quic []*table.Table
+}
 
 var (
 	vips4 = []string{"10.20.0.1", "10.20.0.7", "10.30.1.2", "10.30.5.5", "10.40.0.1"}
@@ -214,6 +218,9 @@ func (g *gen) bigError(v6 bool, client netip.Addr, proto uint8) []byte {
 }
 
 func (g *gen) frame() []byte {
+	if g.quic != nil && g.rng.IntN(5) < 2 {
+		return g.quicFrame(g.quic)
+	}
 	v6 := g.rng.IntN(3) == 0
 	var ip []byte
 	proto := []uint8{6, 17}[g.rng.IntN(2)]
@@ -356,6 +363,9 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 	}
 	if want.Verdict == model.XDPTX {
 		tl.counters[model.CounterMatched]++
+		if want.QUIC != 0 {
+			tl.counters[want.QUIC]++
+		}
 		if want.TooBig != 0 {
 			tl.counters[want.TooBig]++
 		}
@@ -462,6 +472,16 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
 			dc.OutboundMTU = 1320
 		}, 10000, false, underlay6Config, 0},
+		// QUIC-LB routing: QUIC packets of every kind among the rest.
+		{"quic", func(*table.DirectorConfig) {}, 40000, false, quicConfig, 0},
+		{"quic-all-fields-outbound-mtu", func(dc *table.DirectorConfig) {
+			dc.HashFields = table.HashSrcAddr | table.HashDstAddr | table.HashSrcPort | table.HashDstPort
+			dc.OutboundMTU = 1400
+		}, 10000, false, quicConfig, 0},
+		{"quic-ipv6-underlay-alt-hash", func(dc *table.DirectorConfig) {
+			underlay6(dc)
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+		}, 20000, false, quicUnderlay6Config, 0},
 	}, extra...) {
 		t.Run(c.name, func(t *testing.T) {
 			n := testenv.Reduced(c.n / div)
@@ -483,7 +503,14 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 				mdc.OutboundMTU = int(c.linkMTU)
 				m = model.New(mdc, pkt.GatewayMAC, m.Tables)
 			}
-			g := &gen{rand.New(rand.NewPCG(uint64(n), 99))}
+			g := &gen{rng: rand.New(rand.NewPCG(uint64(n), 99))}
+			quic := false
+			for _, t := range m.Tables {
+				quic = quic || t.QUIC.On()
+			}
+			if quic {
+				g.quic = m.Tables
+			}
 			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}, exact: exactSet(m.Tables), trie: c.trie}
 			if c.trie {
 				for gen := uint32(0); gen < 2; gen++ {
@@ -519,6 +546,11 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 				t.Fatalf("%d of the packets differ", failures)
 			}
 			checkCounters(t, d, tl)
+			for _, q := range quicCounters {
+				if quic && tl.counters[q] == 0 {
+					t.Errorf("no packet was counted as %s: the generator misses a QUIC case", CounterNames()[q])
+				}
+			}
 			if dc.OutboundMTU != 0 || c.linkMTU != 0 {
 				replied, encapsulated := tl.counters[model.CounterICMPTooBig], tl.counters[model.CounterTooBigEncap]
 				t.Logf("too big for the link: %d answered, %d encapsulated all the same", replied, encapsulated)

@@ -97,6 +97,7 @@ func dropCache(dir string) {
 
 type readSlotCache struct {
 	raw    *bpf.Table
+	quic   *bpf.QUICTable // nil for a table without QUIC-LB routing
 	digest [32]byte
 	lt     LiveTable
 }

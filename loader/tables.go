@@ -153,6 +153,13 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 	if err := inner.Lookup(uint32(0), dt); err != nil {
 		return nil, err
 	}
+	var qt *bpf.QUICTable
+	if dt.QuicSidLen != 0 {
+		qt = new(bpf.QUICTable)
+		if err := d.Maps.QuicIds.Lookup(uint32(slot), qt); err != nil {
+			return nil, fmt.Errorf("QUIC server IDs: %w", err)
+		}
+	}
 	// The registry's digest is its writer's word, which a reader checks
 	// against the rows before taking the table for a config's
 	// (table.Table.BuiltFrom).
@@ -164,7 +171,8 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 		d.cache.knownMu.Lock()
 		c, ok := d.cache.read[slot]
 		d.cache.knownMu.Unlock()
-		if ok && c.digest == reg.Digest && bytes.Equal(rawBytes(c.raw), rawBytes(dt)) {
+		if ok && c.digest == reg.Digest && bytes.Equal(rawBytes(c.raw), rawBytes(dt)) && (c.quic == nil) == (qt == nil) &&
+			(qt == nil || bytes.Equal(rawBytes(c.quic), rawBytes(qt))) {
 			lt := c.lt
 			return &lt, nil
 		}
@@ -172,6 +180,11 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 	lt, err := decodeTable(dt)
 	if err != nil {
 		return nil, err
+	}
+	if qt != nil {
+		if err := decodeQUIC(qt, lt); err != nil {
+			return nil, err
+		}
 	}
 	lt.Slot = slot
 	lt.Table.Digest = reg.Digest
@@ -183,7 +196,7 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 	if d.cache.read == nil {
 		d.cache.read = map[int]readSlotCache{}
 	}
-	d.cache.read[slot] = readSlotCache{raw: dt, digest: reg.Digest, lt: *lt}
+	d.cache.read[slot] = readSlotCache{raw: dt, quic: qt, digest: reg.Digest, lt: *lt}
 	d.cache.knownMu.Unlock()
 	return lt, nil
 }
@@ -209,16 +222,18 @@ func (d *Director) remember(slot int, t *table.Table) {
 }
 
 // sameContent reports whether two tables hold the same thing in the
-// kernel: name, key, balance factor, binds, backends and rows. (NoGoodRows
+// kernel: name, key, balance factor, QUIC routing, binds, backends
+// (server IDs included) and rows. (NoGoodRows
 // follows from the rows and backends.)
 func sameContent(a, b *table.Table) bool {
-	if a.Name != b.Name || a.Balance != b.Balance || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
+	if a.Name != b.Name || a.Balance != b.Balance || a.QUIC != b.QUIC || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
 		len(a.Backends) != len(b.Backends) {
 		return false
 	}
 	for i := range a.Backends {
 		x, y := a.Backends[i], b.Backends[i]
-		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain {
+		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain ||
+			x.ServerID != y.ServerID {
 			return false
 		}
 	}
@@ -248,6 +263,10 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 	dt.NumBackends = uint32(len(t.Backends))
 	dt.NumBinds = uint32(len(t.Binds))
 	dt.Balance = t.Balance
+	if q := t.QUIC; q.On() {
+		dt.QuicSidLen = q.ServerIDLen
+		dt.QuicCid = q.ConfigID<<5 | uint8(q.CIDLen())
+	}
 	if len(t.Backends) > bpf.MaxBackends || len(t.Binds) > len(dt.Binds) {
 		return nil, errors.New("too many backends or binds")
 	}
@@ -295,6 +314,13 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows), Balance: dt.Balance,
 		Backends: make([]table.Backend, 0, dt.NumBackends)}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
+	if dt.QuicSidLen != 0 {
+		l, cid := int(dt.QuicSidLen), int(dt.QuicCid&0x1f)
+		if l > table.MaxServerIDLen || cid < 1+l+table.MinNonceLen || cid > table.MaxCIDLen || dt.QuicCid>>5 > table.MaxQUICConfigID {
+			return nil, fmt.Errorf("corrupt table: QUIC settings %d/%#x", dt.QuicSidLen, dt.QuicCid)
+		}
+		t.QUIC = table.QUIC{ConfigID: dt.QuicCid >> 5, ServerIDLen: dt.QuicSidLen, NonceLen: uint8(cid - 1 - l)}
+	}
 	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t, Stat: make([]uint8, 0, dt.NumBackends)}
 	// Rows name backends by counter index; map those back to positions.
 	var byStat [bpf.MaxBackends]int32
@@ -371,6 +397,19 @@ func CheckDatapath(tables []*table.Table) error {
 		errs = append(errs, &table.FieldError{Path: "tables", Msg: fmt.Sprintf("%d tables; %s at most %d", len(tables), Limit.Holder, MaxTables)})
 	}
 	errs = append(errs, table.Unservable(tables)...)
+	// Server IDs the datapath could not find all of (IDs chosen to
+	// collide): placement depends on the IDs alone.
+	stat := make([]uint8, bpf.MaxBackends)
+	for i := range stat {
+		stat[i] = uint8(i)
+	}
+	for i, t := range tables {
+		if t.QUIC.On() && len(t.Backends) <= len(stat) {
+			if _, err := encodeQUIC(t, stat); err != nil {
+				errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i), Msg: err.Error()})
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return errs
 	}
@@ -601,6 +640,17 @@ func (d *Director) writeSlots(tables []*table.Table, plans []placement) error {
 		dt, err := encodeTable(tables[i], i, p.statsID, p.stat)
 		if err != nil {
 			return fmt.Errorf("tables[%d]: %w", i, err)
+		}
+		// Its QUIC server IDs first: the table's settings send packets to
+		// them.
+		if tables[i].QUIC.On() {
+			qt, err := encodeQUIC(tables[i], p.stat)
+			if err != nil {
+				return fmt.Errorf("tables[%d]: %w", i, err)
+			}
+			if err := d.Maps.QuicIds.Put(uint32(p.slot), qt); err != nil {
+				return fmt.Errorf("writing the QUIC server IDs of tables[%d]: %w", i, err)
+			}
 		}
 		inner, err := d.slotMap(p.slot)
 		if err != nil {

@@ -66,7 +66,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 			return err
 		}
 		defer sock.Close()
-		g := &gen{rngFor(3)}
+		g := &gen{rng: rngFor(3)}
 		sock.Send(pkt.Frame(g.steeredIP()))
 		if _, err := sock.Recv(300*time.Millisecond, isGUE); err == nil {
 			return fmt.Errorf("the old program steered a frame")

@@ -91,7 +91,7 @@ func vethSteering(dir, mode string) error {
 		return err
 	}
 	defer sock.Close()
-	g := &gen{rngFor(7)}
+	g := &gen{rng: rngFor(7)}
 	m.DeviceMTU = 1500 // a veth's: large frames are answered too big
 	sent, tooBig, encapBig := 0, 0, 0
 	for i := 0; i < 200; i++ {

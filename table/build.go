@@ -412,6 +412,7 @@ func (b *Builder) Table() *Table {
 		Binds:    append([]Bind(nil), b.cfg.Binds...),
 		Backends: append([]Backend(nil), b.cfg.Backends...),
 		Rows:     make([]Row, Rows),
+		QUIC:     b.cfg.QUIC,
 	}
 	for r := range b.ranks {
 		t.Rows[r] = b.hops(&b.ranks[r])

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -70,7 +71,45 @@ type TableConfig struct {
 	// 1.01): no good backend is primary for more than F times its fair
 	// share of rows (balance.go). 0 means off: GLB's table.
 	Balance uint16
+	// QUIC is the table's QUIC-LB routing (its "quic" block); the zero
+	// QUIC is none.
+	QUIC QUIC
 }
+
+// QUIC is a table's QUIC-LB routing (draft-ietf-quic-load-balancers,
+// plaintext connection IDs; docs/wire.md): its servers write ConfigID in
+// the top three bits of each connection ID they issue, then their
+// ServerIDLen-byte server ID (Backend.ServerID), then NonceLen bytes of
+// their own. The zero QUIC is none. The datapath sends a UDP packet whose
+// destination connection ID names a serving backend to that backend.
+type QUIC struct {
+	ConfigID    uint8 // 0 to MaxQUICConfigID
+	ServerIDLen uint8 // 1 to MaxServerIDLen
+	NonceLen    uint8 // MinNonceLen and up, with 1 + ServerIDLen + NonceLen <= MaxCIDLen
+}
+
+// QUIC-LB's limits: config rotation 0b111 marks an ID not to route by;
+// QUIC v1's connection IDs are at most 20 bytes; the draft asks for a
+// nonce of at least 4.
+const (
+	MaxQUICConfigID = 6
+	MaxServerIDLen  = 15
+	MinNonceLen     = 4
+	MaxCIDLen       = 20
+)
+
+// On reports whether the table routes QUIC by connection ID.
+func (q QUIC) On() bool { return q.ServerIDLen != 0 }
+
+// CIDLen is the length of the connection IDs its servers issue, which is
+// also what a short header's ID is taken to be.
+func (q QUIC) CIDLen() int { return 1 + int(q.ServerIDLen) + int(q.NonceLen) }
+
+// ServerID is a backend's QUIC-LB server ID, its raw bytes ("" for none).
+// It prints as hex.
+type ServerID string
+
+func (s ServerID) String() string { return hex.EncodeToString([]byte(s)) }
 
 // DefaultRampInterval is a ramp's step interval when the table gives none.
 const DefaultRampInterval = time.Minute
@@ -163,6 +202,9 @@ type Backend struct {
 	// rack, a power feed), "" when none was given. A row's two hops are
 	// kept in different domains where the table has more than one.
 	Domain string
+	// ServerID is its QUIC-LB server ID, in a table with QUIC (every
+	// backend of one has one); "" otherwise.
+	ServerID ServerID
 }
 
 // MaxWeight is the largest weight a backend may have.
@@ -175,6 +217,13 @@ func (b Backend) W() uint16 { return max(b.Weight, 1) }
 // healthy.
 func (b Backend) Good() bool {
 	return (b.State == StateActive || b.State == StateFilling) && b.Healthy
+}
+
+// Serving reports whether QUIC packets that name the backend's server ID
+// go to it: active, filling or draining (a drained backend keeps its
+// connections), and healthy.
+func (b Backend) Serving() bool {
+	return (b.State == StateActive || b.State == StateFilling || b.State == StateDraining) && b.Healthy
 }
 
 // Healthchecks is GLB's per-backend health-check block; glb-healthcheck

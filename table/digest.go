@@ -58,6 +58,14 @@ func InputDigest(tc *TableConfig, rows []Row, fp string) Digest {
 		str("balance")
 		buf = binary.BigEndian.AppendUint16(buf, tc.Balance)
 	}
+	if q := tc.QUIC; q.On() {
+		// Likewise: what routes QUIC by connection ID, only when set.
+		str("quic")
+		buf = append(buf, q.ConfigID, q.ServerIDLen, q.NonceLen)
+		for _, b := range tc.Backends {
+			str(string(b.ServerID))
+		}
+	}
 	m.Write(buf)
 	hops := make([]byte, 0, 2*len(rows))
 	for _, r := range rows {
@@ -104,7 +112,7 @@ func (t *Table) BuiltFrom(tc *TableConfig) bool {
 // sameBuild reports whether t holds what tc's table would beside its rows:
 // name, key, binds, balance factor and backends.
 func sameBuild(tc *TableConfig, t *Table) bool {
-	if t.Name != tc.Name || t.HashKey != tc.HashKey || t.Balance != tc.Balance ||
+	if t.Name != tc.Name || t.HashKey != tc.HashKey || t.Balance != tc.Balance || t.QUIC != tc.QUIC ||
 		len(t.Backends) != len(tc.Backends) || len(t.Rows) != Rows {
 		return false
 	}
@@ -192,7 +200,7 @@ func FromBuilt(carried []BuiltRows, i int, tc *TableConfig, k Sealer) *Table {
 			return nil // not sealed by this host: the file was edited, or the plan made elsewhere
 		}
 		t := &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: slices.Clone(tc.Binds), Backends: slices.Clone(tc.Backends),
-			Rows: make([]Row, Rows), Balance: tc.Balance}
+			Rows: make([]Row, Rows), Balance: tc.Balance, QUIC: tc.QUIC}
 		n := len(tc.Backends)
 		for r := range t.Rows {
 			p, s := int(c.Rows[2*r]), int(c.Rows[2*r+1])

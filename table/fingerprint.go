@@ -14,7 +14,9 @@ import (
 // whether two keys are equal and nothing else of them, so it can be shown
 // and compared freely. The seed needs no place of its own: it decides only
 // the rows, which are in whole (neither the kernel nor GLB's binary keeps
-// it). Backend order and names do not count.
+// it). Backend order and names do not count. A table with QUIC-LB
+// routing adds its QUIC settings and, for each backend, its address,
+// whether it is serving and its server ID.
 //
 // A table's fingerprint is computed once and kept with it (a plan, its
 // diff and the read-back check all ask for it): a Table must not be
@@ -55,6 +57,19 @@ func fingerprint(t *Table) string {
 		}
 	}
 	h.Write(buf)
+	if t.QUIC.On() {
+		// A QUIC packet may go where its connection ID says, so what
+		// decides that is part of the behaviour; only when on, so that
+		// other tables' fingerprints stay as they were.
+		buf = append(buf[:0], "quic"...)
+		buf = append(buf, t.QUIC.ConfigID, t.QUIC.ServerIDLen, t.QUIC.NonceLen)
+		for i, b := range t.Backends {
+			buf = append(buf, addrs[i][:]...)
+			buf = append(buf, boolByte(b.Serving()), byte(len(b.ServerID)))
+			buf = append(buf, b.ServerID...)
+		}
+		h.Write(buf)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -70,5 +70,5 @@ func Transition(live, target *Table) *Table {
 		return nil
 	}
 	return &Table{Name: target.Name, HashKey: target.HashKey, Binds: target.Binds, Backends: target.Backends, Rows: rows,
-		NoGoodRows: target.NoGoodRows, Balance: target.Balance}
+		NoGoodRows: target.NoGoodRows, Balance: target.Balance, QUIC: target.QUIC}
 }

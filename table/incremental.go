@@ -205,6 +205,7 @@ func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
 	keepMeta := func() {
 		b.cfg.Name, b.cfg.HashKey = tc.Name, tc.HashKey
 		b.cfg.RampInterval, b.cfg.Balance = tc.RampInterval, tc.Balance // applied by Table
+		b.cfg.QUIC = tc.QUIC                                            // decides no row
 		b.cfg.Binds = append([]Bind(nil), tc.Binds...)
 	}
 	if tc.Seed == b.cfg.Seed {
@@ -228,7 +229,8 @@ func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
 func (rk *rank) has(i int32) bool { return rk.i0 == i || rk.i1 == i || rk.ig == i || rk.id == i }
 
 func sameBackend(a, b Backend) bool {
-	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain
+	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain &&
+		a.ServerID == b.ServerID
 }
 
 // singleChange returns the incremental operation turning old into new, or
@@ -250,6 +252,7 @@ func singleChange(old, new []Backend) func(*Builder) error {
 		be := new[k]
 		return func(b *Builder) error {
 			b.cfg.Backends[k].Healthchecks = be.Healthchecks
+			b.cfg.Backends[k].ServerID = be.ServerID // decides no row
 			if err := b.Set(k, be.State, be.Healthy); err != nil {
 				return err
 			}

@@ -87,7 +87,7 @@ func findRamp(live *Table, next *TableConfig, index int) (*Ramp, error) {
 	k := -1
 	for i, b := range next.Backends {
 		o := live.Backends[i]
-		if o.IP != b.IP || o.State != b.State || o.Healthy != b.Healthy || o.Domain != b.Domain {
+		if o.IP != b.IP || o.State != b.State || o.Healthy != b.Healthy || o.Domain != b.Domain || o.ServerID != b.ServerID {
 			return nil, nil
 		}
 		if o.W() != b.W() {

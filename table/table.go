@@ -31,6 +31,9 @@ type Table struct {
 	// Balance is the balance factor it was built with (TableConfig.Balance),
 	// 0 for none.
 	Balance uint16
+	// QUIC is its QUIC-LB routing (TableConfig.QUIC); the backends' server
+	// IDs are theirs (Backend.ServerID).
+	QUIC QUIC
 	// Unbuilt is set on a table whose rows were not computed (Rows is
 	// nil): diff's stand-in for a table with the same inputs on both sides
 	// (UnbuiltTable). Its fingerprint is "".
@@ -73,15 +76,16 @@ func (t *Table) Lookup(hash uint64) (row int, primary, secondary Backend) {
 // table with itself needs to say that nothing changed.
 func UnbuiltTable(tc *TableConfig) *Table {
 	return &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: append([]Bind(nil), tc.Binds...),
-		Backends: append([]Backend(nil), tc.Backends...), Balance: tc.Balance, Unbuilt: true}
+		Backends: append([]Backend(nil), tc.Backends...), Balance: tc.Balance, QUIC: tc.QUIC, Unbuilt: true}
 }
 
 // SameInputs reports whether a and b build the same table: the same name,
 // key, seed, binds, balance factor and backends in the same order with
-// the same address, state, health, weight and domain. (Checks and ramp
+// the same address, state, health, weight, domain and server ID, and the
+// same QUIC routing. (Checks and ramp
 // intervals decide nothing in it.)
 func SameInputs(a, b *TableConfig) bool {
-	if a.Name != b.Name || a.HashKey != b.HashKey || a.Seed != b.Seed || a.Balance != b.Balance ||
+	if a.Name != b.Name || a.HashKey != b.HashKey || a.Seed != b.Seed || a.Balance != b.Balance || a.QUIC != b.QUIC ||
 		!slices.Equal(a.Binds, b.Binds) || len(a.Backends) != len(b.Backends) {
 		return false
 	}

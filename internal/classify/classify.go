@@ -180,7 +180,10 @@ func (c *Classifier) Classify(frame []byte) (model.Result, FlowID) {
 	}
 	// Whether a packet fits the link once encapsulated is the packet's
 	// own, not its flow's: a packet that may not is worked out in full.
-	if r.Verdict == model.XDPTX && len(frame)+gue.Size6(gue.MaxHops) > c.d.LinkMTU() {
+	// So is a UDP packet to a table with QUIC-LB routing, whose
+	// connection ID may choose its primary.
+	if r.Verdict == model.XDPTX && (len(frame)+gue.Size6(gue.MaxHops) > c.d.LinkMTU() ||
+		r.Proto == 17 && c.d.Tables[r.Table].QUIC.On()) {
 		r = c.d.Classify(frame)
 		r.IPLen, r.OuterLen = 0, 0
 	}

@@ -121,6 +121,11 @@ type Result struct {
 	// (XDP_TX, nothing sent to the hops), or CounterTooBigEncap when it
 	// is encapsulated all the same; 0 for any other.
 	TooBig int
+	// QUIC is, for a UDP packet of a table with QUIC-LB routing, the
+	// counter it was counted under: QUICRouted when its connection ID
+	// chose the primary (HopList[0]), else the reason the row did; 0 for
+	// any other packet.
+	QUIC int
 }
 
 // Hops is HopList[:NHops].
@@ -152,7 +157,7 @@ func (d *Datapath) TableOf(f *Flow) (int, bool) {
 // the frame is passed without one. It depends on no config.
 func ParseFlow(frame []byte) (Flow, int) {
 	var f Flow
-	_, _, _, reason := parseFrame(frame, &f)
+	_, reason := parseFrame(frame, &f)
 	return f, reason
 }
 
@@ -161,7 +166,7 @@ func ParseFlow(frame []byte) (Flow, int) {
 // OuterLen are zero). tableOf answers the bind lookup: TableOf, or a
 // memo of it.
 func (d *Datapath) SteerFlow(f *Flow, tableOf func(*Flow) (int, bool)) Result {
-	r := d.steer(nil, f, 0, 0, false, false, false, tableOf)
+	r := d.steer(&packet{}, f, false, tableOf)
 	r.OuterLen = 0
 	return r
 }
@@ -178,54 +183,63 @@ var (
 	MaxFrame    = FirstBuffer + 17*os.Getpagesize()
 )
 
-// parseFrame reads a frame up to its flow. A reason other than 0 is the
-// pass counter the frame is passed for (f may then be partly filled).
-func parseFrame(frame []byte, f *Flow) (l2len, ipLen int, v6 bool, reason int) {
-	l2len, ipLen, v6, _, reason = parseFrameICMP(frame, f)
-	return l2len, ipLen, v6, reason
+// packet is what the datapath reads of a frame beside its flow: its
+// lengths and the places of its headers.
+type packet struct {
+	frame        []byte
+	l2len, ipLen int
+	v6           bool
+	icmpErr      bool // an ICMP error, steered by the flow it quotes
+	// l4 is the offset in the frame of a TCP or UDP header (not one an
+	// ICMP error quotes), 0 for none.
+	l4 int
 }
 
-// parseFrameICMP is parseFrame that also says whether the packet is an
-// ICMP error (one the program steers by the flow it quotes).
-func parseFrameICMP(frame []byte, f *Flow) (l2len, ipLen int, v6, icmpErr bool, reason int) {
+// parseFrame reads a frame up to its flow. A reason other than 0 is the
+// pass counter the frame is passed for (f may then be partly filled).
+func parseFrame(frame []byte, f *Flow) (pk packet, reason int) {
+	pk.frame = frame
 	if len(frame) > MaxFrame {
-		return 0, 0, false, false, PassTooBig // no XDP hook receives a frame this large
+		return pk, PassTooBig // no XDP hook receives a frame this large
 	}
 	if len(frame) < 14 {
-		return 0, 0, false, false, PassMalformed
+		return pk, PassMalformed
 	}
 	etype := binary.BigEndian.Uint16(frame[12:])
-	l2len = 14
+	pk.l2len = 14
 	switch etype {
 	case 0x8100:
 		if len(frame) < 18 {
-			return 0, 0, false, false, PassMalformed
+			return pk, PassMalformed
 		}
 		etype = binary.BigEndian.Uint16(frame[16:])
-		l2len = 18
+		pk.l2len = 18
 		if etype == 0x8100 || etype == 0x88a8 {
-			return 0, 0, false, false, PassVLAN
+			return pk, PassVLAN
 		}
 	case 0x88a8:
-		return 0, 0, false, false, PassVLAN
+		return pk, PassVLAN
 	}
 	// The headers the program reads must lie in the first buffer.
-	ip := ipView{p: frame[l2len:], first: min(len(frame), FirstBuffer) - l2len}
+	ip := ipView{p: frame[pk.l2len:], first: min(len(frame), FirstBuffer) - pk.l2len}
 	switch etype {
 	case 0x0800:
-		ipLen, icmpErr, reason = parseIPv4(ip, f)
+		pk.ipLen, pk.icmpErr, reason = parseIPv4(&ip, f)
 	case 0x86dd:
-		ipLen, icmpErr, reason = parseIPv6(ip, f)
-		v6 = true
+		pk.ipLen, pk.icmpErr, reason = parseIPv6(&ip, f)
+		pk.v6 = true
 	default:
-		return 0, 0, false, false, PassNotIP
+		return pk, PassNotIP
 	}
 	// The outer IPv4 length must hold the largest encapsulation and the
 	// packet.
-	if reason == 0 && ipLen > 0xffff-gue.Size(gue.MaxHops) {
-		return 0, 0, false, false, PassTooBig
+	if reason == 0 && pk.ipLen > 0xffff-gue.Size(gue.MaxHops) {
+		return pk, PassTooBig
 	}
-	return l2len, ipLen, v6, icmpErr, reason
+	if ip.l4 != 0 && !pk.icmpErr {
+		pk.l4 = pk.l2len + ip.l4
+	}
+	return pk, reason
 }
 
 // ipView is an IP packet and the frame after it (p), of which the first
@@ -234,6 +248,7 @@ type ipView struct {
 	p     []byte
 	first int
 	tot   int // the IP packet's length, once known
+	l4    int // the offset of a TCP or UDP header, once read
 }
 
 // read checks a read of n bytes at off, as the program's bounds checks do:
@@ -335,16 +350,18 @@ func (d *Datapath) GLBResult(frame []byte) int {
 
 func (d *Datapath) process(frame []byte, build bool) Result {
 	var f Flow
-	l2len, ipLen, v6, icmpErr, reason := parseFrameICMP(frame, &f)
+	pk, reason := parseFrame(frame, &f)
 	if reason != 0 {
 		return d.passed(frame, reason, false, &f)
 	}
-	return d.steer(frame, &f, l2len, ipLen, v6, icmpErr, build, d.TableOf)
+	return d.steer(&pk, &f, build, d.TableOf)
 }
 
 // steer is what happens to a parsed frame. Apart from the frame's own
-// lengths and bytes, it depends only on the flow.
-func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, icmpErr, build bool, tableOf func(*Flow) (int, bool)) Result {
+// lengths and bytes, and for a table with QUIC-LB routing the connection
+// ID a UDP packet carries, it depends only on the flow.
+func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (int, bool)) Result {
+	frame, l2len, ipLen, v6, icmpErr := pk.frame, pk.l2len, pk.ipLen, pk.v6, pk.icmpErr
 	ti, ok := tableOf(f)
 	if !ok {
 		return d.passed(frame, PassNoBind, true, f)
@@ -369,6 +386,19 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, icmpErr, b
 	h := FlowHash(t.HashKey, *f, d.Config.HashFields)
 	row, p, s := t.Lookup(h)
 	hops := [4]netip.Addr{p.IP, s.IP}
+	quic := 0
+	if t.QUIC.On() && f.Proto == 17 && pk.l4 != 0 {
+		// The backend the connection ID names goes first, the row's
+		// primary second (its secondary where that is the same one).
+		var b int
+		quic, b = QUICRoute(t, pk.udpPayload())
+		if b >= 0 {
+			if r := t.Rows[row]; int(r.Primary) != b {
+				hops[1] = hops[0]
+			}
+			hops[0] = t.Backends[b].IP
+		}
+	}
 	altRow := -1
 	if d.Config.AltHashFields != 0 {
 		var ap, as table.Backend
@@ -388,7 +418,7 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, icmpErr, b
 			}
 			tooBig = CounterTooBigEncap
 			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {
-				r := Result{Verdict: XDPTX, TooBig: CounterICMPTooBig, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops,
+				r := Result{Verdict: XDPTX, TooBig: CounterICMPTooBig, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops,
 					NHops: nhops, IPLen: ipLen, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
 				if build {
 					r.Out = reply
@@ -413,7 +443,7 @@ func (d *Datapath) steer(frame []byte, f *Flow, l2len, ipLen int, v6, icmpErr, b
 		}
 		out = encapsulate(frame[:l2len], gw, src, hops[:nhops], sport, family, ipLen, frame[l2len:], uint32(h>>32)&gue.FlowMask)
 	}
-	return Result{Verdict: XDPTX, Out: out, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
+	return Result{Verdict: XDPTX, Out: out, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
 		OuterLen: l2len + esize + ipLen, TooBig: tooBig}
 }
@@ -523,10 +553,11 @@ func (v *ipView) parseL4(proto uint8, off int, f *Flow) int {
 		return r
 	}
 	f.Proto = proto
+	v.l4 = off
 	return v.ports(off, false, f)
 }
 
-func parseIPv4(v ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
+func parseIPv4(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	p := v.p
 	if v.first < 20 {
 		return 0, false, PassMalformed
@@ -586,7 +617,7 @@ func parseIPv4(v ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 
 func isExt(nh uint8) bool { return nh == 0 || nh == 43 || nh == 60 }
 
-func parseIPv6(v ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
+func parseIPv6(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	p := v.p
 	if v.first < 40 {
 		return 0, false, PassMalformed

@@ -101,14 +101,14 @@ func newBuilder(tc *table.TableConfig) (*table.Builder, error) {
 }
 
 // sameBackendList reports whether a and b list the same backends (address
-// and domain) in the same order, whatever their states, health and
+// domain and QUIC server ID) in the same order, whatever their states, health and
 // weights.
 func sameBackendList(a, b []table.Backend) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for k := range a {
-		if a[k].IP != b[k].IP || a[k].Domain != b[k].Domain {
+		if a[k].IP != b[k].IP || a[k].Domain != b[k].Domain || a[k].ServerID != b[k].ServerID {
 			return false
 		}
 	}
@@ -116,12 +116,18 @@ func sameBackendList(a, b []table.Backend) bool {
 }
 
 // metaSig is what of a table decides no row but is part of it: its name,
-// key and binds (a memo of another's is not this table).
+// key, binds and QUIC routing (a memo of another's is not this table).
 func metaSig(tc *table.TableConfig) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%q %x", tc.Name, tc.HashKey[:])
 	for _, bd := range tc.Binds {
 		b.WriteString(" " + bd.String())
+	}
+	if tc.QUIC.On() {
+		fmt.Fprintf(&b, " quic %d/%d/%d", tc.QUIC.ConfigID, tc.QUIC.ServerIDLen, tc.QUIC.NonceLen)
+		for _, be := range tc.Backends {
+			b.WriteString(" " + be.ServerID.String())
+		}
 	}
 	return b.String()
 }

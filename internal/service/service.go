@@ -665,7 +665,8 @@ func sameSeries(a, b *table.Table) bool {
 	}
 	for i, x := range a.Backends {
 		y := b.Backends[i]
-		if x.State != y.State || x.IP != y.IP || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain {
+		if x.State != y.State || x.IP != y.IP || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain ||
+			x.ServerID != y.ServerID {
 			return false
 		}
 	}

@@ -1,0 +1,79 @@
+/* QUIC-LB routing: the backend a UDP packet's destination connection ID
+ * names (director.h, "QUIC-LB"; docs/wire.md). Included by director.c. */
+#ifndef DIR_QUIC_H
+#define DIR_QUIC_H
+
+/* The bytes of a QUIC packet the program reads: a long header's first
+ * octet, version and ID length (6 bytes), or a short header's first octet;
+ * then the ID's first octet and DIR_QUIC_READ bytes after it, of which the
+ * server ID is the first quic_sid_len (the rest is masked off). Every real
+ * QUIC packet holds them: it carries at least 20 bytes after its ID (the
+ * header-protection sample). */
+#define QUIC_LONG_BASE 6
+#define QUIC_SHORT_BASE 1
+
+/* quic_route is the counter index of the serving backend of t (in slot)
+ * that the destination connection ID of the UDP payload at off names, or
+ * minus the fallback counter that says why there is none. The IP packet
+ * ends at ip_end (both offsets from the frame's start). */
+static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table *t, __u32 slot, __u32 off, __u32 ip_end)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	/* The headers before it are in the first buffer, which is never this
+	 * long; the bound is for the verifier. */
+	if (off > 0xfff || ip_end < off)
+		return -DIR_C_QUIC_FALLBACK_SHORT;
+	__u32 plen = ip_end - off;
+	__u8 *q = data + (off & 0xfff);
+	if ((void *)q + QUIC_SHORT_BASE + 1 + DIR_QUIC_READ > end || plen < QUIC_SHORT_BASE + 1 + DIR_QUIC_READ)
+		return -DIR_C_QUIC_FALLBACK_SHORT;
+	__u32 sid_len = t->quic_sid_len;
+	__u32 base = QUIC_SHORT_BASE, cid_len = t->quic_cid & 0x1f;
+	if (q[0] & 0x80) {
+		if ((void *)q + QUIC_LONG_BASE + 1 + DIR_QUIC_READ > end || plen < QUIC_LONG_BASE + 1 + DIR_QUIC_READ)
+			return -DIR_C_QUIC_FALLBACK_SHORT;
+		cid_len = q[5];
+		if (cid_len > DIR_QUIC_MAX_CID || cid_len < 1 + sid_len)
+			return -DIR_C_QUIC_FALLBACK_CID_LEN;
+		base = QUIC_LONG_BASE;
+	}
+	/* The whole ID, and the window the server ID is read from. */
+	__u32 need = base + (cid_len > 1 + DIR_QUIC_READ ? cid_len : 1 + DIR_QUIC_READ);
+	if (need > plen || (void *)q + need > end)
+		return -DIR_C_QUIC_FALLBACK_SHORT;
+	__u8 *cid = q + QUIC_SHORT_BASE;
+	if (base == QUIC_LONG_BASE)
+		cid = q + QUIC_LONG_BASE;
+	if ((void *)cid + 1 + DIR_QUIC_READ > end)
+		return -DIR_C_QUIC_FALLBACK_SHORT;
+	__u32 rot = cid[0] >> 5;
+	if (rot == DIR_QUIC_UNROUTABLE)
+		return -DIR_C_QUIC_FALLBACK_UNROUTABLE;
+	if (rot != (__u32)(t->quic_cid >> 5))
+		return -DIR_C_QUIC_FALLBACK_OTHER_CONFIG;
+	__u64 w0 = *(const __u64 *)(cid + 1), w1 = *(const __u64 *)(cid + 9);
+	if (sid_len < 8) {
+		w0 &= (1ull << (8 * sid_len)) - 1;
+		w1 = 0;
+	} else {
+		w1 &= (1ull << (8 * ((sid_len - 8) & 7))) - 1;
+	}
+	const struct dir_quic_table *qt = bpf_map_lookup_elem(&quic_ids, &slot);
+	if (!qt)
+		return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID;
+	__u64 h = w0 * DIR_QUIC_K(0) + w1 * DIR_QUIC_K(1);
+	__u32 home = h >> 32;
+#pragma unroll
+	for (int i = 0; i < DIR_QUIC_PROBES; i++) {
+		const struct dir_quic_entry *e = &qt->e[(home + i) & (DIR_QUIC_SLOTS - 1)];
+		__u64 e0 = *(const __u64 *)e->sid, e1 = *(const __u64 *)(e->sid + 8);
+		if (!(e1 >> 56))
+			break; /* an empty slot: the ID would have been placed by it */
+		if (e0 == w0 && (e1 << 8) == (w1 << 8))
+			return (int)(e1 >> 56) - 1;
+	}
+	return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID;
+}
+
+#endif

@@ -1,0 +1,76 @@
+package model
+
+import (
+	"github.com/director/director/bpf"
+	"github.com/director/director/table"
+)
+
+// QUIC-LB routing's counters (enum dir_counter): a UDP packet of a table
+// with a "quic" block is sent to the backend its destination connection ID
+// names (QUICRouted), or by its row, for the reason its counter gives.
+const (
+	QUICRouted      = bpf.CQUICRouted
+	QUICShort       = bpf.CQUICShort       // the payload is too short for the bytes read
+	QUICCIDLen      = bpf.CQUICCIDLen      // a long header's ID is over 20 bytes or too short for a server ID
+	QUICUnroutable  = bpf.CQUICUnroutable  // config rotation 0b111
+	QUICOtherConfig = bpf.CQUICOtherConfig // another config's rotation bits
+	QUICUnknownID   = bpf.CQUICUnknownID   // no serving backend has that server ID
+)
+
+// quicRead is how many bytes after a connection ID's first octet the
+// program reads, whatever the server ID's length: a real QUIC packet
+// always has them (its header-protection sample follows the ID).
+const quicRead = bpf.QUICRead
+
+// udpPayload is the UDP payload as far as the program can read it: to the
+// end of the IP packet, and of the frame's first buffer.
+func (pk *packet) udpPayload() []byte {
+	off := pk.l4 + 8
+	end := min(pk.l2len+pk.ipLen, len(pk.frame), FirstBuffer)
+	if off > 0xfff || off > end { // the program's bound; headers never reach it
+		return nil
+	}
+	return pk.frame[off:end]
+}
+
+// QUICRoute is QUIC-LB routing (docs/wire.md, "QUIC-LB connection IDs") of a
+// UDP payload p to table t: QUICRouted and the index of the backend its
+// destination connection ID names, or the fallback counter and -1.
+//
+// The ID follows the first octet in a short header (bit 7 clear), and is
+// t.QUIC.CIDLen() long; in a long header it follows the version and its
+// length octet (byte 5). Its first octet's top three bits are the config
+// rotation, then come the server ID's ServerIDLen bytes. The backend must
+// be serving: active, filling or draining, and healthy.
+func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
+	if len(p) < 1+1+quicRead {
+		return QUICShort, -1
+	}
+	cidLen, base := t.QUIC.CIDLen(), 1
+	if p[0]&0x80 != 0 {
+		if len(p) < 6+1+quicRead {
+			return QUICShort, -1
+		}
+		cidLen, base = int(p[5]), 6
+		if cidLen > table.MaxCIDLen || cidLen < 1+int(t.QUIC.ServerIDLen) {
+			return QUICCIDLen, -1
+		}
+	}
+	if len(p) < base+max(cidLen, 1+quicRead) {
+		return QUICShort, -1
+	}
+	cid := p[base:]
+	switch rot := cid[0] >> 5; {
+	case rot == bpf.QUICUnroutable:
+		return QUICUnroutable, -1
+	case rot != t.QUIC.ConfigID:
+		return QUICOtherConfig, -1
+	}
+	sid := table.ServerID(cid[1 : 1+t.QUIC.ServerIDLen])
+	for i, b := range t.Backends {
+		if b.ServerID == sid && b.Serving() {
+			return QUICRouted, i
+		}
+	}
+	return QUICUnknownID, -1
+}

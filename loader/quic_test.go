@@ -1,0 +1,229 @@
+package loader
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/testenv"
+	"github.com/director/director/table"
+)
+
+// quicConfig is testConfig with QUIC-LB routing on three tables: web
+// (three-byte server IDs, config 2; a draining backend keeps its
+// packets), dns (fifteen-byte IDs, the longest; an unhealthy backend does
+// not) and v6 (eight-byte IDs, config 0, a word exactly).
+var quicConfig = func() string {
+	r := strings.NewReplacer(
+		`"binds": [{"ip": "10.20.0.1", "proto": "tcp", "port": 80}`,
+		`"quic": {"config_id": 2, "server_id_len": 3, "nonce_len": 6}, "binds": [{"ip": "10.20.0.1", "proto": "tcp", "port": 80}`,
+		`"binds": [{"ip": "10.30.0.0/16", "proto": "udp", "port": 53}`,
+		`"quic": {"config_id": 5, "server_id_len": 15, "nonce_len": 4}, "binds": [{"ip": "10.30.0.0/16", "proto": "udp", "port": 53}`,
+		`"binds": [{"ip": "fd00:30::/64"`,
+		`"quic": {"config_id": 0, "server_id_len": 8, "nonce_len": 11}, "binds": [{"ip": "fd00:30::/64"`,
+	)
+	cfg := r.Replace(testConfig)
+	// Each backend's server ID: its last address byte, repeated to the
+	// table's length (distinct within each table).
+	lens := map[string]int{"192.168.10.": 3, "192.168.20.": 15, "192.168.40.": 8}
+	for prefix, l := range lens {
+		for i := 1; i <= 6; i++ {
+			ip := prefix + string(rune('0'+i)) + `"`
+			cfg = strings.Replace(cfg, `"ip": "`+ip, `"server_id": "`+strings.Repeat(string([]byte{'a', byte('0' + i)}), l)+`", "ip": "`+ip, 1)
+		}
+	}
+	return cfg
+}()
+
+// quicUnderlay6Config is quicConfig with the dns and v6 tables' backends
+// IPv6.
+var quicUnderlay6Config = strings.NewReplacer(
+	`"192.168.20.`, `"fd00:50::2:`, `"192.168.40.`, `"fd00:50::4:`).Replace(quicConfig)
+
+// quicDest are UDP destinations of the QUIC tables' binds.
+var quicDest = []struct {
+	vip   string
+	port  uint16
+	table string
+}{{"10.20.0.9", 1500, "web"}, {"10.20.0.200", 1000, "web"}, {"10.30.7.7", 53, "dns"}, {"fd00:30::9", 53, "v6"}}
+
+func (g *gen) bytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(g.rng.Uint32())
+	}
+	return b
+}
+
+// quicFrame is a UDP packet to a bind of a table with QUIC-LB routing, its
+// payload a QUIC packet whose destination connection ID names one of the
+// table's backends (serving or not), or of every kind that falls back:
+// config rotation 0b111, another config, an unknown server ID, a client's
+// Initial, hostile ID lengths, and payloads cut short.
+func (g *gen) quicFrame(tabs []*table.Table) []byte {
+	d := quicDest[g.rng.IntN(len(quicDest))]
+	var t *table.Table
+	for _, x := range tabs {
+		if x.Name == d.table {
+			t = x
+		}
+	}
+	q := t.QUIC
+	sid := []byte(t.Backends[g.rng.IntN(len(t.Backends))].ServerID)
+	rot := q.ConfigID
+	switch g.rng.IntN(12) {
+	case 0:
+		rot = 7
+	case 1:
+		rot = uint8(g.rng.IntN(8))
+	case 2:
+		sid = g.bytes(int(q.ServerIDLen))
+	}
+	cid := append(append([]byte{rot<<5 | byte(q.CIDLen()-1)}, sid...), g.bytes(int(q.NonceLen))...)
+	var payload []byte
+	if g.rng.IntN(3) == 0 { // a long header
+		idLen := len(cid)
+		switch g.rng.IntN(6) {
+		case 0: // a client's Initial: an ID of its own choosing
+			idLen = g.rng.IntN(21)
+			cid = g.bytes(idLen)
+		case 1: // a hostile length
+			idLen = g.rng.IntN(256)
+			cid = g.bytes(min(idLen, 40))
+		}
+		payload = append([]byte{0xc0 | byte(g.rng.IntN(64)), 0, 0, 0, 1, byte(idLen)}, cid...)
+		payload = append(append(payload, 8), g.bytes(8)...) // the source ID
+	} else {
+		payload = append([]byte{0x40 | byte(g.rng.IntN(64))}, cid...)
+	}
+	payload = append(payload, g.bytes(20+g.rng.IntN(100))...)
+	if g.rng.IntN(10) == 0 { // near and over the links' MTUs
+		payload = append(payload, make([]byte, 1150+g.rng.IntN(400))...)
+	}
+	if g.rng.IntN(8) == 0 {
+		payload = payload[:g.rng.IntN(len(payload)+1)]
+	}
+	vip := netip.MustParseAddr(d.vip)
+	l4 := pkt.UDP(uint16(1024+g.rng.IntN(60000)), d.port, payload)
+	var ip []byte
+	if vip.Is6() {
+		ip = pkt.IPv6(g.client(true), vip, 17, l4)
+	} else {
+		ip = pkt.IPv4(g.client(false), vip, 17, l4, pkt.V4Opts{FragOff: []uint16{0x4000, 0}[g.rng.IntN(2)]})
+	}
+	return pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, pkt.EtherType(ip), ip)
+}
+
+// quicCounters are QUIC-LB routing's counters, each of which the QUIC
+// cases' traffic must move.
+var quicCounters = []int{model.QUICRouted, model.QUICShort, model.QUICCIDLen, model.QUICUnroutable, model.QUICOtherConfig,
+	model.QUICUnknownID}
+
+// TestQUICFindsEveryServerID fills a table with 256 backends, IDs of the
+// longest length, and sends each a short-header packet naming it: the
+// kernel sends each to its backend, as the model does, and the table reads
+// back with every server ID.
+func TestQUICFindsEveryServerID(t *testing.T) {
+	testenv.Kernel(t)
+	g := &gen{rng: rngFor(37)}
+	var bs []string
+	for i := 0; i < table.MaxBackends; i++ {
+		state := []string{"active", "draining", "filling", "inactive"}[i%4]
+		bs = append(bs, fmt.Sprintf(`{"ip": "10.9.%d.%d", "state": "%s", "healthy": %v, "server_id": "%x"}`,
+			i/256, i%256, state, i%7 != 0, g.bytes(15)))
+	}
+	cfg := `{"tables": [{"name": "q", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+	  "quic": {"config_id": 1, "server_id_len": 15, "nonce_len": 4},
+	  "binds": [{"ip": "10.20.0.1", "proto": "udp", "port": 443}], "backends": [` + strings.Join(bs, ", ") + `]}]}`
+	d, m := setupWith(t, directorConfig(), cfg)
+	tab := m.Tables[0]
+	tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}, exact: exactSet(m.Tables)}
+	routed := 0
+	for i, b := range tab.Backends {
+		cid := append(append([]byte{1<<5 | 19}, b.ServerID...), g.bytes(4)...)
+		payload := append(append([]byte{0x41}, cid...), g.bytes(40)...)
+		ip := pkt.IPv4(g.client(false), netip.MustParseAddr("10.20.0.1"), 17, pkt.UDP(40000, 443, payload), pkt.V4Opts{})
+		f := pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, 0x0800, ip)
+		want := m.Process(f)
+		if b.Serving() != (want.QUIC == model.QUICRouted) || (b.Serving() && want.HopList[0] != b.IP) {
+			t.Fatalf("backend %d (%s, serving %v): the model sends its ID to %s (%s)", i, b.IP, b.Serving(), want.HopList[0], CounterNames()[want.QUIC])
+		}
+		if b.Serving() {
+			routed++
+		}
+		if diff := compare(d, m, f, tl); diff != "" {
+			t.Errorf("backend %d (%s): %s", i, b.IP, diff)
+		}
+	}
+	checkCounters(t, d, tl)
+	if routed < 100 {
+		t.Fatalf("only %d serving backends", routed)
+	}
+	live, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt := live[0].Table
+	if lt.QUIC != tab.QUIC {
+		t.Errorf("read back QUIC %+v, applied %+v", lt.QUIC, tab.QUIC)
+	}
+	for i, b := range lt.Backends {
+		if b.ServerID != tab.Backends[i].ServerID {
+			t.Errorf("backend %d read back with server ID %s, applied %s", i, b.ServerID, tab.Backends[i].ServerID)
+		}
+	}
+}
+
+// TestQUICRefusesServerIDsThatCollide: server IDs chosen so that more share
+// one place than the program probes are refused before anything is
+// written, naming the table; fewer are placed and found.
+func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
+	byHome := map[uint32][]string{}
+	var home uint32
+	for i := 0; i < 1<<16; i++ {
+		sid := []byte{byte(i >> 8), byte(i)}
+		h := quicHome(sid)
+		byHome[h] = append(byHome[h], fmt.Sprintf("%x", sid))
+		if len(byHome[h]) > int(bpf.QUICProbes) {
+			home = h
+			break
+		}
+	}
+	mk := func(ids []string) []*table.Table {
+		var bs []string
+		for i, id := range ids {
+			bs = append(bs, fmt.Sprintf(`{"ip": "10.9.0.%d", "state": "active", "healthy": true, "server_id": "%s"}`, i+1, id))
+		}
+		return testTables(t, `{"tables": [{"name": "ok", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+		  "binds": [{"ip": "10.20.0.2", "proto": "udp", "port": 443}], "backends": [{"ip": "10.8.0.1", "state": "active", "healthy": true}]},
+		 {"name": "q", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+		  "quic": {"config_id": 1, "server_id_len": 2, "nonce_len": 4},
+		  "binds": [{"ip": "10.20.0.1", "proto": "udp", "port": 443}], "backends": [`+strings.Join(bs, ", ")+`]}]}`)
+	}
+	ids := byHome[home]
+	err := CheckDatapath(mk(ids))
+	if err == nil || !strings.Contains(err.Error(), "tables[1]: backends[") || !strings.Contains(err.Error(), "choose other server IDs") {
+		t.Fatalf("%d IDs of one home: %v", len(ids), err)
+	}
+	tabs := mk(ids[:bpf.QUICProbes])
+	if err := CheckDatapath(tabs); err != nil {
+		t.Fatalf("%d IDs of one home: %v", bpf.QUICProbes, err)
+	}
+	stat := make([]uint8, len(tabs[1].Backends))
+	for i := range stat {
+		stat[i] = uint8(i)
+	}
+	qt, err := encodeQUIC(tabs[1], stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range tabs[1].Backends {
+		if !quicFinds(qt, []byte(b.ServerID), uint8(i+1)) {
+			t.Errorf("backend %d's ID %s is not found", i, b.ServerID)
+		}
+	}
+}
