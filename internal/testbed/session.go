@@ -3,19 +3,23 @@ package testbed
 import (
 	"bufio"
 	"fmt"
-	"net"
+	"io"
 	"net/netip"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/director/director/internal/testenv"
 )
 
 // Session is a long-lived client connection through the VIP that exchanges
-// a line every 100 ms and checks each answer.
+// a line every 100 ms and checks each answer: TCP (Open) or a QUIC
+// stream (OpenQUIC).
 type Session struct {
 	ID      int
 	Backend string // the backend that answered first
-	conn    net.Conn
+	conn    stream
+	quic    *quicClient // a QUIC session's connection, nil for TCP
 	r       *bufio.Reader
 	mu      sync.Mutex
 	ok      int
@@ -48,8 +52,25 @@ func (tb *Testbed) OpenFrom(id int, src netip.Addr) (*Session, error) {
 	return s, nil
 }
 
+// stream is what a session exchanges lines over: a TCP connection or a
+// QUIC stream.
+type stream interface {
+	io.ReadWriteCloser
+	SetDeadline(time.Time) error
+}
+
+// exchangeTimeout is how long an exchange may take: a QUIC packet lost
+// (a path being validated) waits for a probe timeout, which an emulated
+// guest stretches.
+func (s *Session) exchangeTimeout() time.Duration {
+	if s.quic != nil {
+		return testenv.Scaled(2 * time.Second)
+	}
+	return time.Second
+}
+
 func (s *Session) exchange(n int) (string, error) {
-	s.conn.SetDeadline(time.Now().Add(time.Second))
+	s.conn.SetDeadline(time.Now().Add(s.exchangeTimeout()))
 	if _, err := fmt.Fprintf(s.conn, "%d %d\n", s.ID, n); err != nil {
 		return "", err
 	}

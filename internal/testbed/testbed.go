@@ -23,6 +23,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -92,6 +93,7 @@ type Testbed struct {
 	Underlay6 bool
 	servers   []net.Listener
 	health    map[int]*http.Server
+	quic      map[int]*quicServer // ServeQUIC's, by backend
 	conns     sync.WaitGroup
 	// NewOnNICs's: the NICs not yet taken, and those taken (to give back).
 	nics   []string
@@ -542,17 +544,23 @@ func (tb *Testbed) serve(name string, ln net.Listener) {
 		go func() {
 			defer tb.conns.Done()
 			defer c.Close()
-			r := bufio.NewReader(c)
-			for {
-				line, err := r.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if _, err := fmt.Fprintf(c, "%s %s", name, line); err != nil {
-					return
-				}
-			}
+			echo(name, c)
 		}()
+	}
+}
+
+// echo answers every line read from rw with name and the line, until
+// rw fails.
+func echo(name string, rw io.ReadWriter) {
+	r := bufio.NewReader(rw)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if _, err := fmt.Fprintf(rw, "%s %s", name, line); err != nil {
+			return
+		}
 	}
 }
 
@@ -624,6 +632,9 @@ func (tb *Testbed) Close() error {
 	}
 	for _, srv := range tb.health {
 		srv.Close()
+	}
+	for i := range tb.quic {
+		tb.StopQUIC(i)
 	}
 	if tb.BPFFS != "" {
 		errs = append(errs, loader.Unload(tb.BPFFS))
