@@ -54,7 +54,9 @@ func quicRun(t *testing.T, routing bool) quicResult {
 			t.Fatal(err)
 		}
 	}
-	cfg := func(states map[int]string, healthy map[int]bool) string { return QUICConfig(states, healthy, 3, routing) }
+	cfg := func(states map[int]string, healthy map[int]bool) string {
+		return QUICConfig(states, healthy, 3, routing)
+	}
 	apply(t, tb, cfg(nil, nil))
 	var sessions []*Session
 	t.Cleanup(func() {
