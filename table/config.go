@@ -83,9 +83,9 @@ type TableConfig struct {
 // their own. The zero QUIC is none. The datapath sends a UDP packet whose
 // destination connection ID names a serving backend to that backend.
 type QUIC struct {
-	ConfigID    uint8 // 0 to MaxQUICConfigID
-	ServerIDLen uint8 // 1 to MaxServerIDLen
-	NonceLen    uint8 // MinNonceLen and up, with 1 + ServerIDLen + NonceLen <= MaxCIDLen
+	ConfigID    uint8 `json:"config_id"`     // 0 to MaxQUICConfigID
+	ServerIDLen uint8 `json:"server_id_len"` // 1 to MaxServerIDLen
+	NonceLen    uint8 `json:"nonce_len"`     // MinNonceLen and up, with 1 + ServerIDLen + NonceLen <= MaxCIDLen
 }
 
 // QUIC-LB's limits: config rotation 0b111 marks an ID not to route by;
@@ -100,6 +100,14 @@ const (
 
 // On reports whether the table routes QUIC by connection ID.
 func (q QUIC) On() bool { return q.ServerIDLen != 0 }
+
+// String describes q as the tools print it.
+func (q QUIC) String() string {
+	if !q.On() {
+		return "off"
+	}
+	return fmt.Sprintf("config %d, %d-byte server IDs, %d-byte nonces", q.ConfigID, q.ServerIDLen, q.NonceLen)
+}
 
 // CIDLen is the length of the connection IDs its servers issue, which is
 // also what a short header's ID is taken to be.

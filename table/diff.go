@@ -46,9 +46,16 @@ type TableDiff struct {
 	// Brief is set where an unchanged table is given in one line (Brief):
 	// its fingerprints, with no backends and only the row total.
 	Brief      bool     `json:"brief,omitempty"`
-	OldBalance float64  `json:"old_balance_factor,omitempty"`
-	NewBalance float64  `json:"new_balance_factor,omitempty"`
-	Warnings   []string `json:"warnings"`
+	OldBalance float64 `json:"old_balance_factor,omitempty"`
+	NewBalance float64 `json:"new_balance_factor,omitempty"`
+	// OldQUIC and NewQUIC are each side's QUIC-LB routing, absent where
+	// a side has none; QUICStranded says what of the change strands QUIC
+	// connections that are routed by their connection IDs (the verdict
+	// counts each).
+	OldQUIC      *QUIC    `json:"old_quic,omitempty"`
+	NewQUIC      *QUIC    `json:"new_quic,omitempty"`
+	QUICStranded []string `json:"quic_stranded,omitempty"`
+	Warnings     []string `json:"warnings"`
 }
 
 // Table statuses.
@@ -98,6 +105,7 @@ type BackendSide struct {
 	Healthy       bool   `json:"healthy"`
 	Weight        int    `json:"weight"`
 	Domain        string `json:"domain,omitempty"`
+	ServerID      string `json:"server_id,omitempty"` // its QUIC-LB server ID, hex
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
 	// Cap is its cap on primary rows where the table has a balance
@@ -216,7 +224,8 @@ func sides(t *Table) map[netip.Addr]*BackendSide {
 	prim, sec := counts(t)
 	caps := Caps(t.Backends, t.Balance)
 	for i, b := range t.Backends {
-		s := &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[i], SecondaryRows: sec[i]}
+		s := &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: b.ServerID.String(),
+			PrimaryRows: prim[i], SecondaryRows: sec[i]}
 		if caps != nil && b.Good() {
 			s.Cap, s.AtCap = caps[i], prim[i] >= caps[i]
 		}
@@ -263,11 +272,13 @@ func compareGeneral(td TableDiff, o, n *Table) TableDiff {
 		td.OldFingerprint = Fingerprint(o)
 		td.OldDomains = Domains(o)
 		td.OldBalance = float64(o.Balance) / BalanceScale
+		td.OldQUIC = quicOf(o)
 	}
 	if n != nil {
 		td.NewFingerprint = Fingerprint(n)
 		td.NewDomains = Domains(n)
 		td.NewBalance = float64(n.Balance) / BalanceScale
+		td.NewQUIC = quicOf(n)
 	}
 
 	// Backends: the new table's order, then those only the old one had.
@@ -338,9 +349,11 @@ func compareGeneral(td TableDiff, o, n *Table) TableDiff {
 			}
 		}
 		if td.OldFingerprint != td.NewFingerprint || td.HashKeyChanged || changedBackends || o.Balance != n.Balance ||
-			len(td.BindsAdded)+len(td.BindsRemoved) > 0 {
+			len(td.BindsAdded)+len(td.BindsRemoved) > 0 || o.QUIC != n.QUIC {
 			td.Status = StatusChanged
 		}
+		td.QUICStranded = quicStranded(o, n)
+		td.Warnings = append(td.Warnings, td.QUICStranded...)
 		if td.HashKeyChanged {
 			td.Warnings = append(td.Warnings, "hash_key changed: every flow hashes to a new row, so established connections can break")
 		}
@@ -367,12 +380,14 @@ func diffOfOne(td TableDiff, t *Table) TableDiff {
 	td.OldDomains, td.NewDomains = Domains(t), Domains(t)
 	td.OldBalance = float64(t.Balance) / BalanceScale
 	td.NewBalance = td.OldBalance
+	td.OldQUIC, td.NewQUIC = quicOf(t), quicOf(t)
 	prim, sec := counts(t)
 	caps := Caps(t.Backends, t.Balance)
 	td.Backends = make([]BackendChange, len(t.Backends))
 	sides := make([]BackendSide, 2*len(t.Backends))
 	for i, b := range t.Backends {
-		s := BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[i], SecondaryRows: sec[i]}
+		s := BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: b.ServerID.String(),
+			PrimaryRows: prim[i], SecondaryRows: sec[i]}
 		if caps != nil && b.Good() {
 			s.Cap, s.AtCap = caps[i], prim[i] >= caps[i]
 		}
@@ -412,9 +427,51 @@ func TableWarnings(t *Table) []string {
 
 // sameSide reports whether a backend on both sides of a diff is the same:
 // state (draining and inactive alike, as a GLB binary cannot tell them
-// apart), health, weight and domain.
+// apart), health, weight, domain and server ID.
 func sameSide(a, b Backend) bool {
-	return a.State.SameAs(b.State) && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain
+	return a.State.SameAs(b.State) && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain && a.ServerID == b.ServerID
+}
+
+// quicOf is t's QUIC-LB routing for a diff, nil for none.
+func quicOf(t *Table) *QUIC {
+	if !t.QUIC.On() {
+		return nil
+	}
+	q := t.QUIC
+	return &q
+}
+
+// quicStranded says what of a change from o to n strands QUIC connections
+// routed by connection ID: each such connection's ID names the backend
+// that holds it, so whatever makes an ID name another backend, or none
+// while a row names another, loses the connection. Turning routing on is
+// not among them (the servers issue the IDs before: docs/operations.md).
+func quicStranded(o, n *Table) []string {
+	var out []string
+	switch {
+	case o.QUIC.On() && !n.QUIC.On():
+		out = append(out, "QUIC-LB routing turned off: a QUIC connection whose row names another backend than the one its connection ID names is lost")
+	case o.QUIC.On() && o.QUIC != n.QUIC:
+		out = append(out, fmt.Sprintf("QUIC-LB settings changed (%s -> %s): connection IDs issued under the old ones no longer name their backend", o.QUIC, n.QUIC))
+	}
+	if !o.QUIC.On() || !n.QUIC.On() {
+		return out
+	}
+	nb := byIP(n)
+	owner := map[ServerID]netip.Addr{}
+	for _, b := range o.Backends {
+		owner[b.ServerID] = b.IP
+		if x, ok := nb[b.IP]; ok && x.ServerID != b.ServerID {
+			out = append(out, fmt.Sprintf("backend %s's server ID changed (%s -> %s): its QUIC connections, which use IDs with %s, are stranded",
+				b.IP, b.ServerID, x.ServerID, b.ServerID))
+		}
+	}
+	for _, b := range n.Backends {
+		if ip, ok := owner[b.ServerID]; ok && ip != b.IP {
+			out = append(out, fmt.Sprintf("server ID %s moves from %s to %s: %s's QUIC connections would be sent to %s", b.ServerID, ip, b.IP, ip, b.IP))
+		}
+	}
+	return out
 }
 
 // byIP indexes a table's backends by address (nil for no table).

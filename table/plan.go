@@ -113,7 +113,9 @@ func SamePlanTables(a, b []PlanTable) bool {
 // Verdict judges a diff: safe, or unsafe with reasons. Unsafe is anything
 // that breaks established connections or stops steering traffic: rows at
 // risk, more than one backend of a table draining or filling, rows with
-// no good backend, a changed hash key, tables or binds removed.
+// no good backend, a changed hash key, tables or binds removed, and QUIC
+// connections stranded (a server ID changed, QUIC-LB routing changed or
+// turned off).
 func Verdict(d *Diff) (safe bool, reasons []string) {
 	for _, td := range d.Tables {
 		switch td.Status {
@@ -131,6 +133,9 @@ func Verdict(d *Diff) (safe bool, reasons []string) {
 		}
 		if td.HashKeyChanged {
 			reasons = append(reasons, fmt.Sprintf("table %s: hash_key changed", td.Name))
+		}
+		for _, s := range td.QUICStranded {
+			reasons = append(reasons, fmt.Sprintf("table %s: %s", td.Name, s))
 		}
 		if td.Rows.NoGoodRows > 0 {
 			reasons = append(reasons, fmt.Sprintf("table %s: %d rows have no active healthy backend as primary", td.Name, td.Rows.NoGoodRows))

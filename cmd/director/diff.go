@@ -172,6 +172,9 @@ func sideString(s *table.BackendSide) string {
 	if s.Domain != "" {
 		out += " in " + s.Domain
 	}
+	if s.ServerID != "" {
+		out += " server ID " + s.ServerID
+	}
 	if s.Cap > 0 {
 		out += fmt.Sprintf(" cap %d", s.Cap)
 		if s.AtCap {
@@ -179,6 +182,14 @@ func sideString(s *table.BackendSide) string {
 		}
 	}
 	return out
+}
+
+// quicString is a table's QUIC-LB routing, "off" for none.
+func quicString(q *table.QUIC) string {
+	if q == nil {
+		return "off"
+	}
+	return q.String()
 }
 
 // factorString is a balance factor as the config gives it, or "none".
@@ -223,6 +234,9 @@ func printDiff(w io.Writer, d *table.Diff) {
 		}
 		if td.HashKeyChanged {
 			fmt.Fprintf(w, "  hash_key     changed (values not shown)\n")
+		}
+		if o, n := quicString(td.OldQUIC), quicString(td.NewQUIC); o != n && td.Status == table.StatusChanged {
+			fmt.Fprintf(w, "  quic         %s -> %s\n", o, n)
 		}
 		for _, b := range td.BindsAdded {
 			fmt.Fprintf(w, "  + bind %s\n", b)

@@ -90,6 +90,13 @@ func TestGolden(t *testing.T) {
 		{"show-balanced", []string{"show", cfgDir + "small-balanced.json"}, 0},
 		{"show-balanced-json", []string{"show", "--json", cfgDir + "small-balanced.json"}, 0},
 		{"diff-balanced", []string{"diff", cfgDir + "small.json", cfgDir + "small-balanced.json"}, 2},
+		{"show-quic", []string{"show", cfgDir + "quic.json"}, 0},
+		{"show-quic-json", []string{"show", "--json", cfgDir + "quic.json"}, 0},
+		{"show-lookup-cid", []string{"show", cfgDir + "quic.json", "--lookup", "3f5e02a1a2a3a4a5a6"}, 0},
+		{"show-lookup-cid-draining", []string{"show", cfgDir + "quic.json", "--lookup", "0x3f5e03a1a2a3a4a5a6", "--to", "10.10.10.10:443"}, 0},
+		{"show-lookup-cid-unhealthy", []string{"show", cfgDir + "quic.json", "--lookup", "3f5e04a1a2a3a4a5a6"}, 0},
+		{"show-lookup-cid-unroutable-json", []string{"show", "--json", cfgDir + "quic.json", "--lookup", "ff5e02a1a2a3a4a5a6"}, 0},
+		{"diff-quic-server-id", []string{"diff", cfgDir + "quic.json", cfgDir + "quic-server-id.json"}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, errOut, code := runCmd(c.args...)
@@ -135,6 +142,8 @@ func TestErrors(t *testing.T) {
 		{[]string{"show", cfgDir + "small.json", "--lookup", "nope"}, `"nope" is not an address`},
 		{[]string{"show", cfgDir + "small.json", "--lookup", "1.2.3.4", "--to", "9.9.9.9:1"}, "no table has a tcp bind matching 9.9.9.9:1"},
 		{[]string{"show", cfgDir + "small.json", "--bogus"}, "flag provided but not defined"},
+		{[]string{"show", cfgDir + "small.json", "--lookup", "3f5e02a1a2a3a4a5a6"}, "no table has a quic block: a connection ID names no backend"},
+		{[]string{"show", cfgDir + "quic.json", "--lookup", "3f5e02", "--to", "10.10.10.11:443"}, "no table with a quic block has a udp bind matching 10.10.10.11:443"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
 		stdout, stderr, code := runCmd(c.args...)

@@ -19,6 +19,8 @@ type showDoc struct {
 	Source   string        `json:"source"` // "config" or "glb-binary"
 	Tables   []showTable   `json:"tables"`
 	Lookups  []lookupEntry `json:"lookups,omitempty"`
+	// CIDLookups are --lookup's of a QUIC connection ID.
+	CIDLookups []cidLookup `json:"cid_lookups,omitempty"`
 	Warnings []string      `json:"warnings"`
 }
 
@@ -33,6 +35,8 @@ type showTable struct {
 	Domains *table.DomainStats `json:"domains,omitempty"`
 	// Balance is absent where the table has no balance factor.
 	Balance *table.BalanceStats `json:"balance,omitempty"`
+	// QUIC is absent where the table has no QUIC-LB routing.
+	QUIC *table.QUIC `json:"quic,omitempty"`
 }
 
 type showBind struct {
@@ -49,6 +53,7 @@ type showBackend struct {
 	Healthy       bool   `json:"healthy"`
 	Weight        int    `json:"weight"`
 	Domain        string `json:"domain,omitempty"`
+	ServerID      string `json:"server_id,omitempty"` // QUIC-LB, hex
 	PrimaryRows   int    `json:"primary_rows"`
 	SecondaryRows int    `json:"secondary_rows"`
 	// Cap and AtCap: with a balance factor, its cap on primary rows and
@@ -75,12 +80,14 @@ type lookupEntry struct {
 
 var showCmd = &command{
 	uses: usesDirectorConfig,
-	name: "show", args: "CONFIG|FILE [--json] [--picture F.png|F.svg] [--lookup CLIENT[:PORT] [--to VIP[:PORT]] [--proto tcp|udp]]",
+	name: "show", args: "CONFIG|FILE [--json] [--picture F.png|F.svg] [--lookup CLIENT[:PORT]|CONNECTION-ID [--to VIP[:PORT]] [--proto tcp|udp]]",
 	summary: "Summarise the tables of a config or GLB binary.",
 	help: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
 		"--lookup prints the row and hops a client's flow maps to, hashed as the datapath hashes it: the\n" +
 		"fields of --director-config's hash_fields (the source address by default) and alt_hash_fields,\n" +
-		"with the client's port from CLIENT:PORT and the VIP and its port from --to.\n" +
+		"with the client's port from CLIENT:PORT and the VIP and its port from --to. Given a QUIC\n" +
+		"connection ID in hex instead (a table with a quic block), it prints the backend the ID names in\n" +
+		"each such table, as the datapath reads a long header carrying it, or why its packets follow the row.\n" +
 		"--picture draws each table's 65,536 rows as a 256x256 grid (row r at column r%256, line r/256),\n" +
 		"coloured by primary backend, tables side by side, with a legend of each backend's share, state,\n" +
 		"health, weight and domain: PNG or SVG by the file's extension.",
@@ -90,7 +97,7 @@ var showCmd = &command{
 func runShow(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	asJSON := fs.Bool("json", false, "print a JSON document instead of text")
-	lookup := fs.String("lookup", "", "client `ADDR[:PORT]` to look up in every table (or those --to selects)")
+	lookup := fs.String("lookup", "", "client `ADDR[:PORT]`, or a QUIC connection ID in hex, to look up in every table (or those --to selects)")
 	to := fs.String("to", "", "only tables with a bind matching `VIP[:PORT]` (with --lookup)")
 	protoName := fs.String("proto", "tcp", "`PROTO` for --to: tcp or udp")
 	pic := fs.String("picture", "", "draw the tables into `FILE` (.png or .svg)")
@@ -127,7 +134,15 @@ func runShow(e *env, c *command, args []string) error {
 			d := table.DefaultDirectorConfig()
 			dc = &d
 		}
-		if doc.Lookups, err = lookupAll(src.Tables, dc, *lookup, *to, proto); err != nil {
+		if _, _, _, aerr := parseHostPort(*lookup); aerr != nil {
+			if cid, ok := connectionID(*lookup); ok {
+				doc.CIDLookups, err = lookupCID(src.Tables, cid, *to)
+			}
+		}
+		if doc.CIDLookups == nil && err == nil {
+			doc.Lookups, err = lookupAll(src.Tables, dc, *lookup, *to, proto)
+		}
+		if err != nil {
 			return fmt.Errorf("show: %w", err)
 		}
 	} else if *to != "" {
@@ -151,6 +166,10 @@ func runShow(e *env, c *command, args []string) error {
 
 func describe(i int, t *table.Table) showTable {
 	st := showTable{Index: i, Name: t.Name, Fingerprint: table.Fingerprint(t), NoGoodRows: t.NoGoodRows, Domains: table.Domains(t), Balance: table.BalanceOf(t)}
+	if t.QUIC.On() {
+		q := t.QUIC
+		st.QUIC = &q
+	}
 	prim, sec := make([]int, len(t.Backends)), make([]int, len(t.Backends))
 	for _, r := range t.Rows {
 		prim[r.Primary]++
@@ -162,7 +181,7 @@ func describe(i int, t *table.Table) showTable {
 	}
 	for j, b := range t.Backends {
 		sb := showBackend{IP: b.IP.String(), State: b.State.String(),
-			Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, PrimaryRows: prim[j], SecondaryRows: sec[j]}
+			Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: b.ServerID.String(), PrimaryRows: prim[j], SecondaryRows: sec[j]}
 		if st.Balance != nil && b.Good() {
 			sb.Cap, sb.AtCap = st.Balance.Caps[j], prim[j] >= st.Balance.Caps[j]
 		}
@@ -189,7 +208,7 @@ func parseHostPort(s string) (netip.Addr, uint16, bool, error) {
 func lookupAll(tables []*table.Table, dc *table.DirectorConfig, client, to string, proto table.Proto) ([]lookupEntry, error) {
 	addr, cport, hasCPort, err := parseHostPort(client)
 	if err != nil {
-		return nil, fmt.Errorf("--lookup: %w", err)
+		return nil, fmt.Errorf("--lookup: %w (nor a QUIC connection ID: hex, 1 to %d bytes)", err, table.MaxCIDLen)
 	}
 	var vip netip.Addr
 	var vport uint16
@@ -264,6 +283,9 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 			binds[j] = b.String()
 		}
 		fmt.Fprintf(w, "  binds        %s\n", strings.Join(binds, ", "))
+		if st.QUIC != nil {
+			fmt.Fprintf(w, "  quic         %s: UDP packets go to the backend their connection ID names\n", st.QUIC)
+		}
 		fmt.Fprintf(w, "  backends     %s\n", backendSummary(t.Backends))
 		top := 1
 		for _, b := range st.Backends {
@@ -286,6 +308,11 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 		if dw > 0 {
 			weightHead += fmt.Sprintf("%-*s ", dw, "DOMAIN")
 		}
+		sw := 0 // the server ID column's width, in a table with QUIC-LB routing
+		if st.QUIC != nil {
+			sw = max(len("SERVER ID"), 2*int(st.QUIC.ServerIDLen))
+			weightHead += fmt.Sprintf("%-*s ", sw, "SERVER ID")
+		}
 		if st.Balance != nil {
 			weightHead += fmt.Sprintf("%-12s ", "CAP")
 		}
@@ -297,6 +324,9 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 			}
 			if dw > 0 {
 				weight += fmt.Sprintf("%-*s ", dw, b.Domain)
+			}
+			if sw > 0 {
+				weight += fmt.Sprintf("%-*s ", sw, b.ServerID)
 			}
 			if st.Balance != nil {
 				c := ""
@@ -332,6 +362,9 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 			if l.AltRow != nil {
 				fmt.Fprintf(w, "  alternate hash: row %#04x, primary %s, secondary %s\n", *l.AltRow, l.AltPrimary, l.AltSecondary)
 			}
+		}
+		for _, l := range doc.CIDLookups {
+			printCIDLookup(w, l)
 		}
 	}
 }
