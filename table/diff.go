@@ -45,7 +45,7 @@ type TableDiff struct {
 	SameInputs bool `json:"same_inputs,omitempty"`
 	// Brief is set where an unchanged table is given in one line (Brief):
 	// its fingerprints, with no backends and only the row total.
-	Brief      bool     `json:"brief,omitempty"`
+	Brief      bool    `json:"brief,omitempty"`
 	OldBalance float64 `json:"old_balance_factor,omitempty"`
 	NewBalance float64 `json:"new_balance_factor,omitempty"`
 	// OldQUIC and NewQUIC are each side's QUIC-LB routing, absent where

@@ -15,13 +15,13 @@ import (
 
 // showDoc is show's JSON document (docs/formats.md, "show --json").
 type showDoc struct {
-	Version  int           `json:"version"`
-	Source   string        `json:"source"` // "config" or "glb-binary"
-	Tables   []showTable   `json:"tables"`
-	Lookups  []lookupEntry `json:"lookups,omitempty"`
+	Version int           `json:"version"`
+	Source  string        `json:"source"` // "config" or "glb-binary"
+	Tables  []showTable   `json:"tables"`
+	Lookups []lookupEntry `json:"lookups,omitempty"`
 	// CIDLookups are --lookup's of a QUIC connection ID.
 	CIDLookups []cidLookup `json:"cid_lookups,omitempty"`
-	Warnings []string      `json:"warnings"`
+	Warnings   []string    `json:"warnings"`
 }
 
 type showTable struct {
