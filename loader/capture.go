@@ -46,7 +46,11 @@ type CaptureRecord struct {
 	Row     int
 	Ifindex int // the interface it came in by
 	Len     int // the frame's length as it left
-	Frame   []byte
+	// QUIC is, for a UDP packet of a table with QUIC-LB routing, the
+	// counter it was counted under (quic_routed or a fallback's); 0 for
+	// any other.
+	QUIC  int
+	Frame []byte
 }
 
 // CaptureLoss is what a capture could not keep.
@@ -244,7 +248,7 @@ func (c *Capture) Read() (CaptureRecord, error) {
 		}
 		n := min(int(m.CapLen), len(raw)-metaLen)
 		r := CaptureRecord{Time: c.boot.Add(time.Duration(m.Ktime)), Action: int(m.Action), Reason: int(m.Reason), Table: int(m.Table) - 1,
-			Row: int(m.Row), Ifindex: int(m.Ifindex), Len: int(m.Len), Frame: append([]byte(nil), raw[metaLen:metaLen+n]...)}
+			Row: int(m.Row), Ifindex: int(m.Ifindex), Len: int(m.Len), QUIC: int(m.Quic), Frame: append([]byte(nil), raw[metaLen:metaLen+n]...)}
 		return r, nil
 	}
 }

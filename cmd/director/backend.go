@@ -139,7 +139,7 @@ func runBackendCapture(e *env, c *command, args []string) error {
 		return err
 	}
 	return runCaptureLoop(e, o, pos, f, atts, loader.BackendCounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return b.Capture(f) },
-		func(int) string { return "" })
+		func(int) capturedTable { return capturedTable{} })
 }
 
 func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) error {

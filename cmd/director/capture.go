@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/model"
 	"github.com/director/director/internal/pcapfilter"
 	"github.com/director/director/internal/pkt"
 	"github.com/director/director/loader"
@@ -34,7 +36,8 @@ var captureCmd = &command{
 		"leave (outer IPv4 or IPv6, UDP, GUE with the hop list, then the client's packet), passed ones with\n" +
 		"their reason, on every attached interface (--interface: one). Without -w, a line per packet, as\n" +
 		"tcpdump prints, with what the program decided: verdict or pass reason, table, row, primary and\n" +
-		"secondary. -w FILE writes pcap (pcapng when FILE ends in .pcapng, with the decision as each\n" +
+		"secondary; for UDP to a table with QUIC-LB routing, 'quic routed' (the connection ID chose the\n" +
+		"primary) or 'quic fallback REASON' (the row did), and the destination connection ID. -w FILE writes pcap (pcapng when FILE ends in .pcapng, with the decision as each\n" +
 		"packet's comment), mode 0600; -w - writes pcap to stdout, for '| tcpdump -r -'. EXPRESSION is a\n" +
 		"tcpdump filter (compiled by libpcap: Debian's libpcap0.8), matched against the packet as captured.\n" +
 		"--action, --table and --backend (the primary) are decided in the kernel, before a frame is copied,\n" +
@@ -132,8 +135,8 @@ func runCapture(e *env, c *command, args []string) error {
 		slot := -1
 		var known []string
 		for s, n := range names {
-			known = append(known, n)
-			if n == *o.table {
+			known = append(known, n.name)
+			if n.name == *o.table {
 				slot = s
 			}
 		}
@@ -148,7 +151,7 @@ func runCapture(e *env, c *command, args []string) error {
 		return err
 	}
 	return runCaptureLoop(e, o, pos, f, atts, loader.CounterNames(), func(f loader.CaptureFilter) (*loader.Capture, error) { return d.Capture(f) },
-		func(slot int) string {
+		func(slot int) capturedTable {
 			if n, ok := names[slot]; ok {
 				return n
 			}
@@ -159,15 +162,22 @@ func runCapture(e *env, c *command, args []string) error {
 		})
 }
 
-// tableNames are the live tables' names by slot.
-func tableNames(d *loader.Director) (map[int]string, error) {
+// capturedTable is what a capture prints of a live table: its name, and
+// its QUIC-LB routing's ID length.
+type capturedTable struct {
+	name string
+	quic table.QUIC
+}
+
+// tableNames are the live tables by slot.
+func tableNames(d *loader.Director) (map[int]capturedTable, error) {
 	live, err := d.Live()
 	if err != nil {
 		return nil, err
 	}
-	out := map[int]string{}
+	out := map[int]capturedTable{}
 	for _, lt := range live {
-		out[lt.Slot] = displayName(lt)
+		out[lt.Slot] = capturedTable{name: displayName(lt), quic: lt.Table.QUIC}
 	}
 	return out, nil
 }
@@ -183,7 +193,7 @@ func displayName(lt loader.LiveTable) string {
 // atts name the interfaces by index, as they were attached (another
 // namespace's index means nothing in this one).
 func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.CaptureFilter, atts []loader.Attachment, reasons []string,
-	start func(loader.CaptureFilter) (*loader.Capture, error), tableName func(int) string) error {
+	start func(loader.CaptureFilter) (*loader.Capture, error), tableOf func(int) capturedTable) error {
 	var match *pcapfilter.Filter
 	if expr := strings.Join(exprWords, " "); expr != "" {
 		var err error
@@ -239,7 +249,7 @@ func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.Capture
 			continue
 		}
 		kept++
-		if err := out(r, describeCapture(r, reasons, tableName)); err != nil {
+		if err := out(r, describeCapture(r, reasons, tableOf)); err != nil {
 			readErr = err
 			break
 		}
@@ -261,25 +271,51 @@ func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.Capture
 
 // describeCapture is what the program decided: "tx encapsulated table
 // web row 0x1a2b primary 10.0.0.5 secondary 10.0.0.6", or "pass
-// pass_no_bind".
-func describeCapture(r loader.CaptureRecord, reasons []string, tableName func(int) string) string {
-	reason := fmt.Sprint(r.Reason)
-	if r.Reason >= 0 && r.Reason < len(reasons) {
-		reason = reasons[r.Reason]
+// pass_no_bind"; for a UDP packet of a table with QUIC-LB routing, then
+// "quic routed" or "quic fallback unknown_id" (why the row chose) and the
+// destination connection ID.
+func describeCapture(r loader.CaptureRecord, reasons []string, tableOf func(int) capturedTable) string {
+	name := func(c int) string {
+		if c >= 0 && c < len(reasons) {
+			return reasons[c]
+		}
+		return fmt.Sprint(c)
 	}
-	s := actionName(r.Action) + " " + reason
+	s := actionName(r.Action) + " " + name(r.Reason)
+	var t capturedTable
 	if r.Table >= 0 {
-		s += fmt.Sprintf(" table %s row %#04x", tableName(r.Table), r.Row)
+		t = tableOf(r.Table)
+		s += fmt.Sprintf(" table %s row %#04x", t.name, r.Row)
 	}
 	if r.Action == bpf.XDPTX {
-		if h, _, err := gue.ParseFrame(r.Frame); err == nil {
+		if h, inner, err := gue.ParseFrame(r.Frame); err == nil {
 			s += " primary " + h.Hops[0].String()
 			if len(h.Hops) > 1 {
 				s += " secondary " + h.Hops[1].String()
 			}
+			if r.QUIC != 0 {
+				s += " quic " + strings.Replace(strings.TrimPrefix(name(r.QUIC), "quic_"), "fallback_", "fallback ", 1)
+				if cid := model.QUICDestID(udpPayload(r.Frame[inner:]), t.quic); cid != nil {
+					s += " cid " + hex.EncodeToString(cid)
+				}
+			}
 		}
 	}
 	return s
+}
+
+// udpPayload is the payload of the UDP packet in an IP packet (nil for
+// another protocol, or IPv6 with extension headers).
+func udpPayload(ip []byte) []byte {
+	switch {
+	case len(ip) >= 20 && ip[0]>>4 == 4 && ip[9] == 17:
+		if l := int(ip[0]&0xf) * 4; len(ip) >= l+8 {
+			return ip[l+8:]
+		}
+	case len(ip) >= 48 && ip[0]>>4 == 6 && ip[6] == 17:
+		return ip[48:]
+	}
+	return nil
 }
 
 // captureOutput is where captured packets go: pcap or pcapng to a file

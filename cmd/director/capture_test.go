@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -258,6 +259,74 @@ func TestBackendCaptureCommand(t *testing.T) {
 		out, errOut, code := runCmd(append(b, "capture", "-c", "1", "--action", "pass", "udp", "port", "53")...)
 		if code != 0 || !strings.Contains(out, " bc0 pass ") || !strings.Contains(out, "ipv4 198.18.0.1 > 192.0.2.9") || !strings.Contains(out, "udp 40000 > 53") {
 			return fmt.Errorf("backend capture: exit %d: %s%s", code, out, errOut)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCaptureQUIC: capture says of a QUIC packet whether its connection ID
+// routed it, and prints the ID: routed to the backend the ID names, or
+// sent by the row with the reason.
+func TestCaptureQUIC(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("cap0", "cap1"); err != nil {
+			return err
+		}
+		b := []string{"--bpffs", dir}
+		for _, args := range [][]string{{"load"}, {"apply", cfgDir + "quic.json", "--yes", "--director-config", cfgDir + "director.conf"},
+			{"attach", "cap0", "--mode", "generic"}} {
+			if out, errOut, code := runCmd(append(b, args...)...); code != 0 {
+				return fmt.Errorf("%v: %s%s", args, out, errOut)
+			}
+		}
+		sock, err := lab.Listen("cap1")
+		if err != nil {
+			return err
+		}
+		defer sock.Close()
+		quic := func(cid string) []byte {
+			id, _ := hex.DecodeString(cid)
+			payload := append([]byte{0x41}, id...)
+			payload = append(payload, make([]byte, 40)...)
+			return pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.10.10.10"), 17, pkt.UDP(40000, 443, payload), pkt.V4Opts{}))
+		}
+		routed, unknown := quic("3f5e02a1a2a3a4a5a6"), quic("3f5e77a1a2a3a4a5a6")
+		done := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				sock.Send(routed)
+				sock.Send(unknown)
+			}
+		}()
+		out, errOut, code := runCmd(append(b, "capture", "-c", "4")...)
+		close(done)
+		if code != 0 {
+			return fmt.Errorf("capture -c 4: exit %d: %s%s", code, out, errOut)
+		}
+		var r, u bool
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			switch {
+			case strings.Contains(l, " tx encapsulated table h3 row 0x") && strings.Contains(l, " primary 192.168.50.11 ") &&
+				strings.Contains(l, " quic routed cid 3f5e02a1a2a3a4a5a6 |"):
+				r = true
+			case strings.Contains(l, " tx encapsulated table h3 row 0x") && strings.Contains(l, " quic fallback unknown_id cid 3f5e77a1a2a3a4a5a6 |"):
+				u = true
+			default:
+				return fmt.Errorf("a line that says neither: %q", l)
+			}
+		}
+		if !r || !u {
+			return fmt.Errorf("capture lines:\n%s", out)
 		}
 		return nil
 	})

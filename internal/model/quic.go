@@ -74,3 +74,17 @@ func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
 	}
 	return QUICUnknownID, -1
 }
+
+// QUICDestID is the destination connection ID of the QUIC packet p (a UDP
+// payload) as far as p holds it: a long header's, of the length it gives,
+// or a short header's, of q's length. nil where p is too short for its
+// first octet (and a long header's length).
+func QUICDestID(p []byte, q table.QUIC) []byte {
+	switch {
+	case len(p) > 6 && p[0]&0x80 != 0:
+		return p[6:min(len(p), 6+int(p[5]))]
+	case len(p) > 1 && p[0]&0x80 == 0:
+		return p[1:min(len(p), 1+q.CIDLen())]
+	}
+	return nil
+}
