@@ -129,6 +129,8 @@ var (
 	descFast      = prometheus.NewDesc("director_bind_fast_total", "Packets whose bind the exact-match table found.", nil, nil)
 	descGroup     = prometheus.NewDesc("director_bind_group_total", "Packets whose bind the group table found (prefix binds, port ranges).", nil, nil)
 	descPassed    = prometheus.NewDesc("director_packets_passed_total", "Packets passed to the stack, by reason.", []string{"reason"}, nil)
+	descQUIC      = prometheus.NewDesc("director_quic_packets_total",
+		"UDP packets of tables with QUIC-LB routing: routed by connection ID, or sent by the row and why (fallback_...).", []string{"result"}, nil)
 	descErrors    = prometheus.NewDesc("director_packet_errors_total", "Packets passed because of a setup or kernel problem, by reason.", []string{"reason"}, nil)
 	descBackendP  = prometheus.NewDesc("director_backend_packets_total", "Packets sent to the backend as primary.", []string{"table", "backend"}, nil)
 	descBackendB  = prometheus.NewDesc("director_backend_bytes_total", "Bytes (of the original IP packets) sent to the backend as primary.", []string{"table", "backend"}, nil)
@@ -138,7 +140,7 @@ var (
 )
 
 func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProcessed, descMatched, descEncap, descEncapB, descFast, descGroup, descPassed, descErrors,
+	for _, d := range []*prometheus.Desc{descProcessed, descMatched, descEncap, descEncapB, descFast, descGroup, descPassed, descErrors, descQUIC,
 		descBackendP, descBackendB, descIfPackets, descIfDropped, descIfErrors} {
 		ch <- d
 	}
@@ -166,6 +168,8 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descPassed, g[n], strings.TrimPrefix(n, "pass_"))
 		case strings.HasPrefix(n, "error_"):
 			counter(descErrors, g[n], strings.TrimPrefix(n, "error_"))
+		case strings.HasPrefix(n, "quic_"):
+			counter(descQUIC, g[n], strings.TrimPrefix(n, "quic_"))
 		}
 	}
 	for _, t := range st.Tables {

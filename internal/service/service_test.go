@@ -334,6 +334,7 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		"director_packets_processed_total": "counter", "director_packets_matched_total": "counter",
 		"director_packets_encapsulated_total": "counter", "director_encapsulated_bytes_total": "counter",
 		"director_bind_fast_total": "counter", "director_bind_group_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
+		"director_quic_packets_total":    "counter",
 		"director_backend_packets_total": "counter", "director_backend_bytes_total": "counter",
 		"director_interface_packets_total": "counter", "director_interface_dropped_total": "counter", "director_interface_errors_total": "counter",
 		"director_bgp_vips_announced": "gauge", "director_bgp_session_established": "gauge", "director_bgp_session_flaps_total": "counter",
@@ -755,4 +756,49 @@ func TestExportBalance(t *testing.T) {
 	if n := testutil.CollectAndCount(s.m.backendCap); n != 0 {
 		t.Errorf("%d cap series without a balance factor", n)
 	}
+}
+
+// TestQUICMetrics: the datapath's QUIC-LB counters are
+// director_quic_packets_total, one series per result, with the counters'
+// values.
+func TestQUICMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&datapathCollector{stats: func() (*loader.Stats, error) {
+		return &loader.Stats{Global: map[string]uint64{"quic_routed": 7, "quic_fallback_unknown_id": 3, "quic_fallback_short": 1}}, nil
+	}})
+	want := map[string]float64{"routed": 7, "fallback_short": 1, "fallback_cid_len": 0, "fallback_unroutable": 0,
+		"fallback_other_config": 0, "fallback_unknown_id": 3}
+	for result, v := range want {
+		m, err := testutil.GatherAndCount(reg, "director_quic_packets_total")
+		if err != nil || m != len(want) {
+			t.Fatalf("%d series of director_quic_packets_total (%v), want %d", m, err, len(want))
+		}
+		got := gatherValue(t, reg, "director_quic_packets_total", "result", result)
+		if got != v {
+			t.Errorf("director_quic_packets_total{result=%q} = %v, want %v", result, got, v)
+		}
+	}
+}
+
+// gatherValue is the value of the series of name whose label is value.
+func gatherValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{%s=%q}", name, label, value)
+	return 0
 }
