@@ -49,7 +49,11 @@ func runGenCapture(e *env, c *command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("gen-capture: %w", err)
 	}
-	fmt.Fprintf(e.reportTo(*out).stdout, "wrote %s: %d packets: %d flows (%d TCP, %d UDP, %d ICMP echo), %d ICMP errors, %d noise packets\n",
-		wrote(*out), st.Packets, st.Flows, st.TCPFlows, st.UDPFlows, st.EchoFlows, st.ICMPErrors, st.Noise)
+	quic := ""
+	if st.QUICFlows > 0 { // only where a table has QUIC-LB routing: other captures' lines stay as they were
+		quic = fmt.Sprintf(", %d QUIC", st.QUICFlows)
+	}
+	fmt.Fprintf(e.reportTo(*out).stdout, "wrote %s: %d packets: %d flows (%d TCP, %d UDP%s, %d ICMP echo), %d ICMP errors, %d noise packets\n",
+		wrote(*out), st.Packets, st.Flows, st.TCPFlows, st.UDPFlows, quic, st.EchoFlows, st.ICMPErrors, st.Noise)
 	return nil
 }

@@ -289,6 +289,14 @@ func printReplay(w io.Writer, r *replay.Report) {
 		}
 	}
 	fmt.Fprintf(w, "  unmatched (parsed, no bind): %d packets, %d bytes, %d flows\n", r.Unmatched.Packets, r.Unmatched.Bytes, r.Unmatched.Flows)
+	if len(r.QUIC) > 0 {
+		fmt.Fprintln(w, "  QUIC-LB (UDP to tables with a quic block):")
+		for _, name := range loader.CounterNames() {
+			if qc, ok := r.QUIC[name]; ok {
+				fmt.Fprintf(w, "    %-26s %10d packets %12d bytes\n", name, qc.Packets, qc.Bytes)
+			}
+		}
+	}
 	for _, t := range r.Tables {
 		fmt.Fprintf(w, "\ntable %s: %d packets, %d bytes, %d flows\n", t.Name, t.Packets, t.Bytes, t.Flows)
 		var top uint64 = 1

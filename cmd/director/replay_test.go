@@ -470,3 +470,45 @@ func TestReplayPictureOfATableWithoutTraffic(t *testing.T) {
 		t.Fatalf("no picture: %v", err)
 	}
 }
+
+// TestReplayQUIC replays QUIC connections (gen-capture's, to a table with
+// QUIC-LB routing, some of them rebinding to a new port): the kernel
+// equals the model packet by packet, the report counts the packets routed
+// by connection ID and those that fell back, and the model alone (--model)
+// gives the same report, with and without --against.
+func TestReplayQUIC(t *testing.T) {
+	testenv.Kernel(t)
+	pcap := filepath.Join(t.TempDir(), "quic.pcap")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+"quic.json", "-o", pcap, "--flows", fmt.Sprint(testenv.Reduced(4000)), "--seed", "5")
+	out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"quic.json", "--verify", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r replay.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Verify == nil || r.Verify.Compared != r.Capture.Packets || r.Verify.Mismatches != 0 {
+		t.Fatalf("capture %+v, verify %+v", r.Capture, r.Verify)
+	}
+	// quic.json's backends: two active, one draining (serving), one
+	// unhealthy (not): a quarter of the connections' IDs fall back.
+	routed, unknown := r.QUIC["quic_routed"].Packets, r.QUIC["quic_fallback_unknown_id"].Packets
+	if routed == 0 || unknown == 0 || routed < 2*unknown {
+		t.Fatalf("QUIC counts %+v", r.QUIC)
+	}
+	kout, _, _ := runCmd("replay", pcap, "--config", cfgDir+"quic.json", "--json")
+	mout, _, code := runCmd("replay", pcap, "--config", cfgDir+"quic.json", "--json", "--model")
+	if code != 0 || mout != kout {
+		t.Fatalf("--model report differs from the kernel's:\n%s\n%s", mout, kout)
+	}
+	kout, _, _ = runCmd("replay", pcap, "--config", cfgDir+"quic.json", "--against", cfgDir+"quic-server-id.json", "--json")
+	mout, _, code = runCmd("replay", pcap, "--config", cfgDir+"quic.json", "--against", cfgDir+"quic-server-id.json", "--json", "--model")
+	if code != 0 || mout != kout {
+		t.Fatalf("--model --against report differs from the kernel's")
+	}
+	text, _, _ := runCmd("replay", pcap, "--config", cfgDir+"quic.json")
+	if !strings.Contains(text, "QUIC-LB (UDP to tables with a quic block):") || !strings.Contains(text, "quic_routed") {
+		t.Errorf("the text report does not give the QUIC counts:\n%s", text)
+	}
+}

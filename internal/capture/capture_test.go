@@ -441,7 +441,7 @@ func TestGenerateCountsAddUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Flows != 2000 || st.TCPFlows+st.UDPFlows+st.EchoFlows != st.Flows || st.EchoFlows == 0 || st.Packets != written {
+	if st.Flows != 2000 || st.TCPFlows+st.UDPFlows+st.QUICFlows+st.EchoFlows != st.Flows || st.EchoFlows == 0 || st.Packets != written {
 		t.Fatalf("%+v, %d packets written", st, written)
 	}
 }

@@ -20,9 +20,9 @@ type GenOptions struct {
 
 // GenStats counts what was generated.
 type GenStats struct {
-	// Flows is TCPFlows + UDPFlows + EchoFlows; ICMPErrors and Noise are
-	// packets.
-	Packets, Flows, TCPFlows, UDPFlows, EchoFlows, ICMPErrors, Noise int
+	// Flows is TCPFlows + UDPFlows + QUICFlows + EchoFlows; ICMPErrors and
+	// Noise are packets.
+	Packets, Flows, TCPFlows, UDPFlows, QUICFlows, EchoFlows, ICMPErrors, Noise int
 }
 
 // Epoch is the first timestamp of generated captures: fixed, so that the
@@ -36,7 +36,8 @@ type timed struct {
 
 // Generate makes deterministic traffic to the config's binds: many IPv4 and
 // IPv6 clients; TCP connections (handshake, data with heavy-tailed sizes,
-// teardown); UDP flows; ICMP fragmentation-needed and packet-too-big
+// teardown); UDP flows, QUIC connections to the UDP binds of tables with
+// QUIC-LB routing (quic); ICMP fragmentation-needed and packet-too-big
 // messages quoting real flows; ICMP echo requests to VIPs; and noise that no
 // bind matches (other addresses, ARP). emit receives the packets in time
 // order.
@@ -49,11 +50,15 @@ func Generate(c *table.Config, o GenOptions, emit func(time.Time, []byte) error)
 		span: time.Duration(o.Flows) * time.Millisecond, // about a thousand new flows a second
 	}
 	var binds []table.Bind
-	for _, t := range c.Tables {
-		binds = append(binds, t.Binds...)
+	var of []*table.TableConfig // each bind's table
+	for i := range c.Tables {
+		for _, b := range c.Tables[i].Binds {
+			binds, of = append(binds, b), append(of, &c.Tables[i])
+		}
 	}
 	for i := 0; i < o.Flows; i++ {
-		g.flow(i, binds[g.rng.IntN(len(binds))])
+		k := g.rng.IntN(len(binds))
+		g.flow(i, binds[k], of[k])
 	}
 	g.noise(len(g.out) / 20)
 	sort.SliceStable(g.out, func(i, j int) bool { return g.out[i].t < g.out[j].t })
@@ -88,9 +93,10 @@ func (g *generator) add(t time.Duration, ip []byte) {
 	g.out = append(g.out, timed{t, pkt.Frame(ip)})
 }
 
-// flow writes the i-th client flow to b: mostly TCP or UDP by the bind's
-// protocol, one in a hundred an echo exchange.
-func (g *generator) flow(i int, b table.Bind) {
+// flow writes the i-th client flow to b, a bind of t: mostly TCP or UDP by
+// the bind's protocol (QUIC where t has QUIC-LB routing), one in a
+// hundred an echo exchange.
+func (g *generator) flow(i int, b table.Bind, t *table.TableConfig) {
 	rng := g.rng
 	vip := addrIn(rng, b.Prefix)
 	f := &genFlow{g: g, vip: vip, client: clientAddr(rng, vip.Is6())}
@@ -103,6 +109,9 @@ func (g *generator) flow(i int, b table.Bind) {
 	case rng.IntN(100) == 0:
 		g.st.EchoFlows++
 		f.echo(i)
+	case b.Proto == table.ProtoUDP && t.QUIC.On():
+		g.st.QUICFlows++
+		f.quic(n, t)
 	case b.Proto == table.ProtoUDP:
 		g.st.UDPFlows++
 		f.udp(n)
@@ -145,6 +154,37 @@ func (f *genFlow) echo(i int) {
 func (f *genFlow) udp(n int) {
 	for k := 0; k < n; k++ {
 		f.send(17, pkt.UDP(f.cport, f.vport, make([]byte, 20+f.g.rng.IntN(500))))
+	}
+}
+
+// quic writes a QUIC connection to a table with QUIC-LB routing: the
+// client's Initial (a long header with a destination ID of the client's
+// own choosing, padded to 1,200 bytes), then n short-header packets to the
+// ID a backend's server issued (any backend of the table, serving or
+// not). One connection in four moves to a new client port halfway, as
+// after a NAT rebinding.
+func (f *genFlow) quic(n int, t *table.TableConfig) {
+	rng := f.g.rng
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	initial := append([]byte{0xc3, 0, 0, 0, 1, 8}, random(8)...)
+	initial = append(append(initial, 8), random(8)...)
+	f.send(17, pkt.UDP(f.cport, f.vport, append(initial, make([]byte, 1200-len(initial))...)))
+	q := t.QUIC
+	cid := append([]byte{q.ConfigID<<5 | byte(q.CIDLen()-1)}, t.Backends[rng.IntN(len(t.Backends))].ServerID...)
+	cid = append(cid, random(int(q.NonceLen))...)
+	rebind := rng.IntN(4) == 0
+	for k := 0; k < n; k++ {
+		if rebind && k == n/2 {
+			f.cport = uint16(1024 + rng.IntN(64512))
+		}
+		payload := append([]byte{0x40 | byte(rng.IntN(64))}, cid...)
+		f.send(17, pkt.UDP(f.cport, f.vport, append(payload, make([]byte, 20+rng.IntN(500))...)))
 	}
 }
 

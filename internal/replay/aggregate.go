@@ -22,6 +22,7 @@ type Aggregator struct {
 	noBind  int                      // the index of pass_no_bind in reasons, or -1
 	verdict [len(verdictNames)]Count // by XDP action
 	reason  []Count
+	quic    []Count // by QUIC counter (Sample.QUIC), indexed as reason
 	tables  []*tableAgg // by table index
 	flowIdx map[flowKey]int32
 	flows   chunk.List[flowAgg]
@@ -100,7 +101,7 @@ type flowAgg struct {
 // NewAggregator starts a report; names are the tables' names, in order,
 // and reasons the names of pass reasons, by index.
 func NewAggregator(file, format string, names, reasons []string) *Aggregator {
-	a := &Aggregator{reasons: reasons, reason: make([]Count, len(reasons)), noBind: -1,
+	a := &Aggregator{reasons: reasons, reason: make([]Count, len(reasons)), quic: make([]Count, len(reasons)), noBind: -1,
 		r: Report{Version: 1, Capture: CaptureInfo{File: file, Format: format},
 			Verdicts: map[string]Count{}, Reasons: map[string]Count{}, HotRows: []RowReport{}, Tables: []TableReport{}},
 		names: names, flowIdx: map[flowKey]int32{},
@@ -153,6 +154,9 @@ func (a *Aggregator) Add(s *Sample) {
 		if s.Reason >= 0 && s.Reason < len(a.reason) {
 			a.reason[s.Reason].add(s.Bytes)
 		}
+	}
+	if s.QUIC > 0 && s.QUIC < len(a.quic) {
+		a.quic[s.QUIC].add(s.Bytes)
 	}
 	unmatched := s.HasFlow && s.Verdict == model.XDPPass && s.Reason >= 0 && s.Reason == a.noBind
 	if unmatched {
@@ -487,6 +491,7 @@ func (a *Aggregator) mergeCounts(o *Aggregator) {
 	}
 	for i := range a.reason {
 		a.reason[i].merge(o.reason[i])
+		a.quic[i].merge(o.quic[i])
 	}
 	a.r.Unmatched.Count.merge(o.r.Unmatched.Count)
 	for i, ot := range o.tables {

@@ -288,7 +288,7 @@ func (k *kernelRun) runSide(s *Side, packets []capture.Packet) ([]outcome, error
 }
 
 func sample(p capture.Packet, o outcome) Sample {
-	s := Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1}
+	s := Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1, QUIC: o.res.QUIC}
 	if o.res.Parsed {
 		s.HasFlow = true
 		s.Flow = FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}

@@ -35,6 +35,9 @@ func RunModel(r *capture.Reader, path string, cur, against *model.Datapath, agg 
 	if read == nil {
 		read = new(atomic.Uint64)
 	}
+	if hasQUIC(cur) || hasQUIC(against) {
+		return runModelPackets(r, path, cur, against, agg, read)
+	}
 	n := runtime.GOMAXPROCS(0)
 	m := &modelRun{r: r, path: path, cur: cur, against: against, read: read,
 		aggs:  make([]*Aggregator, n),
@@ -256,4 +259,63 @@ func (c *flowCounter) count(num, size int, ps *classify.Parsed) {
 	}
 	FromModel(&c.s, num, size, &c.res, nid)
 	c.a.AddAgainstFlow(id, &c.s)
+}
+
+// hasQUIC reports whether d has a table with QUIC-LB routing.
+func hasQUIC(d *model.Datapath) bool {
+	if d == nil {
+		return false
+	}
+	for _, t := range d.Tables {
+		if t.QUIC.On() {
+			return true
+		}
+	}
+	return false
+}
+
+// runModelPackets is RunModel where a table has QUIC-LB routing: a QUIC
+// packet's fate depends on its connection ID, not its flow alone, so
+// every packet is classified and counted on its own (the Classifier still
+// remembers the other flows' fates), on one goroutine.
+func runModelPackets(r *capture.Reader, path string, cur, against *model.Datapath, agg *Aggregator, read *atomic.Uint64) error {
+	c := classify.New(cur)
+	var nc *classify.Classifier
+	if against != nil {
+		nc = classify.New(against)
+	}
+	var s Sample
+	var readErr error
+	fault := r.Guard(func() {
+		for {
+			p, err := r.Next()
+			if err != nil {
+				if err != io.EOF {
+					readErr = err
+				}
+				break
+			}
+			size := len(p.Frame)
+			agg.Captured(size, p.Truncated)
+			res, _ := c.Classify(p.Frame)
+			FromModel(&s, p.N, size, &res, classify.FlowID{})
+			agg.Add(&s)
+			if nc != nil {
+				res, _ := nc.Classify(p.Frame)
+				FromModel(&s, p.N, size, &res, classify.FlowID{})
+				agg.AddAgainst(&s)
+			}
+			if p.N%modelChunk == 0 {
+				read.Store(uint64(p.N))
+			}
+		}
+	})
+	read.Store(uint64(r.Count()))
+	if readErr == nil {
+		readErr = fault
+	}
+	if readErr != nil {
+		return fmt.Errorf("%s: %w; %d packets were processed", path, readErr, r.Count())
+	}
+	return nil
 }

@@ -52,6 +52,9 @@ type Sample struct {
 	Row     int
 	Primary netip.Addr // for TX
 	Hops    []netip.Addr
+	// QUIC is, for a UDP packet of a table with QUIC-LB routing, the
+	// counter it was counted under (model.Result.QUIC); 0 for any other.
+	QUIC int
 }
 
 // TX reports whether the packet was sent on (XDP_TX).
@@ -63,7 +66,7 @@ var verdictNames = [...]string{"aborted", "drop", "pass", "tx", "redirect"}
 // FromModel fills s with what the Go model did to the packet at capture
 // position n, of bytes bytes, whose flow a Classifier numbered id.
 func FromModel(s *Sample, n, bytes int, res *model.Result, id classify.FlowID) {
-	*s = Sample{N: n, Bytes: bytes, Verdict: res.Verdict, Table: -1}
+	*s = Sample{N: n, Bytes: bytes, Verdict: res.Verdict, Table: -1, QUIC: res.QUIC}
 	if !s.TX() {
 		s.Reason = res.Reason
 	}
@@ -85,6 +88,10 @@ type Report struct {
 	Capture   CaptureInfo      `json:"capture"`
 	Verdicts  map[string]Count `json:"verdicts"`
 	Reasons   map[string]Count `json:"pass_reasons"`
+	// QUIC counts the UDP packets of tables with QUIC-LB routing by the
+	// counter they went under: quic_routed (by connection ID), or the
+	// fallback's; absent where the config has no such table.
+	QUIC      map[string]Count `json:"quic,omitempty"`
 	Tables    []TableReport    `json:"tables"`
 	Unmatched UnmatchedReport  `json:"unmatched"`
 	HotRows   []RowReport      `json:"hot_rows"`
@@ -212,6 +219,14 @@ func (a *Aggregator) Report(hotRows int, against string) *Report {
 	for i, c := range a.reason {
 		if c.Packets > 0 {
 			r.Reasons[a.reasons[i]] = c
+		}
+	}
+	for i, c := range a.quic {
+		if c.Packets > 0 {
+			if r.QUIC == nil {
+				r.QUIC = map[string]Count{}
+			}
+			r.QUIC[a.reasons[i]] = c
 		}
 	}
 	flows := a.flowsPerBackend()
