@@ -22,7 +22,7 @@ type Aggregator struct {
 	noBind  int                      // the index of pass_no_bind in reasons, or -1
 	verdict [len(verdictNames)]Count // by XDP action
 	reason  []Count
-	quic    []Count // by QUIC counter (Sample.QUIC), indexed as reason
+	quic    []Count     // by QUIC counter (Sample.QUIC), indexed as reason
 	tables  []*tableAgg // by table index
 	flowIdx map[flowKey]int32
 	flows   chunk.List[flowAgg]

@@ -84,10 +84,10 @@ func FromModel(s *Sample, n, bytes int, res *model.Result, id classify.FlowID) {
 
 // Report is `replay`'s document (docs/replay.md).
 type Report struct {
-	Version   int              `json:"version"`
-	Capture   CaptureInfo      `json:"capture"`
-	Verdicts  map[string]Count `json:"verdicts"`
-	Reasons   map[string]Count `json:"pass_reasons"`
+	Version  int              `json:"version"`
+	Capture  CaptureInfo      `json:"capture"`
+	Verdicts map[string]Count `json:"verdicts"`
+	Reasons  map[string]Count `json:"pass_reasons"`
 	// QUIC counts the UDP packets of tables with QUIC-LB routing by the
 	// counter they went under: quic_routed (by connection ID), or the
 	// fallback's; absent where the config has no such table.
