@@ -59,14 +59,15 @@ type stream interface {
 	SetDeadline(time.Time) error
 }
 
-// exchangeTimeout is how long an exchange may take: a QUIC packet lost
-// (a path being validated) waits for a probe timeout, which an emulated
-// guest stretches.
+// exchangeTimeout is how long an exchange may take: a second for TCP
+// (a segment lost waits for a retransmission), two for QUIC (a packet lost
+// while a path is validated waits for a probe timeout); an emulated guest
+// stretches both.
 func (s *Session) exchangeTimeout() time.Duration {
 	if s.quic != nil {
 		return testenv.Scaled(2 * time.Second)
 	}
-	return time.Second
+	return testenv.Scaled(time.Second)
 }
 
 func (s *Session) exchange(n int) (string, error) {
