@@ -216,6 +216,9 @@ func programCases() []programCase {
 		{"ipv4-tcp", testConfig, [][]byte{benchTCP4(9)}, nil},
 		{"ipv4-tcp-4096flows", testConfig, benchFlows(), nil},
 		{"ipv6-tcp", testConfig, [][]byte{benchTCP6()}, nil},
+		// UDP to a table without QUIC-LB routing: what a quic block
+		// elsewhere must not cost it.
+		{"ipv4-udp", testConfig, [][]byte{benchUDP4("10.20.0.9", 1500, benchQUICPayload(0x5e, 0x02))}, nil},
 		// Hashes other than the default (source address alone) go through
 		// a call to dir_hash_fields.
 		{"ipv4-tcp-all-fields", testConfig, [][]byte{benchTCP4(9)}, func(dc *table.DirectorConfig) {
@@ -293,6 +296,33 @@ const underlayConfig = `{"tables": [
                {"ip": "fd00:70::3", "state": "active", "healthy": true}]}
 ]}`
 
+// quicBenchConfig is two tables alike but for QUIC-LB routing: UDP to
+// 10.71.0.1:443 follows the rows, to 10.71.0.2:443 the connection IDs
+// (config 1, two-byte server IDs) first.
+var quicBenchConfig = func() string {
+	t := func(name, vip, quic string) string {
+		return `{"name": "` + name + `", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0", ` + quic + `
+  "binds": [{"ip": "` + vip + `", "proto": "udp", "port": 443}],
+  "backends": [{"ip": "192.168.71.1", "state": "active", "healthy": true, "server_id": "5e01"},
+               {"ip": "192.168.71.2", "state": "active", "healthy": true, "server_id": "5e02"},
+               {"ip": "192.168.71.3", "state": "active", "healthy": true, "server_id": "5e03"}]}`
+	}
+	plain := strings.NewReplacer(`, "server_id": "5e01"`, "", `, "server_id": "5e02"`, "", `, "server_id": "5e03"`, "").Replace(t("plain", "10.71.0.1", ""))
+	return `{"tables": [` + plain + `, ` + t("quic", "10.71.0.2", `"quic": {"config_id": 1, "server_id_len": 2, "nonce_len": 6},`) + `]}`
+}()
+
+// benchQUICPayload is a 1-RTT QUIC packet (a short header) to the
+// connection ID of config 1 that carries server ID a, b.
+func benchQUICPayload(a, b byte) []byte {
+	p := []byte{0x41, 1<<5 | 8, a, b, 1, 2, 3, 4, 5, 6}
+	return append(p, make([]byte, 64)...)
+}
+
+// benchUDP4 is a UDP packet from a client to dst:port.
+func benchUDP4(dst string, port uint16, payload []byte) []byte {
+	return pkt.Frame(pkt.IPv4(netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr(dst), 17, pkt.UDP(40000, port, payload), pkt.V4Opts{}))
+}
+
 func BenchmarkProgramVersus(b *testing.B) {
 	testenv.Kernel(b)
 	cases := []struct {
@@ -311,6 +341,13 @@ func BenchmarkProgramVersus(b *testing.B) {
 		{"4096flows-vs-4096copies", testConfig, benchCopies(benchTCP4(9)), benchFlows()},
 		// The IPv6 underlay against the IPv4 one, for the same inner packet.
 		{"underlay6-vs-underlay4", underlayConfig, benchTo("10.70.0.1", 80), benchTo("10.70.0.2", 80)},
+		// A QUIC packet routed by its connection ID against the same packet
+		// to a table alike without QUIC-LB routing; and one whose ID names
+		// no backend (it looks up the ID, then falls back to its row).
+		{"quic-routed-vs-udp", quicBenchConfig, [][]byte{benchUDP4("10.71.0.1", 443, benchQUICPayload(0x5e, 0x02))},
+			[][]byte{benchUDP4("10.71.0.2", 443, benchQUICPayload(0x5e, 0x02))}},
+		{"quic-unknown-id-vs-udp", quicBenchConfig, [][]byte{benchUDP4("10.71.0.1", 443, benchQUICPayload(0x5e, 0x77))},
+			[][]byte{benchUDP4("10.71.0.2", 443, benchQUICPayload(0x5e, 0x77))}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
