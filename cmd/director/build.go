@@ -49,6 +49,12 @@ func runBuild(e *env, c *command, args []string) error {
 		return fmt.Errorf("build: %s is already a GLB binary table; build takes a JSON config", pos[0])
 	}
 	warnAll(e, pos[0], src.Warnings)
+	for i, t := range src.Tables {
+		if t.QUIC.On() {
+			fmt.Fprintf(e.stderr, "director: warning: %s: %s: GLB's binary format has no place for its quic block and server IDs: "+
+				"whatever reads the file routes the table's QUIC by rows (its fingerprint below is the config's)\n", pos[0], tableLabel(t, i))
+		}
+	}
 	// The fingerprints (SHA-256 over 2 MB a table) are computed while the
 	// file is written and synced, rather than after.
 	var fps sync.WaitGroup

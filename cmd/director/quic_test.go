@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/director/director/internal/pkt"
@@ -75,5 +76,18 @@ func TestCIDLookupMatchesTheKernel(t *testing.T) {
 		if !seen[c] {
 			t.Errorf("no ID was looked up as %s", c)
 		}
+	}
+}
+
+// TestBuildWarnsOfQUIC: GLB's binary format cannot carry a table's QUIC-LB
+// routing; build says so, and writes the rest.
+func TestBuildWarnsOfQUIC(t *testing.T) {
+	out := t.TempDir() + "/q.bin"
+	_, errOut, code := runCmd("build", cfgDir+"quic.json", "-o", out)
+	if code != 0 || !strings.Contains(errOut, `table "h3" (tables[0]): GLB's binary format has no place for its quic block and server IDs`) {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := runCmd("build", cfgDir+"small.json", "-o", out); code != 0 || strings.Contains(errOut, "quic") {
+		t.Fatalf("a table without QUIC: exit %d: %s", code, errOut)
 	}
 }
