@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-14
 BPF_STRIP ?= llvm-strip-14
 
-.PHONY: all build test test-kernels bench lint fuzz clean generate check-generated demo demo-fleet demo-ipv6 install
+.PHONY: all build test test-kernels bench lint fuzz clean generate check-generated check-headers demo demo-fleet demo-ipv6 install
 
 all: build
 
@@ -89,9 +89,16 @@ generate:
 	cd bpf && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
 
 # Regenerates the BPF object and Go types and fails if they differ from
-# what is committed.
-check-generated: generate
+# what is committed; and checks that every C header compiles on its own,
+# in both builds (each includes what it uses).
+check-generated: generate check-headers
 	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: generated files are stale: run 'make generate' and commit them"; exit 1; }
+
+check-headers:
+	@cd bpf && for def in "" -DDIR_SINGLE_BUFFER; do for h in *.h; do \
+		$(BPF_CLANG) -target bpf -O2 -Wall -Werror -nostdinc -I./include $$def -fsyntax-only -x c -include $$h /dev/null \
+			|| { echo "bpf/$$h does not compile on its own ($$def): it must include what it uses"; exit 1; }; \
+	done; done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

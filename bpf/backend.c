@@ -73,6 +73,8 @@ const struct be_config *unused_be_config __attribute__((unused));
 const struct be_counters *unused_be_counters __attribute__((unused));
 const enum be_counter *unused_be_counter __attribute__((unused));
 
+/* The backend's settings (struct be_config: its own addresses, second
+ * chance on or off), one entry, written by 'backend attach'. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -80,6 +82,7 @@ struct {
 	__type(value, struct be_config);
 } be_cfg SEC(".maps");
 
+/* The backend program's counters (enum be_counter), per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

@@ -3,6 +3,12 @@
 #ifndef DIR_BIND_H
 #define DIR_BIND_H
 
+#include <bpf/bpf_endian.h>
+#include "build.h"
+#include "director.h"
+#include "flow.h"
+#include "maps.h"
+
 /* exact_hash: see director.h. Words are read in host order, as the Go side
  * does. The five products are independent, so the hash costs about one
  * multiplication's latency rather than five in a row. */

@@ -62,12 +62,16 @@ struct dir_capture_cpu {
  * replaced, so pins made by an older build are adopted. */
 struct dir_capture capture_setting SEC(".data.capture");
 
+/* Where captured frames go: one perf buffer per CPU, which the capturing
+ * process opens from the pin (its buffers go with it). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(__u32));
 } capture_events SEC(".maps");
 
+/* Each CPU's rate window and what it could not keep (struct
+ * dir_capture_cpu), read when a capture ends. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

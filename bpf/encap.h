@@ -1,6 +1,28 @@
-/* GLB's GUE encapsulation (gue.h), written in front of a packet. */
+/* GLB's GUE encapsulation (gue.h), written in front of a packet, and the
+ * IPv6 underlay's. */
 #ifndef DIR_ENCAP_H
 #define DIR_ENCAP_H
+
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <bpf/bpf_endian.h>
+#include "build.h"
+#include "director.h"
+#include "gue.h"
+#include "csum.h"
+#include "count.h"
+#include "capture.h"
+
+/* Where the stores below write: checked against the structs. */
+_Static_assert(sizeof(struct glb_encap) == 20 + 8 + 8 + 4 * GUE_MAX_LISTED, "GLB's encapsulation: IPv4, UDP, GUE");
+#define GUE_OFF __builtin_offsetof(struct glb_encap, gue)
+#define HOPS_OFF (GUE_OFF + __builtin_offsetof(struct glb_gue_hdr, hops))
+_Static_assert(GUE_OFF == 28 && HOPS_OFF == 36, "the stores below write the words they mean to");
+_Static_assert(sizeof(struct dir_gue6_encap) == 40 + 8 + 8 + 16 * GUE_MAX_LISTED, "the IPv6 underlay's encapsulation: IPv6, UDP, GUE");
+#define GUE6_OFF __builtin_offsetof(struct dir_gue6_encap, gue)
+#define HOPS6_OFF (GUE6_OFF + __builtin_offsetof(struct dir_gue6_hdr, hops))
+_Static_assert(GUE6_OFF == 48 && HOPS6_OFF == 56, "encapsulate6's stores write the words they mean to");
 
 /* encapsulate moves the L2 header of l2len bytes forward by the encap size
  * and writes the GUE headers behind it. l2len is a constant at each call

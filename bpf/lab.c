@@ -36,6 +36,8 @@ const struct tg_config *unused_tg_config __attribute__((unused));
 const struct tg_frame *unused_tg_frame __attribute__((unused));
 const enum tg_limit *unused_tg_limit __attribute__((unused));
 
+/* The generator's settings (struct tg_config: how many frames, where
+ * to), one entry. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -43,6 +45,7 @@ struct {
 	__type(value, struct tg_config);
 } tg_cfg SEC(".maps");
 
+/* The frames it sends, in turn. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, TG_MAX_FRAMES);

@@ -3,6 +3,13 @@
 #ifndef DIR_MAPS_H
 #define DIR_MAPS_H
 
+#include "build.h"
+#include "director.h"
+#include "capture.h"
+
+/* The director config (struct dir_config: hash fields, the outer source
+ * addresses and gateway MACs, the active bind generation), one entry,
+ * written by the loader's SetConfig; every packet reads it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -46,6 +53,11 @@ struct {
 	__type(value, struct dir_group_table);
 } bind_groups SEC(".maps");
 
+/* The tables (struct dir_table: key, rows, hops, binds), one inner map
+ * each, by slot: a bind names its table's slot. An apply writes a table
+ * into a fresh inner map and swaps it into its slot, so a packet reads
+ * either the old table or the new one whole (docs/architecture.md, "The
+ * loader"). */
 struct table_slot {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -60,6 +72,8 @@ struct {
 	__array(values, struct table_slot);
 } tables SEC(".maps");
 
+/* The global counters (enum dir_counter), per CPU: what happened to each
+ * packet, and why one was passed. Summed over CPUs by 'director stats'. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -67,7 +81,10 @@ struct {
 	__type(value, struct dir_counters);
 } counters SEC(".maps");
 
-
+/* Packets and bytes sent to each backend as primary, per CPU, at
+ * stats_id * DIR_MAX_BACKENDS + the backend's counter index: indexed
+ * from the row, no lookup by address. A table's traffic is its
+ * backends' sum. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DIR_MAX_TABLES * DIR_MAX_BACKENDS);
@@ -104,7 +121,5 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } link_mtus SEC(".maps");
-
-#include "capture.h"
 
 #endif

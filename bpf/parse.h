@@ -3,7 +3,14 @@
 #ifndef DIR_PARSE_H
 #define DIR_PARSE_H
 
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_endian.h>
 #include "build.h"
+#include "director.h"
+#include "flow.h"
+#include "csum.h"
 
 /* ---- parsing ----
  *

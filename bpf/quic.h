@@ -3,6 +3,10 @@
 #ifndef DIR_QUIC_H
 #define DIR_QUIC_H
 
+#include "build.h"
+#include "director.h"
+#include "maps.h"
+
 /* The bytes of a QUIC packet the program reads: a long header's first
  * octet, version and ID length (6 bytes), or a short header's first octet;
  * then the ID's first octet and DIR_QUIC_READ bytes after it, of which the

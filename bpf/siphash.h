@@ -3,6 +3,10 @@
 #ifndef DIR_SIPHASH_H
 #define DIR_SIPHASH_H
 
+#include "build.h"
+#include "director.h"
+#include "flow.h"
+
 /* ---- SipHash-2-4 ---- */
 
 #define ROTL(x, b) (__u64)(((x) << (b)) | ((x) >> (64 - (b))))

@@ -7,7 +7,18 @@
 #ifndef DIR_TOOBIG_H
 #define DIR_TOOBIG_H
 
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_endian.h>
 #include "build.h"
+#include "director.h"
+#include "flow.h"
+#include "maps.h"
+#include "csum.h"
+#include "count.h"
+#include "capture.h"
 
 /* No underlay is smaller than IPv6's minimum MTU: an outer packet of up to
  * this many bytes is never checked, so that the small packets (ACKs, SYNs)

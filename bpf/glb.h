@@ -1,30 +1,18 @@
-/* Counting what happens to a frame, and what GLB would have called one
- * the program passes. */
-#ifndef DIR_VERDICT_H
-#define DIR_VERDICT_H
+/* What GLB's XDP director would have counted a frame this program passes
+ * as, and passing a frame that way. */
+#ifndef DIR_GLB_H
+#define DIR_GLB_H
 
-_Static_assert(sizeof(struct glb_encap) == 20 + 8 + 8 + 4 * GUE_MAX_LISTED, "GLB's encapsulation: IPv4, UDP, GUE");
-#define GUE_OFF __builtin_offsetof(struct glb_encap, gue)
-#define HOPS_OFF (GUE_OFF + __builtin_offsetof(struct glb_gue_hdr, hops))
-_Static_assert(GUE_OFF == 28 && HOPS_OFF == 36, "the stores below write the words they mean to");
-_Static_assert(sizeof(struct dir_gue6_encap) == 40 + 8 + 8 + 16 * GUE_MAX_LISTED, "the IPv6 underlay's encapsulation: IPv6, UDP, GUE");
-#define GUE6_OFF __builtin_offsetof(struct dir_gue6_encap, gue)
-#define HOPS6_OFF (GUE6_OFF + __builtin_offsetof(struct dir_gue6_hdr, hops))
-_Static_assert(GUE6_OFF == 48 && HOPS6_OFF == 56, "encapsulate6's stores write the words they mean to");
-
-static __always_inline void count(struct dir_counters *c, int i)
-{
-	if (i >= 0 && i < DIR_C_MAX)
-		c->c[i]++;
-}
-
-/* error_pass passes a frame the program failed on (a DIR_C_ERROR_
- * counter) as it is now: rare, and what a capture is for. */
-static __always_inline int error_pass(struct xdp_md *ctx, struct dir_counters *c, int reason)
-{
-	count(c, reason);
-	return captured(ctx, XDP_PASS, reason, 0, NULL);
-}
+#include <linux/in.h>
+#include <linux/if_ether.h>
+#include <bpf/bpf_endian.h>
+#include "build.h"
+#include "director.h"
+#include "flow.h"
+#include "maps.h"
+#include "bind.h"
+#include "count.h"
+#include "capture.h"
 
 /* glb_result is what GLB's XDP director would have counted a frame this
  * program passes as (glb_encap.c, with glb-hashing's packet_parsing.h).
@@ -118,15 +106,6 @@ static __always_inline int pass_frame(struct xdp_md *ctx, struct dir_counters *c
 	count(c, reason);
 	count(c, glb_result(ctx));
 	return captured(ctx, XDP_PASS, reason, 0, NULL);
-}
-
-static __always_inline void traffic(void *map, __u32 key, __u64 bytes)
-{
-	struct dir_traffic *t = bpf_map_lookup_elem(map, &key);
-	if (t) {
-		t->packets++;
-		t->bytes += bytes;
-	}
 }
 
 #endif
