@@ -45,11 +45,14 @@ ARTIFACTS ?= $(CURDIR)/test-artifacts
 # The NIC tests (TestNIC...) need virtio-net NICs of their own, which the
 # guests of 'make test-kernels' have and the host does not: they are left
 # to the guests, where a missing NIC fails them (testenv.NICs).
+# The table's property tests run all their random cases here
+# (DIRECTOR_PROPERTY_TESTS=full); a plain 'go test ./table/...' runs a
+# third of them, to stay quick.
 test: lint
 	mkdir -p $(ARTIFACTS)
-	DIRECTOR_KERNEL_TESTS=required DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -skip '^TestNIC' -artifacts -outputdir $(ARTIFACTS) ./...
-	$(GO) test -count=1 -tags purego ./table
-	DIRECTOR_KERNEL_TESTS=required $(GO) test -race -count=1 $(RACE_PKGS)
+	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -skip '^TestNIC' -artifacts -outputdir $(ARTIFACTS) ./...
+	DIRECTOR_PROPERTY_TESTS=full $(GO) test -count=1 -tags purego ./table
+	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full $(GO) test -race -count=1 $(RACE_PKGS)
 
 # The kernel tests again, inside each kernel of internal/vmtest/kernels.go
 # (Debian 11's 5.10, Debian 12's 6.1 and 6.12) booted under qemu, with

@@ -104,7 +104,7 @@ func without(tc *TableConfig, k int) *TableConfig {
 // not put at risk without balance (none where GLB's invariant holds).
 func TestBalanceProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(24, 3))
-	for iter := range 32 / raceRuns {
+	for iter := range cases(32) {
 		n := 2 + rng.IntN(64)
 		tc := randomTable(rng, n, 3)
 		if rng.IntN(2) == 0 {
@@ -285,7 +285,7 @@ func TestBoundedLoadTradeOff(t *testing.T) {
 func TestBalanceRampAdds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(24, 5))
 	ramps := 0
-	for iter := range 24 / raceRuns {
+	for iter := range cases(24) {
 		tc := benchTable(8 + rng.IntN(120))
 		tc.Balance = uint16(1005 + rng.IntN(100))
 		add := 1

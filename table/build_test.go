@@ -403,7 +403,7 @@ func mutate(rng *rand.Rand, tc *TableConfig) (*TableConfig, string) {
 
 func TestIncrementalEqualsFullBuild(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	iters := 300 / raceRuns
+	iters := cases(300)
 	if testing.Short() {
 		iters = 40
 	}
@@ -481,7 +481,7 @@ func checkMovement(t *testing.T, what string, old, new *TableConfig, before, aft
 
 func TestAddRemoveMovesOnlyThatBackend(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
-	for i := 0; i < 30/raceRuns; i++ {
+	for i := 0; i < cases(30); i++ {
 		tc := randomTable(rng, 2+rng.IntN(30), 0)
 		before, _ := Build(tc)
 		add := *tc
@@ -500,7 +500,7 @@ func TestAddRemoveMovesOnlyThatBackend(t *testing.T) {
 
 func TestBackendOrderDoesNotMatter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
-	for i := 0; i < 30/raceRuns; i++ {
+	for i := 0; i < cases(30); i++ {
 		tc := randomTable(rng, 1+rng.IntN(30), rng.IntN(8))
 		a, _ := Build(tc)
 		sh := *tc

@@ -47,7 +47,7 @@ func refDomainRow(R []int, bs []Backend) Row {
 func TestDomainBuildMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	saved := haveVectorScores
-	for i := 0; i < 40/raceRuns; i++ {
+	for i := 0; i < cases(40); i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(8))
 		zoneTable(rng, tc, 2+rng.IntN(3))
 		if i%2 == 1 {
@@ -113,7 +113,7 @@ func TestDomainChangesKeepConnections(t *testing.T) {
 		n.Backends = f(slices.Clone(tc.Backends))
 		return &n
 	}
-	for i := 0; i < 15/raceRuns; i++ {
+	for i := 0; i < cases(15); i++ {
 		tc := randomTable(rng, 3+rng.IntN(40), 0)
 		zoneTable(rng, tc, 2+rng.IntN(3))
 		if i%2 == 1 {

@@ -13,7 +13,7 @@ import (
 func TestRampStepsPutNoRowAtRisk(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	found := 0
-	for i := 0; i < max(1, 6/raceRuns); i++ {
+	for i := 0; i < cases(6); i++ {
 		tc := benchTable(8 + rng.IntN(60))
 		for j := range tc.Backends {
 			tc.Backends[j].Weight = 10000
@@ -67,8 +67,8 @@ func TestRampStepsPutNoRowAtRisk(t *testing.T) {
 		}
 		t.Logf("table %d, %d backends: 40000 -> 10000 in %d steps, %v ...", i, len(tc.Backends), len(r.Steps), r.Steps[:min(5, len(r.Steps))])
 	}
-	if found < max(1, 2/raceRuns) {
-		t.Errorf("a ramp for %d of 6 tables", found)
+	if found < cases(2) {
+		t.Errorf("a ramp for %d of %d tables", found, cases(6))
 	}
 	// Not a lowered weight: no ramp.
 	tc := benchTable(8)

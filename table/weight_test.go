@@ -100,7 +100,7 @@ func weighTable(rng *rand.Rand, tc *TableConfig, maxW int) {
 func TestWeightedBuildMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	saved := haveVectorScores
-	for i := 0; i < 40/raceRuns; i++ {
+	for i := 0; i < cases(40); i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(6))
 		weighTable(rng, tc, []int{2, 10, MaxWeight}[i%3])
 		matchesReference(t, fmt.Sprintf("table %d", i), tc, saved, ruleRow)
@@ -292,7 +292,7 @@ func TestWeightedShares(t *testing.T) {
 // secondary.
 func TestRaisingAWeightMovesRowsOnlyToIt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for i := 0; i < 20/raceRuns; i++ {
+	for i := 0; i < cases(20); i++ {
 		tc := randomTable(rng, 2+rng.IntN(60), 0)
 		if i%2 == 1 {
 			weighTable(rng, tc, 20)
