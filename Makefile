@@ -38,8 +38,8 @@ install: build
 # code's own detection, which the tests check); on a CPU without them the
 # tests say so and skip, and the portable path is what runs.
 DIRECTOR_VECTOR_TESTS ?= $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo && echo required)
-RACE_PKGS = ./table/... ./internal/service ./internal/health ./internal/bgp ./internal/model ./internal/classify \
-	./internal/capture ./internal/replay ./internal/chunk ./internal/gue ./internal/vmtest ./internal/layout ./internal/golden ./internal/picture
+RACE_PKGS = ./table/... ./internal/service ./internal/service/health ./internal/service/bgp ./internal/datapath/model ./internal/datapath/classify \
+	./internal/format/pcapfile ./internal/replay ./internal/datapath/chunk ./internal/datapath/gue ./internal/lab/vmtest ./internal/layout ./internal/lab/golden ./internal/picture
 # Test artifacts (the status page's screenshots) are kept in ARTIFACTS.
 ARTIFACTS ?= $(CURDIR)/test-artifacts
 # The NIC tests (TestNIC...) need virtio-net NICs of their own, which the
@@ -54,32 +54,32 @@ test: lint
 	DIRECTOR_PROPERTY_TESTS=full $(GO) test -count=1 -tags purego ./table
 	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full $(GO) test -race -count=1 $(RACE_PKGS)
 
-# The kernel tests again, inside each kernel of internal/vmtest/kernels.go
+# The kernel tests again, inside each kernel of internal/lab/vmtest/kernels.go
 # (Debian 11's 5.10, Debian 12's 6.1 and 6.12) booted under qemu, with
 # virtio-net NICs for the NIC tests; the kernel packages are
 # downloaded into a cache the first time (docs/development.md, "Older
 # kernels"). As root, after 'make test', which covers the host's kernel.
 test-kernels:
-	$(GO) run ./internal/vmtest $(VMTEST_FLAGS)
+	$(GO) run ./internal/lab/vmtest $(VMTEST_FLAGS)
 
 # Table builds, then (as root) the datapath: program cost on real veth
 # traffic beside an empty XDP_TX program, and full apply vs per-element.
 # The main job on a fresh machine, as root: a testbed of namespaces, real
 # TCP through the director, a reviewed drain that breaks no connection.
 demo: build
-	$(GO) run ./internal/demo --director $(BIN)
+	$(GO) run ./internal/lab/demo --director $(BIN)
 
 # Three directors behind a BIRD router: one fails, its connections carry on.
 demo-fleet: build
-	$(GO) run ./internal/demo --director $(BIN) --fleet
+	$(GO) run ./internal/lab/demo --director $(BIN) --fleet
 
 demo-ipv6: build
-	$(GO) run ./internal/demo --director $(BIN) --ipv6
+	$(GO) run ./internal/lab/demo --director $(BIN) --ipv6
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table
-	$(GO) test -run '^$$' -bench 'Classif|Parse' ./internal/model
-	$(GO) test -run '^$$' -bench Read ./internal/capture
+	$(GO) test -run '^$$' -bench 'Classif|Parse' ./internal/datapath/model
+	$(GO) test -run '^$$' -bench Read ./internal/format/pcapfile
 	$(GO) test -run '^$$' -bench Program -benchtime 1000000x ./loader
 	$(GO) test -run '^$$' -bench Apply -benchtime 10x ./loader
 	$(GO) test -run '^$$' -bench HealthFlip -benchtime 200x ./internal/service
@@ -109,7 +109,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags purego ./table
 	# The table tools review changes on an operator's laptop too.
-	GOOS=darwin $(GO) build ./table/... ./internal/model ./internal/classify ./internal/capture ./internal/pkt ./internal/gue ./internal/replay ./internal/chunk
+	GOOS=darwin $(GO) build ./table/... ./internal/datapath/model ./internal/datapath/classify ./internal/format/pcapfile ./internal/datapath/pkt ./internal/datapath/gue ./internal/replay ./internal/datapath/chunk
 
 # Short fuzzing sessions for the two parsers of untrusted input.
 FUZZTIME ?= 30s

@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 )
 

@@ -24,9 +24,9 @@ const BackendDir = "/sys/fs/bpf/director-backend"
 // be_counter's in bpf/backend.c.
 func BackendCounterNames() []string { return bpf.BackendCounterNames() }
 
-// Backend is the backend-side program: GUE decapsulation with GLB's second
-// chance (bpf/backend.c).
-type Backend struct {
+// BackendProgram is the backend host's program (not a table.Backend, a
+// server): GUE decapsulation with GLB's second chance (bpf/backend.c).
+type BackendProgram struct {
 	Dir string
 	// Repaired says what LoadBackend put right of the pins it found.
 	Repaired []string
@@ -38,7 +38,7 @@ type Backend struct {
 // there), or privately with dir "". It takes the director's path
 // (pinnedLoad): under dir's lock, and a program of another version
 // replaces the pinned one on every attached interface.
-func LoadBackend(dir string) (*Backend, error) {
+func LoadBackend(dir string) (*BackendProgram, error) {
 	raiseMemlock()
 	spec, err := xdpbuild.Backend()
 	if err == nil {
@@ -47,7 +47,7 @@ func LoadBackend(dir string) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{Dir: dir}
+	b := &BackendProgram{Dir: dir}
 	l := &pinnedLoad{
 		dir:      dir,
 		what:     "the backend program",
@@ -68,23 +68,25 @@ func LoadBackend(dir string) (*Backend, error) {
 }
 
 // Close releases this process's handles.
-func (b *Backend) Close() error { return errors.Join(b.progs.Close(), b.maps.Close()) }
+func (b *BackendProgram) Close() error { return errors.Join(b.progs.Close(), b.maps.Close()) }
 
 // Prog is the backend program.
-func (b *Backend) Prog() *ebpf.Program { return b.progs.Backend }
+func (b *BackendProgram) Prog() *ebpf.Program { return b.progs.Backend }
 
 // SetSelf sets the addresses forwarded packets leave from: this host's,
 // one of each family at most (IPv6 for GUE over IPv6).
-func (b *Backend) SetSelf(self ...netip.Addr) error { return b.configure(self, true) }
+func (b *BackendProgram) SetSelf(self ...netip.Addr) error { return b.configure(self, true) }
 
 // DisableSecondChance makes the program decapsulate every packet, never
 // forwarding: what a backend without GLB's proxy logic does ('backend
 // attach --no-second-chance'), for testing, or an operator who must.
-func (b *Backend) DisableSecondChance(self ...netip.Addr) error { return b.configure(self, false) }
+func (b *BackendProgram) DisableSecondChance(self ...netip.Addr) error {
+	return b.configure(self, false)
+}
 
 // SecondChance reports whether the program forwards packets of unknown
 // connections to the next hop (see DisableSecondChance).
-func (b *Backend) SecondChance() (bool, error) {
+func (b *BackendProgram) SecondChance() (bool, error) {
 	var c bpf.BeConfig
 	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err != nil {
 		return false, err
@@ -92,7 +94,7 @@ func (b *Backend) SecondChance() (bool, error) {
 	return c.NoSecondChance == 0, nil
 }
 
-func (b *Backend) configure(selves []netip.Addr, secondChance bool) error {
+func (b *BackendProgram) configure(selves []netip.Addr, secondChance bool) error {
 	c := bpf.BeConfig{Configured: 1}
 	var have4, have6 bool
 	for _, self := range selves {
@@ -115,7 +117,7 @@ func (b *Backend) configure(selves []netip.Addr, secondChance bool) error {
 }
 
 // Attach attaches the backend program to iface (pinned link).
-func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
+func (b *BackendProgram) Attach(iface, mode string) (*Attachment, error) {
 	if b.Dir == "" {
 		return nil, errors.New("a private backend program cannot be attached")
 	}
@@ -124,12 +126,12 @@ func (b *Backend) Attach(iface, mode string) (*Attachment, error) {
 
 // Detach removes the backend program from iface; idempotent. The program
 // and its counters stay pinned (UnloadBackend removes them).
-func (b *Backend) Detach(iface string) error { return detachNamed(b.Dir, iface) }
+func (b *BackendProgram) Detach(iface string) error { return detachNamed(b.Dir, iface) }
 
 // Accept sets the outer destinations GUE is accepted for besides the
 // SetSelf addresses: this host's addresses, IPv4 (GLB's GUE) and IPv6
 // (GUE over IPv6). It replaces the whole set.
-func (b *Backend) Accept(addrs []netip.Addr) error {
+func (b *BackendProgram) Accept(addrs []netip.Addr) error {
 	want4, want6 := map[uint32]bool{}, map[[16]byte]bool{}
 	for _, a := range addrs {
 		if a.Is4() {
@@ -176,7 +178,7 @@ func replaceSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 
 // Accepted lists the outer destinations GUE is accepted for: the SetSelf
 // addresses and those Accept set.
-func (b *Backend) Accepted() ([]netip.Addr, error) {
+func (b *BackendProgram) Accepted() ([]netip.Addr, error) {
 	seen := map[netip.Addr]bool{}
 	var c bpf.BeConfig
 	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
@@ -259,10 +261,10 @@ func InterfaceIPv6(iface string) netip.Addr {
 }
 
 // Attachments lists where the backend program is attached.
-func (b *Backend) Attachments() ([]Attachment, error) { return attachments(b.Dir) }
+func (b *BackendProgram) Attachments() ([]Attachment, error) { return attachments(b.Dir) }
 
 // Counters sums the backend counters over CPUs, by name.
-func (b *Backend) Counters() (map[string]uint64, error) {
+func (b *BackendProgram) Counters() (map[string]uint64, error) {
 	var per []bpf.BeCounters
 	if err := b.maps.BeStats.Lookup(uint32(0), &per); err != nil {
 		return nil, err
@@ -297,8 +299,8 @@ func InterfaceIPv4(iface string) (netip.Addr, error) {
 
 // OpenBackend adopts the backend program pinned in dir without loading
 // anything: for commands that only read, or detach.
-func OpenBackend(dir string) (*Backend, error) {
-	b := &Backend{Dir: dir}
+func OpenBackend(dir string) (*BackendProgram, error) {
+	b := &BackendProgram{Dir: dir}
 	var err error
 	if b.progs.Backend, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err != nil {
 		if errors.Is(err, os.ErrNotExist) {

@@ -12,13 +12,13 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/gue"
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/gue"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 )
 
-// gueFrame builds a director's GUE frame (internal/gue) around an inner IP
+// gueFrame builds a director's GUE frame (internal/datapath/gue) around an inner IP
 // packet, to this host (192.168.77.1), with the hops listed after it and
 // the next-hop index.
 func gueFrame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
@@ -235,7 +235,7 @@ type backendCase struct {
 // checks its verdict, its counter, and a decapsulation's bytes (MACs kept,
 // the inner packet's ethertype). It returns the output and the counters
 // before and after.
-func runBackendCase(b *Backend, ifindex int, c backendCase) (out []byte, before, after map[string]uint64, err error) {
+func runBackendCase(b *BackendProgram, ifindex int, c backendCase) (out []byte, before, after map[string]uint64, err error) {
 	before, _ = b.Counters()
 	run := func() (uint32, []byte, error) { return lab.RunOn(b.Prog(), c.in, ifindex) }
 	if !lab.HaveRunContext() {

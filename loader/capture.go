@@ -99,7 +99,7 @@ func (d *Director) Capture(f CaptureFilter) (*Capture, error) {
 }
 
 // Capture starts a capture of the backend program's frames.
-func (b *Backend) Capture(f CaptureFilter) (*Capture, error) {
+func (b *BackendProgram) Capture(f CaptureFilter) (*Capture, error) {
 	if b.maps.Capture == nil || b.maps.CaptureEvents == nil || b.maps.CaptureCpu == nil {
 		return nil, fmt.Errorf("capture: the backend program pinned in %s predates live capture: load this version "+
 			"(director backend attach IFACE) first", b.Dir)

@@ -16,9 +16,9 @@ import (
 	"github.com/director/director/internal/layout"
 	"github.com/director/director/table/config"
 
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"

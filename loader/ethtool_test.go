@@ -5,7 +5,7 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )

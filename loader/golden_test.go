@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/internal/golden"
-	"github.com/director/director/internal/gue"
+	"github.com/director/director/internal/datapath/gue"
+	"github.com/director/director/internal/lab/golden"
 
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )
@@ -71,7 +71,7 @@ func TestGoldenPackets(t *testing.T) {
 	d, m := setup(t, dc)
 	var out strings.Builder
 	fmt.Fprintf(&out, "# Golden packets: go test ./loader -run GoldenPackets -update\n")
-	fmt.Fprintf(&out, "# Each case: the frame in and out in words (internal/pkt.Describe), then in hex.\n")
+	fmt.Fprintf(&out, "# Each case: the frame in and out in words (internal/datapath/pkt.Describe), then in hex.\n")
 	fmt.Fprintf(&out, "# Tables: loader/datapath_test.go testConfig. Source IP %s, gateway %x.\n", dc.SrcIP, pkt.GatewayMAC)
 	for _, c := range goldenCases() {
 		v, o, err := lab.Run(d.Prog, c.frame)

@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/testenv"
 )
 
 // TestProbeKernel: on every kernel the tests run on, the programs find

@@ -14,9 +14,9 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/internal/layout"
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
 )

@@ -14,8 +14,8 @@ import (
 
 	"github.com/director/director/bpf"
 
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 )
 

@@ -11,9 +11,9 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
 )
 

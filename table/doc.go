@@ -7,6 +7,6 @@
 // diff of two sets of tables into a plan with a verdict.
 //
 // Reading the JSON that operators write is table/config's job; the loader
-// puts what this package builds into the kernel; internal/model states what
+// puts what this package builds into the kernel; internal/datapath/model states what
 // the XDP program does with it, packet by packet.
 package table

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/internal/golden"
+	"github.com/director/director/internal/lab/golden"
 )
 
 // The structs below transcribe GLB's packed C structs (cli/main.c);

@@ -11,9 +11,9 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/internal/layout"
-	"github.com/director/director/internal/model"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
@@ -156,7 +156,7 @@ func runBench(e *env, c *command, args []string) error {
 // readFrames loads a capture's frames for injection (14 bytes up to the
 // generator's 1536: a veth's 1500-byte MTU plus its L2 header).
 func readFrames(path string) ([][]byte, error) {
-	r, err := capture.Open(path)
+	r, err := pcapfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -19,10 +19,10 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/gue"
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pcapfilter"
-	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/datapath/gue"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/format/pcapfilter"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/gue"
-	"github.com/director/director/internal/pcapfilter"
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/gue"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/format/pcapfile"
+	"github.com/director/director/internal/format/pcapfilter"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 )
@@ -143,7 +143,7 @@ func TestCaptureCommand(t *testing.T) {
 		if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
 			return fmt.Errorf("capture file mode %v, owner %d, %v", st.Mode(), st.Sys().(*syscall.Stat_t).Uid, err)
 		}
-		rd, err := capture.Open(file)
+		rd, err := pcapfile.Open(file)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/director/director/internal/capture"
+	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/table/config"
 )
 
@@ -34,13 +34,13 @@ func runGenCapture(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	var st capture.GenStats
+	var st pcapfile.GenStats
 	err = e.writeOutput(*out, 0o644, func(w io.Writer) error {
-		cw, err := capture.NewWriter(w)
+		cw, err := pcapfile.NewWriter(w)
 		if err != nil {
 			return err
 		}
-		st, err = capture.Generate(cfg, capture.GenOptions{Flows: *flows, Seed: *seed}, cw.Write)
+		st, err = pcapfile.Generate(cfg, pcapfile.GenOptions{Flows: *flows, Seed: *seed}, cw.Write)
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/director/director/internal/health"
+	"github.com/director/director/internal/service/health"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/pkt"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/loader/xdpbuild"

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/golden"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/golden"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/director/director/internal/golden"
+	"github.com/director/director/internal/lab/golden"
 )
 
 // TestPictures makes the README's pictures with the commands, as an

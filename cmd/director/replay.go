@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/internal/picture"
 	"github.com/director/director/internal/replay"
 	"github.com/director/director/loader"
@@ -185,7 +185,7 @@ func isTerminal(w io.Writer) bool {
 // run replays the capture. On a capture error it still returns the report
 // of what was processed, with the error.
 func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Report, [][]uint64, error) {
-	r, err := capture.Open(path)
+	r, err := pcapfile.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/golden"
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/format/pcapfile"
+	"github.com/director/director/internal/lab/golden"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/internal/replay"
-	"github.com/director/director/internal/testenv"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -144,7 +144,7 @@ func TestReplayAgainstMatchesDiff(t *testing.T) {
 		dc := table.DefaultDirectorConfig()
 		dc.SrcIP = netip.MustParseAddr("192.0.2.1")
 		m := model.New(dc, [6]byte{}, oldT.Tables)
-		rd, err := capture.Open(pcap)
+		rd, err := pcapfile.Open(pcap)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +302,7 @@ func TestReplayVerifyMultiBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := capture.NewWriter(f)
+	w, err := pcapfile.NewWriter(f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"

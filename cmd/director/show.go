@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/picture"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"

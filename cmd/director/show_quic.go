@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/internal/golden"
+	"github.com/director/director/internal/lab/golden"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )

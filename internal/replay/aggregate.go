@@ -4,9 +4,9 @@ import (
 	"math"
 	"net/netip"
 
-	"github.com/director/director/internal/chunk"
-	"github.com/director/director/internal/classify"
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/chunk"
+	"github.com/director/director/internal/datapath/classify"
+	"github.com/director/director/internal/datapath/model"
 )
 
 // Aggregator builds a Report from samples. Per packet it does one map

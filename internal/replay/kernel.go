@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/classify"
-	"github.com/director/director/internal/gue"
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/classify"
+	"github.com/director/director/internal/datapath/gue"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
@@ -121,9 +121,9 @@ const kernelBatch = 1 << 11
 //
 // Three stages overlap: reading the capture, running batches through the
 // program and the model on every CPU, and aggregating.
-func RunKernel(r *capture.Reader, path string, cur, against *Side, agg *Aggregator, vr *VerifyReport, read *atomic.Uint64) error {
+func RunKernel(r *pcapfile.Reader, path string, cur, against *Side, agg *Aggregator, vr *VerifyReport, read *atomic.Uint64) error {
 	k := &kernelRun{r: r, path: path, cur: cur, against: against, verify: vr != nil}
-	batches := make(chan batch[capture.Packet], 2)
+	batches := make(chan batch[pcapfile.Packet], 2)
 	go k.readAll(batches)
 	results := make(chan kernelJob, 2)
 	go k.runAll(batches, results)
@@ -152,7 +152,7 @@ func (e *RunError) Error() string { return e.Err.Error() }
 func (e *RunError) Unwrap() error { return e.Err }
 
 type kernelRun struct {
-	r            *capture.Reader
+	r            *pcapfile.Reader
 	path         string
 	cur, against *Side
 	verify       bool
@@ -161,13 +161,13 @@ type kernelRun struct {
 
 // kernelJob is a batch and what each side did with it.
 type kernelJob struct {
-	batch    batch[capture.Packet]
+	batch    batch[pcapfile.Packet]
 	cur, new []outcome
 	err      error
 }
 
 // readAll reads the capture in batches into batches, and closes it.
-func (k *kernelRun) readAll(batches chan<- batch[capture.Packet]) {
+func (k *kernelRun) readAll(batches chan<- batch[pcapfile.Packet]) {
 	defer close(batches)
 	fail := func(err error) {
 		k.readErr = fmt.Errorf("%s: %w; %d packets were processed", k.path, err, k.r.Count())
@@ -175,7 +175,7 @@ func (k *kernelRun) readAll(batches chan<- batch[capture.Packet]) {
 	// A mapped capture that shrinks faults: an error, not a crash.
 	err := k.r.Guard(func() {
 		for {
-			b := batch[capture.Packet]{items: make([]capture.Packet, 0, kernelBatch)}
+			b := batch[pcapfile.Packet]{items: make([]pcapfile.Packet, 0, kernelBatch)}
 			for len(b.items) < kernelBatch {
 				p, err := k.r.Read()
 				if err == io.EOF {
@@ -205,7 +205,7 @@ func (k *kernelRun) readAll(batches chan<- batch[capture.Packet]) {
 
 // runAll runs each batch through both sides into results, and closes it.
 // After an error it drains batches, so that the reader finishes.
-func (k *kernelRun) runAll(batches <-chan batch[capture.Packet], results chan<- kernelJob) {
+func (k *kernelRun) runAll(batches <-chan batch[pcapfile.Packet], results chan<- kernelJob) {
 	defer close(results)
 	for b := range batches {
 		j := kernelJob{batch: b}
@@ -233,7 +233,7 @@ type outcome struct {
 
 func (o *outcome) tx() bool { return o.verdict == model.XDPTX }
 
-func (k *kernelRun) runSide(s *Side, packets []capture.Packet) ([]outcome, error) {
+func (k *kernelRun) runSide(s *Side, packets []pcapfile.Packet) ([]outcome, error) {
 	out := make([]outcome, len(packets))
 	// The model, in parallel: the reference when its bytes are compared,
 	// otherwise the fast classifier, one per worker, kept across batches.
@@ -287,7 +287,7 @@ func (k *kernelRun) runSide(s *Side, packets []capture.Packet) ([]outcome, error
 	return out, nil
 }
 
-func sample(p capture.Packet, o outcome) Sample {
+func sample(p pcapfile.Packet, o outcome) Sample {
 	s := Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1, QUIC: o.res.QUIC}
 	if o.res.Parsed {
 		s.HasFlow = true
@@ -308,7 +308,7 @@ func sample(p capture.Packet, o outcome) Sample {
 	return s
 }
 
-func aggregate(packets []capture.Packet, cur, nw []outcome, agg *Aggregator, vr *VerifyReport) {
+func aggregate(packets []pcapfile.Packet, cur, nw []outcome, agg *Aggregator, vr *VerifyReport) {
 	for i, p := range packets {
 		agg.Captured(len(p.Frame), p.Truncated)
 		if cur[i].notRun {

@@ -5,7 +5,7 @@ package replay
 import (
 	"testing"
 
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/model"
 )
 
 // TestVerifyComparesVerdictReasonAndBytes: --verify's judgement of one

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/classify"
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/classify"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/format/pcapfile"
 )
 
 // modelChunk is how many packets the model replay's reader hands another
@@ -31,7 +31,7 @@ const modelChunk = 256
 // flows up. Reading stays on one CPU, with its buffers, and the other
 // workers get only what the model needs: flows, sizes and places, not
 // frames.
-func RunModel(r *capture.Reader, path string, cur, against *model.Datapath, agg *Aggregator, read *atomic.Uint64) error {
+func RunModel(r *pcapfile.Reader, path string, cur, against *model.Datapath, agg *Aggregator, read *atomic.Uint64) error {
 	if read == nil {
 		read = new(atomic.Uint64)
 	}
@@ -60,7 +60,7 @@ func RunModel(r *capture.Reader, path string, cur, against *model.Datapath, agg 
 // modelRun is one model replay: a reader (worker 0) and the workers that
 // own the flows.
 type modelRun struct {
-	r            *capture.Reader
+	r            *pcapfile.Reader
 	path         string
 	cur, against *model.Datapath
 	read         *atomic.Uint64
@@ -278,7 +278,7 @@ func hasQUIC(d *model.Datapath) bool {
 // packet's fate depends on its connection ID, not its flow alone, so
 // every packet is classified and counted on its own (the Classifier still
 // remembers the other flows' fates), on one goroutine.
-func runModelPackets(r *capture.Reader, path string, cur, against *model.Datapath, agg *Aggregator, read *atomic.Uint64) error {
+func runModelPackets(r *pcapfile.Reader, path string, cur, against *model.Datapath, agg *Aggregator, read *atomic.Uint64) error {
 	c := classify.New(cur)
 	var nc *classify.Classifier
 	if against != nil {

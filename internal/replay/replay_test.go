@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/capture"
-	"github.com/director/director/internal/classify"
-	"github.com/director/director/internal/model"
-	"github.com/director/director/internal/pkt"
+	"github.com/director/director/internal/datapath/classify"
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/internal/replay"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -53,7 +53,7 @@ func TestMergeMatchesOneAggregator(t *testing.T) {
 	dc.SrcIP = netip.MustParseAddr("192.0.2.1")
 	cur, nw := model.New(dc, [6]byte{}, src.Tables), model.New(dc, [6]byte{}, changedTables)
 	var frames [][]byte
-	if _, err := capture.Generate(src.Config, capture.GenOptions{Flows: 2000, Seed: 9}, func(_ time.Time, f []byte) error {
+	if _, err := pcapfile.Generate(src.Config, pcapfile.GenOptions{Flows: 2000, Seed: 9}, func(_ time.Time, f []byte) error {
 		frames = append(frames, f)
 		return nil
 	}); err != nil {
@@ -229,9 +229,9 @@ func TestRunModelMatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, _ := capture.NewWriter(f)
+	w, _ := pcapfile.NewWriter(f)
 	var frames [][]byte
-	if _, err := capture.Generate(src.Config, capture.GenOptions{Flows: 3000, Seed: 4}, func(ts time.Time, fr []byte) error {
+	if _, err := pcapfile.Generate(src.Config, pcapfile.GenOptions{Flows: 3000, Seed: 4}, func(ts time.Time, fr []byte) error {
 		frames = append(frames, fr)
 		return w.Write(ts, fr)
 	}); err != nil {
@@ -257,7 +257,7 @@ func TestRunModelMatchesReference(t *testing.T) {
 		want := one.Report(10, name)
 		for _, procs := range []int{1, 3} {
 			old := runtime.GOMAXPROCS(procs)
-			r, err := capture.Open(path)
+			r, err := pcapfile.Open(path)
 			if err != nil {
 				t.Fatal(err)
 			}

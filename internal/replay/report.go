@@ -9,8 +9,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/director/director/internal/classify"
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/classify"
+	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/table"
 )
 

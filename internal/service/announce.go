@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/director/director/internal/bgp"
+	"github.com/director/director/internal/service/bgp"
 	"github.com/director/director/table"
 )
 
@@ -42,7 +42,7 @@ func VIPs(tables []*table.Table, withdrawWhenDown bool) []netip.Prefix {
 	return out
 }
 
-// announcer announces the VIPs over BGP (internal/bgp). The loop alone
+// announcer announces the VIPs over BGP (internal/service/bgp). The loop alone
 // starts, stops and moves it; GoBGP's goroutines and the metrics read its
 // sessions, so the speaker and its settings are kept under mu.
 type announcer struct {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/director/director/internal/health"
+	"github.com/director/director/internal/service/health"
 	"github.com/director/director/table"
 )
 

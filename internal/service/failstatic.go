@@ -3,7 +3,7 @@ package service
 import (
 	"time"
 
-	"github.com/director/director/internal/health"
+	"github.com/director/director/internal/service/health"
 	"github.com/director/director/table"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/director/director/internal/bgp"
-	"github.com/director/director/internal/health"
+	"github.com/director/director/internal/service/bgp"
+	"github.com/director/director/internal/service/health"
 	"github.com/director/director/loader"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/table"
 )
 

@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/bgp"
-	"github.com/director/director/internal/health"
-	"github.com/director/director/internal/testenv"
+	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/internal/service/bgp"
+	"github.com/director/director/internal/service/health"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/director/director/internal/bgp"
+	"github.com/director/director/internal/service/bgp"
 	"github.com/director/director/table"
 )
 

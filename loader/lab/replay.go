@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
-	"github.com/director/director/internal/model"
+	"github.com/director/director/internal/datapath/model"
 )
 
 // Outcome is what the program did with one frame.

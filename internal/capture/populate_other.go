@@ -1,7 +1,0 @@
-//go:build !linux
-
-package capture
-
-func populate([]byte) bool { return false }
-
-func adviseSequential([]byte) {}

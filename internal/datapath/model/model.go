@@ -1,0 +1,715 @@
+// Package model is a Go reference model of the XDP datapath: the same
+// parse, bind lookup, hash, row choice and encapsulation, written from the
+// definitions rather than from the C, and kept plain: no caches, no
+// memos. Tests run packets through both the kernel program and this model
+// and require identical verdicts, reasons, bytes and counters. It needs no
+// kernel, so replays can also run on it alone; internal/datapath/classify is its fast
+// per-flow form, tested equal to it.
+package model
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"os"
+
+	"github.com/director/director/bpf"
+	"github.com/director/director/internal/datapath/gue"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/table"
+)
+
+// Verdicts, as XDP numbers them (enum xdp_action).
+const (
+	XDPPass = bpf.XDPPass
+	XDPTX   = bpf.XDPTX
+)
+
+// The datapath's counters (enum dir_counter in bpf/director.h); the
+// reasons a packet is passed are among them.
+const (
+	CounterProcessed    = bpf.CProcessed
+	CounterMatched      = bpf.CMatched
+	CounterEncapsulated = bpf.CEncapsulated
+	CounterEncapBytes   = bpf.CEncapBytes
+	BindFast            = bpf.CBindFast  // found through the exact-match fast path (a performance counter; not modelled)
+	BindGroup           = bpf.CBindGroup // found through the group path (a performance counter; not modelled)
+	PassNotIP           = bpf.CPassNotIP
+	PassVLAN            = bpf.CPassVLAN
+	PassMalformed       = bpf.CPassMalformed
+	PassFragment        = bpf.CPassFragment
+	PassIPv6Ext         = bpf.CPassIPv6Ext
+	PassProto           = bpf.CPassProto
+	PassICMPEchoOff     = bpf.CPassICMPEchoOff
+	PassNoBind          = bpf.CPassNoBind
+	PassHeadersSplit    = bpf.CPassHeadersSplit // a multi-buffer frame whose headers run past its first buffer
+	PassTooBig          = bpf.CPassTooBig       // the encapsulated packet would be over 65,535 bytes
+	ErrNoConfig         = bpf.CErrNoConfig
+	ErrNoTable          = bpf.CErrNoTable
+	ErrAdjustHead       = bpf.CErrAdjustHead
+	ErrBounds           = bpf.CErrBounds
+	// Of frames passed for a Pass reason, what GLB's director would have
+	// counted them as: UnknownFormat (its parser cannot read them),
+	// Matched (what it reads is bound) or NoMatchingBind.
+	GLBUnknownFormat  = bpf.CGLBUnknownFormat
+	GLBNoMatchingBind = bpf.CGLBNoMatching
+	GLBMatched        = bpf.CGLBMatched
+	// A packet its encapsulation takes over the link's MTU: answered
+	// with ICMP too-big, or encapsulated all the same (Result.TooBig).
+	CounterICMPTooBig  = bpf.CICMPTooBig
+	CounterTooBigEncap = bpf.CTooBigEncap
+	NumCounters        = bpf.NumCounters
+)
+
+// The path MTU check (bpf/toobig.h, docs/wire.md "Path MTU"): an outer
+// packet of up to MTUFloor bytes is never checked; a reply quotes the
+// first TooBigQuote bytes of the packet.
+const (
+	MTUFloor    = 1280
+	TooBigQuote = 128
+)
+
+// Datapath is a configured director.
+type Datapath struct {
+	Config     table.DirectorConfig
+	GatewayMAC [6]byte
+	Configured bool
+	// DeviceMTU is the MTU of the interface the program runs on, what
+	// bpf_check_mtu reads; 0 is BPF_PROG_RUN's loopback's, 65,536.
+	DeviceMTU int
+	Tables    []*table.Table
+	refs      []table.BindRef
+}
+
+// New makes a datapath serving tables.
+func New(cfg table.DirectorConfig, gateway [6]byte, tables []*table.Table) *Datapath {
+	return &Datapath{Config: cfg, GatewayMAC: gateway, Configured: true, Tables: tables, refs: table.Refs(tables)}
+}
+
+// Result is what happened to one frame.
+type Result struct {
+	Verdict int
+	Reason  int // the pass counter, for XDPPass
+	// GLB is GLBUnknownFormat, GLBNoMatchingBind or GLBMatched for a
+	// frame passed for a Pass reason (not an error): what GLB's director
+	// would have counted it as (GLBResult). It belongs to the frame (a
+	// VLAN tag decides it), not the flow.
+	GLB    int
+	Out    []byte // the frame as it leaves: encapsulated for XDPTX, unchanged for XDPPass
+	Table  int    // for matched packets
+	Row    int
+	AltRow int // the alt_hash_fields row, or -1
+	// HopList[:NHops] are the hops, primary first: 2, or 4 with
+	// alt_hash_fields. An array, so that classifying allocates nothing.
+	HopList [4]netip.Addr
+	NHops   int
+	IPLen   int // length of the original IP packet
+	// Parsed packets reached the bind lookup; for them, the flow as seen
+	// from the client.
+	Parsed     bool
+	Client     netip.Addr
+	ClientPort uint16
+	VIP        netip.Addr
+	Proto      uint8
+	VIPPort    uint16
+	Echo       bool
+	// OuterLen is the encapsulated packet's length up to the end of the
+	// outer IP packet (trailing Ethernet padding excluded); 0 for a
+	// too-big reply.
+	OuterLen int
+	// TooBig is, for a packet its encapsulation takes over the link's
+	// MTU, CounterICMPTooBig when Out is the ICMP reply to the client
+	// (XDP_TX, nothing sent to the hops), or CounterTooBigEncap when it
+	// is encapsulated all the same; 0 for any other.
+	TooBig int
+	// QUIC is, for a UDP packet of a table with QUIC-LB routing, the
+	// counter it was counted under: QUICRouted when its connection ID
+	// chose the primary (HopList[0]), else the reason the row did; 0 for
+	// any other packet.
+	QUIC int
+}
+
+// Hops is HopList[:NHops].
+func (r *Result) Hops() []netip.Addr { return r.HopList[:r.NHops] }
+
+// Flow is a packet's flow seen from the client: what steering depends on,
+// beside the packet's own lengths and bytes.
+type Flow struct {
+	Client, VIP         netip.Addr
+	ClientPort, VIPPort uint16
+	Proto               uint8 // TCP or UDP; ICMP or ICMPv6 for echo requests
+	Echo                bool  // an ICMP echo request
+}
+
+// Process runs one frame through the datapath.
+func (d *Datapath) Process(frame []byte) Result { return d.process(frame, true) }
+
+// Classify is Process without building the encapsulated frame (Out is nil
+// for XDP_TX): all a replay needs to know where a packet goes.
+func (d *Datapath) Classify(frame []byte) Result { return d.process(frame, false) }
+
+// TableOf is the table a flow's bind selects: the longest prefix that
+// matches it (table.ResolveBind).
+func (d *Datapath) TableOf(f *Flow) (int, bool) {
+	return table.ResolveBind(d.refs, f.VIP, table.Proto(f.Proto), f.VIPPort, f.Echo)
+}
+
+// ParseFlow reads a frame up to its flow: the flow and 0, or the reason
+// the frame is passed without one. It depends on no config.
+func ParseFlow(frame []byte) (Flow, int) {
+	var f Flow
+	_, reason := parseFrame(frame, &f)
+	return f, reason
+}
+
+// SteerFlow is what happens to a packet of flow f, less what belongs to
+// the packet itself (its bytes and lengths: Out is nil, IPLen and
+// OuterLen are zero). tableOf answers the bind lookup: TableOf, or a
+// memo of it.
+func (d *Datapath) SteerFlow(f *Flow, tableOf func(*Flow) (int, bool)) Result {
+	r := d.steer(&packet{}, f, false, tableOf)
+	r.OuterLen = 0
+	return r
+}
+
+// How frames reach the program in BPF_PROG_RUN, which replays and tests
+// run it with: the first FirstBuffer bytes of a frame in its first
+// buffer, where the program reads them directly, and the rest in page-sized
+// fragments (a multi-buffer frame, as a NIC with a jumbo MTU delivers),
+// MaxFrame bytes at most. FirstBuffer is a page less XDP_PACKET_HEADROOM
+// (256) and struct skb_shared_info (320): 3,520 bytes with 4 KiB pages.
+// MaxFrame allows MAX_SKB_FRAGS (17) fragments.
+var (
+	FirstBuffer = os.Getpagesize() - 256 - 320
+	MaxFrame    = FirstBuffer + 17*os.Getpagesize()
+)
+
+// packet is what the datapath reads of a frame beside its flow: its
+// lengths and the places of its headers.
+type packet struct {
+	frame        []byte
+	l2len, ipLen int
+	v6           bool
+	icmpErr      bool // an ICMP error, steered by the flow it quotes
+	// l4 is the offset in the frame of a TCP or UDP header (not one an
+	// ICMP error quotes), 0 for none.
+	l4 int
+}
+
+// parseFrame reads a frame up to its flow. A reason other than 0 is the
+// pass counter the frame is passed for (f may then be partly filled).
+func parseFrame(frame []byte, f *Flow) (pk packet, reason int) {
+	pk.frame = frame
+	if len(frame) > MaxFrame {
+		return pk, PassTooBig // no XDP hook receives a frame this large
+	}
+	if len(frame) < 14 {
+		return pk, PassMalformed
+	}
+	etype := binary.BigEndian.Uint16(frame[12:])
+	pk.l2len = 14
+	switch etype {
+	case 0x8100:
+		if len(frame) < 18 {
+			return pk, PassMalformed
+		}
+		etype = binary.BigEndian.Uint16(frame[16:])
+		pk.l2len = 18
+		if etype == 0x8100 || etype == 0x88a8 {
+			return pk, PassVLAN
+		}
+	case 0x88a8:
+		return pk, PassVLAN
+	}
+	// The headers the program reads must lie in the first buffer.
+	ip := ipView{p: frame[pk.l2len:], first: min(len(frame), FirstBuffer) - pk.l2len}
+	switch etype {
+	case 0x0800:
+		pk.ipLen, pk.icmpErr, reason = parseIPv4(&ip, f)
+	case 0x86dd:
+		pk.ipLen, pk.icmpErr, reason = parseIPv6(&ip, f)
+		pk.v6 = true
+	default:
+		return pk, PassNotIP
+	}
+	// The outer IPv4 length must hold the largest encapsulation and the
+	// packet.
+	if reason == 0 && pk.ipLen > 0xffff-gue.Size(gue.MaxHops) {
+		return pk, PassTooBig
+	}
+	if ip.l4 != 0 && !pk.icmpErr {
+		pk.l4 = pk.l2len + ip.l4
+	}
+	return pk, reason
+}
+
+// ipView is an IP packet and the frame after it (p), of which the first
+// `first` bytes are in the frame's first buffer.
+type ipView struct {
+	p     []byte
+	first int
+	tot   int // the IP packet's length, once known
+	l4    int // the offset of a TCP or UDP header, once read
+}
+
+// read checks a read of n bytes at off, as the program's bounds checks do:
+// past the IP packet it is malformed; within it but past the first buffer,
+// the headers were split.
+func (v *ipView) read(off, n int) int {
+	switch {
+	case off+n > v.tot:
+		return PassMalformed
+	case off+n > v.first:
+		return PassHeadersSplit
+	}
+	return 0
+}
+
+// passed is the Result of a passed frame.
+func (d *Datapath) passed(frame []byte, reason int, parsed bool, f *Flow) Result {
+	r := Result{Verdict: XDPPass, Reason: reason, Out: frame, Parsed: parsed, Client: f.Client, ClientPort: f.ClientPort,
+		VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
+	if frame != nil && reason != ErrNoConfig && reason != ErrNoTable && reason != ErrAdjustHead && reason != ErrBounds {
+		r.GLB = d.GLBResult(frame[:min(len(frame), FirstBuffer)])
+	}
+	return r
+}
+
+// GLBResult is what GLB's XDP director (its glb_encap.c with glb-hashing's
+// packet_parsing.h) would count a frame as, given the frame's first
+// buffer. Its parser knows only the IPv4 and IPv6 ethertypes (a VLAN tag is
+// unknown to it), takes an IPv4 header as 20 bytes and reads no IPv6
+// extension header; past the IP header it needs the ports, or an ICMP
+// header (8 bytes for IPv4, 4 for ICMPv6) and, for IPv4's destination
+// unreachable and ICMPv6's packet too big, the quoted IP header and its
+// ports (after the 4-byte MTU, for ICMPv6), which it reads reversed. A
+// frame it cannot read is GLBUnknownFormat. Otherwise it looks up the
+// destination, protocol and port, ICMP with port 0 (bound only while echo
+// is forwarded): GLBMatched, or GLBNoMatchingBind.
+func (d *Datapath) GLBResult(frame []byte) int {
+	if len(frame) < 14 {
+		return GLBUnknownFormat
+	}
+	var f Flow
+	icmp := false
+	var ports []byte
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case 0x0800:
+		if len(frame) < 14+20+4 {
+			return GLBUnknownFormat
+		}
+		ip := frame[14:]
+		f.Proto, f.VIP, ports = ip[9], netip.AddrFrom4([4]byte(ip[16:20])), ip[20:24]
+		if f.Proto == 1 {
+			if len(frame) < 14+20+8 {
+				return GLBUnknownFormat
+			}
+			icmp = true
+			if ip[20] == 3 { // destination unreachable: the quoted packet, reversed
+				if len(frame) < 14+20+8+20+4 {
+					return GLBUnknownFormat
+				}
+				q := ip[28:]
+				icmp, f.Proto, f.VIP, ports = false, q[9], netip.AddrFrom4([4]byte(q[12:16])), []byte{0, 0, q[20], q[21]}
+			}
+		}
+	case 0x86dd:
+		if len(frame) < 14+40+4 {
+			return GLBUnknownFormat
+		}
+		ip := frame[14:]
+		f.Proto, f.VIP, ports = ip[6], netip.AddrFrom16([16]byte(ip[24:40])), ip[40:44]
+		if f.Proto == 58 {
+			icmp = true
+			if ip[40] == 2 { // packet too big: the quoted packet, reversed
+				if len(frame) < 14+40+8+40+4 {
+					return GLBUnknownFormat
+				}
+				q := ip[48:]
+				icmp, f.Proto, f.VIP, ports = false, q[6], netip.AddrFrom16([16]byte(q[8:24])), []byte{0, 0, q[40], q[41]}
+			}
+		}
+	default:
+		return GLBUnknownFormat
+	}
+	if !icmp {
+		f.VIPPort = binary.BigEndian.Uint16(ports[2:])
+	}
+	// GLB binds ICMP at port 0, only while echo is forwarded, to the
+	// addresses of the other binds: an echo request's lookup.
+	if (f.VIP.Is4() && f.Proto == 1) || (f.VIP.Is6() && f.Proto == 58) {
+		if f.VIPPort != 0 || !d.Config.ForwardICMPEcho {
+			return GLBNoMatchingBind
+		}
+		f.Echo = true
+	}
+	if _, ok := d.TableOf(&f); ok {
+		return GLBMatched
+	}
+	return GLBNoMatchingBind
+}
+
+func (d *Datapath) process(frame []byte, build bool) Result {
+	var f Flow
+	pk, reason := parseFrame(frame, &f)
+	if reason != 0 {
+		return d.passed(frame, reason, false, &f)
+	}
+	return d.steer(&pk, &f, build, d.TableOf)
+}
+
+// steer is what happens to a parsed frame. Apart from the frame's own
+// lengths and bytes, and for a table with QUIC-LB routing the connection
+// ID a UDP packet carries, it depends only on the flow.
+func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (int, bool)) Result {
+	frame, l2len, ipLen, v6, icmpErr := pk.frame, pk.l2len, pk.ipLen, pk.v6, pk.icmpErr
+	ti, ok := tableOf(f)
+	if !ok {
+		return d.passed(frame, PassNoBind, true, f)
+	}
+	if !d.Configured {
+		return d.passed(frame, ErrNoConfig, true, f)
+	}
+	if f.Echo && !d.Config.ForwardICMPEcho {
+		return d.passed(frame, PassICMPEchoOff, true, f)
+	}
+	nhops := 2
+	if d.Config.AltHashFields != 0 {
+		nhops = 4
+	}
+	t := d.Tables[ti]
+	// A table of IPv6 backends goes over IPv6, whose payload length holds
+	// its encapsulation but the outer header.
+	under6 := !t.Backends[0].IP.Is4()
+	if under6 && ipLen > 0xffff-(gue.Size6(gue.MaxHops)-40) {
+		return d.passed(frame, PassTooBig, true, f)
+	}
+	h := FlowHash(t.HashKey, *f, d.Config.HashFields)
+	row, p, s := t.Lookup(h)
+	hops := [4]netip.Addr{p.IP, s.IP}
+	quic := 0
+	if t.QUIC.On() && f.Proto == 17 && pk.l4 != 0 {
+		// The backend the connection ID names goes first, the row's
+		// primary second (its secondary where that is the same one).
+		var b int
+		quic, b = QUICRoute(t, pk.udpPayload())
+		if b >= 0 {
+			if r := t.Rows[row]; int(r.Primary) != b {
+				hops[1] = hops[0]
+			}
+			hops[0] = t.Backends[b].IP
+		}
+	}
+	altRow := -1
+	if d.Config.AltHashFields != 0 {
+		var ap, as table.Backend
+		altRow, ap, as = t.Lookup(FlowHash(t.HashKey, *f, d.Config.AltHashFields))
+		hops[2], hops[3] = ap.IP, as.IP
+	}
+	esize := gue.Size(nhops)
+	if under6 {
+		esize = gue.Size6(nhops)
+	}
+	tooBig := 0
+	if ipLen+esize > MTUFloor {
+		if mtu := d.LinkMTU(); ipLen+esize > mtu {
+			room := 68 // IPv4 takes no MTU under 68
+			if mtu > esize+68 {
+				room = mtu - esize
+			}
+			tooBig = CounterTooBigEncap
+			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {
+				r := Result{Verdict: XDPTX, TooBig: CounterICMPTooBig, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops,
+					NHops: nhops, IPLen: ipLen, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
+				if build {
+					r.Out = reply
+				}
+				return r
+			}
+		}
+	}
+	var out []byte
+	if build {
+		sport := 0x8000 | uint16((h^uint64(f.ClientPort))&0x7fff)
+		family := 4
+		if v6 {
+			family = 6
+		}
+		gw, src := d.GatewayMAC, d.Config.SrcIP
+		if under6 {
+			src = d.Config.SrcIP6
+			if len(d.Config.GatewayMAC6) == 6 {
+				gw = [6]byte(d.Config.GatewayMAC6)
+			}
+		}
+		out = encapsulate(frame[:l2len], gw, src, hops[:nhops], sport, family, ipLen, frame[l2len:], uint32(h>>32)&gue.FlowMask)
+	}
+	return Result{Verdict: XDPTX, Out: out, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
+		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
+		OuterLen: l2len + esize + ipLen, TooBig: tooBig}
+}
+
+// LinkMTU is the MTU GUE packets leave with: the interface's (DeviceMTU),
+// or outbound_mtu when smaller.
+func (d *Datapath) LinkMTU() int {
+	mtu := d.DeviceMTU
+	if mtu == 0 {
+		mtu = 65536
+	}
+	if m := d.Config.OutboundMTU; m != 0 && m < mtu {
+		mtu = m
+	}
+	return mtu
+}
+
+// tooBigReply is the reply to a packet of ipLen bytes (after l2len bytes
+// of L2 header) that its encapsulation takes over the link's MTU, as a
+// router on the client's path would send it, telling room: ICMP
+// destination unreachable, fragmentation needed (RFC 1191), or ICMPv6
+// packet too big (RFC 4443), from the packet's destination (the VIP) to
+// its source, through the MACs it came by, quoting its first TooBigQuote
+// bytes. nil where the packet goes GLB's way instead, encapsulated: an
+// ICMP error (never answered with another), IPv4 without DF (a router
+// would fragment it), IPv6 already at the 1,280 bytes no link may ask it
+// under, or a quote the first buffer does not hold.
+func tooBigReply(frame []byte, l2len int, v6, icmpErr bool, ipLen, room int) []byte {
+	ip := frame[l2len:]
+	switch {
+	case icmpErr:
+		return nil
+	case v6 && ipLen <= 1280 && room < 1280:
+		return nil
+	case !v6 && binary.BigEndian.Uint16(ip[6:])&0x4000 == 0:
+		return nil
+	case min(len(frame), FirstBuffer) < l2len+TooBigQuote:
+		return nil
+	}
+	out := append(append([]byte{}, frame[6:12]...), frame[0:6]...)
+	if l2len == 18 {
+		out = append(out, frame[12:16]...)
+	}
+	quote := ip[:TooBigQuote]
+	if v6 {
+		vip, client := netip.AddrFrom16([16]byte(ip[24:40])), netip.AddrFrom16([16]byte(ip[8:24]))
+		icmp := pkt.ICMPv6(vip, client, 2, 0, uint32(max(room, 1280)), quote)
+		return append(append(out, 0x86, 0xdd), pkt.IPv6(vip, client, 58, icmp)...)
+	}
+	vip, client := netip.AddrFrom4([4]byte(ip[16:20])), netip.AddrFrom4([4]byte(ip[12:16]))
+	icmp := pkt.ICMP(3, 4, uint32(room&0xffff), quote)
+	return append(append(out, 0x08, 0x00), pkt.IPv4(vip, client, 1, icmp, pkt.V4Opts{})...)
+}
+
+// FlowHash is GLB's flow hash over the enabled fields, in order: what the
+// program computes, and what 'show --lookup' tells an operator.
+func FlowHash(key table.Key, f Flow, fields table.HashFields) uint64 {
+	var buf [36]byte // two IPv6 addresses and two ports at most
+	n := 0
+	addr := func(a netip.Addr) {
+		if a.Is4() {
+			b := a.As4()
+			n += copy(buf[n:], b[:])
+		} else {
+			b := a.As16()
+			n += copy(buf[n:], b[:])
+		}
+	}
+	if fields&table.HashSrcAddr != 0 {
+		addr(f.Client)
+	}
+	if fields&table.HashDstAddr != 0 {
+		addr(f.VIP)
+	}
+	if fields&table.HashSrcPort != 0 {
+		binary.BigEndian.PutUint16(buf[n:], f.ClientPort)
+		n += 2
+	}
+	if fields&table.HashDstPort != 0 {
+		binary.BigEndian.PutUint16(buf[n:], f.VIPPort)
+		n += 2
+	}
+	return table.FlowHash(key, buf[:n])
+}
+
+// ports reads the two ports at off.
+func (v *ipView) ports(off int, reversed bool, f *Flow) int {
+	if r := v.read(off, 4); r != 0 {
+		return r
+	}
+	a, c := binary.BigEndian.Uint16(v.p[off:]), binary.BigEndian.Uint16(v.p[off+2:])
+	if reversed {
+		f.VIPPort, f.ClientPort = a, c
+	} else {
+		f.ClientPort, f.VIPPort = a, c
+	}
+	return 0
+}
+
+// parseL4 reads a TCP (20-byte minimum header) or UDP header at off.
+func (v *ipView) parseL4(proto uint8, off int, f *Flow) int {
+	need := 8
+	if proto == 6 {
+		need = 20
+	}
+	if r := v.read(off, need); r != 0 {
+		return r
+	}
+	f.Proto = proto
+	v.l4 = off
+	return v.ports(off, false, f)
+}
+
+func parseIPv4(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
+	p := v.p
+	if v.first < 20 {
+		return 0, false, PassMalformed
+	}
+	hl := int(p[0]&0xf) * 4
+	if p[0]>>4 != 4 || hl < 20 {
+		return 0, false, PassMalformed
+	}
+	tot := int(binary.BigEndian.Uint16(p[2:]))
+	if tot < hl || tot > len(p) {
+		return 0, false, PassMalformed
+	}
+	v.tot = tot
+	if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
+		return 0, false, PassFragment
+	}
+	f.Client = netip.AddrFrom4([4]byte(p[12:16]))
+	f.VIP = netip.AddrFrom4([4]byte(p[16:20]))
+	switch p[9] {
+	case 6, 17:
+		return tot, false, v.parseL4(p[9], hl, f)
+	case 1:
+	default:
+		return 0, false, PassProto
+	}
+	icmp := hl
+	if r := v.read(icmp, 8); r != 0 {
+		return 0, false, r
+	}
+	switch p[icmp] {
+	case 8: // echo request
+		f.Proto, f.Echo = 1, true
+		return tot, false, 0
+	case 3: // destination unreachable
+	default:
+		return 0, false, PassProto
+	}
+	q := icmp + 8 // the quoted packet, from the VIP to the client
+	if r := v.read(q, 20); r != 0 {
+		return 0, false, r
+	}
+	qhl := int(p[q]&0xf) * 4
+	if p[q]>>4 != 4 || qhl < 20 {
+		return 0, false, PassMalformed
+	}
+	if p[q+9] != 6 && p[q+9] != 17 {
+		return 0, false, PassProto
+	}
+	f.VIP = netip.AddrFrom4([4]byte(p[q+12 : q+16]))
+	f.Client = netip.AddrFrom4([4]byte(p[q+16 : q+20]))
+	f.Proto = p[q+9]
+	if r := v.ports(q+qhl, true, f); r != 0 {
+		return 0, false, r
+	}
+	return tot, true, 0
+}
+
+func isExt(nh uint8) bool { return nh == 0 || nh == 43 || nh == 60 }
+
+func parseIPv6(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
+	p := v.p
+	if v.first < 40 {
+		return 0, false, PassMalformed
+	}
+	if p[0]>>4 != 6 {
+		return 0, false, PassMalformed
+	}
+	tot := 40 + int(binary.BigEndian.Uint16(p[4:]))
+	if tot > len(p) {
+		return 0, false, PassMalformed
+	}
+	v.tot = tot
+	f.Client = netip.AddrFrom16([16]byte(p[8:24]))
+	f.VIP = netip.AddrFrom16([16]byte(p[24:40]))
+	nh := p[6]
+	off := 40
+	for i := 0; i < 4 && isExt(nh); i++ {
+		if r := v.read(off, 2); r != 0 {
+			return 0, false, r
+		}
+		nh = p[off]
+		off += (int(p[off+1]) + 1) * 8
+	}
+	if isExt(nh) {
+		return 0, false, PassIPv6Ext
+	}
+	if nh == 44 {
+		return 0, false, PassFragment
+	}
+	if off > tot {
+		return 0, false, PassMalformed
+	}
+	switch nh {
+	case 6, 17:
+		return tot, false, v.parseL4(nh, off, f)
+	case 58:
+	default:
+		return 0, false, PassProto
+	}
+	if r := v.read(off, 8); r != 0 {
+		return 0, false, r
+	}
+	switch p[off] {
+	case 128: // echo request
+		f.Proto, f.Echo = 58, true
+		return tot, false, 0
+	case 2: // packet too big
+	default:
+		return 0, false, PassProto
+	}
+	q := off + 8
+	if r := v.read(q, 40); r != 0 {
+		return 0, false, r
+	}
+	if p[q]>>4 != 6 {
+		return 0, false, PassMalformed
+	}
+	if p[q+6] != 6 && p[q+6] != 17 {
+		return 0, false, PassProto
+	}
+	f.VIP = netip.AddrFrom16([16]byte(p[q+8 : q+24]))
+	f.Client = netip.AddrFrom16([16]byte(p[q+24 : q+40]))
+	f.Proto = p[q+6]
+	if r := v.ports(q+40, true, f); r != 0 {
+		return 0, false, r
+	}
+	return tot, true, 0
+}
+
+// encapsulate builds GLB's GUE packet: the L2 header with new MACs, then
+// the encapsulation (internal/datapath/gue), then everything after the original L2
+// header (the IP packet and any trailing padding).
+func encapsulate(l2 []byte, gw [6]byte, src netip.Addr, hops []netip.Addr, sport uint16, family, ipLen int, rest []byte, flow uint32) []byte {
+	out := make([]byte, 0, len(l2)+gue.Size6(len(hops))+len(rest))
+	out = append(out, gw[:]...)
+	out = append(out, l2[0:6]...) // source: the frame's destination
+	if len(l2) == 18 {
+		out = append(out, l2[12:16]...)
+	}
+	if hops[0].Is6() {
+		out = append(out, 0x86, 0xdd)
+	} else {
+		out = append(out, 0x08, 0x00)
+	}
+	proto := uint8(gue.ProtoIPv4)
+	if family == 6 {
+		proto = gue.ProtoIPv6
+	}
+	h := gue.Header{Src: src, Hops: hops, SourcePort: sport, Proto: proto}
+	if hops[0].Is6() {
+		h.FlowLabel = flow
+	}
+	out = h.Append(out, ipLen)
+	return append(out, rest...)
+}
