@@ -8,42 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type BackendBeConfig struct {
-	_              structs.HostLayout
-	SelfIp         uint32
-	Configured     uint16
-	NoSecondChance uint16
-	SelfIp6        [16]uint8
-}
-
-type BackendBeCounter uint32
-
-const (
-	BackendBeCounterBE_C_PROCESSED       BackendBeCounter = 0
-	BackendBeCounterBE_C_DECAP_SYN       BackendBeCounter = 1
-	BackendBeCounterBE_C_DECAP_KNOWN     BackendBeCounter = 2
-	BackendBeCounterBE_C_DECAP_NOT_TCP   BackendBeCounter = 3
-	BackendBeCounterBE_C_DECAP_LAST_HOP  BackendBeCounter = 4
-	BackendBeCounterBE_C_FORWARDED       BackendBeCounter = 5
-	BackendBeCounterBE_C_PASS_NOT_GUE    BackendBeCounter = 6
-	BackendBeCounterBE_C_DROP_MALFORMED  BackendBeCounter = 7
-	BackendBeCounterBE_C_DROP_NO_ROUTE   BackendBeCounter = 8
-	BackendBeCounterBE_C_DROP_NO_CONFIG  BackendBeCounter = 9
-	BackendBeCounterBE_C_GUE6            BackendBeCounter = 10
-	BackendBeCounterBE_C_DROP_NOT_LOCAL  BackendBeCounter = 11
-	BackendBeCounterBE_C_FORWARDED_STACK BackendBeCounter = 12
-	BackendBeCounterBE_C_MAX             BackendBeCounter = 13
-)
-
-type BackendBeCounters struct {
-	_ structs.HostLayout
-	C [13]uint64
-}
 
 // Names of all BPF objects in the ELF.
 //

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/director/director/bpf/abi"
 )
 
 // CaptureMap is the map userspace knows capture.h's setting (struct
@@ -13,7 +15,7 @@ import (
 const CaptureMap = "capture"
 
 // captureSize is struct dir_capture's size, the setting's section's.
-const captureSize = unsafe.Sizeof(Capture{})
+const captureSize = unsafe.Sizeof(abi.Capture{})
 
 // captureSection is the data section the setting lives in, so that the
 // datapath reads it with one load (capture.h says why).

@@ -1,6 +1,7 @@
 // Package bpf holds the XDP programs' C sources and what bpf2go generates
-// from them: the compiled objects (embedded) and Go types and constants for
-// everything the C and Go share. director.h (the datapath's types and
+// from them: the compiled objects, embedded. The Go types and constants
+// the C and Go share are generated from the objects' BTF into package abi
+// (bpf/abi), which embeds nothing: director.h (the datapath's types and
 // limits) and gue.h (GLB's wire format) are the single source of truth;
 // Go never restates them.
 //
@@ -18,8 +19,9 @@
 // committed so that `go build` needs no C toolchain.
 package bpf
 
-//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types -type dir_config -type dir_table -type dir_backend -type dir_bind -type dir_row -type dir_bind_key -type dir_bind_val -type dir_counters -type dir_traffic -type dir_counter -type dir_hash_field -type dir_family -type dir_bind_kind -type dir_exact_key -type dir_exact_entry -type dir_exact_table -type dir_group_key -type dir_group_entry -type dir_port_range -type dir_group_len -type dir_group_table -type dir_limit -type dir_exact_mult -type gue_const -type glb_gue_hdr -type glb_encap -type dir_gue6_hdr -type dir_gue6_encap -type xdp_action -type dir_capture -type dir_capture_meta -type dir_capture_cpu -type dir_capture_lease -type dir_registry -type dir_quic_table -type dir_quic_entry -type dir_quic_limit Director director.c
+//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types Director director.c
 //go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include -DDIR_SINGLE_BUFFER" -target bpfel -no-global-types -output-stem director_single DirectorSingle director.c
-//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types -type be_config -type be_counters -type be_counter Backend backend.c
+//go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types Backend backend.c
 //go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include -DDIR_SINGLE_BUFFER" -target bpfel -no-global-types -output-stem backend_single BackendSingle backend.c
 //go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types -type tg_config -type tg_frame -type tg_limit Lab lab.c
+//go:generate go run ./internal/abigen -o abi/abi_gen.go director_bpfel.o:dir_config,dir_table,dir_backend,dir_bind,dir_row,dir_bind_key,dir_bind_val,dir_counters,dir_traffic,dir_counter,dir_hash_field,dir_family,dir_bind_kind,dir_exact_key,dir_exact_entry,dir_exact_table,dir_group_key,dir_group_entry,dir_port_range,dir_group_len,dir_group_table,dir_limit,dir_exact_mult,gue_const,glb_gue_hdr,glb_encap,dir_gue6_hdr,dir_gue6_encap,xdp_action,dir_capture,dir_capture_meta,dir_capture_cpu,dir_capture_lease,dir_registry,dir_quic_table,dir_quic_entry,dir_quic_limit backend_bpfel.o:be_config,be_counters,be_counter

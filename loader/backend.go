@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/loader/xdpbuild"
 )
 
@@ -22,7 +23,7 @@ const BackendDir = "/sys/fs/bpf/director-backend"
 
 // BackendCounterNames are the backend program's counters, by index: enum
 // be_counter's in bpf/backend.c.
-func BackendCounterNames() []string { return bpf.BackendCounterNames() }
+func BackendCounterNames() []string { return abi.BackendCounterNames }
 
 // BackendProgram is the backend host's program (not a table.Backend, a
 // server): GUE decapsulation with GLB's second chance (bpf/backend.c).
@@ -87,7 +88,7 @@ func (b *BackendProgram) DisableSecondChance(self ...netip.Addr) error {
 // SecondChance reports whether the program forwards packets of unknown
 // connections to the next hop (see DisableSecondChance).
 func (b *BackendProgram) SecondChance() (bool, error) {
-	var c bpf.BeConfig
+	var c abi.BeConfig
 	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err != nil {
 		return false, err
 	}
@@ -95,7 +96,7 @@ func (b *BackendProgram) SecondChance() (bool, error) {
 }
 
 func (b *BackendProgram) configure(selves []netip.Addr, secondChance bool) error {
-	c := bpf.BeConfig{Configured: 1}
+	c := abi.BeConfig{Configured: 1}
 	var have4, have6 bool
 	for _, self := range selves {
 		switch {
@@ -180,7 +181,7 @@ func replaceSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 // addresses and those Accept set.
 func (b *BackendProgram) Accepted() ([]netip.Addr, error) {
 	seen := map[netip.Addr]bool{}
-	var c bpf.BeConfig
+	var c abi.BeConfig
 	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
 		if c.SelfIp != 0 {
 			seen[addrFromNative(c.SelfIp)] = true
@@ -265,7 +266,7 @@ func (b *BackendProgram) Attachments() ([]Attachment, error) { return attachment
 
 // Counters sums the backend counters over CPUs, by name.
 func (b *BackendProgram) Counters() (map[string]uint64, error) {
-	var per []bpf.BeCounters
+	var per []abi.BeCounters
 	if err := b.maps.BeStats.Lookup(uint32(0), &per); err != nil {
 		return nil, err
 	}

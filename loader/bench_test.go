@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
@@ -153,7 +154,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 	})
 	b.Run("per-element", func(b *testing.B) {
-		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(bpf.Row{})), MaxEntries: table.Rows})
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(abi.Row{})), MaxEntries: table.Rows})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,7 +169,7 @@ func BenchmarkApply(b *testing.B) {
 			}
 		}
 	})
-	_ = bpf.Row{}
+	_ = abi.Row{}
 }
 
 // BenchmarkProgramPaired measures what BenchmarkProgram does, in a way a
@@ -698,7 +699,7 @@ func BenchmarkCaptureLoad(b *testing.B) {
 				kept++
 			}
 		}()
-		var on bpf.Capture
+		var on abi.Capture
 		if err := d.Maps.Capture.Lookup(uint32(0), &on); err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/perf"
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 )
 
 // A capture takes frames from a running program as they leave it, with
@@ -29,7 +29,7 @@ import (
 // CaptureFilter is what a capture keeps, decided in the kernel before a
 // frame is copied out.
 type CaptureFilter struct {
-	Actions []int      // XDP actions kept (bpf.XDPPass, bpf.XDPTX...); none: all
+	Actions []int      // XDP actions kept (abi.XDPPass, abi.XDPTX...); none: all
 	Reasons []int      // the counters kept (a pass reason, encapsulated...); none: any
 	Table   int        // the slot of the only table kept; -1: any
 	Backend netip.Addr // the only primary kept; invalid: any
@@ -71,7 +71,7 @@ type Capture struct {
 	lost     uint64
 	boot     time.Time // wall time of ktime 0
 	closed   bool
-	setting  bpf.Capture   // what the hook is set to, renewed
+	setting  abi.Capture   // what the hook is set to, renewed
 	stop     chan struct{} // ends the flushing and the renewing
 	stopped  chan struct{} // closed when they have ended
 }
@@ -82,7 +82,7 @@ func leaseEnd() (uint32, error) {
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return 0, err
 	}
-	return uint32(uint64(ts.Nano())>>bpf.CaptureLeaseShift) + bpf.CaptureLease, nil
+	return uint32(uint64(ts.Nano())>>abi.CaptureLeaseShift) + abi.CaptureLease, nil
 }
 
 type captureMaps struct{ cfg, events, cpu *ebpf.Map }
@@ -124,7 +124,7 @@ func startCapture(dir string, m captureMaps, f CaptureFilter) (_ *Capture, err e
 			return nil, fmt.Errorf("%w (%s)", ErrCaptureBusy, dir)
 		}
 	}
-	v := bpf.Capture{On: 1, Table: 0, Snaplen: 0xffff, Rate: uint32(f.Rate)}
+	v := abi.Capture{On: 1, Table: 0, Snaplen: 0xffff, Rate: uint32(f.Rate)}
 	if f.Snaplen > 0 && f.Snaplen < 0xffff {
 		v.Snaplen = uint32(f.Snaplen)
 	}
@@ -145,18 +145,18 @@ func startCapture(dir string, m captureMaps, f CaptureFilter) (_ *Capture, err e
 	}
 	if f.Backend.IsValid() {
 		if f.Backend.Is4() {
-			v.Family = uint32(bpf.FamilyIPv4)
+			v.Family = uint32(abi.FamilyIPv4)
 			a := f.Backend.As4()
 			copy(v.Backend[:], a[:])
 		} else {
-			v.Family = uint32(bpf.FamilyIPv6)
+			v.Family = uint32(abi.FamilyIPv6)
 			v.Backend = f.Backend.As16()
 		}
 	}
 	// Each CPU's window and losses start from zero.
-	zero := make([]bpf.CaptureCPU, runtime.NumCPU())
+	zero := make([]abi.CaptureCPU, runtime.NumCPU())
 	if n, err := ebpf.PossibleCPU(); err == nil {
-		zero = make([]bpf.CaptureCPU, n)
+		zero = make([]abi.CaptureCPU, n)
 	}
 	if err := m.cpu.Put(uint32(0), zero); err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
@@ -212,7 +212,7 @@ func (c *Capture) tend() {
 		if i%10 == 0 {
 			// The hook may have turned itself off meanwhile (a CPU's
 			// buffer gone as this process closes it): then it stays off.
-			var now bpf.Capture
+			var now abi.Capture
 			if c.cfg.Lookup(uint32(0), &now) == nil && now.On != 0 {
 				if end, err := leaseEnd(); err == nil {
 					c.setting.On = end
@@ -240,7 +240,7 @@ func (c *Capture) Read() (CaptureRecord, error) {
 			c.lost += rec.LostSamples
 			continue
 		}
-		var m bpf.CaptureMeta
+		var m abi.CaptureMeta
 		raw := rec.RawSample
 		metaLen, err := binary.Decode(raw, binary.NativeEndian, &m)
 		if err != nil {
@@ -261,9 +261,9 @@ func (c *Capture) Close() (CaptureLoss, error) {
 	}
 	c.closed = true
 	c.stopTending() // no renewal after the hook is turned off
-	off := bpf.Capture{}
+	off := abi.Capture{}
 	err := c.cfg.Put(uint32(0), &off)
-	var cpus []bpf.CaptureCPU
+	var cpus []abi.CaptureCPU
 	if e := c.cpu.Lookup(uint32(0), &cpus); e == nil {
 		for _, p := range cpus {
 			loss.RateCapped += p.Limited

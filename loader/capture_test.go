@@ -12,7 +12,7 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
@@ -201,7 +201,7 @@ func TestCapture(t *testing.T) {
 		// A frame the program fails on is captured too, with its error: a
 		// director whose config says it is not configured passes a
 		// steered frame untouched.
-		var cfgNow bpf.Config
+		var cfgNow abi.Config
 		if err := d.Maps.Config.Lookup(uint32(0), &cfgNow); err != nil {
 			return err
 		}
@@ -224,8 +224,8 @@ func TestCapture(t *testing.T) {
 		if sendErr != nil || readErr != nil {
 			return fmt.Errorf("an error pass: %v, %v", sendErr, readErr)
 		}
-		if r.Action != model.XDPPass || r.Reason != bpf.CErrNoConfig || !bytes.Equal(r.Frame, frames[0]) {
-			return fmt.Errorf("an error pass: captured %s %d bytes %x, want %s untouched", CounterNames()[r.Reason], r.Action, r.Frame, CounterNames()[bpf.CErrNoConfig])
+		if r.Action != model.XDPPass || r.Reason != abi.CErrNoConfig || !bytes.Equal(r.Frame, frames[0]) {
+			return fmt.Errorf("an error pass: captured %s %d bytes %x, want %s untouched", CounterNames()[r.Reason], r.Action, r.Frame, CounterNames()[abi.CErrNoConfig])
 		}
 
 		// A capture whose process goes without closing it: the program
@@ -250,7 +250,7 @@ func TestCapture(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var taken, renewed bpf.Capture
+		var taken, renewed abi.Capture
 		d.Maps.Capture.Lookup(uint32(0), &taken)
 		// The lease counts in units of 1.07 s: two renewals are at least one apart.
 		time.Sleep(2300 * time.Millisecond)
@@ -268,11 +268,11 @@ func TestCapture(t *testing.T) {
 		}
 		start := time.Now()
 		c.release()
-		deadline := start.Add(time.Duration(bpf.CaptureLease+2) << bpf.CaptureLeaseShift)
+		deadline := start.Add(time.Duration(abi.CaptureLease+2) << abi.CaptureLeaseShift)
 		if err := untilHookOff(d, deadline, 50*time.Millisecond, func() error { return send(frames[:1]...) }); err != nil {
 			return fmt.Errorf("the hook stayed on after its capture's process went, no frame matching its filter: %w", err)
 		}
-		if took := time.Since(start); took < time.Duration(bpf.CaptureLease-1)<<bpf.CaptureLeaseShift {
+		if took := time.Since(start); took < time.Duration(abi.CaptureLease-1)<<abi.CaptureLeaseShift {
 			return fmt.Errorf("the hook went off %v after its capture started: before the lease ended", took)
 		}
 		return nil
@@ -315,7 +315,7 @@ func untilHookOff(d *Director, deadline time.Time, every time.Duration, tick fun
 }
 
 func captureOn(d *Director) (bool, error) {
-	var v bpf.Capture
+	var v abi.Capture
 	err := d.Maps.Capture.Lookup(uint32(0), &v)
 	return v.On != 0, err
 }

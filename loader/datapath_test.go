@@ -12,7 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/layout"
 	"github.com/director/director/table/config"
 
@@ -514,7 +514,7 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 			tl := &tally{tablePackets: map[int]uint64{}, backendPackets: map[string]uint64{}, exact: exactSet(m.Tables), trie: c.trie}
 			if c.trie {
 				for gen := uint32(0); gen < 2; gen++ {
-					var gt bpf.GroupTable
+					var gt abi.GroupTable
 					if err := d.Maps.BindGroups.Lookup(gen, &gt); err != nil {
 						t.Fatal(err)
 					}

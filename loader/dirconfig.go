@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
 )
 
@@ -17,7 +17,7 @@ import (
 
 // configEntry lays c out as the datapath reads it, with bind generation
 // gen. c's gateway must be resolved.
-func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.Config, error) {
+func configEntry(c *table.DirectorConfig, gen uint32) (*abi.Config, error) {
 	if len(c.GatewayMAC) != 6 {
 		return nil, fmt.Errorf("gateway MAC %q is not an Ethernet address", c.GatewayMAC)
 	}
@@ -33,7 +33,7 @@ func configEntry(c *table.DirectorConfig, gen uint32) (*bpf.Config, error) {
 	if c.GatewayMAC6 != nil && len(c.GatewayMAC6) != 6 {
 		return nil, fmt.Errorf("IPv6 gateway MAC %q is not an Ethernet address", c.GatewayMAC6)
 	}
-	v := &bpf.Config{
+	v := &abi.Config{
 		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields), Configured: 1, BindGen: gen,
 	}
 	if c.SrcIP.IsValid() {
@@ -67,7 +67,7 @@ func (d *Director) SetConfig(c *table.DirectorConfig, gateway net.HardwareAddr) 
 	}
 	r := *c
 	r.GatewayMAC = gateway
-	var v bpf.Config
+	var v abi.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		return err
 	}
@@ -86,9 +86,9 @@ func csumBase(src uint32) uint32 {
 	// The words as the program's little-endian stores lay them: version
 	// and IHL (TOS 0), DF (network order), TTL and protocol.
 	const (
-		verIHL = uint32(bpf.IPv4VersionIHL)
-		df     = uint32(bpf.IPv4DF)>>8 | uint32(bpf.IPv4DF)<<8&0xff00
-		ttl    = uint32(bpf.IPv4TTL) | uint32(bpf.IPv4Proto)<<8
+		verIHL = uint32(abi.IPv4VersionIHL)
+		df     = uint32(abi.IPv4DF)>>8 | uint32(abi.IPv4DF)<<8&0xff00
+		ttl    = uint32(abi.IPv4TTL) | uint32(abi.IPv4Proto)<<8
 	)
 	return verIHL + df + ttl + src&0xffff + src>>16
 }
@@ -97,7 +97,7 @@ func csumBase(src uint32) uint32 {
 // but the control plane computes (csum_base), for an entry an older
 // version wrote; a new program must not read it stale.
 func (d *Director) refreshConfig() error {
-	var v bpf.Config
+	var v abi.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		return err
 	}
@@ -111,14 +111,14 @@ func (d *Director) refreshConfig() error {
 // LiveConfig reads the director's settings back, their gateway MAC set;
 // nil before any were written.
 func (d *Director) LiveConfig() (*table.DirectorConfig, error) {
-	var v bpf.Config
+	var v abi.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		return nil, err
 	}
 	return decodeConfig(&v), nil
 }
 
-func decodeConfig(v *bpf.Config) *table.DirectorConfig {
+func decodeConfig(v *abi.Config) *table.DirectorConfig {
 	if v.Configured == 0 {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 )
@@ -96,8 +97,8 @@ func dropCache(dir string) {
 }
 
 type readSlotCache struct {
-	raw    *bpf.Table
-	quic   *bpf.QUICTable // nil for a table without QUIC-LB routing
+	raw    *abi.Table
+	quic   *abi.QUICTable // nil for a table without QUIC-LB routing
 	digest [32]byte
 	lt     LiveTable
 }

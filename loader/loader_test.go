@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
@@ -80,21 +81,21 @@ func TestSharedTypeSizes(t *testing.T) {
 		name      string
 		got, want uintptr
 	}{
-		{"dir_config", unsafe.Sizeof(bpf.Config{}), 24 + 16 + 8},
-		{"dir_backend", unsafe.Sizeof(bpf.Backend{}), 24 + 64},
-		{"dir_bind", unsafe.Sizeof(bpf.Bind{}), 24},
-		{"dir_row", unsafe.Sizeof(bpf.Row{}), 2},
-		{"dir_bind_key", unsafe.Sizeof(bpf.BindKey{}), 24},
-		{"dir_table", unsafe.Sizeof(bpf.Table{}), 16 + 64 + 4 + 4 + 4 + 4 + 256*(24+64) + 256*24 + 256*4 + 8 + 256*16 + 65536*2},
-		{"dir_counters", unsafe.Sizeof(bpf.Counters{}), 8 * 32}, // DIR_C_SLOTS: room for counters to come
-		{"dir_registry", unsafe.Sizeof(bpf.Registry{}), 32 + 32},
+		{"dir_config", unsafe.Sizeof(abi.Config{}), 24 + 16 + 8},
+		{"dir_backend", unsafe.Sizeof(abi.Backend{}), 24 + 64},
+		{"dir_bind", unsafe.Sizeof(abi.Bind{}), 24},
+		{"dir_row", unsafe.Sizeof(abi.Row{}), 2},
+		{"dir_bind_key", unsafe.Sizeof(abi.BindKey{}), 24},
+		{"dir_table", unsafe.Sizeof(abi.Table{}), 16 + 64 + 4 + 4 + 4 + 4 + 256*(24+64) + 256*24 + 256*4 + 8 + 256*16 + 65536*2},
+		{"dir_counters", unsafe.Sizeof(abi.Counters{}), 8 * 32}, // DIR_C_SLOTS: room for counters to come
+		{"dir_registry", unsafe.Sizeof(abi.Registry{}), 32 + 32},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s is %d bytes, want %d", c.name, c.got, c.want)
 		}
 	}
-	if bpf.NumCounters != len(CounterNames()) {
-		t.Errorf("%d counter names for %d counters", len(CounterNames()), bpf.NumCounters)
+	if abi.NumCounters != len(CounterNames()) {
+		t.Errorf("%d counter names for %d counters", len(CounterNames()), abi.NumCounters)
 	}
 }
 
@@ -129,7 +130,7 @@ func TestLoadRefreshesConfig(t *testing.T) {
 	if _, err := d.applyChange(change{Config: &dc}, nil); err != nil {
 		t.Fatal(err)
 	}
-	var v bpf.Config
+	var v abi.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &v); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestLiveReadSeesOutsideWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inner.Close()
-	dt := new(bpf.Table)
+	dt := new(abi.Table)
 	if err := inner.Lookup(uint32(0), dt); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestLiveReadSeesOutsideWrites(t *testing.T) {
 	if r := after[0].Table.Rows[7]; int(r.Primary) != int(was.Secondary) || int(r.Secondary) != int(was.Primary) {
 		t.Fatalf("row 7 written underneath read as %+v (was %+v)", r, was)
 	}
-	var reg bpf.Registry
+	var reg abi.Registry
 	if err := d.Maps.Registry.Lookup(uint32(slot), &reg); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"unsafe"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
 )
 
@@ -67,7 +67,7 @@ func place(live []LiveTable, previous []int, tables []*table.Table) ([]placement
 		if out[i].statsID >= 0 {
 			continue
 		}
-		for id := 0; id < bpf.MaxTables && out[i].statsID < 0; id++ {
+		for id := 0; id < abi.MaxTables && out[i].statsID < 0; id++ {
 			if !statsTaken[id] {
 				out[i].statsID = id
 				statsTaken[id] = true
@@ -82,7 +82,7 @@ func place(live []LiveTable, previous []int, tables []*table.Table) ([]placement
 		if !out[i].write {
 			continue
 		}
-		for s := 0; s < bpf.MaxSlots && out[i].slot < 0; s++ {
+		for s := 0; s < abi.MaxSlots && out[i].slot < 0; s++ {
 			if !taken[s] {
 				out[i].slot = s
 				taken[s] = true

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
 )
 
@@ -49,7 +49,7 @@ func TestPlace(t *testing.T) {
 	}
 	// No slot left.
 	var all []int
-	for s := 0; s < bpf.MaxSlots; s++ {
+	for s := 0; s < abi.MaxSlots; s++ {
 		all = append(all, s)
 	}
 	if _, err := place(nil, all, next); err == nil || !strings.Contains(err.Error(), "no free table slot") {

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
 )
 
@@ -24,28 +24,28 @@ func quicWords(sid []byte) (w0, w1 uint64) {
 // quicHome is where the program starts looking for a server ID.
 func quicHome(sid []byte) uint32 {
 	w0, w1 := quicWords(sid)
-	return uint32((w0*bpf.QUICMult[0]+w1*bpf.QUICMult[1])>>32) & (bpf.QUICSlots - 1)
+	return uint32((w0*abi.QUICMult[0]+w1*abi.QUICMult[1])>>32) & (abi.QUICSlots - 1)
 }
 
 // encodeQUIC lays out t's server IDs; stat gives each backend's counter
 // index. Entries are placed Robin Hood style, so none lies far from its
 // home; one that would lie past the program's probes is an error (only
 // IDs chosen to collide come near).
-func encodeQUIC(t *table.Table, stat []uint8) (*bpf.QUICTable, error) {
-	qt := new(bpf.QUICTable)
+func encodeQUIC(t *table.Table, stat []uint8) (*abi.QUICTable, error) {
+	qt := new(abi.QUICTable)
 	if !t.QUIC.On() {
 		return qt, nil
 	}
 	type placed struct {
-		e    bpf.QUICEntry
+		e    abi.QUICEntry
 		home uint32
 	}
-	var slots [bpf.QUICSlots]*placed
+	var slots [abi.QUICSlots]*placed
 	for i, b := range t.Backends {
 		if len(b.ServerID) != int(t.QUIC.ServerIDLen) {
 			return nil, fmt.Errorf("backends[%d] (%s): a server ID of %d bytes; the table's are %d", i, b.IP, len(b.ServerID), t.QUIC.ServerIDLen)
 		}
-		var e bpf.QUICEntry
+		var e abi.QUICEntry
 		copy(e.Sid[:], b.ServerID)
 		e.StatPlus1 = stat[i] + 1
 		qt.Ids[i] = e
@@ -54,18 +54,18 @@ func encodeQUIC(t *table.Table, stat []uint8) (*bpf.QUICTable, error) {
 		}
 		p := &placed{e: e, home: quicHome([]byte(b.ServerID))}
 		for d := uint32(0); ; d++ {
-			if d >= bpf.QUICProbes {
+			if d >= abi.QUICProbes {
 				return nil, fmt.Errorf("backends[%d] (%s): its server ID %s and others of the table share too few places "+
 					"for the datapath to find them all; choose other server IDs", i, b.IP, b.ServerID)
 			}
-			at := (p.home + d) & (bpf.QUICSlots - 1)
+			at := (p.home + d) & (abi.QUICSlots - 1)
 			o := slots[at]
 			if o == nil {
 				slots[at] = p
 				break
 			}
 			// The one nearer its home moves on.
-			if od := (at - o.home) & (bpf.QUICSlots - 1); od < d {
+			if od := (at - o.home) & (abi.QUICSlots - 1); od < d {
 				slots[at] = p
 				p, d = o, od
 			}
@@ -82,7 +82,7 @@ func encodeQUIC(t *table.Table, stat []uint8) (*bpf.QUICTable, error) {
 // decodeQUIC gives the backends of lt (read from the table in the same
 // slot) the server IDs qt holds, and checks that the index holds exactly
 // the serving ones.
-func decodeQUIC(qt *bpf.QUICTable, lt *LiveTable) error {
+func decodeQUIC(qt *abi.QUICTable, lt *LiveTable) error {
 	t := lt.Table
 	if !t.QUIC.On() {
 		return nil
@@ -117,12 +117,12 @@ func decodeQUIC(qt *bpf.QUICTable, lt *LiveTable) error {
 }
 
 // quicFinds probes for sid as the program does.
-func quicFinds(qt *bpf.QUICTable, sid []byte, statPlus1 uint8) bool {
-	var want [bpf.QUICMaxSID]byte
+func quicFinds(qt *abi.QUICTable, sid []byte, statPlus1 uint8) bool {
+	var want [abi.QUICMaxSID]byte
 	copy(want[:], sid)
 	home := quicHome(sid)
-	for d := uint32(0); d < bpf.QUICProbes; d++ {
-		e := qt.E[(home+d)&(bpf.QUICSlots-1)]
+	for d := uint32(0); d < abi.QUICProbes; d++ {
+		e := qt.E[(home+d)&(abi.QUICSlots-1)]
 		if e.StatPlus1 == 0 {
 			return false
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
@@ -188,7 +188,7 @@ func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
 		sid := []byte{byte(i >> 8), byte(i)}
 		h := quicHome(sid)
 		byHome[h] = append(byHome[h], fmt.Sprintf("%x", sid))
-		if len(byHome[h]) > int(bpf.QUICProbes) {
+		if len(byHome[h]) > int(abi.QUICProbes) {
 			home = h
 			break
 		}
@@ -209,9 +209,9 @@ func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tables[1]: backends[") || !strings.Contains(err.Error(), "choose other server IDs") {
 		t.Fatalf("%d IDs of one home: %v", len(ids), err)
 	}
-	tabs := mk(ids[:bpf.QUICProbes])
+	tabs := mk(ids[:abi.QUICProbes])
 	if err := CheckDatapath(tabs); err != nil {
-		t.Fatalf("%d IDs of one home: %v", bpf.QUICProbes, err)
+		t.Fatalf("%d IDs of one home: %v", abi.QUICProbes, err)
 	}
 	stat := make([]uint8, len(tabs[1].Backends))
 	for i := range stat {

@@ -5,13 +5,13 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
 )
 
 // CounterNames are the global counters' names, by index: enum
-// dir_counter's in bpf/director.h (bpf.DirectorCounterNames).
-func CounterNames() []string { return bpf.DirectorCounterNames() }
+// dir_counter's in bpf/director.h (abi.DirectorCounterNames).
+func CounterNames() []string { return abi.DirectorCounterNames }
 
 // Traffic is packets and bytes (of the original IP packets).
 type Traffic struct {
@@ -65,7 +65,7 @@ func possibleCPUs() int {
 
 // GlobalCounters sums the global counters over CPUs.
 func (d *Director) GlobalCounters() ([]uint64, error) {
-	var per []bpf.Counters
+	var per []abi.Counters
 	if err := d.Maps.Counters.Lookup(uint32(0), &per); err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (d *Director) GlobalCounters() ([]uint64, error) {
 }
 
 func (d *Director) traffic(m *ebpf.Map, key uint32) (Traffic, error) {
-	var per []bpf.Traffic
+	var per []abi.Traffic
 	if err := m.Lookup(key, &per); err != nil {
 		return Traffic{}, err
 	}
@@ -116,7 +116,7 @@ func (d *Director) Stats() (*Stats, error) {
 		}
 		caps := table.Caps(lt.Table.Backends, lt.Table.Balance)
 		for j, b := range lt.Table.Backends {
-			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*bpf.MaxBackends+int(lt.Stat[j])))
+			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*abi.MaxBackends+int(lt.Stat[j])))
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +135,7 @@ func (d *Director) Stats() (*Stats, error) {
 }
 
 func (d *Director) zero(m *ebpf.Map, key uint32) error {
-	return m.Put(key, make([]bpf.Traffic, possibleCPUs()))
+	return m.Put(key, make([]abi.Traffic, possibleCPUs()))
 }
 
 // resetCounters zeroes the counters a table or backend starts using: a new
@@ -149,7 +149,7 @@ func (d *Director) resetCounters(statsID int, old *LiveTable, t *table.Table, st
 	}
 	for i := range t.Backends {
 		if !had[stat[i]] {
-			if err := d.zero(d.Maps.BackendTraffic, uint32(statsID*bpf.MaxBackends+int(stat[i]))); err != nil {
+			if err := d.zero(d.Maps.BackendTraffic, uint32(statsID*abi.MaxBackends+int(stat[i]))); err != nil {
 				return err
 			}
 		}

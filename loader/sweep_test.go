@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/internal/layout"
@@ -270,7 +270,7 @@ func collidingGroups(n int) []netip.Addr {
 	by := map[uint32][]netip.Addr{}
 	for i := 0; i < 1<<22; i++ {
 		a := netip.AddrFrom4([4]byte{100, 64 | byte(i>>16), byte(i >> 8), byte(i)})
-		k := bpf.GroupKey{Proto: 6, Plen: 32}
+		k := abi.GroupKey{Proto: 6, Plen: 32}
 		k.Family, k.Addr = layout.PutAddr(a)
 		h := layout.GroupHash(k) & (layout.GroupSlots - 1)
 		by[h] = append(by[h], a)

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/layout"
 	"github.com/director/director/table"
 )
@@ -60,7 +61,7 @@ func (d *Director) Live() ([]LiveTable, error) {
 
 // liveAt reads the tables generation gen registers.
 func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
-	slots, err := d.registered(gen % bpf.BindGens)
+	slots, err := d.registered(gen % abi.BindGens)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +88,7 @@ func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
 // generation returns the bind generation counter: every commit adds one,
 // and its parity (what the program reads) picks the live binds.
 func (d *Director) generation() (uint32, error) {
-	var c bpf.Config
+	var c abi.Config
 	if err := d.Maps.Config.Lookup(uint32(0), &c); err != nil {
 		return 0, err
 	}
@@ -113,11 +114,11 @@ func (d *Director) registered(gen uint32) ([]int, error) {
 	}
 	defer trie.Close()
 	var slots []int
-	var k bpf.BindKey
-	var v bpf.BindVal
+	var k abi.BindKey
+	var v abi.BindVal
 	it := trie.Iterate()
 	for it.Next(&k, &v) {
-		if k.Kind == bpf.BindTable {
+		if k.Kind == abi.BindTable {
 			slots = append(slots, int(v.Id))
 		}
 	}
@@ -149,13 +150,13 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 		return nil, err
 	}
 	defer inner.Close()
-	dt := new(bpf.Table)
+	dt := new(abi.Table)
 	if err := inner.Lookup(uint32(0), dt); err != nil {
 		return nil, err
 	}
-	var qt *bpf.QUICTable
+	var qt *abi.QUICTable
 	if dt.QuicSidLen != 0 {
-		qt = new(bpf.QUICTable)
+		qt = new(abi.QUICTable)
 		if err := d.Maps.QuicIds.Lookup(uint32(slot), qt); err != nil {
 			return nil, fmt.Errorf("QUIC server IDs: %w", err)
 		}
@@ -163,7 +164,7 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 	// The registry's digest is its writer's word, which a reader checks
 	// against the rows before taking the table for a config's
 	// (table.Table.BuiltFrom).
-	var reg bpf.Registry
+	var reg abi.Registry
 	if err := d.Maps.Registry.Lookup(uint32(slot), &reg); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
@@ -242,9 +243,9 @@ func sameContent(a, b *table.Table) bool {
 
 func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
 	switch family {
-	case bpf.FamilyIPv4:
+	case abi.FamilyIPv4:
 		return netip.AddrFrom4([4]byte(b[:4])), nil
-	case bpf.FamilyIPv6:
+	case abi.FamilyIPv6:
 		return netip.AddrFrom16(b), nil
 	}
 	return netip.Addr{}, fmt.Errorf("address family %d unknown", family)
@@ -254,8 +255,8 @@ func putAddr(a netip.Addr) (uint8, [16]byte) { return layout.PutAddr(a) }
 
 // encodeTable lays a table out as the datapath reads it. stat gives each
 // backend's counter index.
-func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, error) {
-	dt := new(bpf.Table)
+func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*abi.Table, error) {
+	dt := new(abi.Table)
 	dt.HashKey = t.HashKey
 	copy(dt.Name[:], t.Name)
 	dt.StatsId = uint32(statsID)
@@ -267,7 +268,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 		dt.QuicSidLen = q.ServerIDLen
 		dt.QuicCid = q.ConfigID<<5 | uint8(q.CIDLen())
 	}
-	if len(t.Backends) > bpf.MaxBackends || len(t.Binds) > len(dt.Binds) {
+	if len(t.Backends) > abi.MaxBackends || len(t.Binds) > len(dt.Binds) {
 		return nil, errors.New("too many backends or binds")
 	}
 	for i, b := range t.Backends {
@@ -276,7 +277,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 		if b.Healthy {
 			healthy = 1
 		}
-		dt.Backends[i] = bpf.Backend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i], Weight: b.Weight}
+		dt.Backends[i] = abi.Backend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i], Weight: b.Weight}
 		copy(dt.Backends[i].Domain[:], b.Domain)
 		if b.IP.Is4() {
 			dt.HopAddr[stat[i]] = nativeFromBE(b.IP.As4())
@@ -286,17 +287,17 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*bpf.Table, 
 	}
 	// A table's backends are one family (CheckDatapath): GUE goes over
 	// it.
-	dt.HopFamily = uint32(bpf.FamilyIPv4)
+	dt.HopFamily = uint32(abi.FamilyIPv4)
 	if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
-		dt.HopFamily = uint32(bpf.FamilyIPv6)
+		dt.HopFamily = uint32(abi.FamilyIPv6)
 	}
 	for i, b := range t.Binds {
 		fam, addr := putAddr(b.Prefix.Addr())
-		dt.Binds[i] = bpf.Bind{Addr: addr, Family: fam, PrefixBits: uint8(b.Prefix.Bits()),
+		dt.Binds[i] = abi.Bind{Addr: addr, Family: fam, PrefixBits: uint8(b.Prefix.Bits()),
 			Proto: uint8(b.Proto), PortStart: b.PortStart, PortEnd: b.PortEnd}
 	}
 	for r, row := range t.Rows {
-		dt.Rows[r] = bpf.Row{Primary: stat[row.Primary], Secondary: stat[row.Secondary]}
+		dt.Rows[r] = abi.Row{Primary: stat[row.Primary], Secondary: stat[row.Secondary]}
 	}
 	return dt, nil
 }
@@ -307,8 +308,8 @@ func nativeFromBE(b [4]byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
-func decodeTable(dt *bpf.Table) (*LiveTable, error) {
-	if dt.NumBackends == 0 || int(dt.NumBackends) > bpf.MaxBackends || int(dt.NumBinds) > len(dt.Binds) {
+func decodeTable(dt *abi.Table) (*LiveTable, error) {
+	if dt.NumBackends == 0 || int(dt.NumBackends) > abi.MaxBackends || int(dt.NumBinds) > len(dt.Binds) {
 		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
 	}
 	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows), Balance: dt.Balance,
@@ -323,7 +324,7 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 	}
 	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t, Stat: make([]uint8, 0, dt.NumBackends)}
 	// Rows name backends by counter index; map those back to positions.
-	var byStat [bpf.MaxBackends]int32
+	var byStat [abi.MaxBackends]int32
 	for i := range byStat {
 		byStat[i] = -1
 	}
@@ -341,7 +342,7 @@ func decodeTable(dt *bpf.Table) (*LiveTable, error) {
 		}
 		byStat[b.Stat] = int32(i)
 		// The addresses packets are sent to: check they agree with the list.
-		if !a.Is4() && (dt.HopFamily != uint32(bpf.FamilyIPv6) || netip.AddrFrom16(dt.HopAddr6[b.Stat]) != a) {
+		if !a.Is4() && (dt.HopFamily != uint32(abi.FamilyIPv6) || netip.AddrFrom16(dt.HopAddr6[b.Stat]) != a) {
 			return nil, fmt.Errorf("corrupt table: the IPv6 hop address of backend %d (%s) disagrees with it", i, a)
 		}
 		if a.Is4() && dt.HopAddr[b.Stat] != nativeFromBE(a.As4()) {
@@ -399,7 +400,7 @@ func CheckDatapath(tables []*table.Table) error {
 	errs = append(errs, table.Unservable(tables)...)
 	// Server IDs the datapath could not find all of (IDs chosen to
 	// collide): placement depends on the IDs alone.
-	stat := make([]uint8, bpf.MaxBackends)
+	stat := make([]uint8, abi.MaxBackends)
 	for i := range stat {
 		stat[i] = uint8(i)
 	}
@@ -522,7 +523,7 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 	if err != nil {
 		return nil, err
 	}
-	previous, err := d.registered((gen + 1) % bpf.BindGens) // the inactive generation
+	previous, err := d.registered((gen + 1) % abi.BindGens) // the inactive generation
 	if err != nil {
 		return nil, err
 	}
@@ -554,7 +555,7 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 // (under the lock, which every writer takes: not written since). Reading
 // all 32 tables of 256 backends again was most of an apply's time.
 func (d *Director) readBack(gen uint32, plans []placement) ([]LiveTable, error) {
-	reg, err := d.registered(gen % bpf.BindGens)
+	reg, err := d.registered(gen % abi.BindGens)
 	if err != nil {
 		return nil, fmt.Errorf("reading back the binds: %w", err)
 	}
@@ -665,7 +666,7 @@ func (d *Director) writeSlots(tables []*table.Table, plans []placement) error {
 		}
 		// Its registry entry: the fingerprint, and the digest of the
 		// config it was built from (zero for a GLB binary's table).
-		var reg bpf.Registry
+		var reg abi.Registry
 		if fp, err := hex.DecodeString(table.Fingerprint(tables[i])); err == nil {
 			copy(reg.Fingerprint[:], fp)
 		}
@@ -722,16 +723,16 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 		return err
 	}
 	next := gen + 1
-	inactive := next % bpf.BindGens
+	inactive := next % abi.BindGens
 	// Nothing reads the inactive generation: empty its trie, then fill it.
 	trie, err := d.trie(inactive)
 	if err != nil {
 		return err
 	}
 	defer trie.Close()
-	var stale []bpf.BindKey
-	var k bpf.BindKey
-	var v bpf.BindVal
+	var stale []abi.BindKey
+	var k abi.BindKey
+	var v abi.BindVal
 	it := trie.Iterate()
 	for it.Next(&k, &v) {
 		stale = append(stale, k)
@@ -763,7 +764,7 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 	// The commit point. Without a new director config, the rest of the
 	// entry is rewritten with the values it has, and only the aligned
 	// generation word changes.
-	c := new(bpf.Config)
+	c := new(abi.Config)
 	if err := d.Maps.Config.Lookup(uint32(0), c); err != nil {
 		return err
 	}

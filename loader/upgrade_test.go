@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
@@ -169,7 +170,7 @@ func TestLoadAdoptsAnOlderCaptureMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: bpf.CaptureMap, Type: ebpf.Array, KeySize: 4,
-		ValueSize: uint32(binary.Size(bpf.Capture{})), MaxEntries: 1})
+		ValueSize: uint32(binary.Size(abi.Capture{})), MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

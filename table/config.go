@@ -7,14 +7,33 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/director/director/bpf/abi"
 )
 
 // GLB's binary format fixes these; configs are held to them so that every
-// accepted config can be written as a GLB table.
+// accepted config can be written as a GLB table. The datapath is sized by
+// the same (director.h): equal checks, below, that they agree.
 const (
 	Rows        = 0x10000
 	MaxBackends = 256
 	MaxBinds    = 256
+)
+
+// Compile-time checks that the limits and bits written here are
+// director.h's (through package abi): a difference either way makes a
+// negative constant, which a uint cannot hold, and the build fails.
+const (
+	_ = uint(Rows-abi.Rows) + uint(abi.Rows-Rows)
+	_ = uint(MaxBackends-abi.MaxBackends) + uint(abi.MaxBackends-MaxBackends)
+	_ = uint(MaxBinds-abi.MaxBinds) + uint(abi.MaxBinds-MaxBinds)
+	_ = uint(MaxServerIDLen-abi.QUICMaxSID) + uint(abi.QUICMaxSID-MaxServerIDLen)
+	_ = uint(MaxCIDLen-abi.QUICMaxCID) + uint(abi.QUICMaxCID-MaxCIDLen)
+	_ = uint(MaxQUICConfigID+1-int(abi.QUICUnroutable)) + uint(int(abi.QUICUnroutable)-MaxQUICConfigID-1)
+	_ = uint(int(HashSrcAddr)-int(abi.DirHashFieldDIR_HASH_SRC_ADDR)) + uint(int(abi.DirHashFieldDIR_HASH_SRC_ADDR)-int(HashSrcAddr))
+	_ = uint(int(HashDstAddr)-int(abi.DirHashFieldDIR_HASH_DST_ADDR)) + uint(int(abi.DirHashFieldDIR_HASH_DST_ADDR)-int(HashDstAddr))
+	_ = uint(int(HashSrcPort)-int(abi.DirHashFieldDIR_HASH_SRC_PORT)) + uint(int(abi.DirHashFieldDIR_HASH_SRC_PORT)-int(HashSrcPort))
+	_ = uint(int(HashDstPort)-int(abi.DirHashFieldDIR_HASH_DST_PORT)) + uint(int(abi.DirHashFieldDIR_HASH_DST_PORT)-int(HashDstPort))
 )
 
 // Config is a forwarding-table config in GitHub GLB Director's JSON format.

@@ -18,7 +18,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
@@ -287,7 +287,7 @@ func describeCapture(r loader.CaptureRecord, reasons []string, tableOf func(int)
 		t = tableOf(r.Table)
 		s += fmt.Sprintf(" table %s row %#04x", t.name, r.Row)
 	}
-	if r.Action == bpf.XDPTX {
+	if r.Action == abi.XDPTX {
 		if h, inner, err := gue.ParseFrame(r.Frame); err == nil {
 			s += " primary " + h.Hops[0].String()
 			if len(h.Hops) > 1 {

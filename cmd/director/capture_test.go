@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/format/pcapfile"
@@ -86,7 +86,7 @@ func TestCaptureCommand(t *testing.T) {
 				return err
 			}
 			defer d.Close()
-			var v bpf.Capture
+			var v abi.Capture
 			if err := d.Maps.Capture.Lookup(uint32(0), &v); err != nil || v.On != 0 {
 				return fmt.Errorf("after %s: the capture hook is on (%v)", what, err)
 			}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -140,7 +140,7 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 		if lt.Table.Name != "web" {
 			continue
 		}
-		var reg bpf.Registry
+		var reg abi.Registry
 		if err := d.Maps.Registry.Lookup(uint32(lt.Slot), &reg); err != nil {
 			t.Fatal(err)
 		}

@@ -11,18 +11,18 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
 )
 
 // Geometry of the exact-match table (enum dir_limit in director.h).
 const (
-	ExactSlots  = bpf.ExactSlots
-	ExactProbes = bpf.ExactProbes
+	ExactSlots  = abi.ExactSlots
+	ExactProbes = abi.ExactProbes
 )
 
-func exactKey(proto table.Proto, addr netip.Addr, port uint16) bpf.ExactKey {
-	k := bpf.ExactKey{Proto: uint8(proto), Port: port<<8 | port>>8}
+func exactKey(proto table.Proto, addr netip.Addr, port uint16) abi.ExactKey {
+	k := abi.ExactKey{Proto: uint8(proto), Port: port<<8 | port>>8}
 	k.Family, k.Addr = PutAddr(addr)
 	return k
 }
@@ -30,14 +30,14 @@ func exactKey(proto table.Proto, addr netip.Addr, port uint16) bpf.ExactKey {
 // ExactHash is the C exact_hash: the key's five 32-bit words, read in host
 // (little-endian) order, each times its constant, summed in 64 bits, the
 // halves folded.
-func ExactHash(k bpf.ExactKey) uint32 {
+func ExactHash(k abi.ExactKey) uint32 {
 	var b [20]byte
 	b[0], b[1] = k.Proto, k.Family
 	binary.LittleEndian.PutUint16(b[2:], k.Port)
 	copy(b[4:], k.Addr[:])
 	var h uint64
 	for i := 0; i < 5; i++ {
-		h += uint64(binary.LittleEndian.Uint32(b[4*i:])) * bpf.ExactMult[i]
+		h += uint64(binary.LittleEndian.Uint32(b[4*i:])) * abi.ExactMult[i]
 	}
 	return uint32(h>>32) ^ uint32(h)
 }
@@ -281,11 +281,11 @@ func (sp *speller) writtenAddresses(out []ExactPoint, refs []table.BindRef) []Ex
 // open-addressing table, Robin Hood style (PlaceRH). A point that finds no
 // slot within ExactProbes of its home is left out: the group path, which
 // holds every bind, answers for it. It returns how many were placed.
-func buildExact(points []ExactPoint, tables []*table.Table, slots []int) (*bpf.ExactTable, int) {
-	t := exactTables.Get().(*bpf.ExactTable)
-	*t = bpf.ExactTable{}
-	used := func(e *bpf.ExactEntry) bool { return e.SlotPlus1 != 0 }
-	home := func(e *bpf.ExactEntry) uint32 { return ExactHash(e.Key) }
+func buildExact(points []ExactPoint, tables []*table.Table, slots []int) (*abi.ExactTable, int) {
+	t := exactTables.Get().(*abi.ExactTable)
+	*t = abi.ExactTable{}
+	used := func(e *abi.ExactEntry) bool { return e.SlotPlus1 != 0 }
+	home := func(e *abi.ExactEntry) uint32 { return ExactHash(e.Key) }
 	states := make([][4]uint64, len(tables))
 	for i, tb := range tables {
 		states[i] = table.FlowHashState(tb.HashKey)
@@ -293,7 +293,7 @@ func buildExact(points []ExactPoint, tables []*table.Table, slots []int) (*bpf.E
 	placed := 0
 	for _, p := range points {
 		k := exactKey(p.Proto, p.Addr, p.Port)
-		v := bpf.ExactEntry{Key: k, SlotPlus1: uint32(slots[p.Table]) + 1, HashState: states[p.Table]}
+		v := abi.ExactEntry{Key: k, SlotPlus1: uint32(slots[p.Table]) + 1, HashState: states[p.Table]}
 		if PlaceRH(t.E[:], used, home, ExactHash(k), v, int(ExactProbes)) {
 			placed++
 		}
@@ -306,8 +306,8 @@ func buildExact(points []ExactPoint, tables []*table.Table, slots []int) (*bpf.E
 // rather than allocated, which made the garbage collector's assists a
 // tenth of a health flip's time.
 var (
-	exactTables = sync.Pool{New: func() any { return new(bpf.ExactTable) }}
-	groupTables = sync.Pool{New: func() any { return new(bpf.GroupTable) }}
+	exactTables = sync.Pool{New: func() any { return new(abi.ExactTable) }}
+	groupTables = sync.Pool{New: func() any { return new(abi.GroupTable) }}
 )
 
 // PlaceRH puts e, whose home index is h, in the open-addressing table
@@ -342,18 +342,18 @@ func PlaceRH[T any](slots []T, used func(*T) bool, home func(*T) uint32, h uint3
 
 // Geometry of the group table (enum dir_limit in director.h).
 const (
-	GroupSlots  = bpf.GroupSlots
-	GroupProbes = bpf.GroupProbes
-	groupLens   = bpf.GroupLens
-	groupRanges = bpf.GroupRanges
-	groupScan   = bpf.GroupScan
-	GroupTrie   = bpf.GroupTrie
+	GroupSlots  = abi.GroupSlots
+	GroupProbes = abi.GroupProbes
+	groupLens   = abi.GroupLens
+	groupRanges = abi.GroupRanges
+	groupScan   = abi.GroupScan
+	GroupTrie   = abi.GroupTrie
 )
 
 // GroupHash is the C exact_hash of a group key, whose words are laid out as
 // an exact key's.
-func GroupHash(k bpf.GroupKey) uint32 {
-	return ExactHash(bpf.ExactKey{Proto: k.Proto, Family: k.Family, Port: uint16(k.Plen) | uint16(k.Pad)<<8, Addr: k.Addr})
+func GroupHash(k abi.GroupKey) uint32 {
+	return ExactHash(abi.ExactKey{Proto: k.Proto, Family: k.Family, Port: uint16(k.Plen) | uint16(k.Pad)<<8, Addr: k.Addr})
 }
 
 // buildGroups fills a group table with every bind group (table.CompileGroups),
@@ -363,9 +363,9 @@ func GroupHash(k bpf.GroupKey) uint32 {
 // a group that finds no slot within GroupProbes of its home (its probes are
 // full, which sends its packets to the trie), and, when the ranges run out,
 // the whole family.
-func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *bpf.GroupTable {
-	gt := groupTables.Get().(*bpf.GroupTable)
-	*gt = bpf.GroupTable{}
+func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *abi.GroupTable {
+	gt := groupTables.Get().(*abi.GroupTable)
+	*gt = abi.GroupTable{}
 	gt.Ready = 1
 	for i, t := range tables {
 		gt.State[slots[i]&(len(gt.State)-1)] = table.FlowHashState(t.HashKey)
@@ -396,21 +396,21 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 		}
 	}
 	next := 0
-	used := func(e *bpf.GroupEntry) bool { return e.Count != 0 }
-	home := func(e *bpf.GroupEntry) uint32 { return GroupHash(e.Key) }
+	used := func(e *abi.GroupEntry) bool { return e.Count != 0 }
+	home := func(e *abi.GroupEntry) uint32 { return GroupHash(e.Key) }
 	for _, g := range groups {
 		f := fam(g.Prefix)
 		if gt.Nlens[f] == GroupTrie || len(g.Ranges) == 0 {
 			continue
 		}
-		k := bpf.GroupKey{Proto: uint8(g.Proto), Plen: uint8(g.Prefix.Bits())}
+		k := abi.GroupKey{Proto: uint8(g.Proto), Plen: uint8(g.Prefix.Bits())}
 		k.Family, k.Addr = PutAddr(g.Prefix.Addr())
-		e := bpf.GroupEntry{Key: k, First: uint16(next), Count: uint8(min(len(g.Ranges), 255))}
+		e := abi.GroupEntry{Key: k, First: uint16(next), Count: uint8(min(len(g.Ranges), 255))}
 		// The widest range goes in the entry, with its table's hash
 		// state: most packets of the group are answered from one line.
 		rs := slices.Clone(g.Ranges)
 		sort.SliceStable(rs, func(i, j int) bool { return int(rs[i].Hi)-int(rs[i].Lo) > int(rs[j].Hi)-int(rs[j].Lo) })
-		e.Range0 = bpf.PortRange{Lo: rs[0].Lo, Hi: rs[0].Hi, Slot: uint32(slots[rs[0].Table])}
+		e.Range0 = abi.PortRange{Lo: rs[0].Lo, Hi: rs[0].Hi, Slot: uint32(slots[rs[0].Table])}
 		e.State = table.FlowHashState(tables[rs[0].Table].HashKey)
 		if len(rs) > groupScan {
 			e.Trie = 1
@@ -419,7 +419,7 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 			continue
 		} else {
 			for _, r := range rs[1:] {
-				gt.R[next] = bpf.PortRange{Lo: r.Lo, Hi: r.Hi, Slot: uint32(slots[r.Table])}
+				gt.R[next] = abi.PortRange{Lo: r.Lo, Hi: r.Hi, Slot: uint32(slots[r.Table])}
 				next++
 			}
 		}
@@ -432,8 +432,8 @@ func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *
 
 // groupLen is a prefix length with its address mask, word by word in
 // network order as the program ANDs them.
-func groupLen(bits int) bpf.GroupLen {
-	l := bpf.GroupLen{Plen: uint8(bits)}
+func groupLen(bits int) abi.GroupLen {
+	l := abi.GroupLen{Plen: uint8(bits)}
 	for i := range l.Mask {
 		var m uint32
 		if b := min(bits-32*i, 32); b > 0 {
@@ -452,15 +452,15 @@ func PutAddr(a netip.Addr) (fam uint8, b [16]byte) {
 	if a.Is4() {
 		v := a.As4()
 		copy(b[:], v[:])
-		return bpf.FamilyIPv4, b
+		return abi.FamilyIPv4, b
 	}
-	return bpf.FamilyIPv6, a.As16()
+	return abi.FamilyIPv6, a.As16()
 }
 
 // TrieEntry is one entry of a generation's bind trie.
 type TrieEntry struct {
-	Key bpf.BindKey
-	Val bpf.BindVal
+	Key abi.BindKey
+	Val abi.BindVal
 }
 
 // Binds is a generation's bind maps, laid out: the trie's entries (every
@@ -468,8 +468,8 @@ type TrieEntry struct {
 // slot, the registry), the exact table and the group table.
 type Binds struct {
 	Trie   []TrieEntry
-	Exact  *bpf.ExactTable
-	Groups *bpf.GroupTable
+	Exact  *abi.ExactTable
+	Groups *abi.GroupTable
 }
 
 // Lay lays out the binds of tables, tables[i] being in slots[i]; spell
@@ -487,9 +487,9 @@ func Lay(tables []*table.Table, slots []int, spell bool) *Binds {
 		}
 	}
 	for _, s := range slots {
-		k := bpf.BindKey{Prefixlen: 8 + 8, Kind: bpf.BindTable}
+		k := abi.BindKey{Prefixlen: 8 + 8, Kind: abi.BindTable}
 		k.Data[0] = uint8(s)
-		b.Trie = append(b.Trie, TrieEntry{k, bpf.BindVal{Id: uint32(s)}})
+		b.Trie = append(b.Trie, TrieEntry{k, abi.BindVal{Id: uint32(s)}})
 	}
 	b.Exact, _ = buildExact(ExactPoints(refs, entries, groups, spell), tables, slots)
 	b.Groups = buildGroups(groups, tables, slots)
@@ -503,20 +503,20 @@ func (b *Binds) Release() {
 	b.Exact, b.Groups = nil, nil
 }
 
-func trieEntry(e table.BindEntry, slots []int) (bpf.BindKey, bpf.BindVal) {
-	var k bpf.BindKey
+func trieEntry(e table.BindEntry, slots []int) (abi.BindKey, abi.BindVal) {
+	var k abi.BindKey
 	if !e.IsPort {
-		k.Kind = bpf.BindAddr
+		k.Kind = abi.BindAddr
 		k.Prefixlen = 24 + uint32(e.Prefix.Bits())
 		fam, addr := PutAddr(e.Prefix.Addr())
 		k.Data[0] = uint8(e.Proto)
 		k.Data[1] = fam
 		copy(k.Data[2:], addr[:])
-		return k, bpf.BindVal{Id: uint32(e.Group)}
+		return k, abi.BindVal{Id: uint32(e.Group)}
 	}
-	k.Kind = bpf.BindPort
+	k.Kind = abi.BindPort
 	k.Prefixlen = 8 + 32 + uint32(e.PortBits)
 	k.Data[0], k.Data[1], k.Data[2], k.Data[3] = byte(e.Group>>24), byte(e.Group>>16), byte(e.Group>>8), byte(e.Group)
 	k.Data[4], k.Data[5] = byte(e.Port>>8), byte(e.Port)
-	return k, bpf.BindVal{Id: uint32(slots[e.Table])}
+	return k, abi.BindVal{Id: uint32(slots[e.Table])}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 )
 
@@ -91,7 +91,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		return fmt.Errorf("pinning a replay worker to CPU %d: %w", cpu, err)
 	}
-	var before []bpf.Counters
+	var before []abi.Counters
 	if err := r.counters.Lookup(uint32(0), &before); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		if int(v) == model.XDPTX { // the counters it moved are known
 			continue
 		}
-		var now []bpf.Counters
+		var now []abi.Counters
 		if err := r.counters.Lookup(uint32(0), &now); err != nil {
 			return err
 		}

@@ -27,19 +27,21 @@ import (
 	"fmt"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/director/director/table"
 )
 
 // Limits of the format: three bits of config rotation, of which 0b111 is
 // kept for IDs no load balancer routes, and at most 20 bytes in all (QUIC
 // v1's longest connection ID).
 const (
-	MaxConfigID    = 6
-	MaxServerIDLen = 15
-	MinNonceLen    = 4
-	MaxIDLen       = 20
+	MaxConfigID    = table.MaxQUICConfigID
+	MaxServerIDLen = table.MaxServerIDLen
+	MinNonceLen    = table.MinNonceLen
+	MaxIDLen       = table.MaxCIDLen
 	// UnroutableConfig is the config rotation of an ID that names no
 	// server: a load balancer routes such a packet as any other.
-	UnroutableConfig = 7
+	UnroutableConfig = MaxConfigID + 1
 )
 
 // Config is what a server needs to issue IDs: the table's config rotation

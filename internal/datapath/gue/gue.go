@@ -12,44 +12,44 @@ import (
 	"net/netip"
 	"unsafe"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 )
 
 // Constants of the format (bpf/gue.h).
 const (
 	// Port is the UDP destination port of GUE packets.
-	Port = bpf.GUEPort
+	Port = abi.GUEPort
 	// MaxHops is the most hops a packet carries: a row's primary and
 	// secondary, and with alt_hash_fields the alternate row's two.
-	MaxHops = bpf.GUEMaxHops
+	MaxHops = abi.GUEMaxHops
 	// PrivateTypeGLB is GLB's private data type.
-	PrivateTypeGLB = bpf.GUEPrivateTypeGLB
+	PrivateTypeGLB = abi.GUEPrivateTypeGLB
 	// Inner protocols, as GUE's proto field gives them.
 	ProtoIPv4 = 4
 	ProtoIPv6 = 41
 	// The outer IPv4 header's fixed fields.
-	ipv4VersionIHL = bpf.IPv4VersionIHL
-	ipv4DF         = bpf.IPv4DF
-	ipv4TTL        = bpf.IPv4TTL
-	ipv4Proto      = bpf.IPv4Proto
+	ipv4VersionIHL = abi.IPv4VersionIHL
+	ipv4DF         = abi.IPv4DF
+	ipv4TTL        = abi.IPv4TTL
+	ipv4Proto      = abi.IPv4Proto
 	// GUE's hlen byte: version and C above the private data's length.
-	hlenMask    = bpf.GUEHlenMask
-	hlenVCShift = bpf.GUEHlenVCShift
+	hlenMask    = abi.GUEHlenMask
+	hlenVCShift = abi.GUEHlenVCShift
 )
 
 // The IPv6 underlay's (gue.h): director's IPv6 hop list.
 const (
-	PrivateTypeV6  = bpf.GUEPrivateTypeV6
-	ipv6Version    = bpf.IPv6Version
-	ipv6NextHeader = bpf.IPv6NextHeader
-	ipv6HopLimit   = bpf.IPv6HopLimit
+	PrivateTypeV6  = abi.GUEPrivateTypeV6
+	ipv6Version    = abi.IPv6Version
+	ipv6NextHeader = abi.IPv6NextHeader
+	ipv6HopLimit   = abi.IPv6HopLimit
 	// FlowMask is the outer IPv6 flow label's bits.
-	FlowMask = bpf.IPv6FlowMask
+	FlowMask = abi.IPv6FlowMask
 )
 
 // Where the fields are, from the generated struct glb_encap.
 var (
-	encap    bpf.GLBEncap
+	encap    abi.GLBEncap
 	offSport = int(unsafe.Offsetof(encap.Sport))
 	offDport = int(unsafe.Offsetof(encap.Dport))
 	offLen   = int(unsafe.Offsetof(encap.Len))
@@ -66,7 +66,7 @@ var (
 
 // And in the IPv6 underlay's, struct dir_gue6_encap.
 var (
-	encap6    bpf.Gue6Encap
+	encap6    abi.Gue6Encap
 	off6Sport = int(unsafe.Offsetof(encap6.Sport))
 	off6Dport = int(unsafe.Offsetof(encap6.Dport))
 	off6Len   = int(unsafe.Offsetof(encap6.Len))

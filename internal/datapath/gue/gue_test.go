@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 )
 
 // TestRoundTrip: what Append writes, Parse reads back, for two hops and
@@ -33,7 +33,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	// The layout is gue.h's: 36 bytes before the hops, 3 hops at most.
-	if Size(MaxHops) != int(unsafe.Sizeof(bpf.GLBEncap{})) || Size(1) != 36 || MaxHops != 4 || Port != 19523 {
+	if Size(MaxHops) != int(unsafe.Sizeof(abi.GLBEncap{})) || Size(1) != 36 || MaxHops != 4 || Port != 19523 {
 		t.Errorf("Size(%d) = %d, Size(1) = %d, MaxHops %d, Port %d", MaxHops, Size(MaxHops), Size(1), MaxHops, Port)
 	}
 	if _, _, err := Parse(make([]byte, 60)); !errors.Is(err, ErrNotGUE) {
@@ -68,7 +68,7 @@ func TestRoundTripIPv6(t *testing.T) {
 			t.Fatalf("%d hops: parsed %+v at %d (%v), want %+v", len(hops), got, off, err, h)
 		}
 	}
-	if Size6(MaxHops) != int(unsafe.Sizeof(bpf.Gue6Encap{})) || Size6(1) != 56 {
+	if Size6(MaxHops) != int(unsafe.Sizeof(abi.Gue6Encap{})) || Size6(1) != 56 {
 		t.Errorf("Size6(%d) = %d, Size6(1) = %d", MaxHops, Size6(MaxHops), Size6(1))
 	}
 	// GLB's private data type is 0: a reader of it takes this for nothing.

@@ -12,7 +12,7 @@ import (
 	"net/netip"
 	"os"
 
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/table"
@@ -20,44 +20,44 @@ import (
 
 // Verdicts, as XDP numbers them (enum xdp_action).
 const (
-	XDPPass = bpf.XDPPass
-	XDPTX   = bpf.XDPTX
+	XDPPass = abi.XDPPass
+	XDPTX   = abi.XDPTX
 )
 
 // The datapath's counters (enum dir_counter in bpf/director.h); the
 // reasons a packet is passed are among them.
 const (
-	CounterProcessed    = bpf.CProcessed
-	CounterMatched      = bpf.CMatched
-	CounterEncapsulated = bpf.CEncapsulated
-	CounterEncapBytes   = bpf.CEncapBytes
-	BindFast            = bpf.CBindFast  // found through the exact-match fast path (a performance counter; not modelled)
-	BindGroup           = bpf.CBindGroup // found through the group path (a performance counter; not modelled)
-	PassNotIP           = bpf.CPassNotIP
-	PassVLAN            = bpf.CPassVLAN
-	PassMalformed       = bpf.CPassMalformed
-	PassFragment        = bpf.CPassFragment
-	PassIPv6Ext         = bpf.CPassIPv6Ext
-	PassProto           = bpf.CPassProto
-	PassICMPEchoOff     = bpf.CPassICMPEchoOff
-	PassNoBind          = bpf.CPassNoBind
-	PassHeadersSplit    = bpf.CPassHeadersSplit // a multi-buffer frame whose headers run past its first buffer
-	PassTooBig          = bpf.CPassTooBig       // the encapsulated packet would be over 65,535 bytes
-	ErrNoConfig         = bpf.CErrNoConfig
-	ErrNoTable          = bpf.CErrNoTable
-	ErrAdjustHead       = bpf.CErrAdjustHead
-	ErrBounds           = bpf.CErrBounds
+	CounterProcessed    = abi.CProcessed
+	CounterMatched      = abi.CMatched
+	CounterEncapsulated = abi.CEncapsulated
+	CounterEncapBytes   = abi.CEncapBytes
+	BindFast            = abi.CBindFast  // found through the exact-match fast path (a performance counter; not modelled)
+	BindGroup           = abi.CBindGroup // found through the group path (a performance counter; not modelled)
+	PassNotIP           = abi.CPassNotIP
+	PassVLAN            = abi.CPassVLAN
+	PassMalformed       = abi.CPassMalformed
+	PassFragment        = abi.CPassFragment
+	PassIPv6Ext         = abi.CPassIPv6Ext
+	PassProto           = abi.CPassProto
+	PassICMPEchoOff     = abi.CPassICMPEchoOff
+	PassNoBind          = abi.CPassNoBind
+	PassHeadersSplit    = abi.CPassHeadersSplit // a multi-buffer frame whose headers run past its first buffer
+	PassTooBig          = abi.CPassTooBig       // the encapsulated packet would be over 65,535 bytes
+	ErrNoConfig         = abi.CErrNoConfig
+	ErrNoTable          = abi.CErrNoTable
+	ErrAdjustHead       = abi.CErrAdjustHead
+	ErrBounds           = abi.CErrBounds
 	// Of frames passed for a Pass reason, what GLB's director would have
 	// counted them as: UnknownFormat (its parser cannot read them),
 	// Matched (what it reads is bound) or NoMatchingBind.
-	GLBUnknownFormat  = bpf.CGLBUnknownFormat
-	GLBNoMatchingBind = bpf.CGLBNoMatching
-	GLBMatched        = bpf.CGLBMatched
+	GLBUnknownFormat  = abi.CGLBUnknownFormat
+	GLBNoMatchingBind = abi.CGLBNoMatching
+	GLBMatched        = abi.CGLBMatched
 	// A packet its encapsulation takes over the link's MTU: answered
 	// with ICMP too-big, or encapsulated all the same (Result.TooBig).
-	CounterICMPTooBig  = bpf.CICMPTooBig
-	CounterTooBigEncap = bpf.CTooBigEncap
-	NumCounters        = bpf.NumCounters
+	CounterICMPTooBig  = abi.CICMPTooBig
+	CounterTooBigEncap = abi.CTooBigEncap
+	NumCounters        = abi.NumCounters
 )
 
 // The path MTU check (bpf/toobig.h, docs/wire.md "Path MTU"): an outer

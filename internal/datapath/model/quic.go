@@ -1,7 +1,7 @@
 package model
 
 import (
-	"github.com/director/director/bpf"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
 )
 
@@ -9,18 +9,18 @@ import (
 // with a "quic" block is sent to the backend its destination connection ID
 // names (QUICRouted), or by its row, for the reason its counter gives.
 const (
-	QUICRouted      = bpf.CQUICRouted
-	QUICShort       = bpf.CQUICShort       // the payload is too short for the bytes read
-	QUICCIDLen      = bpf.CQUICCIDLen      // a long header's ID is over 20 bytes or too short for a server ID
-	QUICUnroutable  = bpf.CQUICUnroutable  // config rotation 0b111
-	QUICOtherConfig = bpf.CQUICOtherConfig // another config's rotation bits
-	QUICUnknownID   = bpf.CQUICUnknownID   // no serving backend has that server ID
+	QUICRouted      = abi.CQUICRouted
+	QUICShort       = abi.CQUICShort       // the payload is too short for the bytes read
+	QUICCIDLen      = abi.CQUICCIDLen      // a long header's ID is over 20 bytes or too short for a server ID
+	QUICUnroutable  = abi.CQUICUnroutable  // config rotation 0b111
+	QUICOtherConfig = abi.CQUICOtherConfig // another config's rotation bits
+	QUICUnknownID   = abi.CQUICUnknownID   // no serving backend has that server ID
 )
 
 // quicRead is how many bytes after a connection ID's first octet the
 // program reads, whatever the server ID's length: a real QUIC packet
 // always has them (its header-protection sample follows the ID).
-const quicRead = bpf.QUICRead
+const quicRead = abi.QUICRead
 
 // udpPayload is the UDP payload as far as the program can read it: to the
 // end of the IP packet, and of the frame's first buffer.
@@ -61,7 +61,7 @@ func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
 	}
 	cid := p[base:]
 	switch rot := cid[0] >> 5; {
-	case rot == bpf.QUICUnroutable:
+	case rot == abi.QUICUnroutable:
 		return QUICUnroutable, -1
 	case rot != t.QUIC.ConfigID:
 		return QUICOtherConfig, -1
