@@ -13,7 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf/abi"
-	"github.com/director/director/internal/layout"
+	"github.com/director/director/table/bindmap"
 	"github.com/director/director/table/config"
 
 	"github.com/director/director/internal/datapath/model"
@@ -518,7 +518,7 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 					if err := d.Maps.BindGroups.Lookup(gen, &gt); err != nil {
 						t.Fatal(err)
 					}
-					gt.Nlens = [2]uint8{layout.GroupTrie, layout.GroupTrie}
+					gt.Nlens = [2]uint8{bindmap.GroupTrie, bindmap.GroupTrie}
 					if err := d.Maps.BindGroups.Put(gen, &gt); err != nil {
 						t.Fatal(err)
 					}
@@ -609,8 +609,8 @@ func flowHashOf(t *table.Table, client netip.Addr) uint64 {
 func exactSet(tabs []*table.Table) map[exactKeyT]bool {
 	refs := table.Refs(tabs)
 	out := map[exactKeyT]bool{}
-	for _, e := range table.CompileBinds(refs) {
-		if layout.InExactTable(e) {
+	for _, e := range bindmap.Compile(refs) {
+		if bindmap.InExactTable(e) {
 			out[exactKeyT{uint8(e.Proto), e.Prefix.Addr(), e.Port}] = true
 		}
 	}

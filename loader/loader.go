@@ -45,7 +45,7 @@ type Director struct {
 	// removed or replaced underneath), a line each.
 	Repaired []string
 	// noSpelling keeps prefix and port-range binds out of the exact table
-	// (layout.ExactPoints): for tests of the group table and the trie.
+	// (bindmap.ExactPoints): for tests of the group table and the trie.
 	noSpelling bool
 
 	// cache is what this process last wrote or read in the pins' slots,

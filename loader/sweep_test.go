@@ -12,9 +12,9 @@ import (
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/internal/layout"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
+	"github.com/director/director/table/bindmap"
 )
 
 // sweepBinds are nested prefixes of several lengths, overlapping port
@@ -122,7 +122,7 @@ func TestBindSweep(t *testing.T) {
 	// eight, so two groups are left to the trie, whose packets the full
 	// probes send there.
 	var full []string
-	colliding := collidingGroups(int(layout.GroupProbes) + 2)
+	colliding := collidingGroups(int(bindmap.GroupProbes) + 2)
 	for _, a := range colliding {
 		full = append(full, a.String())
 	}
@@ -271,8 +271,8 @@ func collidingGroups(n int) []netip.Addr {
 	for i := 0; i < 1<<22; i++ {
 		a := netip.AddrFrom4([4]byte{100, 64 | byte(i>>16), byte(i >> 8), byte(i)})
 		k := abi.GroupKey{Proto: 6, Plen: 32}
-		k.Family, k.Addr = layout.PutAddr(a)
-		h := layout.GroupHash(k) & (layout.GroupSlots - 1)
+		k.Family, k.Addr = bindmap.PutAddr(a)
+		h := bindmap.GroupHash(k) & (bindmap.GroupSlots - 1)
 		by[h] = append(by[h], a)
 		if len(by[h]) == n {
 			return by[h]

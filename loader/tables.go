@@ -15,8 +15,8 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/bpf/abi"
-	"github.com/director/director/internal/layout"
 	"github.com/director/director/table"
+	"github.com/director/director/table/bindmap"
 )
 
 // MaxTables is how many tables can be live at once. An apply writes its
@@ -251,7 +251,7 @@ func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("address family %d unknown", family)
 }
 
-func putAddr(a netip.Addr) (uint8, [16]byte) { return layout.PutAddr(a) }
+func putAddr(a netip.Addr) (uint8, [16]byte) { return bindmap.PutAddr(a) }
 
 // encodeTable lays a table out as the datapath reads it. stat gives each
 // backend's counter index.
@@ -745,7 +745,7 @@ func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.D
 			return fmt.Errorf("clearing old binds: %w", err)
 		}
 	}
-	l := layout.Lay(tables, slots, !d.noSpelling)
+	l := bindmap.Lay(tables, slots, !d.noSpelling)
 	defer l.Release()
 	for i := range l.Trie {
 		if err := trie.Put(&l.Trie[i].Key, &l.Trie[i].Val); err != nil {

@@ -13,10 +13,10 @@ import (
 
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/format/pcapfile"
-	"github.com/director/director/internal/layout"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
+	"github.com/director/director/table/bindmap"
 )
 
 // benchDoc is bench's JSON document (docs/replay.md, "bench --json").
@@ -291,7 +291,7 @@ type pathFrames struct {
 
 // splitByPath sorts frames by the path they take through the program, as
 // the model and the compiled binds say: the exact table (exact binds, and
-// the prefix and port-range binds spelled out into it: layout.ExactPoints),
+// the prefix and port-range binds spelled out into it: bindmap.ExactPoints),
 // the group table (the other prefixes and port ranges, echo requests) or
 // the trie, or passed.
 func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pathFrames {
@@ -302,7 +302,7 @@ func splitByPath(m *model.Datapath, tables []*table.Table, frames [][]byte) []pa
 		port  uint16
 	}
 	exact := map[key]bool{}
-	for _, p := range layout.ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs), true) {
+	for _, p := range bindmap.ExactPoints(refs, bindmap.Compile(refs), bindmap.Groups(refs), true) {
 		exact[key{uint8(p.Proto), p.Addr, p.Port}] = true
 	}
 	out := []pathFrames{{name: "exact"}, {name: "prefix_range"}, {name: "passed"}}

@@ -1,13 +1,15 @@
-package table
+package bindmap
 
 import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+
+	"github.com/director/director/table"
 )
 
 // lpm simulates the datapath's two-stage lookup over compiled entries.
-func lpm(entries []BindEntry, dst netip.Addr, proto Proto, port uint16) (int, bool) {
+func lpm(entries []Entry, dst netip.Addr, proto table.Proto, port uint16) (int, bool) {
 	for _, e := range entries {
 		if e.Exact && e.Proto == proto && e.Prefix.Addr() == dst && e.Port == port {
 			return e.Table, true
@@ -56,7 +58,7 @@ func TestPortBlocks(t *testing.T) {
 func TestCompiledBindsMatchDefinition(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	for iter := 0; iter < 200; iter++ {
-		var refs []BindRef
+		var refs []table.BindRef
 		used := map[string]bool{}
 		for len(refs) < 1+rng.IntN(12) {
 			bits := []int{32, 32, 24, 16, 28, 0}[rng.IntN(6)]
@@ -72,34 +74,34 @@ func TestCompiledBindsMatchDefinition(t *testing.T) {
 			if single {
 				hi = lo
 			}
-			proto := []Proto{ProtoTCP, ProtoUDP}[rng.IntN(2)]
-			b := Bind{Prefix: p, Proto: proto, PortStart: lo, PortEnd: hi}
+			proto := []table.Proto{table.ProtoTCP, table.ProtoUDP}[rng.IntN(2)]
+			b := table.Bind{Prefix: p, Proto: proto, PortStart: lo, PortEnd: hi}
 			// keep the config invariant: no overlap at one prefix
 			k := p.String() + proto.String()
 			if used[k] {
 				continue
 			}
 			used[k] = true
-			refs = append(refs, BindRef{Table: rng.IntN(4), Bind: b})
+			refs = append(refs, table.BindRef{Table: rng.IntN(4), Bind: b})
 		}
-		entries := CompileBinds(refs)
+		entries := Compile(refs)
 		for q := 0; q < 300; q++ {
 			dst := netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(2)), byte(rng.IntN(4))})
 			if rng.IntN(4) == 0 {
 				dst = netip.AddrFrom16([16]byte{0xfd, 0, 15: byte(rng.IntN(4))})
 			}
-			proto := []Proto{ProtoTCP, ProtoUDP}[rng.IntN(2)]
+			proto := []table.Proto{table.ProtoTCP, table.ProtoUDP}[rng.IntN(2)]
 			port := uint16(rng.IntN(160))
-			wt, wok := ResolveBind(refs, dst, proto, port, false)
+			wt, wok := table.ResolveBind(refs, dst, proto, port, false)
 			gt, gok := lpm(entries, dst, proto, port)
 			if wt != gt || wok != gok {
 				t.Fatalf("binds %v: %s %s:%d: compiled %d/%v, definition %d/%v", refs, proto, dst, port, gt, gok, wt, wok)
 			}
-			echo := ProtoICMP
+			echo := table.ProtoICMP
 			if dst.Is6() {
-				echo = ProtoICMPv6
+				echo = table.ProtoICMPv6
 			}
-			wt, wok = ResolveBind(refs, dst, 0, 0, true)
+			wt, wok = table.ResolveBind(refs, dst, 0, 0, true)
 			gt, gok = lpm(entries, dst, echo, 0)
 			if wt != gt || wok != gok {
 				t.Fatalf("binds %v: echo to %s: compiled %d/%v, definition %d/%v", refs, dst, gt, gok, wt, wok)

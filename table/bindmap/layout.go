@@ -1,8 +1,10 @@
-// Package layout lays out the datapath's bind tables: for a set of
-// tables in their slots, what the exact table, the group table and the
-// trie hold, and where each entry sits. It is pure; the loader writes what
-// it computes into the bind maps of the inactive generation.
-package layout
+// Package bindmap compiles the tables' binds into the datapath's bind maps
+// (bpf/director.h): the two-stage lookup's entries (compile.go), and for a
+// set of tables in their slots, what the exact table, the group table and
+// the trie hold, and where each entry sits (layout.go). It is pure Go: the
+// loader only writes what it returns into the bind maps of the inactive
+// generation.
+package bindmap
 
 import (
 	"encoding/binary"
@@ -45,7 +47,7 @@ func ExactHash(k abi.ExactKey) uint32 {
 // InExactTable reports whether the exact table is for e, a compiled bind
 // entry (it holds e when there is room): binds to one address and one
 // port. Echo entries are left to their groups, which hold every port.
-func InExactTable(e table.BindEntry) bool {
+func InExactTable(e Entry) bool {
 	return e.Exact && e.Proto != table.ProtoICMP && e.Proto != table.ProtoICMPv6
 }
 
@@ -64,7 +66,7 @@ type ExactPoint struct {
 }
 
 // ExactPoints lists what the exact table holds for binds refs, compiled
-// (entries: table.CompileBinds, groups: table.CompileGroups). First every
+// (entries: Compile, groups: Groups). First every
 // exact bind (InExactTable). Then, while the table stays within
 // ExactBudget, prefix and port-range binds spelled out point by point, as
 // GLB spells out port ranges: every (address, port) of a group whose
@@ -82,7 +84,7 @@ type ExactPoint struct {
 //
 // With spell false, only the exact binds go in (tests of the group table
 // and the trie ask so, so that their packets go there).
-func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table.BindGroup, spell bool) []ExactPoint {
+func ExactPoints(refs []table.BindRef, entries []Entry, groups []Group, spell bool) []ExactPoint {
 	var out []ExactPoint
 	for _, e := range entries {
 		if InExactTable(e) {
@@ -100,9 +102,9 @@ func ExactPoints(refs []table.BindRef, entries []table.BindEntry, groups []table
 // speller spells groups out into exact points (ExactPoints).
 type speller struct {
 	lens  map[lensKey][]int             // the prefix lengths of each protocol's groups
-	have  map[groupKey]*table.BindGroup // the groups, by protocol and prefix
+	have  map[spellKey]*Group // the groups, by protocol and prefix
 	cands []cand                        // the groups that may go in whole, smallest first
-	whole map[*table.BindGroup]bool     // the groups that went in whole
+	whole map[*Group]bool     // the groups that went in whole
 	room  int                           // points left within ExactBudget
 }
 
@@ -113,7 +115,7 @@ type lensKey struct {
 	v6    bool
 }
 
-type groupKey struct {
+type spellKey struct {
 	proto table.Proto
 	bits  uint8
 	addr  [16]byte
@@ -122,12 +124,12 @@ type groupKey struct {
 // cand is a group that may go in whole, with how many points it would add
 // at most.
 type cand struct {
-	g    *table.BindGroup
+	g    *Group
 	size int
 }
 
-func newSpeller(groups []table.BindGroup) *speller {
-	sp := &speller{lens: map[lensKey][]int{}, have: map[groupKey]*table.BindGroup{}, whole: map[*table.BindGroup]bool{}}
+func newSpeller(groups []Group) *speller {
+	sp := &speller{lens: map[lensKey][]int{}, have: map[spellKey]*Group{}, whole: map[*Group]bool{}}
 	for i := range groups {
 		g := &groups[i]
 		if g.Proto == table.ProtoICMP || g.Proto == table.ProtoICMPv6 {
@@ -137,7 +139,7 @@ func newSpeller(groups []table.BindGroup) *speller {
 		if !slices.Contains(sp.lens[lk], g.Prefix.Bits()) {
 			sp.lens[lk] = append(sp.lens[lk], g.Prefix.Bits())
 		}
-		sp.have[groupKey{g.Proto, uint8(g.Prefix.Bits()), g.Prefix.Addr().As16()}] = g
+		sp.have[spellKey{g.Proto, uint8(g.Prefix.Bits()), g.Prefix.Addr().As16()}] = g
 		host := g.Prefix.Addr().BitLen() - g.Prefix.Bits()
 		if len(g.Ranges) == 0 || host >= 16 {
 			continue
@@ -149,7 +151,7 @@ func newSpeller(groups []table.BindGroup) *speller {
 }
 
 // portsOf is how many ports g's ranges cover.
-func portsOf(g *table.BindGroup) int {
+func portsOf(g *Group) int {
 	ports := 0
 	for _, r := range g.Ranges {
 		ports += int(r.Hi) - int(r.Lo) + 1
@@ -158,9 +160,9 @@ func portsOf(g *table.BindGroup) int {
 }
 
 // group is proto's group of prefix a/bits, nil if none.
-func (sp *speller) group(proto table.Proto, a netip.Addr, bits int) *table.BindGroup {
+func (sp *speller) group(proto table.Proto, a netip.Addr, bits int) *Group {
 	q, _ := a.Prefix(bits)
-	return sp.have[groupKey{proto, uint8(bits), q.Addr().As16()}]
+	return sp.have[spellKey{proto, uint8(bits), q.Addr().As16()}]
 }
 
 // shadowed reports whether a longer group of proto holds a: its packets
@@ -175,8 +177,8 @@ func (sp *speller) shadowed(proto table.Proto, a netip.Addr, bits int) bool {
 }
 
 // longest is a's longest group of proto: the one that answers for it.
-func (sp *speller) longest(proto table.Proto, a netip.Addr) *table.BindGroup {
-	var best *table.BindGroup
+func (sp *speller) longest(proto table.Proto, a netip.Addr) *Group {
+	var best *Group
 	for _, l := range sp.lens[lensKey{proto, a.Is6()}] {
 		if g := sp.group(proto, a, l); g != nil && (best == nil || l > best.Prefix.Bits()) {
 			best = g
@@ -243,15 +245,15 @@ func (sp *speller) writtenAddresses(out []ExactPoint, refs []table.BindRef) []Ex
 	type written struct {
 		proto table.Proto
 		addr  netip.Addr
-		g     *table.BindGroup
+		g     *Group
 		size  int
 	}
 	var ws []written
-	seen := map[groupKey]bool{}
+	seen := map[spellKey]bool{}
 	for _, r := range refs {
 		b := r.Bind
 		a := b.Prefix.Addr()
-		k := groupKey{b.Proto, 0, a.As16()}
+		k := spellKey{b.Proto, 0, a.As16()}
 		if b.Prefix.IsSingleIP() || seen[k] {
 			continue
 		}
@@ -356,14 +358,14 @@ func GroupHash(k abi.GroupKey) uint32 {
 	return ExactHash(abi.ExactKey{Proto: k.Proto, Family: k.Family, Port: uint16(k.Plen) | uint16(k.Pad)<<8, Addr: k.Addr})
 }
 
-// buildGroups fills a group table with every bind group (table.CompileGroups),
+// buildGroups fills a group table with every bind group (Groups),
 // tables[i] being in slots[i]. What it cannot hold it leaves to the trie, so
 // that every answer is still the trie's: a family with more prefix lengths
 // than the program probes, a group with more ranges than it scans (flagged),
 // a group that finds no slot within GroupProbes of its home (its probes are
 // full, which sends its packets to the trie), and, when the ranges run out,
 // the whole family.
-func buildGroups(groups []table.BindGroup, tables []*table.Table, slots []int) *abi.GroupTable {
+func buildGroups(groups []Group, tables []*table.Table, slots []int) *abi.GroupTable {
 	gt := groupTables.Get().(*abi.GroupTable)
 	*gt = abi.GroupTable{}
 	gt.Ready = 1
@@ -477,8 +479,8 @@ type Binds struct {
 // table while it has room (ExactPoints). Release gives its tables back.
 func Lay(tables []*table.Table, slots []int, spell bool) *Binds {
 	refs := table.Refs(tables)
-	entries := table.CompileBinds(refs)
-	groups := table.CompileGroups(refs)
+	entries := Compile(refs)
+	groups := Groups(refs)
 	b := &Binds{}
 	for _, e := range entries {
 		if !e.Exact {
@@ -503,7 +505,7 @@ func (b *Binds) Release() {
 	b.Exact, b.Groups = nil, nil
 }
 
-func trieEntry(e table.BindEntry, slots []int) (abi.BindKey, abi.BindVal) {
+func trieEntry(e Entry, slots []int) (abi.BindKey, abi.BindVal) {
 	var k abi.BindKey
 	if !e.IsPort {
 		k.Kind = abi.BindAddr

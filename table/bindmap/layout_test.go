@@ -1,4 +1,4 @@
-package layout
+package bindmap
 
 import (
 	"fmt"
@@ -115,8 +115,8 @@ func TestBindTablesAtLimits(t *testing.T) {
 					refs = append(refs, table.BindRef{Table: tb, Bind: c.bind(tb, i)})
 				}
 			}
-			entries := table.CompileBinds(refs)
-			groups := table.CompileGroups(refs)
+			entries := Compile(refs)
+			groups := Groups(refs)
 			points := ExactPoints(refs, entries, groups, true)
 			wantExact := len(points)
 			if wantExact > ExactBudget {
@@ -190,8 +190,8 @@ func TestExactPointsAnswerAsResolveBind(t *testing.T) {
 				refs = append(refs, r)
 			}
 		}
-		entries := table.CompileBinds(refs)
-		points := ExactPoints(refs, entries, table.CompileGroups(refs), true)
+		entries := Compile(refs)
+		points := ExactPoints(refs, entries, Groups(refs), true)
 		if len(points) > ExactBudget {
 			t.Fatalf("config %d: %d points, budget %d", c, len(points), ExactBudget)
 		}
@@ -232,7 +232,7 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 		return table.BindRef{Bind: table.Bind{Prefix: netip.MustParsePrefix(p), Proto: table.ProtoTCP, PortStart: lo, PortEnd: hi}}
 	}
 	refs := []table.BindRef{ref("192.0.2.1/32", 80, 80), ref("192.0.2.1/32", 8000, 9000), ref("198.18.0.0/24", 80, 80)}
-	points := ExactPoints(refs, table.CompileBinds(refs), table.CompileGroups(refs), true)
+	points := ExactPoints(refs, Compile(refs), Groups(refs), true)
 	if want := 1 + 1001 + 256; len(points) != want {
 		t.Fatalf("%d points, want %d", len(points), want)
 	}
@@ -245,7 +245,7 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 	}
 	glb := []table.BindRef{ref("10.10.10.10/32", 80, 80), udp("10.10.20.0/24", 1000, 2000, 0),
 		udp("10.10.30.77/24", 1000, 2000, 0), udp("10.10.30.64/26", 1500, 1500, 1)}
-	points = ExactPoints(glb, table.CompileBinds(glb), table.CompileGroups(glb), true)
+	points = ExactPoints(glb, Compile(glb), Groups(glb), true)
 	got := map[string]int{}
 	for _, p := range points {
 		got[fmt.Sprintf("%s:%d", p.Addr, p.Port)] = p.Table + 1
@@ -265,7 +265,7 @@ func TestExactPointsSpellOutSmallBinds(t *testing.T) {
 		full = append(full, ref(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 32).String(), 80, 80))
 	}
 	full = append(full, refs[1:]...)
-	if points := ExactPoints(full, table.CompileBinds(full), table.CompileGroups(full), true); len(points) != ExactBudget {
+	if points := ExactPoints(full, Compile(full), Groups(full), true); len(points) != ExactBudget {
 		t.Fatalf("at the limits: %d points, want the %d exact binds", len(points), ExactBudget)
 	}
 }
@@ -286,7 +286,7 @@ func BenchmarkExactPoints(b *testing.B) {
 		name string
 		refs []table.BindRef
 	}{{"bindsconfig", small}, {"full-budget", full}} {
-		entries, groups := table.CompileBinds(c.refs), table.CompileGroups(c.refs)
+		entries, groups := Compile(c.refs), Groups(c.refs)
 		tables := []*table.Table{{}}
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
