@@ -101,11 +101,11 @@ func ExactPoints(refs []table.BindRef, entries []Entry, groups []Group, spell bo
 
 // speller spells groups out into exact points (ExactPoints).
 type speller struct {
-	lens  map[lensKey][]int             // the prefix lengths of each protocol's groups
+	lens  map[lensKey][]int   // the prefix lengths of each protocol's groups
 	have  map[spellKey]*Group // the groups, by protocol and prefix
-	cands []cand                        // the groups that may go in whole, smallest first
+	cands []cand              // the groups that may go in whole, smallest first
 	whole map[*Group]bool     // the groups that went in whole
-	room  int                           // points left within ExactBudget
+	room  int                 // points left within ExactBudget
 }
 
 // Map keys without pointers (netip values hold one), which the garbage
