@@ -5,18 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"sort"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
-	"github.com/director/director/table/bindmap"
 )
 
 // MaxTables is how many tables can be live at once. An apply writes its
@@ -239,150 +236,6 @@ func sameContent(a, b *table.Table) bool {
 		}
 	}
 	return true
-}
-
-func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
-	switch family {
-	case abi.FamilyIPv4:
-		return netip.AddrFrom4([4]byte(b[:4])), nil
-	case abi.FamilyIPv6:
-		return netip.AddrFrom16(b), nil
-	}
-	return netip.Addr{}, fmt.Errorf("address family %d unknown", family)
-}
-
-func putAddr(a netip.Addr) (uint8, [16]byte) { return bindmap.PutAddr(a) }
-
-// encodeTable lays a table out as the datapath reads it. stat gives each
-// backend's counter index.
-func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*abi.Table, error) {
-	dt := new(abi.Table)
-	dt.HashKey = t.HashKey
-	copy(dt.Name[:], t.Name)
-	dt.StatsId = uint32(statsID)
-	dt.Index = uint32(index)
-	dt.NumBackends = uint32(len(t.Backends))
-	dt.NumBinds = uint32(len(t.Binds))
-	dt.Balance = t.Balance
-	if q := t.QUIC; q.On() {
-		dt.QuicSidLen = q.ServerIDLen
-		dt.QuicCid = q.ConfigID<<5 | uint8(q.CIDLen())
-	}
-	if len(t.Backends) > abi.MaxBackends || len(t.Binds) > len(dt.Binds) {
-		return nil, errors.New("too many backends or binds")
-	}
-	for i, b := range t.Backends {
-		fam, addr := putAddr(b.IP)
-		var healthy uint8
-		if b.Healthy {
-			healthy = 1
-		}
-		dt.Backends[i] = abi.Backend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i], Weight: b.Weight}
-		copy(dt.Backends[i].Domain[:], b.Domain)
-		if b.IP.Is4() {
-			dt.HopAddr[stat[i]] = nativeFromBE(b.IP.As4())
-		} else {
-			dt.HopAddr6[stat[i]] = b.IP.As16()
-		}
-	}
-	// A table's backends are one family (CheckDatapath): GUE goes over
-	// it.
-	dt.HopFamily = uint32(abi.FamilyIPv4)
-	if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
-		dt.HopFamily = uint32(abi.FamilyIPv6)
-	}
-	for i, b := range t.Binds {
-		fam, addr := putAddr(b.Prefix.Addr())
-		dt.Binds[i] = abi.Bind{Addr: addr, Family: fam, PrefixBits: uint8(b.Prefix.Bits()),
-			Proto: uint8(b.Proto), PortStart: b.PortStart, PortEnd: b.PortEnd}
-	}
-	for r, row := range t.Rows {
-		dt.Rows[r] = abi.Row{Primary: stat[row.Primary], Secondary: stat[row.Secondary]}
-	}
-	return dt, nil
-}
-
-// nativeFromBE gives the host-order uint32 whose memory holds the address
-// in network order, which is what the datapath copies onto the wire.
-func nativeFromBE(b [4]byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-}
-
-func decodeTable(dt *abi.Table) (*LiveTable, error) {
-	if dt.NumBackends == 0 || int(dt.NumBackends) > abi.MaxBackends || int(dt.NumBinds) > len(dt.Binds) {
-		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
-	}
-	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows), Balance: dt.Balance,
-		Backends: make([]table.Backend, 0, dt.NumBackends)}
-	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
-	if dt.QuicSidLen != 0 {
-		l, cid := int(dt.QuicSidLen), int(dt.QuicCid&0x1f)
-		if l > table.MaxServerIDLen || cid < 1+l+table.MinNonceLen || cid > table.MaxCIDLen || dt.QuicCid>>5 > table.MaxQUICConfigID {
-			return nil, fmt.Errorf("corrupt table: QUIC settings %d/%#x", dt.QuicSidLen, dt.QuicCid)
-		}
-		t.QUIC = table.QUIC{ConfigID: dt.QuicCid >> 5, ServerIDLen: dt.QuicSidLen, NonceLen: uint8(cid - 1 - l)}
-	}
-	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t, Stat: make([]uint8, 0, dt.NumBackends)}
-	// Rows name backends by counter index; map those back to positions.
-	var byStat [abi.MaxBackends]int32
-	for i := range byStat {
-		byStat[i] = -1
-	}
-	for i := 0; i < int(dt.NumBackends); i++ {
-		b := dt.Backends[i]
-		a, err := addrOf(b.Family, b.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("backend %d: %w", i, err)
-		}
-		t.Backends = append(t.Backends, table.Backend{IP: a, State: table.State(b.State), Healthy: b.Healthy == 1, Weight: b.Weight,
-			Domain: string(bytes.TrimRight(b.Domain[:], "\x00"))})
-		lt.Stat = append(lt.Stat, b.Stat)
-		if byStat[b.Stat] >= 0 {
-			return nil, fmt.Errorf("corrupt table: backends %d and %d share counter %d", byStat[b.Stat], i, b.Stat)
-		}
-		byStat[b.Stat] = int32(i)
-		// The addresses packets are sent to: check they agree with the list.
-		if !a.Is4() && (dt.HopFamily != uint32(abi.FamilyIPv6) || netip.AddrFrom16(dt.HopAddr6[b.Stat]) != a) {
-			return nil, fmt.Errorf("corrupt table: the IPv6 hop address of backend %d (%s) disagrees with it", i, a)
-		}
-		if a.Is4() && dt.HopAddr[b.Stat] != nativeFromBE(a.As4()) {
-			return nil, fmt.Errorf("corrupt table: the hop address of backend %d (%s) disagrees with it", i, a)
-		}
-	}
-	for i := 0; i < int(dt.NumBinds); i++ {
-		b := dt.Binds[i]
-		a, err := addrOf(b.Family, b.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("bind %d: %w", i, err)
-		}
-		t.Binds = append(t.Binds, table.Bind{Prefix: netip.PrefixFrom(a, int(b.PrefixBits)), Proto: table.Proto(b.Proto),
-			PortStart: b.PortStart, PortEnd: b.PortEnd})
-	}
-	// By counter index: not good (bit 0), of no backend (bit 1). One
-	// table lookup a row, and one branch for both errors.
-	var flags [256]uint8 // a row's counter indices are bytes
-	for st := range flags {
-		switch {
-		case st >= len(byStat) || byStat[st] < 0:
-			flags[st] = 2
-		case !t.Backends[byStat[st]].Good():
-			flags[st] = 1
-		}
-	}
-	rows := t.Rows[:len(dt.Rows)]
-	bad := 0
-	for r := range rows {
-		row := dt.Rows[r]
-		p, s := row.Primary, row.Secondary
-		fp := flags[p]
-		if (fp|flags[s])&2 != 0 {
-			return nil, fmt.Errorf("corrupt table: row %#x names counter %d/%d of no backend", r, p, s)
-		}
-		rows[r] = table.Row{Primary: uint32(byStat[p]), Secondary: uint32(byStat[s])}
-		bad += int(fp) // as a build counts them, so that a live table taken for a config's is judged alike
-	}
-	t.NoGoodRows = bad
-	return lt, nil
 }
 
 // Limit is how many tables the datapath holds, for the config reader: a
@@ -712,77 +565,4 @@ func (d *Director) slotMap(slot int) (*ebpf.Map, error) {
 		return nil, fmt.Errorf("installing a table map: %w", err)
 	}
 	return inner, nil
-}
-
-// swapBinds builds the bind maps for tables (tables[i] in slots[i]) in the
-// inactive generation and flips to it, writing config (when not nil) in
-// the same update.
-func (d *Director) swapBinds(tables []*table.Table, slots []int, config *table.DirectorConfig) error {
-	gen, err := d.generation()
-	if err != nil {
-		return err
-	}
-	next := gen + 1
-	inactive := next % abi.BindGens
-	// Nothing reads the inactive generation: empty its trie, then fill it.
-	trie, err := d.trie(inactive)
-	if err != nil {
-		return err
-	}
-	defer trie.Close()
-	var stale []abi.BindKey
-	var k abi.BindKey
-	var v abi.BindVal
-	it := trie.Iterate()
-	for it.Next(&k, &v) {
-		stale = append(stale, k)
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for i := range stale {
-		if err := trie.Delete(&stale[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("clearing old binds: %w", err)
-		}
-	}
-	l := bindmap.Lay(tables, slots, !d.noSpelling)
-	defer l.Release()
-	for i := range l.Trie {
-		if err := trie.Put(&l.Trie[i].Key, &l.Trie[i].Val); err != nil {
-			return fmt.Errorf("writing bind entry: %w", err)
-		}
-	}
-	if err := d.Maps.BindExact.Put(inactive, l.Exact); err != nil {
-		return fmt.Errorf("writing the exact bind table: %w", err)
-	}
-	if d.Maps.BindGroups != nil {
-		if err := d.Maps.BindGroups.Put(inactive, l.Groups); err != nil {
-			return fmt.Errorf("writing the bind group table: %w", err)
-		}
-	}
-
-	// The commit point. Without a new director config, the rest of the
-	// entry is rewritten with the values it has, and only the aligned
-	// generation word changes.
-	c := new(abi.Config)
-	if err := d.Maps.Config.Lookup(uint32(0), c); err != nil {
-		return err
-	}
-	c.BindGen = next
-	if config != nil {
-		if c, err = configEntry(config, next); err != nil {
-			return err
-		}
-	}
-	if err := d.Maps.Config.Put(uint32(0), c); err != nil {
-		return fmt.Errorf("switching to the new binds: %w", err)
-	}
-	return nil
-}
-
-// rawBytes is the memory of *p, for comparing kernel values byte for byte:
-// one memequal over 160 KB rather than Go's == field by field (bpf2go's
-// structs have blank padding fields, which == skips by walking the rest).
-func rawBytes[T any](p *T) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
 }
