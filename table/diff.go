@@ -281,44 +281,7 @@ func compareGeneral(td TableDiff, o, n *Table) TableDiff {
 		td.NewQUIC = quicOf(n)
 	}
 
-	// Backends: the new table's order, then those only the old one had.
-	os := sides(o)
-	var ns map[netip.Addr]*BackendSide
-	if n == o { // one table on both sides: its sides counted once
-		ns = make(map[netip.Addr]*BackendSide, len(os))
-		for ip, side := range os {
-			c := *side
-			ns[ip] = &c
-		}
-	} else {
-		ns = sides(n)
-	}
-	var order []Backend
-	if n != nil {
-		order = append(order, n.Backends...)
-	}
-	if o != nil {
-		for _, b := range o.Backends {
-			if ns[b.IP] == nil {
-				order = append(order, b)
-			}
-		}
-	}
-	ob, nb := byIP(o), byIP(n)
-	for _, b := range order {
-		bc := BackendChange{IP: b.IP.String(), Old: os[b.IP], New: ns[b.IP]}
-		switch {
-		case bc.Old == nil:
-			bc.Change = ChangeAdded
-		case bc.New == nil:
-			bc.Change = ChangeRemoved
-		case o != n && !sameSide(ob[b.IP], nb[b.IP]):
-			bc.Change = ChangeChanged
-		default:
-			bc.Change = ChangeUnchanged
-		}
-		td.Backends = append(td.Backends, bc)
-	}
+	td.Backends = compareBackends(o, n)
 
 	switch {
 	case o == nil:
@@ -368,6 +331,50 @@ func compareGeneral(td TableDiff, o, n *Table) TableDiff {
 		td.Warnings = append(td.Warnings, TableWarnings(n)...)
 	}
 	return td
+}
+
+// compareBackends lists every backend of either side, the new table's
+// order first, with how it changed.
+func compareBackends(o, n *Table) []BackendChange {
+	var out []BackendChange
+	os := sides(o)
+	var ns map[netip.Addr]*BackendSide
+	if n == o { // one table on both sides: its sides counted once
+		ns = make(map[netip.Addr]*BackendSide, len(os))
+		for ip, side := range os {
+			c := *side
+			ns[ip] = &c
+		}
+	} else {
+		ns = sides(n)
+	}
+	var order []Backend
+	if n != nil {
+		order = append(order, n.Backends...)
+	}
+	if o != nil {
+		for _, b := range o.Backends {
+			if ns[b.IP] == nil {
+				order = append(order, b)
+			}
+		}
+	}
+	ob, nb := byIP(o), byIP(n)
+	for _, b := range order {
+		bc := BackendChange{IP: b.IP.String(), Old: os[b.IP], New: ns[b.IP]}
+		switch {
+		case bc.Old == nil:
+			bc.Change = ChangeAdded
+		case bc.New == nil:
+			bc.Change = ChangeRemoved
+		case o != n && !sameSide(ob[b.IP], nb[b.IP]):
+			bc.Change = ChangeChanged
+		default:
+			bc.Change = ChangeUnchanged
+		}
+		out = append(out, bc)
+	}
+	return out
 }
 
 // diffOfOne is compareTable of one table on both sides (a live table a

@@ -67,15 +67,8 @@ func runApply(e *env, c *command, args []string) error {
 	if plan != nil && !table.SamePlanTables(plan.Result, table.PlanTables(tables)) {
 		return errors.New("apply: the plan's config no longer builds the tables it shows (edited plan?)")
 	}
-	var dc *table.DirectorConfig
-	if plan != nil && plan.Director != nil {
-		if dc, err = config.ParseDirector(plan.Director.Result); err != nil {
-			return fmt.Errorf("apply: the plan's director config: %w", err)
-		}
-		if err := checkReviewedDirector(plan.Director, dc); err != nil {
-			return err
-		}
-	} else if dc, err = e.directorConfig(); err != nil {
+	dc, err := applyDirector(e, plan)
+	if err != nil {
 		return err
 	}
 	if err := checkServiceAllows(e, tables, dc, *unsafe); err != nil {
@@ -86,7 +79,30 @@ func runApply(e *env, c *command, args []string) error {
 		return err
 	}
 	defer d.Close()
-	verdict, res, err := d.Commit(&loader.Proposal{Tables: tables, Input: src.Data, Config: dc}, func(live loader.State, verdict *table.Plan) error {
+	verdict, res, err := d.Commit(&loader.Proposal{Tables: tables, Input: src.Data, Config: dc}, applyAllows(plan, *unsafe))
+	if errors.Is(err, errNothingToApply) {
+		what := "the config's tables and director config are"
+		if plan != nil {
+			what = "the plan is"
+		}
+		fmt.Fprintf(e.stdout, "nothing applied: %s live already\n", what)
+		return nil
+	}
+	if err != nil {
+		if res != nil { // applied, but not what was planned
+			return fmt.Errorf("apply: %w", err)
+		}
+		return err
+	}
+	return printApplied(e, d, verdict, res, dc)
+}
+
+// printApplied says what the kernel holds now: each table's fingerprint as
+// applyAllows is apply's judgement of the change against what is live:
+// something to apply, the reviewed change exactly when there is a plan
+// (the same base, diff and verdict), and safe unless unsafe is allowed.
+func applyAllows(plan *table.Plan, unsafe bool) func(live loader.State, verdict *table.Plan) error {
+	return func(live loader.State, verdict *table.Plan) error {
 		if !verdict.Changed() {
 			return errNothingToApply
 		}
@@ -108,29 +124,29 @@ func runApply(e *env, c *command, args []string) error {
 				return fmt.Errorf("apply: the change is judged %s, the plan shows %s: make a new plan", safeWord(verdict.Safe), safeWord(plan.Safe))
 			}
 		}
-		if !verdict.Safe && !*unsafe {
+		if !verdict.Safe && !unsafe {
 			return fmt.Errorf("apply: unsafe change refused (pass --allow-unsafe to apply it):\n  - %s", strings.Join(verdict.Reasons, "\n  - "))
 		}
 		return nil
-	})
-	if errors.Is(err, errNothingToApply) {
-		what := "the config's tables and director config are"
-		if plan != nil {
-			what = "the plan is"
-		}
-		fmt.Fprintf(e.stdout, "nothing applied: %s live already\n", what)
-		return nil
 	}
-	if err != nil {
-		if res != nil { // applied, but not what was planned
-			return fmt.Errorf("apply: %w", err)
-		}
-		return err
-	}
-	return printApplied(e, d, verdict, res, dc)
 }
 
-// printApplied says what the kernel holds now: each table's fingerprint as
+// applyDirector is the director config an apply writes: the plan's
+// reviewed one, or --director-config's (none: the live one is kept).
+func applyDirector(e *env, plan *table.Plan) (*table.DirectorConfig, error) {
+	if plan == nil || plan.Director == nil {
+		return e.directorConfig()
+	}
+	dc, err := config.ParseDirector(plan.Director.Result)
+	if err != nil {
+		return nil, fmt.Errorf("apply: the plan's director config: %w", err)
+	}
+	if err := checkReviewedDirector(plan.Director, dc); err != nil {
+		return nil, err
+	}
+	return dc, nil
+}
+
 // read back, and the director config.
 func printApplied(e *env, d *loader.Director, verdict *table.Plan, res *loader.ApplyResult, dc *table.DirectorConfig) error {
 	if now, err := d.LiveConfig(); err != nil {

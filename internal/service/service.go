@@ -204,17 +204,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	s.bgp = &announcer{log: o.Log, m: s.m, changed: s.status.write}
 	s.status.bgp = s.bgp.status
 	s.m.bgpPeers = s.bgp.peers
-	var ln net.Listener
-	if o.MetricsAddr != "" {
-		if ln, err = net.Listen("tcp", o.MetricsAddr); err != nil {
-			return fmt.Errorf("--metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelError)}))
-		servePage(mux, s.status)
-		srv := serveHTTP(ln, mux, o.Log)
-		defer srv.Close()
+	closeHTTP, err := s.serveMetrics()
+	if err != nil {
+		return err
 	}
+	defer closeHTTP()
 	live, err := s.d.LiveState()
 	if err != nil {
 		return err
@@ -247,20 +241,43 @@ func Run(ctx context.Context, o Options) (err error) {
 		"interval", s.cur.cfg.Checks.Interval, "rise", s.cur.cfg.Checks.Rise, "fall", s.cur.cfg.Checks.Fall)
 	s.startChecks(ctx)
 	s.loop(ctx)
+	s.stop()
+	return nil
+}
+
+// serveMetrics serves the metrics and the status page at --metrics, if
+// given; the function returned closes the server.
+func (s *service) serveMetrics() (func() error, error) {
+	if s.o.MetricsAddr == "" {
+		return func() error { return nil }, nil
+	}
+	ln, err := net.Listen("tcp", s.o.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.o.Log.Handler(), slog.LevelError)}))
+	servePage(mux, s.status)
+	return serveHTTP(ln, mux, s.o.Log).Close, nil
+}
+
+// stop ends a run that started: BGP withdrawn, checks stopped, and the
+// interfaces detached if asked to (else the datapath keeps serving, for
+// the next start to adopt).
+func (s *service) stop() {
 	notify("STOPPING=1")
 	s.bgp.stop()
 	s.stopAll()
-	if o.DetachOnExit {
-		for _, iface := range o.Attach {
-			if err := s.d.Detach(iface); err != nil {
-				s.log.Error("detach", "interface", iface, "err", err)
-			}
-		}
-		s.log.Info("stopped; detached", "interfaces", o.Attach)
-	} else {
+	if !s.o.DetachOnExit {
 		s.log.Info("stopped; the datapath stays attached and serving, for the next start to adopt")
+		return
 	}
-	return nil
+	for _, iface := range s.o.Attach {
+		if err := s.d.Detach(iface); err != nil {
+			s.log.Error("detach", "interface", iface, "err", err)
+		}
+	}
+	s.log.Info("stopped; detached", "interfaces", s.o.Attach)
 }
 
 // stopWithin ends the process if, once ctx ends, the service has not

@@ -53,85 +53,9 @@ func (p *fastParser) value(depth int) *jsonValue {
 	}
 	switch c := p.data[p.i]; {
 	case c == '{':
-		p.i++
-		v := &jsonValue{kind: jsonObject}
-		var seen map[string]bool
-		p.space()
-		if p.i < len(p.data) && p.data[p.i] == '}' {
-			p.i++
-			return v
-		}
-		for !p.fail {
-			p.space()
-			if p.i >= len(p.data) || p.data[p.i] != '"' {
-				p.fail = true
-				return nil
-			}
-			key := p.str()
-			p.space()
-			if p.fail || p.i >= len(p.data) || p.data[p.i] != ':' {
-				p.fail = true
-				return nil
-			}
-			p.i++
-			val := p.value(depth + 1)
-			if p.fail {
-				return nil
-			}
-			// Duplicates as decodeValue finds them: a map once an object
-			// has more than a few keys.
-			dup := false
-			if len(v.members) < 8 {
-				for _, m := range v.members {
-					if m.key == key {
-						dup = true
-						break
-					}
-				}
-			} else {
-				if seen == nil {
-					seen = make(map[string]bool, 16)
-					for _, m := range v.members {
-						seen[m.key] = true
-					}
-				}
-				dup = seen[key]
-				seen[key] = true
-			}
-			if dup {
-				v.dups = append(v.dups, key)
-			}
-			v.members = append(v.members, jsonMember{key, val})
-			if !p.next('}') {
-				break
-			}
-		}
-		if p.fail {
-			return nil
-		}
-		return v
+		return p.object(depth)
 	case c == '[':
-		p.i++
-		v := &jsonValue{kind: jsonArray}
-		p.space()
-		if p.i < len(p.data) && p.data[p.i] == ']' {
-			p.i++
-			return v
-		}
-		for !p.fail {
-			e := p.value(depth + 1)
-			if p.fail {
-				return nil
-			}
-			v.elems = append(v.elems, e)
-			if !p.next(']') {
-				break
-			}
-		}
-		if p.fail {
-			return nil
-		}
-		return v
+		return p.array(depth)
 	case c == '"':
 		s := p.str()
 		if p.fail {
@@ -154,6 +78,92 @@ func (p *fastParser) value(depth int) *jsonValue {
 		p.fail = true
 		return nil
 	}
+}
+
+// object reads an object, from its '{'.
+func (p *fastParser) object(depth int) *jsonValue {
+	p.i++
+	v := &jsonValue{kind: jsonObject}
+	var seen map[string]bool
+	p.space()
+	if p.i < len(p.data) && p.data[p.i] == '}' {
+		p.i++
+		return v
+	}
+	for !p.fail {
+		p.space()
+		if p.i >= len(p.data) || p.data[p.i] != '"' {
+			p.fail = true
+			return nil
+		}
+		key := p.str()
+		p.space()
+		if p.fail || p.i >= len(p.data) || p.data[p.i] != ':' {
+			p.fail = true
+			return nil
+		}
+		p.i++
+		val := p.value(depth + 1)
+		if p.fail {
+			return nil
+		}
+		// Duplicates as decodeValue finds them: a map once an object
+		// has more than a few keys.
+		dup := false
+		if len(v.members) < 8 {
+			for _, m := range v.members {
+				if m.key == key {
+					dup = true
+					break
+				}
+			}
+		} else {
+			if seen == nil {
+				seen = make(map[string]bool, 16)
+				for _, m := range v.members {
+					seen[m.key] = true
+				}
+			}
+			dup = seen[key]
+			seen[key] = true
+		}
+		if dup {
+			v.dups = append(v.dups, key)
+		}
+		v.members = append(v.members, jsonMember{key, val})
+		if !p.next('}') {
+			break
+		}
+	}
+	if p.fail {
+		return nil
+	}
+	return v
+}
+
+// array reads an array, from its '['.
+func (p *fastParser) array(depth int) *jsonValue {
+	p.i++
+	v := &jsonValue{kind: jsonArray}
+	p.space()
+	if p.i < len(p.data) && p.data[p.i] == ']' {
+		p.i++
+		return v
+	}
+	for !p.fail {
+		e := p.value(depth + 1)
+		if p.fail {
+			return nil
+		}
+		v.elems = append(v.elems, e)
+		if !p.next(']') {
+			break
+		}
+	}
+	if p.fail {
+		return nil
+	}
+	return v
 }
 
 // next reads the ',' before another element (true) or the closing
