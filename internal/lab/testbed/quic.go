@@ -49,6 +49,7 @@ func quicConfig() *quic.Config {
 }
 
 type quicServer struct {
+	pc *net.UDPConn // quic-go leaves a Transport's own socket to its owner
 	tr *quic.Transport
 	ln *quic.Listener
 }
@@ -89,10 +90,12 @@ func (tb *Testbed) ServeQUIC(i int) error {
 		if err != nil {
 			return err
 		}
+		srv.pc = pc
 		srv.tr = &quic.Transport{Conn: pc, ConnectionIDGenerator: gen}
 		srv.ln, err = srv.tr.Listen(conf, quicConfig())
 		if err != nil {
 			srv.tr.Close()
+			pc.Close()
 		}
 		return err
 	})
@@ -129,6 +132,7 @@ func (tb *Testbed) StopQUIC(i int) {
 	if srv := tb.quic[i]; srv != nil {
 		srv.ln.Close()
 		srv.tr.Close()
+		srv.pc.Close()
 		delete(tb.quic, i)
 	}
 }
@@ -159,6 +163,7 @@ func (q *quicClient) Close() error {
 	defer q.mu.Unlock()
 	for _, tr := range q.trs {
 		tr.Close()
+		tr.Conn.Close() // the socket is ours (Transport.Close leaves it)
 	}
 	return nil
 }
@@ -190,6 +195,7 @@ func (tb *Testbed) OpenQUIC(id int) (*Session, error) {
 		&tls.Config{InsecureSkipVerify: true, NextProtos: []string{quicALPN}}, quicConfig())
 	if err != nil {
 		tr.Close()
+		tr.Conn.Close()
 		return nil, fmt.Errorf("QUIC connection %d: %w", id, err)
 	}
 	q := &quicClient{conn: conn, trs: []*quic.Transport{tr}}
