@@ -83,41 +83,70 @@ static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_counters *
 	return counter << 16 | (second & 0xff) << 8 | (primary & 0xff);
 }
 
+/* steered is a packet's way through its table's rows, what both
+ * underlays' tails share (steer_rows). */
+struct steered {
+	__u64 h;                   /* the flow hash */
+	__u32 primary, second;     /* the first two hops, as counter indices */
+	__u32 at;                  /* for a capture: the QUIC counter, table and row */
+	const struct dir_row *alt; /* the alternate hash's row, or NULL */
+};
+
+/* steer_rows counts a matched packet and finds its hops: the row its flow
+ * hashes to, QUIC-LB's choice of primary where the table routes QUIC, and
+ * the alternate hash's row; checks its size against the link with the
+ * underlay's encapsulation (esize2 bytes with two hops, esize4 with
+ * four), and counts the primary's traffic. It returns -1 with s filled,
+ * or the verdict of a packet answered as too big. */
+static __always_inline int steer_rows(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
+				      const struct dir_table *t, const __u64 *state, const struct flow *f, __u32 l2len,
+				      __u32 ip_len, __u8 kind, __u32 slot, __u32 esize2, __u32 esize4, struct steered *s)
+{
+	c->c[DIR_C_MATCHED]++;
+	s->h = hash_flow(t->hash_key, state, f, cfg->hash_fields);
+	const struct dir_row *row = &t->rows[s->h & DIR_ROW_MASK];
+	s->primary = row->primary;
+	s->second = row->secondary;
+	if (__builtin_expect(t->quic_sid_len, 0) && f->proto == IPPROTO_UDP && kind == ICMP_KIND_NONE) {
+		__u32 q = quic_hops(ctx, c, t, slot, f->l4off, l2len + ip_len, s->primary, s->second);
+		s->primary = q & 0xff;
+		s->second = (q >> 8) & 0xff;
+		s->at |= q >> 16 << 24;
+	}
+	s->alt = NULL;
+	if (cfg->alt_hash_fields) {
+		__u64 h2 = hash_flow(t->hash_key, state, f, cfg->alt_hash_fields);
+		s->alt = &t->rows[h2 & DIR_ROW_MASK];
+	}
+	__u32 esize = s->alt ? esize4 : esize2;
+	if (__builtin_expect(ip_len + esize > DIR_MTU_FLOOR, 0)) {
+		int r = check_size(ctx, c, cfg, l2len, f->family, kind, ip_len, esize);
+		if (r >= 0)
+			return r;
+	}
+	/* Per-backend counters only: a table's traffic is the sum of its
+	 * backends', so counting it again would cost a cache line per packet. */
+	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
+	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (s->primary & (DIR_MAX_BACKENDS - 1)), ip_len);
+	return -1;
+}
+
 /* steer6 is the rest of the program for a table of IPv6 backends: the
  * payload length check (it holds the encapsulation but the outer header),
- * the rows, the counter, and GUE over IPv6 (encapsulate6). */
+ * the rows, and GUE over IPv6 (encapsulate6). */
 static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 				  const struct dir_table *t, const __u64 *state, struct flow *f, __u32 l2len, __u32 ip_len, __u8 kind,
 				  __u32 at, __u32 slot)
 {
 	if (ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
 		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
-	c->c[DIR_C_MATCHED]++;
-	__u64 h = hash_flow(t->hash_key, state, f, cfg->hash_fields);
-	const struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
-	__u32 primary = row->primary, second = row->secondary;
-	if (__builtin_expect(t->quic_sid_len, 0) && f->proto == IPPROTO_UDP && kind == ICMP_KIND_NONE) {
-		__u32 q = quic_hops(ctx, c, t, slot, f->l4off, l2len + ip_len, primary, second);
-		primary = q & 0xff;
-		second = (q >> 8) & 0xff;
-		at |= q >> 16 << 24;
-	}
-	const struct dir_row *alt = NULL;
-	if (cfg->alt_hash_fields) {
-		__u64 h2 = hash_flow(t->hash_key, state, f, cfg->alt_hash_fields);
-		alt = &t->rows[h2 & DIR_ROW_MASK];
-	}
-	__u32 esize = alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2);
-	if (__builtin_expect(ip_len + esize > DIR_MTU_FLOOR, 0)) {
-		int r = check_size(ctx, c, cfg, l2len, f->family, kind, ip_len, esize);
-		if (r >= 0)
-			return r;
-	}
-	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
-	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
-	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f->client_port)) & 0x7fff);
-	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, primary, second, alt, sport, (__u32)(h >> 32) & GUE_IPV6_FLOW_MASK,
-			    at | (h & DIR_ROW_MASK));
+	struct steered s = {.at = at};
+	int r = steer_rows(ctx, c, cfg, t, state, f, l2len, ip_len, kind, slot, GUE6_ENCAP_SIZE(2), GUE6_ENCAP_SIZE(GUE_MAX_HOPS), &s);
+	if (r >= 0)
+		return r;
+	__u16 sport = 0x8000 | ((s.h ^ bpf_ntohs(f->client_port)) & 0x7fff);
+	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, s.primary, s.second, s.alt, sport,
+			    (__u32)(s.h >> 32) & GUE_IPV6_FLOW_MASK, s.at | (s.h & DIR_ROW_MASK));
 }
 
 /* xdp.frags (the multi-buffer build, build.h): the program takes
@@ -196,40 +225,19 @@ int director(struct xdp_md *ctx)
 	 * IPv4 one pays a compare on a field in the line the key is in. */
 	if (__builtin_expect(t->hop_family == DIR_FAMILY_IPV6, 0))
 		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, at, s);
-	c->c[DIR_C_MATCHED]++;
-
+	struct steered st = {.at = at};
+	r = steer_rows(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, s, GLB_ENCAP_SIZE(2), GLB_ENCAP_SIZE(GUE_MAX_HOPS), &st);
+	if (r >= 0)
+		return r;
 	__be32 hops[GUE_MAX_HOPS] = {};
-	__u64 h = hash_flow(t->hash_key, state, &f, cfg->hash_fields);
-	struct dir_row *row = &t->rows[h & DIR_ROW_MASK];
-	__u32 primary = row->primary, second = row->secondary;
-	if (__builtin_expect(t->quic_sid_len, 0) && f.proto == IPPROTO_UDP && kind == ICMP_KIND_NONE) {
-		__u32 q = quic_hops(ctx, c, t, s, f.l4off, l2len + ip_len, primary, second);
-		primary = q & 0xff;
-		second = (q >> 8) & 0xff;
-		at |= q >> 16 << 24;
-	}
-	hops[0] = t->hop_addr[primary];
-	hops[1] = t->hop_addr[second];
+	hops[0] = t->hop_addr[st.primary];
+	hops[1] = t->hop_addr[st.second];
 	__u32 nhops = 2;
-	if (cfg->alt_hash_fields) {
-		__u64 h2 = hash_flow(t->hash_key, state, &f, cfg->alt_hash_fields);
-		struct dir_row *alt = &t->rows[h2 & DIR_ROW_MASK];
-		hops[2] = t->hop_addr[alt->primary];
-		hops[3] = t->hop_addr[alt->secondary];
+	if (st.alt) {
+		hops[2] = t->hop_addr[st.alt->primary];
+		hops[3] = t->hop_addr[st.alt->secondary];
 		nhops = GUE_MAX_HOPS;
 	}
-	__u32 esize = GLB_ENCAP_SIZE(nhops);
-	if (__builtin_expect(ip_len + esize > DIR_MTU_FLOOR, 0)) {
-		int r = check_size(ctx, c, cfg, l2len, f.family, kind, ip_len, esize);
-		if (r >= 0)
-			return r;
-	}
-
-	/* Per-backend counters only: a table's traffic is the sum of its
-	 * backends', so counting it again would cost a cache line per packet. */
-	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
-	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (primary & (DIR_MAX_BACKENDS - 1)), ip_len);
-
-	__u16 sport = 0x8000 | ((h ^ bpf_ntohs(f.client_port)) & 0x7fff);
-	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport, at | (h & DIR_ROW_MASK));
+	__u16 sport = 0x8000 | ((st.h ^ bpf_ntohs(f.client_port)) & 0x7fff);
+	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport, st.at | (st.h & DIR_ROW_MASK));
 }

@@ -19,6 +19,7 @@
 #include "csum.h"
 #include "count.h"
 #include "capture.h"
+#include "encap.h"
 
 /* No underlay is smaller than IPv6's minimum MTU: an outer packet of up to
  * this many bytes is never checked, so that the small packets (ACKs, SYNs)
@@ -65,11 +66,13 @@ static __always_inline int too_big_error(struct dir_counters *c, int reason)
  * header, and the first DIR_TOO_BIG_QUOTE bytes of the packet, trimmed to
  * that. Returns -1, untouched, where the frame cannot be (its first buffer
  * too short: never for a packet this large), and too_big_error's XDP_PASS
- * where the helpers fail. mac and addr are its scratch, the caller's: one
- * copy for its four inlined calls, which keeps the stack of the call
- * under the datapath's within the verifier's 512 bytes. */
-static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters *c, __u32 l2len, __u32 v6, __u32 mtu,
-					 __u8 mac[12], __u8 addr[32])
+ * where the helpers fail. The MACs and addresses are read where the
+ * packet lies once the headers are made room for (hdr bytes on), just
+ * before they are written, rather than kept across the helper calls: kept,
+ * they took 44 bytes of stack, which with the datapath's made more than
+ * Linux 5.10's verifier allows a call (512 bytes, each frame rounded up to
+ * 32). */
+static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters *c, __u32 l2len, __u32 v6, __u32 mtu)
 {
 	__u32 hdr = v6 ? 40 + 8 : 20 + 8;
 	__u32 want = l2len + hdr + DIR_TOO_BIG_QUOTE;
@@ -77,19 +80,6 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 	void *end = (void *)(long)ctx->data_end;
 	if ((void *)(data + l2len + DIR_TOO_BIG_QUOTE) > end)
 		return -1;
-	__u32 tag = 0;
-	__builtin_memcpy(mac, data + 6, 6); /* the reply goes back where the packet came from */
-	__builtin_memcpy(mac + 6, data, 6);
-	if (l2len == 18)
-		tag = *(__u32 *)(data + 12);
-	if (v6) {
-		__builtin_memcpy(addr, data + l2len + 24, 16); /* from the VIP */
-		__builtin_memcpy(addr + 16, data + l2len + 8, 16); /* to the client */
-	} else {
-		__builtin_memcpy(addr, data + l2len + 16, 4);
-		__builtin_memcpy(addr + 4, data + l2len + 12, 4);
-	}
-
 	if (bpf_xdp_adjust_head(ctx, -(int)hdr))
 		return too_big_error(c, DIR_C_ERROR_ADJUST_HEAD);
 	int delta = (int)want - (int)frame_len(ctx);
@@ -102,14 +92,25 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 	if ((void *)(data + want) > end) /* the frame is want bytes now: for the verifier */
 		return too_big_error(c, DIR_C_ERROR_BOUNDS);
 
-	__builtin_memcpy(data, mac, 12);
+	/* The packet as it came, hdr bytes on: its L2 header, then its IP
+	 * header. The new L2 header goes where nothing of it is read; the new
+	 * IP header over the old L2 header, whose MACs and tag are written by
+	 * then; the old addresses lie past the new headers. */
+	__u8 *old = data + hdr;
+	__u32 d0 = *(__u32 *)(old + 6), s0 = *(__u32 *)old; /* the reply goes back where the packet came from */
+	__u16 d1 = *(__u16 *)(old + 10), s1 = *(__u16 *)(old + 4);
+	*(__u32 *)data = d0;
+	*(__u16 *)(data + 4) = d1;
+	*(__u32 *)(data + 6) = s0;
+	*(__u16 *)(data + 10) = s1;
 	if (l2len == 18) {
-		*(__u32 *)(data + 12) = tag;
+		*(__u32 *)(data + 12) = *(__u32 *)(old + 12); /* the 802.1Q tag */
 		*(__be16 *)(data + 16) = bpf_htons(v6 ? ETH_P_IPV6 : ETH_P_IP);
 	} else {
 		*(__be16 *)(data + 12) = bpf_htons(v6 ? ETH_P_IPV6 : ETH_P_IP);
 	}
 	__u8 *ip = data + l2len;
+	__u8 *oip = old + l2len;
 	__u8 *icmp;
 	__u64 sum;
 	if (v6) {
@@ -118,7 +119,8 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 		*(__be16 *)(ip + 4) = bpf_htons(8 + DIR_TOO_BIG_QUOTE);
 		ip[6] = IPPROTO_ICMPV6_;
 		ip[7] = 64;
-		__builtin_memcpy(ip + 8, addr, 32);
+		copy16(ip + 8, oip + 24);  /* from the VIP */
+		copy16(ip + 24, oip + 8);  /* to the client */
 		/* IPv6 never takes less than 1,280 (RFC 8200). */
 		*(__u32 *)icmp = ICMPV6_PKT_TOOBIG_; /* type, code 0, checksum 0 */
 		*(__be32 *)(icmp + 4) = bpf_htonl(mtu < 1280 ? 1280 : mtu);
@@ -129,7 +131,8 @@ static __always_inline int too_big_reply(struct xdp_md *ctx, struct dir_counters
 		icmp = ip + 20;
 		*(__u64 *)ip = 0x45 | (__u64)bpf_htons(20 + 8 + DIR_TOO_BIG_QUOTE) << 16; /* ID 0, no DF: an ICMP error is never too big */
 		*(__u32 *)(ip + 8) = 64 | IPPROTO_ICMP << 8;                              /* TTL, protocol, checksum 0 */
-		__builtin_memcpy(ip + 12, addr, 8);
+		*(__u32 *)(ip + 12) = *(__u32 *)(oip + 16); /* from the VIP */
+		*(__u32 *)(ip + 16) = *(__u32 *)(oip + 12); /* to the client */
 		*(__u16 *)(ip + 10) = ipv4_csum(ip);
 		*(__u32 *)icmp = ICMP_DEST_UNREACH_ | ICMP_FRAG_NEEDED_ << 8;
 		*(__be32 *)(icmp + 4) = bpf_htonl(mtu & 0xffff); /* unused, next-hop MTU */
@@ -164,11 +167,10 @@ static __noinline int too_big(struct xdp_md *ctx, struct dir_counters *c, __u32 
 	if (v6 ? ip_len <= 1280 && mtu < 1280 : !(*(__be16 *)(data + l2len + 6) & bpf_htons(0x4000)))
 		goto encapsulate;
 	int r;
-	__u8 mac[12], addr[32];
 	if (l2len == 18)
-		r = v6 ? too_big_reply(ctx, c, 18, 1, mtu, mac, addr) : too_big_reply(ctx, c, 18, 0, mtu, mac, addr);
+		r = v6 ? too_big_reply(ctx, c, 18, 1, mtu) : too_big_reply(ctx, c, 18, 0, mtu);
 	else
-		r = v6 ? too_big_reply(ctx, c, 14, 1, mtu, mac, addr) : too_big_reply(ctx, c, 14, 0, mtu, mac, addr);
+		r = v6 ? too_big_reply(ctx, c, 14, 1, mtu) : too_big_reply(ctx, c, 14, 0, mtu);
 	if (r >= 0)
 		return r;
 encapsulate:
