@@ -84,7 +84,7 @@ static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_counters *
 }
 
 /* steered is a packet's way through its table's rows, what both
- * underlays' tails share (steer_rows). */
+ * underlays' tails share (steer_hops, steer_fits). */
 struct steered {
 	__u64 h;                   /* the flow hash */
 	__u32 primary, second;     /* the first two hops, as counter indices */
@@ -92,15 +92,12 @@ struct steered {
 	const struct dir_row *alt; /* the alternate hash's row, or NULL */
 };
 
-/* steer_rows counts a matched packet and finds its hops: the row its flow
- * hashes to, QUIC-LB's choice of primary where the table routes QUIC, and
- * the alternate hash's row; checks its size against the link with the
- * underlay's encapsulation (esize2 bytes with two hops, esize4 with
- * four), and counts the primary's traffic. It returns -1 with s filled,
- * or the verdict of a packet answered as too big. */
-static __always_inline int steer_rows(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
-				      const struct dir_table *t, const __u64 *state, const struct flow *f, __u32 l2len,
-				      __u32 ip_len, __u8 kind, __u32 slot, __u32 esize2, __u32 esize4, struct steered *s)
+/* steer_hops counts a matched packet and finds its hops: the row its
+ * flow hashes to, QUIC-LB's choice of primary where the table routes
+ * QUIC, and the alternate hash's row. */
+static __always_inline void steer_hops(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
+				       const struct dir_table *t, const __u64 *state, const struct flow *f, __u32 l2len,
+				       __u32 ip_len, __u8 kind, __u32 slot, struct steered *s)
 {
 	c->c[DIR_C_MATCHED]++;
 	s->h = hash_flow(t->hash_key, state, f, cfg->hash_fields);
@@ -118,7 +115,15 @@ static __always_inline int steer_rows(struct xdp_md *ctx, struct dir_counters *c
 		__u64 h2 = hash_flow(t->hash_key, state, f, cfg->alt_hash_fields);
 		s->alt = &t->rows[h2 & DIR_ROW_MASK];
 	}
-	__u32 esize = s->alt ? esize4 : esize2;
+}
+
+/* steer_fits checks the packet's size against the link once encapsulated
+ * (esize bytes) and counts the primary's traffic: -1, or the verdict of a
+ * packet answered as too big. */
+static __always_inline int steer_fits(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
+				      const struct dir_table *t, const struct flow *f, __u32 l2len, __u32 ip_len, __u8 kind,
+				      __u32 esize, const struct steered *s)
+{
 	if (__builtin_expect(ip_len + esize > DIR_MTU_FLOOR, 0)) {
 		int r = check_size(ctx, c, cfg, l2len, f->family, kind, ip_len, esize);
 		if (r >= 0)
@@ -141,7 +146,8 @@ static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, co
 	if (ip_len > 0xffff - (sizeof(struct dir_gue6_encap) - 40))
 		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
 	struct steered s = {.at = at};
-	int r = steer_rows(ctx, c, cfg, t, state, f, l2len, ip_len, kind, slot, GUE6_ENCAP_SIZE(2), GUE6_ENCAP_SIZE(GUE_MAX_HOPS), &s);
+	steer_hops(ctx, c, cfg, t, state, f, l2len, ip_len, kind, slot, &s);
+	int r = steer_fits(ctx, c, cfg, t, f, l2len, ip_len, kind, s.alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2), &s);
 	if (r >= 0)
 		return r;
 	__u16 sport = 0x8000 | ((s.h ^ bpf_ntohs(f->client_port)) & 0x7fff);
@@ -226,9 +232,7 @@ int director(struct xdp_md *ctx)
 	if (__builtin_expect(t->hop_family == DIR_FAMILY_IPV6, 0))
 		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, at, s);
 	struct steered st = {.at = at};
-	r = steer_rows(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, s, GLB_ENCAP_SIZE(2), GLB_ENCAP_SIZE(GUE_MAX_HOPS), &st);
-	if (r >= 0)
-		return r;
+	steer_hops(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, s, &st);
 	__be32 hops[GUE_MAX_HOPS] = {};
 	hops[0] = t->hop_addr[st.primary];
 	hops[1] = t->hop_addr[st.second];
@@ -238,6 +242,9 @@ int director(struct xdp_md *ctx)
 		hops[3] = t->hop_addr[st.alt->secondary];
 		nhops = GUE_MAX_HOPS;
 	}
+	r = steer_fits(ctx, c, cfg, t, &f, l2len, ip_len, kind, GLB_ENCAP_SIZE(nhops), &st);
+	if (r >= 0)
+		return r;
 	__u16 sport = 0x8000 | ((st.h ^ bpf_ntohs(f.client_port)) & 0x7fff);
 	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport, st.at | (st.h & DIR_ROW_MASK));
 }
