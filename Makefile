@@ -38,7 +38,7 @@ install: build
 # code's own detection, which the tests check); on a CPU without them the
 # tests say so and skip, and the portable path is what runs.
 DIRECTOR_VECTOR_TESTS ?= $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo && echo required)
-RACE_PKGS = ./table/... ./internal/service ./internal/service/health ./internal/service/bgp ./internal/datapath/model ./internal/datapath/classify \
+RACE_PKGS = ./table/... ./internal/change ./internal/service ./internal/service/health ./internal/service/bgp ./internal/datapath/model ./internal/datapath/classify \
 	./internal/format/pcapfile ./internal/replay ./internal/datapath/chunk ./internal/datapath/gue ./internal/lab/vmtest ./internal/lab/golden ./internal/picture
 # Test artifacts (the status page's screenshots) are kept in ARTIFACTS.
 ARTIFACTS ?= $(CURDIR)/test-artifacts

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/picture"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -36,7 +37,8 @@ func runDiff(e *env, c *command, args []string) error {
 			return fmt.Errorf("diff: %w", err)
 		}
 	}
-	old, new, err := diffSources(pos[0], pos[1], !*all && *pic == "")
+	old, new, st, err := change.Diff(pos[0], pos[1], !*all && *pic == "")
+	e.built = st
 	if err != nil {
 		return err
 	}
@@ -72,104 +74,6 @@ func runDiff(e *env, c *command, args []string) error {
 		return exitCode(exitChanges)
 	}
 	return nil
-}
-
-// diffSources reads and builds diff's two sides. With skipSame, a table
-// whose inputs are the same on both sides is left unbuilt (one unbuilt
-// table on both sides), and NEW's tables that OLD built from the same
-// inputs are OLD's: only what changed is built.
-func diffSources(oldPath, newPath string, skipSame bool) (old, new *config.Source, err error) {
-	oldData, err := config.ReadInput(oldPath, table.ToolLimit)
-	if err != nil {
-		return nil, nil, err
-	}
-	newData, err := config.ReadInput(newPath, table.ToolLimit)
-	if err != nil {
-		return nil, nil, err
-	}
-	// A table whose inputs are the same on both sides is unchanged, and
-	// is not built unless asked to show it whole (--all) or draw it: both
-	// sides are one unbuilt table. NEW's other tables that OLD has built
-	// from the same inputs are OLD's (by digest, checked against the
-	// rows): only what changed is built.
-	unbuilt := map[int]int{} // OLD's index -> NEW's, for tables not built
-	var oldCfg, newCfg *table.Config
-	if !table.IsGLBBinary(oldData) && !table.IsGLBBinary(newData) {
-		if oldCfg, err = config.ParseConfigSource(oldPath, oldData, table.ToolLimit); err != nil {
-			return nil, nil, err
-		}
-		if newCfg, err = config.ParseConfigSource(newPath, newData, table.ToolLimit); err != nil {
-			return nil, nil, err
-		}
-		if skipSame {
-			unbuilt = sameInputTables(oldCfg.Tables, newCfg.Tables)
-		}
-	}
-	stubs := map[int]*table.Table{} // by NEW's index
-	oldReuse := func(i int, tc *table.TableConfig) *table.Table {
-		if j, ok := unbuilt[i]; ok {
-			stubs[j] = table.UnbuiltTable(tc)
-			unbuiltDiffTables++
-			return stubs[j]
-		}
-		return nil
-	}
-	if oldCfg != nil {
-		old, err = config.BuildSource(oldPath, oldData, oldCfg, oldReuse)
-	} else {
-		old, err = config.ParseSource(oldPath, oldData, table.ToolLimit)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	newReuse := func(i int, tc *table.TableConfig) *table.Table {
-		if t := stubs[i]; t != nil {
-			return t
-		}
-		if t := table.Replaced(old.Tables, tc, i); t != nil && !t.Unbuilt && t.BuiltFrom(tc) {
-			reused++
-			return t
-		}
-		return nil
-	}
-	if newCfg != nil {
-		new, err = config.BuildSource(newPath, newData, newCfg, newReuse)
-	} else {
-		new, _, err = config.ParseSourceReusing(newPath, newData, table.ToolLimit, nil, newReuse)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return old, new, nil
-}
-
-// unbuiltDiffTables counts the tables diff left unbuilt, for the tests.
-var unbuiltDiffTables int
-
-// sameInputTables pairs OLD's tables with NEW's as table.Compare does (by
-// name when every table on both sides has one, else by position) and
-// returns, by OLD's index, NEW's of the pairs with the same inputs.
-func sameInputTables(old, new []table.TableConfig) map[int]int {
-	named := func(ts []table.TableConfig) bool {
-		for _, t := range ts {
-			if t.Name == "" {
-				return false
-			}
-		}
-		return true
-	}
-	byName := named(old) && named(new)
-	out := map[int]int{}
-	for i := range old {
-		for j := range new {
-			if (byName && old[i].Name == new[j].Name) || (!byName && i == j) {
-				if table.SameInputs(&old[i], &new[j]) {
-					out[i] = j
-				}
-			}
-		}
-	}
-	return out
 }
 
 // sideString is a backend's state and health, and its weight when it has

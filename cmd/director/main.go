@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/loader"
 )
 
@@ -90,6 +91,9 @@ type env struct {
 	live  *loader.State   // what is live, once read
 	set   map[string]bool // the flags given, by name
 	cmdOf map[*flag.FlagSet]*command
+	// built is what the change pipeline did for the command (the tables
+	// taken, left unbuilt and built), which the tests read.
+	built change.Stats
 }
 
 // exitCode lets a command end with a status other than 0 or 1 without it
@@ -106,7 +110,18 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	code, _ := runEnv(args, stdout, stderr)
+	return code
+}
+
+// runEnv is run, also giving what the change pipeline did.
+func runEnv(args []string, stdout, stderr io.Writer) (int, change.Stats) {
 	e := &env{stdout: stdout, stderr: stderr, bpffs: loader.DefaultBPFFS}
+	return e.runCommand(args), e.built
+}
+
+func (e *env) runCommand(args []string) int {
+	stderr := e.stderr
 	err := dispatch(e, args)
 	var code exitCode
 	switch {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/picture"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -125,14 +126,6 @@ func runPlan(e *env, c *command, args []string) error {
 	return nil
 }
 
-// reused counts the live tables plan and apply took instead of building
-// them, for the tests that check what is not built again.
-var reused int
-
-// carriedTaken counts the tables apply took from a plan's rows, for the
-// tests.
-var carriedTaken int
-
 // healthSource gives the health of backends a config leaves to the
 // checks; nil where there is none to take it from.
 type healthSource func() (func(table, backend int, tc *table.TableConfig) bool, error)
@@ -149,73 +142,32 @@ func loadForApply(e *env, path string, health healthSource) (*config.Source, err
 	return buildForApply(e, path, data, health, nil)
 }
 
-// buildForApply is loadForApply of data read from path (or a plan). With
-// health (plan and apply), a live table that the config's table builds
-// into, by its registry digest checked against its rows
-// (table.Table.BuiltFrom), is taken as it is: only what the config changes
-// is built.
-//
-// carried are the tables a plan built, with their rows (table.FromBuilt):
-// a table not live is taken from them when they check out, sealed by this
-// host, not built.
+// buildForApply is loadForApply of data read from path (or a plan),
+// through the change pipeline (change.ForDatapath): with health (plan and
+// apply), built against what is live, taking the live tables and the
+// tables a plan carries (carried) that check out, and building the rest.
 func buildForApply(e *env, path string, data []byte, health healthSource, carried []table.BuiltRows) (*config.Source, error) {
-	var src *config.Source
-	var err error
-	if health == nil {
-		src, err = config.ParseSource(path, data, loader.Limit)
-	} else {
-		var filled bool
-		var live []*table.Table
-		// The live tables are read while the config is parsed: the
-		// callbacks below wait for them, and nothing else touches e
-		// meanwhile.
-		ready := make(chan struct{})
-		wait := func() { <-ready }
-		defer wait()
-		if !table.IsGLBBinary(data) {
-			go func() {
-				defer close(ready)
-				if _, lerr := health(); lerr == nil && e.live != nil {
-					live = e.live.Tables
-				}
-			}()
-		} else {
-			close(ready)
-		}
-		var key table.Sealer
-		if len(carried) > 0 {
-			key = planKey()
-		}
-		src, filled, err = config.ParseSourceReusing(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
-			wait()
-			h, herr := health()
-			if herr != nil {
-				err = herr
-				return false
+	a := change.Against{Carried: carried}
+	if len(carried) > 0 {
+		a.Key = planKey()
+	}
+	if health != nil {
+		a.Live = func() ([]*table.Table, func(t, b int, tc *table.TableConfig) bool, error) {
+			h, err := health()
+			if err != nil || e.live == nil {
+				return nil, h, err
 			}
-			return h(i, j, tc)
-		}, func(i int, tc *table.TableConfig) *table.Table {
-			wait()
-			if t := table.Replaced(live, tc, i); t != nil && t.BuiltFrom(tc) {
-				reused++
-				return t
-			}
-			if t := table.FromBuilt(carried, i, tc, key); t != nil {
-				carriedTaken++
-				return t
-			}
-			return nil
-		})
-		if filled && err == nil {
-			fmt.Fprintf(e.stderr, "director: note: %s leaves health to the checks: it is taken from the live tables, where "+
-				"'director run' keeps what its checks find (a backend they do not hold counts as down)\n", path)
+			return e.live.Tables, h, nil
 		}
 	}
+	src, st, filled, err := change.ForDatapath(path, data, a)
+	e.built = st
 	if err != nil {
 		return nil, err
 	}
-	if err := loader.CheckDatapath(src.Tables); err != nil {
-		return nil, config.InFile(path, err)
+	if filled {
+		fmt.Fprintf(e.stderr, "director: note: %s leaves health to the checks: it is taken from the live tables, where "+
+			"'director run' keeps what its checks find (a backend they do not hold counts as down)\n", path)
 	}
 	warnAll(e, path, src.Warnings)
 	return src, nil

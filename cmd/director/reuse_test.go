@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/director/director/bpf/abi"
+	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -105,16 +107,12 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 
 	// One backend of "git" drained: web and dns are taken as they are.
 	path, c := drainedCopy(t, 2, 0)
-	reused = 0
 	plan := filepath.Join(t.TempDir(), "plan.json")
-	mustRun(t, 2, append(b, "plan", path, "-o", plan)...)
-	if reused != 2 {
-		t.Fatalf("plan took %d live tables, want 2 (web, dns)", reused)
+	if st := mustRunBuilt(t, 2, append(b, "plan", path, "-o", plan)...); st.Live != 2 || st.Full != 1 {
+		t.Fatalf("plan took %d live tables (want 2: web, dns) and built %d (want 1)", st.Live, st.Full)
 	}
-	reused, carriedTaken = 0, 0
-	mustRun(t, 0, append(b, "apply", plan)...)
-	if reused != 2 || carriedTaken != 1 {
-		t.Fatalf("apply of the plan took %d live tables (want 2) and %d the plan built (want 1, git)", reused, carriedTaken)
+	if st := mustRunBuilt(t, 0, append(b, "apply", plan)...); st.Live != 2 || st.Carried != 1 || st.Full != 0 {
+		t.Fatalf("apply of the plan took %d live tables (want 2) and %d the plan built (want 1, git), and built %d", st.Live, st.Carried, st.Full)
 	}
 	want := full(c)
 	if got := liveFPs(); got["git"] != want["git"] || got["web"] != want["web"] || got["dns"] != want["dns"] {
@@ -153,10 +151,8 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 		}
 	}
 	d.Close()
-	reused = 0
-	mustRun(t, 0, append(b, "apply", path2, "--yes")...)
-	if reused != 1 { // dns; not git (its drain is undone) nor web
-		t.Fatalf("apply took %d live tables, want 1 (dns): the tampered web was skipped?", reused)
+	if st := mustRunBuilt(t, 0, append(b, "apply", path2, "--yes")...); st.Live != 1 { // dns; not git (its drain is undone) nor web
+		t.Fatalf("apply took %d live tables, want 1 (dns): the tampered web was skipped?", st.Live)
 	}
 	want2 := full(c2)
 	if got := liveFPs(); got["web"] != want2["web"] || got["git"] != want2["git"] || got["dns"] != want2["dns"] {
@@ -234,10 +230,8 @@ func TestApplyTakesOnlyTheReviewedChange(t *testing.T) {
 	if err := os.WriteFile(plan, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	reused, carriedTaken = 0, 0
-	mustRun(t, 0, append(b, "apply", plan)...)
-	if carriedTaken != 0 || reused != 2 {
-		t.Fatalf("apply took %d tables from the forged plan (want 0) and %d live (want 2)", carriedTaken, reused)
+	if st := mustRunBuilt(t, 0, append(b, "apply", plan)...); st.Carried != 0 || st.Live != 2 {
+		t.Fatalf("apply took %d tables from the forged plan (want 0) and %d live (want 2)", st.Carried, st.Live)
 	}
 	if got, want := liveRowFingerprints(t, dir), builtFingerprints(t, c); !maps.Equal(got, want) {
 		t.Errorf("live %v is not what a full build makes, %v", got, want)
@@ -249,10 +243,9 @@ func TestApplyTakesOnlyTheReviewedChange(t *testing.T) {
 // whose inputs differ; what it reports is what two full builds compare to.
 func TestDiffReusesTheOtherSide(t *testing.T) {
 	path, c := drainedCopy(t, 2, 0)
-	reused = 0
-	out, errOut, code := runCmd("diff", cfgDir+"medium.json", path, "--json", "--all")
-	if code != exitChanges || reused != 2 {
-		t.Fatalf("diff: exit %d, took %d of OLD's tables (want 2)\n%s", code, reused, errOut)
+	out, errOut, code, st := runCmdBuilt("diff", cfgDir+"medium.json", path, "--json", "--all")
+	if code != exitChanges || st.Other != 2 || st.Full != 4 {
+		t.Fatalf("diff: exit %d, took %d of OLD's tables (want 2), built %d (want 4)\n%s", code, st.Other, st.Full, errOut)
 	}
 	oldSrc, err := config.Load(cfgDir + "medium.json")
 	if err != nil {
@@ -276,10 +269,9 @@ func TestDiffReusesTheOtherSide(t *testing.T) {
 // line; the changed table's report is what two full builds give.
 func TestDiffLeavesSameInputsUnbuilt(t *testing.T) {
 	path, c := drainedCopy(t, 2, 0)
-	reused, unbuiltDiffTables = 0, 0
-	out, errOut, code := runCmd("diff", cfgDir+"medium.json", path, "--json")
-	if code != exitChanges || unbuiltDiffTables != 2 || reused != 0 {
-		t.Fatalf("diff: exit %d, %d tables left unbuilt (want 2), %d reused\n%s", code, unbuiltDiffTables, reused, errOut)
+	out, errOut, code, st := runCmdBuilt("diff", cfgDir+"medium.json", path, "--json")
+	if code != exitChanges || st.Unbuilt != 2 || st.Other != 0 || st.Full != 2 {
+		t.Fatalf("diff: exit %d, %d tables left unbuilt (want 2), %d reused, %d built (want 2)\n%s", code, st.Unbuilt, st.Other, st.Full, errOut)
 	}
 	var d table.Diff
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
@@ -353,4 +345,21 @@ func TestPlanShowsUnchangedTablesInOneLine(t *testing.T) {
 			t.Errorf("--all %v: the plan's config is not kept", all)
 		}
 	}
+}
+
+// runCmdBuilt is runCmd, also giving what the change pipeline did.
+func runCmdBuilt(args ...string) (stdout, stderr string, code int, st change.Stats) {
+	var o, e bytes.Buffer
+	code, st = runEnv(args, &o, &e)
+	return o.String(), e.String(), code, st
+}
+
+// mustRunBuilt is mustRun, giving what the change pipeline did.
+func mustRunBuilt(t *testing.T, code int, args ...string) change.Stats {
+	t.Helper()
+	out, errOut, got, st := runCmdBuilt(args...)
+	if got != code {
+		t.Fatalf("director %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), got, code, out, errOut)
+	}
+	return st
 }

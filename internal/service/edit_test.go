@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -19,7 +20,7 @@ import (
 func editInput(t testing.TB, tables []table.TableConfig) *input {
 	t.Helper()
 	cfg := &table.Config{Tables: tables}
-	return &input{cfg: cfg, builders: make([]*table.Builder, len(tables)), memo: make([]built, len(tables))}
+	return &input{cfg: cfg, tables: change.NewBuilders(cfg)}
 }
 
 func editTables(rng *rand.Rand, n, backends int) []table.TableConfig {
@@ -95,26 +96,29 @@ func TestConfigEditBuildsOnlyWhatChanged(t *testing.T) {
 	ts := editTables(rng, 6, 24)
 	cur := editInput(t, slices.Clone(ts))
 	for i := range cur.cfg.Tables {
-		if _, _, err := cur.build(i, &cur.cfg.Tables[i]); err != nil {
+		if _, _, err := cur.tables.Build(i, &cur.cfg.Tables[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for step := 0; step < 80/raceRuns; step++ {
 		i, what, incremental := edit(rng, ts)
 		next := editInput(t, slices.Clone(ts))
-		was := slices.Clone(cur.memo)
-		next.adopt(cur)
-		before := fullBuilds.Load()
+		was := make([]*table.Table, len(cur.cfg.Tables))
+		for j := range was {
+			was[j], _ = cur.tables.Built(j)
+		}
+		adopt(next, cur)
+		before := next.tables.Stats.Full
 		for j := range next.cfg.Tables {
 			tc := next.cfg.Tables[j]
 			prev := was[j]
-			got, fp, err := next.build(j, &tc)
+			got, fp, err := next.tables.Build(j, &tc)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if j != i {
 				// Untouched: the very table built before.
-				if prev.t == nil || got != prev.t {
+				if prev == nil || got != prev {
 					t.Fatalf("step %d (%s of table %d): table %d, unchanged, was built again", step, what, i, j)
 				}
 				continue
@@ -127,15 +131,15 @@ func TestConfigEditBuildsOnlyWhatChanged(t *testing.T) {
 				t.Fatalf("step %d (%s of table %d): the table differs from a full build", step, what, i)
 			}
 		}
-		built := fullBuilds.Load() - before
+		built := next.tables.Stats.Full - before
 		if incremental && built != 0 || !incremental && built != 1 {
 			t.Fatalf("step %d (%s of table %d): %d tables built from nothing", step, what, i, built)
 		}
 		// What was served shares the builders of the tables the edit left
 		// as they were (its health flips stay incremental while the edit
 		// is held), and gave up the changed one's.
-		for j := range cur.builders {
-			if shared := cur.builders[j] != nil; shared != (j != i || what == "none") || shared && cur.builders[j] != next.builders[j] {
+		for j := range cur.cfg.Tables {
+			if shared := cur.tables.Has(j); shared != (j != i || what == "none") || shared && !cur.tables.Shares(j, next.tables, j) {
 				t.Fatalf("step %d (%s of table %d): table %d's builder shared %v", step, what, i, j, shared)
 			}
 		}
@@ -153,7 +157,7 @@ func BenchmarkConfigEdit(b *testing.B) {
 	ts := editTables(rng, 32, 256)
 	cur := editInput(b, slices.Clone(ts))
 	for i := range cur.cfg.Tables {
-		if _, _, err := cur.build(i, &cur.cfg.Tables[i]); err != nil {
+		if _, _, err := cur.tables.Build(i, &cur.cfg.Tables[i]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -161,9 +165,9 @@ func BenchmarkConfigEdit(b *testing.B) {
 		ts[5].Backends = slices.Clone(ts[5].Backends)
 		ts[5].Backends[n%256].State = []table.State{table.StateDraining, table.StateActive}[(n/256)%2]
 		next := editInput(b, slices.Clone(ts))
-		next.adopt(cur)
+		adopt(next, cur)
 		for j := range next.cfg.Tables {
-			if _, _, err := next.build(j, &next.cfg.Tables[j]); err != nil {
+			if _, _, err := next.tables.Build(j, &next.cfg.Tables[j]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -201,14 +205,14 @@ func BenchmarkConfigEditApplied(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return &input{data: data, cfg: cfg, builders: make([]*table.Builder, len(cfg.Tables)), memo: make([]built, len(cfg.Tables))}
+		return &input{data: data, cfg: cfg, tables: change.NewBuilders(cfg)}
 	}
 	s := benchService(b, parse(docs[0]))
 	applied := s.m.applies.WithLabelValues("applied")
 	for i := 0; b.Loop(); i++ {
 		n := testutil.ToFloat64(applied)
 		in := parse(docs[(i+1)%2])
-		in.adopt(s.cur)
+		adopt(in, s.cur)
 		s.pending = in
 		if err := s.reconcile("config", false); err != nil {
 			b.Fatal(err)

@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -13,8 +14,7 @@ type input struct {
 	data, dcData []byte
 	cfg          *table.Config
 	dc           *table.DirectorConfig // nil: keep the live one
-	builders     []*table.Builder      // one per table, kept for incremental rebuilds
-	memo         []built               // the last tables built, by table
+	tables       *change.Builders      // one per table, kept for incremental rebuilds
 	judged       []table.TableConfig   // the tables as last built, health judged
 }
 
@@ -69,7 +69,7 @@ func (s *service) parse() (*input, error) {
 	for _, w := range cfg.Warnings {
 		s.log.Warn("config", "file", s.o.Config, "warning", w)
 	}
-	in := &input{data: data, cfg: cfg, builders: make([]*table.Builder, len(cfg.Tables)), memo: make([]built, len(cfg.Tables))}
+	in := &input{data: data, cfg: cfg, tables: change.NewBuilders(cfg)}
 	if s.files.dc != nil {
 		in.dcData = s.files.dc.data
 		dc, err := config.ParseDirector(in.dcData)

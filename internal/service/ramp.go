@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/table"
 )
 
@@ -114,9 +115,9 @@ func (s *service) rampStep(now time.Time) bool {
 	}
 	step := &input{dc: in.dc, cfg: &table.Config{Checks: in.cfg.Checks, Warnings: in.cfg.Warnings, Tables: slices.Clone(in.cfg.Tables)}}
 	if going && s.ramp.step != nil {
-		step.builders, step.memo = s.ramp.step.builders, s.ramp.step.memo // incremental from the last step
+		step.tables = s.ramp.step.tables.For(step.cfg) // incremental from the last step
 	} else {
-		step.builders, step.memo = make([]*table.Builder, len(in.cfg.Tables)), make([]built, len(in.cfg.Tables))
+		step.tables = change.NewBuilders(step.cfg)
 	}
 	interval := time.Duration(0)
 	var what []string
@@ -160,7 +161,7 @@ func (s *service) onlyRamped(in *input, ramps []table.Ramp) bool {
 		if slices.ContainsFunc(ramps, func(r table.Ramp) bool { return r.Table == name }) {
 			continue
 		}
-		if i >= len(in.memo) || i >= len(s.live.fps) || in.memo[i].fp != s.live.fps[i] {
+		if _, fp := in.tables.Built(i); i >= len(s.live.fps) || fp != s.live.fps[i] {
 			return false
 		}
 	}

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/director/director/loader"
@@ -16,149 +14,12 @@ import (
 	"github.com/director/director/table/config"
 )
 
-// built is a table as last built for an input, and what it was built
-// from: the backends' states and health.
-type built struct {
-	sig, meta string
-	t         *table.Table
-	fp        string
-}
-
-// healthSig is what a table's build depends on beyond the input's fixed
-// fields: states and health, the weights a ramp changes, and the balance
-// factor.
-func healthSig(tc *table.TableConfig) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d: ", tc.Balance)
-	for _, be := range tc.Backends {
-		fmt.Fprintf(&b, "%d%t%d ", be.State, be.Healthy, be.W())
-	}
-	return b.String()
-}
-
-// build is table i of in with tc's states and health. Health flips are
-// applied to the table's builder one backend at a time (table.Builder.Set,
-// each O(rows)); a config edit's one added, removed or changed backend by
-// Builder.Update, incrementally, from the builder the edit took over from
-// the served config (adopt); anything else rebuilds it.
-func (in *input) build(i int, tc *table.TableConfig) (*table.Table, string, error) {
-	sig := healthSig(tc)
-	if m := in.memo[i]; m.t != nil && m.sig == sig && m.meta == metaSig(tc) {
-		return m.t, m.fp, nil
-	}
-	b := in.builders[i]
-	if b != nil {
-		cur := b.Config()
-		if cur.Seed == tc.Seed && sameBackendList(cur.Backends, tc.Backends) {
-			for k := range tc.Backends {
-				o, n := cur.Backends[k], tc.Backends[k]
-				if o.State != n.State || o.Healthy != n.Healthy {
-					if err := b.Set(k, n.State, n.Healthy); err != nil {
-						b = nil
-						break
-					}
-				}
-				if o.W() != n.W() {
-					if err := b.SetWeight(k, n.Weight); err != nil {
-						b = nil
-						break
-					}
-				}
-			}
-		}
-		// The name, key and binds (which decide no row), or the one
-		// backend a config edit added, removed or changed; more, and
-		// Update rebuilds.
-		if b != nil {
-			if inc, err := b.Update(tc); err != nil {
-				b = nil
-			} else if !inc {
-				fullBuilds.Add(1)
-			}
-		}
-	}
-	if b == nil {
-		var err error
-		if b, err = newBuilder(tc); err != nil {
-			in.builders[i] = nil
-			return nil, "", err
-		}
-		in.builders[i] = b
-	}
-	t := b.Table()
-	fp := table.Fingerprint(t)
-	in.memo[i] = built{sig: sig, meta: metaSig(tc), t: t, fp: fp}
-	return t, fp, nil
-}
-
-// fullBuilds counts the tables the service built from nothing, for the
-// tests that check what it does not build again.
-var fullBuilds atomic.Int64
-
-func newBuilder(tc *table.TableConfig) (*table.Builder, error) {
-	fullBuilds.Add(1)
-	return table.NewBuilder(tc)
-}
-
-// sameBackendList reports whether a and b list the same backends (address
-// domain and QUIC server ID) in the same order, whatever their states, health and
-// weights.
-func sameBackendList(a, b []table.Backend) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if a[k].IP != b[k].IP || a[k].Domain != b[k].Domain || a[k].ServerID != b[k].ServerID {
-			return false
-		}
-	}
-	return true
-}
-
-// metaSig is what of a table decides no row but is part of it: its name,
-// key, binds and QUIC routing (a memo of another's is not this table).
-func metaSig(tc *table.TableConfig) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%q %x", tc.Name, tc.HashKey[:])
-	for _, bd := range tc.Binds {
-		b.WriteString(" " + bd.String())
-	}
-	if tc.QUIC.On() {
-		fmt.Fprintf(&b, " quic %d/%d/%d", tc.QUIC.ConfigID, tc.QUIC.ServerIDLen, tc.QUIC.NonceLen)
-		for _, be := range tc.Backends {
-			b.WriteString(" " + be.ServerID.String())
-		}
-	}
-	return b.String()
-}
-
-// adopt hands in the builders of from's tables that in has too (by name,
-// or by index where unnamed) with the same seed, so that a config edit
-// rebuilds only what it changed. A table the edit left exactly as it was
-// shares its builder: both inputs judge its health alike, so the builder
-// is where either wants it, and the served config's health flips stay
-// incremental while the edit is held. A changed table's builder is the
-// edit's: from rebuilds that one table, should it build it again first.
-func (in *input) adopt(from *input) {
-	if from == nil {
-		return
-	}
-	for i := range in.cfg.Tables {
-		tc := &in.cfg.Tables[i]
-		j := i
-		if tc.Name != "" {
-			j = tableIndex(from.cfg, tc.Name)
-		}
-		if in.builders[i] != nil || j < 0 || j >= len(from.builders) || from.builders[j] == nil || from.cfg.Tables[j].Name != tc.Name ||
-			from.cfg.Tables[j].Seed != tc.Seed {
-			continue
-		}
-		// The last table built goes with its builder: an unchanged
-		// table's build is then that table (its memo matches).
-		in.builders[i], in.memo[i] = from.builders[j], from.memo[j]
-		if !reflect.DeepEqual(from.cfg.Tables[j], *tc) {
-			from.builders[j], from.memo[j] = nil, built{}
-		}
+// adopt gives in the builders of from's tables that in has too
+// (change.Builders.Adopt), so that a config edit rebuilds only what it
+// changed.
+func adopt(in, from *input) {
+	if from != nil {
+		in.tables.Adopt(from.tables)
 	}
 }
 
@@ -177,7 +38,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 			frozen = append(frozen, table.DisplayName(tc.Name, i))
 		}
 		waiting = waiting || d.Waiting
-		t, fp, err := in.build(i, &tc)
+		t, fp, err := in.tables.Build(i, &tc)
 		if err != nil {
 			return nil, nil, nil, config.InFile(s.o.Config, fmt.Errorf("tables[%d]: %w", i, err))
 		}

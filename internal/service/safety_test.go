@@ -51,7 +51,7 @@ func TestDownDuringADrainIsApplied(t *testing.T) {
 	// Backend 1 drains (a config edit), which the service applies.
 	drained := checkedInputWith(t, 6, "")
 	drained.cfg.Tables[0].Backends[0].State = table.StateDraining
-	drained.adopt(s.cur)
+	adopt(drained, s.cur)
 	s.pending = drained
 	if err := s.reconcile("config", false); err != nil || s.pending != nil {
 		t.Fatalf("the drain was not applied: %v %+v", err, s.hold.now)

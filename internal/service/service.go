@@ -386,8 +386,8 @@ func (s *service) reread(ctx context.Context, force bool) {
 	s.checks.stopWait() // the checks use the prober configure may replace
 	// The edit takes over the builders of the tables it shares with what
 	// is pending or served: only what it changed is built again.
-	in.adopt(s.pending)
-	in.adopt(s.cur)
+	adopt(in, s.pending)
+	adopt(in, s.cur)
 	s.pending, s.hold.logged = in, ""
 	s.configure(in)
 	s.track(ctx)

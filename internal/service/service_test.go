@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/internal/service/bgp"
 	"github.com/director/director/internal/service/health"
@@ -67,7 +68,7 @@ func checkedInputTable(t testing.TB, n int, extra, tableExtra string) *input {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &input{data: data, cfg: cfg, builders: make([]*table.Builder, 1), memo: make([]built, 1)}
+	return &input{data: data, cfg: cfg, tables: change.NewBuilders(cfg)}
 }
 
 // testTargets are targets for in's checked backends, all passing, last
