@@ -36,28 +36,13 @@ func runApply(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	data, err := config.ReadApplyInput(pos[0], loader.Limit)
+	plan, input, err := readApplyInput(e, pos[0], *yes)
 	if err != nil {
 		return err
 	}
-	plan, err := readPlan(data)
-	if err != nil {
-		return config.InFile(pos[0], err)
-	}
-	if plan == nil && !*yes {
-		return fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
-			pos[0], pos[0], e.bpffsFlag())
-	}
-	if plan != nil && !samePath(plan.BPFFS, e.bpffs) {
-		return fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
-	}
-	if plan != nil && e.dirConfig != "" {
-		return errors.New("apply: a plan carries its own director config (or none): give --director-config to 'director plan'")
-	}
-	input := data
 	var carried []table.BuiltRows
 	if plan != nil {
-		input, carried = plan.Input(), plan.Built
+		carried = plan.Built
 	}
 	src, err := buildForApply(e, pos[0], input, e.liveHealth, carried)
 	if err != nil {
@@ -98,6 +83,30 @@ func runApply(e *env, c *command, args []string) error {
 }
 
 // printApplied says what the kernel holds now: each table's fingerprint as
+// readApplyInput reads what apply was given: a reviewed plan (for this
+// director, with its config's bytes as input), or with --yes a config.
+func readApplyInput(e *env, path string, yes bool) (plan *table.Plan, input []byte, err error) {
+	data, err := config.ReadApplyInput(path, loader.Limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	if plan, err = readPlan(data); err != nil {
+		return nil, nil, config.InFile(path, err)
+	}
+	switch {
+	case plan == nil && !yes:
+		return nil, nil, fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
+			path, path, e.bpffsFlag())
+	case plan == nil:
+		return nil, data, nil
+	case !samePath(plan.BPFFS, e.bpffs):
+		return nil, nil, fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
+	case e.dirConfig != "":
+		return nil, nil, errors.New("apply: a plan carries its own director config (or none): give --director-config to 'director plan'")
+	}
+	return plan, plan.Input(), nil
+}
+
 // applyAllows is apply's judgement of the change against what is live:
 // something to apply, the reviewed change exactly when there is a plan
 // (the same base, diff and verdict), and safe unless unsafe is allowed.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -98,10 +99,27 @@ func runBench(e *env, c *command, args []string) error {
 	}
 	doc := &benchDoc{Version: 1, Capture: pos[0], Frames: len(frames), Mode: *mode, Paths: []benchPath{}}
 	paths := splitByPath(model.New(*dc, [6]byte(gw), tables), tables, frames)
+	err = benchAll(doc, dc, gw, tables, frames, paths, *duration)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, doc)
+	}
+	printBench(e.stdout, doc)
+	return nil
+}
+
+// benchAll runs the frames through a private director on a veth pair in a
+// namespace of its own, then each path's frames on their own where the
+// capture takes more than one, then through the empty program, into doc.
+// Ctrl-C ends the run being made.
+func benchAll(doc *benchDoc, dc *table.DirectorConfig, gw net.HardwareAddr, tables []*table.Table, frames [][]byte, paths []pathFrames,
+	duration time.Duration) error {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
 	defer signal.Stop(stop)
-	err = lab.InNetns(func() error {
+	return lab.InNetns(func() error {
 		c := *dc
 		c.GatewayMAC = gw
 		d, err := loader.Private(&c, tables)
@@ -118,7 +136,7 @@ func runBench(e *env, c *command, args []string) error {
 		if err != nil {
 			return err
 		}
-		if doc.Director, err = benchProgram(d.Prog, frames, *mode, *duration, stop); err != nil {
+		if doc.Director, err = benchProgram(d.Prog, frames, doc.Mode, duration, stop); err != nil {
 			return err
 		}
 		after, err := d.GlobalCounters()
@@ -134,23 +152,15 @@ func runBench(e *env, c *command, args []string) error {
 			if len(p.frames) == 0 || len(p.frames) == len(frames) {
 				continue
 			}
-			run, err := benchProgram(d.Prog, p.frames, *mode, *duration, stop)
+			run, err := benchProgram(d.Prog, p.frames, doc.Mode, duration, stop)
 			if err != nil {
 				return err
 			}
 			doc.Paths = append(doc.Paths, benchPath{Path: p.name, Frames: len(p.frames), Run: run})
 		}
-		doc.Baseline, err = benchProgram(base, frames, *mode, *duration, stop)
+		doc.Baseline, err = benchProgram(base, frames, doc.Mode, duration, stop)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	if *asJSON {
-		return writeJSON(e.stdout, doc)
-	}
-	printBench(e.stdout, doc)
-	return nil
 }
 
 // readFrames loads a capture's frames for injection (14 bytes up to the

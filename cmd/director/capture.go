@@ -201,18 +201,9 @@ func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.Capture
 			return fmt.Errorf("capture: %w", err)
 		}
 	}
-	ifaces := map[int]string{}
-	ifindex := 0
-	var names []string
-	for _, a := range atts {
-		ifaces[int(a.Ifindex)] = a.Interface
-		names = append(names, a.Interface)
-		if a.Interface == *o.iface {
-			ifindex = int(a.Ifindex)
-		}
-	}
-	if *o.iface != "" && ifindex == 0 {
-		return fmt.Errorf("capture: --interface %s: the program is not attached to it (attached: %s)", *o.iface, strings.Join(names, ", "))
+	ifaces, ifindex, err := captureInterfaces(atts, *o.iface)
+	if err != nil {
+		return err
 	}
 	out, closeOut, err := captureOutput(e, *o.write, *o.snaplen, ifaces)
 	if err != nil {
@@ -234,26 +225,9 @@ func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.Capture
 		}
 		capt.Close() // Read returns os.ErrClosed
 	}()
-	seen, kept := 0, 0
-	var readErr error
-	for *o.count == 0 || kept < *o.count {
-		r, err := capt.Read()
-		if err != nil {
-			if !errors.Is(err, os.ErrClosed) {
-				readErr = err
-			}
-			break
-		}
-		seen++
-		if (ifindex != 0 && r.Ifindex != ifindex) || (match != nil && !match.Match(r.Frame)) {
-			continue
-		}
-		kept++
-		if err := out(r, describeCapture(r, reasons, tableOf)); err != nil {
-			readErr = err
-			break
-		}
-	}
+	seen, kept, readErr := captureRead(capt, *o.count, func(r loader.CaptureRecord) bool {
+		return (ifindex == 0 || r.Ifindex == ifindex) && (match == nil || match.Match(r.Frame))
+	}, func(r loader.CaptureRecord) error { return out(r, describeCapture(r, reasons, tableOf)) })
 	close(done)
 	loss, err := capt.Close()
 	if err == nil {
@@ -267,6 +241,50 @@ func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.Capture
 		return fmt.Errorf("capture: %w", readErr)
 	}
 	return err
+}
+
+// captureRead reads frames until count were kept (0: until the capture
+// is closed), keeping those keep takes, each given to out: how many were
+// seen and kept, and what ended it other than the capture's close.
+func captureRead(capt *loader.Capture, count int, keep func(loader.CaptureRecord) bool, out func(loader.CaptureRecord) error) (seen, kept int, err error) {
+	for count == 0 || kept < count {
+		r, rerr := capt.Read()
+		if rerr != nil {
+			if !errors.Is(rerr, os.ErrClosed) {
+				err = rerr
+			}
+			return seen, kept, err
+		}
+		seen++
+		if !keep(r) {
+			continue
+		}
+		kept++
+		if err := out(r); err != nil {
+			return seen, kept, err
+		}
+	}
+	return seen, kept, nil
+}
+
+// captureInterfaces names the attached interfaces by index, as they were
+// attached (another namespace's index means nothing in this one), and
+// gives --interface's index (0: every interface).
+func captureInterfaces(atts []loader.Attachment, iface string) (map[int]string, int, error) {
+	ifaces := map[int]string{}
+	ifindex := 0
+	var names []string
+	for _, a := range atts {
+		ifaces[int(a.Ifindex)] = a.Interface
+		names = append(names, a.Interface)
+		if a.Interface == iface {
+			ifindex = int(a.Ifindex)
+		}
+	}
+	if iface != "" && ifindex == 0 {
+		return nil, 0, fmt.Errorf("capture: --interface %s: the program is not attached to it (attached: %s)", iface, strings.Join(names, ", "))
+	}
+	return ifaces, ifindex, nil
 }
 
 // describeCapture is what the program decided: "tx encapsulated table

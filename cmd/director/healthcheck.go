@@ -66,7 +66,17 @@ func runHealthcheck(e *env, c *command, args []string) error {
 	if err != nil {
 		return config.InFile(pos[0], err)
 	}
-	up, down := 0, 0
+	up, down := printChecks(rep.stdout, cfg, results)
+	if err := e.writeOutput(*out, 0o600, func(w io.Writer) error { _, err := w.Write(filled); return err }); err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	fmt.Fprintf(rep.stdout, "%d up, %d down; wrote %s\n", up, down, wrote(*out))
+	return nil
+}
+
+// printChecks says what the checks found of each backend, and counts
+// those up and down.
+func printChecks(w io.Writer, cfg *table.Config, results [][][]health.Result) (up, down int) {
 	for i := range cfg.Tables {
 		tc := &cfg.Tables[i]
 		name := table.DisplayName(tc.Name, i)
@@ -74,9 +84,9 @@ func runHealthcheck(e *env, c *command, args []string) error {
 			rs := results[i][j]
 			switch {
 			case !b.Checked:
-				fmt.Fprintf(rep.stdout, "%s %s: healthy %v (set in the config; not checked)\n", name, b.IP, b.Healthy)
+				fmt.Fprintf(w, "%s %s: healthy %v (set in the config; not checked)\n", name, b.IP, b.Healthy)
 			case b.State == table.StateInactive:
-				fmt.Fprintf(rep.stdout, "%s %s: inactive, not checked (healthy false)\n", name, b.IP)
+				fmt.Fprintf(w, "%s %s: inactive, not checked (healthy false)\n", name, b.IP)
 			default:
 				h := health.Healthy(rs)
 				if h {
@@ -84,15 +94,11 @@ func runHealthcheck(e *env, c *command, args []string) error {
 				} else {
 					down++
 				}
-				fmt.Fprintf(rep.stdout, "%s %s: %s (%s)\n", name, b.IP, map[bool]string{true: "up", false: "DOWN"}[h], describeResults(rs))
+				fmt.Fprintf(w, "%s %s: %s (%s)\n", name, b.IP, map[bool]string{true: "up", false: "DOWN"}[h], describeResults(rs))
 			}
 		}
 	}
-	if err := e.writeOutput(*out, 0o600, func(w io.Writer) error { _, err := w.Write(filled); return err }); err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	fmt.Fprintf(rep.stdout, "%d up, %d down; wrote %s\n", up, down, wrote(*out))
-	return nil
+	return up, down
 }
 
 // describeResults is a backend's check results in a line.

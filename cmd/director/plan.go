@@ -69,6 +69,25 @@ func runPlan(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := planReview(e, d, src, p, *pic); err != nil {
+		return err
+	}
+	if !*all {
+		p.Diff = p.Diff.Brief()
+	}
+	if err := emitPlan(e, p, src, *out, *asJSON); err != nil {
+		return err
+	}
+	if p.Changed() {
+		return exitCode(exitChanges)
+	}
+	return nil
+}
+
+// planReview adds to p what a person reviewing it needs beyond the
+// diff: for an unsafe change, the ramps that would make it by safe steps;
+// with --picture, what it moves drawn against what is live.
+func planReview(e *env, d *loader.Director, src *config.Source, p *table.Plan, pic string) error {
 	if !p.Safe && src.Config != nil {
 		live, err := d.Live()
 		if err != nil {
@@ -76,7 +95,7 @@ func runPlan(e *env, c *command, args []string) error {
 		}
 		p.Ramps, p.RampProblems = table.Ramps(loader.Tables(live), src.Config)
 	}
-	if *pic != "" {
+	if pic != "" {
 		live, err := d.Live()
 		if err != nil {
 			return err
@@ -85,43 +104,42 @@ func runPlan(e *env, c *command, args []string) error {
 		if !p.Safe {
 			verdict = "UNSAFE: " + strings.Join(p.Reasons, "; ")
 		}
-		if err := writePicture(e, *pic, changePanels(loader.Tables(live), src.Tables, p.Diff, verdict)); err != nil {
+		if err := writePicture(e, pic, changePanels(loader.Tables(live), src.Tables, p.Diff, verdict)); err != nil {
 			return err
 		}
 	}
-	if !*all {
-		p.Diff = p.Diff.Brief()
-	}
-	if *out != "" {
+	return nil
+}
+
+// emitPlan writes the plan file (with out) and the review: JSON or text.
+func emitPlan(e *env, p *table.Plan, src *config.Source, out string, asJSON bool) error {
+	if out != "" {
 		var base []*table.Table
 		if e.live != nil {
 			base = e.live.Tables
 		}
 		p.Built = table.CarryBuilt(src.Tables, base, planKey())
-		err := e.writeOutput(*out, 0o600, func(w io.Writer) error { return writePlan(w, p) })
+		err := e.writeOutput(out, 0o600, func(w io.Writer) error { return writePlan(w, p) })
 		if err != nil {
-			return fmt.Errorf("plan: writing %s: %w", wrote(*out), err)
+			return fmt.Errorf("plan: writing %s: %w", wrote(out), err)
 		}
 	}
-	if *asJSON {
+	if asJSON {
 		shown := *p
 		shown.Config, shown.ConfigGLB, shown.Built = nil, nil, nil
 		if err := writeJSON(e.stdout, shown); err != nil {
 			return err
 		}
 	} else {
-		r := e.reportTo(*out) // the review goes to stderr when the plan goes to stdout
+		r := e.reportTo(out) // the review goes to stderr when the plan goes to stdout
 		printPlan(r, p)
-		if *out != "" {
+		if out != "" {
 			unsafe := ""
 			if !p.Safe {
 				unsafe = " --allow-unsafe"
 			}
-			fmt.Fprintf(r.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", wrote(*out), *out, e.bpffsFlag(), unsafe)
+			fmt.Fprintf(r.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", wrote(out), out, e.bpffsFlag(), unsafe)
 		}
-	}
-	if p.Changed() {
-		return exitCode(exitChanges)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -126,24 +127,8 @@ func runShow(e *env, c *command, args []string) error {
 		doc.Tables = append(doc.Tables, describe(i, t))
 	}
 	if *lookup != "" {
-		dc, err := e.directorConfig()
-		if err != nil {
+		if err := showLookups(e, &doc, src.Tables, *lookup, *to, proto); err != nil {
 			return err
-		}
-		if dc == nil {
-			d := table.DefaultDirectorConfig()
-			dc = &d
-		}
-		if _, _, _, aerr := parseHostPort(*lookup); aerr != nil {
-			if cid, ok := connectionID(*lookup); ok {
-				doc.CIDLookups, err = lookupCID(src.Tables, cid, *to)
-			}
-		}
-		if doc.CIDLookups == nil && err == nil {
-			doc.Lookups, err = lookupAll(src.Tables, dc, *lookup, *to, proto)
-		}
-		if err != nil {
-			return fmt.Errorf("show: %w", err)
 		}
 	} else if *to != "" {
 		return fmt.Errorf("show: --to needs --lookup")
@@ -161,6 +146,32 @@ func runShow(e *env, c *command, args []string) error {
 	}
 	warnAll(e, pos[0], table.UnservableWarnings(src.Tables))
 	printShow(e, src.Tables, &doc, *lookup != "")
+	return nil
+}
+
+// showLookups fills doc's lookups of what --lookup names: a client's flow
+// (hashed with --director-config's fields, the defaults without one) or,
+// given hex that is no address, a QUIC connection ID.
+func showLookups(e *env, doc *showDoc, tables []*table.Table, lookup, to string, proto table.Proto) error {
+	dc, err := e.directorConfig()
+	if err != nil {
+		return err
+	}
+	if dc == nil {
+		d := table.DefaultDirectorConfig()
+		dc = &d
+	}
+	if _, _, _, aerr := parseHostPort(lookup); aerr != nil {
+		if cid, ok := connectionID(lookup); ok {
+			doc.CIDLookups, err = lookupCID(tables, cid, to)
+		}
+	}
+	if doc.CIDLookups == nil && err == nil {
+		doc.Lookups, err = lookupAll(tables, dc, lookup, to, proto)
+	}
+	if err != nil {
+		return fmt.Errorf("show: %w", err)
+	}
 	return nil
 }
 
@@ -287,60 +298,7 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 			fmt.Fprintf(w, "  quic         %s: UDP packets go to the backend their connection ID names\n", st.QUIC)
 		}
 		fmt.Fprintf(w, "  backends     %s\n", backendSummary(t.Backends))
-		top := 1
-		for _, b := range st.Backends {
-			top = max(top, b.PrimaryRows)
-		}
-		iw := ipWidth(t.Backends)
-		// The weight column only where a weight was given: a GLB table
-		// reads as it always has.
-		weights := slices.ContainsFunc(t.Backends, func(b table.Backend) bool { return b.W() != 1 })
-		weightHead := ""
-		if weights {
-			weightHead = fmt.Sprintf("%6s ", "WEIGHT")
-		}
-		dw := 0 // the domain column's width, where there are domains
-		for _, b := range t.Backends {
-			if b.Domain != "" {
-				dw = max(dw, len("DOMAIN"), len(b.Domain))
-			}
-		}
-		if dw > 0 {
-			weightHead += fmt.Sprintf("%-*s ", dw, "DOMAIN")
-		}
-		sw := 0 // the server ID column's width, in a table with QUIC-LB routing
-		if st.QUIC != nil {
-			sw = max(len("SERVER ID"), 2*int(st.QUIC.ServerIDLen))
-			weightHead += fmt.Sprintf("%-*s ", sw, "SERVER ID")
-		}
-		if st.Balance != nil {
-			weightHead += fmt.Sprintf("%-12s ", "CAP")
-		}
-		fmt.Fprintf(w, "  %-*s %-8s %-9s %s%-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", weightHead, barWidth+14, "PRIMARY ROWS", "SECONDARY")
-		for _, b := range st.Backends {
-			weight := ""
-			if weights {
-				weight = fmt.Sprintf("%6d ", b.Weight)
-			}
-			if dw > 0 {
-				weight += fmt.Sprintf("%-*s ", dw, b.Domain)
-			}
-			if sw > 0 {
-				weight += fmt.Sprintf("%-*s ", sw, b.ServerID)
-			}
-			if st.Balance != nil {
-				c := ""
-				if b.Cap > 0 {
-					c = strconv.Itoa(b.Cap)
-					if b.AtCap {
-						c += " at cap"
-					}
-				}
-				weight += fmt.Sprintf("%-12s ", c)
-			}
-			fmt.Fprintf(w, "  %-*s %-8s %-9s %s%s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy), weight,
-				bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
-		}
+		printBackends(w, t, &st)
 		if bs := st.Balance; bs != nil {
 			fmt.Fprintf(w, "  balance factor %s: %d backends at their cap, %d over\n", factorString(bs.Factor), bs.AtCap, bs.OverCap)
 		}
@@ -366,6 +324,66 @@ func printShow(e *env, tables []*table.Table, doc *showDoc, lookups bool) {
 		for _, l := range doc.CIDLookups {
 			printCIDLookup(w, l)
 		}
+	}
+}
+
+// printBackends is show's table of a table's backends: state, health,
+// the optional columns (weight, domain, server ID, cap) where the table has
+// them, and shares of primary and secondary rows.
+func printBackends(w io.Writer, t *table.Table, st *showTable) {
+	top := 1
+	for _, b := range st.Backends {
+		top = max(top, b.PrimaryRows)
+	}
+	iw := ipWidth(t.Backends)
+	// The weight column only where a weight was given: a GLB table
+	// reads as it always has.
+	weights := slices.ContainsFunc(t.Backends, func(b table.Backend) bool { return b.W() != 1 })
+	weightHead := ""
+	if weights {
+		weightHead = fmt.Sprintf("%6s ", "WEIGHT")
+	}
+	dw := 0 // the domain column's width, where there are domains
+	for _, b := range t.Backends {
+		if b.Domain != "" {
+			dw = max(dw, len("DOMAIN"), len(b.Domain))
+		}
+	}
+	if dw > 0 {
+		weightHead += fmt.Sprintf("%-*s ", dw, "DOMAIN")
+	}
+	sw := 0 // the server ID column's width, in a table with QUIC-LB routing
+	if st.QUIC != nil {
+		sw = max(len("SERVER ID"), 2*int(st.QUIC.ServerIDLen))
+		weightHead += fmt.Sprintf("%-*s ", sw, "SERVER ID")
+	}
+	if st.Balance != nil {
+		weightHead += fmt.Sprintf("%-12s ", "CAP")
+	}
+	fmt.Fprintf(w, "  %-*s %-8s %-9s %s%-*s %s\n", iw, "BACKEND", "STATE", "HEALTH", weightHead, barWidth+14, "PRIMARY ROWS", "SECONDARY")
+	for _, b := range st.Backends {
+		weight := ""
+		if weights {
+			weight = fmt.Sprintf("%6d ", b.Weight)
+		}
+		if dw > 0 {
+			weight += fmt.Sprintf("%-*s ", dw, b.Domain)
+		}
+		if sw > 0 {
+			weight += fmt.Sprintf("%-*s ", sw, b.ServerID)
+		}
+		if st.Balance != nil {
+			c := ""
+			if b.Cap > 0 {
+				c = strconv.Itoa(b.Cap)
+				if b.AtCap {
+					c += " at cap"
+				}
+			}
+			weight += fmt.Sprintf("%-12s ", c)
+		}
+		fmt.Fprintf(w, "  %-*s %-8s %-9s %s%s %s %6d %s\n", iw, b.IP, b.State, healthWord(b.Healthy), weight,
+			bar(float64(b.PrimaryRows)/float64(top)), pct(b.PrimaryRows), b.PrimaryRows, pct(b.SecondaryRows))
 	}
 }
 

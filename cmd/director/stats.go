@@ -62,13 +62,20 @@ func runStats(e *env, c *command, args []string) error {
 		printStats(e, prev, nil)
 		return nil
 	}
+	return watchStats(e, d, prev, *interval, *count, *asJSON)
+}
+
+// watchStats prints the counters every interval, count times (0: until
+// interrupted): with rates since the last (text), or a JSON document a
+// line.
+func watchStats(e *env, d *loader.Director, prev *loader.Stats, interval time.Duration, count int, asJSON bool) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
 	defer signal.Stop(sig)
-	tick := time.NewTicker(*interval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	enc := json.NewEncoder(e.stdout) // one document per line
-	for n := 0; *count == 0 || n < *count; n++ {
+	for n := 0; count == 0 || n < count; n++ {
 		select {
 		case <-sig:
 			return nil
@@ -78,7 +85,7 @@ func runStats(e *env, c *command, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if asJSON {
 			if err := enc.Encode(cur); err != nil {
 				return err
 			}
