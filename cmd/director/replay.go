@@ -17,6 +17,7 @@ import (
 	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/internal/picture"
 	"github.com/director/director/internal/replay"
+	"github.com/director/director/internal/replay/inkernel"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -97,7 +98,7 @@ func runReplay(e *env, c *command, args []string) error {
 }
 
 type replayer struct {
-	cur, new  *replay.Side
+	cur, new  *inkernel.Side
 	modelOnly bool
 }
 
@@ -123,7 +124,7 @@ func (e *env) replayDirectorConfig() (*table.DirectorConfig, net.HardwareAddr, e
 
 // newReplay reads the config (and the one to replay against) and, unless
 // the replay is the model's alone, loads a private director for each. The
-// programs are verified while the tables are built (replay.StartPrivate).
+// programs are verified while the tables are built (inkernel.StartPrivate).
 func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, error) {
 	dc, gw, err := e.replayDirectorConfig()
 	if err != nil {
@@ -137,10 +138,10 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 	if againstPath != "" {
 		paths = append(paths, againstPath)
 	}
-	var pending []*replay.Private
+	var pending []*inkernel.Private
 	if !modelOnly {
 		for range paths {
-			pending = append(pending, replay.StartPrivate(c))
+			pending = append(pending, inkernel.StartPrivate(c))
 		}
 	}
 	rp := &replayer{modelOnly: modelOnly}
@@ -151,13 +152,13 @@ func newReplay(e *env, cfgPath, againstPath string, modelOnly bool) (*replayer, 
 		rp.close()
 		return nil, err
 	}
-	sides := []**replay.Side{&rp.cur, &rp.new}
+	sides := []**inkernel.Side{&rp.cur, &rp.new}
 	for i, path := range paths {
 		src, err := loadForApply(e, path, nil)
 		if err != nil {
 			return fail(i, err)
 		}
-		s := &replay.Side{Path: path, Tables: src.Tables, Model: model.New(*dc, hw, src.Tables)}
+		s := &inkernel.Side{Path: path, Tables: src.Tables, Model: model.New(*dc, hw, src.Tables)}
 		*sides[i] = s
 		if !modelOnly {
 			if err := pending[i].Serve(s); err != nil {
@@ -224,8 +225,8 @@ func (rp *replayer) run(e *env, path string, verify bool, hot int) (*replay.Repo
 		}
 		err = replay.RunModel(r, path, rp.cur.Model, against, agg, &read)
 	} else {
-		err = replay.RunKernel(r, path, rp.cur, rp.new, agg, vr, &read)
-		var re *replay.RunError
+		err = inkernel.Run(r, path, rp.cur, rp.new, agg, vr, &read)
+		var re *inkernel.RunError
 		if errors.As(err, &re) {
 			close(stop)
 			return nil, nil, fmt.Errorf("replay: %w", err)

@@ -1,7 +1,9 @@
 // Package replay aggregates what happened to every packet of a capture
 // into the report `director replay` prints: verdicts and pass reasons,
 // traffic and flows per table and backend, the hottest rows, and with a
-// second config, what a change would do to the flows actually seen.
+// second config, what a change would do to the flows actually seen. It
+// runs the Go model's pipeline itself (RunModel); the kernel's is
+// internal/replay/inkernel, which feeds the same Aggregator.
 package replay
 
 import (

@@ -1,6 +1,6 @@
 //go:build linux
 
-package replay
+package inkernel
 
 import (
 	"testing"

@@ -1,6 +1,12 @@
 //go:build linux
 
-package replay
+// Package inkernel is `director replay`'s kernel pipeline: each packet of
+// a capture through a private director's program (BPF_PROG_RUN, batches
+// in parallel on every CPU), each side of a change on an instance of its
+// own, and with --verify through the model too, into package replay's
+// report. Package replay itself is pure (the model's pipeline, the
+// aggregation and the report); this is the part that needs the kernel.
+package inkernel
 
 import (
 	"encoding/hex"
@@ -17,6 +23,7 @@ import (
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/format/pcapfile"
+	"github.com/director/director/internal/replay"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
 	"github.com/director/director/table"
@@ -110,7 +117,7 @@ func (p *Private) Cancel() {
 // fastest of 1,024 to 16,384 on a 100,000-packet capture.
 const kernelBatch = 1 << 11
 
-// RunKernel replays the capture r reads (from path) through cur's program
+// Run replays the capture r reads (from path) through cur's program
 // in the kernel and, when against is not nil, through against's, into agg.
 // With vr, every packet is also run through the reference model, which
 // must agree on the verdict and every byte; without, the model (its fast
@@ -121,7 +128,7 @@ const kernelBatch = 1 << 11
 //
 // Three stages overlap: reading the capture, running batches through the
 // program and the model on every CPU, and aggregating.
-func RunKernel(r *pcapfile.Reader, path string, cur, against *Side, agg *Aggregator, vr *VerifyReport, read *atomic.Uint64) error {
+func Run(r *pcapfile.Reader, path string, cur, against *Side, agg *replay.Aggregator, vr *replay.VerifyReport, read *atomic.Uint64) error {
 	k := &kernelRun{r: r, path: path, cur: cur, against: against, verify: vr != nil}
 	batches := make(chan batch[pcapfile.Packet], 2)
 	go k.readAll(batches)
@@ -287,11 +294,11 @@ func (k *kernelRun) runSide(s *Side, packets []pcapfile.Packet) ([]outcome, erro
 	return out, nil
 }
 
-func sample(p pcapfile.Packet, o outcome) Sample {
-	s := Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1, QUIC: o.res.QUIC}
+func sample(p pcapfile.Packet, o outcome) replay.Sample {
+	s := replay.Sample{N: p.N, Bytes: len(p.Frame), Verdict: o.verdict, Reason: o.reason, Table: -1, QUIC: o.res.QUIC}
 	if o.res.Parsed {
 		s.HasFlow = true
-		s.Flow = FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
+		s.Flow = replay.FlowKey{Client: o.res.Client, VIP: o.res.VIP, ClientPort: o.res.ClientPort, VIPPort: o.res.VIPPort, Proto: o.res.Proto}
 	}
 	if o.tx() {
 		if h, _, err := gue.ParseFrame(o.out); err == nil {
@@ -308,7 +315,7 @@ func sample(p pcapfile.Packet, o outcome) Sample {
 	return s
 }
 
-func aggregate(packets []pcapfile.Packet, cur, nw []outcome, agg *Aggregator, vr *VerifyReport) {
+func aggregate(packets []pcapfile.Packet, cur, nw []outcome, agg *replay.Aggregator, vr *replay.VerifyReport) {
 	for i, p := range packets {
 		agg.Captured(len(p.Frame), p.Truncated)
 		if cur[i].notRun {
@@ -331,7 +338,7 @@ func aggregate(packets []pcapfile.Packet, cur, nw []outcome, agg *Aggregator, vr
 		}
 		vr.Mismatches++
 		if len(vr.First) < 5 {
-			vr.First = append(vr.First, Mismatch{N: p.N, Input: hex.EncodeToString(p.Frame),
+			vr.First = append(vr.First, replay.Mismatch{N: p.N, Input: hex.EncodeToString(p.Frame),
 				Kernel: hex.EncodeToString(k.out), Model: hex.EncodeToString(m.Out),
 				KernelTX: k.tx(), ModelTX: m.Verdict == model.XDPTX,
 				KernelVerdict: verdictName(k.verdict, k.reason), ModelVerdict: verdictName(m.Verdict, m.Reason),
@@ -381,4 +388,11 @@ func verdictName(verdict, reason int) string {
 		return name + " (no counter)"
 	}
 	return name + " " + loader.CounterNames()[reason]
+}
+
+// batch is what one stage of the pipeline hands the next: frames whose
+// capture places count from base.
+type batch[T any] struct {
+	base  int
+	items []T
 }
