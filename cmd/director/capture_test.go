@@ -44,17 +44,8 @@ func TestCaptureCommand(t *testing.T) {
 				return err
 			}
 		}
-		if err := lab.Veth("cap0", "cap1"); err != nil {
-			return err
-		}
 		b := []string{"--bpffs", dir}
-		for _, args := range [][]string{{"load"}, {"apply", cfgDir + "small.json", "--yes", "--director-config", cfgDir + "director.conf"},
-			{"attach", "cap0", "--mode", "generic"}} {
-			if out, errOut, code := runCmd(append(b, args...)...); code != 0 {
-				return fmt.Errorf("%v: %s%s", args, out, errOut)
-			}
-		}
-		sock, err := lab.Listen("cap1")
+		sock, err := captureRig(b, "small.json")
 		if err != nil {
 			return err
 		}
@@ -274,17 +265,8 @@ func TestCaptureQUIC(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	err := lab.InNetns(func() error {
-		if err := lab.Veth("cap0", "cap1"); err != nil {
-			return err
-		}
 		b := []string{"--bpffs", dir}
-		for _, args := range [][]string{{"load"}, {"apply", cfgDir + "quic.json", "--yes", "--director-config", cfgDir + "director.conf"},
-			{"attach", "cap0", "--mode", "generic"}} {
-			if out, errOut, code := runCmd(append(b, args...)...); code != 0 {
-				return fmt.Errorf("%v: %s%s", args, out, errOut)
-			}
-		}
-		sock, err := lab.Listen("cap1")
+		sock, err := captureRig(b, "quic.json")
 		if err != nil {
 			return err
 		}
@@ -333,4 +315,21 @@ func TestCaptureQUIC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// captureRig is what the capture tests send through, in the network
+// namespace they run in: a director with cfg loaded, applied and attached
+// (generic) to one end of a veth pair, and a packet socket on the other
+// end to send frames in by.
+func captureRig(b []string, cfg string) (*lab.Socket, error) {
+	if err := lab.Veth("cap0", "cap1"); err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{{"load"}, {"apply", cfgDir + cfg, "--yes", "--director-config", cfgDir + "director.conf"},
+		{"attach", "cap0", "--mode", "generic"}} {
+		if out, errOut, code := runCmd(append(b, args...)...); code != 0 {
+			return nil, fmt.Errorf("%v: %s%s", args, out, errOut)
+		}
+	}
+	return lab.Listen("cap1")
 }

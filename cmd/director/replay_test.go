@@ -52,18 +52,9 @@ func TestReplayGolden(t *testing.T) {
 // packets through the kernel and the model: they must agree on every one.
 func TestReplayVerifyLarge(t *testing.T) {
 	testenv.Kernel(t)
-	pcap := filepath.Join(t.TempDir(), "large.pcap")
-	mustRun(t, 0, "gen-capture", "--config", cfgDir+"medium.json", "-o", pcap, "--flows", fmt.Sprint(testenv.Reduced(14000)), "--seed", "3")
-	out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"medium.json", "--verify", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	var r replay.Report
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Capture.Packets < uint64(testenv.Reduced(100000)) || r.Verify == nil || r.Verify.Compared != r.Capture.Packets || r.Verify.Mismatches != 0 {
-		t.Fatalf("capture %+v, verify %+v", r.Capture, r.Verify)
+	pcap, r, errOut := replayVerified(t, "medium.json", 14000, 3)
+	if r.Capture.Packets < uint64(testenv.Reduced(100000)) {
+		t.Fatalf("capture %+v", r.Capture)
 	}
 	if r.Verdicts["tx"].Packets == 0 || r.Reasons["pass_no_bind"].Packets == 0 || r.Reasons["pass_not_ip"].Packets == 0 {
 		t.Fatalf("the capture does not exercise the datapath: %+v %+v", r.Verdicts, r.Reasons)
@@ -478,19 +469,7 @@ func TestReplayPictureOfATableWithoutTraffic(t *testing.T) {
 // gives the same report, with and without --against.
 func TestReplayQUIC(t *testing.T) {
 	testenv.Kernel(t)
-	pcap := filepath.Join(t.TempDir(), "quic.pcap")
-	mustRun(t, 0, "gen-capture", "--config", cfgDir+"quic.json", "-o", pcap, "--flows", fmt.Sprint(testenv.Reduced(4000)), "--seed", "5")
-	out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+"quic.json", "--verify", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	var r replay.Report
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Verify == nil || r.Verify.Compared != r.Capture.Packets || r.Verify.Mismatches != 0 {
-		t.Fatalf("capture %+v, verify %+v", r.Capture, r.Verify)
-	}
+	pcap, r, _ := replayVerified(t, "quic.json", 4000, 5)
 	// quic.json's backends: two active, one draining (serving), one
 	// unhealthy (not): a quarter of the connections' IDs fall back.
 	routed, unknown := r.QUIC["quic_routed"].Packets, r.QUIC["quic_fallback_unknown_id"].Packets
@@ -511,4 +490,26 @@ func TestReplayQUIC(t *testing.T) {
 	if !strings.Contains(text, "QUIC-LB (UDP to tables with a quic block):") || !strings.Contains(text, "quic_routed") {
 		t.Errorf("the text report does not give the QUIC counts:\n%s", text)
 	}
+}
+
+// replayVerified generates a capture of flows flows (fewer in the guests)
+// to cfg's binds, replays it with --verify, and requires the kernel and
+// the model to agree on every packet: the capture, the report and the
+// replay's stderr.
+func replayVerified(t *testing.T, cfg string, flows int, seed int) (string, replay.Report, string) {
+	t.Helper()
+	pcap := filepath.Join(t.TempDir(), strings.TrimSuffix(cfg, ".json")+".pcap")
+	mustRun(t, 0, "gen-capture", "--config", cfgDir+cfg, "-o", pcap, "--flows", fmt.Sprint(testenv.Reduced(flows)), "--seed", fmt.Sprint(seed))
+	out, errOut, code := runCmd("replay", pcap, "--config", cfgDir+cfg, "--verify", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r replay.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Verify == nil || r.Verify.Compared != r.Capture.Packets || r.Verify.Mismatches != 0 {
+		t.Fatalf("capture %+v, verify %+v", r.Capture, r.Verify)
+	}
+	return pcap, r, errOut
 }
