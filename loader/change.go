@@ -25,8 +25,18 @@ type Proposal struct {
 	Config *table.DirectorConfig
 }
 
-// planAgainst judges p against the live state (table.NewPlan).
+// planAgainst judges p against the live state (table.NewPlan), after the
+// checks an apply makes of it: a table whose backends' family the director
+// config it would be served with (p's, or the live one) has no outbound
+// source for cannot be served, so no plan says it can.
 func planAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
+	serving := p.Config
+	if serving == nil {
+		serving = live.Config
+	}
+	if err := checkSources(p.Tables, serving); err != nil {
+		return nil, err
+	}
 	return table.NewPlan(bpffs, live.Tables, live.Config, p.Tables, p.Input, p.Config)
 }
 

@@ -11,10 +11,12 @@ import (
 )
 
 // ResolveGateway returns c with its gateway MAC set: the config's own, or
-// else the neighbour entry of the gateway of the default IPv4 route
-// through c.OutboundInterface. It never guesses from whatever default
-// route the namespace it runs in has: without an interface named, an
-// absent MAC is an error.
+// else the neighbour entry of the gateway of the default route through
+// c.OutboundInterface: the default IPv4 route's, or for a config with an
+// IPv6 source only (outbound_src_ip6 without outbound_src_ip), the
+// default IPv6 route's. It never guesses from whatever default route the
+// namespace it runs in has: without an interface named, an absent MAC is
+// an error.
 func ResolveGateway(c *table.DirectorConfig) (*table.DirectorConfig, error) {
 	r := *c
 	if c.GatewayMAC != nil {
@@ -27,7 +29,20 @@ func ResolveGateway(c *table.DirectorConfig) (*table.DirectorConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbound_interface %s: %w (in this network namespace)", c.OutboundInterface, err)
 	}
-	routes, err := netlink.RouteList(l, unix.AF_INET)
+	family, name := unix.AF_INET, "IPv4"
+	if !c.SrcIP.IsValid() && c.SrcIP6.IsValid() {
+		family, name = unix.AF_INET6, "IPv6"
+	}
+	if r.GatewayMAC, err = gatewayMAC(l, family, name, c.OutboundInterface); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// gatewayMAC is the MAC of the gateway of l's default route of family,
+// from l's neighbour table.
+func gatewayMAC(l netlink.Link, family int, name, iface string) (net.HardwareAddr, error) {
+	routes, err := netlink.RouteList(l, family)
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
 	}
@@ -35,19 +50,18 @@ func ResolveGateway(c *table.DirectorConfig) (*table.DirectorConfig, error) {
 		if (rt.Dst != nil && !isDefault(rt.Dst)) || rt.Gw == nil {
 			continue
 		}
-		neighs, err := netlink.NeighList(l.Attrs().Index, unix.AF_INET)
+		neighs, err := netlink.NeighList(l.Attrs().Index, family)
 		if err != nil {
 			return nil, fmt.Errorf("listing neighbours: %w", err)
 		}
 		for _, n := range neighs {
 			if n.IP.Equal(rt.Gw) && len(n.HardwareAddr) == 6 && n.State&(unix.NUD_FAILED|unix.NUD_INCOMPLETE) == 0 {
-				r.GatewayMAC = n.HardwareAddr
-				return &r, nil
+				return n.HardwareAddr, nil
 			}
 		}
-		return nil, fmt.Errorf("the default gateway %s of %s has no neighbour entry: set outbound_gateway_mac, or reach the gateway once so the kernel resolves it", rt.Gw, c.OutboundInterface)
+		return nil, fmt.Errorf("the default gateway %s of %s has no neighbour entry: set outbound_gateway_mac, or reach the gateway once so the kernel resolves it", rt.Gw, iface)
 	}
-	return nil, fmt.Errorf("outbound_gateway_mac is not set and %s has no default IPv4 route to take the gateway from", c.OutboundInterface)
+	return nil, fmt.Errorf("outbound_gateway_mac is not set and %s has no default %s route to take the gateway from", iface, name)
 }
 
 func isDefault(n *net.IPNet) bool {

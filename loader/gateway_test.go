@@ -3,6 +3,7 @@ package loader
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -77,6 +78,24 @@ func TestResolveGatewayOfNamedInterface(t *testing.T) {
 		got, err := ResolveGateway(&dc)
 		if err != nil || got.GatewayMAC.String() != mac2.String() {
 			return fmt.Errorf("resolved %v, %v; want %v", got, err, mac2)
+		}
+		// A config with an IPv6 source only takes the default IPv6
+		// route's gateway, a link-local address, from the neighbours.
+		v6 := dc
+		v6.SrcIP, v6.SrcIP6 = netip.Addr{}, netip.MustParseAddr("2001:db8::1")
+		if _, err := ResolveGateway(&v6); err == nil || !strings.Contains(err.Error(), "gw0 has no default IPv6 route") {
+			return fmt.Errorf("IPv6 only, without an IPv6 route on gw0: %v", err)
+		}
+		gw6 := net.ParseIP("fe80::1")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw6, Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}); err != nil {
+			return fmt.Errorf("IPv6 default route: %w", err)
+		}
+		mac6, _ := net.ParseMAC("02:00:00:00:00:66")
+		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: gw6, HardwareAddr: mac6, State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V6}); err != nil {
+			return err
+		}
+		if got, err := ResolveGateway(&v6); err != nil || got.GatewayMAC.String() != mac6.String() {
+			return fmt.Errorf("IPv6 only: resolved %v, %v; want %v", got, err, mac6)
 		}
 		// A MAC in the config wins.
 		dc.GatewayMAC, _ = net.ParseMAC("02:00:00:00:00:0a")

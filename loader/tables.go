@@ -281,11 +281,17 @@ func checkSources(tables []*table.Table, c *table.DirectorConfig) error {
 		if len(t.Backends) == 0 {
 			continue
 		}
+		named := ""
+		if t.Name != "" {
+			named = fmt.Sprintf(" (%q)", t.Name)
+		}
 		switch v6 := !t.Backends[0].IP.Is4(); {
 		case v6 && !c.SrcIP6.IsValid():
-			errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i), Msg: "its backends are IPv6, and the director config has no outbound_src_ip6 to send GUE over IPv6 from"})
+			errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i),
+				Msg: "its backends are IPv6, and the director config has no outbound_src_ip6 to send GUE over IPv6 from" + named})
 		case !v6 && !c.SrcIP.IsValid():
-			errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i), Msg: "its backends are IPv4, and the director config has no outbound_src_ip to send GUE from"})
+			errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i),
+				Msg: "its backends are IPv4, and the director config has no outbound_src_ip to send GUE from" + named})
 		}
 	}
 	if len(errs) > 0 {

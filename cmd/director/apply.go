@@ -77,7 +77,7 @@ func runApply(e *env, c *command, args []string) error {
 		if res != nil { // applied, but not what was planned
 			return fmt.Errorf("apply: %w", err)
 		}
-		return err
+		return aboutConfig(pos[0], err)
 	}
 	return printApplied(e, d, verdict, res, dc)
 }

@@ -67,7 +67,7 @@ func runPlan(e *env, c *command, args []string) error {
 		p, err = d.Plan(prop)
 	}
 	if err != nil {
-		return err
+		return aboutConfig(pos[0], err)
 	}
 	if err := planReview(e, d, src, p, *pic); err != nil {
 		return err
@@ -142,6 +142,17 @@ func emitPlan(e *env, p *table.Plan, src *config.Source, out string, asJSON bool
 		}
 	}
 	return nil
+}
+
+// aboutConfig names the config file in an error about a place in it (a
+// table, a backend): the loader's checks name the place, not the file.
+func aboutConfig(path string, err error) error {
+	var fe *table.FieldError
+	var el table.ErrorList
+	if errors.As(err, &fe) || errors.As(err, &el) {
+		return config.InFile(path, err)
+	}
+	return err
 }
 
 // healthSource gives the health of backends a config leaves to the
