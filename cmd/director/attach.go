@@ -47,12 +47,22 @@ func runAttach(e *env, c *command, args []string) error {
 	for _, w := range at.Warnings {
 		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
 	}
-	if at.Mode == loader.ModeNative {
-		if bad, err := loader.VethWithoutXDPPeer(at.Interface); err == nil && bad {
-			fmt.Fprintf(e.stderr, "director: warning: %s is a veth whose peer runs no XDP program (or is in another namespace): "+
-				"in native mode the encapsulated frames the program sends back out are dropped unless the peer runs one; "+
-				"'director stats --watch' shows tx drops as they happen, and --mode generic does without\n", at.Interface)
-		}
+	if w := vethWarning(at.Interface, at.Mode, "the encapsulated frames the program sends back out", "director stats --watch"); w != "" {
+		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
 	}
 	return nil
+}
+
+// vethWarning says, for an attachment in native mode to a veth whose peer
+// runs no XDP program, that what the program sends back out (what) is
+// dropped at the peer; "" for any other.
+func vethWarning(iface, mode, what, watch string) string {
+	if mode != loader.ModeNative {
+		return ""
+	}
+	if bad, err := loader.VethWithoutXDPPeer(iface); err != nil || !bad {
+		return ""
+	}
+	return fmt.Sprintf("%s is a veth whose peer runs no XDP program (or is in another namespace): in native mode %s are dropped "+
+		"unless the peer runs one; '%s' shows tx drops as they happen, and --mode generic does without", iface, what, watch)
 }

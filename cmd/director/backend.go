@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/director/director/loader"
@@ -197,10 +198,34 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 	if !secondChance {
 		fmt.Fprintln(e.stderr, "director: warning: second chance is off: every GUE packet is decapsulated here, and connections break when their row moves to another backend")
 	}
-	if v, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + iface + "/forwarding"); err == nil && strings.TrimSpace(string(v)) != "1" {
-		fmt.Fprintf(e.stderr, "director: warning: forwarding is off on %s, so second-chance packets cannot be sent on: sysctl -w net.ipv4.conf.%s.forwarding=1\n", iface, iface)
+	for _, w := range backendWarnings(iface, a.Mode, secondChance, selves) {
+		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
 	}
 	return nil
+}
+
+// backendWarnings are what would keep an attached backend program from
+// doing its work: forwarding off for a family it forwards second-chance
+// packets over (IPv4 on the interface, IPv6 for the host), and a native
+// veth whose peer drops what it sends on.
+func backendWarnings(iface, mode string, secondChance bool, selves []netip.Addr) []string {
+	var out []string
+	if secondChance {
+		on := func(path string) bool {
+			v, err := os.ReadFile(path)
+			return err != nil || strings.TrimSpace(string(v)) == "1" // unreadable: nothing to say
+		}
+		if slices.ContainsFunc(selves, netip.Addr.Is4) && !on("/proc/sys/net/ipv4/conf/"+iface+"/forwarding") {
+			out = append(out, fmt.Sprintf("IPv4 forwarding is off on %s, so second-chance packets cannot be sent on: sysctl -w net.ipv4.conf.%s.forwarding=1", iface, iface))
+		}
+		if slices.ContainsFunc(selves, netip.Addr.Is6) && !on("/proc/sys/net/ipv6/conf/all/forwarding") {
+			out = append(out, "IPv6 forwarding is off, so second-chance packets of GUE over IPv6 cannot be sent on: sysctl -w net.ipv6.conf.all.forwarding=1")
+		}
+	}
+	if w := vethWarning(iface, mode, "the second-chance packets the program sends on", "director backend status"); w != "" {
+		out = append(out, w)
+	}
+	return out
 }
 
 func backendStatus(e *env, dir string, asJSON bool) error {

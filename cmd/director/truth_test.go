@@ -1,8 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
 )
 
 // TestPlanRunsApplysChecks: a table of IPv6 backends with a director
@@ -24,4 +30,36 @@ func TestPlanRunsApplysChecks(t *testing.T) {
 	}
 	// With an IPv6 source it plans.
 	mustRun(t, 2, append(b, "plan", cfgDir+"ipv6-backends.json", "--director-config", cfgDir+"director6.conf")...)
+}
+
+// TestBackendAttachWarnings: backend attach says when IPv6 forwarding is
+// off for a backend that forwards GUE over IPv6, and when a native veth's
+// peer runs no program (what it sends on would be dropped there); and says
+// nothing of either once they are right.
+func TestBackendAttachWarnings(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t) + "-backend"
+	t.Cleanup(func() { loader.Unload(dir) })
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("bk0", "bk1"); err != nil {
+			return err
+		}
+		b := []string{"backend", "--backend-bpffs", dir}
+		_, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "native")...)
+		if code != 0 || !strings.Contains(errOut, "IPv6 forwarding is off, so second-chance packets of GUE over IPv6 cannot be sent on: sysctl -w net.ipv6.conf.all.forwarding=1") ||
+			!strings.Contains(errOut, "bk0 is a veth whose peer runs no XDP program") || strings.Contains(errOut, "IPv4 forwarding") {
+			return fmt.Errorf("attach: exit %d: %s", code, errOut)
+		}
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		_, errOut, code = runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "generic")...)
+		if code != 0 || strings.Contains(errOut, "warning") {
+			return fmt.Errorf("attach, forwarding on, generic: exit %d: %s", code, errOut)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
