@@ -353,6 +353,10 @@ func (s *service) loop(ctx context.Context) {
 			}
 			if s.pending != nil || s.hold.health {
 				s.reconcile("retry", false)
+			} else {
+				// What the checks found since, published whether or not
+				// it changed anything to apply.
+				s.publish()
 			}
 		}
 	}

@@ -221,8 +221,13 @@ type statusDoc struct {
 			Up, Down, Failing int
 		} `json:"checks"`
 		Backends []struct {
-			IP string `json:"ip"`
-			Up bool   `json:"up"`
+			IP        string     `json:"ip"`
+			Up        bool       `json:"up"`
+			CheckedAt *time.Time `json:"checked_at"`
+			Results   []struct {
+				Kind string `json:"kind"`
+				OK   bool   `json:"ok"`
+			} `json:"results"`
 		} `json:"backends"`
 	} `json:"service"`
 }

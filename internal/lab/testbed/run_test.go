@@ -494,10 +494,22 @@ func TestRun(t *testing.T) {
 			t.Fatalf("director run on SIGTERM: %v", err)
 		}
 		time.Sleep(500 * time.Millisecond) // steering goes on without the service
+		restarted := time.Now()
 		q := startRun(t, tb, cfg)
 		time.Sleep(3 * interval)
 		if n := q.Count(msg("applied")); n != 0 || liveFingerprint(t, tb) != before {
 			t.Errorf("the restart changed the table (%d applies)", n)
+		}
+		// With nothing to apply, what the checks found is published all
+		// the same: on the status page and in status --json.
+		doc := statusJSON(t, tb)
+		if doc.Service == nil || doc.Service.Checks.Up != 3 || len(doc.Service.Backends) != 3 {
+			t.Fatalf("after a restart that applied nothing, status --json shows the checks as %+v", doc.Service)
+		}
+		for _, b := range doc.Service.Backends {
+			if b.CheckedAt == nil || b.CheckedAt.Before(restarted) || len(b.Results) == 0 || !b.Results[0].OK {
+				t.Errorf("after a restart that applied nothing, status --json shows backend %s checked at %v with %+v", b.IP, b.CheckedAt, b.Results)
+			}
 		}
 		// Adopting the tables as they were counts as the last good apply.
 		if v := value(t, scrape(t, tb), "director_last_apply_success_timestamp_seconds"); v < float64(time.Now().Add(-time.Minute).Unix()) {
