@@ -110,8 +110,10 @@ func (s *service) reconcile(trigger string, first bool) error {
 		s.announce()
 		s.publish()
 	}()
+	// director_held_changes counts what waits for a person: an edit a
+	// ramp is taking in safe steps by itself is not.
 	if s.pending != nil && s.rampWaits(time.Now()) {
-		heldCount++ // a ramp towards it is under way: its next step is due later
+		// A ramp towards it is under way: its next step is due later.
 	} else if s.pending != nil {
 		out, frozen, err := s.try(s.pending, trigger, first)
 		switch {
@@ -119,8 +121,9 @@ func (s *service) reconcile(trigger string, first bool) error {
 			s.m.configErrors.Inc()
 			s.log.Error("config edit refused; the last good one is kept", "err", err)
 			s.pending = nil
-		case out == held:
+		case out == held && s.ramp == nil:
 			heldCount++
+		case out == held:
 		default:
 			s.log.Info("config edit adopted", "config", s.o.Config, "result", map[outcome]string{applied: "applied", unchanged: "already live"}[out])
 			s.cur, s.pending = s.pending, nil
@@ -213,7 +216,8 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		return unchanged, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
-		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc), Reasons: he.reasons})
+		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc),
+			ConfigChanges: in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0), Reasons: he.reasons})
 		why := strings.Join(he.reasons, "; ")
 		if why != s.hold.logged {
 			s.hold.logged = why

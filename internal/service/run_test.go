@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -144,7 +147,11 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 	testenv.Kernel(t)
 	// A seed whose ramp is short enough for a test.
 	seed, ramp := rampSeed(t, 2)
-	r := startRun(t, rampTestConfig(seed, 40000))
+	dir := testenv.PinDir("director-svc")
+	t.Cleanup(func() { loader.Unload(dir) })
+	tmp := t.TempDir()
+	metrics := freeAddr(t)
+	r := startRunAt(t, dir, tmp, writeFile(t, tmp, rampTestConfig(seed, 40000)), &syncBuffer{}, func(o *Options) { o.MetricsAddr = metrics })
 	cfg, d, logs := r.cfg, r.d, r.logs
 	weight := func() uint16 {
 		live, err := d.Live()
@@ -158,10 +165,14 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 	}
 	os.Rename(cfg+".new", cfg)
 	var seen []uint16
+	heldDuring := 0.0 // director_held_changes while the ramp ran: it holds nothing for a person
 	deadline := time.Now().Add(time.Duration(len(ramp.Steps)+5) * 2 * time.Second)
 	for time.Now().Before(deadline) {
 		if w := weight(); len(seen) == 0 || seen[len(seen)-1] != w {
 			seen = append(seen, w)
+			if len(seen) > 1 {
+				heldDuring = max(heldDuring, gauge(t, metrics, "director_held_changes"))
+			}
 		}
 		if strings.Contains(logs.String(), `"msg":"config edit adopted"`) {
 			break
@@ -170,6 +181,9 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 	}
 	if want := append([]uint16{40000}, ramp.Steps...); !slices.Equal(seen, want) {
 		t.Fatalf("live weights %v, want the ramp %v\n%s", seen, want, logs.String())
+	}
+	if heldDuring != 0 {
+		t.Errorf("director_held_changes was %v while the ramp ran by itself", heldDuring)
 	}
 	// Every step but the last is a ramp step; the last is the edit
 	// itself, safe by then; each a ramp interval after the one before.
@@ -228,16 +242,18 @@ func startRun(t *testing.T, body string) *testRun {
 
 // startRunAt starts a director run on the pins dir, its run files in tmp,
 // serving the config file cfg, logging to logs.
-func startRunAt(t *testing.T, dir, tmp, cfg string, logs *syncBuffer) *testRun {
+func startRunAt(t *testing.T, dir, tmp, cfg string, logs *syncBuffer, edit ...func(*Options)) *testRun {
 	t.Helper()
 	r := &testRun{cfg: cfg, logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{Config: r.cfg, BPFFS: dir, LockDir: tmp, Poll: 50 * time.Millisecond, Exit: noExit(r.logs),
-			Ready: func(s string) { ready <- s }, Log: slog.New(slog.NewJSONHandler(r.logs, nil))})
-	}()
+	o := Options{Config: r.cfg, BPFFS: dir, LockDir: tmp, Poll: 50 * time.Millisecond, Exit: noExit(r.logs),
+		Ready: func(s string) { ready <- s }, Log: slog.New(slog.NewJSONHandler(r.logs, nil))}
+	for _, f := range edit {
+		f(&o)
+	}
+	go func() { done <- Run(ctx, o) }()
 	var stopped error
 	stopOnce := sync.OnceFunc(func() { cancel(); stopped = <-done })
 	r.stop = func() error { stopOnce(); return stopped }
@@ -462,4 +478,44 @@ func noExit(logs *syncBuffer) func(int) {
 	return func(code int) {
 		fmt.Fprintf(logs, "exit %d asked for: the stop took longer than the drain and a second\n", code)
 	}
+}
+
+// freeAddr is a loopback address with a port nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// writeFile writes body to a config file in dir, and says where.
+func writeFile(t *testing.T, dir, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, "forwarding_table.src.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// gauge reads an unlabelled gauge from the metrics at addr.
+func gauge(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	t.Fatalf("no %s in the metrics", name)
+	return 0
 }

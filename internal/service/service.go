@@ -348,6 +348,9 @@ func (s *service) loop(ctx context.Context) {
 			// the held config by hand, or the checks agree again. A
 			// held edit that lowers a weight is taken in steps.
 			if (s.pending != nil || s.hold.health) && s.rampStep(time.Now()) {
+				if !s.hold.health { // the ramp takes the edit: nothing waits for a person
+					s.m.held.Set(0)
+				}
 				s.publish()
 				continue
 			}

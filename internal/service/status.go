@@ -111,9 +111,13 @@ type StatusChecks struct {
 // StatusHeld is a change the service holds: the tables it would make live
 // and the director config with them (configDigest; "" for the live one).
 type StatusHeld struct {
-	Tables  []table.PlanTable `json:"tables"`
-	Config  string            `json:"director_config"`
-	Reasons []string          `json:"reasons"`
+	Tables []table.PlanTable `json:"tables"`
+	Config string            `json:"director_config"`
+	// ConfigChanges is whether the held director config differs from the
+	// live one: where it does not, an apply of the tables alone (no
+	// --director-config, which keeps the live one) is the held change too.
+	ConfigChanges bool     `json:"director_config_changes"`
+	Reasons       []string `json:"reasons"`
 }
 
 // configDigest names a director config for StatusHeld: SHA-256 of GLB's
@@ -141,7 +145,7 @@ func (st *Status) Holds(tables []*table.Table, dc *table.DirectorConfig) bool {
 	}
 	pts := table.PlanTables(tables)
 	for _, h := range st.Held {
-		if table.SamePlanTables(h.Tables, pts) && h.Config == configDigest(dc) {
+		if table.SamePlanTables(h.Tables, pts) && (h.Config == configDigest(dc) || dc == nil && !h.ConfigChanges) {
 			return true
 		}
 	}

@@ -162,6 +162,36 @@ func TestRunOnAHostileHost(t *testing.T) {
 		}
 	})
 
+	t.Run("a held edit is released as documented", func(t *testing.T) {
+		// The service runs with --director-config; the held edit changes
+		// the tables only, so 'director apply CONFIG --yes --allow-unsafe'
+		// (the live director config kept) is the held change, and the
+		// service lets it through.
+		release := func(body, what string) {
+			t.Helper()
+			mark := p.Mark()
+			writeConfig(t, cfg, body)
+			if _, ok := p.WaitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
+				"'director apply --allow-unsafe' if it is what you want"), testenv.Scaled(3*time.Second)); !ok {
+				t.Fatalf("%s was not held", what)
+			}
+			var out strings.Builder
+			cmd := exec.Command(directorBinary(t), "apply", cfg, "--yes", "--allow-unsafe", "--bpffs", tb.BPFFS)
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := tb.Director.Do(cmd.Run); err != nil {
+				t.Fatalf("the documented release of %s: %v\n%s", what, err, out.String())
+			}
+			if _, ok := p.WaitLog(mark, msg("config edit adopted"), testenv.Scaled(3*time.Second)); !ok {
+				t.Fatalf("%s, applied by hand, was not adopted", what)
+			}
+		}
+		release(strings.Replace(good, "0f0e0d0c0b0a09080706050403020100", "ffeeddccbbaa99887766554433221100", 1), "a key edit")
+		release(good, "the key edit undone")
+		if liveFingerprint(t, tb) != allUp {
+			t.Fatal("the table is not what it was")
+		}
+	})
+
 	t.Run("config files that are not configs", func(t *testing.T) {
 		put := func(make func(tmp string) error) {
 			t.Helper()
