@@ -30,6 +30,9 @@ func runGenCapture(e *env, c *command, args []string) error {
 	if *cfgPath == "" || *out == "" {
 		return errors.New("gen-capture: --config CONFIG and -o FILE are required")
 	}
+	if *flows < 1 || *flows > pcapfile.MaxGenFlows {
+		return fmt.Errorf("gen-capture: --flows %d: from 1 to %d", *flows, pcapfile.MaxGenFlows)
+	}
 	cfg, err := config.ParseFile(*cfgPath)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,5 +62,43 @@ func TestBackendAttachWarnings(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRefusedInput: what cannot mean anything is refused, saying where;
+// what is odd but meant is a warning.
+func TestRefusedInput(t *testing.T) {
+	dir := t.TempDir()
+	for _, flows := range []string{"0", "-5", "1000001"} {
+		if _, errOut, code := runCmd("gen-capture", "--config", cfgDir+"small.json", "-o", filepath.Join(dir, "x.pcap"), "--flows", flows); code != 1 ||
+			!strings.Contains(errOut, "gen-capture: --flows "+flows+": from 1 to 1000000") {
+			t.Errorf("gen-capture --flows %s: exit %d: %s", flows, code, errOut)
+		}
+	}
+	empty := filepath.Join(dir, "empty.json")
+	os.WriteFile(empty, []byte(`{"tables": []}`), 0o600)
+	if _, errOut, code := runCmd("gen-capture", "--config", empty, "-o", filepath.Join(dir, "x.pcap")); code != 1 || !strings.Contains(errOut, "no binds to send traffic to") {
+		t.Errorf("gen-capture of a config without binds: exit %d: %s", code, errOut)
+	}
+	small, err := os.ReadFile(cfgDir + "small.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{`"port": 80`, `"port": 0`, `tables[0].binds[0].port: 0 is not a port a client connects to (1-65535)`},
+		{`"port": 80`, `"port_start": 0, "port_end": 80`, `tables[0].binds[0].port_start: 0 is not a port a client connects to`},
+	} {
+		p := filepath.Join(dir, "bad.json")
+		os.WriteFile(p, []byte(strings.Replace(string(small), c.from, c.to, 1)), 0o600)
+		if _, errOut, code := runCmd("show", p); code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("show with %s: exit %d: %s", c.to, code, errOut)
+		}
+	}
+	// One backend with a domain, the others none: shown, with a warning.
+	p := filepath.Join(dir, "domain.json")
+	os.WriteFile(p, []byte(strings.Replace(string(small), `"healthy": true`, `"healthy": true, "domain": "rack-a"`, 1)), 0o600)
+	if _, errOut, code := runCmd("show", p); code != 0 || !strings.Contains(errOut, "tables[0].backends: 1 of 4 have a domain and") ||
+		!strings.Contains(errOut, "give every backend of the table a domain, or none") {
+		t.Errorf("show with one domain of four: exit %d: %s", code, errOut)
 	}
 }

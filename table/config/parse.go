@@ -259,6 +259,7 @@ func (p *parser) table(path string, v *jsonValue) table.TableConfig {
 		if allInactive && len(bv.elems) > 0 {
 			p.fail(path+".backends", "every backend is inactive: the table would have no rows to serve")
 		}
+		p.partialDomains(path, t.Backends)
 		p.serverIDs(path, v, bv, &t)
 	}
 	return t
@@ -318,8 +319,10 @@ func (p *parser) bind(path string, v *jsonValue) (table.Bind, bool) {
 		p.fail(path, "has both port and port_start/port_end; use one")
 	case port != nil:
 		n, ok := p.port(path+".port", port)
+		if ok && n == 0 {
+			p.fail(path+".port", "0 is not a port a client connects to (1-65535)")
+		}
 		b.PortStart, b.PortEnd = n, n
-		_ = ok
 	case start != nil || end != nil:
 		if start == nil {
 			p.fail(path+".port_start", "missing (port_end is set)")
@@ -334,6 +337,9 @@ func (p *parser) bind(path string, v *jsonValue) (table.Bind, bool) {
 		e, ok2 := p.port(path+".port_end", end)
 		if ok1 && ok2 && s > e {
 			p.fail(path, "port_start %d is greater than port_end %d", s, e)
+		}
+		if ok1 && s == 0 {
+			p.fail(path+".port_start", "0 is not a port a client connects to (1-65535)")
 		}
 		b.PortStart, b.PortEnd = s, e
 	default:
@@ -558,4 +564,25 @@ func (p *parser) checkSettings(path string, v *jsonValue) table.CheckSettings {
 			c.Timeout.Milliseconds(), c.Interval.Milliseconds())
 	}
 	return c
+}
+
+// partialDomains warns of a table where some backends have a failure
+// domain and others none: those count as one more domain, "", which is
+// seldom what was meant.
+func (p *parser) partialDomains(path string, bs []table.Backend) {
+	var without []string
+	for _, b := range bs {
+		if b.Domain == "" {
+			without = append(without, b.IP.String())
+		}
+	}
+	if len(without) == 0 || len(without) == len(bs) {
+		return
+	}
+	if len(without) > 3 {
+		without = append(without[:3], fmt.Sprintf("and %d more", len(without)-3))
+	}
+	p.warns = append(p.warns, fmt.Sprintf("%s.backends: %d of %d have a domain and %s none: those count as a domain of their own (\"\"), "+
+		"so their rows' two hops may share a rack with no name; give every backend of the table a domain, or none",
+		path, len(bs)-len(without), len(bs), strings.Join(without, ", ")))
 }

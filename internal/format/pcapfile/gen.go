@@ -2,6 +2,8 @@ package pcapfile
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -12,9 +14,13 @@ import (
 	"github.com/director/director/table"
 )
 
+// MaxGenFlows is the most flows Generate makes: the capture is built in
+// memory (about 2 KB a flow), then sorted.
+const MaxGenFlows = 1_000_000
+
 // GenOptions shape a synthetic capture.
 type GenOptions struct {
-	Flows int    // client flows to VIPs (default 1000)
+	Flows int    // client flows to VIPs, 1 to MaxGenFlows
 	Seed  uint64 // same seed, same capture
 }
 
@@ -42,8 +48,8 @@ type timed struct {
 // bind matches (other addresses, ARP). emit receives the packets in time
 // order.
 func Generate(c *table.Config, o GenOptions, emit func(time.Time, []byte) error) (GenStats, error) {
-	if o.Flows <= 0 {
-		o.Flows = 1000
+	if o.Flows < 1 || o.Flows > MaxGenFlows {
+		return GenStats{}, fmt.Errorf("%d flows: from 1 to %d", o.Flows, MaxGenFlows)
 	}
 	g := &generator{
 		rng:  rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15)),
@@ -55,6 +61,9 @@ func Generate(c *table.Config, o GenOptions, emit func(time.Time, []byte) error)
 		for _, b := range c.Tables[i].Binds {
 			binds, of = append(binds, b), append(of, &c.Tables[i])
 		}
+	}
+	if len(binds) == 0 {
+		return GenStats{}, errors.New("the config has no binds to send traffic to")
 	}
 	for i := 0; i < o.Flows; i++ {
 		k := g.rng.IntN(len(binds))
