@@ -17,8 +17,10 @@ var backendCmd = &command{
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
-		"GUE is accepted for any IPv4 address the host has when 'backend attach' runs (run it again after\n" +
-		"adding one). Pinned under --bpffs or --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.\n" +
+		"GUE (over IPv4, and over IPv6: director's extension) is accepted for the addresses the host has,\n" +
+		"IPv4 and IPv6, when 'backend attach' runs (run it again after adding one); second chance forwards\n" +
+		"from --self (or the interface's addresses), and needs forwarding on for each family it forwards\n" +
+		"(attach says so: net.ipv4.conf.IFACE.forwarding, net.ipv6.conf.all.forwarding). Pinned under --bpffs or --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.\n" +
 		"'backend capture' is 'director capture' for the backend program: the GUE packets it decapsulates\n" +
 		"(as the stack gets them), forwards (second chance, as they leave) and drops, with the reason; with\n" +
 		"--action, every packet of those verdicts, not GUE ones included. Its flags are capture's, but\n" +
@@ -33,7 +35,8 @@ func runBackend(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
 	mode := fs.String("mode", loader.ModeNative, "XDP `MODE` for attach: native or generic")
-	self := fs.String("self", "", "this host's IPv4 `ADDR`, the source of forwarded packets (default: the interface's first)")
+	self := fs.String("self", "", "this host's `ADDR`, IPv4 or IPv6, the source of forwarded packets (default: the interface's first\n"+
+		"IPv4 address, and its IPv6 one for GUE over IPv6)")
 	asJSON := fs.Bool("json", false, "status as JSON")
 	noSecond := fs.Bool("no-second-chance", false, "for attach: decapsulate every GUE packet and never forward one to the next hop,\n"+
 		"as a backend without GLB's proxy logic does: established connections break when their row moves (for testing)")

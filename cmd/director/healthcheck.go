@@ -18,7 +18,8 @@ var healthcheckCmd = &command{
 	help: "Run every check of CONFIG's backends once, as 'director run' does (GLB's glb-healthcheck), and\n" +
 		"write CONFIG with \"healthy\" filled in for the backends that leave it out; the rest of the file\n" +
 		"is kept as it is. For operators who keep GLB's pipeline: check, then plan and apply the result.\n" +
-		"GUE checks need the director's address: --director-config's src_ip. The results are printed.",
+		"GUE checks need the director's addresses: --director-config's outbound_src_ip (and outbound_src_ip6\n" +
+		"for IPv6 backends, whose GUE check is an ICMPv6 echo inside GUE over IPv6). The results are printed.",
 	run: runHealthcheck,
 }
 

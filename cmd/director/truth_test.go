@@ -102,3 +102,42 @@ func TestRefusedInput(t *testing.T) {
 		t.Errorf("show with one domain of four: exit %d: %s", code, errOut)
 	}
 }
+
+// TestHelpAndDocsSayWhatIs: claims that were true once and are not now.
+// The backend program takes GUE over IPv6 too; healthcheck's GUE checks
+// take outbound_src_ip (and _ip6), not GLB's old src_ip; every tool takes
+// IPv6 backends.
+func TestHelpAndDocsSayWhatIs(t *testing.T) {
+	help := func(cmd string) string {
+		out, errOut, _ := runCmd("help", cmd)
+		return out + errOut
+	}
+	for _, c := range []struct {
+		where, text string
+		must, mustNot []string
+	}{
+		{"help backend", help("backend"), []string{"over IPv6", "net.ipv6.conf.all.forwarding", "IPv4 or IPv6"}, []string{"any IPv4 address the host has", "this host's IPv4 ADDR"}},
+		{"help healthcheck", help("healthcheck"), []string{"outbound_src_ip", "outbound_src_ip6"}, []string{"'s src_ip."}},
+		{"docs/architecture.md", readDoc(t, "architecture.md"), []string{"Every tool takes tables of IPv6 backends"}, []string{"still refuse IPv6"}},
+	} {
+		for _, m := range c.must {
+			if !strings.Contains(c.text, m) {
+				t.Errorf("%s does not say %q", c.where, m)
+			}
+		}
+		for _, m := range c.mustNot {
+			if strings.Contains(c.text, m) {
+				t.Errorf("%s still says %q", c.where, m)
+			}
+		}
+	}
+}
+
+func readDoc(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
