@@ -113,7 +113,7 @@ func TestHelpAndDocsSayWhatIs(t *testing.T) {
 		return out + errOut
 	}
 	for _, c := range []struct {
-		where, text string
+		where, text   string
 		must, mustNot []string
 	}{
 		{"help backend", help("backend"), []string{"over IPv6", "net.ipv6.conf.all.forwarding", "IPv4 or IPv6"}, []string{"any IPv4 address the host has", "this host's IPv4 ADDR"}},
