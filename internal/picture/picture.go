@@ -160,6 +160,31 @@ func ChangePanel(name string, o, n *table.Table, pal *Palette, verdict string) P
 			p.Legend = append(p.Legend, Line{pal.Color(b.IP), fmt.Sprintf("%s takes %d rows", b.IP, gained[i])})
 		}
 	}
+	// And the backends the rows move from (a drained one, say), with
+	// what became of them.
+	lost := make([]int, len(o.Backends))
+	for r, row := range o.Rows {
+		if o.Backends[row.Primary].IP != n.Backends[n.Rows[r].Primary].IP {
+			lost[row.Primary]++
+		}
+	}
+	now := map[netip.Addr]table.Backend{}
+	for _, b := range n.Backends {
+		now[b.IP] = b
+	}
+	for i, b := range o.Backends {
+		if lost[i] == 0 {
+			continue
+		}
+		what := "removed"
+		if nb, ok := now[b.IP]; ok {
+			what = nb.State.String()
+			if !nb.Healthy {
+				what += ", unhealthy"
+			}
+		}
+		p.Legend = append(p.Legend, Line{Dim(pal.Color(b.IP)), fmt.Sprintf("%s gives up %d rows (%s)", b.IP, lost[i], what)})
+	}
 	return p
 }
 

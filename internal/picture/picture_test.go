@@ -470,3 +470,70 @@ func TestRunLen(t *testing.T) {
 		}
 	}
 }
+
+// TestChangePictureNamesWhoGivesUpRows: a drain's picture names the
+// drained backend and how many rows it gives up, as well as who takes
+// them; a removed backend is said to be removed.
+func TestChangePictureNamesWhoGivesUpRows(t *testing.T) {
+	o := build(t, "small.json")[0]
+	for _, c := range []struct{ cfg, want string }{
+		{"small-draining.json", "192.168.50.11 gives up 16392 rows (draining)"},
+		{"small-removed.json", "gives up"},
+	} {
+		n := build(t, c.cfg)[0]
+		p := ChangePanel("api", o, n, PaletteFor(o, n), "safe")
+		var legend []string
+		for _, l := range p.Legend {
+			legend = append(legend, l.Text)
+		}
+		all := strings.Join(legend, "\n")
+		if !strings.Contains(all, c.want) || strings.Count(all, "gives up") != 1 {
+			t.Errorf("%s: the legend does not name who gives up rows:\n%s", c.cfg, all)
+		}
+	}
+}
+
+// TestSVGTextStaysInside: every text of an SVG picture is pinned to the
+// width its column was given, so that however wide a viewer's monospace
+// font is, no legend runs past its column or the picture's edge: here a
+// table of 256 backends with long domain names, and a long verdict.
+func TestSVGTextStaysInside(t *testing.T) {
+	var bs []string
+	for i := 0; i < 256; i++ {
+		bs = append(bs, fmt.Sprintf(`{"ip": "10.9.%d.%d", "state": "active", "healthy": true, "domain": "a-rather-long-failure-domain-name-%03d"}`, i/200, i%200+1, i%7))
+	}
+	tabs := buildJSON(t, []byte(`{"tables": [{"name": "wide", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+	  "binds": [{"ip": "10.20.0.1", "proto": "tcp", "port": 80}], "backends": [`+strings.Join(bs, ", ")+`]}]}`))
+	pal := PaletteFor(tabs...)
+	panels := []Panel{TablePanel("wide", tabs[0], pal), ChangePanel("wide", tabs[0], tabs[0], pal, strings.Repeat("UNSAFE: a long reason; ", 8))}
+	var b bytes.Buffer
+	if err := WriteSVG(&b, panels); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	var width int
+	fmt.Sscanf(svg[strings.Index(svg, `width="`):], `width="%d"`, &width)
+	texts := 0
+	for _, el := range strings.Split(svg, "<text ")[1:] {
+		texts++
+		var x, y, length int
+		if _, err := fmt.Sscanf(el, `x="%d" y="%d"`, &x, &y); err != nil {
+			t.Fatalf("a text without its place: %.60s", el)
+		}
+		i := strings.Index(el, `textLength="`)
+		if i < 0 {
+			t.Fatalf("a text not pinned to its width: %.80s", el)
+		}
+		fmt.Sscanf(el[i:], `textLength="%d"`, &length)
+		body := el[strings.Index(el, ">")+1 : strings.Index(el, "</text>")]
+		if length != len([]rune(body))*charW && !strings.Contains(body, "&") {
+			t.Errorf("text %q pinned to %d px, not %d", body, length, len([]rune(body))*charW)
+		}
+		if x+length > width {
+			t.Errorf("text %q ends at %d, past the picture's %d", body, x+length, width)
+		}
+	}
+	if texts < 256 {
+		t.Fatalf("%d texts", texts)
+	}
+}

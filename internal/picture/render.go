@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
@@ -406,7 +407,7 @@ func WriteSVG(w io.Writer, panels []Panel) error {
 	for i := range panels {
 		p, g, x := &panels[i], gs[i], xs[i]
 		gx, gy := x+g.grid.X, g.grid.Y
-		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", x+margin, margin+13, hex(ink), escape(p.Title))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s"%s>%s</text>`+"\n", x+margin, margin+13, hex(ink), textLength(p.Title), escape(p.Title))
 		if p.Alarm {
 			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", gx-3, gy-3, Side*Cell+6, Side*Cell+6, hex(AtRisk))
 		}
@@ -427,12 +428,20 @@ func WriteSVG(w io.Writer, panels []Panel) error {
 			if l.Swatch.A != 0 {
 				fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, lx, ly+2, swatchW, swatchW, hex(l.Swatch))
 			}
-			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", lx+swatchW+6, ly+11, hex(ink), escape(l.Text))
+			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s"%s>%s</text>`+"\n", lx+swatchW+6, ly+11, hex(ink), textLength(l.Text), escape(l.Text))
 		}
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// textLength pins an SVG text to the width the layout gave it (charW a
+// character): a viewer's monospace font at 12 px is a little wider (7.2 px
+// for DejaVu Sans Mono), which took long legend lines past their column
+// and the picture's edge.
+func textLength(s string) string {
+	return fmt.Sprintf(` textLength="%d" lengthAdjust="spacingAndGlyphs"`, utf8.RuneCountInString(s)*charW)
 }
 
 // gridPNG is p's grid at a pixel a row.
