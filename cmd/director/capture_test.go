@@ -235,18 +235,7 @@ func TestBackendCaptureCommand(t *testing.T) {
 		}
 		defer sock.Close()
 		frame := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("192.0.2.9"), 17, pkt.UDP(40000, 53, []byte("q")), pkt.V4Opts{}))
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				sock.Send(frame)
-			}
-		}()
+		defer sendEvery(sock, frame)()
 		out, errOut, code := runCmd(append(b, "capture", "-c", "1", "--action", "pass", "udp", "port", "53")...)
 		if code != 0 || !strings.Contains(out, " bc0 pass ") || !strings.Contains(out, "ipv4 198.18.0.1 > 192.0.2.9") || !strings.Contains(out, "udp 40000 > 53") {
 			return fmt.Errorf("backend capture: exit %d: %s%s", code, out, errOut)
@@ -278,20 +267,9 @@ func TestCaptureQUIC(t *testing.T) {
 			return pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("10.10.10.10"), 17, pkt.UDP(40000, 443, payload), pkt.V4Opts{}))
 		}
 		routed, unknown := quic("3f5e02a1a2a3a4a5a6"), quic("3f5e77a1a2a3a4a5a6")
-		done := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				sock.Send(routed)
-				sock.Send(unknown)
-			}
-		}()
+		stop := sendEvery(sock, routed, unknown)
 		out, errOut, code := runCmd(append(b, "capture", "-c", "4")...)
-		close(done)
+		stop()
 		if code != 0 {
 			return fmt.Errorf("capture -c 4: exit %d: %s%s", code, out, errOut)
 		}
@@ -332,4 +310,26 @@ func captureRig(b []string, cfg string) (*lab.Socket, error) {
 		}
 	}
 	return lab.Listen("cap1")
+}
+
+// sendEvery sends frames through sock every 20 ms until the function it
+// returns is called.
+func sendEvery(sock *lab.Socket, frames ...[]byte) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			for _, f := range frames {
+				sock.Send(f)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }

@@ -204,7 +204,11 @@ func TestKernelCommands(t *testing.T) {
 	}
 }
 
-func TestBackendCommands(t *testing.T) {
+// backendRig runs f in a network namespace of its own with a veth pair
+// bk0/bk1, b the backend command's start with a pin directory of the
+// test's; the test fails with f's error.
+func backendRig(t *testing.T, f func(b []string) error) {
+	t.Helper()
 	testenv.Kernel(t)
 	dir := bpffsDir(t) + "-backend"
 	t.Cleanup(func() { loader.Unload(dir) })
@@ -212,7 +216,16 @@ func TestBackendCommands(t *testing.T) {
 		if err := lab.Veth("bk0", "bk1"); err != nil {
 			return err
 		}
-		b := []string{"backend", "--backend-bpffs", dir}
+		return f([]string{"backend", "--backend-bpffs", dir})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBackendCommands(t *testing.T) {
+	backendRig(t, func(b []string) error {
+		dir := b[2]
 		if _, errOut, code := runCmd(append(b, "status")...); code != 1 || !strings.Contains(errOut, "no backend program is loaded") {
 			return fmt.Errorf("status before attach: %d %s", code, errOut)
 		}
@@ -286,9 +299,6 @@ func TestBackendCommands(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestPlanAndApplyGLBBinary: plan and apply take the GLB binaries that

@@ -6,10 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
 )
 
 // TestPlanRunsApplysChecks: a table of IPv6 backends with a director
@@ -38,14 +34,7 @@ func TestPlanRunsApplysChecks(t *testing.T) {
 // peer runs no program (what it sends on would be dropped there); and says
 // nothing of either once they are right.
 func TestBackendAttachWarnings(t *testing.T) {
-	testenv.Kernel(t)
-	dir := bpffsDir(t) + "-backend"
-	t.Cleanup(func() { loader.Unload(dir) })
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("bk0", "bk1"); err != nil {
-			return err
-		}
-		b := []string{"backend", "--backend-bpffs", dir}
+	backendRig(t, func(b []string) error {
 		_, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "native")...)
 		if code != 0 || !strings.Contains(errOut, "IPv6 forwarding is off, so second-chance packets of GUE over IPv6 cannot be sent on: sysctl -w net.ipv6.conf.all.forwarding=1") ||
 			!strings.Contains(errOut, "bk0 is a veth whose peer runs no XDP program") || strings.Contains(errOut, "IPv4 forwarding") {
@@ -60,9 +49,6 @@ func TestBackendAttachWarnings(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestRefusedInput: what cannot mean anything is refused, saying where;
