@@ -619,7 +619,7 @@ func TestLookupMatchesTheKernel(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(4, 5))
-	for i := 0; i < 10000; i++ {
+	for i := 0; i < testenv.Reduced(10000); i++ {
 		b := binds[rng.IntN(len(binds))]
 		var client netip.Addr
 		if b.vip.Is4() {

@@ -37,7 +37,9 @@ func TestCIDLookupMatchesTheKernel(t *testing.T) {
 	vip := netip.MustParseAddr("10.10.10.10")
 	rng := rand.New(rand.NewPCG(37, 1))
 	seen := map[string]bool{}
-	for i := 0; i < 2000; i++ {
+	// 250 IDs meet every result below (the sequence is seeded); the host
+	// looks up more.
+	for i := 0; i < max(testenv.Reduced(2000), 250); i++ {
 		cid := make([]byte, tab.QUIC.CIDLen())
 		for j := range cid {
 			cid[j] = byte(rng.Uint32())

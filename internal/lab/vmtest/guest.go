@@ -24,7 +24,7 @@ const guestBPFFS = "/sys/fs/bpf/vmtest"
 // buildInitramfs writes the guest's root file system: busybox, the
 // modules, the director, the test binaries in their packages' places
 // beside testdata (the tests open ../testdata), and /init.
-func buildInitramfs(out, busybox, director, root string, mods []string, pkgs []pkgTests) error {
+func buildInitramfs(out, busybox, director, root string, k Kernel, mods []string, pkgs []pkgTests) error {
 	r := newInitramfs()
 	for _, d := range []string{"proc", "sys", "dev", "tmp", "run", "var/run/netns", "etc"} {
 		r.dir(d)
@@ -63,7 +63,7 @@ func buildInitramfs(out, busybox, director, root string, mods []string, pkgs []p
 	for _, l := range libs {
 		r.copy(l, l, 0o755)
 	}
-	r.file("init", 0o755, []byte(initScript(names, pkgs)))
+	r.file("init", 0o755, []byte(initScript(k, names, pkgs)))
 	f, err := os.Create(out)
 	if err != nil {
 		return err
@@ -121,7 +121,7 @@ func sharedLibs(bins []string) ([]string, error) {
 // modules, runs each package's kernel tests, reports what 'director
 // status' says of the kernel, and powers off. Every line meant for the
 // harness starts with marker.
-func initScript(mods []string, pkgs []pkgTests) string {
+func initScript(k Kernel, mods []string, pkgs []pkgTests) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/sh
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
@@ -139,7 +139,7 @@ echo "` + marker + `kernel $(uname -r)"
 	for _, m := range mods {
 		fmt.Fprintf(&b, "insmod /lib/modules/vmtest/%s.ko || echo \"%sinsmod-failed %s\"\n", m, marker, m)
 	}
-	b.WriteString(`export DIRECTOR_KERNEL_TESTS=required DIRECTOR_TEST_BINARY=/bin/director DIRECTOR_TEST_TIME_SCALE=4 DIRECTOR_TEST_SIZE_DIVISOR=8 HOME=/tmp TMPDIR=/tmp ` + nicEnv() + `
+	b.WriteString(`export DIRECTOR_KERNEL_TESTS=required DIRECTOR_TEST_BINARY=/bin/director DIRECTOR_TEST_TIME_SCALE=4 DIRECTOR_TEST_SIZE_DIVISOR=` + strconv.Itoa(k.sizeDivisor()) + ` HOME=/tmp TMPDIR=/tmp ` + nicEnv() + `
 `)
 	for _, p := range pkgs {
 		fmt.Fprintf(&b, "echo \"%sbegin %s\"\n", marker, p.Rel)

@@ -232,7 +232,7 @@ func (r *vmRun) bootAll(ks []Kernel) ([]*result, error) {
 		kdir := filepath.Join(r.work, k.Name)
 		ex, err := extract(r.debs[k.Name].deb, kdir)
 		if err == nil {
-			err = buildInitramfs(filepath.Join(kdir, "initrd.gz"), r.busybox, r.director, r.root, ex.Modules, r.pkgs)
+			err = buildInitramfs(filepath.Join(kdir, "initrd.gz"), r.busybox, r.director, r.root, k, ex.Modules, r.pkgs)
 		}
 		if err != nil {
 			prepErr = errors.Join(prepErr, fmt.Errorf("kernel %s: %w", k.Name, err))
