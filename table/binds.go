@@ -20,6 +20,16 @@ type BindRef struct {
 // covering dst wins, the first listed among equals. It is the definition
 // the datapath's compiled bind trie is tested against.
 func ResolveBind(refs []BindRef, dst netip.Addr, proto Proto, port uint16, echo bool) (table int, ok bool) {
+	best, ok := MatchingBind(refs, dst, proto, port, echo)
+	if !ok {
+		return 0, false
+	}
+	return refs[best].Table, true
+}
+
+// MatchingBind is the bind ResolveBind's answer comes from: its index in
+// refs.
+func MatchingBind(refs []BindRef, dst netip.Addr, proto Proto, port uint16, echo bool) (int, bool) {
 	best := -1
 	for i, r := range refs {
 		b := r.Bind
@@ -34,10 +44,7 @@ func ResolveBind(refs []BindRef, dst netip.Addr, proto Proto, port uint16, echo 
 			best = i
 		}
 	}
-	if best < 0 {
-		return 0, false
-	}
-	return refs[best].Table, true
+	return best, best >= 0
 }
 
 // Protocol numbers under which echo requests are looked up.
