@@ -13,7 +13,7 @@ import (
 
 var backendCmd = &command{
 	uses: usesBPFFS,
-	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION]  [--bpffs DIR | --backend-bpffs DIR]",
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION] | explain FLOW|--pcap FILE  [--bpffs DIR | --backend-bpffs DIR]",
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
@@ -24,13 +24,16 @@ var backendCmd = &command{
 		"'backend capture' is 'director capture' for the backend program: the GUE packets it decapsulates\n" +
 		"(as the stack gets them), forwards (second chance, as they leave) and drops, with the reason; with\n" +
 		"--action, every packet of those verdicts, not GUE ones included. Its flags are capture's, but\n" +
-		"--table and --backend.",
+		"--table and --backend.\n" + backendExplainHelp,
 	run: runBackend,
 }
 
 func runBackend(e *env, c *command, args []string) error {
-	if rest, ok := backendCaptureArgs(args); ok {
+	if rest, ok := backendSubArgs(args, "capture"); ok {
 		return runBackendCapture(e, c, rest)
+	}
+	if rest, ok := backendSubArgs(args, "explain"); ok {
+		return runBackendExplain(e, c, rest)
 	}
 	fs := e.flags(c)
 	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
@@ -78,17 +81,18 @@ func runBackend(e *env, c *command, args []string) error {
 	case pos[0] == "status" && len(pos) == 1:
 		return backendStatus(e, *dir, *asJSON)
 	}
-	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status or capture")
+	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status, capture or explain")
 }
 
-// backendCaptureArgs says whether args are 'capture's, which may follow
-// the pin directory's flags (as the other subcommands may), and gives its
+// backendSubArgs says whether args are those of subcommand sub, one with
+// flags of its own (capture, explain), which may follow the pin
+// directory's flags (as the other subcommands may), and gives its
 // arguments with those flags in front.
-func backendCaptureArgs(args []string) ([]string, bool) {
+func backendSubArgs(args []string, sub string) ([]string, bool) {
 	for i := 0; i < len(args); i++ {
 		a := strings.TrimLeft(args[i], "-")
 		switch {
-		case args[i] == "capture":
+		case args[i] == sub:
 			return append(append([]string{}, args[:i]...), args[i+1:]...), true
 		case !strings.HasPrefix(args[i], "-"):
 			return nil, false

@@ -48,7 +48,10 @@ func runExplain(e *env, c *command, args []string) error {
 		}
 		frame, err = packetOf(*pcap, *n)
 	} else {
-		frame, err = flowFrame(pos, *length, *payload)
+		var ip []byte
+		if ip, err = flowPacket(pos, *length, *payload, 0x10); err == nil { // an ACK: a packet of an established flow
+			frame = pkt.Frame(ip)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
@@ -70,9 +73,10 @@ func runExplain(e *env, c *command, args []string) error {
 	return nil
 }
 
-// flowFrame makes the frame of explain's flow arguments: PROTO CLIENT[:PORT]
-// VIP[:PORT], padded to length bytes of IP packet.
-func flowFrame(pos []string, length int, payloadHex string) ([]byte, error) {
+// flowPacket makes the IP packet of explain's flow arguments: PROTO
+// CLIENT[:PORT] VIP[:PORT], with the TCP flags given, padded to length
+// bytes.
+func flowPacket(pos []string, length int, payloadHex string, tcpFlags byte) ([]byte, error) {
 	if len(pos) != 3 {
 		return nil, errors.New("give a flow (tcp|udp|icmp CLIENT[:PORT] VIP[:PORT]) or --pcap FILE")
 	}
@@ -98,7 +102,7 @@ func flowFrame(pos []string, length int, payloadHex string) ([]byte, error) {
 		if !hasCPort || !hasVPort {
 			return nil, fmt.Errorf("a %s flow needs both ports: CLIENT:PORT VIP:PORT", pos[0])
 		}
-		proto, l4 = 6, pkt.TCP(cport, vport, 0x10, payload) // an ACK: a packet of an established flow
+		proto, l4 = 6, pkt.TCP(cport, vport, tcpFlags, payload)
 		if pos[0] == "udp" {
 			proto, l4 = 17, pkt.UDP(cport, vport, payload)
 		}
@@ -124,7 +128,7 @@ func flowFrame(pos []string, length int, payloadHex string) ([]byte, error) {
 		pad := make([]byte, length-hdr-len(l4))
 		switch proto {
 		case 6:
-			l4 = pkt.TCP(cport, vport, 0x10, append(payload, pad...))
+			l4 = pkt.TCP(cport, vport, tcpFlags, append(payload, pad...))
 		case 17:
 			l4 = pkt.UDP(cport, vport, append(payload, pad...))
 		case 1:
@@ -134,9 +138,9 @@ func flowFrame(pos []string, length int, payloadHex string) ([]byte, error) {
 		}
 	}
 	if vip.Is4() {
-		return pkt.Frame(pkt.IPv4(client, vip, proto, l4, pkt.V4Opts{FragOff: 0x4000})), nil // DF, as TCP stacks send
+		return pkt.IPv4(client, vip, proto, l4, pkt.V4Opts{FragOff: 0x4000}), nil // DF, as TCP stacks send
 	}
-	return pkt.Frame(pkt.IPv6(client, vip, proto, l4)), nil
+	return pkt.IPv6(client, vip, proto, l4), nil
 }
 
 // packetOf reads the nth packet of a capture.
