@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/loader/xdpbuild"
@@ -208,15 +209,40 @@ func VethWithoutXDPPeer(iface string) (bool, error) {
 		return false, nil
 	}
 	peer := l.Attrs().ParentIndex
-	if peer == 0 || l.Attrs().NetNsID >= 0 {
-		return true, nil // the peer is in another namespace: nothing here says it runs XDP
-	}
-	p, err := netlink.LinkByIndex(peer)
-	if err != nil {
+	if peer == 0 {
 		return true, nil
+	}
+	var p netlink.Link
+	if id := l.Attrs().NetNsID; id >= 0 {
+		// The peer is in another namespace: ask for it there, by the id
+		// this namespace knows that one by.
+		p, err = linkInNetns(peer, id)
+	} else {
+		p, err = netlink.LinkByIndex(peer)
+	}
+	if err != nil {
+		return true, nil // nothing says it runs XDP
 	}
 	x := p.Attrs().Xdp
 	return x == nil || !x.Attached, nil
+}
+
+// linkInNetns reads link index of the namespace this one calls nsid
+// (RTM_GETLINK with IFLA_TARGET_NETNSID, Linux 4.20).
+func linkInNetns(index, nsid int) (netlink.Link, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(index)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFLA_TARGET_NETNSID, nl.Uint32Attr(uint32(nsid))))
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) != 1 {
+		return nil, fmt.Errorf("%d answers for link %d of namespace %d", len(msgs), index, nsid)
+	}
+	return netlink.LinkDeserialize(nil, msgs[0])
 }
 
 // Detach removes the director from iface, or removes an attachment whose

@@ -25,7 +25,7 @@ var sweepBinds = []struct{ name, binds string }{
 	{"range", `{"ip": "10.40.1.1", "proto": "tcp", "port_start": 8000, "port_end": 9000}, {"ip": "fd00:40::1", "proto": "tcp", "port_start": 1, "port_end": 1024}`},
 	{"wide", `{"ip": "10.40.1.2", "proto": "tcp", "port_start": 1, "port_end": 65535}, {"ip": "10.40.1.1", "proto": "tcp", "port": 22}`},
 	{"p24", `{"ip": "10.40.1.0/24", "proto": "tcp", "port_start": 80, "port_end": 8080}, {"ip": "10.40.1.0/24", "proto": "udp", "port": 53}`},
-	{"p16", `{"ip": "10.40.0.0/16", "proto": "tcp", "port": 443}, {"ip": "10.40.0.0/16", "proto": "udp", "port_start": 0, "port_end": 65535}`},
+	{"p16", `{"ip": "10.40.0.0/16", "proto": "tcp", "port": 443}, {"ip": "10.40.0.0/16", "proto": "udp", "port_start": 1, "port_end": 65535}`},
 	// Shorter than /16: it covers many of the /16s the program indexes
 	// IPv4's prefix lengths by.
 	{"p12", `{"ip": "10.32.0.0/12", "proto": "tcp", "port": 25}, {"ip": "10.32.0.0/12", "proto": "udp", "port_start": 5000, "port_end": 5100}`},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/director/director/internal/doctor"
 	"github.com/director/director/loader"
 )
 
@@ -53,16 +54,12 @@ func runAttach(e *env, c *command, args []string) error {
 	return nil
 }
 
-// vethWarning says, for an attachment in native mode to a veth whose peer
-// runs no XDP program, that what the program sends back out (what) is
-// dropped at the peer; "" for any other.
+// vethWarning is doctor's veth-peer finding for iface, as a warning: what
+// is sent back out (what) would be dropped; watch is where to see it.
 func vethWarning(iface, mode, what, watch string) string {
-	if mode != loader.ModeNative {
+	f, err := doctor.VethPeer(iface, mode, what)
+	if err != nil || f == nil {
 		return ""
 	}
-	if bad, err := loader.VethWithoutXDPPeer(iface); err != nil || !bad {
-		return ""
-	}
-	return fmt.Sprintf("%s is a veth whose peer runs no XDP program (or is in another namespace): in native mode %s are dropped "+
-		"unless the peer runs one; '%s' shows tx drops as they happen, and --mode generic does without", iface, what, watch)
+	return fmt.Sprintf("%s ('%s' shows the drops); fix: %s", f.What, watch, f.Fix)
 }

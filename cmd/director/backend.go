@@ -8,12 +8,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/director/director/internal/doctor"
 	"github.com/director/director/loader"
 )
 
 var backendCmd = &command{
 	uses: usesBPFFS,
-	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION] | explain FLOW|--pcap FILE  [--bpffs DIR | --backend-bpffs DIR]",
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION] | explain FLOW|--pcap FILE | doctor [--config CONFIG]  [--bpffs DIR | --backend-bpffs DIR]",
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
@@ -24,7 +25,12 @@ var backendCmd = &command{
 		"'backend capture' is 'director capture' for the backend program: the GUE packets it decapsulates\n" +
 		"(as the stack gets them), forwards (second chance, as they leave) and drops, with the reason; with\n" +
 		"--action, every packet of those verdicts, not GUE ones included. Its flags are capture's, but\n" +
-		"--table and --backend.\n" + backendExplainHelp,
+		"--table and --backend.\n" + backendExplainHelp + "\n" +
+		"'backend doctor' checks this backend host: the kernel, the program's attachments, second chance, its\n" +
+		"own address, the addresses it takes GUE for (one added since attach), forwarding, rp_filter, and\n" +
+		"with --config the VIPs of the tables it serves (on this host?) and their other backends (reachable for\n" +
+		"second chance?). Each problem comes with its fix. Exit 0: nothing found; 1: problems; 2: a check could\n" +
+		"not be made.",
 	run: runBackend,
 }
 
@@ -34,6 +40,9 @@ func runBackend(e *env, c *command, args []string) error {
 	}
 	if rest, ok := backendSubArgs(args, "explain"); ok {
 		return runBackendExplain(e, c, rest)
+	}
+	if rest, ok := backendSubArgs(args, "doctor"); ok {
+		return runBackendDoctor(e, c, rest)
 	}
 	fs := e.flags(c)
 	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
@@ -81,7 +90,7 @@ func runBackend(e *env, c *command, args []string) error {
 	case pos[0] == "status" && len(pos) == 1:
 		return backendStatus(e, *dir, *asJSON)
 	}
-	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status, capture or explain")
+	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status, capture, explain or doctor")
 }
 
 // backendSubArgs says whether args are those of subcommand sub, one with
@@ -218,15 +227,9 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 func backendWarnings(iface, mode string, secondChance bool, selves []netip.Addr) []string {
 	var out []string
 	if secondChance {
-		on := func(path string) bool {
-			v, err := os.ReadFile(path)
-			return err != nil || strings.TrimSpace(string(v)) == "1" // unreadable: nothing to say
-		}
-		if slices.ContainsFunc(selves, netip.Addr.Is4) && !on("/proc/sys/net/ipv4/conf/"+iface+"/forwarding") {
-			out = append(out, fmt.Sprintf("IPv4 forwarding is off on %s, so second-chance packets cannot be sent on: sysctl -w net.ipv4.conf.%s.forwarding=1", iface, iface))
-		}
-		if slices.ContainsFunc(selves, netip.Addr.Is6) && !on("/proc/sys/net/ipv6/conf/all/forwarding") {
-			out = append(out, "IPv6 forwarding is off, so second-chance packets of GUE over IPv6 cannot be sent on: sysctl -w net.ipv6.conf.all.forwarding=1")
+		fs, _ := doctor.Forwarding(iface, slices.ContainsFunc(selves, netip.Addr.Is4), slices.ContainsFunc(selves, netip.Addr.Is6))
+		for _, f := range fs {
+			out = append(out, f.What+"; fix: "+f.Fix)
 		}
 	}
 	if w := vethWarning(iface, mode, "the second-chance packets the program sends on", "director backend status"); w != "" {

@@ -231,7 +231,7 @@ func TestBackendCommands(t *testing.T) {
 		}
 		out, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic")...)
 		if code != 0 || !strings.Contains(out, "attached to bk0 in generic mode") || !strings.Contains(out, "192.0.2.9") ||
-			!strings.Contains(errOut, "forwarding is off on bk0") {
+			!strings.Contains(errOut, "net.ipv4.conf.bk0.forwarding is off") {
 			return fmt.Errorf("attach: %d %s %s", code, out, errOut)
 		}
 		// --bpffs is the same directory as --backend-bpffs, before or
@@ -294,7 +294,7 @@ func TestBackendCommands(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			return fmt.Errorf("backend unload left %s (%v)", dir, err)
 		}
-		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE, detach IFACE, unload, status, capture or explain") {
+		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE, detach IFACE, unload, status, capture, explain or doctor") {
 			return fmt.Errorf("bad subcommand: %d %s", code, errOut)
 		}
 		return nil
@@ -479,7 +479,7 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 		}
 		// Native on a veth whose peer runs no XDP program: warned of.
 		if _, errOut, code := runCmd(append(b, "attach", "drop0", "--mode", "native")...); code != 0 ||
-			!strings.Contains(errOut, "warning: drop0 is a veth whose peer runs no XDP program") {
+			!strings.Contains(errOut, "warning: drop0 is a veth in native mode whose peer runs no XDP program") {
 			return fmt.Errorf("attach native: %d %s", code, errOut)
 		}
 		sock, err := lab.Listen("drop1")

@@ -64,7 +64,7 @@ func (e *env) checkGlobals(c *command) error {
 var commands = []*command{
 	buildCmd, showCmd, diffCmd,
 	loadCmd, planCmd, applyCmd, attachCmd, detachCmd, unloadCmd, runServiceCmd, healthcheckCmd,
-	statusCmd, statsCmd, captureCmd, explainCmd,
+	statusCmd, statsCmd, captureCmd, explainCmd, doctorCmd,
 	replayCmd, benchCmd, genCaptureCmd,
 	backendCmd,
 	versionCmd, helpCmd,

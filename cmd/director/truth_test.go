@@ -36,8 +36,8 @@ func TestPlanRunsApplysChecks(t *testing.T) {
 func TestBackendAttachWarnings(t *testing.T) {
 	backendRig(t, func(b []string) error {
 		_, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "native")...)
-		if code != 0 || !strings.Contains(errOut, "IPv6 forwarding is off, so second-chance packets of GUE over IPv6 cannot be sent on: sysctl -w net.ipv6.conf.all.forwarding=1") ||
-			!strings.Contains(errOut, "bk0 is a veth whose peer runs no XDP program") || strings.Contains(errOut, "IPv4 forwarding") {
+		if code != 0 || !strings.Contains(errOut, "net.ipv6.conf.bk0.forwarding is off: the kernel's route lookup refuses every second-chance next hop (drop_no_route); fix: sysctl -w net.ipv6.conf.bk0.forwarding=1") ||
+			!strings.Contains(errOut, "bk0 is a veth in native mode whose peer runs no XDP program") || strings.Contains(errOut, "ipv4") {
 			return fmt.Errorf("attach: exit %d: %s", code, errOut)
 		}
 		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {

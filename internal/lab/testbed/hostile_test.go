@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/bpf"
+	"github.com/director/director/internal/doctor"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
@@ -174,6 +176,19 @@ func TestRunOnAHostileHost(t *testing.T) {
 			if _, ok := p.WaitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 				"'director apply --allow-unsafe' if it is what you want"), testenv.Scaled(3*time.Second)); !ok {
 				t.Fatalf("%s was not held", what)
+			}
+			// director doctor names the held change, and how to release it.
+			var doc strings.Builder
+			dcmd := exec.Command(directorBinary(t), "doctor", "--json", "--bpffs", tb.BPFFS)
+			dcmd.Stdout = &doc
+			tb.Director.Do(func() error { dcmd.Run(); return nil })
+			var r doctor.Report
+			if err := json.Unmarshal([]byte(doc.String()), &r); err != nil {
+				t.Fatalf("doctor: %v\n%s", err, doc.String())
+			}
+			if c := r.Named("service"); dcmd.ProcessState.ExitCode() != doctor.ExitFindings || c == nil || c.Status != doctor.Problem ||
+				!strings.Contains(c.Findings[0].What, "holds a change of vip") || !strings.Contains(c.Findings[0].Fix, "director plan "+cfg) {
+				t.Fatalf("doctor, with %s held: exit %d, %+v", what, dcmd.ProcessState.ExitCode(), c)
 			}
 			var out strings.Builder
 			cmd := exec.Command(directorBinary(t), "apply", cfg, "--yes", "--allow-unsafe", "--bpffs", tb.BPFFS)

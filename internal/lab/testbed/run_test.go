@@ -502,7 +502,13 @@ func TestRun(t *testing.T) {
 		}
 		// With nothing to apply, what the checks found is published all
 		// the same: on the status page and in status --json.
+		// The checks rise again after the restart: wait for them, as
+		// long as a slow (emulated) guest takes.
 		doc := statusJSON(t, tb)
+		for deadline := time.Now().Add(testenv.Scaled(3 * interval)); time.Now().Before(deadline) &&
+			(doc.Service == nil || doc.Service.Checks.Up != 3); doc = statusJSON(t, tb) {
+			time.Sleep(interval / 4)
+		}
 		if doc.Service == nil || doc.Service.Checks.Up != 3 || len(doc.Service.Backends) != 3 {
 			t.Fatalf("after a restart that applied nothing, status --json shows the checks as %+v", doc.Service)
 		}

@@ -571,21 +571,28 @@ func (tb *Testbed) setupDirector() error {
 			return err
 		}
 		defer d.Close()
-		dc := table.DefaultDirectorConfig()
-		dc.SrcIP = DirIP
-		if tb.Underlay6 {
-			// No IPv4 source: nothing can go over IPv4 to a backend.
-			dc.SrcIP, dc.SrcIP6 = netip.Addr{}, DirIP6
-		}
-		// One client address: hash its ports too, so connections spread.
-		dc.HashFields = table.HashSrcAddr | table.HashSrcPort
-		dc.GatewayMAC = tb.GatewayMAC
+		dc := tb.DirectorConfig()
 		if _, _, err := d.Commit(&loader.Proposal{Config: &dc}, nil); err != nil {
 			return err
 		}
 		_, err = d.Attach("eth0", loader.ModeNative)
 		return err
 	})
+}
+
+// DirectorConfig is the director config the testbed's director runs
+// with.
+func (tb *Testbed) DirectorConfig() table.DirectorConfig {
+	dc := table.DefaultDirectorConfig()
+	dc.SrcIP = DirIP
+	if tb.Underlay6 {
+		// No IPv4 source: nothing can go over IPv4 to a backend.
+		dc.SrcIP, dc.SrcIP6 = netip.Addr{}, DirIP6
+	}
+	// One client address: hash its ports too, so connections spread.
+	dc.HashFields = table.HashSrcAddr | table.HashSrcPort
+	dc.GatewayMAC = tb.GatewayMAC
+	return dc
 }
 
 // Director opens the pinned director (the control plane's view).

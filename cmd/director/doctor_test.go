@@ -1,0 +1,348 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/director/director/internal/doctor"
+	"github.com/director/director/internal/lab/testbed"
+	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/internal/service"
+	"github.com/director/director/loader"
+	"github.com/director/director/loader/lab"
+	"github.com/director/director/table"
+)
+
+// doctorBed is a deployed testbed (testbed.NewLab) serving a config, with
+// the files doctor is given, and doctor run on its hosts.
+type doctorBed struct {
+	tb          *testbed.Testbed
+	cfg, dcFile string
+}
+
+func newDoctorBed(t *testing.T, underlay6 bool) *doctorBed {
+	t.Helper()
+	testenv.Kernel(t)
+	newLab := testbed.NewLab
+	if underlay6 {
+		newLab = testbed.NewLab6
+	}
+	tb, err := newLab(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	b := &doctorBed{tb: tb, cfg: filepath.Join(t.TempDir(), "forwarding_table.json"), dcFile: filepath.Join(t.TempDir(), "director.conf")}
+	if err := os.WriteFile(b.cfg, []byte(tb.Config(nil, nil)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.writeDirectorConfig(t, func(*table.DirectorConfig) {})
+	b.director(t, 0, "apply", b.cfg, "--yes")
+	return b
+}
+
+// writeDirectorConfig writes the testbed's director config, edited.
+func (b *doctorBed) writeDirectorConfig(t *testing.T, edit func(*table.DirectorConfig)) {
+	t.Helper()
+	dc := b.tb.DirectorConfig()
+	edit(&dc)
+	data, err := dc.MarshalGLB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.dcFile, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// director runs a director command on the director host, with its pins
+// and director config.
+func (b *doctorBed) director(t *testing.T, code int, args ...string) string {
+	t.Helper()
+	var out string
+	b.tb.Director.Do(func() error {
+		out = mustRun(t, code, append([]string{"--bpffs", b.tb.BPFFS, "--director-config", b.dcFile}, args...)...)
+		return nil
+	})
+	return out
+}
+
+// doctor runs doctor on the director host (backend 0) or a backend host
+// (1, 2), and returns its report and exit code.
+func (b *doctorBed) doctor(t *testing.T, host int) (*doctor.Report, int) {
+	t.Helper()
+	h, args := b.tb.Director, []string{"--bpffs", b.tb.BPFFS, "--director-config", b.dcFile, "doctor", "--config", b.cfg, "--json"}
+	if host > 0 {
+		h, args = b.tb.Backends[host-1], []string{"backend", "--bpffs", b.tb.BackendBPFFS(host), "doctor", "--config", b.cfg, "--json"}
+	}
+	var out, errOut string
+	var code int
+	h.Do(func() error {
+		out, errOut, code = runCmd(args...)
+		return nil
+	})
+	var r doctor.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("doctor: exit %d: %v\n%s%s", code, err, out, errOut)
+	}
+	return &r, code
+}
+
+// problems names the checks of r that found a problem, with what they
+// found.
+func problems(r *doctor.Report) string {
+	var out []string
+	for _, c := range r.Checks {
+		if c.Status != doctor.OK && c.Status != doctor.Skipped {
+			out = append(out, fmt.Sprintf("%s %s: %s%+v", c.Name, c.Status, c.Detail, c.Findings))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// doctorCase breaks a deployed testbed in one way, which the named check
+// of host's doctor must find, then puts it right.
+type doctorCase struct {
+	name, check string
+	host        int // 0 the director, 1 backend 1
+	breakIt     func() error
+	restore     func() error
+}
+
+func (b *doctorBed) clean(t *testing.T, after string) {
+	t.Helper()
+	for _, h := range []int{0, 1} {
+		if r, code := b.doctor(t, h); code != doctor.ExitClean {
+			t.Fatalf("%s: doctor on host %d: exit %d:\n%s", after, h, code, problems(r))
+		}
+	}
+}
+
+func (b *doctorBed) run(t *testing.T, cases []doctorCase) {
+	t.Helper()
+	for _, c := range cases {
+		if err := c.breakIt(); err != nil {
+			t.Fatalf("%s: breaking it: %v", c.name, err)
+		}
+		r, code := b.doctor(t, c.host)
+		ch := r.Named(c.check)
+		if code != doctor.ExitFindings || ch == nil || ch.Status != doctor.Problem || ch.Findings[0].Fix == "" {
+			t.Errorf("%s: doctor exit %d; want %s to find it:\n%s", c.name, code, c.check, problems(r))
+		} else {
+			t.Logf("%s: %s: %s (fix: %s)", c.name, c.check, ch.Findings[0].What, ch.Findings[0].Fix)
+		}
+		if err := c.restore(); err != nil {
+			t.Fatalf("%s: putting it right: %v", c.name, err)
+		}
+		b.clean(t, c.name+", put right")
+	}
+}
+
+// inNS runs f in h's namespace.
+func inNS(h *testbed.Host, f func() error) func() error { return func() error { return h.Do(f) } }
+
+func sysctlW(name, v string) func() error {
+	return func() error {
+		return os.WriteFile("/proc/sys/"+strings.ReplaceAll(name, ".", "/"), []byte(v), 0o644)
+	}
+}
+
+func setMTU(iface string, mtu int) func() error {
+	return func() error {
+		l, err := netlink.LinkByName(iface)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetMTU(l, mtu)
+	}
+}
+
+// peerXDP takes the pass-all program off the LAN's port of host name, or
+// puts it back.
+func peerXDP(tb *testbed.Testbed, name string, on bool) func() error {
+	return inNS(tb.LAN, func() error {
+		p, err := netlink.LinkByName("p-" + name)
+		if err != nil {
+			return err
+		}
+		if !on {
+			return netlink.LinkSetXdpFd(p, -1)
+		}
+		pass, err := lab.PassAll()
+		if err != nil {
+			return err
+		}
+		defer pass.Close()
+		return netlink.LinkSetXdpFdWithFlags(p, pass.FD(), 4 /* XDP_FLAGS_DRV_MODE */)
+	})
+}
+
+// TestDoctorNamesEachProblem: a deployed testbed gets no finding from
+// either doctor; made wrong in one way at a time, the check for that way
+// names it, with a fix; put right, no finding again.
+func TestDoctorNamesEachProblem(t *testing.T) {
+	b := newDoctorBed(t, false)
+	tb := b.tb
+	b.clean(t, "deployed")
+	dir := func(code int, args ...string) func() error {
+		return func() error {
+			return tb.Director.Do(func() error {
+				if out, errOut, got := runCmd(append([]string{"--bpffs", tb.BPFFS}, args...)...); got != code {
+					return fmt.Errorf("director %v: exit %d: %s%s", args, got, out, errOut)
+				}
+				return nil
+			})
+		}
+	}
+	be := func(args ...string) func() error {
+		return inNS(tb.Backends[0], func() error {
+			if out, errOut, code := runCmd(append([]string{"backend", "--bpffs", tb.BackendBPFFS(1)}, args...)...); code != 0 {
+				return fmt.Errorf("backend %v: %s%s", args, out, errOut)
+			}
+			return nil
+		})
+	}
+	editDC := func(edit func(*table.DirectorConfig)) func() error {
+		return func() error {
+			b.writeDirectorConfig(t, edit)
+			b.director(t, 0, "apply", b.cfg, "--yes", "--allow-unsafe")
+			return nil
+		}
+	}
+	keep := func(*table.DirectorConfig) {}
+	otherCfg := filepath.Join(t.TempDir(), "draining.json")
+	os.WriteFile(otherCfg, []byte(tb.Config(map[int]string{2: "draining"}, nil)), 0o600)
+	lo := func(add bool, cidr string) func() error {
+		return inNS(tb.Backends[0], func() error {
+			l, _ := netlink.LinkByName("lo")
+			a, _ := netlink.ParseAddr(cidr)
+			if add {
+				return netlink.AddrAdd(l, a)
+			}
+			return netlink.AddrDel(l, a)
+		})
+	}
+	lanRoute := func(add bool) func() error {
+		return inNS(tb.Backends[0], func() error {
+			l, _ := netlink.LinkByName("eth0")
+			_, dst, _ := net.ParseCIDR("10.50.0.0/24")
+			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Scope: netlink.SCOPE_LINK, Src: net.ParseIP("10.50.0.11")}
+			if add {
+				return netlink.RouteAdd(r)
+			}
+			return netlink.RouteDel(r)
+		})
+	}
+	b.run(t, []doctorCase{
+		{"generic mode", "attach-mode", 0, dir(0, "attach", "eth0", "--mode", "generic"), dir(0, "attach", "eth0", "--mode", "native")},
+		{"attached nowhere", "attach-mode", 0, dir(0, "detach", "eth0"), dir(0, "attach", "eth0", "--mode", "native")},
+		{"veth peer without XDP", "veth-peer", 0, peerXDP(tb, "director", false), peerXDP(tb, "director", true)},
+		{"MTU of the client's", "mtu", 0, inNS(tb.Director, setMTU("eth0", 1500)), inNS(tb.Director, setMTU("eth0", testbed.LabMTU))},
+		{"outbound_src_ip elsewhere", "source-address", 0, editDC(func(dc *table.DirectorConfig) { dc.SrcIP = netip.MustParseAddr("10.50.0.99") }), editDC(keep)},
+		{"gateway MAC nobody has", "gateway", 0,
+			editDC(func(dc *table.DirectorConfig) { dc.GatewayMAC = net.HardwareAddr{2, 0, 0, 0, 0x99, 0x99} }), editDC(keep)},
+		{"VIP not routed here", "vip-routed", 0, func() error { return tb.RouteVIPs(false) }, func() error { return tb.RouteVIPs(true) }},
+		{"live tables not the config's", "live-tables", 0, func() error { b.director(t, 0, "apply", otherCfg, "--yes"); return nil },
+			func() error { b.director(t, 0, "apply", b.cfg, "--yes"); return nil }},
+		{"backend in generic mode", "attach-mode", 1, be("attach", "eth0", "--mode", "generic"), be("attach", "eth0", "--mode", "native")},
+		{"backend veth peer without XDP", "veth-peer", 1, peerXDP(tb, "backend1", false), peerXDP(tb, "backend1", true)},
+		{"second chance off", "second-chance", 1, be("attach", "eth0", "--no-second-chance"), be("attach", "eth0")},
+		{"forwarding from another host's address", "self-address", 1, be("attach", "eth0", "--self", "10.50.0.99"), be("attach", "eth0")},
+		{"address added after attach", "accepted-addresses", 1, lo(true, "10.60.0.9/32"), lo(false, "10.60.0.9/32")},
+		{"forwarding off", "forwarding", 1, inNS(tb.Backends[0], sysctlW("net.ipv4.conf.eth0.forwarding", "0")),
+			inNS(tb.Backends[0], sysctlW("net.ipv4.conf.eth0.forwarding", "1"))},
+		{"strict rp_filter", "rp-filter", 1, inNS(tb.Backends[0], sysctlW("net.ipv4.conf.eth0.rp_filter", "1")),
+			inNS(tb.Backends[0], sysctlW("net.ipv4.conf.eth0.rp_filter", "0"))},
+		{"VIP not on lo", "vip-on-host", 1, lo(false, testbed.VIP.String()+"/32"), lo(true, testbed.VIP.String()+"/32")},
+		{"no route to the other backend", "next-hops", 1, lanRoute(false), lanRoute(true)},
+	})
+	// Pins where no program is loaded, or one with no config applied.
+	for _, h := range []int{0, 1} {
+		var r *doctor.Report
+		host := tb.Director
+		if h == 1 {
+			host = tb.Backends[0]
+		}
+		empty := testenv.PinDir("doctor-empty")
+		host.Do(func() error {
+			if h == 0 {
+				r = doctor.Director(doctor.DirectorOptions{BPFFS: empty})
+			} else {
+				r = doctor.Backend(doctor.BackendOptions{BPFFS: empty})
+			}
+			return nil
+		})
+		if c := r.Named("loaded"); c == nil || c.Status != doctor.Problem || r.ExitCode() != doctor.ExitFindings {
+			t.Errorf("host %d, nothing loaded: %s", h, problems(r))
+		}
+	}
+	bare := testenv.PinDir("doctor-bare")
+	defer loader.Unload(bare)
+	tb.Director.Do(func() error {
+		mustRun(t, 0, "--bpffs", bare, "load")
+		r := doctor.Director(doctor.DirectorOptions{BPFFS: bare})
+		if c := r.Named("config-applied"); c == nil || c.Status != doctor.Problem {
+			t.Errorf("no config applied: %s", problems(r))
+		}
+		return nil
+	})
+	// A kernel that lacks a helper the programs use: the probe's answer
+	// given, since no kernel here lacks one.
+	tb.Director.Do(func() error {
+		lacking := func() (*loader.KernelSupport, error) {
+			return &loader.KernelSupport{Release: "4.19.0", Missing: []string{"director: helper bpf_xdp_adjust_tail", "lab: helper x"}}, nil
+		}
+		r := doctor.Director(doctor.DirectorOptions{BPFFS: tb.BPFFS, Kernel: lacking})
+		if c := r.Named("kernel"); c == nil || c.Status != doctor.Problem || len(c.Findings) != 1 || !strings.Contains(c.Findings[0].What, "bpf_xdp_adjust_tail") {
+			t.Errorf("a kernel lacking a helper: %s", problems(r))
+		}
+		return nil
+	})
+	// A director run that died: its status file names a process gone.
+	lockDir := t.TempDir()
+	dead := service.Status{Version: 1, PID: 1 << 22, Config: b.cfg}
+	data, _ := json.Marshal(dead)
+	os.WriteFile(service.StatusPath(lockDir, tb.BPFFS), data, 0o600)
+	tb.Director.Do(func() error {
+		r := doctor.Director(doctor.DirectorOptions{BPFFS: tb.BPFFS, LockDir: lockDir, ProbeWait: time.Second})
+		if c := r.Named("service"); c == nil || c.Status != doctor.Problem || !strings.Contains(c.Findings[0].What, "is gone") {
+			t.Errorf("a director run gone: %s", problems(r))
+		}
+		return nil
+	})
+}
+
+// TestDoctorIPv6Underlay: a deployed testbed with an IPv6 underlay gets
+// no finding (its IPv6 gateway, VIP6 routed here); an IPv6 gateway MAC
+// nobody has is named.
+func TestDoctorIPv6Underlay(t *testing.T) {
+	b := newDoctorBed(t, true)
+	b.clean(t, "deployed")
+	r, _ := b.doctor(t, 0)
+	if c := r.Named("gateway6"); c == nil || c.Status != doctor.OK {
+		t.Fatalf("gateway6 not checked: %s", problems(r))
+	}
+	if c := r.Named("vip-routed"); c == nil || !strings.Contains(c.Detail, testbed.VIP6.String()) {
+		t.Fatalf("VIP6 not probed: %+v", c)
+	}
+	b.run(t, []doctorCase{{"IPv6 gateway MAC nobody has", "gateway6", 0,
+		func() error {
+			b.writeDirectorConfig(t, func(dc *table.DirectorConfig) { dc.GatewayMAC6 = net.HardwareAddr{2, 0, 0, 0, 0x66, 0x66} })
+			b.director(t, 0, "apply", b.cfg, "--yes", "--allow-unsafe")
+			return nil
+		},
+		func() error {
+			b.writeDirectorConfig(t, func(*table.DirectorConfig) {})
+			b.director(t, 0, "apply", b.cfg, "--yes", "--allow-unsafe")
+			return nil
+		}}})
+}

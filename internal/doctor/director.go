@@ -1,0 +1,575 @@
+package doctor
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/director/director/internal/datapath/gue"
+	"github.com/director/director/internal/service"
+	"github.com/director/director/loader"
+	"github.com/director/director/table"
+)
+
+// DirectorOptions says what to check on a director host.
+type DirectorOptions struct {
+	BPFFS string
+	// Kernel probes the kernel (loader.ProbeKernel when nil).
+	Kernel func() (*loader.KernelSupport, error)
+	// ClientMTU is the largest packet a client sends (1500 when 0).
+	ClientMTU int
+	// Planned plans the forwarding table config against what is live, as
+	// 'director plan' does, and returns the changes it would make (none:
+	// the live tables are the config's). Nil: not checked. Config names
+	// the config, for messages.
+	Planned func(d *loader.Director) ([]string, error)
+	Config  string
+	// LockDir is where 'director run' publishes its status
+	// (service.DefaultLockDir when "").
+	LockDir string
+	// ProbeWait is how long a VIP probe is waited for (1s when 0).
+	ProbeWait time.Duration
+}
+
+// Director checks a director host.
+func Director(o DirectorOptions) *Report {
+	if o.Kernel == nil {
+		o.Kernel = loader.ProbeKernel
+	}
+	if o.ClientMTU == 0 {
+		o.ClientMTU = 1500
+	}
+	if o.LockDir == "" {
+		o.LockDir = service.DefaultLockDir
+	}
+	if o.ProbeWait == 0 {
+		o.ProbeWait = time.Second
+	}
+	r := &Report{Host: "director"}
+	r.run("kernel", func() ([]Finding, string, error) {
+		ks, err := o.Kernel()
+		return checkKernel(ks, err, "director")
+	})
+	d, err := loader.Open(o.BPFFS)
+	r.run("loaded", func() ([]Finding, string, error) {
+		if errors.Is(err, loader.ErrNotLoaded) {
+			return []Finding{{What: fmt.Sprintf("no director is loaded at %s", o.BPFFS), Fix: "director load"}}, "", nil
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return nil, "loaded at " + o.BPFFS, nil
+	})
+	if err != nil {
+		return r
+	}
+	defer d.Close()
+	live, lerr := d.LiveState()
+	r.run("config-applied", func() ([]Finding, string, error) {
+		if lerr != nil {
+			return nil, "", lerr
+		}
+		if live.Config == nil {
+			return []Finding{{What: "no director config is applied: the director steers nothing",
+				Fix: "director plan CONFIG --director-config director.conf -o plan.json && director apply plan.json"}}, "", nil
+		}
+		return nil, fmt.Sprintf("%d tables live", len(live.Tables)), nil
+	})
+	atts, aerr := d.Attachments()
+	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, "director attach") })
+	r.run("veth-peer", func() ([]Finding, string, error) {
+		return checkVethPeers(atts, aerr, "the GUE packets the director sends")
+	})
+	if lerr != nil || live.Config == nil {
+		return r
+	}
+	dc := live.Config
+	r.run("mtu", func() ([]Finding, string, error) { return checkMTU(dc, live.Tables, atts, o.ClientMTU) })
+	r.run("source-address", func() ([]Finding, string, error) { return checkSources(dc) })
+	r.run("gateway", func() ([]Finding, string, error) { return checkGateway(dc, atts, false) })
+	r.run("gateway6", func() ([]Finding, string, error) { return checkGateway(dc, atts, true) })
+	st, serr := service.ReadStatus(o.LockDir, o.BPFFS)
+	r.run("vip-routed", func() ([]Finding, string, error) { return checkVIPsRouted(live.Tables, atts, st, o.ProbeWait) })
+	r.run("live-tables", func() ([]Finding, string, error) {
+		if o.Planned == nil {
+			return skip("no forwarding table config given (--config), and no director run names one")
+		}
+		changes, err := o.Planned(d)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(changes) > 0 {
+			return []Finding{{What: fmt.Sprintf("the live tables are not %s's: %s", o.Config, strings.Join(changes, "; ")),
+				Fix: fmt.Sprintf("director plan %s -o plan.json, review it, director apply plan.json (director run applies it by itself when safe)", o.Config)}}, "", nil
+		}
+		return nil, "the live tables are " + o.Config + "'s", nil
+	})
+	r.run("service", func() ([]Finding, string, error) { return checkService(st, serr) })
+	return r
+}
+
+// encapSize is the most the encapsulation adds to a packet of tables:
+// GLB's GUE, or over IPv6, with dc's hops.
+func encapSize(dc *table.DirectorConfig, tables []*table.Table) int {
+	hops := 2
+	if dc.AltHashFields != 0 {
+		hops = 4
+	}
+	size := gue.Size(hops)
+	for _, t := range tables {
+		if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
+			size = gue.Size6(hops)
+		}
+	}
+	return size
+}
+
+// checkMTU finds an attached interface whose link MTU (bounded by
+// outbound_mtu) cannot carry a client's full-size packet once
+// encapsulated: such packets are answered with ICMP too-big, and clients
+// behind a filter that drops it stall.
+func checkMTU(dc *table.DirectorConfig, tables []*table.Table, atts []loader.Attachment, clientMTU int) ([]Finding, string, error) {
+	need := clientMTU + encapSize(dc, tables)
+	var fs []Finding
+	var ok []string
+	for _, a := range atts {
+		if a.State != "attached" {
+			continue
+		}
+		ifi, err := net.InterfaceByName(a.Interface)
+		if err != nil {
+			return nil, "", err
+		}
+		link, what := ifi.MTU, fmt.Sprintf("%s's MTU %d", a.Interface, ifi.MTU)
+		if dc.OutboundMTU != 0 && dc.OutboundMTU < link {
+			link, what = dc.OutboundMTU, fmt.Sprintf("outbound_mtu %d", dc.OutboundMTU)
+		}
+		if link < need {
+			fix := fmt.Sprintf("ip link set dev %s mtu %d (and as much on the way to the backends)", a.Interface, need)
+			if link != ifi.MTU {
+				fix = fmt.Sprintf("raise the underlay's MTU and outbound_mtu to %d", need)
+			}
+			fs = append(fs, Finding{
+				What: fmt.Sprintf("%s leaves %d bytes for a client's packet, under the %d a client sends: full-size packets are answered with ICMP too-big, and stall where it is filtered",
+					what, link-(need-clientMTU), clientMTU),
+				Fix: fix})
+			continue
+		}
+		ok = append(ok, what)
+	}
+	if len(fs) == 0 && len(ok) == 0 {
+		return skip("no interface attached")
+	}
+	return fs, fmt.Sprintf("%s: room for a %d-byte packet encapsulated (%d bytes)", strings.Join(ok, ", "), clientMTU, need), nil
+}
+
+// checkSources finds an outbound source address that is not this host's:
+// backends' replies to health checks and ICMP errors go nowhere.
+func checkSources(dc *table.DirectorConfig) ([]Finding, string, error) {
+	addrs, err := hostAddrs()
+	if err != nil {
+		return nil, "", err
+	}
+	var fs []Finding
+	var ok []string
+	for _, s := range []struct {
+		a    netip.Addr
+		name string
+	}{{dc.SrcIP, "outbound_src_ip"}, {dc.SrcIP6, "outbound_src_ip6"}} {
+		if !s.a.IsValid() {
+			continue
+		}
+		if iface, here := addrs[s.a]; here {
+			ok = append(ok, fmt.Sprintf("%s %s on %s", s.name, s.a, iface))
+			continue
+		}
+		fs = append(fs, Finding{What: fmt.Sprintf("%s %s is not an address of this host: backends answer it, and what they send it never comes back here", s.name, s.a),
+			Fix: fmt.Sprintf("ip addr add %s dev IFACE, or set %s in director.conf to this host's address and director apply", s.a, s.name)})
+	}
+	return fs, strings.Join(ok, ", "), nil
+}
+
+// checkGateway finds a gateway MAC that no neighbour on an attached
+// interface has: every GUE packet goes to a MAC nothing forwards. It is
+// the IPv4 one, or with v6 the IPv6 underlay's (GatewayMAC6, else
+// GatewayMAC). When the kernel has no entry for an interface's default
+// gateway it sends it one UDP datagram (to its discard port), which makes
+// the kernel resolve it.
+func checkGateway(dc *table.DirectorConfig, atts []loader.Attachment, v6 bool) ([]Finding, string, error) {
+	mac, family, key := dc.GatewayMAC, unix.AF_INET, "outbound_gateway_mac"
+	if v6 {
+		if !dc.SrcIP6.IsValid() {
+			return skip("no IPv6 underlay (no outbound_src_ip6)")
+		}
+		family = unix.AF_INET6
+		if len(dc.GatewayMAC6) == 6 {
+			mac, key = dc.GatewayMAC6, "outbound_gateway_mac6"
+		}
+	} else if !dc.SrcIP.IsValid() {
+		return skip("no IPv4 underlay (no outbound_src_ip)")
+	}
+	var fs []Finding
+	var ok []string
+	for _, a := range atts {
+		if a.State != "attached" {
+			continue
+		}
+		l, err := netlink.LinkByName(a.Interface)
+		if err != nil {
+			return nil, "", err
+		}
+		gw := defaultGateway(l, family)
+		n, found, err := neighbourWith(l, family, mac, gw)
+		if err != nil {
+			return nil, "", err
+		}
+		if found {
+			ok = append(ok, fmt.Sprintf("%s is %s's on %s (%s)", mac, n, a.Interface, n.state))
+			continue
+		}
+		f := Finding{What: fmt.Sprintf("no neighbour on %s has the gateway MAC %s (%s): every GUE packet is sent to a MAC nothing there answers to", a.Interface, mac, key),
+			Fix: fmt.Sprintf("set %s in director.conf to the router's MAC ('ip neigh show dev %s'), then director apply", key, a.Interface)}
+		if gw.IsValid() {
+			if gwMAC := n.gatewayMAC; gwMAC != nil {
+				f.What = fmt.Sprintf("%s's default gateway %s has MAC %s, not the gateway MAC %s (%s): GUE packets go to a MAC nothing forwards", a.Interface, gw, gwMAC, mac, key)
+				f.Fix = fmt.Sprintf("set %s to %s in director.conf, then director apply", key, gwMAC)
+			} else {
+				f.What = fmt.Sprintf("%s's default gateway %s does not resolve (no neighbour answers for it), and no neighbour has the gateway MAC %s (%s)", a.Interface, gw, mac, key)
+				f.Fix = fmt.Sprintf("check the link to %s ('ip neigh show dev %s'), and set %s to the router's MAC", gw, a.Interface, key)
+			}
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) == 0 && len(ok) == 0 {
+		return skip("no interface attached")
+	}
+	return fs, strings.Join(ok, ", "), nil
+}
+
+// defaultGateway is the gateway of l's default route of family.
+func defaultGateway(l netlink.Link, family int) netip.Addr {
+	routes, err := netlink.RouteList(l, family)
+	if err != nil {
+		return netip.Addr{}
+	}
+	for _, r := range routes {
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue
+			}
+		}
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok && r.Gw != nil {
+			return gw.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+type neighbourSeen struct {
+	ip         netip.Addr
+	state      string
+	gatewayMAC net.HardwareAddr // the default gateway's, when it resolved
+}
+
+func (n neighbourSeen) String() string { return n.ip.String() }
+
+const nudValid = unix.NUD_PERMANENT | unix.NUD_NOARP | unix.NUD_REACHABLE | unix.NUD_PROBE | unix.NUD_STALE | unix.NUD_DELAY
+
+// neighbourWith finds a valid neighbour entry on l with mac. Without one,
+// and when gw (the default gateway) has none either, it makes the kernel
+// resolve gw and looks again.
+func neighbourWith(l netlink.Link, family int, mac net.HardwareAddr, gw netip.Addr) (neighbourSeen, bool, error) {
+	for try := 0; ; try++ {
+		ns, err := netlink.NeighList(l.Attrs().Index, family)
+		if err != nil {
+			return neighbourSeen{}, false, fmt.Errorf("listing %s's neighbours: %w", l.Attrs().Name, err)
+		}
+		var seen neighbourSeen
+		gwKnown := false
+		for _, n := range ns {
+			ip, _ := netip.AddrFromSlice(n.IP)
+			if n.State&nudValid == 0 {
+				continue
+			}
+			if bytes.Equal(n.HardwareAddr, mac) {
+				return neighbourSeen{ip: ip.Unmap(), state: nudName(n.State)}, true, nil
+			}
+			if gw.IsValid() && ip.Unmap() == gw {
+				seen.gatewayMAC, gwKnown = n.HardwareAddr, true
+			}
+		}
+		if gwKnown || !gw.IsValid() || try == 10 {
+			return seen, false, nil
+		}
+		if try == 0 {
+			touch(gw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// touch sends a an empty UDP datagram to a's discard port, so that the
+// kernel resolves a's neighbour entry.
+func touch(a netip.Addr) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 9)))
+	if err != nil {
+		return
+	}
+	c.Write(nil)
+	c.Close()
+}
+
+func nudName(s int) string {
+	for _, n := range []struct {
+		bit  int
+		name string
+	}{{unix.NUD_PERMANENT, "permanent"}, {unix.NUD_NOARP, "noarp"}, {unix.NUD_REACHABLE, "reachable"},
+		{unix.NUD_PROBE, "probe"}, {unix.NUD_STALE, "stale"}, {unix.NUD_DELAY, "delay"}} {
+		if s&n.bit != 0 {
+			return n.name
+		}
+	}
+	return fmt.Sprintf("state %#x", s)
+}
+
+// probes is how many datagrams are sent to each VIP, each from its own
+// port: behind ECMP among several directors, some reach this one.
+const probes = 16
+
+// probeTTL bounds a probe's life: enough for a few routers between this
+// host and the one that routes the VIP back.
+const probeTTL = 16
+
+// checkVIPsRouted sends probes to each VIP through the network (this
+// host's route to it) and watches the attached interfaces for them coming
+// back in: they do when the network routes the VIP to this director.
+// The probes are UDP to a port no bind of the VIP covers, so that the
+// datapath passes them to the stack (pass_no_bind), which drops them.
+func checkVIPsRouted(tables []*table.Table, atts []loader.Attachment, st *service.Status, wait time.Duration) ([]Finding, string, error) {
+	var ifaces []string
+	for _, a := range atts {
+		if a.State == "attached" {
+			ifaces = append(ifaces, a.Interface)
+		}
+	}
+	if len(ifaces) == 0 {
+		return skip("no interface attached")
+	}
+	addrs, err := hostAddrs()
+	if err != nil {
+		return nil, "", err
+	}
+	var fs []Finding
+	var ok []string
+	for _, vip := range vips(tables) {
+		if _, local := addrs[vip]; local {
+			fs = append(fs, Finding{What: fmt.Sprintf("VIP %s is an address of this host: what the datapath passes of it is answered here", vip),
+				Fix: fmt.Sprintf("ip addr del %s/%d dev %s", vip, vip.BitLen(), addrs[vip])})
+			continue
+		}
+		port, free := freePort(tables, vip)
+		if !free {
+			ok = append(ok, vip.String()+" (not probed: UDP binds cover every port)")
+			continue
+		}
+		back, err := probeVIP(vip, port, ifaces, wait)
+		if err != nil {
+			return nil, "", fmt.Errorf("probing %s: %w", vip, err)
+		}
+		if back != "" {
+			ok = append(ok, fmt.Sprintf("%s (a probe came back in by %s)", vip, back))
+			continue
+		}
+		f := Finding{What: fmt.Sprintf("VIP %s: none of %d probes sent to it through the network came back to this director: the network does not route it here", vip, probes),
+			Fix: fmt.Sprintf("route %s to this director on the router ('ip route add %s via <this host>'), or announce it over BGP (director.conf's bgp block, director run)", vip, vip)}
+		if st != nil && st.BGP != nil {
+			f.What += "; BGP: " + bgpSummary(st.BGP, vip)
+			f.Fix = "check the BGP session with the router and its import policy ('director status' shows the sessions)"
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) == 0 && len(ok) == 0 {
+		return skip("no VIP")
+	}
+	return fs, "routed here: " + strings.Join(ok, ", "), nil
+}
+
+func bgpSummary(b *service.StatusBGP, vip netip.Addr) string {
+	announced := slices.ContainsFunc(b.Announced, func(p netip.Prefix) bool { return p.Contains(vip) })
+	var peers []string
+	for _, p := range b.Peers {
+		peers = append(peers, fmt.Sprintf("%s %s", p.Address, p.State))
+	}
+	if announced {
+		return "announced to " + strings.Join(peers, ", ")
+	}
+	return "not announced (peers " + strings.Join(peers, ", ") + ")"
+}
+
+// vips are the addresses the tables bind (a prefix's first).
+func vips(tables []*table.Table) []netip.Addr {
+	var out []netip.Addr
+	for _, t := range tables {
+		for _, b := range t.Binds {
+			a := b.Prefix.Masked().Addr()
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+// freePort is a UDP port of vip no bind covers, from the traceroute range
+// up.
+func freePort(tables []*table.Table, vip netip.Addr) (uint16, bool) {
+	for p := 33434; p < 65536; p++ {
+		bound := false
+		for _, t := range tables {
+			for _, b := range t.Binds {
+				if b.Matches(vip, table.ProtoUDP, uint16(p)) {
+					bound = true
+				}
+			}
+		}
+		if !bound {
+			return uint16(p), true
+		}
+	}
+	return 0, false
+}
+
+// probeVIP sends probes UDP datagrams to vip:port, each from a port of its
+// own, carrying a random token, and returns the interface (of ifaces) one
+// came back in by within wait, or "".
+func probeVIP(vip netip.Addr, port uint16, ifaces []string, wait time.Duration) (string, error) {
+	token := make([]byte, 16)
+	rand.Read(token)
+	token = append([]byte("director-doctor "), []byte(hex.EncodeToString(token))...)
+	type sock struct {
+		fd   int
+		name string
+	}
+	var socks []sock
+	defer func() {
+		for _, s := range socks {
+			unix.Close(s.fd)
+		}
+	}()
+	for _, name := range ifaces {
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return "", err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return "", err
+		}
+		socks = append(socks, sock{fd, name})
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+			return "", err
+		}
+	}
+	for i := 0; i < probes; i++ {
+		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(vip, port)))
+		if err != nil {
+			return "", fmt.Errorf("this host has no route to send a probe by: %w", err)
+		}
+		// A short life: a host that forwards what the datapath passes
+		// would send the probe back to the router, and round again.
+		if raw, err := c.SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) {
+				if vip.Is4() {
+					unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TTL, probeTTL)
+				} else {
+					unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, probeTTL)
+				}
+			})
+		}
+		_, err = c.Write(token)
+		c.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		for _, s := range socks {
+			for {
+				n, from, err := unix.Recvfrom(s.fd, buf, 0)
+				if err != nil {
+					break
+				}
+				if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+					continue
+				}
+				if isProbe(buf[:n], vip, port, token) {
+					return s.name, nil
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return "", nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// isProbe says whether frame is a probe: UDP to vip:port carrying token.
+// (An ICMP error quoting one is not: a router that cannot route the VIP
+// sends one back.)
+func isProbe(frame []byte, vip netip.Addr, port uint16, token []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	ip := frame[14:]
+	var dst netip.Addr
+	var udp []byte
+	switch {
+	case vip.Is4() && len(ip) >= 20 && ip[0]>>4 == 4 && ip[9] == unix.IPPROTO_UDP:
+		dst, udp = netip.AddrFrom4([4]byte(ip[16:20])), ip[min(int(ip[0]&0xf)*4, len(ip)):]
+	case vip.Is6() && len(ip) >= 40 && ip[0]>>4 == 6 && ip[6] == unix.IPPROTO_UDP:
+		dst, udp = netip.AddrFrom16([16]byte(ip[24:40])), ip[40:]
+	default:
+		return false
+	}
+	return dst == vip && len(udp) >= 8 && binary.BigEndian.Uint16(udp[2:]) == port && bytes.Equal(udp[8:], token)
+}
+
+// checkService finds a 'director run' that is gone, and changes it holds
+// for a person.
+func checkService(st *service.Status, err error) ([]Finding, string, error) {
+	if err != nil {
+		return nil, "", err
+	}
+	if st == nil {
+		return skip("no director run serves these pins")
+	}
+	if st.Stale {
+		return []Finding{{What: fmt.Sprintf("director run (pid %d) is gone: nothing checks backends or applies changes", st.PID),
+			Fix: "systemctl restart director (journalctl -u director says why it stopped)"}}, "", nil
+	}
+	var fs []Finding
+	for _, h := range st.Held {
+		var names []string
+		for _, t := range h.Tables {
+			names = append(names, t.Name)
+		}
+		fs = append(fs, Finding{What: fmt.Sprintf("director run holds a change of %s for a person: %s", strings.Join(names, ", "), strings.Join(h.Reasons, "; ")),
+			Fix: fmt.Sprintf("director plan %s -o plan.json, review it, director apply plan.json (docs/operations.md, \"Held changes\")", st.Config)})
+	}
+	return fs, fmt.Sprintf("director run (pid %d) serves these pins, holding nothing", st.PID), nil
+}

@@ -1,0 +1,135 @@
+package testbed
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/director/director/loader"
+)
+
+// LabMTU is the underlay MTU of a deployed testbed (Deploy): room for a
+// client's 1,500-byte packet and the encapsulation, with alternate hops.
+const LabMTU = 1600
+
+// NewLab is New(n), deployed (Deploy): what 'make lab' leaves running, and
+// what 'director doctor' and 'backend doctor' find nothing wrong with.
+func NewLab(n int) (*Testbed, error) { return newLab(n, false) }
+
+// NewLab6 is NewLab with New6's IPv6 underlay.
+func NewLab6(n int) (*Testbed, error) { return newLab(n, true) }
+
+func newLab(n int, underlay6 bool) (*Testbed, error) {
+	tb, err := newBed(n, underlay6)
+	if err != nil {
+		return nil, err
+	}
+	if err := tb.Deploy(); err != nil {
+		tb.Close()
+		return nil, err
+	}
+	return tb, nil
+}
+
+// Deploy finishes the testbed as a deployment is finished: an underlay
+// whose MTU carries a client's full-size packet encapsulated (LabMTU on the
+// LAN; the client keeps 1,500, as a client on the Internet would), the
+// director's default route through the router, and the router's route for
+// the VIPs through the director (as ECMP or BGP would give it).
+func (tb *Testbed) Deploy() error {
+	err := tb.LAN.Do(func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		// The ports first: a bridge's MTU follows its ports'.
+		for _, l := range links {
+			if name := l.Attrs().Name; strings.HasPrefix(name, "p-") && name != "p-client" {
+				if err := netlink.LinkSetMTU(l, LabMTU); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+		}
+		for _, r := range tb.vipRoutes() {
+			if err := netlink.RouteAdd(r); err != nil {
+				return fmt.Errorf("route to %s: %w", r.Dst, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("lan: %w", err)
+	}
+	for _, h := range append([]*Host{tb.Director}, tb.Backends...) {
+		err := h.Do(func() error {
+			l, err := netlink.LinkByName("eth0")
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetMTU(l, LabMTU)
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
+	return tb.Director.Do(func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		gws := []net.IP{RouterIP.AsSlice()}
+		if tb.Underlay6 {
+			gws = append(gws, RouterIP6.AsSlice())
+		}
+		for _, gw := range gws {
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw}); err != nil {
+				return fmt.Errorf("default route via %s: %w", gw, err)
+			}
+		}
+		// The datapath reads the interface's MTU from a map on kernels
+		// without bpf_check_mtu.
+		d, err := loader.Open(tb.BPFFS)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return d.SyncLinkMTUs()
+	})
+}
+
+// vipRoutes are the router's routes for the VIPs, through the director.
+func (tb *Testbed) vipRoutes() []*netlink.Route {
+	br, _ := netlink.LinkByName("br0")
+	idx := 0
+	if br != nil {
+		idx = br.Attrs().Index
+	}
+	rs := []*netlink.Route{{LinkIndex: idx, Dst: hostNet(VIP.AsSlice()), Gw: DirIP.AsSlice()}}
+	if tb.Underlay6 {
+		rs = append(rs, &netlink.Route{LinkIndex: idx, Dst: hostNet(VIP6.AsSlice()), Gw: DirIP6.AsSlice()})
+	}
+	return rs
+}
+
+// RouteVIPs adds (on) or removes the router's routes for the VIPs.
+func (tb *Testbed) RouteVIPs(on bool) error {
+	return tb.LAN.Do(func() error {
+		for _, r := range tb.vipRoutes() {
+			op := netlink.RouteAdd
+			if !on {
+				op = netlink.RouteDel
+			}
+			if err := op(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func hostNet(ip net.IP) *net.IPNet {
+	bits := 8 * len(ip)
+	return &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}
+}
