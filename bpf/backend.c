@@ -62,6 +62,8 @@ enum be_counter {
 	BE_C_GUE6,             /* of the GUE packets for us above, those over IPv6 */
 	BE_C_DROP_NOT_LOCAL,   /* GUE for us whose inner packet is to another host: never relayed */
 	BE_C_FORWARDED_STACK,  /* sent on to the next hop through the kernel (its neighbour unresolved, or out another interface) */
+	BE_C_SECOND_CHANCE_IN, /* of the GUE packets for us, those another backend sent on (next hop index above 0):
+				* a drained backend's old connections still arriving */
 	BE_C_MAX,
 };
 
@@ -288,6 +290,8 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	if ((gue->hlen >> GUE_HLEN_VC_SHIFT) != 0 || gue->private_type != bpf_htons(GUE_PRIVATE_TYPE_DIRECTOR_V6) ||
 	    count > GUE_MAX_LISTED || hlen != 1 + 4 * count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6))
 		return drop(ctx, c, BE_C_DROP_MALFORMED);
+	if (next > 0)
+		c->c[BE_C_SECOND_CHANCE_IN]++;
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
 	int r = local_or_next(ctx, c, cfg, inner, end, inner_ipproto, inner - (void *)ip6);
 	if (r >= 0)
@@ -377,6 +381,8 @@ int backend(struct xdp_md *ctx)
 	    hlen != 1 + count || (inner_ipproto != IPPROTO_IPIP && inner_ipproto != IPPROTO_IPV6)) {
 		return drop(ctx, c, BE_C_DROP_MALFORMED);
 	}
+	if (next > 0)
+		c->c[BE_C_SECOND_CHANCE_IN]++;
 	__be32 *hops = gue->hops;
 	void *inner = (void *)gue + 4 + 4 * (__u32)hlen;
 	__u32 strip = inner - (void *)ip;

@@ -15,25 +15,26 @@ type BeConfig struct {
 type BeCounter uint32
 
 const (
-	BeCounterBE_C_PROCESSED       BeCounter = 0
-	BeCounterBE_C_DECAP_SYN       BeCounter = 1
-	BeCounterBE_C_DECAP_KNOWN     BeCounter = 2
-	BeCounterBE_C_DECAP_NOT_TCP   BeCounter = 3
-	BeCounterBE_C_DECAP_LAST_HOP  BeCounter = 4
-	BeCounterBE_C_FORWARDED       BeCounter = 5
-	BeCounterBE_C_PASS_NOT_GUE    BeCounter = 6
-	BeCounterBE_C_DROP_MALFORMED  BeCounter = 7
-	BeCounterBE_C_DROP_NO_ROUTE   BeCounter = 8
-	BeCounterBE_C_DROP_NO_CONFIG  BeCounter = 9
-	BeCounterBE_C_GUE6            BeCounter = 10
-	BeCounterBE_C_DROP_NOT_LOCAL  BeCounter = 11
-	BeCounterBE_C_FORWARDED_STACK BeCounter = 12
-	BeCounterBE_C_MAX             BeCounter = 13
+	BeCounterBE_C_PROCESSED        BeCounter = 0
+	BeCounterBE_C_DECAP_SYN        BeCounter = 1
+	BeCounterBE_C_DECAP_KNOWN      BeCounter = 2
+	BeCounterBE_C_DECAP_NOT_TCP    BeCounter = 3
+	BeCounterBE_C_DECAP_LAST_HOP   BeCounter = 4
+	BeCounterBE_C_FORWARDED        BeCounter = 5
+	BeCounterBE_C_PASS_NOT_GUE     BeCounter = 6
+	BeCounterBE_C_DROP_MALFORMED   BeCounter = 7
+	BeCounterBE_C_DROP_NO_ROUTE    BeCounter = 8
+	BeCounterBE_C_DROP_NO_CONFIG   BeCounter = 9
+	BeCounterBE_C_GUE6             BeCounter = 10
+	BeCounterBE_C_DROP_NOT_LOCAL   BeCounter = 11
+	BeCounterBE_C_FORWARDED_STACK  BeCounter = 12
+	BeCounterBE_C_SECOND_CHANCE_IN BeCounter = 13
+	BeCounterBE_C_MAX              BeCounter = 14
 )
 
 type BeCounters struct {
 	_ structs.HostLayout
-	C [13]uint64
+	C [14]uint64
 }
 
 type DirBackend struct {
@@ -482,6 +483,7 @@ var BackendCounterNames = []string{
 	"gue6",
 	"drop_not_local",
 	"forwarded_stack",
+	"second_chance_in",
 }
 
 var _ structs.HostLayout

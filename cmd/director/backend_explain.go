@@ -158,7 +158,11 @@ func printBackendExplain(w io.Writer, x *explain.Backend, iface string) {
 		if len(x.Hops) > 0 {
 			hops = strings.Join(x.Hops, ", ")
 		}
-		fmt.Fprintf(w, "gue       for %s; hops listed: %s; next hop index %d\n", x.Outer, hops, x.Next)
+		by := ""
+		if x.SecondChanceIn {
+			by = " (sent on by another backend: second chance, counted as second_chance_in)"
+		}
+		fmt.Fprintf(w, "gue       for %s; hops listed: %s; next hop index %d%s\n", x.Outer, hops, x.Next, by)
 	}
 	if f := x.Flow; f != nil {
 		fmt.Fprintf(w, "flow      %s %s -> %s\n", f.Proto, endpoint(f.Client, f.ClientPort, f.Proto), endpoint(f.VIP, f.VIPPort, f.Proto))

@@ -354,20 +354,25 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 				after, _ := prog.Counters()
 				var moved []string
 				for name, n := range after {
-					if n != before[name] && name != "processed" && name != "gue6" {
+					if n != before[name] && name != "processed" && name != "gue6" && name != "second_chance_in" {
 						moved = append(moved, name)
 					}
 				}
 				gue6 := after["gue6"] != before["gue6"]
-				if len(moved) != 1 || moved[0] != x.Counter || verdictName(v) != x.Verdict || gue6 != (x.Outer != "" && strings.Contains(x.Outer, ":")) {
-					return fmt.Errorf("%s, packet %d (%s): explain says %s %s (%s), the kernel %s %v (gue6 %v)", phase.name, i, x.Packet,
-						x.Verdict, x.Counter, x.Why, verdictName(v), moved, gue6)
+				sc := after["second_chance_in"] != before["second_chance_in"]
+				if len(moved) != 1 || moved[0] != x.Counter || verdictName(v) != x.Verdict || gue6 != (x.Outer != "" && strings.Contains(x.Outer, ":")) ||
+					sc != x.SecondChanceIn {
+					return fmt.Errorf("%s, packet %d (%s): explain says %s %s (%s; second chance in %v), the kernel %s %v (gue6 %v, second chance in %v)", phase.name, i, x.Packet,
+						x.Verdict, x.Counter, x.Why, x.SecondChanceIn, verdictName(v), moved, gue6, sc)
 				}
 				seen[x.Counter]++
+				if sc {
+					seen["second_chance_in"]++
+				}
 			}
 		}
 		t.Logf("%d packets: %v", total, seen)
-		want := []string{"decap_syn", "decap_known", "decap_not_tcp", "decap_last_hop", "forwarded_stack", "pass_not_gue",
+		want := []string{"second_chance_in", "decap_syn", "decap_known", "decap_not_tcp", "decap_last_hop", "forwarded_stack", "pass_not_gue",
 			"drop_malformed", "drop_no_route", "drop_not_local"}
 		if lab.HaveRunContext() {
 			want = append(want, "forwarded")

@@ -16,6 +16,8 @@ type Backend struct {
 	Outer string   `json:"outer,omitempty"`
 	Hops  []string `json:"hops,omitempty"`
 	Next  int      `json:"next_hop_index"`
+	// SecondChanceIn is set on GUE another backend sent on to this one.
+	SecondChanceIn bool `json:"second_chance_in,omitempty"`
 	Flow  *Flow    `json:"flow,omitempty"`
 	// Socket is what the socket lookup found for a TCP segment that is
 	// not a SYN: "connection", "listener only" or "none".
@@ -40,7 +42,7 @@ type Backend struct {
 // and host (what the pinned program holds, and the kernel's answers).
 func ExplainBackend(cfg model.BackendConfig, host model.BackendHost, frame []byte) Backend {
 	r := model.Backend(cfg, host, frame)
-	x := Backend{Packet: pkt.Describe(frame), Next: r.Next, Counter: abi.BackendCounterNames[r.Reason]}
+	x := Backend{Packet: pkt.Describe(frame), Next: r.Next, SecondChanceIn: r.SecondChanceIn, Counter: abi.BackendCounterNames[r.Reason]}
 	switch r.Verdict {
 	case model.XDPPass:
 		x.Verdict = "XDP_PASS"

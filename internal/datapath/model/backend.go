@@ -73,6 +73,9 @@ type BackendResult struct {
 	Verdict int
 	Reason  int  // the be_counter that says why
 	GUE6    bool // GUE over IPv6 for this host (counted as gue6 too)
+	// SecondChanceIn is GUE for this host that another backend sent on
+	// (next hop index above 0; counted as second_chance_in too).
+	SecondChanceIn bool
 	// For GUE for this host: the outer destination, the hop list and
 	// next hop index, and the inner flow (Proto 0 when it could not be
 	// read).
@@ -133,7 +136,7 @@ func Backend(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 		hlen != 1+count || (proto != 4 && proto != 41) {
 		return r.drop(BeDropMalformed)
 	}
-	r.Next = next
+	r.Next, r.SecondChanceIn = next, next > 0
 	for i := 0; i < count && 8+4*i+4 <= len(g); i++ {
 		r.Hops = append(r.Hops, netip.AddrFrom4([4]byte(g[8+4*i:])))
 	}
@@ -178,7 +181,7 @@ func backend6(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 		hlen != 1+4*count || (proto != 4 && proto != 41) {
 		return r.drop(BeDropMalformed)
 	}
-	r.Next = next
+	r.Next, r.SecondChanceIn = next, next > 0
 	for i := 0; i < count && 8+16*i+16 <= len(g); i++ {
 		r.Hops = append(r.Hops, netip.AddrFrom16([16]byte(g[8+16*i:])))
 	}
