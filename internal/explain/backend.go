@@ -17,8 +17,8 @@ type Backend struct {
 	Hops  []string `json:"hops,omitempty"`
 	Next  int      `json:"next_hop_index"`
 	// SecondChanceIn is set on GUE another backend sent on to this one.
-	SecondChanceIn bool `json:"second_chance_in,omitempty"`
-	Flow  *Flow    `json:"flow,omitempty"`
+	SecondChanceIn bool  `json:"second_chance_in,omitempty"`
+	Flow           *Flow `json:"flow,omitempty"`
 	// Socket is what the socket lookup found for a TCP segment that is
 	// not a SYN: "connection", "listener only" or "none".
 	Socket string `json:"socket,omitempty"`
