@@ -25,9 +25,12 @@ install: build
 	install -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(ETCDIR)
 	sed 's|/usr/local/bin/director|$(PREFIX)/bin/director|' cmd/director/systemd/director.service \
 		> $(DESTDIR)$(UNITDIR)/director.service
-	chmod 0644 $(DESTDIR)$(UNITDIR)/director.service
-	@echo "installed $(PREFIX)/bin/director and $(UNITDIR)/director.service; put the configs in $(ETCDIR)," \
-		"then: systemctl daemon-reload && systemctl enable --now director"
+	sed 's|/usr/local/bin/director|$(PREFIX)/bin/director|' cmd/director/systemd/director-backend.service \
+		> $(DESTDIR)$(UNITDIR)/director-backend.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/director.service $(DESTDIR)$(UNITDIR)/director-backend.service
+	@echo "installed $(PREFIX)/bin/director, $(UNITDIR)/director.service and director-backend.service; on a director, put" \
+		"the configs in $(ETCDIR), then: systemctl daemon-reload && systemctl enable --now director; on a backend:" \
+		"systemctl enable --now director-backend"
 
 # The table package is tested twice: with the vector scoring path this CPU
 # has, and with the portable one (-tags purego), so both stay correct.

@@ -317,3 +317,96 @@ func OpenBackend(dir string) (*BackendProgram, error) {
 	}
 	return b, nil
 }
+
+// BackendSetup is how 'backend attach' and 'backend run' set the backend
+// program up on an interface.
+type BackendSetup struct {
+	Iface, Mode string
+	// Self is the address forwarded packets leave from; invalid: the
+	// interface's first IPv4 address (its IPv6 one for an IPv6-only
+	// host). GUE over IPv6 leaves from the interface's IPv6 address, or
+	// Self's when that is one.
+	Self         netip.Addr
+	SecondChance bool
+}
+
+// Selves are the addresses forwarded packets leave from, by s.
+func (s BackendSetup) Selves() ([]netip.Addr, error) {
+	addr, err := InterfaceIPv4(s.Iface)
+	if a6 := InterfaceIPv6(s.Iface); err != nil && a6.IsValid() {
+		addr, err = a6, nil // an IPv6-only backend
+	}
+	if s.Self.IsValid() {
+		addr, err = s.Self, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	selves := []netip.Addr{addr}
+	if a6 := InterfaceIPv6(s.Iface); addr.Is4() && a6.IsValid() {
+		selves = append(selves, a6)
+	}
+	return selves, nil
+}
+
+// Setup configures b as s says (its own addresses, second chance), makes
+// it take GUE for the host's addresses, and attaches it: the one way
+// both the command and the service set a backend up.
+func (b *BackendProgram) Setup(s BackendSetup) (*Attachment, []netip.Addr, error) {
+	selves, err := s.Selves()
+	if err != nil {
+		return nil, nil, fmt.Errorf("the backend's own address: %w", err)
+	}
+	if err := b.configure(selves, s.SecondChance); err != nil {
+		return nil, nil, err
+	}
+	if _, _, err := b.FollowAddrs(); err != nil {
+		return nil, nil, err
+	}
+	a, err := b.Attach(s.Iface, s.Mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, selves, nil
+}
+
+// FollowAddrs makes the program take GUE for the host's addresses as they
+// are now, and says which were added and removed since it last did.
+func (b *BackendProgram) FollowAddrs() (added, removed []netip.Addr, err error) {
+	host, err := HostAddrs()
+	if err != nil {
+		return nil, nil, err
+	}
+	was := map[netip.Addr]bool{}
+	var k uint32
+	var v uint8
+	it := b.maps.BeLocal.Iterate()
+	for it.Next(&k, &v) {
+		was[addrFromNative(k)] = true
+	}
+	var k6 [16]byte
+	it6 := b.maps.BeLocal6.Iterate()
+	for it6.Next(&k6, &v) {
+		was[netip.AddrFrom16(k6)] = true
+	}
+	if err := errors.Join(it.Err(), it6.Err()); err != nil {
+		return nil, nil, err
+	}
+	now := map[netip.Addr]bool{}
+	for _, a := range host {
+		now[a] = true
+		if !was[a] {
+			added = append(added, a)
+		}
+	}
+	for a := range was {
+		if !now[a] {
+			removed = append(removed, a)
+		}
+	}
+	if len(added) == 0 && len(removed) == 0 {
+		return nil, nil, nil
+	}
+	sort.Slice(removed, func(i, j int) bool { return removed[i].Less(removed[j]) })
+	return added, removed, b.Accept(host)
+}

@@ -14,7 +14,7 @@ import (
 
 var backendCmd = &command{
 	uses: usesBPFFS,
-	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION] | explain FLOW|--pcap FILE | doctor [--config CONFIG]  [--bpffs DIR | --backend-bpffs DIR]",
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION] | explain FLOW|--pcap FILE | doctor [--config CONFIG] | run --attach IFACE [--metrics ADDR:PORT]  [--bpffs DIR | --backend-bpffs DIR]",
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
@@ -30,7 +30,7 @@ var backendCmd = &command{
 		"own address, the addresses it takes GUE for (one added since attach), forwarding, rp_filter, and\n" +
 		"with --config the VIPs of the tables it serves (on this host?) and their other backends (reachable for\n" +
 		"second chance?). Each problem comes with its fix. Exit 0: nothing found; 1: problems; 2: a check could\n" +
-		"not be made.",
+		"not be made.\n" + backendRunHelp,
 	run: runBackend,
 }
 
@@ -43,6 +43,9 @@ func runBackend(e *env, c *command, args []string) error {
 	}
 	if rest, ok := backendSubArgs(args, "doctor"); ok {
 		return runBackendDoctor(e, c, rest)
+	}
+	if rest, ok := backendSubArgs(args, "run"); ok {
+		return runBackendRun(e, c, rest)
 	}
 	fs := e.flags(c)
 	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
@@ -90,7 +93,7 @@ func runBackend(e *env, c *command, args []string) error {
 	case pos[0] == "status" && len(pos) == 1:
 		return backendStatus(e, *dir, *asJSON)
 	}
-	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status, capture, explain or doctor")
+	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status, capture, explain, doctor or run")
 }
 
 // backendSubArgs says whether args are those of subcommand sub, one with
@@ -168,40 +171,17 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 	for _, r := range b.Repaired {
 		fmt.Fprintf(e.stderr, "director: %s\n", r)
 	}
-	addr, err := loader.InterfaceIPv4(iface)
-	if a6 := loader.InterfaceIPv6(iface); err != nil && a6.IsValid() {
-		addr, err = a6, nil // an IPv6-only backend
-	}
+	s := loader.BackendSetup{Iface: iface, Mode: mode, SecondChance: secondChance}
 	if self != "" {
-		addr, err = netip.ParseAddr(self)
+		if s.Self, err = netip.ParseAddr(self); err != nil {
+			return fmt.Errorf("backend: --self: %w", err)
+		}
 	}
+	a, selves, err := b.Setup(s)
 	if err != nil {
-		return fmt.Errorf("backend: --self: %w", err)
+		return fmt.Errorf("backend: %w", err)
 	}
-	configure := b.SetSelf
-	if !secondChance {
-		configure = b.DisableSecondChance
-	}
-	// GUE over IPv6 is forwarded from the interface's IPv6 address, or
-	// --self's when that is one.
-	selves := []netip.Addr{addr}
-	if a6 := loader.InterfaceIPv6(iface); addr.Is4() && a6.IsValid() {
-		selves = append(selves, a6)
-	}
-	if err := configure(selves...); err != nil {
-		return err
-	}
-	host, err := loader.HostAddrs()
-	if err != nil {
-		return err
-	}
-	if err := b.Accept(host); err != nil {
-		return err
-	}
-	a, err := b.Attach(iface, mode)
-	if err != nil {
-		return err
-	}
+	addr := selves[0]
 	accepted, err := b.Accepted()
 	if err != nil {
 		return err

@@ -294,7 +294,7 @@ func TestBackendCommands(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			return fmt.Errorf("backend unload left %s (%v)", dir, err)
 		}
-		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE, detach IFACE, unload, status, capture, explain or doctor") {
+		if _, errOut, code := runCmd(append(b, "frobnicate")...); code != 1 || !strings.Contains(errOut, "want attach IFACE, detach IFACE, unload, status, capture, explain, doctor or run") {
 			return fmt.Errorf("bad subcommand: %d %s", code, errOut)
 		}
 		return nil

@@ -56,14 +56,9 @@ func runService(e *env, c *command, args []string) error {
 	if *mode != loader.ModeNative && *mode != loader.ModeGeneric {
 		return fmt.Errorf("run: --mode %q: want native or generic", *mode)
 	}
-	var h slog.Handler
-	switch *logFormat {
-	case "text":
-		h = slog.NewTextHandler(e.stderr, nil)
-	case "json":
-		h = slog.NewJSONHandler(e.stderr, nil)
-	default:
-		return fmt.Errorf("run: --log-format %q: want text or json", *logFormat)
+	log, err := serviceLog(e, *logFormat)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -82,7 +77,18 @@ func runService(e *env, c *command, args []string) error {
 	service.Version = version
 	return service.Run(ctx, service.Options{
 		Config: *config, DirectorConfig: e.dirConfig, BPFFS: e.bpffs,
-		Attach: attach, Mode: *mode, MetricsAddr: *metrics, Log: slog.New(h),
+		Attach: attach, Mode: *mode, MetricsAddr: *metrics, Log: log,
 		FailStatic: *failStatic, DetachOnExit: *detach, Reload: reload,
 	})
+}
+
+// serviceLog is a service's logger, in format text or json, to stderr.
+func serviceLog(e *env, format string) (*slog.Logger, error) {
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, nil)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }

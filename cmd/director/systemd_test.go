@@ -43,6 +43,30 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
+// TestBackendSystemdUnit: the backend unit runs 'director backend run'
+// as Type=notify (READY=1 once attached), restarts on failure, and is
+// bounded to the capabilities it needs; its arguments are flags
+// 'backend run' takes.
+func TestBackendSystemdUnit(t *testing.T) {
+	u := unitSettings(t, "systemd/director-backend.service")
+	for k, want := range map[string]string{
+		"Type": "notify", "Restart": "on-failure", "NoNewPrivileges": "yes",
+		"CapabilityBoundingSet": "CAP_BPF CAP_PERFMON CAP_NET_ADMIN CAP_SYS_ADMIN",
+		"ExecStart":             "/usr/local/bin/director backend --bpffs /sys/fs/bpf/director-backend run $DIRECTOR_BACKEND_ARGS",
+	} {
+		if u[k] != want {
+			t.Errorf("%s=%q, want %q", k, u[k], want)
+		}
+	}
+	// The default arguments parse: a run without the root it needs fails
+	// on loading, not on its flags.
+	args := strings.Fields(strings.Trim(strings.TrimPrefix(u["Environment"], "DIRECTOR_BACKEND_ARGS="), `"`))
+	_, errOut, _ := runCmd(append([]string{"backend", "--bpffs", t.TempDir() + "/none", "run", "--interval", "0s"}, args...)...)
+	if !strings.Contains(errOut, "--interval 0s: must be more than zero") {
+		t.Errorf("the unit's arguments %v: %s", args, errOut)
+	}
+}
+
 // TestMakeInstall installs into a temporary prefix and checks what lands
 // there; systemd-analyze, where there is one, verifies the installed unit.
 func TestMakeInstall(t *testing.T) {
@@ -64,9 +88,15 @@ func TestMakeInstall(t *testing.T) {
 	if u := unitSettings(t, unit); !strings.HasPrefix(u["ExecStart"], bin+" run ") {
 		t.Errorf("the installed unit runs %q, not the installed binary", u["ExecStart"])
 	}
+	beUnit := filepath.Join(units, "director-backend.service")
+	if u := unitSettings(t, beUnit); !strings.HasPrefix(u["ExecStart"], bin+" backend ") {
+		t.Errorf("the installed backend unit runs %q, not the installed binary", u["ExecStart"])
+	}
 	if sa, err := exec.LookPath("systemd-analyze"); err == nil {
-		if out, err := exec.Command(sa, "verify", unit).CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
-			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		for _, u := range []string{unit, beUnit} {
+			if out, err := exec.Command(sa, "verify", u).CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+				t.Errorf("systemd-analyze verify %s: %v\n%s", u, err, out)
+			}
 		}
 	}
 }

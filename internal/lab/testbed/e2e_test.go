@@ -121,11 +121,18 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 	x := BackendIndex(drained)
 	wait := func() { time.Sleep(1200 * time.Millisecond) }
 
-	// 1. Drain x: its connections continue through second chance.
+	// 1. Drain x: its connections continue through second chance, which
+	// x counts (second_chance_in: backend run's
+	// director_backend_host_second_chance_received_total).
+	before := secondChanceIn(t, tb, x)
 	apply(t, tb, BackendConfig(map[int]string{x: "draining"}, nil, 3))
 	wait()
 	if got := spread(t, tb, 30); got[drained] != 0 {
 		t.Errorf("after draining %s, new connections landed on it: %v", drained, got)
+	}
+	during := secondChanceIn(t, tb, x)
+	if during <= before {
+		t.Errorf("draining %s, its connections' packets did not arrive by second chance (%d, then %d)", drained, before, during)
 	}
 	// The drain completes: x's clients finish and go.
 	var kept []*Session
@@ -138,6 +145,15 @@ func TestDrainWithoutBreakingConnections(t *testing.T) {
 		if ok, failed, err := s.Result(); failed > 0 || ok < 8 {
 			t.Errorf("connection %d on draining %s: %d exchanges, %d failed: %v", s.ID, drained, ok, failed, err)
 		}
+	}
+	// Done, as docs/operations.md tells it: once the connections' last
+	// packets (their close) are in, nothing more arrives at x by second
+	// chance while the other connections go on.
+	time.Sleep(testenv.Scaled(1200 * time.Millisecond))
+	done := secondChanceIn(t, tb, x)
+	time.Sleep(testenv.Scaled(1200 * time.Millisecond))
+	if now := secondChanceIn(t, tb, x); now != done {
+		t.Errorf("%s's connections are gone, but second chance still brings it packets (%d, then %d)", drained, done, now)
 	}
 	// 2. Remove it.
 	apply(t, tb, BackendConfig(map[int]string{x: "absent"}, nil, 3))
@@ -404,4 +420,20 @@ func TestPathMTU(t *testing.T) {
 		}
 		t.Logf("%d too-big replies; the clients then sent packets that fit", replies)
 	})
+}
+
+// secondChanceIn is backend i's count of GUE packets another backend sent
+// on to it.
+func secondChanceIn(t *testing.T, tb *Testbed, i int) uint64 {
+	t.Helper()
+	b, err := loader.OpenBackend(tb.BackendBPFFS(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, err := b.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c["second_chance_in"]
 }

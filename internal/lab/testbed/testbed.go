@@ -494,19 +494,9 @@ func (tb *Testbed) setupBackend(i int, h *Host) error {
 			return err
 		}
 		defer b.Close()
-		if err := b.SetSelf(h.selves()...); err != nil {
-			return err
-		}
 		// As 'backend attach' does: GUE is taken for the host's addresses,
 		// the VIPs on lo among them.
-		host, err := loader.HostAddrs()
-		if err != nil {
-			return err
-		}
-		if err := b.Accept(host); err != nil {
-			return err
-		}
-		if _, err := b.Attach("eth0", loader.ModeNative); err != nil {
+		if _, _, err := b.Setup(loader.BackendSetup{Iface: "eth0", Mode: loader.ModeNative, Self: h.IP, SecondChance: true}); err != nil {
 			return err
 		}
 		vips := []string{"tcp4", VIP.String() + ":80"}
