@@ -110,7 +110,9 @@ func TestBackendRun(t *testing.T) {
 			m, err = scrapeHere(metrics)
 			return err == nil
 		}
-		if !within(5*time.Second, func() bool { return scrape() && m[`director_backend_host_attached{interface="bk0",mode="generic"}`] == 1 }) {
+		if !within(5*time.Second, func() bool {
+			return scrape() && m[`director_backend_host_attached{interface="bk0",mode="generic"}`] == 1
+		}) {
 			return fail("no metrics saying it is attached: %v", m)
 		}
 		// GUE another backend sent on (next hop index 1), to this host.
