@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-14
 BPF_STRIP ?= llvm-strip-14
 
-.PHONY: all build test test-kernels bench lint fuzz clean generate check-generated check-headers demo demo-fleet demo-ipv6 install
+.PHONY: all build test test-kernels bench lint fuzz clean generate check-generated check-headers demo demo-fleet demo-ipv6 lab lab-down install
 
 all: build
 
@@ -78,6 +78,17 @@ demo-fleet: build
 
 demo-ipv6: build
 	$(GO) run ./internal/lab/demo --director $(BIN) --ipv6
+
+# The testbed left running to try commands in (it prints them); lab-down
+# removes it, and whatever a failed 'make lab' left.
+LAB_NAME ?= lab
+LAB_BIN  ?= bin/director-lab
+lab: build
+	$(GO) build -o $(LAB_BIN) ./internal/lab/demo
+	$(LAB_BIN) --director $(BIN) --lab up --lab-name $(LAB_NAME)
+
+lab-down:
+	$(GO) run ./internal/lab/demo --lab down --lab-name $(LAB_NAME)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./table

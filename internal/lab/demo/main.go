@@ -25,6 +25,8 @@ import (
 var (
 	bin       = flag.String("director", "bin/director", "the director binary")
 	fleetDemo = flag.Bool("fleet", false, "show a fleet of directors behind a BGP router instead (make demo-fleet)")
+	labCmd    = flag.String("lab", "", "up, down: 'make lab' and 'make lab-down', the testbed left running (hold: the process that keeps it)")
+	labName   = flag.String("lab-name", "lab", "with --lab, the lab's name: its namespaces NAME-*, pins /sys/fs/bpf/director-NAME*, files /run/director-NAME")
 	ipv6Demo  = flag.Bool("ipv6", false, "the same over an IPv6 underlay: IPv6 backends, GUE over IPv6, clients to an IPv4 and an IPv6 VIP (make demo-ipv6)")
 	failed    bool
 )
@@ -71,6 +73,25 @@ func main() {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "demo: run as root (it creates network namespaces and loads XDP programs)")
 		os.Exit(1)
+	}
+	if *labCmd != "" {
+		err := nameLab(*labName)
+		switch {
+		case err != nil:
+		case *labCmd == "up":
+			err = labUp(*bin)
+		case *labCmd == "down":
+			err = labDown(true)
+		case *labCmd == "hold":
+			err = labHold(*bin)
+		default:
+			err = fmt.Errorf("--lab %q: up or down", *labCmd)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "lab:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	var code int
 	var closer interface{ Close() error }

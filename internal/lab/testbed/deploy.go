@@ -1,11 +1,15 @@
 package testbed
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/loader"
 )
@@ -16,13 +20,17 @@ const LabMTU = 1600
 
 // NewLab is New(n), deployed (Deploy): what 'make lab' leaves running, and
 // what 'director doctor' and 'backend doctor' find nothing wrong with.
-func NewLab(n int) (*Testbed, error) { return newLab(n, false) }
+func NewLab(n int) (*Testbed, error) { return newLab(n, false, "") }
 
 // NewLab6 is NewLab with New6's IPv6 underlay.
-func NewLab6(n int) (*Testbed, error) { return newLab(n, true) }
+func NewLab6(n int) (*Testbed, error) { return newLab(n, true, "") }
 
-func newLab(n int, underlay6 bool) (*Testbed, error) {
-	tb, err := newBed(n, underlay6)
+// NewLabAt is NewLab with the director's pins at pins (the backends' beside
+// them, BackendBPFFS), out of the way of the tests' (ClearStale).
+func NewLabAt(n int, pins string) (*Testbed, error) { return newLab(n, false, pins) }
+
+func newLab(n int, underlay6 bool, pins string) (*Testbed, error) {
+	tb, err := newBedOn(nil, n, underlay6, pins)
 	if err != nil {
 		return nil, err
 	}
@@ -132,4 +140,52 @@ func (tb *Testbed) RouteVIPs(on bool) error {
 func hostNet(ip net.IP) *net.IPNet {
 	bits := 8 * len(ip)
 	return &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}
+}
+
+// Hosts are the testbed's hosts: the LAN, the client, the director and
+// the backends.
+func (tb *Testbed) Hosts() []*Host {
+	return append([]*Host{tb.LAN, tb.Client, tb.Director}, tb.Backends...)
+}
+
+// NameNamespaces gives each host's namespace a name, PREFIX-HOST, as 'ip
+// netns add' would (a bind mount under /run/netns): others can enter them
+// (nsenter --net=/run/netns/PREFIX-director), and they outlive this
+// process until UnnameNamespaces.
+func (tb *Testbed) NameNamespaces(prefix string) error {
+	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
+		return err
+	}
+	for _, h := range tb.Hosts() {
+		path := filepath.Join(NetnsDir, prefix+"-"+h.Name)
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", int(h.NS)), path, "none", unix.MS_BIND, ""); err != nil {
+			os.Remove(path)
+			return fmt.Errorf("naming %s's namespace %s: %w", h.Name, path, err)
+		}
+	}
+	return nil
+}
+
+// NetnsDir is where named network namespaces are bound ('ip netns').
+const NetnsDir = "/run/netns"
+
+// UnnameNamespaces removes every name PREFIX-* NameNamespaces gave (of
+// this testbed or one of a process gone), and says which.
+func UnnameNamespaces(prefix string) ([]string, error) {
+	paths, _ := filepath.Glob(filepath.Join(NetnsDir, prefix+"-*"))
+	var errs []error
+	for _, p := range paths {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+		}
+		if err := os.Remove(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return paths, errors.Join(errs...)
 }

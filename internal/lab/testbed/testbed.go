@@ -130,11 +130,12 @@ func New(n int) (_ *Testbed, err error) { return newBed(n, false) }
 // New6 is New with the IPv6 underlay (see the package doc).
 func New6(n int) (_ *Testbed, err error) { return newBed(n, true) }
 
-func newBed(n int, underlay6 bool) (_ *Testbed, err error) { return newBedOn(nil, n, underlay6) }
+func newBed(n int, underlay6 bool) (_ *Testbed, err error) { return newBedOn(nil, n, underlay6, "") }
 
-// newBedOn is the testbed with one director, on NICs when nics are given.
-func newBedOn(nics []string, n int, underlay6 bool) (*Testbed, error) {
-	tb, err := buildOn(nics, n, underlay6, func(tb *Testbed) (err error) {
+// newBedOn is the testbed with one director, on NICs when nics are given,
+// its pins at pins (a directory of the process's own when "").
+func newBedOn(nics []string, n int, underlay6 bool, pins string) (*Testbed, error) {
+	tb, err := buildOn(nics, n, underlay6, pins, func(tb *Testbed) (err error) {
 		tb.Director, err = tb.join("director", DirIP)
 		return err
 	}, DirIP)
@@ -158,19 +159,22 @@ func NewOnNICs(nics []string, n int) (*Testbed, error) {
 	if len(nics) < 3+n {
 		return nil, fmt.Errorf("a testbed of %d backends on NICs needs %d of them, not %d", n, 3+n, len(nics))
 	}
-	return newBedOn(nics, n, false)
+	return newBedOn(nics, n, false, "")
 }
 
 // build makes the LAN, the client, whatever directors adds, and n
 // backends; the client reaches the VIP through via.
 func build(n int, underlay6 bool, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
-	return buildOn(nil, n, underlay6, directors, via)
+	return buildOn(nil, n, underlay6, "", directors, via)
 }
 
 // buildOn is build, on NICs when nics are given (NewOnNICs).
-func buildOn(nics []string, n int, underlay6 bool, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
+func buildOn(nics []string, n int, underlay6 bool, pins string, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
 	ClearStale()
-	tb := &Testbed{BPFFS: fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid()), Underlay6: underlay6, nics: slices.Clone(nics)}
+	if pins == "" {
+		pins = fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid())
+	}
+	tb := &Testbed{BPFFS: pins, Underlay6: underlay6, nics: slices.Clone(nics)}
 	if nics != nil {
 		// This goroutine's thread is in the namespace the NICs are in:
 		// lab.Do never leaves one elsewhere.
@@ -540,12 +544,18 @@ func (tb *Testbed) serve(name string, ln net.Listener) {
 }
 
 // echo answers every line read from rw with name and the line, until
-// rw fails.
+// rw fails; an HTTP request (curl, a browser) it answers with its name,
+// in HTTP.
 func echo(name string, rw io.ReadWriter) {
 	r := bufio.NewReader(rw)
-	for {
+	for first := true; ; first = false {
 		line, err := r.ReadString('\n')
 		if err != nil {
+			return
+		}
+		if first && (strings.HasPrefix(line, "GET ") || strings.HasPrefix(line, "HEAD ")) {
+			body := name + "\n"
+			fmt.Fprintf(rw, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 			return
 		}
 		if _, err := fmt.Fprintf(rw, "%s %s", name, line); err != nil {

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/director/director/internal/lab/testbed"
+	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/loader/lab"
+)
+
+// TestMakeLab: 'make lab' brings the lab up and prints commands that work
+// as printed (a client reaches the VIP through the director; status,
+// explain, both doctors with nothing found, a drain planned and applied);
+// 'make lab-down' removes everything: the holder, the namespaces, the
+// pins, the files. After a lab whose holder died half way (its
+// namespaces named, its pins left), 'make lab-down' removes those too.
+func TestMakeLab(t *testing.T) {
+	testenv.Kernel(t)
+	for _, tool := range []string{"make", "nsenter"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s: %v ('make test' and CI install it)", tool, err)
+		}
+	}
+	name := fmt.Sprintf("labtest%d", os.Getpid())
+	tmp := t.TempDir()
+	vars := []string{"LAB_NAME=" + name, "BIN=" + filepath.Join(tmp, "director"), "LAB_BIN=" + filepath.Join(tmp, "director-lab")}
+	make := func(target string, env ...string) (string, error) {
+		cmd := exec.Command("make", append([]string{"-s", "-C", "../../..", target}, vars...)...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	t.Cleanup(func() { make("lab-down") })
+	left := func() []string {
+		var found []string
+		for _, g := range []string{testbed.NetnsDir + "/" + name + "-*", "/sys/fs/bpf/director-" + name + "*", "/run/director-" + name} {
+			m, _ := filepath.Glob(g)
+			found = append(found, m...)
+		}
+		return found
+	}
+
+	out, err := make("lab")
+	if err != nil {
+		t.Fatalf("make lab: %v\n%s", err, out)
+	}
+	// A client reaches the VIP through the director.
+	body, err := httpGet(testbed.NetnsDir+"/"+name+"-client", testbed.VIP.String()+":80")
+	if err != nil || !strings.HasPrefix(body, "backend") {
+		t.Fatalf("GET http://%s/ from the client: %v %q", testbed.VIP, err, body)
+	}
+	// The commands it printed, run as printed.
+	ran := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "nsenter ") || strings.Contains(line, "&") || strings.Contains(line, " curl ") {
+			continue
+		}
+		args := strings.Fields(line)
+		o, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		verb := ""
+		for _, v := range []string{"status", "explain", "doctor", "plan", "apply"} {
+			if strings.Contains(line, " "+v+" ") || strings.HasSuffix(line, " "+v) {
+				verb = v
+			}
+		}
+		want := 0
+		if verb == "plan" {
+			want = 2 // the drain changes the table
+		}
+		if code != want {
+			t.Errorf("%s: exit %d, want %d\n%s", line, code, want, o)
+		}
+		ran[verb] = true
+	}
+	for _, v := range []string{"status", "explain", "doctor", "plan", "apply"} {
+		if !ran[v] {
+			t.Errorf("make lab printed no %s command to try:\n%s", v, out)
+		}
+	}
+	if !strings.Contains(out, "capture -c 4") {
+		t.Errorf("make lab printed no capture command:\n%s", out)
+	}
+	// Up again: it says so, and changes nothing.
+	if again, err := make("lab"); err != nil || !strings.Contains(again, "the lab is already up") {
+		t.Errorf("make lab twice: %v\n%s", err, again)
+	}
+	if out, err := make("lab-down"); err != nil || !strings.Contains(out, "removed the holder") {
+		t.Fatalf("make lab-down: %v\n%s", err, out)
+	}
+	if l := left(); len(l) > 0 {
+		t.Fatalf("make lab-down left %v", l)
+	}
+	if out, err := make("lab-down"); err != nil || !strings.Contains(out, "nothing to remove") {
+		t.Errorf("make lab-down twice: %v\n%s", err, out)
+	}
+
+	// A holder that dies after naming its namespaces, its pins loaded.
+	hold := exec.Command(filepath.Join(tmp, "director-lab"), "--director", filepath.Join(tmp, "director"), "--lab", "hold", "--lab-name", name)
+	hold.Env = append(os.Environ(), "DIRECTOR_LAB_FAIL=after-namespaces")
+	if out, err := hold.CombinedOutput(); err == nil || !strings.Contains(string(out), "dying on purpose") {
+		t.Fatalf("the failing holder: %v\n%s", err, out)
+	}
+	if l := left(); len(l) < 5 {
+		t.Fatalf("the failed lab left only %v: the test of lab-down is void", l)
+	}
+	if out, err := make("lab-down"); err != nil {
+		t.Fatalf("make lab-down after a failed lab: %v\n%s", err, out)
+	}
+	if l := left(); len(l) > 0 {
+		t.Fatalf("make lab-down after a failed lab left %v", l)
+	}
+}
+
+// httpGet fetches http://addr/ from inside the namespace bound at path.
+func httpGet(path, addr string) (string, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return "", err
+	}
+	defer ns.Close()
+	var body string
+	err = lab.Do(ns, func() error {
+		c, err := net.DialTimeout("tcp", addr, testenv.Scaled(3*time.Second))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(testenv.Scaled(3 * time.Second)))
+		fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
+		r := bufio.NewReader(c)
+		status, err := r.ReadString('\n')
+		if err != nil || !strings.Contains(status, " 200 ") {
+			return fmt.Errorf("status %q: %v", status, err)
+		}
+		rest, err := io.ReadAll(r)
+		_, b, _ := strings.Cut(string(rest), "\r\n\r\n")
+		body = b
+		return err
+	})
+	return body, err
+}
