@@ -334,6 +334,8 @@ func TestDoctorIPv6Underlay(t *testing.T) {
 	if c := r.Named("vip-routed"); c == nil || !strings.Contains(c.Detail, testbed.VIP6.String()) {
 		t.Fatalf("VIP6 not probed: %+v", c)
 	}
+	b.run(t, []doctorCase{{"IPv6 forwarding off", "forwarding", 1, inNS(b.tb.Backends[0], sysctlW("net.ipv6.conf.eth0.forwarding", "0")),
+		inNS(b.tb.Backends[0], sysctlW("net.ipv6.conf.eth0.forwarding", "1"))}})
 	b.run(t, []doctorCase{{"IPv6 gateway MAC nobody has", "gateway6", 0,
 		func() error {
 			b.writeDirectorConfig(t, func(dc *table.DirectorConfig) { dc.GatewayMAC6 = net.HardwareAddr{2, 0, 0, 0, 0x66, 0x66} })
