@@ -326,13 +326,15 @@ func (h *BackendHost) neighbour(link int, a netip.Addr) (string, bool) {
 	const valid = unix.NUD_PERMANENT | unix.NUD_NOARP | unix.NUD_REACHABLE | unix.NUD_PROBE | unix.NUD_STALE | unix.NUD_DELAY
 	for _, n := range ns {
 		if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a && n.State&valid != 0 {
-			return fmt.Sprintf("%s, %s", n.HardwareAddr, nudName(n.State)), true
+			return fmt.Sprintf("%s, %s", n.HardwareAddr, NeighbourState(n.State)), true
 		}
 	}
 	return "", false
 }
 
-func nudName(s int) string {
+// NeighbourState names a neighbour entry's state (NUD_*), the strongest
+// bit first.
+func NeighbourState(s int) string {
 	for _, n := range []struct {
 		bit  int
 		name string

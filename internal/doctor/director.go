@@ -303,7 +303,7 @@ func neighbourWith(l netlink.Link, family int, mac net.HardwareAddr, gw netip.Ad
 				continue
 			}
 			if bytes.Equal(n.HardwareAddr, mac) {
-				return neighbourSeen{ip: ip.Unmap(), state: nudName(n.State)}, true, nil
+				return neighbourSeen{ip: ip.Unmap(), state: loader.NeighbourState(n.State)}, true, nil
 			}
 			if gw.IsValid() && ip.Unmap() == gw {
 				seen.gatewayMAC, gwKnown = n.HardwareAddr, true
@@ -330,18 +330,6 @@ func touch(a netip.Addr) {
 	c.Close()
 }
 
-func nudName(s int) string {
-	for _, n := range []struct {
-		bit  int
-		name string
-	}{{unix.NUD_PERMANENT, "permanent"}, {unix.NUD_NOARP, "noarp"}, {unix.NUD_REACHABLE, "reachable"},
-		{unix.NUD_PROBE, "probe"}, {unix.NUD_STALE, "stale"}, {unix.NUD_DELAY, "delay"}} {
-		if s&n.bit != 0 {
-			return n.name
-		}
-	}
-	return fmt.Sprintf("state %#x", s)
-}
 
 // probes is how many datagrams are sent to each VIP, each from its own
 // port: behind ECMP among several directors, some reach this one.
