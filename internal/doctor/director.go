@@ -330,7 +330,6 @@ func touch(a netip.Addr) {
 	c.Close()
 }
 
-
 // probes is how many datagrams are sent to each VIP, each from its own
 // port: behind ECMP among several directors, some reach this one.
 const probes = 16

@@ -503,13 +503,14 @@ func TestRun(t *testing.T) {
 		// With nothing to apply, what the checks found is published all
 		// the same: on the status page and in status --json.
 		// The checks rise again after the restart: wait for them, as
-		// long as a slow (emulated) guest takes.
+		// long as a slow (emulated) guest takes. The config has two
+		// backends now (backend 2 was removed above).
 		doc := statusJSON(t, tb)
 		for deadline := time.Now().Add(testenv.Scaled(3 * interval)); time.Now().Before(deadline) &&
-			(doc.Service == nil || doc.Service.Checks.Up != 3); doc = statusJSON(t, tb) {
+			(doc.Service == nil || doc.Service.Checks.Up != 2); doc = statusJSON(t, tb) {
 			time.Sleep(interval / 4)
 		}
-		if doc.Service == nil || doc.Service.Checks.Up != 3 || len(doc.Service.Backends) != 3 {
+		if doc.Service == nil || doc.Service.Checks.Up != 2 || len(doc.Service.Backends) != 2 {
 			t.Fatalf("after a restart that applied nothing, status --json shows the checks as %+v", doc.Service)
 		}
 		for _, b := range doc.Service.Backends {
