@@ -101,7 +101,7 @@ func (s *service) rampStep(now time.Time) bool {
 	if going && now.Before(s.ramp.next) {
 		return false
 	}
-	ramps, problems := table.Ramps(s.live.tables, &table.Config{Tables: in.judged})
+	ramps, problems := s.ramps(in)
 	if len(ramps) == 0 && len(problems) == 0 && going {
 		s.ramp = nil // the rest is one safe step: the edit itself
 		return false
@@ -151,6 +151,21 @@ func (s *service) rampStep(now time.Time) bool {
 	s.cur = step
 	s.ramp = &rampState{target: in, next: s.rampLast.Add(interval), step: step, last: what}
 	return true
+}
+
+// ramps are the ramps from what is live towards in, and what stops one.
+func (s *service) ramps(in *input) ([]table.Ramp, []string) {
+	return table.Ramps(s.live.tables, &table.Config{Tables: in.judged})
+}
+
+// rampable reports whether in, held, is an edit a ramp takes by itself:
+// such an edit waits for no one, and is not counted as held.
+func (s *service) rampable(in *input) bool {
+	if len(in.judged) != len(in.cfg.Tables) {
+		return false
+	}
+	ramps, problems := s.ramps(in)
+	return len(ramps) > 0 && len(problems) == 0 && s.onlyRamped(in, ramps)
 }
 
 // onlyRamped reports whether the tables of in that differ from what is live

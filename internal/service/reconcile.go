@@ -121,7 +121,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 			s.m.configErrors.Inc()
 			s.log.Error("config edit refused; the last good one is kept", "err", err)
 			s.pending = nil
-		case out == held && s.ramp == nil:
+		case out == held && s.ramp == nil && !s.rampable(s.pending):
 			heldCount++
 		case out == held:
 		default:

@@ -170,10 +170,9 @@ func TestRunRampsALoweredWeight(t *testing.T) {
 	for time.Now().Before(deadline) {
 		if w := weight(); len(seen) == 0 || seen[len(seen)-1] != w {
 			seen = append(seen, w)
-			if len(seen) > 1 {
-				heldDuring = max(heldDuring, gauge(t, metrics, "director_held_changes"))
-			}
 		}
+		// Before the first step too: an edit a ramp will take is not held.
+		heldDuring = max(heldDuring, gauge(t, metrics, "director_held_changes"))
 		if strings.Contains(logs.String(), `"msg":"config edit adopted"`) {
 			break
 		}
