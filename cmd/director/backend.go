@@ -34,18 +34,19 @@ var backendCmd = &command{
 	run: runBackend,
 }
 
+// backendSubs are the backend subcommands with flags of their own.
+var backendSubs = []struct {
+	name string
+	run  func(*env, *command, []string) error
+}{
+	{"capture", runBackendCapture}, {"explain", runBackendExplain}, {"doctor", runBackendDoctor}, {"run", runBackendRun},
+}
+
 func runBackend(e *env, c *command, args []string) error {
-	if rest, ok := backendSubArgs(args, "capture"); ok {
-		return runBackendCapture(e, c, rest)
-	}
-	if rest, ok := backendSubArgs(args, "explain"); ok {
-		return runBackendExplain(e, c, rest)
-	}
-	if rest, ok := backendSubArgs(args, "doctor"); ok {
-		return runBackendDoctor(e, c, rest)
-	}
-	if rest, ok := backendSubArgs(args, "run"); ok {
-		return runBackendRun(e, c, rest)
+	for _, sub := range backendSubs {
+		if rest, ok := backendSubArgs(args, sub.name); ok {
+			return sub.run(e, c, rest)
+		}
 	}
 	fs := e.flags(c)
 	dir := fs.String("backend-bpffs", loader.BackendDir, "bpffs `DIR` the backend program is pinned in")
@@ -71,19 +72,7 @@ func runBackend(e *env, c *command, args []string) error {
 	case pos[0] == "attach" && len(pos) == 2:
 		return backendAttach(e, *dir, pos[1], *mode, *self, !*noSecond)
 	case pos[0] == "detach" && len(pos) == 2:
-		if _, err := os.Stat(*dir); os.IsNotExist(err) {
-			return fmt.Errorf("backend: %s is not attached: no backend program is loaded at %s", pos[1], *dir)
-		}
-		b, err := loader.OpenBackend(*dir)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
-		if err := b.Detach(pos[1]); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "detached from %s; the program stays loaded at %s ('director backend unload' removes it)\n", pos[1], *dir)
-		return nil
+		return backendDetach(e, *dir, pos[1])
 	case pos[0] == "unload" && len(pos) == 1:
 		if err := loader.Unload(*dir); err != nil {
 			return err
@@ -94,6 +83,23 @@ func runBackend(e *env, c *command, args []string) error {
 		return backendStatus(e, *dir, *asJSON)
 	}
 	return fmt.Errorf("backend: want attach IFACE, detach IFACE, unload, status, capture, explain, doctor or run")
+}
+
+// backendDetach is 'backend detach IFACE': the program stays loaded.
+func backendDetach(e *env, dir, iface string) error {
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return fmt.Errorf("backend: %s is not attached: no backend program is loaded at %s", iface, dir)
+	}
+	b, err := loader.OpenBackend(dir)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.Detach(iface); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "detached from %s; the program stays loaded at %s ('director backend unload' removes it)\n", iface, dir)
+	return nil
 }
 
 // backendSubArgs says whether args are those of subcommand sub, one with
