@@ -80,25 +80,38 @@ func (h *BackendHost) fail(err error) {
 // looks the flow up exactly as the program's helper does (established,
 // then listening sockets), so a listener alone is told apart.
 func (h *BackendHost) Socket(client, vip netip.AddrPort) (found, listening bool) {
-	state, err := tcpSocketState(vip, client)
-	if err != nil {
-		if !errors.Is(err, unix.ENOENT) {
-			h.fail(fmt.Errorf("socket lookup: %w", err))
+	state, err := sockDiag(unix.IPPROTO_TCP, vip, client, false)
+	if errors.Is(err, unix.ENOENT) {
+		// sock_diag says ENOENT both for no such socket and for no TCP
+		// handler (tcp_diag not loaded, and not loadable): a dump, which
+		// finds the handler or fails, tells them apart.
+		if _, derr := sockDiag(unix.IPPROTO_TCP, vip, client, true); derr != nil && !errors.Is(derr, errNoAnswer) {
+			h.fail(fmt.Errorf("socket lookup: the kernel's sock_diag has no TCP handler (modprobe tcp_diag): %w", derr))
 		}
+		return false, false
+	}
+	if err != nil {
+		h.fail(fmt.Errorf("socket lookup: %w", err))
 		return false, false
 	}
 	return true, state == tcpListen
 }
+
+// errNoAnswer is a sock_diag request answered with no socket: for a dump
+// of no states, what a kernel with the handler says.
+var errNoAnswer = errors.New("sock_diag gave no answer")
 
 const (
 	sockDiagByFamily = 20 // SOCK_DIAG_BY_FAMILY
 	tcpListen        = 10 // TCP_LISTEN
 )
 
-// tcpSocketState asks sock_diag for the one TCP socket of local and
-// remote (inet_diag's exact lookup, not a dump) and returns its state;
-// ENOENT when there is none.
-func tcpSocketState(local, remote netip.AddrPort) (uint8, error) {
+// sockDiag asks sock_diag for the one socket of protocol proto between
+// local and remote (inet_diag's exact lookup) and returns its state;
+// ENOENT when there is none. With probe, it asks for a dump of no states
+// instead, which a kernel with the protocol's handler answers with
+// nothing (errNoAnswer).
+func sockDiag(proto uint8, local, remote netip.AddrPort, probe bool) (uint8, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return 0, err
@@ -119,8 +132,12 @@ func tcpSocketState(local, remote netip.AddrPort) (uint8, error) {
 	if local.Addr().Is6() && !local.Addr().Is4In6() {
 		req[0] = unix.AF_INET6
 	}
-	req[1] = unix.IPPROTO_TCP
+	req[1] = proto
 	binary.NativeEndian.PutUint32(req[4:], 0xffffffff) // every state
+	if probe {
+		binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+		binary.NativeEndian.PutUint32(req[4:], 0)
+	}
 	id := req[8:]                                      // struct inet_diag_sockid
 	binary.BigEndian.PutUint16(id[0:], local.Port())
 	binary.BigEndian.PutUint16(id[2:], remote.Port())
@@ -155,13 +172,20 @@ func tcpSocketState(local, remote netip.AddrPort) (uint8, error) {
 					return 0, unix.Errno(-e)
 				}
 			}
+		case unix.NLMSG_DONE:
+			// A dump's end; its error, when it failed, is here.
+			if len(m.data) >= 4 {
+				if e := int32(binary.NativeEndian.Uint32(m.data)); e < 0 {
+					return 0, unix.Errno(-e)
+				}
+			}
 		case sockDiagByFamily:
 			if len(m.data) >= 2 {
 				return m.data[1], nil // struct inet_diag_msg: family, state, ...
 			}
 		}
 	}
-	return 0, errors.New("sock_diag gave no answer")
+	return 0, errNoAnswer
 }
 
 type nlMsg struct {

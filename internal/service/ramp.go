@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/director/director/internal/change"
@@ -154,14 +155,35 @@ func (s *service) rampStep(now time.Time) bool {
 }
 
 // ramps are the ramps from what is live towards in, and what stops one.
+// Finding them builds tables (slow in an emulated guest, and not free
+// anywhere): the answer is kept for as long as the edit, its judged
+// tables and what is live stay.
 func (s *service) ramps(in *input) ([]table.Ramp, []string) {
-	return table.Ramps(s.live.tables, &table.Config{Tables: in.judged})
+	key := strings.Join(s.live.fps, ",")
+	for i := range in.judged {
+		_, fp := in.tables.Built(i)
+		key += "|" + fp
+	}
+	if s.rampSeen.in != in || s.rampSeen.key != key {
+		ramps, problems := table.Ramps(s.live.tables, &table.Config{Tables: in.judged})
+		s.rampSeen = rampSeen{in: in, key: key, ramps: ramps, problems: problems}
+	}
+	return s.rampSeen.ramps, s.rampSeen.problems
 }
 
-// rampable reports whether in, held, is an edit a ramp takes by itself:
-// such an edit waits for no one, and is not counted as held.
+// rampSeen is what ramps last found, and for what.
+type rampSeen struct {
+	in       *input
+	key      string
+	ramps    []table.Ramp
+	problems []string
+}
+
+// rampable reports whether in, an edit held as unsafe, is one a ramp
+// takes by itself: such an edit waits for no one, so it is neither counted,
+// listed nor logged as held.
 func (s *service) rampable(in *input) bool {
-	if len(in.judged) != len(in.cfg.Tables) {
+	if in == nil || in == s.cur || len(in.judged) != len(in.cfg.Tables) {
 		return false
 	}
 	ramps, problems := s.ramps(in)

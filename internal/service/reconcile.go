@@ -121,7 +121,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 			s.m.configErrors.Inc()
 			s.log.Error("config edit refused; the last good one is kept", "err", err)
 			s.pending = nil
-		case out == held && s.ramp == nil && !s.rampable(s.pending):
+		case out == held && s.ramp == nil && !s.rampable(s.pending): // (rampable's answer is kept from try's)
 			heldCount++
 		case out == held:
 		default:
@@ -216,15 +216,22 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		return unchanged, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
-		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc),
-			ConfigChanges: in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0), Reasons: he.reasons})
+		ramped := s.rampable(in)
+		if !ramped {
+			s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc),
+				ConfigChanges: in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0), Reasons: he.reasons})
+		}
 		why := strings.Join(he.reasons, "; ")
 		if why != s.hold.logged {
 			s.hold.logged = why
-			if in != s.cur {
+			switch {
+			case ramped:
+				s.log.Info("config edit unsafe in one step: a ramp takes it in steps with no row at risk, one every ramp_interval_s",
+					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
+			case in != s.cur:
 				s.log.Warn("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
-			} else {
+			default:
 				s.log.Warn("UNSAFE health change held: applied by the service once it is safe (when a drain in progress ends, say); "+
 					"a person may apply it sooner with 'director healthcheck' and 'director apply --allow-unsafe'",
 					"config", s.o.Config, "reasons", he.reasons, "changes", changes)

@@ -104,6 +104,7 @@ type service struct {
 	ramp     *rampState    // a lowered weight being taken in safe steps
 	transit  *transitState // a held health change's transition, being served
 	rampLast time.Time     // when the last ramp step was applied, by this run or the one before
+	rampSeen rampSeen      // whether the held edit is one a ramp takes
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
 	lastApply  *StatusApply  // the last apply

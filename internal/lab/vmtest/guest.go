@@ -23,7 +23,7 @@ const guestBPFFS = "/sys/fs/bpf/vmtest"
 
 // buildInitramfs writes the guest's root file system: busybox, the
 // modules, the director, the test binaries in their packages' places
-// beside testdata (the tests open ../testdata), and /init.
+// beside testdata and docs (the tests open ../testdata), and /init.
 func buildInitramfs(out, busybox, director, root string, k Kernel, mods []string, pkgs []pkgTests) error {
 	r := newInitramfs()
 	for _, d := range []string{"proc", "sys", "dev", "tmp", "run", "var/run/netns", "etc"} {
@@ -48,8 +48,12 @@ func buildInitramfs(out, busybox, director, root string, k Kernel, mods []string
 		r.copy("lib/modules/vmtest/"+name, m, 0o644)
 		names = append(names, strings.TrimSuffix(name, ".ko"))
 	}
-	if err := r.tree("src/testdata", filepath.Join(root, "testdata")); err != nil {
-		return err
+	// testdata, and docs: tests hold what the tools serve to what the
+	// operator's manual says (the metrics' names).
+	for _, d := range []string{"testdata", "docs"} {
+		if err := r.tree("src/"+d, filepath.Join(root, d)); err != nil {
+			return err
+		}
 	}
 	bins := []string{director}
 	for _, p := range pkgs {

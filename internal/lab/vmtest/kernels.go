@@ -49,6 +49,8 @@ var kernels = []Kernel{
 
 // modulesWanted are the modules the guest loads (with what they depend
 // on): veth for every veth pair, bridge for the testbed's LAN, virtio_pci
-// and virtio_net for the NICs (nics.go). The cloud kernels build them as
-// modules, but for virtio_pci, built into 6.12 (its modules.builtin).
-var modulesWanted = []string{"veth", "bridge", "virtio_pci", "virtio_net"}
+// and virtio_net for the NICs (nics.go), tcp_diag for the socket lookups
+// of backend explain (sock_diag; a host's modprobe loads it on demand,
+// the guest has none). The cloud kernels build them as modules, but for
+// virtio_pci, built into 6.12 (its modules.builtin).
+var modulesWanted = []string{"veth", "bridge", "virtio_pci", "virtio_net", "tcp_diag"}
