@@ -8,15 +8,20 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/datapath/pkt"
+	"github.com/director/director/internal/explain"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/table"
 	"github.com/director/director/table/quiclb"
@@ -220,14 +225,19 @@ func (tb *Testbed) OpenQUIC(id int) (*Session, error) {
 // error: the client has left its old network, so the connection is lost.
 // The old socket stays open (closing it would close the connection in
 // quic-go), but nothing is sent from it once the path is switched.
+//
+// The new port is one whose 4-tuple's row (in the live table, as the
+// reference model reads it) has another backend than the session's as
+// its primary: the move always goes where a 4-tuple hash would break the
+// connection, so that only routing by connection ID can keep it.
 func (tb *Testbed) Migrate(s *Session) error {
 	q := s.quic
 	if q == nil {
 		return fmt.Errorf("connection %d is not QUIC", s.ID)
 	}
-	tr, err := tb.transport()
+	tr, err := tb.transportAway(BackendIP(BackendIndex(s.Backend)))
 	if err != nil {
-		return err
+		return fmt.Errorf("QUIC connection %d: %w", s.ID, err)
 	}
 	q.mu.Lock()
 	q.trs = append(q.trs, tr)
@@ -245,6 +255,40 @@ func (tb *Testbed) Migrate(s *Session) error {
 		return fmt.Errorf("QUIC connection %d: switching to port %d: %w", s.ID, q.port(), err)
 	}
 	return nil
+}
+
+// transportAway is a client socket whose flow to VIP:QUICPort has a row
+// whose primary is not backend.
+func (tb *Testbed) transportAway(backend netip.Addr) (*quic.Transport, error) {
+	d, err := tb.OpenDirector()
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	live, err := d.LiveState()
+	if err != nil {
+		return nil, err
+	}
+	if live.Config == nil {
+		return nil, errors.New("no director config is live")
+	}
+	var gw [6]byte
+	copy(gw[:], live.Config.GatewayMAC)
+	dp := model.New(*live.Config, gw, live.Tables)
+	for range 64 {
+		tr, err := tb.transport()
+		if err != nil {
+			return nil, err
+		}
+		port := uint16(tr.Conn.LocalAddr().(*net.UDPAddr).Port)
+		// No payload: a packet too short for QUIC follows its row.
+		x := explain.Explain(dp, pkt.Frame(pkt.IPv4(ClientIP, VIP, 17, pkt.UDP(port, QUICPort, nil), pkt.V4Opts{})))
+		if len(x.Hops) > 0 && x.Hops[0].Addr != backend.String() {
+			return tr, nil
+		}
+		tr.Close()
+	}
+	return nil, fmt.Errorf("no port of 64 has a row away from %s", backend)
 }
 
 // SpreadQUIC opens n short QUIC connections and counts which backend each
