@@ -138,7 +138,7 @@ func sockDiag(proto uint8, local, remote netip.AddrPort, probe bool) (uint8, err
 		binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 		binary.NativeEndian.PutUint32(req[4:], 0)
 	}
-	id := req[8:]                                      // struct inet_diag_sockid
+	id := req[8:] // struct inet_diag_sockid
 	binary.BigEndian.PutUint16(id[0:], local.Port())
 	binary.BigEndian.PutUint16(id[2:], remote.Port())
 	if req[0] == unix.AF_INET {
