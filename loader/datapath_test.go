@@ -93,6 +93,7 @@ func setupSpelling(t testing.TB, dc table.DirectorConfig, cfg string, spell bool
 	}
 	d.noSpelling = !spell
 	t.Cleanup(func() { d.Close() })
+	testenv.Hold(t, d.Prog)
 	tabs := testTables(t, cfg)
 	if err := d.SetConfig(&dc, net.HardwareAddr(pkt.GatewayMAC[:])); err != nil {
 		t.Fatal(err)

@@ -159,6 +159,7 @@ func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Close()
 	m := model.New(dc, pkt.GatewayMAC, tabs)
 	small := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
 	huge := append(append([]byte(nil), small...), make([]byte, model.MaxFrame)...)

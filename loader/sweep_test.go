@@ -164,6 +164,7 @@ func sweep(t *testing.T, cfg string, addrs []string, trie, spelled bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Close()
 	refs := table.Refs(tabs)
 	byBackend := map[netip.Addr]int{}
 	for i, tb := range tabs {

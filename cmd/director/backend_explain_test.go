@@ -303,6 +303,11 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 			return err
 		}
 		defer prog.Close()
+		release, err := lab.Hold(prog.Prog())
+		if err != nil {
+			return err
+		}
+		defer release()
 		// Where BPF_PROG_RUN takes no ingress interface (before 5.13),
 		// frames come in by loopback: explain is asked the same.
 		ingress, run := "be0", func(f []byte, ifindex int) (uint32, error) {

@@ -57,6 +57,7 @@ func TestExplainMatchesTheKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer r.Close()
 			outs := make([]lab.Outcome, len(frames))
 			if err := r.Run(frames, outs); err != nil {
 				t.Fatal(err)

@@ -606,6 +606,7 @@ func TestLookupMatchesTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	testenv.Hold(t, d.Prog)
 	type bind struct {
 		vip  netip.Addr
 		port uint16

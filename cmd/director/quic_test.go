@@ -33,6 +33,7 @@ func TestCIDLookupMatchesTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	testenv.Hold(t, d.Prog)
 	tab := src.Tables[0]
 	vip := netip.MustParseAddr("10.10.10.10")
 	rng := rand.New(rand.NewPCG(37, 1))

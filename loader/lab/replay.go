@@ -32,23 +32,37 @@ type Replayer struct {
 	prog     *ebpf.Program
 	counters *ebpf.Map // the director's per-CPU global counters
 	workers  []int     // CPUs, one worker pinned to each
+	release  func()    // Hold's
 }
 
 // NewReplayer runs frames through prog, whose global counters are
 // counters: a director no interface is attached to, so that the counters
-// move only for the frames run here.
+// move only for the frames run here. It holds prog (Hold) until Close.
 func NewReplayer(prog *ebpf.Program, counters *ebpf.Map) (*Replayer, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return nil, err
 	}
-	r := &Replayer{prog: prog, counters: counters}
+	release, err := Hold(prog)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replayer{prog: prog, counters: counters, release: release}
 	for cpu := 0; cpu < 1024 && len(r.workers) < runtime.GOMAXPROCS(0); cpu++ {
 		if set.IsSet(cpu) {
 			r.workers = append(r.workers, cpu)
 		}
 	}
 	return r, nil
+}
+
+// Close lets the program go from the dispatcher; the program itself is
+// its loader's to close.
+func (r *Replayer) Close() {
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
 }
 
 // Run processes frames in parallel, one worker per CPU, and fills out

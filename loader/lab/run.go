@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/director/director/bpf"
 )
@@ -119,4 +121,39 @@ func labProgram(pick func(*bpf.LabPrograms) **ebpf.Program) (*ebpf.Program, erro
 	*keep = nil
 	progs.Close()
 	return p, nil
+}
+
+// Hold keeps p in the kernel's XDP dispatcher until release, for runs of
+// many frames: it attaches p, in generic mode, to the loopback device of a
+// network namespace of its own. That device is down and nothing is sent
+// there, so no packet reaches p by it and its counters move only for the
+// frames run.
+//
+// BPF_PROG_RUN of an XDP program that is attached nowhere adds it to the
+// dispatcher and takes it out again, and the kernel rewrites the
+// dispatcher's code both times. Measured in the emulated guests, one run
+// of a two-instruction program: Linux 5.10, 6.2 ms not held and 47 µs
+// held; 6.1, 65 and 50 µs (this host, natively: 3.3 and 2.4 µs). The
+// namespace goes with release, or with the process.
+func Hold(p *ebpf.Program) (release func(), err error) {
+	var ns netns.NsHandle
+	var l link.Link
+	err = onThread(func() error {
+		if ns, err = netns.New(); err != nil {
+			return fmt.Errorf("holding the program: a network namespace: %w", err)
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			l, err = link.AttachXDP(link.XDPOptions{Program: p, Interface: lo.Attrs().Index, Flags: link.XDPGenericMode})
+		}
+		if err != nil {
+			ns.Close()
+			return fmt.Errorf("holding the program: attaching it to a private loopback: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() { l.Close(); ns.Close() }, nil
 }

@@ -43,6 +43,10 @@ type Side struct {
 
 // Close releases the side's private director.
 func (s *Side) Close() {
+	if s != nil && s.kernel != nil {
+		s.kernel.Close()
+		s.kernel = nil
+	}
 	if s != nil && s.private != nil {
 		s.private.Close()
 		s.private = nil
