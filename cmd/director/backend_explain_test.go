@@ -332,7 +332,9 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 			share int
 			setup func() error
 		}{
-			{"second chance", 8, func() error { return nil }},
+			// Forwarding on where frames come in: be0, or loopback
+			// where BPF_PROG_RUN takes no ingress interface (5.10).
+			{"second chance", 8, func() error { return setForwarding(ingress, true) }},
 			{"forwarding off", 1, func() error { return setForwarding(ingress, false) }},
 			{"no second chance", 1, func() error { setForwarding(ingress, true); return runAttach("--no-second-chance") }},
 		} {
