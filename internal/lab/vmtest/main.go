@@ -261,12 +261,16 @@ func (r *vmRun) boot(k Kernel, kdir string) *result {
 	fmt.Fprintf(r.out, "vmtest: booting %s (%s)\n", k.Name, pkg)
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	net, err := newGuestNet(k.Name, r.cpus)
+	cpus := r.cpus
+	if k.CPUs > 0 {
+		cpus = k.CPUs
+	}
+	net, err := newGuestNet(k.Name, cpus)
 	if err != nil {
 		return &result{Kernel: k, Package: pkg, Problems: []string{"the guest's NICs: " + err.Error()}}
 	}
 	defer net.close()
-	args := append(qemuArgs(filepath.Join(kdir, "vmlinuz"), filepath.Join(kdir, "initrd.gz"), r.cpus, r.mem), net.qemuArgs()...)
+	args := append(qemuArgs(filepath.Join(kdir, "vmlinuz"), filepath.Join(kdir, "initrd.gz"), cpus, r.mem), net.qemuArgs()...)
 	name, args := net.command(r.qemu, args)
 	return boot(ctx, name, args, k, pkg, r.pkgs, filepath.Join(r.work, k.Name+".log"), r.out)
 }
