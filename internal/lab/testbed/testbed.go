@@ -113,10 +113,16 @@ func sysctl(path, value string) error {
 	return os.WriteFile(filepath.Join("/proc/sys", strings.ReplaceAll(path, ".", "/")), []byte(value), 0o644)
 }
 
-// ClearStale removes pins left by a crashed run.
+// ClearStale removes pins left by a crashed run: those whose process
+// (the number after the prefix) is gone. A live one's are its own: 'go
+// test ./...' runs several packages' testbeds at once.
 func ClearStale() {
 	dirs, _ := filepath.Glob("/sys/fs/bpf/" + pinPrefix + "*")
 	for _, d := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), pinPrefix), "-")
+		if _, err := os.Stat("/proc/" + pid); pid != "" && err == nil {
+			continue
+		}
 		loader.Unload(d)
 		os.RemoveAll(d)
 	}
