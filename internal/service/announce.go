@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -201,4 +202,13 @@ func (s *service) publish() {
 	s.status.publish(Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
 		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now, Ramp: s.rampStatus(),
 		Recent: slices.Clone(s.recent), Backends: s.checks.backends(), Interfaces: ifaces}, s.live.tables)
+	for _, f := range s.told {
+		f()
+	}
+	s.told = nil
+}
+
+// tell logs, once the round's status is published (see service.told).
+func (s *service) tell(level slog.Level, msg string, args ...any) {
+	s.told = append(s.told, func() { s.log.Log(context.Background(), level, msg, args...) })
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sort"
@@ -119,13 +120,13 @@ func (s *service) reconcile(trigger string, first bool) error {
 		switch {
 		case err != nil:
 			s.m.configErrors.Inc()
-			s.log.Error("config edit refused; the last good one is kept", "err", err)
+			s.tell(slog.LevelError, "config edit refused; the last good one is kept", "err", err)
 			s.pending = nil
 		case out == held && s.ramp == nil && !s.rampable(s.pending): // (rampable's answer is kept from try's)
 			heldCount++
 		case out == held:
 		default:
-			s.log.Info("config edit adopted", "config", s.o.Config, "result", map[outcome]string{applied: "applied", unchanged: "already live"}[out])
+			s.tell(slog.LevelInfo, "config edit adopted", "config", s.o.Config, "result", map[outcome]string{applied: "applied", unchanged: "already live"}[out])
 			s.cur, s.pending = s.pending, nil
 			s.setFailStatic(frozen)
 			if s.started {
@@ -226,13 +227,13 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 			s.hold.logged = why
 			switch {
 			case ramped:
-				s.log.Info("config edit unsafe in one step: a ramp takes it in steps with no row at risk, one every ramp_interval_s",
+				s.tell(slog.LevelInfo, "config edit unsafe in one step: a ramp takes it in steps with no row at risk, one every ramp_interval_s",
 					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			case in != s.cur:
-				s.log.Warn("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
+				s.tell(slog.LevelWarn, "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			default:
-				s.log.Warn("UNSAFE health change held: applied by the service once it is safe (when a drain in progress ends, say); "+
+				s.tell(slog.LevelWarn, "UNSAFE health change held: applied by the service once it is safe (when a drain in progress ends, say); "+
 					"a person may apply it sooner with 'director healthcheck' and 'director apply --allow-unsafe'",
 					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			}
@@ -240,7 +241,7 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		return held, nil
 	case err != nil:
 		s.m.applies.WithLabelValues("failed").Inc()
-		s.log.Error("apply failed; the live tables keep serving", "trigger", trigger, "err", err)
+		s.tell(slog.LevelError, "apply failed; the live tables keep serving", "trigger", trigger, "err", err)
 		if res != nil { // applied, but not as planned: read what is there
 			if live, lerr := s.d.LiveState(); lerr == nil {
 				s.setLive(live.Tables, table.PlanTables(live.Tables), live.Config)
@@ -268,7 +269,7 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		}
 		fpChanges = append(fpChanges, fmt.Sprintf("%s %s->%s", table.DisplayName(p.Name, i), old, table.ShortFingerprint(p.Fingerprint)))
 	}
-	s.log.Info("applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
+	s.tell(slog.LevelInfo, "applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
 		"took", took.Round(time.Microsecond))
 	s.lastApply = &StatusApply{Time: time.Now().UTC(), Trigger: trigger, Verdict: verdict, Changes: changes}
 	s.recent = append([]StatusApply{*s.lastApply}, s.recent[:min(len(s.recent), RecentApplies-1)]...)

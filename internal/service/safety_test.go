@@ -1,9 +1,13 @@
 package service
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/table"
@@ -137,3 +141,59 @@ func TestComingBackAfterAnOutage(t *testing.T) {
 		t.Error("no transition was applied: the test did not test them")
 	}
 }
+
+// TestLogLinesFollowTheStatus: a person who reads "held", "adopted" or
+// "applied" in the log and then asks the status page (or director doctor,
+// or a scrape) finds what the line says, never the round before it.
+func TestLogLinesFollowTheStatus(t *testing.T) {
+	s := kernelService(t, checkedInputWith(t, 3, ""))
+	type seen struct {
+		held      int
+		gauge     float64
+		lastApply string
+	}
+	lines := map[string]seen{}
+	s.log = slog.New(&snapshotHandler{snap: func(msg string) {
+		st, _ := s.status.current()
+		var last string
+		if st.LastApply != nil {
+			last = st.LastApply.Trigger
+		}
+		lines[msg] = seen{held: len(st.Held), gauge: testutil.ToFloat64(s.m.held), lastApply: last}
+	}})
+	edit := func(change func(*input)) {
+		t.Helper()
+		in := checkedInputWith(t, 3, "")
+		change(in)
+		adopt(in, s.cur)
+		s.pending = in
+		if err := s.reconcile("config", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const heldLine = "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with " +
+		"'director apply --allow-unsafe' if it is what you want"
+	edit(func(in *input) { in.cfg.Tables[0].HashKey[0] ^= 0xff })
+	if got, ok := lines[heldLine]; !ok || got.held != 1 || got.gauge != 1 {
+		t.Errorf("when the key edit was logged as held, the status held %d and director_held_changes was %v (logged: %v)", got.held, got.gauge, ok)
+	}
+	edit(func(in *input) {})
+	if got, ok := lines["config edit adopted"]; !ok || got.held != 0 || got.gauge != 0 {
+		t.Errorf("when the live key was logged as adopted, the status held %d and director_held_changes was %v (logged: %v)", got.held, got.gauge, ok)
+	}
+	edit(func(in *input) { in.cfg.Tables[0].Backends[0].State = table.StateDraining })
+	if got, ok := lines["applied"]; !ok || got.lastApply != "config" {
+		t.Errorf("when the drain was logged as applied, the status's last apply was %q (logged: %v)", got.lastApply, ok)
+	}
+}
+
+// snapshotHandler calls snap with each record's message as it is logged.
+type snapshotHandler struct{ snap func(msg string) }
+
+func (h *snapshotHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *snapshotHandler) Handle(_ context.Context, r slog.Record) error {
+	h.snap(r.Message)
+	return nil
+}
+func (h *snapshotHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *snapshotHandler) WithGroup(string) slog.Handler      { return h }

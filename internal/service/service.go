@@ -91,8 +91,12 @@ func (o *Options) defaults() {
 type service struct {
 	o   Options
 	log *slog.Logger
-	d   *loader.Director
-	m   *metrics
+	// told are a round's log lines about what it applied or held, logged
+	// once its status and metrics are out: whoever reads the log and then
+	// asks (status, doctor, a scrape) finds what the line says.
+	told []func()
+	d    *loader.Director
+	m    *metrics
 
 	cur     *input // the config being served
 	pending *input // an edit waiting to be safe to apply
