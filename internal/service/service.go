@@ -91,9 +91,10 @@ func (o *Options) defaults() {
 type service struct {
 	o   Options
 	log *slog.Logger
-	// told are a round's log lines about what it applied or held, logged
-	// once its status and metrics are out: whoever reads the log and then
-	// asks (status, doctor, a scrape) finds what the line says.
+	// told are the log lines of a round (a reconcile, or a look at the
+	// pins and attachments) about what it did or found, logged once its
+	// status and metrics are out: whoever reads a line and then asks
+	// (status, doctor, a scrape) finds what the line says.
 	told []func()
 	d    *loader.Director
 	m    *metrics
@@ -237,6 +238,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.startBGP(); err != nil {
 		return err
 	}
+	s.publish() // the interfaces attached
 	status := fmt.Sprintf("serving %d tables", len(s.live.tables))
 	if s.hold.logged != "" {
 		status += "; a change is held: " + s.hold.logged

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -52,7 +53,7 @@ func (s *service) verify(trigger string) {
 		s.once("pins", "cannot check the pins", "err", err)
 	} else {
 		for _, d := range done {
-			s.log.Warn("pins changed underneath: "+d, "bpffs", s.o.BPFFS)
+			s.tell(slog.LevelWarn, "pins changed underneath: "+d, "bpffs", s.o.BPFFS)
 		}
 	}
 	s.verifyAttachments(trigger)
@@ -62,6 +63,11 @@ func (s *service) verify(trigger string) {
 		s.resolved("mtus", "the interfaces' MTUs are recorded again")
 	}
 	s.verifyLive()
+	if len(s.told) > 0 {
+		// Something changed or went wrong: the status says so before
+		// the log does.
+		s.publish()
+	}
 }
 
 // once logs a problem the first time it is seen with this text, and
@@ -72,13 +78,13 @@ func (s *service) once(key, msg string, args ...any) {
 		return
 	}
 	s.problems[key] = text
-	s.log.Error(msg, args...)
+	s.tell(slog.LevelError, msg, args...)
 }
 
 func (s *service) resolved(key, msg string, args ...any) {
 	if _, ok := s.problems[key]; ok {
 		delete(s.problems, key)
-		s.log.Info(msg, args...)
+		s.tell(slog.LevelInfo, msg, args...)
 	}
 }
 
@@ -126,7 +132,7 @@ func (s *service) verifyAttachments(trigger string) {
 		}
 		delete(s.problems, "attach "+iface)
 		s.setAttached(iface, got.Mode, true)
-		s.log.Warn("attachment lost: attached again", "interface", iface, "why", why, "mode", got.Mode, "link", got.LinkID, "trigger", trigger)
+		s.tell(slog.LevelWarn, "attachment lost: attached again", "interface", iface, "why", why, "mode", got.Mode, "link", got.LinkID, "trigger", trigger)
 		steering = true
 	}
 	s.setSteering(steering)
@@ -174,9 +180,9 @@ func (s *service) setSteering(on bool) {
 	s.steering = on
 	s.announce() // first: the log line then says what the metrics already do
 	if on {
-		s.log.Info("steering again: the VIPs are announced")
+		s.tell(slog.LevelInfo, "steering again: the VIPs are announced")
 	} else {
-		s.log.Error("no interface steers: the VIPs are withdrawn until one does", "interfaces", s.o.Attach)
+		s.tell(slog.LevelError, "no interface steers: the VIPs are withdrawn until one does", "interfaces", s.o.Attach)
 	}
 }
 
@@ -205,7 +211,7 @@ func (s *service) verifyLive() {
 	if live.Config == nil {
 		s.live.config = nil
 	}
-	s.log.Warn("the live tables changed outside the service; planning from what is live now", "before", before,
+	s.tell(slog.LevelWarn, "the live tables changed outside the service; planning from what is live now", "before", before,
 		"after", describeLive(live.Tables, now), "director config changed", !sameConfig)
 	s.reconcile("outside change", false)
 }

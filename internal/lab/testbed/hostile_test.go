@@ -372,6 +372,9 @@ func TestRunOnAHostileHost(t *testing.T) {
 		if metric(t, "director_interface_attached", "interface", "spare0") != 0 || metric(t, "director_bgp_vips_announced") != 1 {
 			t.Fatal("spare0 is exported as attached, or the VIPs went with it while eth0 steers")
 		}
+		if attachedInStatus(t, tb, "spare0") || !attachedInStatus(t, tb, "eth0") {
+			t.Fatal("once spare0's deletion was logged, status does not say spare0 is gone and eth0 steers")
+		}
 		mark = p.Mark()
 		if err := tb.Director.Do(func() error { return veth("spare0", "spare1") }); err != nil {
 			t.Fatal(err)
@@ -379,8 +382,8 @@ func TestRunOnAHostileHost(t *testing.T) {
 		if rec, ok := p.WaitLog(mark, msg("attachment lost: attached again"), testenv.Scaled(2*time.Second)); !ok || rec["interface"] != "spare0" {
 			t.Fatalf("spare0 made again: %v", rec)
 		}
-		if metric(t, "director_interface_attached", "interface", "spare0", "mode", "native") != 1 {
-			t.Fatal("spare0 not exported as attached again")
+		if metric(t, "director_interface_attached", "interface", "spare0", "mode", "native") != 1 || !attachedInStatus(t, tb, "spare0") {
+			t.Fatal("spare0 not exported as attached again, or not in status")
 		}
 		// Another program takes eth0 while its pin is gone, and spare0 is
 		// deleted: nothing steers, and the VIPs are withdrawn.

@@ -229,7 +229,22 @@ type statusDoc struct {
 				OK   bool   `json:"ok"`
 			} `json:"results"`
 		} `json:"backends"`
+		Interfaces []struct {
+			Name     string `json:"name"`
+			Attached bool   `json:"attached"`
+		} `json:"interfaces"`
 	} `json:"service"`
+}
+
+// attachedInStatus is whether 'director status --json' has iface attached.
+func attachedInStatus(t *testing.T, tb *Testbed, iface string) bool {
+	t.Helper()
+	for _, i := range statusJSON(t, tb).Service.Interfaces {
+		if i.Name == iface {
+			return i.Attached
+		}
+	}
+	return false
 }
 
 func statusJSON(t *testing.T, tb *Testbed) statusDoc {
