@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -115,7 +116,7 @@ func (s *service) healthSteps(trigger string) bool {
 		downs[i] = t
 	}
 	if len(down) > 0 {
-		s.log.Warn("the checks' change is held, but not its downs: applying them alone", "down", down)
+		s.tell(slog.LevelWarn, "the checks' change is held, but not its downs: applying them alone", "down", down)
 		out, _ := s.commit(in, downs, trigger, judgeDowns)
 		return out == applied
 	}
@@ -147,7 +148,7 @@ func (s *service) healthSteps(trigger string) bool {
 		target[i] = table.Fingerprint(t)
 	}
 	s.transit = &transitState{until: time.Now().Add(interval), live: slices.Clone(s.live.fps), target: target}
-	s.log.Info("the checks' change is taken in two steps: a transition keeping the moved rows' old primaries as secondaries is live; "+
+	s.tell(slog.LevelInfo, "the checks' change is taken in two steps: a transition keeping the moved rows' old primaries as secondaries is live; "+
 		"the change follows after ramp_interval_s", "tables", strings.Join(through, ", "), "next", interval)
 	return true
 }

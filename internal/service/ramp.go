@@ -3,6 +3,7 @@ package service
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -109,7 +110,7 @@ func (s *service) rampStep(now time.Time) bool {
 	}
 	if len(ramps) == 0 || len(problems) > 0 || !s.onlyRamped(in, ramps) {
 		if going {
-			s.log.Warn("ramp stopped: the held edit is no longer one with a safe ramp", "problems", problems)
+			s.tell(slog.LevelWarn, "ramp stopped: the held edit is no longer one with a safe ramp", "problems", problems)
 		}
 		s.ramp = nil
 		return false
@@ -136,15 +137,15 @@ func (s *service) rampStep(now time.Time) bool {
 		return false
 	}
 	if !going {
-		s.log.Info("the held edit is carried out as a ramp, each step with no row at risk", "ramps", what, "interval", interval)
+		s.tell(slog.LevelInfo, "the held edit is carried out as a ramp, each step with no row at risk", "ramps", what, "interval", interval)
 	}
 	out, _, err := s.try(step, "ramp", false)
 	if err != nil || out != applied {
-		s.log.Warn("ramp step not applied; the ramp is found again from what is live at the next interval", "step", what, "err", err)
+		s.tell(slog.LevelWarn, "ramp step not applied; the ramp is found again from what is live at the next interval", "step", what, "err", err)
 		s.ramp = &rampState{target: in, next: now.Add(interval)}
 		return false
 	}
-	s.log.Info("ramp step applied", "steps", what, "next", interval)
+	s.tell(slog.LevelInfo, "ramp step applied", "steps", what, "next", interval)
 	s.saveRampLast(time.Now())
 	if s.pending == nil {
 		s.pending = in // the served config was the edit: it is now what the ramp goes to

@@ -357,13 +357,13 @@ func (s *service) setFailStatic(frozen []string) {
 	}
 	for n := range now {
 		if !s.failStatic[n] {
-			s.log.Error("FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table. "+
+			s.tell(slog.LevelError, "FAIL-STATIC: too many backends of the table fail their checks at once; keeping the last table. "+
 				s.failStaticWhy(n), "table", n, "fraction", s.o.FailStatic)
 		}
 	}
 	for n := range s.failStatic {
 		if !now[n] {
-			s.log.Info("fail-static over: the checks agree again", "table", n)
+			s.tell(slog.LevelInfo, "fail-static over: the checks agree again", "table", n)
 		}
 	}
 	s.failStatic = now
