@@ -50,6 +50,7 @@ func LoadBackend(dir string) (*BackendProgram, error) {
 	}
 	b := &BackendProgram{Dir: dir}
 	l := &pinnedLoad{
+		kind:     KindBackend,
 		dir:      dir,
 		what:     "the backend program",
 		restart:  fmt.Sprintf("run 'director backend unload --backend-bpffs %s', which stops decapsulating, then attach again", dir),
@@ -301,11 +302,14 @@ func InterfaceIPv4(iface string) (netip.Addr, error) {
 // OpenBackend adopts the backend program pinned in dir without loading
 // anything: for commands that only read, or detach.
 func OpenBackend(dir string) (*BackendProgram, error) {
+	if err := checkKind(dir, KindBackend); err != nil {
+		return nil, err
+	}
 	b := &BackendProgram{Dir: dir}
 	var err error
 	if b.progs.Backend, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no backend program is loaded at %s", dir)
+			return nil, fmt.Errorf("no backend program is loaded at %s: %w", dir, ErrBackendNotLoaded)
 		}
 		return nil, privilegeError("reading the backend's pins in "+dir, err)
 	}

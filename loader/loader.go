@@ -177,6 +177,7 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	var progs bpf.DirectorPrograms
 	d := &Director{Dir: dir, spec: spec, cache: cacheFor(dir)}
 	l := &pinnedLoad{
+		kind:     KindDirector,
 		dir:      dir,
 		what:     "the XDP program",
 		restart:  fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
@@ -291,6 +292,9 @@ func install(dir string, prog *ebpf.Program) (*ebpf.Program, error) {
 
 // Open adopts a director pinned in dir.
 func Open(dir string) (*Director, error) {
+	if err := checkKind(dir, KindDirector); err != nil {
+		return nil, err
+	}
 	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil)
 	if err != nil {
 		err = privilegeError("reading the pins in "+dir, err)
@@ -331,52 +335,72 @@ func Open(dir string) (*Director, error) {
 	return d, nil
 }
 
-// Unload detaches every interface and removes every pin in dir. Unloading
-// what is not loaded is not an error. It removes only what this project
-// pins: a directory not on a bpffs, or holding anything else (a mistyped
-// --bpffs), is refused with nothing removed or detached.
+// Unload detaches every interface and removes every pin in dir, of either
+// program: what labs and tests clean up with. Unloading what is not loaded
+// is not an error. It removes only what this project pins: a directory not
+// on a bpffs, or holding anything else (a mistyped --bpffs), is refused
+// with nothing removed or detached.
 func Unload(dir string) error {
+	_, err := unload(dir, KindNone)
+	return err
+}
+
+// UnloadAs is Unload for the commands of one program (want): a pin
+// directory of the other is refused with nothing done (WrongKindError),
+// and loaded says whether anything was there to unload.
+func UnloadAs(dir string, want PinKind) (loaded bool, err error) { return unload(dir, want) }
+
+func unload(dir string, want PinKind) (bool, error) {
 	st, err := os.Lstat(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	} else if err != nil {
-		return err
+		return false, err
 	}
 	if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory, so not a director's pins: nothing removed (check --bpffs)", dir)
+		return false, fmt.Errorf("%s is not a directory, so not a director's pins: nothing removed (check --bpffs)", dir)
 	}
 	if !isBPFFS(dir) {
-		return fmt.Errorf("%s is not on a bpf filesystem, so not a director's pins: nothing removed (check --bpffs)", dir)
+		return false, fmt.Errorf("%s is not on a bpf filesystem, so not a director's pins: nothing removed (check --bpffs)", dir)
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer unlock()
+	if want != KindNone {
+		if err := checkKind(dir, want); err != nil {
+			return false, err
+		}
+		if err := CheckNoRun(dir, "unload"); err != nil {
+			return false, err
+		}
+	}
+	loaded := PinnedKind(dir) != KindNone
 	ours, err := ownPins(dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, l := range ours.links {
 		if err := detachPinned(l); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for _, p := range ours.files {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("removing %s: %w", p, err)
+			return false, fmt.Errorf("removing %s: %w", p, err)
 		}
 	}
 	for _, d := range ours.dirs {
 		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("removing %s: %w", d, err)
+			return false, fmt.Errorf("removing %s: %w", d, err)
 		}
 	}
 	dropCache(dir)
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing %s: %w", dir, err)
+		return false, fmt.Errorf("removing %s: %w", dir, err)
 	}
-	return nil
+	return loaded, nil
 }
 
 // pinSet is what a pin directory holds of this project's: link pins,

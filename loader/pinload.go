@@ -28,6 +28,7 @@ import (
 // from the program's own (what was done goes in repaired), so the maps
 // adopted are always the datapath's, never a new empty one beside it.
 type pinnedLoad struct {
+	kind    PinKind // which program's pins dir must hold, if any
 	dir     string
 	what    string // "the XDP program", for errors
 	restart string // how to start over when pinned maps have another layout
@@ -93,6 +94,10 @@ func (l *pinnedLoad) prepare() (unlock func(), err error) {
 		return nil, privilegeError("loading "+l.what+" into "+l.dir, err)
 	}
 	if unlock, err = lockDir(l.dir); err != nil {
+		return nil, err
+	}
+	if err := checkKind(l.dir, l.kind); err != nil {
+		unlock()
 		return nil, err
 	}
 	for _, name := range l.pinned {

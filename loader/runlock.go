@@ -20,28 +20,43 @@ import (
 const pinRunLock = "run_lock"
 
 // ErrRunning is what errors.Is finds in a RunningError.
-var ErrRunning = errors.New("a 'director run' serves these pins")
+var ErrRunning = errors.New("a service serves these pins")
 
-// RunningError says that a 'director run' holds a pin directory's run
-// lock, and which.
+// RunningError says that a service ('director run', or 'director backend
+// run' for a backend program's pins) holds a pin directory's run lock,
+// and which.
 type RunningError struct {
 	Dir string
 	PID int // 0 when it could not be found
 	// What was refused ("detach"), or "" when another service was.
 	What string
+	// Backend is set when the holder is 'director backend run': the pins
+	// are the backend program's.
+	Backend bool
+}
+
+func (e *RunningError) service() string {
+	if e.Backend {
+		return "'director backend run'"
+	}
+	return "'director run'"
 }
 
 func (e *RunningError) Error() string {
-	who := "another 'director run'"
+	who := e.service()
 	if e.PID != 0 {
 		who = fmt.Sprintf("%s (pid %d)", who, e.PID)
 	}
 	if e.What == "" {
-		return fmt.Sprintf("%s already serves the pins in %s; one service per pin directory", who, e.Dir)
+		return fmt.Sprintf("another %s already serves the pins in %s; one service per pin directory", who, e.Dir)
+	}
+	if e.Backend {
+		return fmt.Sprintf("%s refused: %s serves the pins in %s, and would undo it or be undone: stop it first "+
+			"(systemctl stop director-backend)", e.What, who, e.Dir)
 	}
 	return fmt.Sprintf("%s refused: %s serves the pins in %s, and would undo it or be undone: edit its config files "+
 		"instead (it applies safe changes and holds unsafe ones for 'director apply --allow-unsafe'), or stop it first "+
-		"(systemctl stop director)", e.What, strings.TrimPrefix(who, "another "), e.Dir)
+		"(systemctl stop director)", e.What, who, e.Dir)
 }
 
 func (e *RunningError) Is(target error) bool { return target == ErrRunning }
@@ -65,7 +80,7 @@ func LockRun(dir string) (unlock func(), err error) {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			pid, _ := RunHolder(dir)
-			return nil, &RunningError{Dir: dir, PID: pid}
+			return nil, &RunningError{Dir: dir, PID: pid, Backend: PinnedKind(dir) == KindBackend}
 		}
 		return nil, fmt.Errorf("run lock %s: %w", path, err)
 	}
@@ -89,15 +104,17 @@ func RunHolder(dir string) (int, error) {
 	return flockHolder(st.Dev, st.Ino)
 }
 
-// CheckNoRun refuses, naming the pid, when a 'director run' other than
-// this process serves dir: what changes the kernel's state (apply, detach,
-// unload) must go through the service then, or the service would undo it.
+// CheckNoRun refuses, naming the pid, when a service ('director run' or
+// 'director backend run') other than this process serves dir: every
+// command that changes pins (load, apply, attach, detach, unload, and the
+// backend's) must go through the service then, or the service would undo
+// it or be undone.
 func CheckNoRun(dir, what string) error {
 	pid, err := RunHolder(dir)
 	if err != nil || pid == 0 || pid == os.Getpid() {
 		return err
 	}
-	return &RunningError{Dir: dir, PID: pid, What: what}
+	return &RunningError{Dir: dir, PID: pid, What: what, Backend: PinnedKind(dir) == KindBackend}
 }
 
 // flockHolder finds in /proc/locks the process holding an exclusive flock

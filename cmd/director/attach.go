@@ -30,6 +30,9 @@ func runAttach(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := loader.CheckNoRun(e.bpffs, "attach"); err != nil {
+		return err
+	}
 	d, err := e.open()
 	if err != nil {
 		return err

@@ -74,11 +74,7 @@ func runBackend(e *env, c *command, args []string) error {
 	case pos[0] == "detach" && len(pos) == 2:
 		return backendDetach(e, *dir, pos[1])
 	case pos[0] == "unload" && len(pos) == 1:
-		if err := loader.Unload(*dir); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "unloaded %s\n", *dir)
-		return nil
+		return unloadPins(e, *dir, loader.KindBackend)
 	case pos[0] == "status" && len(pos) == 1:
 		return backendStatus(e, *dir, *asJSON)
 	}
@@ -89,6 +85,9 @@ func runBackend(e *env, c *command, args []string) error {
 func backendDetach(e *env, dir, iface string) error {
 	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return fmt.Errorf("backend: %s is not attached: no backend program is loaded at %s", iface, dir)
+	}
+	if err := loader.CheckNoRun(dir, "backend detach"); err != nil {
+		return err
 	}
 	b, err := loader.OpenBackend(dir)
 	if err != nil {
@@ -169,6 +168,9 @@ func runBackendCapture(e *env, c *command, args []string) error {
 }
 
 func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) error {
+	if err := loader.CheckNoRun(dir, "backend attach"); err != nil {
+		return err
+	}
 	b, err := loader.LoadBackend(dir)
 	if err != nil {
 		return err

@@ -27,6 +27,9 @@ func runLoad(e *env, c *command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := loader.CheckNoRun(e.bpffs, "load"); err != nil {
+		return err
+	}
 	d, err := loader.Load(e.bpffs)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)

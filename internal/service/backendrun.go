@@ -40,7 +40,7 @@ type BackendOptions struct {
 // removed underneath), on netlink's events and every Interval. It serves
 // the program's counters as Prometheus metrics. When it stops the program
 // stays attached: decapsulation goes on without the service.
-func RunBackend(ctx context.Context, o BackendOptions) error {
+func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -50,6 +50,36 @@ func RunBackend(ctx context.Context, o BackendOptions) error {
 	if o.Ready == nil {
 		o.Ready = func(s string) { notify("READY=1\nSTATUS=" + s) }
 	}
+	// What can fail without the kernel fails first: a start refused for a
+	// bad --metrics leaves nothing loaded or attached.
+	var ln net.Listener
+	if o.MetricsAddr != "" {
+		if ln, err = net.Listen("tcp", o.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		defer ln.Close()
+	}
+	// A start that fails after that leaves nothing it made: pins that were
+	// not there before go (after the lock and handles below are released);
+	// pins that were there are kept, as they may be serving.
+	started := false
+	if _, serr := os.Lstat(o.BPFFS); errors.Is(serr, os.ErrNotExist) {
+		defer func() {
+			if err == nil || started {
+				return
+			}
+			if uerr := loader.Unload(o.BPFFS); uerr != nil {
+				o.Log.Error("the failed start left pins behind", "bpffs", o.BPFFS, "err", uerr)
+			}
+		}()
+	}
+	// One service per pin directory, as for 'director run': the lock is the
+	// pins' own, and every command that changes them checks it.
+	unlock, err := loader.LockRun(o.BPFFS)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	b, err := loader.LoadBackend(o.BPFFS)
 	if err != nil {
 		return err
@@ -63,15 +93,12 @@ func RunBackend(ctx context.Context, o BackendOptions) error {
 	if err != nil {
 		return fmt.Errorf("setting the backend program up on %s: %w", o.Setup.Iface, err)
 	}
+	started = true
 	accepted, _ := b.Accepted()
 	r.mode, r.attached = a.Mode, true
 	o.Log.Info("running", "interface", a.Interface, "mode", a.Mode, "forwards from", addrList(selves), "accepts GUE for", addrList(accepted),
 		"second chance", o.Setup.SecondChance)
-	if o.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", o.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
+	if ln != nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(r, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 		mux := http.NewServeMux()
