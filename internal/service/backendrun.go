@@ -63,16 +63,8 @@ func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 	// not there before go (after the lock and handles below are released);
 	// pins that were there are kept, as they may be serving.
 	started := false
-	if _, serr := os.Lstat(o.BPFFS); errors.Is(serr, os.ErrNotExist) {
-		defer func() {
-			if err == nil || started {
-				return
-			}
-			if uerr := loader.Unload(o.BPFFS); uerr != nil {
-				o.Log.Error("the failed start left pins behind", "bpffs", o.BPFFS, "err", uerr)
-			}
-		}()
-	}
+	undo := undoFreshPins(o.BPFFS, o.Log)
+	defer func() { undo(err != nil && !started) }()
 	// One service per pin directory, as for 'director run': the lock is the
 	// pins' own, and every command that changes them checks it.
 	unlock, err := loader.LockRun(o.BPFFS)

@@ -178,16 +178,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	// are released), so that neither a loaded program nor a directory
 	// of this user's is left for the next start, by whoever, to trip over.
 	// Pins that were there are kept: they may be serving.
-	if _, serr := os.Lstat(o.BPFFS); errors.Is(serr, os.ErrNotExist) {
-		defer func() {
-			if err == nil || s.started {
-				return
-			}
-			if uerr := loader.Unload(o.BPFFS); uerr != nil {
-				s.log.Error("the failed start left pins behind", "bpffs", o.BPFFS, "err", uerr)
-			}
-		}()
-	}
+	undo := undoFreshPins(o.BPFFS, s.log)
+	defer func() { undo(err != nil && !s.started) }()
 	unlock, err := loader.LockRun(o.BPFFS)
 	if err != nil {
 		return err
@@ -488,5 +480,24 @@ func (s *service) stopAll() {
 	if s.statsd.stop != nil {
 		s.statsd.stop()
 		s.statsd.stop = nil
+	}
+}
+
+// undoFreshPins is how a start that fails leaves nothing it made: when
+// dir does not exist yet, the function it returns removes it (detached
+// and unloaded) if told the start failed; pins that were there are kept,
+// as they may be serving. Deferred before the run lock is taken, it runs
+// after the lock and the handles are released.
+func undoFreshPins(dir string, log *slog.Logger) func(failed bool) {
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		return func(bool) {}
+	}
+	return func(failed bool) {
+		if !failed {
+			return
+		}
+		if err := loader.Unload(dir); err != nil {
+			log.Error("the failed start left pins behind", "bpffs", dir, "err", err)
+		}
 	}
 }

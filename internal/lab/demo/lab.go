@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,7 +115,14 @@ func labHold(bin string) error {
 		return err
 	}
 	defer tb.Close()
-	if err := tb.NameNamespaces(labPrefix); err != nil {
+	named, err := tb.NameNamespaces(labPrefix)
+	// What 'make lab-down' may remove: the names this lab made, and no
+	// other under its prefix. Written before anything can fail.
+	if werr := errors.Join(os.MkdirAll(labDir, 0o755), os.WriteFile(filepath.Join(labDir, "namespaces"), []byte(strings.Join(named, "\n")), 0o600)); werr != nil {
+		testbed.UnnameNamespaces(named)
+		return werr
+	}
+	if err != nil {
 		return err
 	}
 	if os.Getenv("DIRECTOR_LAB_FAIL") == "after-namespaces" {
@@ -123,7 +131,7 @@ func labHold(bin string) error {
 		fmt.Println("dying on purpose, leaving the namespaces and pins (DIRECTOR_LAB_FAIL)")
 		os.Exit(3)
 	}
-	defer testbed.UnnameNamespaces(labPrefix)
+	defer testbed.UnnameNamespaces(named)
 	for i := range tb.Backends {
 		if err := tb.ServeHealth(i + 1); err != nil {
 			return err
@@ -208,7 +216,29 @@ func labHolder() (int, bool) {
 	if err != nil || pid <= 0 {
 		return 0, false
 	}
-	return pid, syscall.Kill(pid, 0) == nil
+	return pid, syscall.Kill(pid, 0) == nil && isLabHolder(pid)
+}
+
+// isLabHolder says whether process pid is this lab's holder ('--lab hold
+// --lab-name NAME' on its command line): a pid the file names may have
+// been reused by another process after the holder died.
+func isLabHolder(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	i := slices.Index(args, "--lab-name")
+	return slices.Contains(args, "hold") && i >= 0 && i+1 < len(args) && args[i+1] == labPrefix
+}
+
+// labNamespaces are the namespace names the lab recorded making.
+func labNamespaces() []string {
+	data, err := os.ReadFile(filepath.Join(labDir, "namespaces"))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(data))
 }
 
 // labDown stops the holder and removes whatever a lab left.
@@ -225,7 +255,7 @@ func labDown(say bool) error {
 		removed = append(removed, fmt.Sprintf("the holder (pid %d)", pid))
 	}
 	var errs []error
-	names, err := testbed.UnnameNamespaces(labPrefix)
+	names, err := testbed.UnnameNamespaces(labNamespaces())
 	errs = append(errs, err)
 	removed = append(removed, names...)
 	pins, _ := filepath.Glob(labPins + "-be*")

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,6 +127,34 @@ func TestMakeLab(t *testing.T) {
 	}
 	if l := left(); len(l) > 0 {
 		t.Fatalf("make lab-down after a failed lab left %v", l)
+	}
+
+	// Issue 46, item 9: a name under the lab's prefix that no lab made,
+	// and a holder.pid naming a process that is not the holder (a pid
+	// reused): lab-down leaves both alone.
+	mine := testbed.NetnsDir + "/" + name + "-mine"
+	if err := os.WriteFile(mine, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(mine)
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	run := "/run/director-" + name
+	os.MkdirAll(run, 0o755)
+	if err := os.WriteFile(run+"/holder.pid", []byte(fmt.Sprint(sleeper.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := make("lab-down"); err != nil || strings.Contains(out, "holder") {
+		t.Errorf("make lab-down with a pid that is not the holder's: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Errorf("make lab-down removed %s, which no lab made: %v", mine, err)
+	}
+	if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("make lab-down signalled pid %d, which is not the holder: %v", sleeper.Process.Pid, err)
 	}
 }
 

@@ -151,41 +151,54 @@ func (tb *Testbed) Hosts() []*Host {
 // NameNamespaces gives each host's namespace a name, PREFIX-HOST, as 'ip
 // netns add' would (a bind mount under /run/netns): others can enter them
 // (nsenter --net=/run/netns/PREFIX-director), and they outlive this
-// process until UnnameNamespaces.
-func (tb *Testbed) NameNamespaces(prefix string) error {
+// process until UnnameNamespaces. It returns the paths it made, also when
+// it fails part way, so that its caller removes those and no others.
+func (tb *Testbed) NameNamespaces(prefix string) ([]string, error) {
 	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
+	var made []string
 	for _, h := range tb.Hosts() {
 		path := filepath.Join(NetnsDir, prefix+"-"+h.Name)
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 		if err != nil {
-			return err
+			return made, err
 		}
 		f.Close()
 		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", int(h.NS)), path, "none", unix.MS_BIND, ""); err != nil {
 			os.Remove(path)
-			return fmt.Errorf("naming %s's namespace %s: %w", h.Name, path, err)
+			return made, fmt.Errorf("naming %s's namespace %s: %w", h.Name, path, err)
 		}
+		made = append(made, path)
 	}
-	return nil
+	return made, nil
 }
 
 // NetnsDir is where named network namespaces are bound ('ip netns').
 const NetnsDir = "/run/netns"
 
-// UnnameNamespaces removes every name PREFIX-* NameNamespaces gave (of
-// this testbed or one of a process gone), and says which.
-func UnnameNamespaces(prefix string) ([]string, error) {
-	paths, _ := filepath.Glob(filepath.Join(NetnsDir, prefix+"-*"))
+// UnnameNamespaces removes the names NameNamespaces made (paths), and
+// says which it removed: only those, never another name under the same
+// prefix ('ip netns add lab-mine' is someone else's).
+func UnnameNamespaces(paths []string) ([]string, error) {
 	var errs []error
+	var removed []string
 	for _, p := range paths {
+		if filepath.Dir(p) != NetnsDir {
+			errs = append(errs, fmt.Errorf("%s: not a name under %s, left alone", p, NetnsDir))
+			continue
+		}
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
 		}
 		if err := os.Remove(p); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		removed = append(removed, p)
 	}
-	return paths, errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
