@@ -208,6 +208,7 @@ func TestBackendRun(t *testing.T) {
 			return fail("the log does not say what it did")
 		}
 		// SIGTERM: it ends, the program stays attached.
+		logged := log.Len()
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-done:
@@ -221,6 +222,22 @@ func TestBackendRun(t *testing.T) {
 		if atts, err := bp.Attachments(); err != nil || len(atts) != 1 || atts[0].State != "attached" {
 			return fmt.Errorf("after SIGTERM: %v %+v", err, atts)
 		}
+		// Issue 47, item 8: a clean stop warns of nothing (the netlink
+		// subscriptions ending with the service are not a problem).
+		if w := warnings(log.String()[logged:]); len(w) > 0 {
+			return fail("a clean SIGTERM logged warnings: %q", w)
+		}
 		return nil
 	})
+}
+
+// warnings are a text log's WARN and ERROR lines.
+func warnings(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

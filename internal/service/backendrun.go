@@ -164,7 +164,13 @@ func (r *backendRun) subscribe(ctx context.Context) <-chan struct{} {
 	}
 	addrs := make(chan netlink.AddrUpdate, 64)
 	links := make(chan netlink.LinkUpdate, 64)
-	onErr := func(err error) { r.log.Warn("netlink subscription", "err", err) }
+	onErr := func(err error) {
+		// Each subscription's socket fails as it is closed when ctx ends:
+		// that is the service stopping, not a lost event.
+		if ctx.Err() == nil {
+			r.log.Warn("netlink subscription", "err", err)
+		}
+	}
 	if err := netlink.AddrSubscribeWithOptions(addrs, ctx.Done(), netlink.AddrSubscribeOptions{ErrorCallback: onErr}); err != nil {
 		r.log.Warn("no address events; looking every interval only", "err", err)
 	}
