@@ -50,7 +50,7 @@ func Backend(o BackendOptions) *Report {
 	}
 	defer b.Close()
 	atts, aerr := b.Attachments()
-	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, "director backend attach") })
+	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, "director backend") })
 	r.run("veth-peer", func() ([]Finding, string, error) {
 		return checkVethPeers(atts, aerr, "the second-chance packets the program sends on")
 	})

@@ -39,19 +39,20 @@ func checkKernel(ks *loader.KernelSupport, err error, program string) ([]Finding
 
 // checkAttachments finds an interface steered in generic mode (a fallback:
 // every packet is made an skb first), attachments whose interface is gone
-// or in another namespace, and no attachment at all. attach is the
-// command that attaches (director attach, director backend attach).
-func checkAttachments(atts []loader.Attachment, err error, attach string) ([]Finding, string, error) {
+// or in another namespace, and no attachment at all. cli is the program's
+// commands ("director", "director backend"), its fixes run as printed.
+func checkAttachments(atts []loader.Attachment, err error, cli string) ([]Finding, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	attach := cli + " attach"
 	var fs []Finding
 	var here []string
 	for _, a := range atts {
 		switch {
 		case a.State != "attached":
 			fs = append(fs, Finding{What: fmt.Sprintf("the attachment to %s is %s: it steers nothing here", a.Interface, a.State),
-				Fix: fmt.Sprintf("%s detach %s, then attach the interface packets come in by", attach, a.Interface)})
+				Fix: fmt.Sprintf("%s detach %s; then %s IFACE, the interface packets come in by", cli, a.Interface, attach)})
 		case a.Mode == loader.ModeGeneric:
 			here = append(here, a.Interface+" generic")
 			fs = append(fs, Finding{What: fmt.Sprintf("%s runs the program in generic mode: every packet is made an skb first, several times the cost of native mode", a.Interface),

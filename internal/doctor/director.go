@@ -87,7 +87,7 @@ func Director(o DirectorOptions) *Report {
 		return nil, fmt.Sprintf("%d tables live", len(live.Tables)), nil
 	})
 	atts, aerr := d.Attachments()
-	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, "director attach") })
+	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, "director") })
 	r.run("veth-peer", func() ([]Finding, string, error) {
 		return checkVethPeers(atts, aerr, "the GUE packets the director sends")
 	})
