@@ -146,6 +146,9 @@ func runCapture(e *env, c *command, args []string) error {
 		}
 		f.Table = slot
 	}
+	if err := checkCaptureBackend(d, f); err != nil {
+		return err
+	}
 	atts, err := d.Attachments()
 	if err != nil {
 		return err
@@ -180,6 +183,32 @@ func tableNames(d *loader.Director) (map[int]capturedTable, error) {
 		out[lt.Slot] = capturedTable{name: displayName(lt), quic: lt.Table.QUIC}
 	}
 	return out, nil
+}
+
+// checkCaptureBackend refuses a --backend that no live table (or not
+// f.Table's) has: its capture would wait for a packet that never comes.
+func checkCaptureBackend(d *loader.Director, f loader.CaptureFilter) error {
+	if !f.Backend.IsValid() {
+		return nil
+	}
+	live, err := d.Live()
+	if err != nil {
+		return err
+	}
+	for _, lt := range live {
+		if f.Table >= 0 && lt.Slot != f.Table {
+			continue
+		}
+		for _, b := range lt.Table.Backends {
+			if b.IP == f.Backend {
+				return nil
+			}
+		}
+	}
+	if f.Table >= 0 {
+		return fmt.Errorf("capture: --backend %s: the table has no such backend, so nothing would be captured ('director status' lists its backends)", f.Backend)
+	}
+	return fmt.Errorf("capture: --backend %s: no live table has such a backend, so nothing would be captured ('director status' lists them)", f.Backend)
 }
 
 func displayName(lt loader.LiveTable) string {

@@ -191,6 +191,14 @@ func TestCaptureCommand(t *testing.T) {
 		if _, errOut, code := runCmd(append(b, "capture", "--table", "nosuch")...); code != 1 || !strings.Contains(errOut, `--table "nosuch": no such live table (live: api)`) {
 			return fmt.Errorf("--table nosuch: %d %s", code, errOut)
 		}
+		// Issue 47, item 12: a --backend no live table has is refused at
+		// once, rather than waited on for ever.
+		for _, args := range [][]string{{"--backend", "192.0.2.77"}, {"--backend", "192.0.2.77", "--table", "api"}} {
+			if _, errOut, code := runCmd(append(append(b, "capture", "-c", "1"), args...)...); code != 1 || !strings.Contains(errOut, "--backend 192.0.2.77:") ||
+				!strings.Contains(errOut, "so nothing would be captured") {
+				return fmt.Errorf("capture %v: %d %s", args, code, errOut)
+			}
+		}
 		if _, errOut, code := runCmd(append(b, "capture", "tcp port")...); code != 1 || !strings.Contains(errOut, "syntax error") {
 			return fmt.Errorf("a bad expression: %d %s", code, errOut)
 		}
