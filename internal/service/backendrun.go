@@ -59,9 +59,7 @@ func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 		}
 		defer ln.Close()
 	}
-	// A start that fails after that leaves nothing it made: pins that were
-	// not there before go (after the lock and handles below are released);
-	// pins that were there are kept, as they may be serving.
+	// A start that fails after that leaves no pins it made (undoFreshPins).
 	started := false
 	undo := undoFreshPins(o.BPFFS, o.Log)
 	defer func() { undo(err != nil && !started) }()

@@ -173,11 +173,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	finished := make(chan struct{})
 	defer close(finished)
 	go s.stopWithin(ctx, finished)
-	// A start that fails leaves nothing it made: pins that were not there
-	// before go (detached and removed, after the lock and handles below
-	// are released), so that neither a loaded program nor a directory
-	// of this user's is left for the next start, by whoever, to trip over.
-	// Pins that were there are kept: they may be serving.
+	// A start that fails leaves no pins it made for the next start, by
+	// whoever, to trip over (undoFreshPins).
 	undo := undoFreshPins(o.BPFFS, s.log)
 	defer func() { undo(err != nil && !s.started) }()
 	unlock, err := loader.LockRun(o.BPFFS)
