@@ -3,6 +3,7 @@ package testbed
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -341,7 +342,7 @@ func TestRollingDrain(t *testing.T) {
 		}
 		forwarded := uint64(0)
 		for i := range tb.Backends {
-			c := backendCounters(t, tb, i+1)
+			c := settledBackendCounters(t, tb, i+1)
 			forwarded += c["forwarded"] + c["forwarded_stack"]
 			took := c["decap_syn"] + c["decap_known"] + c["decap_not_tcp"] + c["decap_last_hop"] + c["forwarded"] + c["forwarded_stack"] +
 				c["drop_malformed"] + c["drop_no_route"] + c["drop_not_local"]
@@ -354,6 +355,26 @@ func TestRollingDrain(t *testing.T) {
 		}
 		t.Logf("second chance forwarded %d packets over IPv6", forwarded)
 	})
+}
+
+// settledBackendCounters reads backend i's program's counters once two
+// reads 200 ms apart agree. A packet is counted twice as the program runs
+// (gue6 on the way in, its outcome on the way out), and the last segments
+// of connections just closed may still be in flight: a read between the
+// two counts sees one without the other.
+func settledBackendCounters(t *testing.T, tb *Testbed, i int) map[string]uint64 {
+	t.Helper()
+	prev := backendCounters(t, tb, i)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		c := backendCounters(t, tb, i)
+		if maps.Equal(c, prev) {
+			return c
+		}
+		prev = c
+	}
+	t.Fatalf("backend%d's counters still changing after 5 s: %v", i, prev)
+	return nil
 }
 
 // backendCounters reads backend i's program's counters.
