@@ -303,14 +303,12 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 		return decap(ctx, inner - (void *)ip6, inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6),
 			     c, BE_C_DECAP_LAST_HOP);
 	/* Each hop at its own constant offset, as for IPv4 (6.1, 6.12). */
-	__u8 *dst;
-	if (next == 0 && (void *)&gue->hops[1] <= end)
-		dst = gue->hops[0];
-	else if (next == 1 && (void *)&gue->hops[2] <= end)
-		dst = gue->hops[1];
-	else if (next == 2 && (void *)&gue->hops[3] <= end)
-		dst = gue->hops[2];
-	else
+	__u8 *dst = NULL;
+#pragma unroll
+	for (__u32 i = 0; i < GUE_MAX_LISTED; i++)
+		if (next == i && (void *)&gue->hops[i + 1] <= end)
+			dst = gue->hops[i];
+	if (!dst)
 		return drop(ctx, c, BE_C_DROP_MALFORMED);
 
 	struct bpf_fib_lookup fib = {};
@@ -397,16 +395,17 @@ int backend(struct xdp_md *ctx)
 	/* Each hop is checked at its own constant offset. Linux 6.1 and 6.12:
 	 * their verifiers do not carry a check at a variable offset (hops +
 	 * next) over to a read at a constant one. */
-	__be32 dst;
-	if (next == 0 && (void *)(hops + 1) <= end)
-		dst = hops[0];
-	else if (next == 1 && (void *)(hops + 2) <= end)
-		dst = hops[1];
-	else if (next == 2 && (void *)(hops + 3) <= end)
-		dst = hops[2];
-	else {
-		return drop(ctx, c, BE_C_DROP_MALFORMED);
+	__be32 dst = 0;
+	int found = 0;
+#pragma unroll
+	for (__u32 i = 0; i < GUE_MAX_LISTED; i++) {
+		if (next == i && (void *)(hops + i + 1) <= end) {
+			dst = hops[i];
+			found = 1;
+		}
 	}
+	if (!found)
+		return drop(ctx, c, BE_C_DROP_MALFORMED);
 
 	struct bpf_fib_lookup fib = {};
 	fib.family = AF_INET_;

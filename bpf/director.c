@@ -31,6 +31,10 @@ const struct dir_counters *unused_counters __attribute__((unused));
 const struct dir_traffic *unused_traffic __attribute__((unused));
 const struct dir_registry *unused_registry __attribute__((unused));
 const struct dir_quic_table *unused_quic_table __attribute__((unused));
+const struct dir_history *unused_history __attribute__((unused));
+const struct dir_hist_row *unused_hist_row __attribute__((unused));
+const struct dir_hist_ghost *unused_hist_ghost __attribute__((unused));
+const enum dir_hist_limit *unused_hist_limit __attribute__((unused));
 const enum dir_quic_limit *unused_quic_limit __attribute__((unused));
 const enum dir_counter *unused_counter __attribute__((unused));
 const enum dir_hash_field *unused_hash_field __attribute__((unused));
@@ -89,8 +93,27 @@ struct steered {
 	__u64 h;                   /* the flow hash */
 	__u32 primary, second;     /* the first two hops, as counter indices */
 	__u32 at;                  /* for a capture: the QUIC counter, table and row */
+	__u32 nhist;               /* earlier primaries listed after them (hist) */
 	const struct dir_row *alt; /* the alternate hash's row, or NULL */
+	const __u8 *hist;          /* the row's dir_hist_row.hop, or NULL */
 };
+
+/* hist_of finds the earlier primaries a row lists (dir_hist_row.hop) in
+ * the slot's history, and how many: the unused ones hold the row's
+ * primary, rp. NULL for none. */
+static __always_inline const __u8 *hist_of(__u32 slot, __u32 row, __u32 rp, __u32 *n)
+{
+	__u32 zero = 0;
+	void *inner = bpf_map_lookup_elem(&history, &slot);
+	if (!inner)
+		return NULL;
+	const struct dir_history *h = bpf_map_lookup_elem(inner, &zero);
+	if (!h)
+		return NULL;
+	const __u8 *hop = h->rows[row & DIR_ROW_MASK].hop;
+	*n = (hop[0] != rp) + (hop[1] != rp) + (hop[2] != rp) + (hop[3] != rp);
+	return hop;
+}
 
 /* steer_hops counts a matched packet and finds its hops: the row its
  * flow hashes to, QUIC-LB's choice of primary where the table routes
@@ -115,6 +138,18 @@ static __always_inline void steer_hops(struct xdp_md *ctx, struct dir_counters *
 		__u64 h2 = hash_flow(t->hash_key, state, f, cfg->alt_hash_fields);
 		s->alt = &t->rows[h2 & DIR_ROW_MASK];
 	}
+	s->hist = NULL;
+	s->nhist = 0;
+	if (__builtin_expect(t->hist_hops, 0))
+		s->hist = hist_of(slot, s->h, row->primary, &s->nhist);
+}
+
+/* steer_listed is how many hops a packet of the table lists at most
+ * after its primary, what its size is checked with: the longest chain,
+ * so that every flow of a VIP is told one MTU. */
+static __always_inline __u32 steer_listed(const struct dir_table *t, const struct steered *s)
+{
+	return 1 + (s->alt ? 2 : 0) + (t->hist_hops & 7);
 }
 
 /* steer_fits checks the packet's size against the link once encapsulated
@@ -147,11 +182,11 @@ static __always_inline int steer6(struct xdp_md *ctx, struct dir_counters *c, co
 		return pass_frame(ctx, c, DIR_C_PASS_TOO_BIG);
 	struct steered s = {.at = at};
 	steer_hops(ctx, c, cfg, t, state, f, l2len, ip_len, kind, slot, &s);
-	int r = steer_fits(ctx, c, cfg, t, f, l2len, ip_len, kind, s.alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2), &s);
+	int r = steer_fits(ctx, c, cfg, t, f, l2len, ip_len, kind, GUE6_ENCAP_SIZE(1 + steer_listed(t, &s)), &s);
 	if (r >= 0)
 		return r;
 	__u16 sport = 0x8000 | ((s.h ^ bpf_ntohs(f->client_port)) & 0x7fff);
-	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, s.primary, s.second, s.alt, sport,
+	return encapsulate6(ctx, c, cfg, t, l2len, ip_len, f->family, s.primary, s.second, s.alt, s.hist, s.nhist, sport,
 			    (__u32)(s.h >> 32) & GUE_IPV6_FLOW_MASK, s.at | (s.h & DIR_ROW_MASK));
 }
 
@@ -233,18 +268,10 @@ int director(struct xdp_md *ctx)
 		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, at, s);
 	struct steered st = {.at = at};
 	steer_hops(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, s, &st);
-	__be32 hops[GUE_MAX_HOPS] = {};
-	hops[0] = t->hop_addr[st.primary];
-	hops[1] = t->hop_addr[st.second];
-	__u32 nhops = 2;
-	if (st.alt) {
-		hops[2] = t->hop_addr[st.alt->primary];
-		hops[3] = t->hop_addr[st.alt->secondary];
-		nhops = GUE_MAX_HOPS;
-	}
-	r = steer_fits(ctx, c, cfg, t, &f, l2len, ip_len, kind, GLB_ENCAP_SIZE(nhops), &st);
+	r = steer_fits(ctx, c, cfg, t, &f, l2len, ip_len, kind, GLB_ENCAP_SIZE(1 + steer_listed(t, &st)), &st);
 	if (r >= 0)
 		return r;
 	__u16 sport = 0x8000 | ((st.h ^ bpf_ntohs(f.client_port)) & 0x7fff);
-	return encapsulate(ctx, c, cfg, l2len, ip_len, f.family, hops, nhops, sport, st.at | (st.h & DIR_ROW_MASK));
+	return encapsulate(ctx, c, cfg, t, l2len, ip_len, f.family, st.primary, st.second, st.alt, st.hist, st.nhist, sport,
+			   st.at | (st.h & DIR_ROW_MASK));
 }

@@ -110,8 +110,17 @@ struct dir_row {
 struct dir_table {
 	__u8 hash_key[16];
 	__u32 stats_id;           /* counter block in backend_traffic; stable across applies */
-	__u32 index;              /* position in the applied config */
-	__u32 hop_family;         /* enum dir_family of every backend: the underlay GUE goes over; beside the key, in the line every packet reads */
+	__u16 index;              /* position in the applied config */
+	/* The table's history_s: how long a backend that stops being a
+	 * row's primary is remembered (struct dir_history); for userspace. */
+	__u16 hist_window_s;
+	__u8 hop_family;          /* enum dir_family of every backend: the underlay GUE goes over; beside the key, in the line every packet reads */
+	/* The most earlier primaries any row lists after its secondary (and
+	 * the alternate row's hops): 0, and the packets carry GLB's hop list,
+	 * or up to DIR_HIST_HOPS, read from the slot's dir_history. */
+	__u8 hist_hops;
+	__u8 hist_off;            /* history_hops false: remembered, not sent (userspace's) */
+	__u8 hist_pad;
 	__u16 balance;            /* table.Table.Balance, the balance factor x1000 (0: none); for userspace, the datapath never reads it */
 	/* QUIC-LB routing (see dir_quic_table): the server ID's length, 0
 	 * for a table without it; and the config rotation bits above the
@@ -126,6 +135,50 @@ struct dir_table {
 	__be32 hop_addr[DIR_MAX_BACKENDS]; /* by counter index: the IPv4 address, as it goes on the wire */
 	__u8 hop_addr6[DIR_MAX_BACKENDS][16]; /* by counter index: the IPv6 address, when hop_family is IPv6 */
 	struct dir_row rows[DIR_ROWS];
+};
+
+/* Earlier primaries (docs/architecture.md, "History"). A backend that
+ * stops being a row's primary is remembered for the table's window, and,
+ * while it is up, listed in the row's hops after the secondary, newest
+ * first, so that a backend that does not know a connection hands it on
+ * down the chain to the one that does. One per table slot that has any
+ * (map history), written with the slot's table. */
+enum dir_hist_limit {
+	DIR_HIST_HOPS = 4,      /* earlier primaries a row's packets list */
+	DIR_HIST_RECORD = 6,    /* earlier primaries a row's record holds */
+	DIR_HIST_EPOCHS = 255,  /* distinct expiry times a record holds */
+	DIR_HIST_NONE = 0xff,   /* dir_hist_row.epoch of an unused entry */
+};
+
+struct dir_hist_row {
+	/* What packets carry: the counter indices of the hops after the
+	 * secondary, newest first; unused ones hold the row's primary. */
+	__u8 hop[DIR_HIST_HOPS];
+	/* The record, for userspace: each earlier primary's counter index
+	 * and the epoch it expires at (DIR_HIST_NONE: unused), newest first. */
+	__u8 who[DIR_HIST_RECORD];
+	__u8 epoch[DIR_HIST_RECORD];
+};
+
+/* A backend the record names that the slot's table no longer has (it was
+ * removed within the window): its counter index, address and health. */
+struct dir_hist_ghost {
+	__u8 addr[16];
+	__u8 family;
+	__u8 stat;
+	__u8 up;
+	__u8 pad;
+};
+
+struct dir_history {
+	__u8 valid;              /* 0: this slot's table has no record */
+	__u8 pad[1];
+	__u16 nghosts;
+	__u16 nepochs;
+	__u16 pad2;
+	__s64 expires[DIR_HIST_EPOCHS + 1]; /* by epoch: when its entries expire, Unix nanoseconds */
+	struct dir_hist_ghost ghosts[DIR_MAX_BACKENDS];
+	struct dir_hist_row rows[DIR_ROWS];
 };
 
 _Static_assert(DIR_MAX_BACKENDS <= 256, "dir_row holds counter indices in bytes");

@@ -24,6 +24,7 @@ const (
 	DirectorMapCaptureEvents      = "capture_events"
 	DirectorMapConfig             = "config"
 	DirectorMapCounters           = "counters"
+	DirectorMapHistory            = "history"
 	DirectorMapLinkMtus           = "link_mtus"
 	DirectorMapQuicIds            = "quic_ids"
 	DirectorMapRegistry           = "registry"
@@ -49,6 +50,10 @@ const (
 	DirectorVarUnusedGue6Encap    = "unused_gue6_encap"
 	DirectorVarUnusedGueConst     = "unused_gue_const"
 	DirectorVarUnusedHashField    = "unused_hash_field"
+	DirectorVarUnusedHistGhost    = "unused_hist_ghost"
+	DirectorVarUnusedHistLimit    = "unused_hist_limit"
+	DirectorVarUnusedHistRow      = "unused_hist_row"
+	DirectorVarUnusedHistory      = "unused_history"
 	DirectorVarUnusedLimit        = "unused_limit"
 	DirectorVarUnusedQuicLimit    = "unused_quic_limit"
 	DirectorVarUnusedQuicTable    = "unused_quic_table"
@@ -115,6 +120,7 @@ type DirectorMapSpecs struct {
 	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	History        *ebpf.MapSpec `ebpf:"history"`
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
@@ -145,6 +151,10 @@ type DirectorVariableSpecs struct {
 	UnusedGue6Encap    *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
 	UnusedGueConst     *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedHistGhost    *ebpf.VariableSpec `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit    *ebpf.VariableSpec `ebpf:"unused_hist_limit"`
+	UnusedHistRow      *ebpf.VariableSpec `ebpf:"unused_hist_row"`
+	UnusedHistory      *ebpf.VariableSpec `ebpf:"unused_history"`
 	UnusedLimit        *ebpf.VariableSpec `ebpf:"unused_limit"`
 	UnusedQuicLimit    *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
 	UnusedQuicTable    *ebpf.VariableSpec `ebpf:"unused_quic_table"`
@@ -182,6 +192,7 @@ type DirectorMaps struct {
 	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
+	History        *ebpf.Map `ebpf:"history"`
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
 	Registry       *ebpf.Map `ebpf:"registry"`
@@ -198,6 +209,7 @@ func (m *DirectorMaps) Close() error {
 		m.CaptureEvents,
 		m.Config,
 		m.Counters,
+		m.History,
 		m.LinkMtus,
 		m.QuicIds,
 		m.Registry,
@@ -229,6 +241,10 @@ type DirectorVariables struct {
 	UnusedGue6Encap    *ebpf.Variable `ebpf:"unused_gue6_encap"`
 	UnusedGueConst     *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedHistGhost    *ebpf.Variable `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit    *ebpf.Variable `ebpf:"unused_hist_limit"`
+	UnusedHistRow      *ebpf.Variable `ebpf:"unused_hist_row"`
+	UnusedHistory      *ebpf.Variable `ebpf:"unused_history"`
 	UnusedLimit        *ebpf.Variable `ebpf:"unused_limit"`
 	UnusedQuicLimit    *ebpf.Variable `ebpf:"unused_quic_limit"`
 	UnusedQuicTable    *ebpf.Variable `ebpf:"unused_quic_table"`

@@ -25,6 +25,7 @@ const (
 	DirectorSingleMapConfig             = "config"
 	DirectorSingleMapCounters           = "counters"
 	DirectorSingleMapFlowScratch        = "flow_scratch"
+	DirectorSingleMapHistory            = "history"
 	DirectorSingleMapLinkMtus           = "link_mtus"
 	DirectorSingleMapQuicIds            = "quic_ids"
 	DirectorSingleMapRegistry           = "registry"
@@ -50,6 +51,10 @@ const (
 	DirectorSingleVarUnusedGue6Encap    = "unused_gue6_encap"
 	DirectorSingleVarUnusedGueConst     = "unused_gue_const"
 	DirectorSingleVarUnusedHashField    = "unused_hash_field"
+	DirectorSingleVarUnusedHistGhost    = "unused_hist_ghost"
+	DirectorSingleVarUnusedHistLimit    = "unused_hist_limit"
+	DirectorSingleVarUnusedHistRow      = "unused_hist_row"
+	DirectorSingleVarUnusedHistory      = "unused_history"
 	DirectorSingleVarUnusedLimit        = "unused_limit"
 	DirectorSingleVarUnusedQuicLimit    = "unused_quic_limit"
 	DirectorSingleVarUnusedQuicTable    = "unused_quic_table"
@@ -117,6 +122,7 @@ type DirectorSingleMapSpecs struct {
 	Config         *ebpf.MapSpec `ebpf:"config"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	FlowScratch    *ebpf.MapSpec `ebpf:"flow_scratch"`
+	History        *ebpf.MapSpec `ebpf:"history"`
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
@@ -147,6 +153,10 @@ type DirectorSingleVariableSpecs struct {
 	UnusedGue6Encap    *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
 	UnusedGueConst     *ebpf.VariableSpec `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedHistGhost    *ebpf.VariableSpec `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit    *ebpf.VariableSpec `ebpf:"unused_hist_limit"`
+	UnusedHistRow      *ebpf.VariableSpec `ebpf:"unused_hist_row"`
+	UnusedHistory      *ebpf.VariableSpec `ebpf:"unused_history"`
 	UnusedLimit        *ebpf.VariableSpec `ebpf:"unused_limit"`
 	UnusedQuicLimit    *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
 	UnusedQuicTable    *ebpf.VariableSpec `ebpf:"unused_quic_table"`
@@ -185,6 +195,7 @@ type DirectorSingleMaps struct {
 	Config         *ebpf.Map `ebpf:"config"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	FlowScratch    *ebpf.Map `ebpf:"flow_scratch"`
+	History        *ebpf.Map `ebpf:"history"`
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
 	Registry       *ebpf.Map `ebpf:"registry"`
@@ -202,6 +213,7 @@ func (m *DirectorSingleMaps) Close() error {
 		m.Config,
 		m.Counters,
 		m.FlowScratch,
+		m.History,
 		m.LinkMtus,
 		m.QuicIds,
 		m.Registry,
@@ -233,6 +245,10 @@ type DirectorSingleVariables struct {
 	UnusedGue6Encap    *ebpf.Variable `ebpf:"unused_gue6_encap"`
 	UnusedGueConst     *ebpf.Variable `ebpf:"unused_gue_const"`
 	UnusedHashField    *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedHistGhost    *ebpf.Variable `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit    *ebpf.Variable `ebpf:"unused_hist_limit"`
+	UnusedHistRow      *ebpf.Variable `ebpf:"unused_hist_row"`
+	UnusedHistory      *ebpf.Variable `ebpf:"unused_history"`
 	UnusedLimit        *ebpf.Variable `ebpf:"unused_limit"`
 	UnusedQuicLimit    *ebpf.Variable `ebpf:"unused_quic_limit"`
 	UnusedQuicTable    *ebpf.Variable `ebpf:"unused_quic_table"`

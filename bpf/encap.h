@@ -25,21 +25,25 @@ _Static_assert(sizeof(struct dir_gue6_encap) == 40 + 8 + 8 + 16 * GUE_MAX_LISTED
 _Static_assert(GUE6_OFF == 48 && HOPS6_OFF == 56, "encapsulate6's stores write the words they mean to");
 
 /* encapsulate moves the L2 header of l2len bytes forward by the encap size
- * and writes the GUE headers behind it. l2len is a constant at each call
- * site so the copies are fixed-size. */
+ * and writes the GUE headers behind it: to t's primary, listing second,
+ * alt's two hops (the alternate hash's row, or NULL) and nhist earlier
+ * primaries from hist (hop_list). Hops are counter indices. l2len is a
+ * constant at each call site so the copies are fixed-size. */
 static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
-				       __u32 l2len, __u32 ip_len, __u8 ip_family, __be32 hops[GUE_MAX_HOPS],
-				       __u32 nhops, __u16 sport, __u32 at)
+				       const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
+				       __u32 primary, __u32 second, const struct dir_row *alt, const __u8 *hist, __u32 nhist,
+				       __u16 sport, __u32 at)
 {
-	__u32 listed = nhops - 1;
-	__u32 esize = GLB_ENCAP_SIZE(nhops);
+	__u32 listed = 1 + (alt ? 2 : 0) + (nhist & 7);
+	__u32 esize = GLB_ENCAP_SIZE(1 + listed);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
 		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	/* Always true for a packet that parsed (it holds an IP header and at
-	 * least 8 more bytes); the check is for the verifier. */
+	 * least 8 more bytes, and esize is 40 or more); the check is for the
+	 * verifier, and covers every hop below. */
 	if (data + l2len + sizeof(struct glb_encap) > end) {
 		bpf_xdp_adjust_head(ctx, (int)esize);
 		return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
@@ -68,30 +72,42 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	 * checksum is a one's complement sum, which does not care about byte
 	 * order as long as it is read and written the same way. Packet data
 	 * may be unaligned: XDP runs without strict alignment on x86. */
-	struct glb_encap *e = data + l2len;
+	__u8 *p = data + l2len;
 	__u32 ipsz = esize + ip_len;
 	__u16 tot = bpf_htons(ipsz);
-	__u32 src = cfg->src_ip, dst = hops[0];
+	__u32 src = cfg->src_ip, dst = t->hop_addr[primary & (DIR_MAX_BACKENDS - 1)];
 	__u32 sum = cfg->csum_base + tot + (dst & 0xffff) + (dst >> 16);
 	__u16 check = ~csum_fold(sum);
-	__u8 *p = (__u8 *)e;
 	*(__u64 *)p = GUE_IPV4_VERSION_IHL | (__u64)tot << 16 | (__u64)bpf_htons(GUE_IPV4_DF) << 48;        /* version, ihl, tos, tot_len, id, DF */
 	*(__u64 *)(p + 8) = GUE_IPV4_TTL | (__u64)GUE_IPV4_PROTO << 8 | (__u64)check << 16 | (__u64)src << 32; /* ttl, proto, check, saddr */
 	*(__u32 *)(p + 16) = dst;
 	*(__u64 *)(p + 20) = bpf_htons(sport) | (__u64)bpf_htons(GUE_PORT) << 16 |
 			     (__u64)bpf_htons(ipsz - sizeof(struct iphdr)) << 32;   /* UDP, checksum 0 */
 	__u8 gproto = ip_family == DIR_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
-	/* Through p, not e: the compiler takes a packed struct's members as
-	 * unaligned and would store them byte by byte. */
+	/* Through p, not a struct: the compiler takes a packed struct's
+	 * members as unaligned and would store them byte by byte. */
 	*(__u64 *)(p + GUE_OFF) = (1 + listed) | (__u64)gproto << 8 | (__u64)listed << 56; /* GUE, GLB private data (type 0, next hop 0) */
-	*(__u32 *)(p + HOPS_OFF) = hops[1];
-	if (listed == 3) {
-		*(__u32 *)(p + HOPS_OFF + 4) = hops[2];
-		*(__u32 *)(p + HOPS_OFF + 8) = hops[3];
+	*(__u32 *)(p + HOPS_OFF) = t->hop_addr[second & (DIR_MAX_BACKENDS - 1)];
+	/* Each hop at a constant offset: the alternate row's two, then the
+	 * earlier primaries, after them or after the secondary. */
+	if (alt) {
+		*(__u32 *)(p + HOPS_OFF + 4) = t->hop_addr[alt->primary];
+		*(__u32 *)(p + HOPS_OFF + 8) = t->hop_addr[alt->secondary];
+		if (__builtin_expect(nhist, 0)) {
+#pragma unroll
+			for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
+				if (i < nhist)
+					*(__u32 *)(p + HOPS_OFF + 12 + 4 * i) = t->hop_addr[hist[i]];
+		}
+	} else if (__builtin_expect(nhist, 0)) {
+#pragma unroll
+		for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
+			if (i < nhist)
+				*(__u32 *)(p + HOPS_OFF + 4 + 4 * i) = t->hop_addr[hist[i]];
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + ipsz;
-	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, (const __u8 *)hops);
+	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, (const __u8 *)&t->hop_addr[primary & (DIR_MAX_BACKENDS - 1)]);
 }
 
 /* copy16 copies an IPv6 address in two eight-byte moves. The map sources
@@ -107,22 +123,25 @@ static __always_inline void copy16(__u8 *dst, const __u8 *src)
 
 /* encapsulate6 is encapsulate for a table of IPv6 backends: outer IPv6
  * from the director's IPv6 source to the primary, with flow label flow,
- * and director's IPv6 hop list (gue.h): the second hop, and with the
- * alternate hash alt's two hops. Hops are counter indices. */
+ * and director's IPv6 hop list (gue.h): the second hop, the alternate
+ * hash alt's two hops, and nhist earlier primaries from hist. Hops are
+ * counter indices. */
 static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 					const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
-					__u32 primary, __u32 secondary, const struct dir_row *alt, __u16 sport, __u32 flow, __u32 at)
+					__u32 primary, __u32 secondary, const struct dir_row *alt, const __u8 *hist, __u32 nhist,
+					__u16 sport, __u32 flow, __u32 at)
 {
-	__u32 listed = alt ? GUE_MAX_LISTED : 1;
-	__u32 esize = alt ? GUE6_ENCAP_SIZE(GUE_MAX_HOPS) : GUE6_ENCAP_SIZE(2);
+	__u32 listed = 1 + (alt ? 2 : 0) + (nhist & 7);
+	__u32 esize = GUE6_ENCAP_SIZE(1 + listed);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
 		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	/* Always true for a packet that parsed; for the verifier. */
+	/* Always true for a packet that parsed; for the verifier. Each hop
+	 * past the first three is checked where it is written. */
 	if (data + l2len + esize > end || data + l2len + GUE6_ENCAP_SIZE(2) > end ||
-	    (alt && data + l2len + sizeof(struct dir_gue6_encap) > end)) {
+	    (alt && data + l2len + GUE6_ENCAP_SIZE(4) > end)) {
 		bpf_xdp_adjust_head(ctx, (int)esize);
 		return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
 	}
@@ -151,6 +170,21 @@ static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters 
 	if (alt) {
 		copy16(p + HOPS6_OFF + 16, t->hop_addr6[alt->primary]);
 		copy16(p + HOPS6_OFF + 32, t->hop_addr6[alt->secondary]);
+	}
+	if (__builtin_expect(nhist, 0)) {
+		/* Each at a constant offset from one of the two places the
+		 * earlier primaries start, checked where it is written. */
+		if (alt) {
+#pragma unroll
+			for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
+				if (i < nhist && p + HOPS6_OFF + 48 + 16 * (i + 1) <= (__u8 *)end)
+					copy16(p + HOPS6_OFF + 48 + 16 * i, t->hop_addr6[hist[i]]);
+		} else {
+#pragma unroll
+			for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
+				if (i < nhist && p + HOPS6_OFF + 16 + 16 * (i + 1) <= (__u8 *)end)
+					copy16(p + HOPS6_OFF + 16 + 16 * i, t->hop_addr6[hist[i]]);
+		}
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + esize + ip_len;

@@ -10,7 +10,11 @@
 
 enum gue_const {
 	GUE_PORT = 19523,              /* UDP destination port of GUE packets */
-	GUE_MAX_HOPS = 4,              /* a row's primary and secondary, and with alt_hash_fields the alternate row's */
+	/* A row's primary and secondary, with alt_hash_fields the alternate
+	 * row's two, then up to four earlier primaries (director.h,
+	 * DIR_HIST_HOPS). GLB's hlen has room for 30 IPv4 hops, and for 7
+	 * listed IPv6 hops: 8 fits both. */
+	GUE_MAX_HOPS = 8,
 	GUE_MAX_LISTED = GUE_MAX_HOPS - 1, /* listed in the header: every hop but the primary, which is the outer destination */
 	GUE_PRIVATE_TYPE_GLB = 0,      /* GLB's private data type */
 	/* The outer IPv4 header: version 4 and IHL 5, don't-fragment, TTL,

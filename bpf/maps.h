@@ -72,6 +72,24 @@ struct {
 	__array(values, struct table_slot);
 } tables SEC(".maps");
 
+/* Each slot's history (struct dir_history: its rows' earlier primaries),
+ * one inner map per slot that has ever had one, written with the slot's
+ * table before the bind flip that makes it live, like the table itself.
+ * Read only for a table whose hist_hops is not 0. */
+struct hist_slot {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_history);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, DIR_MAX_SLOTS);
+	__type(key, __u32);
+	__array(values, struct hist_slot);
+} history SEC(".maps");
+
 /* The global counters (enum dir_counter), per CPU: what happened to each
  * packet, and why one was passed. Summed over CPUs by 'director stats'. */
 struct {

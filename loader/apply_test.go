@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,6 +72,12 @@ func TestApplyIsAtomic(t *testing.T) {
 	dc := directorConfig()
 	d, mA := setup(t, dc)
 	tabsA, tabsB := testTables(t, testConfig), testTables(t, configB)
+	// Without history (history_s 0), each config is its tables alone, so
+	// that a packet is handled as A or B says; TestKillDuringApply holds
+	// the tables and their histories together.
+	for _, tt := range append(slices.Clone(tabsA), tabsB...) {
+		tt.History = table.HistorySettings{}
+	}
 	mB := model.New(dc, pkt.GatewayMAC, tabsB)
 	frames := probeFrames()
 
@@ -233,9 +240,21 @@ func TestKillDuringApply(t *testing.T) {
 			t.Fatalf("round %d: reading live tables after kill: %v", round, err)
 		}
 		fp := fingerprints(Tables(live))
-		m := models[fp]
-		if m == nil {
+		if models[fp] == nil {
 			t.Fatalf("round %d: after kill the live tables are neither config: %s", round, fp)
+		}
+		// The tables with the histories written with them: a table and
+		// its history go live together, or not at all.
+		m := model.New(dc, pkt.GatewayMAC, Tables(live))
+		m.Histories = Histories(live)
+		listed := 0
+		for _, h := range m.Histories {
+			if h != nil {
+				listed += h.MaxHops
+			}
+		}
+		if round > 0 && listed == 0 {
+			t.Fatalf("round %d: no live table lists an earlier primary: the kills tested no history", round)
 		}
 		for _, f := range frames {
 			v, o, err := lab.Run(d.Prog, f)

@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/director/director/table"
 )
@@ -37,7 +38,11 @@ func planAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
 	if err := checkSources(p.Tables, serving); err != nil {
 		return nil, err
 	}
-	return table.NewPlan(bpffs, live.Tables, live.Config, p.Tables, p.Input, p.Config)
+	now := live.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return table.NewPlan(bpffs, live.Tables, live.Histories, now, live.Config, p.Tables, p.Input, p.Config)
 }
 
 // LiveState reads what is live: the tables and the director config.
@@ -50,7 +55,7 @@ func (d *Director) LiveState() (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	return State{Tables: Tables(live), Config: c}, nil
+	return State{Tables: Tables(live), Config: c, Histories: Histories(live), Now: d.now()}, nil
 }
 
 // Plan judges p against what is live now.
@@ -77,15 +82,17 @@ func (d *Director) PlanOn(live State, p *Proposal) (*table.Plan, error) {
 // state, whoever asks.
 func (d *Director) Commit(p *Proposal, allow func(live State, plan *table.Plan) error) (*table.Plan, *ApplyResult, error) {
 	var plan *table.Plan
-	res, err := d.applyChange(change{Tables: p.Tables, Config: p.Config}, func(live State) error {
+	res, err := d.applyChange(change{Tables: p.Tables, Config: p.Config}, func(live State) ([]*table.History, error) {
 		var err error
 		if plan, err = planAgainst(d.Dir, live, p); err != nil {
-			return err
+			return nil, err
 		}
-		if allow == nil {
-			return nil
+		if allow != nil {
+			if err := allow(live, plan); err != nil {
+				return nil, err
+			}
 		}
-		return allow(live, plan)
+		return plan.Histories, nil
 	})
 	if err != nil {
 		return plan, nil, err

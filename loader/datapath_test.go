@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -442,47 +444,60 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 		// the interface BPF_PROG_RUN runs on (lo), for the model as
 		// outbound_mtu.
 		linkMTU uint32
+		history bool // changes made first, so that rows list earlier primaries
 	}
 	var extra []tcase
 	if build == xdpbuild.SingleBuffer {
 		extra = append(extra, tcase{name: "link-mtu", edit: func(*table.DirectorConfig) {}, n: 20000, linkMTU: 1400})
 	}
 	for _, c := range append([]tcase{
-		{"default", func(*table.DirectorConfig) {}, 100000, false, "", 0},
-		{"trie", func(*table.DirectorConfig) {}, 20000, true, "", 0},
+		{"default", func(*table.DirectorConfig) {}, 100000, false, "", 0, false},
+		{"trie", func(*table.DirectorConfig) {}, 20000, true, "", 0, false},
 		{"all-fields", func(dc *table.DirectorConfig) {
 			dc.HashFields = table.HashSrcAddr | table.HashDstAddr | table.HashSrcPort | table.HashDstPort
-		}, 10000, false, "", 0},
+		}, 10000, false, "", 0, false},
 		{"alt-hash", func(dc *table.DirectorConfig) {
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
-		}, 10000, false, "", 0},
+		}, 10000, false, "", 0, false},
 		{"ports-only-echo-off", func(dc *table.DirectorConfig) {
 			dc.HashFields = table.HashDstPort | table.HashSrcPort
 			dc.ForwardICMPEcho = false
-		}, 10000, false, "", 0},
-		{"ipv6-underlay", underlay6, 20000, false, underlay6Config, 0},
+		}, 10000, false, "", 0, false},
+		{"ipv6-underlay", underlay6, 20000, false, underlay6Config, 0, false},
 		{"ipv6-underlay-alt-hash", func(dc *table.DirectorConfig) {
 			underlay6(dc)
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
-		}, 10000, false, underlay6Config, 0},
+		}, 10000, false, underlay6Config, 0, false},
 		// Packets their encapsulation takes over the link's MTU: the
 		// generator's large ones, with DF and without, and ICMP errors.
-		{"outbound-mtu", func(dc *table.DirectorConfig) { dc.OutboundMTU = 1400 }, 20000, false, "", 0},
+		{"outbound-mtu", func(dc *table.DirectorConfig) { dc.OutboundMTU = 1400 }, 20000, false, "", 0, false},
 		{"ipv6-underlay-outbound-mtu-alt-hash", func(dc *table.DirectorConfig) {
 			underlay6(dc)
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
 			dc.OutboundMTU = 1320
-		}, 10000, false, underlay6Config, 0},
+		}, 10000, false, underlay6Config, 0, false},
 		// QUIC-LB routing: QUIC packets of every kind among the rest.
-		{"quic", func(*table.DirectorConfig) {}, 40000, false, quicConfig, 0},
+		{"quic", func(*table.DirectorConfig) {}, 40000, false, quicConfig, 0, false},
 		{"quic-all-fields-outbound-mtu", func(dc *table.DirectorConfig) {
 			dc.HashFields = table.HashSrcAddr | table.HashDstAddr | table.HashSrcPort | table.HashDstPort
 			dc.OutboundMTU = 1400
-		}, 10000, false, quicConfig, 0},
+		}, 10000, false, quicConfig, 0, false},
 		{"quic-ipv6-underlay-alt-hash", func(dc *table.DirectorConfig) {
 			underlay6(dc)
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
-		}, 20000, false, quicUnderlay6Config, 0},
+		}, 20000, false, quicUnderlay6Config, 0, false},
+		// Rows that list earlier primaries, up to the most a row holds,
+		// removed backends among them.
+		{name: "history", edit: func(*table.DirectorConfig) {}, n: 40000, history: true},
+		{name: "history-alt-hash-outbound-mtu", edit: func(dc *table.DirectorConfig) {
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+			dc.OutboundMTU = 1400
+		}, n: 20000, history: true},
+		{name: "history-ipv6-underlay-alt-hash", edit: func(dc *table.DirectorConfig) {
+			underlay6(dc)
+			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort
+		}, n: 20000, cfg: underlay6Config, history: true},
+		{name: "history-quic", edit: func(*table.DirectorConfig) {}, n: 20000, cfg: quicConfig, history: true},
 	}, extra...) {
 		t.Run(c.name, func(t *testing.T) {
 			n := testenv.Reduced(c.n / div)
@@ -496,13 +511,18 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 				cfg = testConfig
 			}
 			d, m := setupWith(t, dc, cfg)
+			if c.history {
+				m = makeHistory(t, d, dc, cfg)
+			}
 			if c.linkMTU != 0 {
 				if err := d.Maps.LinkMtus.Put(uint32(1), c.linkMTU); err != nil {
 					t.Fatal(err)
 				}
 				mdc := dc
 				mdc.OutboundMTU = int(c.linkMTU)
+				hists := m.Histories
 				m = model.New(mdc, pkt.GatewayMAC, m.Tables)
+				m.Histories = hists
 			}
 			g := &gen{rng: rand.New(rand.NewPCG(uint64(n), 99))}
 			quic := false
@@ -534,9 +554,15 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 					}
 				}
 			}
+			listed := 0 // with history: packets that listed an earlier primary
 			for i := 0; i < n; i++ {
 				f := g.frame()
 				run(i, f)
+				if c.history {
+					if r := m.Classify(f); r.Verdict == model.XDPTX && r.NHops > 2+2*min(1, int(dc.AltHashFields)) {
+						listed++
+					}
+				}
 				if i%500 == 0 { // every truncation of some frames
 					for l := 0; l < len(f); l++ {
 						run(i, f[:l])
@@ -545,6 +571,9 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 			}
 			if failures > 0 {
 				t.Fatalf("%d of the packets differ", failures)
+			}
+			if c.history && listed < n/20 {
+				t.Fatalf("only %d of %d packets listed an earlier primary", listed, n)
 			}
 			checkCounters(t, d, tl)
 			for _, q := range quicCounters {
@@ -616,4 +645,88 @@ func exactSet(tabs []*table.Table) map[exactKeyT]bool {
 		}
 	}
 	return out
+}
+
+// makeHistory makes changes to cfg's tables in d, a few seconds apart by
+// d's clock, until some rows list as many earlier primaries as a row
+// holds: a drain, weights raised and lowered, a removal without a drain
+// (the removed backend stays in the chains), a backend added. It checks
+// that what the kernel holds reads back as the history the change's plan
+// worked out, and returns the model of the result.
+func makeHistory(t *testing.T, d *Director, dc table.DirectorConfig, cfg string) *model.Datapath {
+	t.Helper()
+	c, err := config.Parse([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_900_000_000, 0)
+	d.Clock = func() time.Time { return now }
+	defer func() { d.Clock = nil }()
+	rng := rand.New(rand.NewPCG(45, 45))
+	var tabs []*table.Table
+	var want []*table.History
+	for step := range 20 {
+		now = now.Add(3 * time.Second)
+		for i := range c.Tables {
+			tc := &c.Tables[i]
+			bs := slices.Clone(tc.Backends)
+			switch k := rng.IntN(len(bs)); {
+			case step == 0:
+				bs[k].State = table.StateDraining
+			case step == 5 && len(bs) > 2:
+				bs = slices.Delete(bs, k, k+1) // removed without a drain
+			case step == 8 || step == 9:
+				ip := bs[len(bs)-1].IP
+				for slices.ContainsFunc(bs, func(b table.Backend) bool { return b.IP == ip }) {
+					ip = ip.Next()
+				}
+				bs = append(bs, table.Backend{IP: ip, State: table.StateActive, Healthy: true, ServerID: table.ServerID(strings.Repeat(string([]byte{byte(0xa0 + step)}), len(bs[0].ServerID)))})
+			default:
+				bs[k].State = table.StateActive
+				bs[k].Weight = uint16(1 + rng.IntN(5000))
+			}
+			tc.Backends = bs
+		}
+		if tabs, err = table.BuildAll(c); err != nil {
+			t.Fatal(err)
+		}
+		live, err := d.LiveState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := d.PlanOn(live, &Proposal{Tables: tabs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// With history in the packets, a row is at risk only for want of
+		// room: more earlier primaries than its hops hold.
+		for _, td := range plan.Diff.Tables {
+			if td.Rows.AtRisk != td.History.Overflow {
+				t.Fatalf("step %d: %d rows at risk, %d of them for want of room: %v", step, td.Rows.AtRisk, td.History.Overflow, plan.Reasons)
+			}
+		}
+		want = plan.Histories
+		if _, err := d.apply(tabs, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	for i, lt := range live {
+		if !lt.History.Equal(want[i]) {
+			t.Fatalf("table %d: the history read back is not the one the plan worked out", i)
+		}
+		if lt.History != nil {
+			most = max(most, lt.History.MaxHops)
+		}
+	}
+	if most < table.HistoryHops {
+		t.Fatalf("the changes left at most %d earlier primaries in a row, not %d", most, table.HistoryHops)
+	}
+	m := model.New(dc, pkt.GatewayMAC, Tables(live))
+	m.Histories = Histories(live)
+	return m
 }

@@ -21,7 +21,7 @@ func BenchmarkDecodeTable(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dt, err := encodeTable(t, 0, 0, stat)
+	dt, err := encodeTable(t, 0, 0, stat, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

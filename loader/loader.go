@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -47,6 +48,10 @@ type Director struct {
 	// noSpelling keeps prefix and port-range binds out of the exact table
 	// (bindmap.ExactPoints): for tests of the group table and the trie.
 	noSpelling bool
+
+	// Clock is the time changes are made at (a history's entries expire
+	// by it); nil: time.Now.
+	Clock func() time.Time
 
 	// cache is what this process last wrote or read in the pins' slots,
 	// shared by every Director of the process on the same directory (a
@@ -99,8 +104,16 @@ func dropCache(dir string) {
 type readSlotCache struct {
 	raw    *abi.Table
 	quic   *abi.QUICTable // nil for a table without QUIC-LB routing
+	hist   *abi.History   // nil for a slot without a history map
 	digest [32]byte
 	lt     LiveTable
+}
+
+func (d *Director) now() time.Time {
+	if d.Clock != nil {
+		return d.Clock()
+	}
+	return time.Now()
 }
 
 // Close releases this process's handles; pinned objects stay.

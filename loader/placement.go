@@ -31,7 +31,10 @@ type placement struct {
 // references; a table continuing a live one keeps its counter block and
 // each backend's counter index (by address); a new table gets a free
 // block.
-func place(live []LiveTable, previous []int, tables []*table.Table) ([]placement, error) {
+//
+// A table whose history (hists, by table) is not the live one's is
+// written again, rows unchanged or not: the two go live together.
+func place(live []LiveTable, previous []int, tables []*table.Table, hists []*table.History) ([]placement, error) {
 	taken := map[int]bool{} // slots either generation references, and this apply's
 	statsTaken := map[int]bool{}
 	for _, lt := range live {
@@ -51,7 +54,11 @@ func place(live []LiveTable, previous []int, tables []*table.Table) ([]placement
 			p.statsID = p.old.StatsID
 		}
 		p.stat = assignStats(p.old, t)
-		if p.old != nil && sameTable(p.old, i, t, p.stat) {
+		var h *table.History
+		if i < len(hists) {
+			h = hists[i]
+		}
+		if p.old != nil && sameTable(p.old, i, t, p.stat) && p.old.History.Equal(h) {
 			p.slot = p.old.Slot
 		} else {
 			p.write = true
@@ -156,7 +163,7 @@ func sameTable(old *LiveTable, index int, t *table.Table, stat []uint8) bool {
 	// The balance factor and the registry's digest are part of what a
 	// slot holds: a table whose rows stay but whose factor changed, or
 	// that was built from other inputs, is written again.
-	if o.Name != t.Name || o.HashKey != t.HashKey || o.Balance != t.Balance || o.Digest != t.Digest ||
+	if o.Name != t.Name || o.HashKey != t.HashKey || o.Balance != t.Balance || o.History != t.History || o.Digest != t.Digest ||
 		len(o.Backends) != len(t.Backends) || len(o.Binds) != len(t.Binds) {
 		return false
 	}

@@ -25,7 +25,7 @@ func TestPlace(t *testing.T) {
 	dns := &table.Table{Name: old.Name, HashKey: old.HashKey, Binds: old.Binds, Rows: old.Rows,
 		Backends: append([]table.Backend{{IP: netip.MustParseAddr("192.168.20.9"), State: table.StateActive, Healthy: true}}, old.Backends[1:]...)}
 	next := []*table.Table{tabs[0], dns, tabs[2]}
-	got, err := place(live, previous, next)
+	got, err := place(live, previous, next, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestPlace(t *testing.T) {
 		t.Errorf("special: %+v", p)
 	}
 	// Tables matched by name keep their counters when they move in order.
-	got, err = place(live, previous, []*table.Table{tabs[1], tabs[0]})
+	got, err = place(live, previous, []*table.Table{tabs[1], tabs[0]}, nil)
 	if err != nil || got[0].statsID != 0 || got[1].statsID != 5 || !got[0].write || !got[1].write {
 		t.Errorf("reordered: %+v %v", got, err)
 	}
@@ -52,7 +52,7 @@ func TestPlace(t *testing.T) {
 	for s := 0; s < abi.MaxSlots; s++ {
 		all = append(all, s)
 	}
-	if _, err := place(nil, all, next); err == nil || !strings.Contains(err.Error(), "no free table slot") {
+	if _, err := place(nil, all, next, nil); err == nil || !strings.Contains(err.Error(), "no free table slot") {
 		t.Errorf("with every slot taken: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
@@ -27,16 +28,21 @@ func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
 func putAddr(a netip.Addr) (uint8, [16]byte) { return bindmap.PutAddr(a) }
 
 // encodeTable lays a table out as the datapath reads it. stat gives each
-// backend's counter index.
-func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*abi.Table, error) {
+// backend's counter index; ghosts, the backends its history names that it
+// no longer has, whose addresses packets may still list.
+func encodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []ghost) (*abi.Table, error) {
 	dt := new(abi.Table)
 	dt.HashKey = t.HashKey
 	copy(dt.Name[:], t.Name)
 	dt.StatsId = uint32(statsID)
-	dt.Index = uint32(index)
+	dt.Index = uint16(index)
 	dt.NumBackends = uint32(len(t.Backends))
 	dt.NumBinds = uint32(len(t.Binds))
 	dt.Balance = t.Balance
+	dt.HistWindowS = uint16(min(t.History.Window, table.MaxHistoryWindow) / time.Second)
+	if t.History.NoHops {
+		dt.HistOff = 1
+	}
 	if q := t.QUIC; q.On() {
 		dt.QuicSidLen = q.ServerIDLen
 		dt.QuicCid = q.ConfigID<<5 | uint8(q.CIDLen())
@@ -58,11 +64,18 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8) (*abi.Table, 
 			dt.HopAddr6[stat[i]] = b.IP.As16()
 		}
 	}
+	for _, g := range ghosts {
+		if g.ip.Is4() {
+			dt.HopAddr[g.stat] = nativeFromBE(g.ip.As4())
+		} else {
+			dt.HopAddr6[g.stat] = g.ip.As16()
+		}
+	}
 	// A table's backends are one family (CheckDatapath): GUE goes over
 	// it.
-	dt.HopFamily = uint32(abi.FamilyIPv4)
+	dt.HopFamily = uint8(abi.FamilyIPv4)
 	if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
-		dt.HopFamily = uint32(abi.FamilyIPv6)
+		dt.HopFamily = uint8(abi.FamilyIPv6)
 	}
 	for i, b := range t.Binds {
 		fam, addr := putAddr(b.Prefix.Addr())
@@ -86,7 +99,8 @@ func decodeTable(dt *abi.Table) (*LiveTable, error) {
 		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
 	}
 	t := &table.Table{HashKey: dt.HashKey, Rows: make([]table.Row, table.Rows), Balance: dt.Balance,
-		Backends: make([]table.Backend, 0, dt.NumBackends)}
+		Backends: make([]table.Backend, 0, dt.NumBackends),
+		History:  table.HistorySettings{Window: time.Duration(dt.HistWindowS) * time.Second, NoHops: dt.HistOff != 0}}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
 	if dt.QuicSidLen != 0 {
 		l, cid := int(dt.QuicSidLen), int(dt.QuicCid&0x1f)
@@ -115,7 +129,7 @@ func decodeTable(dt *abi.Table) (*LiveTable, error) {
 		}
 		byStat[b.Stat] = int32(i)
 		// The addresses packets are sent to: check they agree with the list.
-		if !a.Is4() && (dt.HopFamily != uint32(abi.FamilyIPv6) || netip.AddrFrom16(dt.HopAddr6[b.Stat]) != a) {
+		if !a.Is4() && (dt.HopFamily != uint8(abi.FamilyIPv6) || netip.AddrFrom16(dt.HopAddr6[b.Stat]) != a) {
 			return nil, fmt.Errorf("corrupt table: the IPv6 hop address of backend %d (%s) disagrees with it", i, a)
 		}
 		if a.Is4() && dt.HopAddr[b.Stat] != nativeFromBE(a.As4()) {

@@ -29,6 +29,9 @@ type LiveTable struct {
 	Table   *table.Table
 	// Stat is each backend's counter index (position in Table.Backends).
 	Stat []uint8
+	// History is the slot's record of its rows' earlier primaries, nil
+	// for none.
+	History *table.History
 }
 
 // Live reads every live table back from the kernel maps, in index order.
@@ -158,6 +161,10 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 			return nil, fmt.Errorf("QUIC server IDs: %w", err)
 		}
 	}
+	dh, err := d.readHistory(slot)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
 	// The registry's digest is its writer's word, which a reader checks
 	// against the rows before taking the table for a config's
 	// (table.Table.BuiltFrom).
@@ -170,7 +177,8 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 		c, ok := d.cache.read[slot]
 		d.cache.knownMu.Unlock()
 		if ok && c.digest == reg.Digest && bytes.Equal(rawBytes(c.raw), rawBytes(dt)) && (c.quic == nil) == (qt == nil) &&
-			(qt == nil || bytes.Equal(rawBytes(c.quic), rawBytes(qt))) {
+			(qt == nil || bytes.Equal(rawBytes(c.quic), rawBytes(qt))) && (c.hist == nil) == (dh == nil) &&
+			(dh == nil || bytes.Equal(rawBytes(c.hist), rawBytes(dh))) {
 			lt := c.lt
 			return &lt, nil
 		}
@@ -184,6 +192,9 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 			return nil, err
 		}
 	}
+	if lt.History, err = decodeHistory(dh, dt, lt); err != nil {
+		return nil, err
+	}
 	lt.Slot = slot
 	lt.Table.Digest = reg.Digest
 	if reg.Fingerprint != ([32]byte{}) {
@@ -194,7 +205,7 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 	if d.cache.read == nil {
 		d.cache.read = map[int]readSlotCache{}
 	}
-	d.cache.read[slot] = readSlotCache{raw: dt, quic: qt, digest: reg.Digest, lt: *lt}
+	d.cache.read[slot] = readSlotCache{raw: dt, quic: qt, hist: dh, digest: reg.Digest, lt: *lt}
 	d.cache.knownMu.Unlock()
 	return lt, nil
 }
@@ -224,7 +235,7 @@ func (d *Director) remember(slot int, t *table.Table) {
 // (server IDs included) and rows. (NoGoodRows
 // follows from the rows and backends.)
 func sameContent(a, b *table.Table) bool {
-	if a.Name != b.Name || a.Balance != b.Balance || a.QUIC != b.QUIC || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
+	if a.Name != b.Name || a.Balance != b.Balance || a.QUIC != b.QUIC || a.History != b.History || a.HashKey != b.HashKey || !slices.Equal(a.Binds, b.Binds) || !slices.Equal(a.Rows, b.Rows) ||
 		len(a.Backends) != len(b.Backends) {
 		return false
 	}
@@ -315,20 +326,32 @@ type change struct {
 }
 
 // State is what is live: the tables, and the director config (nil until
-// one is written).
+// one is written), with the tables' histories (nil for none) and the
+// time they were read at, which a change made on them is judged at.
 type State struct {
-	Tables []*table.Table
-	Config *table.DirectorConfig
+	Tables    []*table.Table
+	Config    *table.DirectorConfig
+	Histories []*table.History
+	Now       time.Time
+}
+
+// Histories returns the histories of a live set.
+func Histories(live []LiveTable) []*table.History {
+	out := make([]*table.History, len(live))
+	for i := range live {
+		out[i] = live[i].History
+	}
+	return out
 }
 
 // apply makes tables the live set, keeping the director config; see
 // applyChange.
 func (d *Director) apply(tables []*table.Table, check func(live []*table.Table) error) (*ApplyResult, error) {
-	return d.applyChange(change{Tables: tables}, func(s State) error {
+	return d.applyChange(change{Tables: tables}, func(s State) ([]*table.History, error) {
 		if check == nil {
-			return nil
+			return nil, nil
 		}
-		return check(s.Tables)
+		return nil, check(s.Tables)
 	})
 }
 
@@ -347,8 +370,14 @@ func (d *Director) apply(tables []*table.Table, check func(live []*table.Table) 
 //
 // check, if not nil, runs under the apply lock with the live state and
 // can refuse the apply (plans use it to insist on the state they were
-// reviewed against).
-func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyResult, error) {
+// reviewed against). It gives the tables' histories after the change,
+// which its plan worked out (table.Plan.Histories); nil: they are worked
+// out here, the same way.
+//
+// Each table's history goes into its slot with it (writeSlots), so that
+// the commit makes both live at once; a table whose history changed and
+// rows did not is written again too.
+func (d *Director) applyChange(ch change, check func(live State) ([]*table.History, error)) (*ApplyResult, error) {
 	tables := ch.Tables
 	start := time.Now()
 	if err := CheckDatapath(tables); err != nil {
@@ -365,7 +394,7 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 			return nil, fmt.Errorf("director config: %w", err)
 		}
 	}
-	live, err := d.checkedLive(check)
+	live, hists, err := d.checkedLive(tables, check)
 	if err != nil {
 		return nil, err
 	}
@@ -386,11 +415,11 @@ func (d *Director) applyChange(ch change, check func(live State) error) (*ApplyR
 	if err != nil {
 		return nil, err
 	}
-	plans, err := place(live, previous, tables)
+	plans, err := place(live, previous, tables, hists)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.writeSlots(tables, plans); err != nil {
+	if err := d.writeSlots(tables, hists, plans); err != nil {
 		return nil, err
 	}
 	// The commit: the new binds for all tables, in one generation flip.
@@ -447,29 +476,34 @@ func (d *Director) readBack(gen uint32, plans []placement) ([]LiveTable, error) 
 	return out, nil
 }
 
-// checkedLive reads the live tables and, with check, has it judge the live
-// state.
-func (d *Director) checkedLive(check func(live State) error) ([]LiveTable, error) {
+// checkedLive reads the live state and, with check, has it judge it;
+// it gives the tables' histories after the change (check's, or worked
+// out from the live state).
+func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]*table.History, error)) ([]LiveTable, []*table.History, error) {
 	live, err := d.Live()
 	if err != nil {
-		return nil, fmt.Errorf("reading live tables: %w", err)
+		return nil, nil, fmt.Errorf("reading live tables: %w", err)
 	}
+	st := State{Tables: Tables(live), Histories: Histories(live), Now: d.now()}
+	var hists []*table.History
 	if check != nil {
-		liveConfig, err := d.LiveConfig()
-		if err != nil {
-			return nil, fmt.Errorf("reading the live director config: %w", err)
+		if st.Config, err = d.LiveConfig(); err != nil {
+			return nil, nil, fmt.Errorf("reading the live director config: %w", err)
 		}
-		if err := check(State{Tables: Tables(live), Config: liveConfig}); err != nil {
-			return nil, err
+		if hists, err = check(st); err != nil {
+			return nil, nil, err
 		}
 	}
-	return live, nil
+	if hists == nil {
+		_, hists = table.CompareAt(st.Tables, st.Histories, tables, st.Now)
+	}
+	return live, hists, nil
 }
 
 // writeSlots writes the tables that plans put in new slots, which neither
 // bind generation references, and zeroes the counters of tables and
 // backends new to their place.
-func (d *Director) writeSlots(tables []*table.Table, plans []placement) error {
+func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, plans []placement) error {
 	for i, p := range plans {
 		if err := d.resetCounters(p.statsID, p.old, tables[i], p.stat); err != nil {
 			return err
@@ -497,8 +531,15 @@ func (d *Director) writeSlots(tables []*table.Table, plans []placement) error {
 		if !p.write {
 			continue
 		}
-		dt, err := encodeTable(tables[i], i, p.statsID, p.stat)
+		ghosts, err := ghostsOf(tables[i], hists[i], p.stat)
 		if err != nil {
+			return fmt.Errorf("tables[%d]: %w", i, err)
+		}
+		dt, err := encodeTable(tables[i], i, p.statsID, p.stat, ghosts)
+		if err != nil {
+			return fmt.Errorf("tables[%d]: %w", i, err)
+		}
+		if err := d.writeHistory(p.slot, tables[i], hists[i], p.stat, ghosts, dt); err != nil {
 			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
 		// Its QUIC server IDs first: the table's settings send packets to

@@ -413,6 +413,7 @@ func (b *Builder) Table() *Table {
 		Backends: append([]Backend(nil), b.cfg.Backends...),
 		Rows:     make([]Row, Rows),
 		QUIC:     b.cfg.QUIC,
+		History:  b.cfg.History,
 	}
 	for r := range b.ranks {
 		t.Rows[r] = b.hops(&b.ranks[r])

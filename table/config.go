@@ -82,10 +82,6 @@ type TableConfig struct {
 	Seed     Key    // keys the rendezvous scores that build the rows
 	Binds    []Bind
 	Backends []Backend
-	// RampInterval is how long director run waits between the steps of a
-	// ramp (a lowered weight taken in safe steps); 0 means the default,
-	// DefaultRampInterval.
-	RampInterval time.Duration
 	// Balance is the balance factor F in BalanceScale units (1010 is
 	// 1.01): no good backend is primary for more than F times its fair
 	// share of rows (balance.go). 0 means off: GLB's table.
@@ -93,6 +89,10 @@ type TableConfig struct {
 	// QUIC is the table's QUIC-LB routing (its "quic" block); the zero
 	// QUIC is none.
 	QUIC QUIC
+	// History is its history_s and history_hops (history.go); a config
+	// that gives none has DefaultHistory. The zero value remembers
+	// nothing.
+	History HistorySettings
 }
 
 // QUIC is a table's QUIC-LB routing (draft-ietf-quic-load-balancers,
@@ -137,9 +137,6 @@ func (q QUIC) CIDLen() int { return 1 + int(q.ServerIDLen) + int(q.NonceLen) }
 type ServerID string
 
 func (s ServerID) String() string { return hex.EncodeToString([]byte(s)) }
-
-// DefaultRampInterval is a ramp's step interval when the table gives none.
-const DefaultRampInterval = time.Minute
 
 // Key is a 16-byte secret. It formats as "<redacted>" so it cannot leak
 // through a log line or an error message by accident.

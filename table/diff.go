@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 )
 
 // Diff is what changes between two sets of tables: the review an operator
@@ -55,7 +56,46 @@ type TableDiff struct {
 	OldQUIC      *QUIC    `json:"old_quic,omitempty"`
 	NewQUIC      *QUIC    `json:"new_quic,omitempty"`
 	QUICStranded []string `json:"quic_stranded,omitempty"`
-	Warnings     []string `json:"warnings"`
+	// History is what the new table remembers of its rows' earlier
+	// primaries once the change is made (history.go); absent for a
+	// table removed.
+	History  *HistoryDiff `json:"history,omitempty"`
+	Warnings []string     `json:"warnings"`
+	// RowsAtRisk marks the rows at risk (RowChanges.AtRisk), for a
+	// picture; nil for none, and not in the JSON form.
+	RowsAtRisk []bool `json:"-"`
+}
+
+// HistoryDiff is a table's history after a change: its settings, the rows
+// that remember an earlier primary and those whose packets list one, the
+// longest list, the rows at risk only for want of room, and when the last
+// entry is forgotten (absent where the diff was made at no particular time:
+// two configs compared).
+type HistoryDiff struct {
+	WindowS  int        `json:"window_s"`
+	Hops     bool       `json:"hops"`
+	Rows     int        `json:"rows"`
+	HopRows  int        `json:"hop_rows"`
+	MaxHops  int        `json:"max_hops"`
+	Overflow int        `json:"overflow"`
+	Until    *time.Time `json:"until,omitempty"`
+}
+
+// on reports whether the table lists earlier primaries in its packets:
+// then GLB's rule of one drain at a time has no reason left.
+func (h *HistoryDiff) on() bool { return h != nil && h.Hops && h.WindowS > 0 }
+
+func historyDiff(set HistorySettings, h *History, risk HistoryRisk, now time.Time) *HistoryDiff {
+	hd := &HistoryDiff{WindowS: int(set.Window / time.Second), Hops: !set.NoHops, Overflow: risk.Overflow}
+	var until time.Time
+	hd.Rows, hd.HopRows, until = h.Summary()
+	if !h.Empty() {
+		hd.MaxHops = h.MaxHops
+		if !now.IsZero() {
+			hd.Until = &until
+		}
+	}
+	return hd
 }
 
 // Table statuses.
@@ -73,13 +113,14 @@ type RowChanges struct {
 	SecondaryChanged int `json:"secondary_changed"`
 	// Swapped rows exchanged primary and secondary.
 	Swapped int `json:"swapped"`
-	// AtRisk rows have an old primary that is in neither new hop: their
-	// established connections break even with second chance.
+	// AtRisk rows have a backend that was their primary within the
+	// table's window (their primary before the change included), is up,
+	// and is in no hop of their new chain (Advance): its established
+	// connections there break even with second chance.
 	AtRisk int `json:"at_risk"`
-	// AtRiskDown of them have an old primary that went from healthy to
-	// unhealthy in this change: the checks found it down, so its
-	// connections go with it whatever the table says. The verdict does not
-	// count them.
+	// AtRiskDown rows have such a backend that is down: its connections
+	// went with it, whatever the table says. The verdict does not count
+	// them.
 	AtRiskDown int `json:"at_risk_down"`
 	// MinimalPrimaryMoves is the fewest primary changes that reach the new
 	// per-backend primary counts: the sum of every backend's gain.
@@ -124,9 +165,26 @@ const (
 
 // Compare diffs two sets of tables. Tables pair up by name when every table
 // on both sides has one, otherwise by position (GLB binaries carry no
-// names).
+// names). Neither side has a history: what the change itself makes
+// (CompareAt).
 func Compare(old, new []*Table) *Diff {
+	d, _ := CompareAt(old, nil, new, time.Time{})
+	return d
+}
+
+// CompareAt diffs the live tables old, whose histories are hists (nil, or
+// one per table, nil for none), with new, as a change made at now: rows at
+// risk by the history's rule (Advance), and each new table's history
+// after the change, in new's order (nil for none).
+func CompareAt(old []*Table, hists []*History, new []*Table, now time.Time) (*Diff, []*History) {
 	d := &Diff{Version: DiffVersion}
+	out := make([]*History, len(new))
+	histOf := func(i int) *History {
+		if i < len(hists) {
+			return hists[i]
+		}
+		return nil
+	}
 	byName := allNamed(old) && allNamed(new)
 	used := make([]bool, len(new))
 	for i, o := range old {
@@ -145,11 +203,17 @@ func Compare(old, new []*Table) *Diff {
 			used[j] = true
 			n = new[j]
 		}
-		d.Tables = append(d.Tables, compareTable(label(o, n, i, j, byName), i, j, o, n))
+		td, h := compareTable(label(o, n, i, j, byName), i, j, o, n, histOf(i), now)
+		d.Tables = append(d.Tables, td)
+		if j >= 0 {
+			out[j] = h
+		}
 	}
 	for j, n := range new {
 		if !used[j] {
-			d.Tables = append(d.Tables, compareTable(label(nil, n, -1, j, byName), -1, j, nil, n))
+			td, h := compareTable(label(nil, n, -1, j, byName), -1, j, nil, n, nil, now)
+			d.Tables = append(d.Tables, td)
+			out[j] = h
 		}
 	}
 	for _, td := range d.Tables {
@@ -157,7 +221,7 @@ func Compare(old, new []*Table) *Diff {
 			d.Changed = true
 		}
 	}
-	return d
+	return d, out
 }
 
 // Brief returns d with each unchanged table in one line (TableDiff.Brief):
@@ -234,18 +298,39 @@ func sides(t *Table) map[netip.Addr]*BackendSide {
 	return m
 }
 
-func compareTable(name string, i, j int, o, n *Table) TableDiff {
+// compareTable compares o (with its history, prev) and n, the change
+// made at now, and gives n's history after it.
+func compareTable(name string, i, j int, o, n *Table, prev *History, now time.Time) (TableDiff, *History) {
 	td := TableDiff{Name: name, OldIndex: i, NewIndex: j, BindsAdded: []string{}, BindsRemoved: []string{}, Warnings: []string{}}
 	td.Rows.Total = Rows
 	if o != nil && o == n && o.Unbuilt {
 		td.Status, td.SameInputs, td.Backends = StatusUnchanged, true, []BackendChange{}
 		td.Rows.Minimal = true
-		return td
+		return td, prev
 	}
-	if o != nil && n != nil && (o == n || sameTables(o, n)) {
-		return diffOfOne(td, n)
+	same := o != nil && n != nil && (o == n || sameTables(o, n))
+	if same {
+		td = diffOfOne(td, n)
+	} else {
+		td = compareGeneral(td, o, n)
 	}
-	return compareGeneral(td, o, n)
+	if n == nil {
+		return td, nil
+	}
+	if (same || o == nil) && prev.Empty() {
+		td.History = historyDiff(n.History, nil, HistoryRisk{}, now) // nothing to remember: no row moved
+		return td, nil
+	}
+	h, risk := Advance(prev, o, n, now, nil)
+	td.Rows.AtRisk, td.Rows.AtRiskDown, td.RowsAtRisk = risk.AtRisk, risk.AtRiskDown, risk.Rows
+	td.History = historyDiff(n.History, h, risk, now)
+	if td.HashKeyChanged && risk.AtRisk > 0 {
+		td.Warnings = append(td.Warnings, "hash_key changed: every flow hashes to a new row, so established connections can break")
+	}
+	if risk.AtRisk > 0 {
+		td.Warnings = append(td.Warnings, fmt.Sprintf("%d rows at risk: a backend that was their primary within the window is up and in no hop of their new chain, so its connections break even with second chance", risk.AtRisk))
+	}
+	return td, h
 }
 
 // sameTables reports whether o and n are one table in two copies (a live
@@ -317,14 +402,8 @@ func compareGeneral(td TableDiff, o, n *Table) TableDiff {
 		}
 		td.QUICStranded = quicStranded(o, n)
 		td.Warnings = append(td.Warnings, td.QUICStranded...)
-		if td.HashKeyChanged {
-			td.Warnings = append(td.Warnings, "hash_key changed: every flow hashes to a new row, so established connections can break")
-		}
 		if len(td.BindsRemoved) > 0 {
 			td.Warnings = append(td.Warnings, fmt.Sprintf("%d binds removed: traffic to them stops being steered", len(td.BindsRemoved)))
-		}
-		if td.Rows.AtRisk > 0 {
-			td.Warnings = append(td.Warnings, fmt.Sprintf("%d rows at risk: their old primary is in neither new hop, so their connections break even with second chance", td.Rows.AtRisk))
 		}
 	}
 	if n != nil {
@@ -510,12 +589,6 @@ func compareRows(td *TableDiff, o, n *Table) {
 		rc.Minimal = true
 		return
 	}
-	wentDown := map[netip.Addr]bool{}
-	for _, bc := range td.Backends {
-		if bc.Old != nil && bc.New != nil && bc.Old.Healthy && !bc.New.Healthy {
-			wentDown[netip.MustParseAddr(bc.IP)] = true
-		}
-	}
 	for r := range n.Rows {
 		op, osec := o.Backends[o.Rows[r].Primary].IP, o.Backends[o.Rows[r].Secondary].IP
 		np, nsec := n.Backends[n.Rows[r].Primary].IP, n.Backends[n.Rows[r].Secondary].IP
@@ -527,12 +600,6 @@ func compareRows(td *TableDiff, o, n *Table) {
 		}
 		if op != np && op == nsec && osec == np {
 			rc.Swapped++
-		}
-		if op != np && op != nsec {
-			rc.AtRisk++
-			if wentDown[op] {
-				rc.AtRiskDown++
-			}
 		}
 	}
 	oldPrim := map[netip.Addr]int{}

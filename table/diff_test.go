@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func buildCfg(t *testing.T, tc *TableConfig) *Table {
@@ -60,12 +61,19 @@ func TestDiffRemoveIsAtRisk(t *testing.T) {
 	old := buildCfg(t, &tc)
 	rm := tc
 	rm.Backends = slices.Delete(slices.Clone(tc.Backends), 0, 1)
+	rm.History.NoHops = true
 	new := buildCfg(t, &rm)
 	td := Compare([]*Table{old}, []*Table{new}).Tables[0]
-	// Removing a backend outright: its rows' connections have nowhere to
-	// go, which is why one drains first.
+	// Removing a backend outright, with GLB's two hops: its rows'
+	// connections have nowhere to go, which is why one drains first.
 	if want := primaryRows(old, tc.Backends[0].IP); td.Rows.AtRisk != want {
 		t.Fatalf("at risk %d, want the removed backend's %d primary rows", td.Rows.AtRisk, want)
+	}
+	// With the earlier primaries in the packets, the removed backend
+	// stays in its rows' hops for the window: a removal is a drain.
+	rm.History.NoHops = false
+	if with := Compare([]*Table{old}, []*Table{buildCfg(t, &rm)}).Tables[0]; with.Rows.AtRisk != 0 || with.History.HopRows == 0 {
+		t.Fatalf("with history: %d at risk, history %+v", with.Rows.AtRisk, with.History)
 	}
 	if td.Backends[len(td.Backends)-1].Change != ChangeRemoved {
 		t.Fatalf("removed backend not listed last: %+v", td.Backends)
@@ -102,6 +110,7 @@ func TestDiffWarnings(t *testing.T) {
 	bad.Binds = tc.Binds[1:]
 	bad.Backends = slices.Clone(tc.Backends)
 	bad.Backends[0].Healthy = false // now two bad backends with the draining one
+	bad.History.NoHops = true       // GLB's two hops: the new key strands connections
 	new := buildCfg(t, &bad)
 	td := Compare([]*Table{old}, []*Table{new}).Tables[0]
 	for _, w := range []string{"hash_key changed", "binds removed", "not active and healthy"} {
@@ -151,9 +160,11 @@ func TestVerdictStateChangesNotHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// GLB's two hops (history_hops false): GLB's rules.
 	build := func(edit func(bs []Backend)) []*Table {
 		tc := c.Tables[0]
 		tc.Backends = append([]Backend(nil), tc.Backends...)
+		tc.History.NoHops = true
 		edit(tc.Backends)
 		tb, err := Build(&tc)
 		if err != nil {
@@ -178,24 +189,26 @@ func TestVerdictStateChangesNotHealth(t *testing.T) {
 	if safe, reasons := Verdict(Compare(base, allDown)); safe || !strings.Contains(strings.Join(reasons, ";"), "rows have no active healthy backend") {
 		t.Errorf("all down: %v %v", safe, reasons)
 	}
-	// While one drains, another going down puts rows at risk, but only
-	// rows whose old primary is the one going down: not counted. Coming
-	// back up puts rows of healthy backends at risk: unsafe.
+	// While one drains, another going down leaves rows whose earlier
+	// primary is down: not counted, its connections go with it.
 	draining := build(func(bs []Backend) { bs[0].State = StateDraining })
 	downWhileDraining := build(func(bs []Backend) { bs[0].State, bs[1].Healthy = StateDraining, false })
 	d := Compare(draining, downWhileDraining)
-	if r := d.Tables[0].Rows; r.AtRisk == 0 || r.AtRiskDown != r.AtRisk {
-		t.Errorf("down while draining: %d rows at risk, %d of them on the backend going down", r.AtRisk, r.AtRiskDown)
+	if r := d.Tables[0].Rows; r.AtRiskDown == 0 {
+		t.Errorf("down while draining: %d rows at risk, %d with an earlier primary down", r.AtRisk, r.AtRiskDown)
 	}
 	if safe, reasons := Verdict(d); !safe {
 		t.Errorf("a backend found down while another drains: unsafe %v", reasons)
 	}
-	d = Compare(downWhileDraining, draining)
-	if r := d.Tables[0].Rows; r.AtRisk == 0 || r.AtRiskDown != 0 {
-		t.Errorf("up while draining: %d at risk, %d down", r.AtRisk, r.AtRiskDown)
+	// With history in the packets, GLB's rule of one drain at a time has
+	// no reason left: two at once strand nothing.
+	withHistory := func(ts []*Table) []*Table {
+		cp := *ts[0]
+		cp.History.NoHops = false
+		return []*Table{&cp}
 	}
-	if safe, _ := Verdict(d); safe {
-		t.Error("a backend coming back while another drains breaks connections of healthy backends: safe")
+	if safe, reasons := Verdict(Compare(withHistory(base), withHistory(twoDraining))); !safe {
+		t.Errorf("two draining with history: unsafe %v", reasons)
 	}
 }
 
@@ -233,11 +246,12 @@ func TestSameTableIsTheGeneralPath(t *testing.T) {
 		}
 		td := TableDiff{Name: tc.Name, BindsAdded: []string{}, BindsRemoved: []string{}, Warnings: []string{}}
 		td.Rows.Total = Rows
-		got := compareTable(tc.Name, 0, 0, tab, tab)
-		if other := compareTable(tc.Name, 0, 0, tab, cp); !reflect.DeepEqual(got, other) {
+		got, _ := compareTable(tc.Name, 0, 0, tab, tab, nil, time.Time{})
+		if other, _ := compareTable(tc.Name, 0, 0, tab, cp, nil, time.Time{}); !reflect.DeepEqual(got, other) {
 			t.Errorf("%s: one table and its copy compare unlike", tc.Name)
 		}
 		want := compareGeneral(td, tab, cp)
+		want.History = historyDiff(tab.History, nil, HistoryRisk{}, time.Time{})
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the shortcut gives\n%+v\nthe general path\n%+v", tc.Name, got, want)
 		}

@@ -112,7 +112,7 @@ func (t *Table) BuiltFrom(tc *TableConfig) bool {
 // sameBuild reports whether t holds what tc's table would beside its rows:
 // name, key, binds, balance factor and backends.
 func sameBuild(tc *TableConfig, t *Table) bool {
-	if t.Name != tc.Name || t.HashKey != tc.HashKey || t.Balance != tc.Balance || t.QUIC != tc.QUIC ||
+	if t.Name != tc.Name || t.HashKey != tc.HashKey || t.Balance != tc.Balance || t.QUIC != tc.QUIC || t.History != tc.History ||
 		len(t.Backends) != len(tc.Backends) || len(t.Rows) != Rows {
 		return false
 	}
@@ -200,7 +200,7 @@ func FromBuilt(carried []BuiltRows, i int, tc *TableConfig, k Sealer) *Table {
 			return nil // not sealed by this host: the file was edited, or the plan made elsewhere
 		}
 		t := &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: slices.Clone(tc.Binds), Backends: slices.Clone(tc.Backends),
-			Rows: make([]Row, Rows), Balance: tc.Balance, QUIC: tc.QUIC}
+			Rows: make([]Row, Rows), Balance: tc.Balance, QUIC: tc.QUIC, History: tc.History}
 		n := len(tc.Backends)
 		for r := range t.Rows {
 			p, s := int(c.Rows[2*r]), int(c.Rows[2*r+1])

@@ -66,9 +66,9 @@ func TestInputDigest(t *testing.T) {
 	c := clone()
 	port := 80
 	c.Backends[0].Healthchecks = &Healthchecks{HTTP: &port}
-	c.RampInterval = 5
+	c.History = HistorySettings{Window: 5, NoHops: true}
 	if InputDigest(c, nil, fp) != d0 {
-		t.Error("health checks or the ramp interval changed the digest")
+		t.Error("health checks or the history settings changed the digest")
 	}
 	if bytes.Contains(d0[:], base.HashKey[:4]) || bytes.Contains(d0[:], base.Seed[:4]) {
 		t.Error("the digest holds the key or the seed")

@@ -106,7 +106,7 @@ func TestDomainChangesKeepConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := Compare([]*Table{ta}, []*Table{tb}).Tables[0].Rows
-		return r.AtRisk - r.AtRiskDown
+		return r.AtRisk
 	}
 	with := func(tc *TableConfig, f func(bs []Backend) []Backend) *TableConfig {
 		n := *tc

@@ -237,7 +237,9 @@ func ReadGLBLimit(data []byte, lim Limit) ([]*Table, error) {
 // config follows (unique backends and binds, ordered port ranges, at
 // least one bind) are all reported.
 func readGLBTable(p []byte, ti int) (*Table, ErrorList) {
-	r := &glbTableReader{p: p, ti: ti, base: GLBHeaderSize + ti*GLBTableSize, t: &Table{Rows: make([]Row, Rows)}}
+	// A GLB binary carries no history settings: its tables have a JSON
+	// config's defaults.
+	r := &glbTableReader{p: p, ti: ti, base: GLBHeaderSize + ti*GLBTableSize, t: &Table{Rows: make([]Row, Rows), History: DefaultHistory()}}
 	if r.backends() && r.binds() {
 		r.rows()
 	}

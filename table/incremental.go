@@ -204,8 +204,8 @@ func (b *Builder) Update(tc *TableConfig) (incremental bool, err error) {
 	}
 	keepMeta := func() {
 		b.cfg.Name, b.cfg.HashKey = tc.Name, tc.HashKey
-		b.cfg.RampInterval, b.cfg.Balance = tc.RampInterval, tc.Balance // applied by Table
-		b.cfg.QUIC = tc.QUIC                                            // decides no row
+		b.cfg.Balance = tc.Balance                      // applied by Table
+		b.cfg.QUIC, b.cfg.History = tc.QUIC, tc.History // decide no row
 		b.cfg.Binds = append([]Bind(nil), tc.Binds...)
 	}
 	if tc.Seed == b.cfg.Seed {

@@ -26,10 +26,6 @@ type Plan struct {
 	// Director is the director config change, when the plan was made
 	// with one (--director-config); without, the live one stays.
 	Director *DirectorPlan `json:"director_config,omitempty"`
-	// Ramps are the safe ways to a lowered weight that puts rows at risk
-	// in one step (FindRamp), and RampProblems why a table has none.
-	Ramps        []Ramp   `json:"ramps,omitempty"`
-	RampProblems []string `json:"ramp_problems,omitempty"`
 	// Built are the tables this plan built, with their rows, sealed by
 	// the host (CarryBuilt), so that applying it here takes them rather
 	// than building them again (FromBuilt).
@@ -38,6 +34,10 @@ type Plan struct {
 	// ConfigGLB is the GLB binary exactly as reviewed (base64 in JSON),
 	// when the plan was made from one rather than from a JSON config.
 	ConfigGLB []byte `json:"config_glb,omitempty"`
+
+	// Histories are the new tables' histories once the change is made
+	// (CompareAt), for the apply that makes it; not kept in the file.
+	Histories []*History `json:"-"`
 
 	rawDiff json.RawMessage // the diff as read, decoded on demand (RawDiff)
 }
@@ -63,14 +63,18 @@ func (p *Plan) SetInput(data []byte) {
 // config) to tables (and config, when not nil) for the director pinned at
 // bpffs: the diff, the verdict, and input, the config or binary the tables
 // were built from (nil when there is none), to keep in the plan.
-func NewPlan(bpffs string, base []*Table, baseConfig *DirectorConfig, tables []*Table, input []byte, config *DirectorConfig) (*Plan, error) {
-	d := Compare(base, tables)
+//
+// baseHist are the live tables' histories and now the time the change is
+// judged at: the plan's Histories are the new tables' after it.
+func NewPlan(bpffs string, base []*Table, baseHist []*History, now time.Time, baseConfig *DirectorConfig, tables []*Table, input []byte,
+	config *DirectorConfig) (*Plan, error) {
+	d, hists := CompareAt(base, baseHist, tables, now)
 	safe, reasons := Verdict(d)
 	if reasons == nil {
 		reasons = []string{}
 	}
 	plan := &Plan{PlanVersion: PlanVersion, Created: time.Now().UTC().Truncate(time.Second), BPFFS: bpffs,
-		Base: PlanTables(base), Result: PlanTables(tables), Safe: safe, Reasons: reasons, Diff: d}
+		Base: PlanTables(base), Result: PlanTables(tables), Safe: safe, Reasons: reasons, Diff: d, Histories: hists}
 	if input != nil {
 		plan.SetInput(input)
 	}
@@ -123,15 +127,19 @@ func Verdict(d *Diff) (safe bool, reasons []string) {
 			reasons = append(reasons, fmt.Sprintf("table %s is removed", td.Name))
 			continue
 		}
-		// Rows at risk on a backend the checks found down are not a
-		// choice: its connections are lost with it.
-		if risk := td.Rows.AtRisk - td.Rows.AtRiskDown; risk > 0 {
+		// Rows at risk count only backends that are up: a backend the
+		// checks found down is not a choice, its connections are lost
+		// with it (HistoryRisk).
+		if risk := td.Rows.AtRisk; risk > 0 {
 			reasons = append(reasons, fmt.Sprintf("table %s: %d rows at risk (their connections break)", td.Name, risk))
 		}
 		if len(td.BindsRemoved) > 0 {
 			reasons = append(reasons, fmt.Sprintf("table %s: binds removed: %v", td.Name, td.BindsRemoved))
 		}
-		if td.HashKeyChanged {
+		// A new hash key moves flows between rows: safe only where every
+		// row's chain holds every backend that was a primary anywhere in
+		// the window (a small table with its history in the packets).
+		if td.HashKeyChanged && td.Rows.AtRisk > 0 {
 			reasons = append(reasons, fmt.Sprintf("table %s: hash_key changed", td.Name))
 		}
 		for _, s := range td.QUICStranded {
@@ -151,7 +159,9 @@ func Verdict(d *Diff) (safe bool, reasons []string) {
 				moving++
 			}
 		}
-		if moving > 1 {
+		// With the earlier primaries in the packets, drains and fills at
+		// once strand nothing: the rule's reason is gone.
+		if moving > 1 && !td.History.on() {
 			reasons = append(reasons, fmt.Sprintf("table %s: %d backends draining or filling at once (GLB's safety rule allows one)", td.Name, moving))
 		}
 	}

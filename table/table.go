@@ -34,6 +34,9 @@ type Table struct {
 	// QUIC is its QUIC-LB routing (TableConfig.QUIC); the backends' server
 	// IDs are theirs (Backend.ServerID).
 	QUIC QUIC
+	// History is how its rows' earlier primaries are kept
+	// (TableConfig.History); what they are is a History, beside it.
+	History HistorySettings
 	// Unbuilt is set on a table whose rows were not computed (Rows is
 	// nil): diff's stand-in for a table with the same inputs on both sides
 	// (UnbuiltTable). Its fingerprint is "".
@@ -76,7 +79,7 @@ func (t *Table) Lookup(hash uint64) (row int, primary, secondary Backend) {
 // table with itself needs to say that nothing changed.
 func UnbuiltTable(tc *TableConfig) *Table {
 	return &Table{Name: tc.Name, HashKey: tc.HashKey, Binds: append([]Bind(nil), tc.Binds...),
-		Backends: append([]Backend(nil), tc.Backends...), Balance: tc.Balance, QUIC: tc.QUIC, Unbuilt: true}
+		Backends: append([]Backend(nil), tc.Backends...), Balance: tc.Balance, QUIC: tc.QUIC, History: tc.History, Unbuilt: true}
 }
 
 // SameInputs reports whether a and b build the same table: the same name,
@@ -85,7 +88,7 @@ func UnbuiltTable(tc *TableConfig) *Table {
 // same QUIC routing. (Checks and ramp
 // intervals decide nothing in it.)
 func SameInputs(a, b *TableConfig) bool {
-	if a.Name != b.Name || a.HashKey != b.HashKey || a.Seed != b.Seed || a.Balance != b.Balance || a.QUIC != b.QUIC ||
+	if a.Name != b.Name || a.HashKey != b.HashKey || a.Seed != b.Seed || a.Balance != b.Balance || a.QUIC != b.QUIC || a.History != b.History ||
 		!slices.Equal(a.Binds, b.Binds) || len(a.Backends) != len(b.Backends) {
 		return false
 	}

@@ -36,12 +36,23 @@ type (
 	Table       = DirTable
 	Traffic     = DirTraffic
 	Registry    = DirRegistry
+	History     = DirHistory
+	HistRow     = DirHistRow
+	HistGhost   = DirHistGhost
 	QUICEntry   = DirQuicEntry
 	QUICTable   = DirQuicTable
 	GLBEncap    = GlbEncap
 	Gue6Encap   = DirGue6Encap
 	GUEHeader   = GlbGueHdr
 	Counter     = DirCounter
+)
+
+// History's limits (enum dir_hist_limit).
+const (
+	HistHops   = int(DirHistLimitDIR_HIST_HOPS)
+	HistRecord = int(DirHistLimitDIR_HIST_RECORD)
+	HistEpochs = int(DirHistLimitDIR_HIST_EPOCHS)
+	HistNone   = uint8(DirHistLimitDIR_HIST_NONE)
 )
 
 // Sizes and limits (enum dir_limit).

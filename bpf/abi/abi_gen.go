@@ -276,7 +276,7 @@ type DirGue6Hdr struct {
 	PrivateType uint16
 	NextHop     uint8
 	HopCount    uint8
-	Hops        [3][16]uint8
+	Hops        [7][16]uint8
 }
 
 type DirHashField uint32
@@ -287,6 +287,43 @@ const (
 	DirHashFieldDIR_HASH_SRC_PORT DirHashField = 4
 	DirHashFieldDIR_HASH_DST_PORT DirHashField = 8
 )
+
+type DirHistGhost struct {
+	_      structs.HostLayout
+	Addr   [16]uint8
+	Family uint8
+	Stat   uint8
+	Up     uint8
+	Pad    uint8
+}
+
+type DirHistLimit uint32
+
+const (
+	DirHistLimitDIR_HIST_HOPS   DirHistLimit = 4
+	DirHistLimitDIR_HIST_RECORD DirHistLimit = 6
+	DirHistLimitDIR_HIST_EPOCHS DirHistLimit = 255
+	DirHistLimitDIR_HIST_NONE   DirHistLimit = 255
+)
+
+type DirHistRow struct {
+	_     structs.HostLayout
+	Hop   [4]uint8
+	Who   [6]uint8
+	Epoch [6]uint8
+}
+
+type DirHistory struct {
+	_       structs.HostLayout
+	Valid   uint8
+	Pad     [1]uint8
+	Nghosts uint16
+	Nepochs uint16
+	Pad2    uint16
+	Expires [256]int64
+	Ghosts  [256]DirHistGhost
+	Rows    [65536]DirHistRow
+}
 
 type DirLimit uint32
 
@@ -361,8 +398,12 @@ type DirTable struct {
 	_           structs.HostLayout
 	HashKey     [16]uint8
 	StatsId     uint32
-	Index       uint32
-	HopFamily   uint32
+	Index       uint16
+	HistWindowS uint16
+	HopFamily   uint8
+	HistHops    uint8
+	HistOff     uint8
+	HistPad     uint8
 	Balance     uint16
 	QuicSidLen  uint8
 	QuicCid     uint8
@@ -400,15 +441,15 @@ type GlbGueHdr struct {
 	PrivateType uint16
 	NextHop     uint8
 	HopCount    uint8
-	Hops        [3]uint32
+	Hops        [7]uint32
 }
 
 type GueConst uint32
 
 const (
 	GueConstGUE_PORT                     GueConst = 19523
-	GueConstGUE_MAX_HOPS                 GueConst = 4
-	GueConstGUE_MAX_LISTED               GueConst = 3
+	GueConstGUE_MAX_HOPS                 GueConst = 8
+	GueConstGUE_MAX_LISTED               GueConst = 7
 	GueConstGUE_PRIVATE_TYPE_GLB         GueConst = 0
 	GueConstGUE_IPV4VERSION_IHL          GueConst = 69
 	GueConstGUE_IPV4DF                   GueConst = 16384

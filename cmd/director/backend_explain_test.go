@@ -452,7 +452,7 @@ func TestBackendExplainCommand(t *testing.T) {
 			want string
 		}{
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--hops", "fd00::1"}, "is not of the outer destination 10.77.0.2's family"},
-			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--hops", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4"}, "at most 3 hops"},
+			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--hops", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5,10.0.0.6,10.0.0.7,10.0.0.8"}, "at most 7 hops"},
 			{[]string{"--pcap", capDir + "small.pcap", "--syn"}, "do not go with --pcap"},
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--interface", "nope0"}, "nope0"},
 		} {

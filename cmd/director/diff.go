@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/picture"
@@ -187,11 +188,12 @@ func printDiff(w io.Writer, d *table.Diff) {
 			fmt.Fprintf(w, "    primary changed    %6d %s   minimal possible %d (minimal: %s)\n", r.PrimaryChanged, pct(r.PrimaryChanged), r.MinimalPrimaryMoves, minimal)
 			fmt.Fprintf(w, "    secondary changed  %6d %s\n", r.SecondaryChanged, pct(r.SecondaryChanged))
 			fmt.Fprintf(w, "    swapped            %6d %s\n", r.Swapped, pct(r.Swapped))
-			fmt.Fprintf(w, "    at risk            %6d %s   (old primary in neither new hop)\n", r.AtRisk, pct(r.AtRisk))
+			fmt.Fprintf(w, "    at risk            %6d %s   (a primary of the last %s, up, in no hop of the new chain)\n", r.AtRisk, pct(r.AtRisk), windowString(td.History))
 			if r.AtRiskDown > 0 {
-				fmt.Fprintf(w, "      of which         %6d %s   on backends that went unhealthy (lost with them; not counted by the verdict)\n", r.AtRiskDown, pct(r.AtRiskDown))
+				fmt.Fprintf(w, "    earlier primary down %4d %s   (lost with it; not counted by the verdict)\n", r.AtRiskDown, pct(r.AtRiskDown))
 			}
 		}
+		printHistory(w, td.History)
 		printShares(w, td)
 		for _, warn := range td.Warnings {
 			fmt.Fprintf(w, "  ! %s\n", warn)
@@ -289,4 +291,35 @@ func domainName(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// windowString is the span a table remembers its rows' primaries for.
+func windowString(h *table.HistoryDiff) string {
+	if h == nil || h.WindowS == 0 {
+		return "change"
+	}
+	return (time.Duration(h.WindowS) * time.Second).String()
+}
+
+// printHistory says what a table remembers of its rows' earlier primaries
+// after the change, and whether its packets list them.
+func printHistory(w io.Writer, h *table.HistoryDiff) {
+	if h == nil || h.Rows == 0 {
+		return
+	}
+	listed := "no packet lists them (history_hops off: GLB's two hops)"
+	switch {
+	case h.Hops && h.HopRows == 0:
+		listed = "each is its row's secondary"
+	case h.Hops:
+		listed = fmt.Sprintf("%d list them in hops after the secondary, up to %d a row", h.HopRows, h.MaxHops)
+	}
+	until := ""
+	if h.Until != nil {
+		until = ", until " + h.Until.Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "  history: %d rows remember an earlier primary%s; %s\n", h.Rows, until, listed)
+	if h.Overflow > 0 {
+		fmt.Fprintf(w, "    %d rows had more earlier primaries than their hops hold (%d)\n", h.Overflow, table.HistoryHops)
+	}
 }

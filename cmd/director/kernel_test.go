@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,8 +128,14 @@ func TestKernelCommands(t *testing.T) {
 		t.Fatalf("status: %s", out)
 	}
 	// A plan's picture is drawn against what is live: the removal's rows
-	// at risk, as many as the plan counts, and its verdict.
+	// at risk (with GLB's two hops: history_hops false), as many as the
+	// plan counts, and its verdict.
 	svg := filepath.Join(t.TempDir(), "plan.svg")
+	twoHops := filepath.Join(t.TempDir(), "small-removed-two-hops.json")
+	removed := strings.Replace(string(mustReadFile(t, cfgDir+"small-removed.json")), `"name": "api",`, `"name": "api", "history_hops": false,`, 1)
+	if err := os.WriteFile(twoHops, []byte(removed), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var pl struct {
 		Diff struct {
 			Tables []struct {
@@ -140,7 +145,7 @@ func TestKernelCommands(t *testing.T) {
 			} `json:"tables"`
 		} `json:"diff"`
 	}
-	planOut, planErr, code := runCmd(append(b, "plan", cfgDir+"small-removed.json", "--json", "--picture", svg)...)
+	planOut, planErr, code := runCmd(append(b, "plan", twoHops, "--json", "--picture", svg)...)
 	if err := json.Unmarshal([]byte(planOut), &pl); err != nil || code != 2 || len(pl.Diff.Tables) != 1 || !strings.Contains(planErr, "picture of 1 table written to "+svg) {
 		t.Fatalf("plan --json --picture: exit %d, %v\n%s", code, err, planErr)
 	}
@@ -171,10 +176,10 @@ func TestKernelCommands(t *testing.T) {
 	}
 
 	// Unsafe changes need --allow-unsafe.
-	if out := run(1, "apply", cfgDir+"small-removed.json", "--yes"); !strings.Contains(out, "rows at risk") {
+	if out := run(1, "apply", twoHops, "--yes"); !strings.Contains(out, "rows at risk") {
 		t.Fatalf("unsafe apply: %s", out)
 	}
-	run(0, "apply", cfgDir+"small-removed.json", "--yes", "--allow-unsafe")
+	run(0, "apply", twoHops, "--yes", "--allow-unsafe")
 	src, _ = config.Load(cfgDir + "small-removed.json")
 	if got := liveFingerprints(t, dir); got[0] != "api="+table.Fingerprint(src.Tables[0]) {
 		t.Fatalf("after unsafe apply, live %v", got)
@@ -722,24 +727,35 @@ func mustReadFile(t *testing.T, path string) []byte {
 	return b
 }
 
-// rampConfig is a one-table config of 16 backends at weight 10000, the
-// first at w, under seed.
-func rampConfig(seed string, w int) string {
+// weightConfig is a one-table config of 16 backends at weight 10000, the
+// first two at w0 and w1, under seed, with extra table settings
+// (history_hops, say).
+func weightConfig(seed string, w0, w1 int, extra string) string {
 	var bs []string
 	for i := 0; i < 16; i++ {
 		weight := 10000
-		if i == 0 {
-			weight = w
+		switch i {
+		case 0:
+			weight = w0
+		case 1:
+			weight = w1
 		}
 		bs = append(bs, fmt.Sprintf(`{"ip": "192.168.60.%d", "state": "active", "healthy": true, "weight": %d}`, 10+i, weight))
 	}
-	return `{"tables": [{"name": "api", "hash_key": "12345678901234561234567890123456", "seed": "` + seed + `",
+	return `{"tables": [{"name": "api", "hash_key": "12345678901234561234567890123456", "seed": "` + seed + `",` + extra + `
 	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80}], "backends": [` + strings.Join(bs, ",\n") + `]}]}`
 }
 
-// TestPlanProposesARamp: lowering a weight in one step is unsafe, and plan
-// proposes the ramp instead; each of its steps, applied by hand, is safe.
-func TestPlanProposesARamp(t *testing.T) {
+// TestPlanJudgesBySequence is the case two hops could not hold, through
+// the commands: one backend's weight raised, then another's, each
+// applied. A row the first moved reads [first, old primary]; the second
+// moves it to [second, first], and the old primary's connections have
+// nowhere to go. With the earlier primaries in the packets both plans
+// count 0 rows at risk, and the second lists rows with an earlier primary
+// after the secondary, until when; with GLB's two hops (history_hops
+// false) the second counts them at risk, though against what is live
+// alone it looks safe.
+func TestPlanJudgesBySequence(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	tmp := t.TempDir()
@@ -750,44 +766,52 @@ func TestPlanProposesARamp(t *testing.T) {
 		}
 		return p
 	}
-	// A seed whose table has a ramp of whole weights (most do).
-	var seed string
-	var ramp *table.Ramp
-	for s := 0; s < 20 && ramp == nil; s++ {
-		seed = fmt.Sprintf("%032x", 1000+s)
-		from, err1 := config.Parse([]byte(rampConfig(seed, 20000)))
-		to, err2 := config.Parse([]byte(rampConfig(seed, 10000)))
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		live, err := table.Build(&from.Tables[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		ramp, _ = table.FindRamp(live, &to.Tables[0])
-	}
-	if ramp == nil {
-		t.Fatal("no seed of 20 has a ramp")
-	}
-	t.Logf("seed %s: %d steps", seed, len(ramp.Steps))
 	run := func(code int, args ...string) string {
 		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
 	}
-	run(0, "load")
-	run(0, "apply", write("from.json", rampConfig(seed, 20000)), "--yes")
-	lowered := write("to.json", rampConfig(seed, 10000))
-	out := run(2, "plan", lowered)
-	if !strings.Contains(out, "verdict: UNSAFE") || !strings.Contains(out, fmt.Sprintf("ramp: api 192.168.60.10 weight 20000 -> 10000 in %d steps, each with 0 rows at risk", len(ramp.Steps))) {
-		t.Fatalf("plan of a lowered weight:\n%s", out)
+	seed := fmt.Sprintf("%032x", 1000)
+	type doc struct {
+		Safe bool `json:"safe"`
+		Diff struct {
+			Tables []struct {
+				Rows struct {
+					AtRisk int `json:"at_risk"`
+				} `json:"rows"`
+				History *table.HistoryDiff `json:"history"`
+			} `json:"tables"`
+		} `json:"diff"`
 	}
-	var doc table.Plan
-	if err := json.Unmarshal([]byte(run(2, "plan", lowered, "--json")), &doc); err != nil || len(doc.Ramps) != 1 || !slices.Equal(doc.Ramps[0].Steps, ramp.Steps) {
-		t.Fatalf("plan --json ramps: %v %+v", err, doc.Ramps)
-	}
-	for i, w := range ramp.Steps[:min(3, len(ramp.Steps)-1)] {
-		if out := run(0, "apply", write(fmt.Sprintf("step%d.json", i), rampConfig(seed, int(w))), "--yes"); !strings.Contains(out, "applied") {
-			t.Fatalf("step %d to %d: %s", i, w, out)
+	plan := func(code int, path string) doc {
+		var d doc
+		out := run(code, "plan", path, "--json")
+		if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Diff.Tables) != 1 {
+			t.Fatalf("plan --json %s: %v\n%s", path, err, out)
 		}
+		return d
+	}
+	for _, hops := range []string{"", `"history_hops": false,`} {
+		run(0, "load")
+		run(0, "apply", write("start.json", weightConfig(seed, 10000, 10000, hops)), "--yes")
+		first := write("first.json", weightConfig(seed, 30000, 10000, hops))
+		if d := plan(2, first); !d.Safe || d.Diff.Tables[0].Rows.AtRisk != 0 {
+			t.Fatalf("%s: raising a weight: safe %v, %d at risk", hops, d.Safe, d.Diff.Tables[0].Rows.AtRisk)
+		}
+		run(0, "apply", first, "--yes")
+		second := write("second.json", weightConfig(seed, 30000, 30000, hops))
+		d := plan(2, second)
+		h := d.Diff.Tables[0].History
+		if hops == "" {
+			if !d.Safe || d.Diff.Tables[0].Rows.AtRisk != 0 || h == nil || !h.Hops || h.HopRows == 0 || h.Until == nil {
+				t.Fatalf("with history: safe %v, %d at risk, history %+v", d.Safe, d.Diff.Tables[0].Rows.AtRisk, h)
+			}
+			out := run(2, "plan", second)
+			if !strings.Contains(out, "verdict: safe") || !strings.Contains(out, fmt.Sprintf("history: %d rows remember an earlier primary, until ", h.Rows)) {
+				t.Fatalf("plan:\n%s", out)
+			}
+		} else if d.Safe || d.Diff.Tables[0].Rows.AtRisk == 0 || h == nil || h.Hops {
+			t.Fatalf("with two hops: safe %v, %d at risk, history %+v", d.Safe, d.Diff.Tables[0].Rows.AtRisk, h)
+		}
+		run(0, "unload")
 	}
 }
 
@@ -811,10 +835,12 @@ func balancedConfig(seed string, n, inactive int) string {
 	  "binds": [{"ip": "10.10.10.10", "proto": "tcp", "port": 80}], "backends": [` + strings.Join(bs, ",\n") + `]}]}`
 }
 
-// TestPlanProposesABalanceRamp: adding a backend under a balance factor
-// puts rows at risk; plan says so and proposes the balance ramp, whose
-// step and then the edit each apply as safe changes.
-func TestPlanProposesABalanceRamp(t *testing.T) {
+// TestPlanAddsUnderABalanceFactor: adding a backend under a balance
+// factor moves rows whose swapped-in primary the new backend displaces,
+// which GLB's two hops cannot hold (history_hops false: unsafe); with
+// the earlier primaries in the packets the add is safe and applied in one
+// step.
+func TestPlanAddsUnderABalanceFactor(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t)
 	tmp := t.TempDir()
@@ -826,42 +852,23 @@ func TestPlanProposesABalanceRamp(t *testing.T) {
 		return p
 	}
 	const n = 40
-	var seed string
-	for s := 0; s < 20 && seed == ""; s++ {
-		sd := fmt.Sprintf("%032x", 3000+s)
-		from, _ := config.Parse([]byte(balancedConfig(sd, n, -1)))
-		to, _ := config.Parse([]byte(balancedConfig(sd, n+1, -1)))
-		live, err := table.Build(&from.Tables[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, _ := table.FindRamp(live, &to.Tables[0]); r != nil {
-			seed = sd
-		}
-	}
-	if seed == "" {
-		t.Fatal("no seed of 20 puts rows at risk adding a backend")
-	}
+	seed := fmt.Sprintf("%032x", 3000)
 	run := func(code int, args ...string) string {
 		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
 	}
 	run(0, "load")
-	run(0, "apply", write("from.json", balancedConfig(seed, n, -1)), "--yes")
-	added := write("to.json", balancedConfig(seed, n+1, -1))
-	out := run(2, "plan", added)
-	if !strings.Contains(out, "verdict: UNSAFE") || !strings.Contains(out, "ramp: api: add 192.168.63.50 in two steps, each with 0 rows at risk") {
-		t.Fatalf("plan of an added backend under a balance factor:\n%s", out)
+	twoHops := strings.Replace(balancedConfig(seed, n, -1), `"balance_factor"`, `"history_hops": false, "balance_factor"`, 1)
+	run(0, "apply", write("from.json", twoHops), "--yes")
+	added := strings.Replace(balancedConfig(seed, n+1, -1), `"balance_factor"`, `"history_hops": false, "balance_factor"`, 1)
+	if out := run(2, "plan", write("to.json", added)); !strings.Contains(out, "verdict: UNSAFE") || !strings.Contains(out, "rows at risk") {
+		t.Fatalf("plan of an added backend under a balance factor, two hops:\n%s", out)
 	}
-	var doc table.Plan
-	if err := json.Unmarshal([]byte(run(2, "plan", added, "--json")), &doc); err != nil || len(doc.Ramps) != 1 || doc.Ramps[0].Kind != table.RampBalance {
-		t.Fatalf("plan --json ramps: %v %+v", err, doc.Ramps)
+	run(0, "apply", write("from.json", balancedConfig(seed, n, -1)), "--yes", "--allow-unsafe")
+	with := write("with.json", balancedConfig(seed, n+1, -1))
+	if out := run(2, "plan", with); !strings.Contains(out, "verdict: safe") {
+		t.Fatalf("plan of an added backend under a balance factor, with history:\n%s", out)
 	}
-	for _, step := range []string{write("step.json", balancedConfig(seed, n+1, n)), added} {
-		if out := run(2, "plan", step); !strings.Contains(out, "verdict: safe") {
-			t.Fatalf("plan of %s:\n%s", step, out)
-		}
-		run(0, "apply", step, "--yes")
-	}
+	run(0, "apply", with, "--yes")
 }
 
 // TestStatsShowsCaps: stats of a live table with a balance factor gives

@@ -43,7 +43,7 @@ func changePanels(old, new []*table.Table, d *table.Diff, verdict string) []pict
 		case td.NewIndex < 0:
 			out = append(out, picture.RemovedPanel(td.Name, old[td.OldIndex]))
 		default:
-			p := picture.ChangePanel(td.Name, old[td.OldIndex], new[td.NewIndex], pal, verdict)
+			p := picture.ChangePanel(td.Name, old[td.OldIndex], new[td.NewIndex], td.RowsAtRisk, pal, verdict)
 			if td.Status == table.StatusUnchanged {
 				same = append(same, p)
 			} else {

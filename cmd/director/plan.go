@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/director/director/internal/change"
@@ -85,16 +84,8 @@ func runPlan(e *env, c *command, args []string) error {
 }
 
 // planReview adds to p what a person reviewing it needs beyond the
-// diff: for an unsafe change, the ramps that would make it by safe steps;
-// with --picture, what it moves drawn against what is live.
+// diff: with --picture, what it moves drawn against what is live.
 func planReview(e *env, d *loader.Director, src *config.Source, p *table.Plan, pic string) error {
-	if !p.Safe && src.Config != nil {
-		live, err := d.Live()
-		if err != nil {
-			return err
-		}
-		p.Ramps, p.RampProblems = table.Ramps(loader.Tables(live), src.Config)
-	}
 	if pic != "" {
 		live, err := d.Live()
 		if err != nil {
@@ -232,20 +223,6 @@ func printPlan(e *env, p *table.Plan) {
 	for _, r := range p.Reasons {
 		fmt.Fprintf(e.stdout, "  - %s\n", r)
 	}
-	for _, r := range p.Ramps {
-		if r.Kind == table.RampBalance {
-			fmt.Fprintf(e.stdout, "\nramp: %s: add %s in two steps, each with 0 rows at risk:\n  1. the old backends without the balance factor (%s inactive): rows the factor swapped swap back\n  2. the edit\n",
-				r.Table, strings.Join(r.Added, ", "), strings.Join(r.Added, ", "))
-			fmt.Fprintln(e.stdout, "  director run waits ramp_interval_s (the table's, default 60) between them; by hand, plan and apply step 1's config, then the edit")
-			continue
-		}
-		fmt.Fprintf(e.stdout, "\nramp: %s %s weight %d -> %d in %d steps, each with 0 rows at risk:\n  %s\n",
-			r.Table, r.Backend, r.From, r.Steps[len(r.Steps)-1], len(r.Steps), rampLine(r))
-		fmt.Fprintln(e.stdout, "  director run takes one step every ramp_interval_s (the table's, default 60); by hand, plan and apply each weight in turn")
-	}
-	for _, pr := range p.RampProblems {
-		fmt.Fprintf(e.stdout, "\nno ramp: %s\n", pr)
-	}
 }
 
 // writePlan writes p as indented JSON with its config as it was read, not
@@ -267,21 +244,6 @@ func writePlan(w io.Writer, p *table.Plan) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
-}
-
-// rampLine lists a ramp's weights, the middle elided when there are many.
-func rampLine(r table.Ramp) string {
-	ws := []string{strconv.Itoa(int(r.From))}
-	for i, w := range r.Steps {
-		if len(r.Steps) > 12 && i >= 5 && i < len(r.Steps)-5 {
-			if i == 5 {
-				ws = append(ws, fmt.Sprintf("... (%d more)", len(r.Steps)-10))
-			}
-			continue
-		}
-		ws = append(ws, strconv.Itoa(int(w)))
-	}
-	return strings.Join(ws, " -> ")
 }
 
 // readPlan parses a plan file, or returns nil if data is not one.

@@ -217,9 +217,6 @@ func printService(w io.Writer, st *service.Status) {
 	for _, h := range st.Held {
 		fmt.Fprintf(w, "held         an unsafe change, for 'director apply --allow-unsafe': %s\n", strings.Join(h.Reasons, "; "))
 	}
-	if r := st.Ramp; r != nil {
-		fmt.Fprintf(w, "ramp         the held edit is taken in safe steps; last %s; next at %s\n", strings.Join(r.Last, ", "), r.Next.Format(time.RFC3339))
-	}
 	if st.BGP == nil {
 		fmt.Fprintln(w, "bgp          (no bgp settings)")
 		return

@@ -114,10 +114,11 @@ func backendText(b table.Backend, rows, of int, weighted bool) string {
 
 // ChangePanel draws what going from o to n does to each row: rows whose
 // primary stays dimmed, rows that move in their new primary's colour,
-// rows at risk (their old primary is in neither new hop, so their
+// rows at risk (atRisk, the diff's: a backend that was their primary
+// within the window is up and in no hop of their new chain, so its
 // connections break even with second chance) in red. verdict is the
 // plan's word on the change ("safe", "UNSAFE: ..."), for the legend.
-func ChangePanel(name string, o, n *table.Table, pal *Palette, verdict string) Panel {
+func ChangePanel(name string, o, n *table.Table, atRisk []bool, pal *Palette, verdict string) Panel {
 	p := Panel{Title: fmt.Sprintf("%s  %s -> %s", name, table.ShortFingerprint(table.Fingerprint(o)), table.ShortFingerprint(table.Fingerprint(n))),
 		Cells: make([]uint16, len(n.Rows))}
 	// Each new backend's colour, its dimmed one, and red.
@@ -131,17 +132,19 @@ func ChangePanel(name string, o, n *table.Table, pal *Palette, verdict string) P
 	moved, risk := 0, 0
 	gained := make([]int, len(n.Backends))
 	for r, row := range n.Rows {
-		np, ns := n.Backends[row.Primary].IP, n.Backends[n.Rows[r].Secondary].IP
+		np := n.Backends[row.Primary].IP
 		op := o.Backends[o.Rows[r].Primary].IP
 		c := uint16(row.Primary)
 		switch {
-		case op == np:
-			c += uint16(len(n.Backends))
-		case op != ns:
+		case atRisk != nil && atRisk[r]:
 			c = red
 			risk++
-			moved++
-			gained[row.Primary]++
+			if op != np {
+				moved++
+				gained[row.Primary]++
+			}
+		case op == np:
+			c += uint16(len(n.Backends))
 		default:
 			moved++
 			gained[row.Primary]++
@@ -154,7 +157,7 @@ func ChangePanel(name string, o, n *table.Table, pal *Palette, verdict string) P
 	}
 	p.Legend = append(p.Legend,
 		Line{Text: fmt.Sprintf("%d rows move, %d stay (dimmed)", moved, len(n.Rows)-moved)},
-		Line{Swatch: AtRisk, Text: fmt.Sprintf("%d rows at risk: old primary in neither new hop", risk)})
+		Line{Swatch: AtRisk, Text: fmt.Sprintf("%d rows at risk: an earlier primary in no hop", risk)})
 	for i, b := range n.Backends {
 		if gained[i] > 0 {
 			p.Legend = append(p.Legend, Line{pal.Color(b.IP), fmt.Sprintf("%s takes %d rows", b.IP, gained[i])})

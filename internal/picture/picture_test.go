@@ -126,14 +126,16 @@ func TestTablePicture(t *testing.T) {
 	golden.Check(t, "picture-table.txt", []byte(describe(t, p, 0, 1, 2, 0xff, 0x100, 0xffff)))
 }
 
-// TestChangePicture: a backend removed without a drain. Its rows move,
-// those whose new secondary is not their old primary are at risk, in red,
-// as many as diff counts; the rows that stay are dimmed.
+// TestChangePicture: a backend removed without a drain, from a table with
+// GLB's two hops (history_hops false). Its rows move, those whose new
+// secondary is not their old primary are at risk, in red, as many as diff
+// counts; the rows that stay are dimmed.
 func TestChangePicture(t *testing.T) {
 	o, n := build(t, "small.json")[0], build(t, "small-removed.json")[0]
+	n.History.NoHops = true
 	pal := PaletteFor(o, n)
-	p := ChangePanel("api", o, n, pal, "UNSAFE")
 	d := table.Compare([]*table.Table{o}, []*table.Table{n}).Tables[0]
+	p := ChangePanel("api", o, n, d.RowsAtRisk, pal, "UNSAFE")
 	red, dim, first := 0, 0, -1
 	for r := range p.Cells {
 		switch p.Color(r) {
@@ -179,7 +181,7 @@ func TestSVG(t *testing.T) {
 	o, n := build(t, "small.json")[0], build(t, "small-removed.json")[0]
 	pal := PaletteFor(o, n)
 	var b bytes.Buffer
-	if err := Write(&b, "x.svg", []Panel{TablePanel("api", o, pal), ChangePanel("api", o, n, pal, "UNSAFE")}); err != nil {
+	if err := Write(&b, "x.svg", []Panel{TablePanel("api", o, pal), ChangePanel("api", o, n, nil, pal, "UNSAFE")}); err != nil {
 		t.Fatal(err)
 	}
 	s := b.String()
@@ -250,7 +252,7 @@ func BenchmarkPicture(b *testing.B) {
 		panels func() []Panel
 	}{
 		{"change", func() []Panel {
-			return []Panel{ChangePanel("t0", tabs[0], changed, PaletteFor(tabs[0], changed), "safe")}
+			return []Panel{ChangePanel("t0", tabs[0], changed, nil, PaletteFor(tabs[0], changed), "safe")}
 		}},
 		{"heat", func() []Panel {
 			return Panels(len(tabs), func(i int) Panel { return HeatPanel(fmt.Sprint("t", i), tabs[i], counts) })
@@ -481,7 +483,7 @@ func TestChangePictureNamesWhoGivesUpRows(t *testing.T) {
 		{"small-removed.json", "gives up"},
 	} {
 		n := build(t, c.cfg)[0]
-		p := ChangePanel("api", o, n, PaletteFor(o, n), "safe")
+		p := ChangePanel("api", o, n, nil, PaletteFor(o, n), "safe")
 		var legend []string
 		for _, l := range p.Legend {
 			legend = append(legend, l.Text)
@@ -505,7 +507,7 @@ func TestSVGTextStaysInside(t *testing.T) {
 	tabs := buildJSON(t, []byte(`{"tables": [{"name": "wide", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
 	  "binds": [{"ip": "10.20.0.1", "proto": "tcp", "port": 80}], "backends": [`+strings.Join(bs, ", ")+`]}]}`))
 	pal := PaletteFor(tabs...)
-	panels := []Panel{TablePanel("wide", tabs[0], pal), ChangePanel("wide", tabs[0], tabs[0], pal, strings.Repeat("UNSAFE: a long reason; ", 8))}
+	panels := []Panel{TablePanel("wide", tabs[0], pal), ChangePanel("wide", tabs[0], tabs[0], nil, pal, strings.Repeat("UNSAFE: a long reason; ", 8))}
 	var b bytes.Buffer
 	if err := WriteSVG(&b, panels); err != nil {
 		t.Fatal(err)

@@ -200,7 +200,7 @@ func (s *service) publish() {
 		}
 	}
 	s.status.publish(Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
-		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now, Ramp: s.rampStatus(),
+		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now,
 		Recent: slices.Clone(s.recent), Backends: s.checks.backends(), Interfaces: ifaces}, s.live.tables)
 	for _, f := range s.told {
 		f()

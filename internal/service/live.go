@@ -125,3 +125,21 @@ func sameSeries(a, b *table.Table) bool {
 func (s *service) liveTable(tc *table.TableConfig, i int) *table.Table {
 	return table.Replaced(s.live.tables, tc, i)
 }
+
+// setHists records the live tables' histories and exports what they hold,
+// by table.
+func (s *service) setHists(hists []*table.History) {
+	s.live.hists = hists
+	s.m.historyRows.Reset()
+	s.m.historyHopRows.Reset()
+	for i, t := range s.live.tables {
+		var h *table.History
+		if i < len(hists) {
+			h = hists[i]
+		}
+		rows, hopRows, _ := h.Summary()
+		name := table.DisplayName(t.Name, i)
+		s.m.historyRows.WithLabelValues(name).Set(float64(rows))
+		s.m.historyHopRows.WithLabelValues(name).Set(float64(hopRows))
+	}
+}

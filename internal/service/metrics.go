@@ -32,10 +32,16 @@ type metrics struct {
 	applyDuration  prometheus.Histogram
 	lastApply      prometheus.Gauge
 	held           prometheus.Gauge
-	failStatic     *prometheus.GaugeVec // table
-	configErrors   prometheus.Counter
-	attached       *prometheus.GaugeVec // interface, mode
-	vipsAnnounced  prometheus.Gauge
+	// historyOverflow counts rows changes applied put at risk for want
+	// of room in their hops.
+	historyOverflow prometheus.Counter
+	// historyRows and historyHopRows are, by table, the rows that remember
+	// an earlier primary and those whose packets list one.
+	historyRows, historyHopRows *prometheus.GaugeVec
+	failStatic                  *prometheus.GaugeVec // table
+	configErrors                prometheus.Counter
+	attached                    *prometheus.GaugeVec // interface, mode
+	vipsAnnounced               prometheus.Gauge
 	// bgpPeers reports the BGP sessions at each scrape (nil: none).
 	bgpPeers func() []bgp.PeerState
 }
@@ -73,6 +79,12 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 		Help: "When the last change was applied, or a start found the tables as they should be (Unix time)."})
 	m.held = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_held_changes",
 		Help: "1 while an unsafe config change waits for an operator's 'director apply --allow-unsafe'."})
+	m.historyOverflow = prometheus.NewCounter(prometheus.CounterOpts{Name: "director_history_overflow_rows_total",
+		Help: "Rows applied changes put at risk because they had more earlier primaries than their hops hold."})
+	m.historyRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_history_rows",
+		Help: "Rows of a live table that remember an earlier primary (within history_s)."}, []string{"table"})
+	m.historyHopRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_history_hop_rows",
+		Help: "Rows of a live table whose packets list an earlier primary after the secondary."}, []string{"table"})
 	m.failStatic = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "director_fail_static",
 		Help: "1 while a table's health changes are held because too many backends would go down at once."}, []string{"table"})
 	m.configErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "director_config_errors_total",
@@ -82,7 +94,7 @@ func newMetrics(stats func() (*loader.Stats, error)) *metrics {
 	m.vipsAnnounced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "director_bgp_vips_announced",
 		Help: "VIPs this director announces over BGP."})
 	for _, c := range []prometheus.Collector{m.backendHealthy, m.backendWeight, m.backendRows, m.backendCap, m.backendDomain, m.checkUp, m.checkLatency, m.checkFailures, m.checksSkipped, m.tableInfo, m.applies,
-		m.applyDuration, m.lastApply, m.held, m.failStatic, m.configErrors, m.attached, m.vipsAnnounced} {
+		m.applyDuration, m.lastApply, m.held, m.historyOverflow, m.historyRows, m.historyHopRows, m.failStatic, m.configErrors, m.attached, m.vipsAnnounced} {
 		f(c)
 	}
 	f(&datapathCollector{stats: stats})

@@ -111,20 +111,15 @@ func (s *service) reconcile(trigger string, first bool) error {
 		s.announce()
 		s.publish()
 	}()
-	// director_held_changes counts what waits for a person: an edit a
-	// ramp is taking in safe steps by itself is not.
-	if s.pending != nil && s.rampWaits(time.Now()) {
-		// A ramp towards it is under way: its next step is due later.
-	} else if s.pending != nil {
+	if s.pending != nil {
 		out, frozen, err := s.try(s.pending, trigger, first)
 		switch {
 		case err != nil:
 			s.m.configErrors.Inc()
 			s.tell(slog.LevelError, "config edit refused; the last good one is kept", "err", err)
 			s.pending = nil
-		case out == held && s.ramp == nil && !s.rampable(s.pending): // (rampable's answer is kept from try's)
-			heldCount++
 		case out == held:
+			heldCount++
 		default:
 			s.tell(slog.LevelInfo, "config edit adopted", "config", s.o.Config, "result", map[outcome]string{applied: "applied", unchanged: "already live"}[out])
 			s.cur, s.pending = s.pending, nil
@@ -162,7 +157,7 @@ func (s *service) try(in *input, trigger string, first bool) (outcome, []string,
 	if err != nil {
 		return failed, nil, err
 	}
-	if s.sameAsLive(tables, fps, in.dc) {
+	if s.sameAsLive(tables, fps, in.dc) && !s.historyDue(time.Now()) {
 		return unchanged, frozen, nil
 	}
 	mode := judgeSafe
@@ -189,25 +184,22 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 	before := append([]string(nil), s.live.fps...)
 	start := time.Now()
 	var allowedUnsafe bool
+	var room int // rows at risk only for want of room in their hops
 	plan, res, err := s.d.Commit(&loader.Proposal{Tables: tables, Config: in.dc}, func(live loader.State, plan *table.Plan) error {
-		if !plan.Changed() {
+		if !plan.Changed() && !historyChanged(live, plan) {
 			return errUnchanged
 		}
-		var wait []string // a change safe in itself may still have to wait
-		if why := s.transitWaits(plan); why != "" {
-			wait = append(wait, why)
-		}
-		if why := s.rampGate(in, plan); why != "" {
-			wait = append(wait, why)
-		}
-		if plan.Safe && len(wait) == 0 {
+		if plan.Safe {
 			return nil
 		}
-		if !plan.Safe && ((mode == judgeFirst && len(live.Tables) == 0) || mode == judgeDowns) {
+		if room = wantOfRoom(plan); room > 0 {
+			return nil
+		}
+		if (mode == judgeFirst && len(live.Tables) == 0) || mode == judgeDowns {
 			allowedUnsafe = true
 			return nil
 		}
-		return &heldError{reasons: append(slices.Clone(plan.Reasons), wait...)}
+		return &heldError{reasons: slices.Clone(plan.Reasons)}
 	})
 	var he *heldError
 	switch {
@@ -217,23 +209,17 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		return unchanged, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
-		ramped := s.rampable(in)
-		if !ramped {
-			s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc),
-				ConfigChanges: in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0), Reasons: he.reasons})
-		}
+		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc),
+			ConfigChanges: in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0), Reasons: he.reasons})
 		why := strings.Join(he.reasons, "; ")
 		if why != s.hold.logged {
 			s.hold.logged = why
 			switch {
-			case ramped:
-				s.tell(slog.LevelInfo, "config edit unsafe in one step: a ramp takes it in steps with no row at risk, one every ramp_interval_s",
-					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			case in != s.cur:
 				s.tell(slog.LevelWarn, "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			default:
-				s.tell(slog.LevelWarn, "UNSAFE health change held: applied by the service once it is safe (when a drain in progress ends, say); "+
+				s.tell(slog.LevelWarn, "UNSAFE health change held: applied by the service once it is safe (when the rows' earlier primaries it strands are past the window); "+
 					"a person may apply it sooner with 'director healthcheck' and 'director apply --allow-unsafe'",
 					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
 			}
@@ -245,6 +231,7 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		if res != nil { // applied, but not as planned: read what is there
 			if live, lerr := s.d.LiveState(); lerr == nil {
 				s.setLive(live.Tables, table.PlanTables(live.Tables), live.Config)
+				s.setHists(live.Histories)
 			}
 		}
 		return failed, err
@@ -254,8 +241,13 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 	s.m.applyDuration.Observe(took.Seconds())
 	s.m.lastApply.SetToCurrentTime()
 	s.setLive(loader.Tables(res.Tables), plan.Result, in.dc)
+	s.setHists(loader.Histories(res.Tables))
 	verdict := "safe"
 	switch {
+	case room > 0:
+		verdict = fmt.Sprintf("%d rows at risk for want of room: they had more earlier primaries than their hops hold (%d); applied, as waiting would hold the change for the window",
+			room, table.HistoryHops)
+		s.m.historyOverflow.Add(float64(room))
 	case allowedUnsafe && mode == judgeDowns:
 		verdict = "unsafe, applied because backends went down (a down is never held): " + strings.Join(plan.Reasons, "; ")
 	case allowedUnsafe:
@@ -393,4 +385,57 @@ func sameStates(a, b []table.Backend) bool {
 		}
 	}
 	return true
+}
+
+// historyChanged reports whether a plan changes what the live tables
+// remember of their rows' earlier primaries, and nothing else: an entry
+// past its window, say, which the service applies so that it stops being
+// listed.
+func historyChanged(live loader.State, plan *table.Plan) bool {
+	for i, h := range plan.Histories {
+		var l *table.History
+		if i < len(live.Histories) {
+			l = live.Histories[i]
+		}
+		if !l.Equal(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// wantOfRoom is the number of rows a plan puts at risk only because they
+// had more earlier primaries than their hops hold, when that is its only
+// reason to be unsafe; else 0. Such a change is applied: holding it would
+// wait for the window, and the rows are counted and logged.
+func wantOfRoom(plan *table.Plan) int {
+	d := *plan.Diff
+	d.Tables = slices.Clone(d.Tables)
+	room := 0
+	for i, td := range d.Tables {
+		if h := td.History; h != nil && h.Hops && td.Rows.AtRisk > 0 && td.Rows.AtRisk == h.Overflow {
+			room += td.Rows.AtRisk
+			d.Tables[i].Rows.AtRisk = 0
+		}
+	}
+	if safe, _ := table.Verdict(&d); !safe {
+		return 0
+	}
+	return room
+}
+
+// historyDue reports whether an entry of a live history has reached its
+// expiry: the tables are written again without it.
+func (s *service) historyDue(now time.Time) bool {
+	for _, h := range s.live.hists {
+		if h.Empty() {
+			continue
+		}
+		for _, e := range h.Expires {
+			if e <= now.UnixNano() {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -75,14 +75,10 @@ func TestDownDuringADrainIsApplied(t *testing.T) {
 	if h := liveHealth(t, s); h[2] != '-' {
 		t.Fatalf("backend 3 failed during the drain and is still up in the live table (%s); held: %+v", h, s.hold.now)
 	}
-	// Backend 2's up follows by safe steps, the drain still under way.
-	for try := 0; try < 4 && liveHealth(t, s) != "++-+++"; try++ {
-		if err := s.reconcile("retry", false); err != nil {
-			t.Fatal(err)
-		}
-		if s.transit != nil {
-			s.transit.until = time.Now()
-		}
+	// Backend 2's up, the drain still under way: with history in the
+	// packets, safe at once.
+	if err := s.reconcile("retry", false); err != nil {
+		t.Fatal(err)
 	}
 	if h := liveHealth(t, s); h != "++-+++" {
 		t.Fatalf("backend 2's up: live %s; held %+v", h, s.hold.now)
@@ -95,8 +91,8 @@ func TestDownDuringADrainIsApplied(t *testing.T) {
 }
 
 // TestComingBackAfterAnOutage: every backend down when the service starts
-// (nothing to fall back on), then back one at a time: the service reaches
-// the all-healthy table, by safe steps.
+// (nothing to fall back on), then back one at a time: each up is applied
+// at once, as a safe change.
 func TestComingBackAfterAnOutage(t *testing.T) {
 	testenv.Kernel(t)
 	in := checkedInputWith(t, 6, "")
@@ -110,14 +106,8 @@ func TestComingBackAfterAnOutage(t *testing.T) {
 	}
 	for i := 1; i <= 6; i++ {
 		setCheck(s, i, true)
-		for try := 0; try < 6; try++ {
-			if err := s.reconcile("retry", false); err != nil {
-				t.Fatal(err)
-			}
-			if s.transit != nil {
-				// The transition's wait (ramp_interval_s), passed.
-				s.transit.until = time.Now()
-			}
+		if err := s.reconcile("checks", false); err != nil {
+			t.Fatal(err)
 		}
 		h := liveHealth(t, s)
 		if want := strings.Repeat("+", i) + strings.Repeat("-", 6-i); h != want {
@@ -127,18 +117,48 @@ func TestComingBackAfterAnOutage(t *testing.T) {
 	if s.hold.health || len(s.hold.now) > 0 {
 		t.Errorf("all back, and still held: %+v", s.hold.now)
 	}
-	// Every step after the start was safe; the transitions among them.
-	transitions := 0
 	for _, a := range s.recent[:len(s.recent)-1] {
 		if a.Verdict != "safe" {
 			t.Errorf("applied %v: %s", a.Changes, a.Verdict)
 		}
-		if strings.HasSuffix(a.Trigger, "(transition)") {
-			transitions++
+	}
+}
+
+// TestHeldUntilTheWindowPasses: with GLB's two hops (history_hops false),
+// a second edit that strands the first's old primaries is held, honestly
+// counted at risk, and applied by itself once those are past the window
+// (history_s), as a safe change.
+func TestHeldUntilTheWindowPasses(t *testing.T) {
+	const hops = `"history_hops": false, "history_s": 2`
+	s := kernelService(t, checkedInputTable(t, 6, "", hops))
+	edit := func(w1, w2 int) {
+		t.Helper()
+		in := checkedInputTable(t, 6, "", hops)
+		in.cfg.Tables[0].Backends[0].Weight = uint16(w1)
+		in.cfg.Tables[0].Backends[1].Weight = uint16(w2)
+		adopt(in, s.cur)
+		s.pending = in
+		if err := s.reconcile("config", false); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if transitions == 0 {
-		t.Error("no transition was applied: the test did not test them")
+	edit(3, 1)
+	if s.pending != nil {
+		t.Fatalf("raising a weight was held: %+v", s.hold.now)
+	}
+	edit(3, 3)
+	if s.pending == nil || len(s.hold.now) != 1 || !strings.Contains(strings.Join(s.hold.now[0].Reasons, " "), "rows at risk") {
+		t.Fatalf("the second raise, which strands the first's old primaries, was not held: %+v", s.hold.now)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.pending != nil && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		if err := s.reconcile("retry", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.pending != nil || s.lastApply == nil || s.lastApply.Verdict != "safe" {
+		t.Fatalf("past the window, the held edit is still held (%+v) or was not applied as safe (%+v)", s.hold.now, s.lastApply)
 	}
 }
 
@@ -146,7 +166,7 @@ func TestComingBackAfterAnOutage(t *testing.T) {
 // "applied" in the log and then asks the status page (or director doctor,
 // or a scrape) finds what the line says, never the round before it.
 func TestLogLinesFollowTheStatus(t *testing.T) {
-	s := kernelService(t, checkedInputWith(t, 3, ""))
+	s := kernelService(t, checkedInputTable(t, 3, "", `"history_hops": false`))
 	type seen struct {
 		held      int
 		gauge     float64
@@ -163,7 +183,7 @@ func TestLogLinesFollowTheStatus(t *testing.T) {
 	}})
 	edit := func(change func(*input)) {
 		t.Helper()
-		in := checkedInputWith(t, 3, "")
+		in := checkedInputTable(t, 3, "", `"history_hops": false`)
 		change(in)
 		adopt(in, s.cur)
 		s.pending = in

@@ -106,10 +106,6 @@ type service struct {
 	// exported is what exportLive last exported of the live tables.
 	exported []exported
 	hold     holdState
-	ramp     *rampState    // a lowered weight being taken in safe steps
-	transit  *transitState // a held health change's transition, being served
-	rampLast time.Time     // when the last ramp step was applied, by this run or the one before
-	rampSeen rampSeen      // whether the held edit is one a ramp takes
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
 	lastApply  *StatusApply  // the last apply
@@ -141,6 +137,7 @@ type liveState struct {
 	tables []*table.Table
 	fps    []string
 	config *table.DirectorConfig
+	hists  []*table.History // the tables' histories (nil for none)
 }
 
 // holdState is what the service holds back as unsafe.
@@ -193,7 +190,6 @@ func Run(ctx context.Context, o Options) (err error) {
 	// Load made it. Whatever ends the run, its status goes with it.
 	s.status.path = StatusPath(o.LockDir, o.BPFFS)
 	defer os.Remove(s.status.path)
-	s.loadRampLast()
 	s.m = newMetrics(s.d.Stats)
 	s.checks.m = s.m
 	s.bgp = &announcer{log: o.Log, m: s.m, changed: s.status.write}
@@ -209,6 +205,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	s.setLive(live.Tables, table.PlanTables(live.Tables), live.Config)
+	s.setHists(live.Histories)
 	s.configure(s.cur)
 	defer s.stopAll()
 	s.track(ctx)
@@ -306,6 +303,8 @@ func (s *service) loop(ctx context.Context) {
 	defer retry.Stop()
 	look := time.NewTicker(verifyEvery(s.cur.cfg.Checks.Interval))
 	defer look.Stop()
+	history := time.NewTicker(time.Second)
+	defer history.Stop()
 	links := s.linkEvents(ctx)
 	var due *time.Timer
 	var dueC <-chan time.Time
@@ -339,17 +338,16 @@ func (s *service) loop(ctx context.Context) {
 			s.verify("interval")
 		case <-links:
 			s.verify("interface change")
+		case <-history.C:
+			// An entry of a row's history past its window: the table
+			// is written again without it.
+			if s.historyDue(time.Now()) {
+				s.reconcile("history", false)
+			}
 		case <-retry.C:
 			// Held changes are retried: an operator may have applied
-			// the held config by hand, or the checks agree again. A
-			// held edit that lowers a weight is taken in steps.
-			if (s.pending != nil || s.hold.health) && s.rampStep(time.Now()) {
-				if !s.hold.health { // the ramp takes the edit: nothing waits for a person
-					s.m.held.Set(0)
-				}
-				s.publish()
-				continue
-			}
+			// the held config by hand, the checks agree again, or the
+			// earlier primaries they would strand are past the window.
 			if s.pending != nil || s.hold.health {
 				s.reconcile("retry", false)
 			} else {

@@ -304,6 +304,9 @@ func TestMetricNamesAndTypes(t *testing.T) {
 	m.applyDuration.Observe(0.004)
 	m.lastApply.SetToCurrentTime()
 	m.held.Set(0)
+	m.historyOverflow.Add(0)
+	m.historyRows.WithLabelValues("api").Set(3)
+	m.historyHopRows.WithLabelValues("api").Set(1)
 	m.failStatic.WithLabelValues("api").Set(0)
 	m.configErrors.Add(0)
 	m.attached.WithLabelValues("eth0", "native").Set(1)
@@ -330,7 +333,8 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		"director_backend_healthy": "gauge", "director_backend_weight": "gauge", "director_backend_domain_info": "gauge", "director_check_up": "gauge", "director_check_latency_seconds": "gauge",
 		"director_check_failures_total": "counter", "director_table_info": "gauge", "director_applies_total": "counter",
 		"director_apply_duration_seconds": "histogram", "director_last_apply_success_timestamp_seconds": "gauge",
-		"director_held_changes": "gauge", "director_fail_static": "gauge", "director_config_errors_total": "counter",
+		"director_held_changes": "gauge", "director_history_overflow_rows_total": "counter", "director_history_rows": "gauge",
+		"director_history_hop_rows": "gauge", "director_fail_static": "gauge", "director_config_errors_total": "counter",
 		"director_interface_attached":      "gauge",
 		"director_packets_processed_total": "counter", "director_packets_matched_total": "counter",
 		"director_packets_encapsulated_total": "counter", "director_encapsulated_bytes_total": "counter",

@@ -37,9 +37,6 @@ type Status struct {
 	// Held are the unsafe changes the service holds: what 'director
 	// apply --allow-unsafe' may apply while it runs, and nothing else.
 	Held []StatusHeld `json:"held"`
-	// Ramp is a held edit being carried out in safe steps: when the next
-	// is due and what it takes. Nil when none is.
-	Ramp *StatusRamp `json:"ramp,omitempty"`
 	// Recent are the service's last applies, newest first (at most
 	// RecentApplies).
 	Recent []StatusApply `json:"recent_applies"`
@@ -82,13 +79,6 @@ type StatusInterface struct {
 	Name     string `json:"name"`
 	Mode     string `json:"mode"`
 	Attached bool   `json:"attached"`
-}
-
-// StatusRamp is a ramp in progress.
-type StatusRamp struct {
-	Next time.Time `json:"next"`
-	// Last is the last step applied, as logged.
-	Last []string `json:"last"`
 }
 
 // StatusApply is an apply the service made.

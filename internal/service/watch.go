@@ -196,6 +196,7 @@ func (s *service) verifyLive() {
 		return
 	}
 	s.resolved("live", "the live tables can be read again")
+	s.setHists(live.Histories) // an apply by hand may have moved them alone
 	pts := table.PlanTables(live.Tables)
 	now := make([]string, len(pts))
 	for i, p := range pts {

@@ -169,6 +169,29 @@ func (p *parser) balance(path string, v *jsonValue) uint16 {
 	return uint16(m)
 }
 
+// history reads a table's history_s and history_hops (defaults:
+// table.DefaultHistory).
+func (p *parser) history(path string, v *jsonValue) table.HistorySettings {
+	h := table.DefaultHistory()
+	if hv := v.get("history_s"); hv != nil {
+		max := int64(table.MaxHistoryWindow / time.Second)
+		n, err := strconv.ParseInt(hv.num.String(), 10, 64)
+		if hv.kind != jsonNumber || err != nil || n < 0 || n > max {
+			p.fail(path+".history_s", "%s is not a number of seconds from 0 to %d", hv.brief(), max)
+		} else {
+			h.Window = time.Duration(n) * time.Second
+		}
+	}
+	if hv := v.get("history_hops"); hv != nil {
+		if hv.kind != jsonBool {
+			p.fail(path+".history_hops", "%s is not true or false", hv.brief())
+		} else {
+			h.NoHops = !hv.boolean
+		}
+	}
+	return h
+}
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // domainRE is a failure domain's name: a rack or a power feed as the
@@ -179,9 +202,10 @@ func (p *parser) table(path string, v *jsonValue) table.TableConfig {
 	var t table.TableConfig
 	var idx []int // where each of t.Binds stood
 	defer func() { p.bindIdx = append(p.bindIdx, idx) }()
-	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends", "ramp_interval_s", "balance_factor", "quic") {
+	if !p.object(path, v, "name", "hash_key", "seed", "binds", "backends", "ramp_interval_s", "balance_factor", "quic", "history_s", "history_hops") {
 		return t
 	}
+	t.History = p.history(path, v)
 	if qv := v.get("quic"); qv != nil {
 		t.QUIC = p.quic(path+".quic", qv)
 	}
@@ -189,11 +213,14 @@ func (p *parser) table(path string, v *jsonValue) table.TableConfig {
 		t.Balance = p.balance(path+".balance_factor", bv)
 	}
 	if rv := v.get("ramp_interval_s"); rv != nil {
+		// Ramps took a lowered weight in steps, each safe with two hops;
+		// history keeps connections through the change at once. Still
+		// read, so that a config that has it stays valid.
 		n, err := strconv.ParseInt(rv.num.String(), 10, 64)
 		if rv.kind != jsonNumber || err != nil || n < 1 || n > 86400 {
 			p.fail(path+".ramp_interval_s", "%s is not a number of seconds from 1 to 86400", rv.brief())
 		} else {
-			t.RampInterval = time.Duration(n) * time.Second
+			p.warns = append(p.warns, path+".ramp_interval_s: no longer used: changes are applied at once, and each row's earlier primaries keep its connections (history_s)")
 		}
 	}
 	if n := v.get("name"); n != nil {

@@ -125,6 +125,12 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{"tables[0].balance_factor: 1.0105 has more than three decimals"}},
 		{"ramp interval string", cfg(tbl(goodBackends() + `, "ramp_interval_s": "60"`)),
 			[]string{`tables[0].ramp_interval_s: "60" is not a number of seconds from 1 to 86400`}},
+		{"history window", cfg(tbl(goodBackends() + `, "history_s": 70000`)),
+			[]string{"tables[0].history_s: 70000 is not a number of seconds from 0 to 65535"}},
+		{"history window string", cfg(tbl(goodBackends() + `, "history_s": "600"`)),
+			[]string{`tables[0].history_s: "600" is not a number of seconds from 0 to 65535`}},
+		{"history hops", cfg(tbl(goodBackends() + `, "history_hops": 1`)),
+			[]string{"tables[0].history_hops: 1 is not true or false"}},
 		{"weight string", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true, "weight": "3"}`))),
 			[]string{`tables[0].backends[0].weight: "3" is not a number`}},
 		{"bad healthcheck", cfg(tbl(backends(`{"ip": "10.1.0.1", "state": "active", "healthy": true, "healthchecks": {"http": 70000}}`))),
@@ -404,5 +410,28 @@ func TestBalanceFactor(t *testing.T) {
 		if got := c.Tables[0].Balance; got != want {
 			t.Errorf("balance_factor %s: %d, want %d", in, got, want)
 		}
+	}
+}
+
+// TestHistorySettings: history_s and history_hops as given, the defaults
+// without them, and ramp_interval_s accepted with a warning that it is
+// no longer used.
+func TestHistorySettings(t *testing.T) {
+	c, err := Parse([]byte(cfg(tbl(goodBackends() + `, "history_s": 30, "history_hops": false`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Tables[0].History; got != (table.HistorySettings{Window: 30 * time.Second, NoHops: true}) {
+		t.Fatalf("history_s 30, history_hops false: %+v", got)
+	}
+	c, err = Parse([]byte(cfg(tbl(goodBackends() + `, "ramp_interval_s": 60`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Tables[0].History; got != table.DefaultHistory() || got.Window != 10*time.Minute || got.NoHops {
+		t.Fatalf("no settings: %+v", got)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "tables[0].ramp_interval_s: no longer used") {
+		t.Fatalf("warnings: %q", c.Warnings)
 	}
 }

@@ -20,7 +20,8 @@ const (
 	// Port is the UDP destination port of GUE packets.
 	Port = abi.GUEPort
 	// MaxHops is the most hops a packet carries: a row's primary and
-	// secondary, and with alt_hash_fields the alternate row's two.
+	// secondary, with alt_hash_fields the alternate row's two, and its
+	// earlier primaries (table.HistoryHops).
 	MaxHops = abi.GUEMaxHops
 	// PrivateTypeGLB is GLB's private data type.
 	PrivateTypeGLB = abi.GUEPrivateTypeGLB

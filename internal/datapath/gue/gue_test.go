@@ -32,8 +32,8 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("%d hops: parsed %+v at %d (%v), want %+v", len(hops), got, off, err, h)
 		}
 	}
-	// The layout is gue.h's: 36 bytes before the hops, 3 hops at most.
-	if Size(MaxHops) != int(unsafe.Sizeof(abi.GLBEncap{})) || Size(1) != 36 || MaxHops != 4 || Port != 19523 {
+	// The layout is gue.h's: 36 bytes before the hops, 7 listed at most.
+	if Size(MaxHops) != int(unsafe.Sizeof(abi.GLBEncap{})) || Size(1) != 36 || MaxHops != 8 || Port != 19523 {
 		t.Errorf("Size(%d) = %d, Size(1) = %d, MaxHops %d, Port %d", MaxHops, Size(MaxHops), Size(1), MaxHops, Port)
 	}
 	if _, _, err := Parse(make([]byte, 60)); !errors.Is(err, ErrNotGUE) {

@@ -77,6 +77,10 @@ type Datapath struct {
 	// bpf_check_mtu reads; 0 is BPF_PROG_RUN's loopback's, 65,536.
 	DeviceMTU int
 	Tables    []*table.Table
+	// Histories are the tables' histories (table.History), by table; nil,
+	// or a nil entry, for none: the earlier primaries a row lists after
+	// its other hops.
+	Histories []*table.History
 	refs      []table.BindRef
 }
 
@@ -99,8 +103,9 @@ type Result struct {
 	Row    int
 	AltRow int // the alt_hash_fields row, or -1
 	// HopList[:NHops] are the hops, primary first: 2, or 4 with
-	// alt_hash_fields. An array, so that classifying allocates nothing.
-	HopList [4]netip.Addr
+	// alt_hash_fields, then the row's earlier primaries (up to
+	// table.HistoryHops). An array, so that classifying allocates nothing.
+	HopList [gue.MaxHops]netip.Addr
 	NHops   int
 	IPLen   int // length of the original IP packet
 	// Parsed packets reached the bind lookup; for them, the flow as seen
@@ -230,7 +235,7 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 	}
 	h := FlowHash(t.HashKey, *f, d.Config.HashFields)
 	row, p, s := t.Lookup(h)
-	hops := [4]netip.Addr{p.IP, s.IP}
+	hops := [gue.MaxHops]netip.Addr{p.IP, s.IP}
 	quic := 0
 	if t.QUIC.On() && f.Proto == 17 && pk.l4 != 0 {
 		// The backend the connection ID names goes first, the row's
@@ -250,16 +255,28 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 		altRow, ap, as = t.Lookup(FlowHash(t.HashKey, *f, d.Config.AltHashFields))
 		hops[2], hops[3] = ap.IP, as.IP
 	}
-	esize := gue.Size(nhops)
+	// The row's earlier primaries, after the other hops; the size is
+	// checked with the table's longest list, so that every flow of a VIP
+	// is told one MTU.
+	longest := nhops
+	if ti < len(d.Histories) && d.Histories[ti] != nil {
+		hist := d.Histories[ti]
+		for _, a := range hist.RowHops(row) {
+			hops[nhops] = a
+			nhops++
+		}
+		longest += hist.MaxHops
+	}
+	esize, checked := gue.Size(nhops), gue.Size(longest)
 	if under6 {
-		esize = gue.Size6(nhops)
+		esize, checked = gue.Size6(nhops), gue.Size6(longest)
 	}
 	tooBig := 0
-	if ipLen+esize > MTUFloor {
-		if mtu := d.LinkMTU(); ipLen+esize > mtu {
+	if ipLen+checked > MTUFloor {
+		if mtu := d.LinkMTU(); ipLen+checked > mtu {
 			room := 68 // IPv4 takes no MTU under 68
-			if mtu > esize+68 {
-				room = mtu - esize
+			if mtu > checked+68 {
+				room = mtu - checked
 			}
 			tooBig = CounterTooBigEncap
 			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {

@@ -136,9 +136,14 @@ func TestRunOnAHostileHost(t *testing.T) {
 		return value(t, scrape(t, tb), name, labels...)
 	}
 
+	// A new hash key with GLB's two hops (history_hops false): unsafe.
+	// (With history in the packets, a table of three backends holds every
+	// earlier primary in every row's chain: a new key is safe there.)
+	keyEdit := strings.Replace(strings.Replace(good, "0f0e0d0c0b0a09080706050403020100", "ffeeddccbbaa99887766554433221100", 1),
+		`"name": "vip", `, `"name": "vip", "history_hops": false, `, 1)
 	t.Run("a key-only edit is held as unsafe", func(t *testing.T) {
 		mark := p.Mark()
-		writeConfig(t, cfg, strings.Replace(good, "0f0e0d0c0b0a09080706050403020100", "ffeeddccbbaa99887766554433221100", 1))
+		writeConfig(t, cfg, keyEdit)
 		rec, ok := p.WaitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 			"'director apply --allow-unsafe' if it is what you want"), testenv.Scaled(3*time.Second))
 		if !ok || !strings.Contains(fmt.Sprint(rec["reasons"]), "hash_key changed") {
@@ -200,8 +205,15 @@ func TestRunOnAHostileHost(t *testing.T) {
 				t.Fatalf("%s, applied by hand, was not adopted", what)
 			}
 		}
-		release(strings.Replace(good, "0f0e0d0c0b0a09080706050403020100", "ffeeddccbbaa99887766554433221100", 1), "a key edit")
-		release(good, "the key edit undone")
+		release(keyEdit, "a key edit")
+		release(strings.Replace(good, `"name": "vip", `, `"name": "vip", "history_hops": false, `, 1), "the key edit undone")
+		// And back to history in the packets: a change of settings alone,
+		// safe, applied by the service.
+		mark := p.Mark()
+		writeConfig(t, cfg, good)
+		if _, ok := p.WaitLog(mark, msg("config edit adopted"), testenv.Scaled(3*time.Second)); !ok {
+			t.Fatal("history_hops back on was not adopted")
+		}
 		if liveFingerprint(t, tb) != allUp {
 			t.Fatal("the table is not what it was")
 		}

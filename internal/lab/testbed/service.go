@@ -63,11 +63,8 @@ func checkedConfigOf(states map[int]string, n int, interval time.Duration, trigg
 	// answer under load takes up to 200 ms itself, as long as the interval
 	// allows.
 	timeout := min(testenv.Scaled(200*time.Millisecond), max(interval, 200*time.Millisecond))
-	// A ramp interval of a second: a health change the service takes in
-	// two steps (two backends back at once, after a check flapped under
-	// load) ends within the tests' waits.
 	return fmt.Sprintf(`{"healthchecks": {"interval_ms": %d, "timeout_ms": %d, "trigger": %d},
- "tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff", "ramp_interval_s": 1,
+ "tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
   "binds": [%s],
   "backends": [%s]}]}`, interval.Milliseconds(), timeout.Milliseconds(), trigger, binds(vips), strings.Join(bs, ", "))
 }

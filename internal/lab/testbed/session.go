@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -30,6 +31,8 @@ type Session struct {
 	running bool
 	lastOK  time.Time
 	maxGap  time.Duration // the longest time between two exchanges that worked
+	// firstFail is when an exchange first failed (zero: none did).
+	firstFail time.Time
 }
 
 // Open connects and does a first exchange, which names the backend.
@@ -99,6 +102,9 @@ func (s *Session) Start() {
 			}
 			who, err := s.exchange(n)
 			s.mu.Lock()
+			if (err != nil || who != s.Backend) && s.firstFail.IsZero() {
+				s.firstFail = time.Now()
+			}
 			switch {
 			case err != nil:
 				s.failed++
@@ -138,6 +144,24 @@ func (s *Session) MaxGap() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.maxGap
+}
+
+// FirstFail is when an exchange of the session first failed; zero if none
+// did.
+func (s *Session) FirstFail() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.firstFail
+}
+
+// Local is the client's end of a TCP session: what the director hashes.
+func (s *Session) Local() netip.AddrPort {
+	if c, ok := s.conn.(interface{ LocalAddr() net.Addr }); ok {
+		if a, err := netip.ParseAddrPort(c.LocalAddr().String()); err == nil {
+			return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		}
+	}
+	return netip.AddrPort{}
 }
 
 // Result is how the session went: exchanges that worked and that failed.
