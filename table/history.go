@@ -246,7 +246,8 @@ type advancer struct {
 	ips     []netip.Addr // every backend seen, by position
 	up      []bool
 	byIP    map[netip.Addr]int
-	newIdx  []int // new's backends' positions
+	newIdx  []int  // new's backends' positions
+	inNew   []bool // by position: whether new has the backend
 	prevIdx []int // prev's backends' positions
 	oldIdx  []int // old's backends' positions
 	times   []int64
@@ -272,6 +273,12 @@ func newAdvancer(prev *History, old, new *Table, now time.Time, up func(netip.Ad
 	for _, b := range new.Backends {
 		a.newIdx = append(a.newIdx, a.add(b.IP, b.Healthy))
 	}
+	defer func() {
+		a.inNew = make([]bool, len(a.ips))
+		for _, i := range a.newIdx {
+			a.inNew[i] = true
+		}
+	}()
 	if prev != nil {
 		for _, b := range prev.Backends {
 			a.prevIdx = append(a.prevIdx, a.add(b.IP, health(b.IP, b.Up)))
@@ -345,7 +352,21 @@ func (a *advancer) allCandidates(prev *History, old *Table, fresh int64) []cand 
 // connections went with it); one that is up stays in the chain, the
 // secondary or a hop, for its window, or else is counted at risk and
 // forgotten: the change that strands its connections says so once.
+//
+// A backend the table no longer has (removed within the window) is listed
+// after those it has: its health is no longer checked, and last in the
+// chain, were it gone, it would lose only its own connections' packets,
+// where before another it would lose that one's too.
 func (a *advancer) row(r, np, ns int, cands []cand, set HistorySettings, risk *HistoryRisk) {
+	slices.SortStableFunc(cands, func(x, y cand) int {
+		switch {
+		case a.inNew[x.b] == a.inNew[y.b]:
+			return cmp.Compare(y.expires, x.expires) // newest first
+		case a.inNew[x.b]:
+			return -1
+		}
+		return 1
+	})
 	var rec [HistoryRecord]int
 	var exp [HistoryRecord]int64
 	var hops [HistoryHops]int

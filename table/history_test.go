@@ -210,14 +210,21 @@ func randomHistory(t *testing.T, seed uint64, set HistorySettings, steps int) {
 			var chain [pool]bool
 			chain[np], chain[ns2] = true, true
 			hops := h.RowHops(r)
-			prev := int64(1 << 62)
-			for k, ip := range hops {
+			// Newest first, the table's own backends before removed ones.
+			prev, prevGroup := int64(1<<62), 0
+			for _, ip := range hops {
 				i := poolIndex(ip)
-				if !upNow[i] || i == np || i == ns2 || chain[i] || !inWindow(&e, i) || e.ended[i] > prev {
+				group := 1
+				if slices.ContainsFunc(nt.Backends, func(b Backend) bool { return b.IP == ip }) {
+					group = 0
+				}
+				if group != prevGroup {
+					prev = 1 << 62
+				}
+				if !upNow[i] || i == np || i == ns2 || chain[i] || !inWindow(&e, i) || group < prevGroup || e.ended[i] > prev {
 					t.Fatalf("step %d (%s), row %d: hops %v, primary %d, secondary %d, eras %+v", step, what, r, hops, np, ns2, e)
 				}
-				chain[i], prev = true, e.ended[i]
-				_ = k
+				chain[i], prev, prevGroup = true, e.ended[i], group
 			}
 			if set.NoHops && len(hops) > 0 {
 				t.Fatalf("step %d: history_hops off, row %d lists %v", step, r, hops)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -55,6 +56,20 @@ type statusTable struct {
 	Slot        int      `json:"slot"`
 	Backends    int      `json:"backends"`
 	Binds       []string `json:"binds"`
+	// History is what the table remembers of its rows' earlier
+	// primaries (not part of its fingerprint): absent for nothing.
+	History *statusHistory `json:"history,omitempty"`
+}
+
+// statusHistory is a live table's history, beside its rows.
+type statusHistory struct {
+	WindowS int       `json:"window_s"`
+	Hops    bool      `json:"hops"`     // listed in the packets (history_hops)
+	Rows    int       `json:"rows"`     // rows that remember an earlier primary
+	HopRows int       `json:"hop_rows"` // of them, rows whose packets list one after the secondary
+	MaxHops int       `json:"max_hops"` // the most a row lists
+	Removed []string  `json:"removed"`  // backends the table no longer has, still in chains
+	Until   time.Time `json:"until"`    // when the last entry is forgotten
 }
 
 var statusCmd = &command{
@@ -136,6 +151,7 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 		for _, b := range lt.Table.Binds {
 			st.Binds = append(st.Binds, b.String())
 		}
+		st.History = historyStatus(lt)
 		doc.Tables = append(doc.Tables, st)
 	}
 	if doc.Service, err = service.ReadStatus(service.DefaultLockDir, e.bpffs); err != nil {
@@ -186,6 +202,17 @@ func printStatus(e *env, doc *statusDoc) {
 	for _, t := range doc.Tables {
 		name := table.DisplayName(t.Name, t.Index)
 		fmt.Fprintf(w, "table        %s  fingerprint %s  %d backends  binds %v\n", name, table.ShortFingerprint(t.Fingerprint), t.Backends, t.Binds)
+		if h := t.History; h != nil {
+			listed := "not listed in the packets (history_hops false)"
+			if h.Hops {
+				listed = fmt.Sprintf("%d list one after the secondary, up to %d", h.HopRows, h.MaxHops)
+			}
+			removed := ""
+			if len(h.Removed) > 0 {
+				removed = fmt.Sprintf("; removed backends still in chains: %s", strings.Join(h.Removed, ", "))
+			}
+			fmt.Fprintf(w, "  history    %d rows remember an earlier primary (%s) until %s%s\n", h.Rows, listed, h.Until.Format(time.RFC3339), removed)
+		}
 	}
 	printService(w, doc.Service)
 }
@@ -267,4 +294,25 @@ func kernelLine(k *loader.KernelSupport) string {
 		line += "\n             " + f
 	}
 	return line
+}
+
+// historyStatus is lt's history for status, nil when it remembers
+// nothing.
+func historyStatus(lt loader.LiveTable) *statusHistory {
+	h := lt.History
+	if h.Empty() {
+		return nil
+	}
+	st := &statusHistory{WindowS: int(lt.Table.History.Window / time.Second), Hops: !lt.Table.History.NoHops, MaxHops: h.MaxHops, Removed: []string{}}
+	st.Rows, st.HopRows, st.Until = h.Summary()
+	own := map[netip.Addr]bool{}
+	for _, b := range lt.Table.Backends {
+		own[b.IP] = true
+	}
+	for _, b := range h.Backends {
+		if !own[b.IP] {
+			st.Removed = append(st.Removed, b.IP.String())
+		}
+	}
+	return st
 }

@@ -113,24 +113,53 @@ func Director(o DirectorOptions) *Report {
 			return []Finding{{What: fmt.Sprintf("the live tables are not %s's: %s", o.Config, strings.Join(changes, "; ")),
 				Fix: fmt.Sprintf("director plan %s -o plan.json, review it, director apply plan.json (director run applies it by itself when safe)", o.Config)}}, "", nil
 		}
-		return nil, "the live tables are " + o.Config + "'s", nil
+		return nil, "the live tables are " + o.Config + "'s" + historyNote(live), nil
 	})
 	r.run("service", func() ([]Finding, string, error) { return checkService(st, serr) })
 	return r
 }
 
-// encapSize is the most the encapsulation adds to a packet of tables:
-// GLB's GUE, or over IPv6, with dc's hops.
-func encapSize(dc *table.DirectorConfig, tables []*table.Table) int {
-	hops := 2
-	if dc.AltHashFields != 0 {
-		hops = 4
-	}
-	size := gue.Size(hops)
-	for _, t := range tables {
-		if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
-			size = gue.Size6(hops)
+// historyNote says, beside "the live tables are the config's", what the
+// live tables remember of their rows' earlier primaries: history is not a
+// difference from the config.
+func historyNote(live loader.State) string {
+	var notes []string
+	for i, h := range live.Histories {
+		if h.Empty() || i >= len(live.Tables) {
+			continue
 		}
+		rows, hopRows, until := h.Summary()
+		notes = append(notes, fmt.Sprintf("%s: %d rows remember an earlier primary, %d list one, until %s",
+			table.DisplayName(live.Tables[i].Name, i), rows, hopRows, until.Format(time.RFC3339)))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return "; history beside them: " + strings.Join(notes, "; ")
+}
+
+// encapSize is the most the encapsulation adds to a packet of tables:
+// GLB's GUE, or over IPv6, with dc's hops and the longest chain of
+// earlier primaries a table lists (history_hops), which any change may
+// bring: what the underlay must carry, not only what it carries now.
+func encapSize(dc *table.DirectorConfig, tables []*table.Table) int {
+	size := 0
+	for _, t := range tables {
+		hops := 2
+		if dc.AltHashFields != 0 {
+			hops = 4
+		}
+		if t.History.Window > 0 && !t.History.NoHops {
+			hops += table.HistoryHops
+		}
+		n := gue.Size(hops)
+		if len(t.Backends) > 0 && !t.Backends[0].IP.Is4() {
+			n = gue.Size6(hops)
+		}
+		size = max(size, n)
+	}
+	if size == 0 {
+		size = gue.Size(2)
 	}
 	return size
 }
