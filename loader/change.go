@@ -3,7 +3,6 @@ package loader
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/director/director/table"
 )
@@ -38,11 +37,7 @@ func planAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
 	if err := checkSources(p.Tables, serving); err != nil {
 		return nil, err
 	}
-	now := live.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
-	return table.NewPlan(bpffs, live.Tables, live.Histories, now, live.Config, p.Tables, p.Input, p.Config)
+	return table.NewPlan(bpffs, live.base(), live.Config, p.Tables, p.Input, p.Config)
 }
 
 // LiveState reads what is live: the tables and the director config.
@@ -64,13 +59,16 @@ func (d *Director) Plan(p *Proposal) (*table.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return planAgainst(d.Dir, live, p)
+	return d.PlanOn(live, p)
 }
 
 // PlanOn judges p against live, a state this director's LiveState gave:
 // for a caller that built p from it (taking its unchanged tables), so that
 // the plan's base is the state p was made from, read once.
 func (d *Director) PlanOn(live State, p *Proposal) (*table.Plan, error) {
+	if live.Restored == nil {
+		live.Restored = d.restoredFor(live.Tables, p.Tables, live.Now)
+	}
 	return planAgainst(d.Dir, live, p)
 }
 

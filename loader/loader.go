@@ -52,6 +52,11 @@ type Director struct {
 	// Clock is the time changes are made at (a history's entries expire
 	// by it); nil: time.Now.
 	Clock func() time.Time
+	// StateDir is where applies save the tables and their histories for
+	// a restart of the host (histstate.go); "" saves nothing.
+	StateDir string
+	// StateWarnings say what was found there and left aside, a line each.
+	StateWarnings []string
 
 	// cache is what this process last wrote or read in the pins' slots,
 	// shared by every Director of the process on the same directory (a
@@ -389,7 +394,8 @@ func unload(dir string, want PinKind) (bool, error) {
 			return false, err
 		}
 	}
-	loaded := PinnedKind(dir) != KindNone
+	kind := PinnedKind(dir)
+	loaded := kind != KindNone
 	ours, err := ownPins(dir)
 	if err != nil {
 		return false, err
@@ -410,6 +416,10 @@ func unload(dir string, want PinKind) (bool, error) {
 		}
 	}
 	dropCache(dir)
+	if kind == KindDirector {
+		// What it served is no one's now: not to be taken up again.
+		forgetSaved(StateDirFromEnv(), dir)
+	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false, fmt.Errorf("removing %s: %w", dir, err)
 	}

@@ -333,6 +333,18 @@ type State struct {
 	Config    *table.DirectorConfig
 	Histories []*table.History
 	Now       time.Time
+	// Restored are, when no table is live, the tables saved before the
+	// host restarted (StateDir) that a change's tables continue.
+	Restored map[string]table.Restored
+}
+
+// base is what a change to tables is judged against.
+func (s State) base() table.Base {
+	now := s.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return table.Base{Tables: s.Tables, Histories: s.Histories, Now: now, Restored: s.Restored}
 }
 
 // Histories returns the histories of a live set.
@@ -434,6 +446,15 @@ func (d *Director) applyChange(ch change, check func(live State) ([]*table.Histo
 	if err != nil {
 		return nil, err
 	}
+	written := map[int]bool{}
+	for i, p := range plans {
+		written[i] = p.write
+	}
+	// Live now: what is saved for a restart of the host follows; a
+	// failure to save leaves the apply made, and says so.
+	if err := d.saveTables(now, written); err != nil {
+		d.StateWarnings = append(d.StateWarnings, fmt.Sprintf("%s: the tables applied are not saved for a restart: %v", d.stateDir(), err))
+	}
 	return &ApplyResult{Tables: now, Duration: time.Since(start)}, nil
 }
 
@@ -485,6 +506,7 @@ func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]
 		return nil, nil, fmt.Errorf("reading live tables: %w", err)
 	}
 	st := State{Tables: Tables(live), Histories: Histories(live), Now: d.now()}
+	st.Restored = d.restoredFor(st.Tables, tables, st.Now)
 	var hists []*table.History
 	if check != nil {
 		if st.Config, err = d.LiveConfig(); err != nil {
@@ -495,7 +517,7 @@ func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]
 		}
 	}
 	if hists == nil {
-		_, hists = table.CompareAt(st.Tables, st.Histories, tables, st.Now)
+		_, hists = table.CompareAt(st.base(), tables)
 	}
 	return live, hists, nil
 }

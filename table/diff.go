@@ -168,20 +168,39 @@ const (
 // names). Neither side has a history: what the change itself makes
 // (CompareAt).
 func Compare(old, new []*Table) *Diff {
-	d, _ := CompareAt(old, nil, new, time.Time{})
+	d, _ := CompareAt(Base{Tables: old}, new)
 	return d
 }
 
-// CompareAt diffs the live tables old, whose histories are hists (nil, or
-// one per table, nil for none), with new, as a change made at now: rows at
-// risk by the history's rule (Advance), and each new table's history
-// after the change, in new's order (nil for none).
-func CompareAt(old []*Table, hists []*History, new []*Table, now time.Time) (*Diff, []*History) {
+// Base is what a change is judged against: the live tables, their
+// histories (nil, or one per table, nil for none), the time the change is
+// made at, and, for a table new to the kernel, what the host remembers of
+// it from before a restart (Restored, by DisplayName).
+type Base struct {
+	Tables    []*Table
+	Histories []*History
+	Now       time.Time
+	Restored  map[string]Restored
+}
+
+// Restored is a table as it was live before the host restarted, and its
+// history then: kept outside the kernel (loader.Director.StateDir), and
+// checked before it is used.
+type Restored struct {
+	Table   *Table
+	History *History
+}
+
+// CompareAt diffs base's live tables with new, as a change made at
+// base.Now: rows at risk by the history's rule (Advance), and each new
+// table's history after the change, in new's order (nil for none).
+func CompareAt(base Base, new []*Table) (*Diff, []*History) {
+	old, now := base.Tables, base.Now
 	d := &Diff{Version: DiffVersion}
 	out := make([]*History, len(new))
 	histOf := func(i int) *History {
-		if i < len(hists) {
-			return hists[i]
+		if i < len(base.Histories) {
+			return base.Histories[i]
 		}
 		return nil
 	}
@@ -211,7 +230,16 @@ func CompareAt(old []*Table, hists []*History, new []*Table, now time.Time) (*Di
 	}
 	for j, n := range new {
 		if !used[j] {
-			td, h := compareTable(label(nil, n, -1, j, byName), -1, j, nil, n, nil, now)
+			name := label(nil, n, -1, j, byName)
+			td, h := compareTable(name, -1, j, nil, n, nil, now)
+			if r, ok := base.Restored[DisplayName(n.Name, j)]; ok && r.Table != nil {
+				// New to the kernel, live before a restart: its
+				// connections are still on the backends it had.
+				var risk HistoryRisk
+				h, risk = Advance(r.History, r.Table, n, now, nil)
+				td.Rows.AtRisk, td.Rows.AtRiskDown, td.RowsAtRisk = risk.AtRisk, risk.AtRiskDown, risk.Rows
+				td.History = historyDiff(n.History, h, risk, now)
+			}
 			d.Tables = append(d.Tables, td)
 			out[j] = h
 		}

@@ -203,9 +203,8 @@ func TestVerdictStateChangesNotHealth(t *testing.T) {
 	// With history in the packets, GLB's rule of one drain at a time has
 	// no reason left: two at once strand nothing.
 	withHistory := func(ts []*Table) []*Table {
-		cp := *ts[0]
-		cp.History.NoHops = false
-		return []*Table{&cp}
+		ts[0].History.NoHops = false
+		return ts
 	}
 	if safe, reasons := Verdict(Compare(withHistory(base), withHistory(twoDraining))); !safe {
 		t.Errorf("two draining with history: unsafe %v", reasons)

@@ -64,11 +64,11 @@ func (p *Plan) SetInput(data []byte) {
 // bpffs: the diff, the verdict, and input, the config or binary the tables
 // were built from (nil when there is none), to keep in the plan.
 //
-// baseHist are the live tables' histories and now the time the change is
-// judged at: the plan's Histories are the new tables' after it.
-func NewPlan(bpffs string, base []*Table, baseHist []*History, now time.Time, baseConfig *DirectorConfig, tables []*Table, input []byte,
-	config *DirectorConfig) (*Plan, error) {
-	d, hists := CompareAt(base, baseHist, tables, now)
+// The live tables are base's, with their histories and the time the
+// change is judged at: the plan's Histories are the new tables' after it.
+func NewPlan(bpffs string, b Base, baseConfig *DirectorConfig, tables []*Table, input []byte, config *DirectorConfig) (*Plan, error) {
+	base := b.Tables
+	d, hists := CompareAt(b, tables)
 	safe, reasons := Verdict(d)
 	if reasons == nil {
 		reasons = []string{}

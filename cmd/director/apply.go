@@ -65,6 +65,9 @@ func runApply(e *env, c *command, args []string) error {
 	}
 	defer d.Close()
 	verdict, res, err := d.Commit(&loader.Proposal{Tables: tables, Input: src.Data, Config: dc}, applyAllows(plan, *unsafe))
+	for _, w := range d.StateWarnings {
+		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
+	}
 	if errors.Is(err, errNothingToApply) {
 		what := "the config's tables and director config are"
 		if plan != nil {

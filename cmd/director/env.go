@@ -11,7 +11,11 @@ import (
 
 // open adopts the director pinned at --bpffs.
 func (e *env) open() (*loader.Director, error) {
-	return loader.Open(e.bpffs)
+	d, err := loader.Open(e.bpffs)
+	if err == nil {
+		d.StateDir = loader.StateDirFromEnv()
+	}
+	return d, err
 }
 
 // directorConfig reads --director-config with its gateway MAC resolved,

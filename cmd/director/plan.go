@@ -68,6 +68,9 @@ func runPlan(e *env, c *command, args []string) error {
 	if err != nil {
 		return aboutConfig(pos[0], err)
 	}
+	for _, w := range d.StateWarnings {
+		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
+	}
 	if err := planReview(e, d, src, p, *pic); err != nil {
 		return err
 	}

@@ -201,6 +201,10 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		}
 		return &heldError{reasons: slices.Clone(plan.Reasons)}
 	})
+	for _, w := range s.d.StateWarnings {
+		s.tell(slog.LevelWarn, "saved tables", "warning", w)
+	}
+	s.d.StateWarnings = nil
 	var he *heldError
 	switch {
 	case errors.Is(err, errUnchanged):

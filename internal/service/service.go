@@ -44,8 +44,11 @@ type Options struct {
 	// Concurrency bounds the checks under way at once.
 	Concurrency  int
 	DetachOnExit bool
-	LockDir      string          // where the run lock lives; DefaultLockDir
-	Reload       <-chan struct{} // SIGHUP: read the config files now
+	LockDir      string // where the run lock lives; DefaultLockDir
+	// StateDir is where applies save the tables for a restart of the host
+	// (loader.Director.StateDir); loader.StateDirFromEnv() by default.
+	StateDir string
+	Reload   <-chan struct{} // SIGHUP: read the config files now
 	// Ready is called once the first apply is done and the interfaces are
 	// attached; systemd's READY=1 by default.
 	Ready func(status string)
@@ -75,6 +78,9 @@ func (o *Options) defaults() {
 	}
 	if o.LockDir == "" {
 		o.LockDir = DefaultLockDir
+	}
+	if o.StateDir == "" {
+		o.StateDir = loader.StateDirFromEnv()
 	}
 	if o.Ready == nil {
 		o.Ready = func(status string) { notify("READY=1\nSTATUS=" + status) }
@@ -185,6 +191,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if s.d, err = loader.Load(o.BPFFS); err != nil {
 		return err
 	}
+	s.d.StateDir = o.StateDir
 	defer s.d.Close()
 	// The path names the pin directory's inode, which exists only now that
 	// Load made it. Whatever ends the run, its status goes with it.
