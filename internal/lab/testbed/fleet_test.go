@@ -1,6 +1,8 @@
 package testbed
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
+	"github.com/director/director/table"
 )
 
 // fleet is a fleet under test: its network and its services.
@@ -405,8 +408,38 @@ func (fl *fleet) rollout(t *testing.T, cfg string) {
 }
 
 // agree requires every director to report want as its table's
-// fingerprint, in status --json and in its metrics.
+// fingerprint, in status --json and in its metrics, and to list the same
+// earlier primaries in every row: the same edits make the same chains,
+// whenever each director applied them.
 func (fl *fleet) agree(t *testing.T, want string) {
+	chains := map[int]string{}
+	for i := range fl.services {
+		err := fl.Directors[i].Do(func() error {
+			d, err := loader.Open(fl.DirectorBPFFS(i))
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			live, err := d.Live()
+			if err != nil || len(live) != 1 {
+				return fmt.Errorf("%d tables: %v", len(live), err)
+			}
+			h := sha256.New()
+			for r := range table.Rows {
+				fmt.Fprintln(h, live[0].History.RowHops(r))
+			}
+			chains[i] = hex.EncodeToString(h.Sum(nil))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range chains {
+		if chains[i] != chains[1] {
+			t.Errorf("director%d lists other earlier primaries than director1: %v", i, chains)
+		}
+	}
 	for i := range fl.services {
 		var out strings.Builder
 		cmd := fl.statusCmd(i, &out, "--json")
