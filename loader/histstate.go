@@ -41,6 +41,19 @@ func StateDirFromEnv() string {
 	return DefaultStateDir
 }
 
+// StateDirFor is where what is applied to the director pinned at bpffs is
+// saved, under stateDir ("" for none).
+func StateDirFor(stateDir, bpffs string) string {
+	return (&Director{Dir: bpffs, StateDir: stateDir}).stateDir()
+}
+
+// HasSaved reports whether a table applied to the director pinned at
+// bpffs is saved under stateDir.
+func HasSaved(stateDir, bpffs string) bool {
+	m, _ := filepath.Glob(filepath.Join(StateDirFor(stateDir, bpffs), "*.table"))
+	return len(m) > 0
+}
+
 // forgetSaved removes what was saved of the director pinned at dir, under
 // stateDir: it is unloaded, and what it served is no one's.
 func forgetSaved(stateDir, dir string) {

@@ -44,6 +44,7 @@ func runService(e *env, c *command, args []string) error {
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
 	failStatic := fs.Float64("fail-static", 0.5, "keep a table as it is when more than this `FRACTION` of its checked backends would go down at once")
 	detach := fs.Bool("detach-on-exit", false, "detach the interfaces on exit (by default steering goes on)")
+	noWait := fs.Bool("no-history-wait", false, "on an empty kernel with nothing saved, announce the VIPs at once, not after history_s (the first director of a fleet)")
 	if _, err := e.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func runService(e *env, c *command, args []string) error {
 	return service.Run(ctx, service.Options{
 		Config: *config, DirectorConfig: e.dirConfig, BPFFS: e.bpffs,
 		Attach: attach, Mode: *mode, MetricsAddr: *metrics, Log: log,
-		FailStatic: *failStatic, DetachOnExit: *detach, Reload: reload,
+		FailStatic: *failStatic, DetachOnExit: *detach, Reload: reload, NoHistoryWait: *noWait,
 	})
 }
 

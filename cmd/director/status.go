@@ -244,6 +244,9 @@ func printService(w io.Writer, st *service.Status) {
 	for _, h := range st.Held {
 		fmt.Fprintf(w, "held         an unsafe change, for 'director apply --allow-unsafe': %s\n", strings.Join(h.Reasons, "; "))
 	}
+	if j := st.JoiningUntil; j != nil {
+		fmt.Fprintf(w, "joining      with no history: serving, the VIPs announced at %s (--no-history-wait announces at once)\n", j.Format(time.RFC3339))
+	}
 	if st.BGP == nil {
 		fmt.Fprintln(w, "bgp          (no bgp settings)")
 		return

@@ -178,9 +178,10 @@ func (s *service) announce() {
 	}
 }
 
-// vips are what the live tables serve, while an interface steers.
+// vips are what the live tables serve, while an interface steers and
+// the history is whole (joining).
 func (s *service) vips(withdrawWhenDown bool) []netip.Prefix {
-	if !s.steering {
+	if !s.steering || s.joining(time.Now()) {
 		return nil
 	}
 	return VIPs(s.live.tables, withdrawWhenDown)
@@ -199,9 +200,14 @@ func (s *service) publish() {
 			ifaces = append(ifaces, st)
 		}
 	}
+	var joining *time.Time
+	if s.joining(time.Now()) {
+		j := s.joinedUntil
+		joining = &j
+	}
 	s.status.publish(Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
 		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now,
-		Recent: slices.Clone(s.recent), Backends: s.checks.backends(), Interfaces: ifaces}, s.live.tables)
+		Recent: slices.Clone(s.recent), Backends: s.checks.backends(), Interfaces: ifaces, JoiningUntil: joining}, s.live.tables)
 	for _, f := range s.told {
 		f()
 	}

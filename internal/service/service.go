@@ -55,6 +55,10 @@ type Options struct {
 	// Exit ends the process when a stop takes longer than the BGP drain
 	// and a second (os.Exit by default): SIGTERM always ends the service.
 	Exit func(code int)
+	// NoHistoryWait announces the VIPs at once on an empty kernel with
+	// nothing saved, rather than after the tables' history_s (join.go):
+	// for the first director of a fleet, which no connection goes through.
+	NoHistoryWait bool
 }
 
 func (o *Options) defaults() {
@@ -123,6 +127,10 @@ type service struct {
 	problems map[string]string
 	started  bool // attached after the first apply: BGP may announce
 	steering bool // an interface runs the program: the VIPs may be announced
+	// joinedUntil is, for a director that came to an empty kernel with
+	// nothing saved, when its history covers the window (join.go): its
+	// VIPs are not announced before.
+	joinedUntil time.Time
 
 	checks *checker
 	bgp    *announcer
@@ -213,6 +221,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	s.setLive(live.Tables, table.PlanTables(live.Tables), live.Config)
 	s.setHists(live.Histories)
+	s.join(len(live.Tables) == 0)
 	s.configure(s.cur)
 	defer s.stopAll()
 	s.track(ctx)
@@ -351,6 +360,7 @@ func (s *service) loop(ctx context.Context) {
 			if s.historyDue(time.Now()) {
 				s.reconcile("history", false)
 			}
+			s.joined(time.Now())
 		case <-retry.C:
 			// Held changes are retried: an operator may have applied
 			// the held config by hand, the checks agree again, or the

@@ -45,7 +45,10 @@ type Status struct {
 	// Interfaces are those the service steers (--attach), as it last
 	// found them.
 	Interfaces []StatusInterface `json:"interfaces"`
-	Stale      bool              `json:"stale,omitempty"`
+	// JoiningUntil is, for a director that joined its fleet with no
+	// history, when its VIPs are announced (join.go); absent otherwise.
+	JoiningUntil *time.Time `json:"joining_until,omitempty"`
+	Stale        bool       `json:"stale,omitempty"`
 }
 
 // RecentApplies is how many applies Status.Recent keeps.

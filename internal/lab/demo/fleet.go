@@ -83,7 +83,9 @@ func (d *fleetRun) start(i int) bool {
 			return false
 		}
 	}
-	s, err := testbed.StartService(f.Directors[i], f.DirectorBPFFS(i), *bin, d.dir, d.cfg, "--director-config", f.DirectorConfig(i))
+	// The demo's fleet starts together, with no connection to keep: no
+	// wait for a history (a director joining a running fleet waits).
+	s, err := testbed.StartService(f.Directors[i], f.DirectorBPFFS(i), *bin, d.dir, d.cfg, "--director-config", f.DirectorConfig(i), "--no-history-wait")
 	if err == nil {
 		err = s.Ready(20 * time.Second)
 	}

@@ -26,6 +26,10 @@ type fleet struct {
 	tmp      string
 	services map[int]*Service
 	configs  map[int]string // each director's copy of the forwarding table
+	// extra are flags every director's run gets: --no-history-wait, as
+	// the fleet's directors start together with nothing to keep, but in
+	// TestFleetJoinWaitsForHistory.
+	extra []string
 }
 
 func newFleet(t *testing.T, directors int) *fleet { return newFleetFor(t, directors, false) }
@@ -39,7 +43,7 @@ func newFleetFor(t *testing.T, directors int, underlay6 bool) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &fleet{Fleet: f, t: t, tmp: tmp, services: map[int]*Service{}, configs: map[int]string{}}
+	fl := &fleet{Fleet: f, t: t, tmp: tmp, services: map[int]*Service{}, configs: map[int]string{}, extra: []string{"--no-history-wait"}}
 	t.Cleanup(func() {
 		for i, s := range fl.services {
 			s.Stop()
@@ -82,7 +86,7 @@ func (fl *fleet) start(i int, cfg string) *Service {
 		fl.configs[i] = path
 	}
 	s, err := StartService(fl.Directors[i], fl.DirectorBPFFS(i), directorBinary(fl.t), fl.tmp, path,
-		"--director-config", fl.DirectorConfig(i))
+		append([]string{"--director-config", fl.DirectorConfig(i)}, fl.extra...)...)
 	if err != nil {
 		fl.t.Fatal(err)
 	}
@@ -565,4 +569,68 @@ func TestFleetIPv6Underlay(t *testing.T) {
 		defer fl.use(t)()
 		fl.rolloutBreaks(t, fl.Config(nil, nil))
 	})
+}
+
+// TestFleetJoinWaitsForHistory: a director that joins a running fleet
+// with no history (an empty kernel, nothing saved) serves, but does not
+// announce its VIPs until it has seen a whole history_s of changes: the
+// router keeps the flows on the others, whose chains list a backend
+// removed just before it came, and no connection breaks. Then it is
+// announced and takes its share.
+func TestFleetJoinWaitsForHistory(t *testing.T) {
+	const window = 20 * time.Second
+	fl := newFleetFor(t, 0, false)
+	withHistory := func(cfg string) string {
+		return strings.Replace(cfg, `"name": "vip", `, fmt.Sprintf(`"name": "vip", "history_s": %d, `, int(window/time.Second)), 1)
+	}
+	for i := 1; i <= 2; i++ {
+		fl.start(i, withHistory(fl.Config(nil, nil)))
+	}
+	fl.waitNexthops("[1 2]", 15*time.Second)
+	ss := fl.sessions(48)
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	// Backend 2 drained, then removed: it stays in its rows' chains for
+	// the window.
+	fl.rollout(t, withHistory(BackendConfig(map[int]string{2: "draining"}, nil, 3)))
+	removed := withHistory(BackendConfig(map[int]string{2: "absent"}, nil, 3))
+	fl.rollout(t, removed)
+	removedAt := time.Now()
+	fl.extra = nil // joins as a new host does
+	p := fl.start(3, removed)
+	if _, ok := p.WaitLog(0, func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "joining with no history")
+	}, 5*time.Second); !ok {
+		t.Fatal("director3 joined with no history and did not say it waits")
+	}
+	var out strings.Builder
+	if err := fl.Directors[3].Do(fl.statusCmd(3, &out).Run); err != nil || !strings.Contains(out.String(), "joining      with no history: serving, the VIPs announced at ") {
+		t.Fatalf("status while joining: %v\n%s", err, out.String())
+	}
+	// Until the removed backend's connections are done (before the
+	// others forget it), director3 is not a next hop.
+	for time.Since(removedAt) < window-5*time.Second {
+		if got, err := fl.Nexthops(); err != nil || fmt.Sprint(got) != "[1 2]" {
+			t.Fatalf("%v after the removal, while director3 waits for its history, the router goes to %v (%v)", time.Since(removedAt), got, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var kept []*Session
+	for _, s := range ss {
+		if s.Backend == "backend2" {
+			s.Stop() // done within the window, as a drained backend's are
+			if _, failed, err := s.Result(); failed > 0 {
+				t.Errorf("connection %d on the removed backend2 broke within the window: %v", s.ID, err)
+			}
+			continue
+		}
+		kept = append(kept, s)
+	}
+	fl.waitNexthops("[1 2 3]", window+10*time.Second)
+	time.Sleep(2 * time.Second)
+	fl.check(kept, "a director joining with no history")
+	if n := fl.encapsulated(3); n == 0 {
+		t.Error("director3, announced, steered nothing")
+	}
+	t.Logf("director3 announced %v after the fleet's first change (history_s %v); %d connections kept", time.Since(start).Round(time.Second), window, len(kept))
 }

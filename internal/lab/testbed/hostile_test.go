@@ -68,7 +68,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 	}
 	allUp := fingerprint(t, nil, nil)
 	p, err := StartServiceLimited(tb.Director, tb.BPFFS, hostileNoFile, directorBinary(t), t.TempDir(), cfg,
-		"--director-config", dcPath, "--attach", "spare0")
+		"--director-config", dcPath, "--attach", "spare0", "--no-history-wait")
 	if err != nil {
 		t.Fatal(err)
 	}
