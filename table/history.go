@@ -248,8 +248,8 @@ type advancer struct {
 	byIP    map[netip.Addr]int
 	newIdx  []int  // new's backends' positions
 	inNew   []bool // by position: whether new has the backend
-	prevIdx []int // prev's backends' positions
-	oldIdx  []int // old's backends' positions
+	prevIdx []int  // prev's backends' positions
+	oldIdx  []int  // old's backends' positions
 	times   []int64
 	timeIdx map[int64]uint16
 	rows    []HistRow
