@@ -15,7 +15,7 @@ import (
 
 var runServiceCmd = &command{
 	uses: usesBPFFS | usesDirectorConfig,
-	name: "run", args: "--config FILE [--attach IFACE]... [--mode native|generic] [--metrics ADDR:PORT] [--log-format text|json] [--fail-static FRACTION] [--detach-on-exit]",
+	name: "run", args: "--config FILE [--attach IFACE]... [--mode native|generic] [--metrics ADDR:PORT] [--log-format text|json] [--fail-static FRACTION] [--detach-on-exit] [--no-history-wait]",
 	summary: "Run as a service: check backends, apply safe changes by themselves, export metrics.",
 	help: "Load (adopting what is pinned), apply the config when its plan is safe or nothing is live, attach,\n" +
 		"then keep the tables right: backends whose config leaves out \"healthy\" are checked as their\n" +
