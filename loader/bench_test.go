@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -767,4 +769,109 @@ func captureLoadRate() int {
 		return n
 	}
 	return 5000
+}
+
+// historyBenchConfig is two tables alike, of six backends each: TCP to
+// 10.72.0.1:80 reads the first, to 10.72.0.2:80 the second, which the
+// benchmark gives a history.
+var historyBenchConfig = func() string {
+	t := func(name, vip, net string) string {
+		var bs []string
+		for i := 1; i <= 6; i++ {
+			bs = append(bs, fmt.Sprintf(`{"ip": "192.168.%s.%d", "state": "active", "healthy": true}`, net, i))
+		}
+		return `{"name": "` + name + `", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+  "binds": [{"ip": "` + vip + `", "proto": "tcp", "port": 80}], "backends": [` + strings.Join(bs, ", ") + `]}`
+	}
+	return `{"tables": [` + t("plain", "10.72.0.1", "72") + `, ` + t("hist", "10.72.0.2", "73") + `]}`
+}()
+
+// fullHistory is a history of t in which every row but skip lists the
+// four backends that are neither its primary nor its secondary (t has six),
+// as a table does after four changes of every row's primary in the window.
+func fullHistory(t *table.Table, until time.Time, skip int) *table.History {
+	h := &table.History{Expires: []int64{until.UnixNano()}, Rows: make([]table.HistRow, table.Rows), Hops: make([]table.HistHops, table.Rows),
+		MaxHops: table.HistoryHops}
+	order := make([]int, len(t.Backends))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return t.Backends[a].IP.Compare(t.Backends[b].IP) })
+	pos := make([]uint16, len(t.Backends))
+	for k, i := range order {
+		pos[i] = uint16(k + 1)
+		h.Backends = append(h.Backends, table.HistBackend{IP: t.Backends[i].IP, Up: true})
+	}
+	for r, row := range t.Rows {
+		if r == skip {
+			continue
+		}
+		k := 0
+		for i := range t.Backends {
+			if uint32(i) != row.Primary && uint32(i) != row.Secondary && k < table.HistoryHops {
+				h.Rows[r][k] = table.HistEntry{Backend: pos[i]}
+				h.Hops[r][k] = pos[i]
+				k++
+			}
+		}
+	}
+	return h
+}
+
+// BenchmarkProgramHistory is what a row's earlier primaries cost a
+// packet: to a row listing four (the most: eight hops with the alternate
+// hash's, here six) against the same packet to a table alike without
+// history; and to a row listing none in a table that has a history (it
+// reads the row's hops and finds none).
+func BenchmarkProgramHistory(b *testing.B) {
+	testenv.Kernel(b)
+	for _, c := range []struct {
+		name string
+		skip bool // the packet's row lists none
+	}{{"full-chain-vs-none", false}, {"row-without-vs-none", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			err := lab.InNetns(func() error {
+				dc := directorConfig()
+				d, m := setupWith(b, dc, historyBenchConfig)
+				base, versus := benchTo("10.72.0.1", 80), benchTo("10.72.0.2", 80)
+				skip := -1
+				if c.skip {
+					skip = m.Process(versus[0]).Row
+				}
+				tabs := m.Tables
+				hists := []*table.History{nil, fullHistory(tabs[1], time.Now().Add(time.Hour), skip)}
+				if _, err := d.applyChange(change{Tables: tabs}, func(State) ([]*table.History, error) { return hists, nil }); err != nil {
+					return err
+				}
+				m.Histories = hists
+				want := 2 + table.HistoryHops
+				if c.skip {
+					want = 2
+				}
+				if r := m.Process(versus[0]); r.NHops != want {
+					return fmt.Errorf("the packet lists %d hops, want %d", r.NHops, want)
+				}
+				if v, out, err := lab.Run(d.Prog, versus[0]); err != nil || int(v) != model.XDPTX || !bytes.Equal(out, m.Process(versus[0]).Out) {
+					return fmt.Errorf("the kernel does not list the history the model does: %v", err)
+				}
+				rig, err := lab.NewRig("hist0", d.Prog, xdpmode.Native)
+				if err != nil {
+					return err
+				}
+				defer rig.Close()
+				send := func(frames [][]byte) func(uint32) (lab.Cost, error) {
+					return func(per uint32) (lab.Cost, error) { return rig.Send(frames, per) }
+				}
+				ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (lab.Cost, error){send(base), send(versus)})
+				if err != nil {
+					return err
+				}
+				reportDiff(b, ns, diff, "none", "history")
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
 }

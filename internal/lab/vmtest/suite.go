@@ -24,6 +24,8 @@ var hostOnly = map[string]string{
 		"its directors' datapath is the one the other tests drive",
 	"internal/lab/testbed.TestFleetFailures":     "needs BIRD, as TestFleetSpreadsAndAgrees",
 	"internal/lab/testbed.TestFleetIPv6Underlay": "needs BIRD, as TestFleetSpreadsAndAgrees",
+	"internal/lab/testbed.TestFleetJoinWaitsForHistory": "needs BIRD, as TestFleetSpreadsAndAgrees; " +
+		"the history it waits for is TestHistoryChurn's, which the guests run",
 	"internal/lab/testbed.TestStatusPageInABrowser": "needs chromium, which the guest does not carry; the page is the service's, " +
 		"whose datapath the other tests drive",
 }
