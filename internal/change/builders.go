@@ -57,14 +57,15 @@ func (bs *Builders) Shares(i int, other *Builders, j int) bool {
 // Has reports whether table i has a builder.
 func (bs *Builders) Has(i int) bool { return bs.b[i] != nil }
 
-// healthSig is what a table's build depends on beyond the input's fixed
-// fields: states and health, the weights a ramp changes, and the balance
-// factor.
+// healthSig is what a table's build depends on of its backends: which
+// they are, in order, with their states, health, weights and domains, and
+// the balance factor. (Without the addresses, an edit that swapped one
+// backend for another of the same state took the table built before.)
 func healthSig(tc *table.TableConfig) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d: ", tc.Balance)
 	for _, be := range tc.Backends {
-		fmt.Fprintf(&b, "%d%t%d ", be.State, be.Healthy, be.W())
+		fmt.Fprintf(&b, "%s %d%t%d %q ", be.IP, be.State, be.Healthy, be.W(), be.Domain)
 	}
 	return b.String()
 }
@@ -146,7 +147,7 @@ func sameBackendList(a, b []table.Backend) bool {
 // key, binds and QUIC routing (a memo of another's is not this table).
 func metaSig(tc *table.TableConfig) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%q %x", tc.Name, tc.HashKey[:])
+	fmt.Fprintf(&b, "%q %x %x %d/%t", tc.Name, tc.HashKey[:], tc.Seed[:], tc.History.Window, tc.History.NoHops)
 	for _, bd := range tc.Binds {
 		b.WriteString(" " + bd.String())
 	}

@@ -2,12 +2,14 @@ package testbed
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/director/director/internal/lab/testenv"
@@ -33,6 +35,10 @@ type Session struct {
 	maxGap  time.Duration // the longest time between two exchanges that worked
 	// firstFail is when an exchange first failed (zero: none did).
 	firstFail time.Time
+	// Patient sessions give an exchange four seconds, not one: for tests
+	// many connections load (TestHistoryChurn), where a lost segment
+	// retransmitted late is not a broken connection. Set before Start.
+	Patient bool
 }
 
 // Open connects and does a first exchange, which names the backend.
@@ -67,10 +73,23 @@ type stream interface {
 // while a path is validated waits for a probe timeout); an emulated guest
 // stretches both.
 func (s *Session) exchangeTimeout() time.Duration {
+	if s.Patient {
+		return testenv.Scaled(4 * time.Second)
+	}
 	if s.quic != nil {
 		return testenv.Scaled(2 * time.Second)
 	}
 	return testenv.Scaled(time.Second)
+}
+
+// Reset reports whether the session ended because its connection was
+// reset or closed: what a connection a backend does not know gets, as
+// against an exchange that only took too long.
+func (s *Session) Reset() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr != nil && (errors.Is(s.lastErr, syscall.ECONNRESET) || errors.Is(s.lastErr, io.EOF) ||
+		errors.Is(s.lastErr, syscall.EPIPE))
 }
 
 func (s *Session) exchange(n int) (string, error) {
