@@ -268,10 +268,14 @@ int director(struct xdp_md *ctx)
 		return steer6(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, at, s);
 	struct steered st = {.at = at};
 	steer_hops(ctx, c, cfg, t, state, &f, l2len, ip_len, kind, s, &st);
+	/* The first two hops' addresses are read here, early, as the row
+	 * is: the size check and the counters overlap their loads. */
+	const __be32 *dst = &t->hop_addr[st.primary & (DIR_MAX_BACKENDS - 1)];
+	__be32 second = t->hop_addr[st.second & (DIR_MAX_BACKENDS - 1)];
 	r = steer_fits(ctx, c, cfg, t, &f, l2len, ip_len, kind, GLB_ENCAP_SIZE(1 + steer_listed(t, &st)), &st);
 	if (r >= 0)
 		return r;
 	__u16 sport = 0x8000 | ((st.h ^ bpf_ntohs(f.client_port)) & 0x7fff);
-	return encapsulate(ctx, c, cfg, t, l2len, ip_len, f.family, st.primary, st.second, st.alt, st.hist, st.nhist, sport,
+	return encapsulate(ctx, c, cfg, t, l2len, ip_len, f.family, dst, second, st.alt, st.hist, st.nhist, sport,
 			   st.at | (st.h & DIR_ROW_MASK));
 }

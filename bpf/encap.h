@@ -25,13 +25,14 @@ _Static_assert(sizeof(struct dir_gue6_encap) == 40 + 8 + 8 + 16 * GUE_MAX_LISTED
 _Static_assert(GUE6_OFF == 48 && HOPS6_OFF == 56, "encapsulate6's stores write the words they mean to");
 
 /* encapsulate moves the L2 header of l2len bytes forward by the encap size
- * and writes the GUE headers behind it: to t's primary, listing second,
- * alt's two hops (the alternate hash's row, or NULL) and nhist earlier
- * primaries from hist (hop_list). Hops are counter indices. l2len is a
- * constant at each call site so the copies are fixed-size. */
+ * and writes the GUE headers behind it: to the primary (its address at
+ * dstp, in t's hop_addr), listing second (an address), alt's two hops
+ * (the alternate hash's row, or NULL) and nhist earlier primaries from
+ * hist (counter indices into t's hop_addr). l2len is a constant at each
+ * call site so the copies are fixed-size. */
 static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 				       const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
-				       __u32 primary, __u32 second, const struct dir_row *alt, const __u8 *hist, __u32 nhist,
+				       const __be32 *dstp, __be32 second, const struct dir_row *alt, const __u8 *hist, __u32 nhist,
 				       __u16 sport, __u32 at)
 {
 	__u32 listed = 1 + (alt ? 2 : 0) + (nhist & 7);
@@ -75,7 +76,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	__u8 *p = data + l2len;
 	__u32 ipsz = esize + ip_len;
 	__u16 tot = bpf_htons(ipsz);
-	__u32 src = cfg->src_ip, dst = t->hop_addr[primary & (DIR_MAX_BACKENDS - 1)];
+	__u32 src = cfg->src_ip, dst = *dstp;
 	__u32 sum = cfg->csum_base + tot + (dst & 0xffff) + (dst >> 16);
 	__u16 check = ~csum_fold(sum);
 	*(__u64 *)p = GUE_IPV4_VERSION_IHL | (__u64)tot << 16 | (__u64)bpf_htons(GUE_IPV4_DF) << 48;        /* version, ihl, tos, tot_len, id, DF */
@@ -87,7 +88,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	/* Through p, not a struct: the compiler takes a packed struct's
 	 * members as unaligned and would store them byte by byte. */
 	*(__u64 *)(p + GUE_OFF) = (1 + listed) | (__u64)gproto << 8 | (__u64)listed << 56; /* GUE, GLB private data (type 0, next hop 0) */
-	*(__u32 *)(p + HOPS_OFF) = t->hop_addr[second & (DIR_MAX_BACKENDS - 1)];
+	*(__u32 *)(p + HOPS_OFF) = second;
 	/* Each hop at a constant offset: the alternate row's two, then the
 	 * earlier primaries, after them or after the secondary. */
 	if (alt) {
@@ -107,7 +108,7 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + ipsz;
-	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, (const __u8 *)&t->hop_addr[primary & (DIR_MAX_BACKENDS - 1)]);
+	return captured(ctx, XDP_TX, DIR_C_ENCAPSULATED, at, (const __u8 *)dstp);
 }
 
 /* copy16 copies an IPv6 address in two eight-byte moves. The map sources
