@@ -32,11 +32,19 @@ _Static_assert(GUE6_OFF == 48 && HOPS6_OFF == 56, "encapsulate6's stores write t
  * call site so the copies are fixed-size. */
 static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 				       const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
-				       const __be32 *dstp, __be32 second, const struct dir_row *alt, const __u8 *hist, __u32 nhist,
+				       const __be32 *dstp, __be32 second, const struct dir_row *alt, __u32 hist, __u32 nhist,
 				       __u16 sport, __u32 at)
 {
 	__u32 listed = 1 + (alt ? 2 : 0) + (nhist & 7);
 	__u32 esize = GLB_ENCAP_SIZE(1 + listed);
+	__u64 mac, tag;
+	{
+		void *data = (void *)(long)ctx->data;
+		if (data + 18 > (void *)(long)ctx->data_end)
+			return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
+		mac = *(const __u64 *)data;
+		tag = *(const __u32 *)(data + 12);
+	}
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
 		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
@@ -54,14 +62,13 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	 * and esize >= 40 > l2len, so the ranges do not overlap. New source
 	 * MAC: the frame's destination. New destination: the gateway. */
 	__u8 *eth = data;
-	__u8 *old = data + esize;
 	/* Eight-byte moves: each writes two bytes too many, which the next
 	 * store overwrites (the gateway MAC is followed by other fields of the
 	 * config; byte copies would cost twelve loads and twelve stores). */
 	*(__u64 *)eth = *(const __u64 *)cfg->gateway_mac;
-	*(__u64 *)(eth + 6) = *(const __u64 *)old;
+	*(__u64 *)(eth + 6) = mac;
 	if (l2len == 18) {
-		*(__u32 *)(eth + 12) = *(const __u32 *)(old + 12); /* the 802.1Q tag */
+		*(__u32 *)(eth + 12) = tag; /* the 802.1Q tag */
 		*(__be16 *)(eth + 16) = bpf_htons(ETH_P_IP);
 	} else {
 		*(__be16 *)(eth + 12) = bpf_htons(ETH_P_IP);
@@ -98,13 +105,13 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 #pragma unroll
 			for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
 				if (i < nhist)
-					*(__u32 *)(p + HOPS_OFF + 12 + 4 * i) = t->hop_addr[hist[i]];
+					*(__u32 *)(p + HOPS_OFF + 12 + 4 * i) = t->hop_addr[(hist >> 8 * i) & 0xff];
 		}
 	} else if (__builtin_expect(nhist, 0)) {
 #pragma unroll
 		for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
 			if (i < nhist)
-				*(__u32 *)(p + HOPS_OFF + 4 + 4 * i) = t->hop_addr[hist[i]];
+				*(__u32 *)(p + HOPS_OFF + 4 + 4 * i) = t->hop_addr[(hist >> 8 * i) & 0xff];
 	}
 	c->c[DIR_C_ENCAPSULATED]++;
 	c->c[DIR_C_ENCAPSULATED_BYTES] += l2len + ipsz;
@@ -129,11 +136,19 @@ static __always_inline void copy16(__u8 *dst, const __u8 *src)
  * counter indices. */
 static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters *c, const struct dir_config *cfg,
 					const struct dir_table *t, __u32 l2len, __u32 ip_len, __u8 ip_family,
-					__u32 primary, __u32 secondary, const struct dir_row *alt, const __u8 *hist, __u32 nhist,
+					__u32 primary, __u32 secondary, const struct dir_row *alt, __u32 hist, __u32 nhist,
 					__u16 sport, __u32 flow, __u32 at)
 {
 	__u32 listed = 1 + (alt ? 2 : 0) + (nhist & 7);
 	__u32 esize = GUE6_ENCAP_SIZE(1 + listed);
+	__u64 mac, tag;
+	{
+		void *data = (void *)(long)ctx->data;
+		if (data + 18 > (void *)(long)ctx->data_end)
+			return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
+		mac = *(const __u64 *)data;
+		tag = *(const __u32 *)(data + 12);
+	}
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
 		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
@@ -147,11 +162,10 @@ static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters 
 		return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
 	}
 	__u8 *eth = data;
-	__u8 *old = data + esize;
 	*(__u64 *)eth = *(const __u64 *)cfg->gateway_mac6; /* two bytes too many, overwritten next */
-	*(__u64 *)(eth + 6) = *(const __u64 *)old;
+	*(__u64 *)(eth + 6) = mac;
 	if (l2len == 18) {
-		*(__u32 *)(eth + 12) = *(const __u32 *)(old + 12); /* the 802.1Q tag */
+		*(__u32 *)(eth + 12) = tag; /* the 802.1Q tag */
 		*(__be16 *)(eth + 16) = bpf_htons(ETH_P_IPV6);
 	} else {
 		*(__be16 *)(eth + 12) = bpf_htons(ETH_P_IPV6);
@@ -179,12 +193,12 @@ static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters 
 #pragma unroll
 			for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
 				if (i < nhist && p + HOPS6_OFF + 48 + 16 * (i + 1) <= (__u8 *)end)
-					copy16(p + HOPS6_OFF + 48 + 16 * i, t->hop_addr6[hist[i]]);
+					copy16(p + HOPS6_OFF + 48 + 16 * i, t->hop_addr6[(hist >> 8 * i) & 0xff]);
 		} else {
 #pragma unroll
 			for (__u32 i = 0; i < DIR_HIST_HOPS; i++)
 				if (i < nhist && p + HOPS6_OFF + 16 + 16 * (i + 1) <= (__u8 *)end)
-					copy16(p + HOPS6_OFF + 16 + 16 * i, t->hop_addr6[hist[i]]);
+					copy16(p + HOPS6_OFF + 16 + 16 * i, t->hop_addr6[(hist >> 8 * i) & 0xff]);
 		}
 	}
 	c->c[DIR_C_ENCAPSULATED]++;

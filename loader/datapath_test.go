@@ -665,7 +665,9 @@ func makeHistory(t *testing.T, d *Director, dc table.DirectorConfig, cfg string)
 	rng := rand.New(rand.NewPCG(45, 45))
 	var tabs []*table.Table
 	var want []*table.History
-	for step := range 20 {
+	// Twenty steps, or ten where the machine is slow (an emulated guest):
+	// each is a build, a plan and an apply of every table.
+	for step := range max(10, testenv.Reduced(20)) {
 		now = now.Add(3 * time.Second)
 		for i := range c.Tables {
 			tc := &c.Tables[i]
@@ -681,9 +683,11 @@ func makeHistory(t *testing.T, d *Director, dc table.DirectorConfig, cfg string)
 					ip = ip.Next()
 				}
 				bs = append(bs, table.Backend{IP: ip, State: table.StateActive, Healthy: true, ServerID: table.ServerID(strings.Repeat(string([]byte{byte(0xa0 + step)}), len(bs[0].ServerID)))})
-			default:
-				bs[k].State = table.StateActive
-				bs[k].Weight = uint16(1 + rng.IntN(5000))
+			default: // one weight up, another down, so that ten steps fill a row's hops
+				j := (k + 1 + rng.IntN(len(bs)-1)) % len(bs)
+				bs[k].State, bs[j].State = table.StateActive, table.StateActive
+				bs[k].Weight = uint16(2000 + rng.IntN(3000))
+				bs[j].Weight = uint16(1 + rng.IntN(200))
 			}
 			tc.Backends = bs
 		}

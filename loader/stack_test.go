@@ -27,19 +27,7 @@ func TestStackFitsOlderVerifiers(t *testing.T) {
 	testenv.Kernel(t)
 	depths := regexp.MustCompile(`stack depth ([0-9+]+)`)
 	for _, b := range xdpbuild.Runnable() {
-		spec, err := xdpbuild.DirectorOf(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bpf.CaptureAsMap(spec); err != nil {
-			t.Fatal(err)
-		}
-		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
-		if err != nil {
-			t.Fatalf("%s: %v", b, err)
-		}
-		m := depths.FindStringSubmatch(coll.Programs["director"].VerifierLog)
-		coll.Close()
+		m := depths.FindStringSubmatch(verifierStats(t, b))
 		if m == nil {
 			t.Fatalf("%s: no stack depth in the verifier's statistics", b)
 		}
@@ -56,6 +44,49 @@ func TestStackFitsOlderVerifiers(t *testing.T) {
 		if frames[0]+deepest > 512 {
 			t.Errorf("%s: the entry's frame (%d, rounded) and its deepest callee's (%d) take %d bytes: older verifiers refuse over 512",
 				b, frames[0], deepest, frames[0]+deepest)
+		}
+	}
+}
+
+// verifierStats loads build b's director and returns the verifier's
+// statistics for it.
+func verifierStats(t *testing.T, b xdpbuild.Build) string {
+	t.Helper()
+	spec, err := xdpbuild.DirectorOf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bpf.CaptureAsMap(spec); err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+	if err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	defer coll.Close()
+	return coll.Programs["director"].VerifierLog
+}
+
+// TestVerifierHasHeadroom: the verifier walks every path of the program
+// whose state it cannot prune, and refuses it past a million instructions
+// (E2BIG, "BPF program is too large"), a limit each kernel's verifier
+// reaches at a different size: the first build of the history hops took
+// 1,000,001 on 5.10 and 391k here. Run on every kernel 'make
+// test-kernels' boots, this fails while there is still room, at 70%, so
+// that the next path added is noticed before a kernel refuses to load.
+func TestVerifierHasHeadroom(t *testing.T) {
+	testenv.Kernel(t)
+	processed := regexp.MustCompile(`processed ([0-9]+) insns`)
+	for _, b := range xdpbuild.Runnable() {
+		m := processed.FindStringSubmatch(verifierStats(t, b))
+		if m == nil {
+			t.Fatalf("%s: no instruction count in the verifier's statistics", b)
+		}
+		n, _ := strconv.Atoi(m[1])
+		t.Logf("%s: the verifier processed %d instructions of its 1,000,000", b, n)
+		if n > 700_000 {
+			t.Errorf("%s: the verifier processed %d instructions, over 70%% of its limit of 1,000,000: "+
+				"find the paths it cannot prune (a branch whose two sides differ until the end of the program)", b, n)
 		}
 	}
 }
