@@ -371,6 +371,12 @@ func benchVersus(b *testing.B, cfg string, base, versus [][]byte) error {
 			return fmt.Errorf("frame %d is not steered", i)
 		}
 	}
+	return versusOn(b, d, base, versus, "base", "versus")
+}
+
+// versusOn runs windows of base and versus in turn through d's program
+// on a rig of its own, and reports their costs as names say.
+func versusOn(b *testing.B, d *Director, base, versus [][]byte, names ...string) error {
 	rig, err := lab.NewRig("versus0", d.Prog, xdpmode.Native)
 	if err != nil {
 		return err
@@ -383,7 +389,7 @@ func benchVersus(b *testing.B, cfg string, base, versus [][]byte) error {
 	if err != nil {
 		return err
 	}
-	reportDiff(b, ns, diff, "base", "versus")
+	reportDiff(b, ns, diff, names[0], names[1])
 	return nil
 }
 
@@ -854,20 +860,7 @@ func BenchmarkProgramHistory(b *testing.B) {
 				if v, out, err := lab.Run(d.Prog, versus[0]); err != nil || int(v) != model.XDPTX || !bytes.Equal(out, m.Process(versus[0]).Out) {
 					return fmt.Errorf("the kernel does not list the history the model does: %v", err)
 				}
-				rig, err := lab.NewRig("hist0", d.Prog, xdpmode.Native)
-				if err != nil {
-					return err
-				}
-				defer rig.Close()
-				send := func(frames [][]byte) func(uint32) (lab.Cost, error) {
-					return func(per uint32) (lab.Cost, error) { return rig.Send(frames, per) }
-				}
-				ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (lab.Cost, error){send(base), send(versus)})
-				if err != nil {
-					return err
-				}
-				reportDiff(b, ns, diff, "none", "history")
-				return nil
+				return versusOn(b, d, base, versus, "none", "history")
 			})
 			if err != nil {
 				b.Fatal(err)

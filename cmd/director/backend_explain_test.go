@@ -229,7 +229,9 @@ func backendFrames(rng *rand.Rand, n int, conns []netip.AddrPort) [][]byte {
 			}
 		}
 		hops := []netip.Addr{outer}
-		for i := rng.IntN(4); i > 0; i-- {
+		// Up to seven listed: the longest chain, a row's earlier
+		// primaries included.
+		for i := rng.IntN(gue.MaxHops); i > 0; i-- {
 			hops = append(hops, list[rng.IntN(len(list))])
 		}
 		next := uint8(rng.IntN(len(hops) + 1))

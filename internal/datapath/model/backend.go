@@ -148,7 +148,7 @@ func Backend(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 		r.NoSecond = !cfg.SecondChance
 		return r.pass(BeDecapLastHop)
 	}
-	if next > 2 || len(g) < 8+4*(next+1) {
+	if next > abi.GUEMaxHops-2 || len(g) < 8+4*(next+1) {
 		return r.drop(BeDropMalformed)
 	}
 	return r.forward(cfg.Self4, netip.AddrFrom4([4]byte(g[8+4*next:])), host)
@@ -193,7 +193,7 @@ func backend6(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 		r.NoSecond = !cfg.SecondChance
 		return r.pass(BeDecapLastHop)
 	}
-	if next > 2 || len(g) < 8+16*(next+1) {
+	if next > abi.GUEMaxHops-2 || len(g) < 8+16*(next+1) {
 		return r.drop(BeDropMalformed)
 	}
 	return r.forward(cfg.Self6, netip.AddrFrom16([16]byte(g[8+16*next:])), host)

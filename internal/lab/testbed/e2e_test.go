@@ -45,6 +45,18 @@ func eachUnderlay(t *testing.T, f func(t *testing.T, tb *Testbed)) {
 // apply` does, after the plan's review: the change must be judged safe.
 func apply(t *testing.T, tb *Testbed, cfg string) {
 	t.Helper()
+	commit(t, tb, cfg, func(plan *table.Plan) error {
+		if !plan.Safe {
+			return fmt.Errorf("the plan is unsafe: %v", plan.Reasons)
+		}
+		return nil
+	})
+}
+
+// commit plans a config against what is live through the pinned
+// director and applies it if allow, shown the plan, says so.
+func commit(t *testing.T, tb *Testbed, cfg string, allow func(*table.Plan) error) {
+	t.Helper()
 	c, err := config.Parse([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
@@ -58,12 +70,7 @@ func apply(t *testing.T, tb *Testbed, cfg string) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	_, _, err = d.Commit(&loader.Proposal{Tables: tabs}, func(_ loader.State, plan *table.Plan) error {
-		if !plan.Safe {
-			return fmt.Errorf("the plan is unsafe: %v", plan.Reasons)
-		}
-		return nil
-	})
+	_, _, err = d.Commit(&loader.Proposal{Tables: tabs}, func(_ loader.State, plan *table.Plan) error { return allow(plan) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,9 +17,7 @@ import (
 
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader"
 	"github.com/director/director/table"
-	"github.com/director/director/table/config"
 )
 
 // churnBackend is a backend of the churn tests' table as an edit leaves it.
@@ -47,10 +45,7 @@ func churnConfig(tb *Testbed, bs []churnBackend, extra string) string {
 // 20 to 40%), three of them two edits at once, keeping at least three
 // backends active: the config after each.
 func churnEdits(rng *rand.Rand, n int) (configs [][]churnBackend, what []string) {
-	bs := make([]churnBackend, 6)
-	for i := range bs {
-		bs[i] = churnBackend{"active", 1000}
-	}
+	bs := churnStart()
 	doubles := map[int]bool{}
 	for len(doubles) < 3 {
 		doubles[rng.IntN(n)] = true
@@ -106,6 +101,32 @@ func churnEdits(rng *rand.Rand, n int) (configs [][]churnBackend, what []string)
 	return configs, what
 }
 
+// churnSetup is the churn tests' testbed of six backends and their
+// sixteen random edits (six in an emulated guest, where each takes 32 s),
+// from a seed it prints.
+func churnSetup(t *testing.T) (*Testbed, [][]churnBackend, []string) {
+	t.Helper()
+	testenv.Kernel(t)
+	seed := churnSeed(t)
+	t.Logf("seed %d (DIRECTOR_CHURN_SEED=%d runs it again)", seed, seed)
+	configs, what := churnEdits(rand.New(rand.NewPCG(seed, 45)), max(6, testenv.Reduced(16)))
+	tb, err := newBed(6, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb, configs, what
+}
+
+// churnStart is the churn tests' first config: six active backends.
+func churnStart() []churnBackend {
+	bs := make([]churnBackend, 6)
+	for i := range bs {
+		bs[i] = churnBackend{"active", 1000}
+	}
+	return bs
+}
+
 // churnSeed is the run's seed: DIRECTOR_CHURN_SEED when set, else another
 // each run. It is printed, so a failure can be run again.
 func churnSeed(t *testing.T) uint64 {
@@ -118,6 +139,10 @@ func churnSeed(t *testing.T) uint64 {
 	}
 	return uint64(time.Now().UnixNano())
 }
+
+// churnConns is how many long-lived connections the churn tests hold: 48,
+// or 16 in an emulated guest.
+func churnConns() int { return max(16, testenv.Reduced(48)) }
 
 // churnTraffic is the churn tests' clients: long-lived connections, each
 // exchanging a line every 100 ms, and a new connection every second,
@@ -196,26 +221,16 @@ func (c *churnTraffic) broken() []*Session {
 // TestHistoryChurn is the issue's proof with real connections: six
 // backends whose processes never stop, 48 long-lived connections and a new
 // one every second, sixteen random edits 8 s apart through 'director run'
-// with its defaults (history in the packets). Every edit is live within
+// with its defaults (history in the packets); fewer of each in an
+// emulated guest (churnSetup, churnConns). Every edit is live within
 // 5 s, no connection breaks and no new one fails. The seed is printed.
 func TestHistoryChurn(t *testing.T) {
-	testenv.Kernel(t)
-	seed := churnSeed(t)
-	t.Logf("seed %d (DIRECTOR_CHURN_SEED=%d runs it again)", seed, seed)
-	configs, what := churnEdits(rand.New(rand.NewPCG(seed, 45)), 16)
-	tb, err := newBed(6, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tb.Close() })
-	start := make([]churnBackend, 6)
-	for i := range start {
-		start[i] = churnBackend{"active", 1000}
-	}
+	tb, configs, what := churnSetup(t)
+	start := churnStart()
 	path := filepath.Join(t.TempDir(), "forwarding_table.src.json")
 	writeConfig(t, path, churnConfig(tb, start, ""))
 	p := startRun(t, tb, path)
-	traffic := startChurnTraffic(t, tb, 48)
+	traffic := startChurnTraffic(t, tb, churnConns())
 	for e, cfg := range configs {
 		time.Sleep(testenv.Scaled(8 * time.Second))
 		body := churnConfig(tb, cfg, "")
@@ -247,22 +262,11 @@ func TestHistoryChurn(t *testing.T) {
 // Connections break, and every broken one's row is among the rows its
 // edit's plan counted at risk.
 func TestHistoryChurnControl(t *testing.T) {
-	testenv.Kernel(t)
-	seed := churnSeed(t)
-	t.Logf("seed %d (DIRECTOR_CHURN_SEED=%d runs it again)", seed, seed)
-	configs, what := churnEdits(rand.New(rand.NewPCG(seed, 45)), 16)
-	tb, err := newBed(6, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tb.Close() })
+	tb, configs, what := churnSetup(t)
 	const twoHops = `"history_hops": false, `
-	start := make([]churnBackend, 6)
-	for i := range start {
-		start[i] = churnBackend{"active", 1000}
-	}
+	start := churnStart()
 	apply(t, tb, churnConfig(tb, start, twoHops))
-	traffic := startChurnTraffic(t, tb, 48)
+	traffic := startChurnTraffic(t, tb, churnConns())
 	type applied struct {
 		at     time.Time
 		atRisk []bool
@@ -327,27 +331,11 @@ func TestHistoryChurnControl(t *testing.T) {
 // the plan counted at risk.
 func applyByHand(t *testing.T, tb *Testbed, cfg string) ([]bool, int) {
 	t.Helper()
-	c, err := config.Parse([]byte(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tabs, err := table.BuildAll(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := tb.OpenDirector()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
 	var risk []bool
 	var n int
-	_, _, err = d.Commit(&loader.Proposal{Tables: tabs}, func(_ loader.State, plan *table.Plan) error {
+	commit(t, tb, cfg, func(plan *table.Plan) error {
 		risk, n = plan.Diff.Tables[0].RowsAtRisk, plan.Diff.Tables[0].Rows.AtRisk
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return risk, n
 }

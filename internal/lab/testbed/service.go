@@ -266,9 +266,12 @@ func (s *Service) CountSince(mark int, match func(map[string]any) bool) int {
 	return n
 }
 
-// WaitLog waits for a log record after mark that matches.
+// WaitLog waits for a log record after mark that matches, within a time
+// scaled like every other wait (testenv.Scaled): in an emulated guest the
+// service's records come seconds after what they record (an apply is
+// logged once its tables are saved).
 func (s *Service) WaitLog(mark int, match func(map[string]any) bool, within time.Duration) (map[string]any, bool) {
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(testenv.Scaled(within))
 	for time.Now().Before(deadline) {
 		s.mu.Lock()
 		for _, m := range s.logs[mark:] {
