@@ -102,14 +102,13 @@ func churnEdits(rng *rand.Rand, n int) (configs [][]churnBackend, what []string)
 }
 
 // churnSetup is the churn tests' testbed of six backends and their
-// sixteen random edits (six in an emulated guest, where each takes 32 s),
-// from a seed it prints.
+// sixteen random edits, from a seed it prints.
 func churnSetup(t *testing.T) (*Testbed, [][]churnBackend, []string) {
 	t.Helper()
 	testenv.Kernel(t)
 	seed := churnSeed(t)
 	t.Logf("seed %d (DIRECTOR_CHURN_SEED=%d runs it again)", seed, seed)
-	configs, what := churnEdits(rand.New(rand.NewPCG(seed, 45)), max(6, testenv.Reduced(16)))
+	configs, what := churnEdits(rand.New(rand.NewPCG(seed, 45)), 16)
 	tb, err := newBed(6, false)
 	if err != nil {
 		t.Fatal(err)
@@ -140,9 +139,11 @@ func churnSeed(t *testing.T) uint64 {
 	return uint64(time.Now().UnixNano())
 }
 
-// churnConns is how many long-lived connections the churn tests hold: 48,
-// or 16 in an emulated guest.
-func churnConns() int { return max(16, testenv.Reduced(48)) }
+// churnInterval is the time between the churn tests' edits: 8 s on every
+// machine, an emulated guest included, where what an edit waits for is
+// scaled instead (its apply, testenv.Scaled): the time between edits is
+// the test's load, not a bound on the service.
+const churnInterval = 8 * time.Second
 
 // churnTraffic is the churn tests' clients: long-lived connections, each
 // exchanging a line every 100 ms, and a new connection every second,
@@ -221,8 +222,7 @@ func (c *churnTraffic) broken() []*Session {
 // TestHistoryChurn is the issue's proof with real connections: six
 // backends whose processes never stop, 48 long-lived connections and a new
 // one every second, sixteen random edits 8 s apart through 'director run'
-// with its defaults (history in the packets); fewer of each in an
-// emulated guest (churnSetup, churnConns). Every edit is live within
+// with its defaults (history in the packets). Every edit is live within
 // 5 s, no connection breaks and no new one fails. The seed is printed.
 func TestHistoryChurn(t *testing.T) {
 	tb, configs, what := churnSetup(t)
@@ -230,9 +230,9 @@ func TestHistoryChurn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "forwarding_table.src.json")
 	writeConfig(t, path, churnConfig(tb, start, ""))
 	p := startRun(t, tb, path)
-	traffic := startChurnTraffic(t, tb, churnConns())
+	traffic := startChurnTraffic(t, tb, 48)
 	for e, cfg := range configs {
-		time.Sleep(testenv.Scaled(8 * time.Second))
+		time.Sleep(churnInterval)
 		body := churnConfig(tb, cfg, "")
 		mark := p.Mark()
 		writeConfig(t, path, body)
@@ -266,7 +266,7 @@ func TestHistoryChurnControl(t *testing.T) {
 	const twoHops = `"history_hops": false, `
 	start := churnStart()
 	apply(t, tb, churnConfig(tb, start, twoHops))
-	traffic := startChurnTraffic(t, tb, churnConns())
+	traffic := startChurnTraffic(t, tb, 48)
 	type applied struct {
 		at     time.Time
 		atRisk []bool
@@ -274,7 +274,7 @@ func TestHistoryChurnControl(t *testing.T) {
 	}
 	var edits []applied
 	for e, cfg := range configs {
-		time.Sleep(testenv.Scaled(8 * time.Second))
+		time.Sleep(churnInterval)
 		// The edit's time is when its apply began: the flip, and the
 		// first packet it strands, come before the apply returns.
 		began := time.Now()

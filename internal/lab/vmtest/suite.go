@@ -26,8 +26,6 @@ var hostOnly = map[string]string{
 	"internal/lab/testbed.TestFleetIPv6Underlay": "needs BIRD, as TestFleetSpreadsAndAgrees",
 	"internal/lab/testbed.TestFleetJoinWaitsForHistory": "needs BIRD, as TestFleetSpreadsAndAgrees; " +
 		"the history it waits for is TestHistoryChurn's, which the guests run",
-	"internal/lab/testbed.TestHistoryChurnControl": "a control for the verdict's calibration (which rows it counts at risk when " +
-		"history is off), not of the kernel, whose datapath TestHistoryChurn drives; nine minutes of an emulated guest",
 	"internal/lab/testbed.TestStatusPageInABrowser": "needs chromium, which the guest does not carry; the page is the service's, " +
 		"whose datapath the other tests drive",
 }
