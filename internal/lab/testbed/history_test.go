@@ -339,3 +339,79 @@ func applyByHand(t *testing.T, tb *Testbed, cfg string) ([]bool, int) {
 	})
 	return risk, n
 }
+
+// TestHistoryTwoEdits is the issue's first case: four backends at weight
+// 1000 and 96 long-lived connections; backend 2 raised to 3000, then,
+// 3 s later, backend 5 added at 3000. Each edit alone is safe. With
+// history in the packets ('director run', its defaults) none of the 96
+// breaks; with two hops (history_hops false, each edit applied by hand
+// whatever its verdict) the second edit strands the first one's earlier
+// primaries, and connections are reset: 8 to 15 of the 96 when the issue
+// was filed.
+func TestHistoryTwoEdits(t *testing.T) {
+	testenv.Kernel(t)
+	start := []churnBackend{{"active", 1000}, {"active", 1000}, {"active", 1000}, {"active", 1000}, {"absent", 1000}}
+	raised := slices.Clone(start)
+	raised[1].weight = 3000
+	added := slices.Clone(raised)
+	added[4] = churnBackend{"active", 3000}
+	edits := [][]churnBackend{raised, added}
+	run := func(t *testing.T, extra string, edit func(tb *Testbed, cfg string)) []*Session {
+		tb, err := newBed(5, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tb.Close() })
+		edit(tb, churnConfig(tb, start, extra))
+		traffic := startChurnTraffic(t, tb, 96)
+		for _, bs := range edits {
+			time.Sleep(3 * time.Second)
+			edit(tb, churnConfig(tb, bs, extra))
+		}
+		time.Sleep(2 * time.Second)
+		traffic.end()
+		if n := traffic.newFailed.Load(); n > 0 {
+			t.Errorf("%d of %d new connections failed: %v", n, traffic.made.Load(), traffic.newErr.Load())
+		}
+		return traffic.broken()
+	}
+	t.Run("history", func(t *testing.T) {
+		var path string
+		var p *Service
+		broken := run(t, "", func(tb *Testbed, cfg string) {
+			if p == nil {
+				path = filepath.Join(t.TempDir(), "forwarding_table.src.json")
+				writeConfig(t, path, cfg)
+				p = startRun(t, tb, path)
+				return
+			}
+			writeConfig(t, path, cfg)
+			waitFingerprint(t, tb, fingerprintOf(t, cfg), 5*time.Second, "the edit")
+		})
+		for _, s := range broken {
+			_, _, err := s.Result()
+			t.Errorf("connection %d to %s broke at %v: %v", s.ID, s.Backend, s.FirstFail().Format(time.TimeOnly), err)
+		}
+	})
+	t.Run("two hops", func(t *testing.T) {
+		first := true
+		broken := run(t, `"history_hops": false, `, func(tb *Testbed, cfg string) {
+			if first {
+				first = false
+				apply(t, tb, cfg)
+				return
+			}
+			applyByHand(t, tb, cfg)
+		})
+		reset := 0
+		for _, s := range broken {
+			if s.Reset() {
+				reset++
+			}
+		}
+		if reset == 0 {
+			t.Errorf("no connection was reset with two hops (%d stalled): the case shows nothing", len(broken))
+		}
+		t.Logf("with two hops %d of 96 connections were reset", reset)
+	})
+}
