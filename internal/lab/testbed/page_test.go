@@ -152,6 +152,26 @@ func TestStatusPageInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFingerprint(t, tb, fingerprint(t, nil, map[int]bool{1: false}), interval*(trigger+2), "backend 1 down")
+	// The kernel has the flip before the service reports it (the apply
+	// saves the tables, then publishes its status): the page is read once
+	// the report has it, as an operator would find it.
+	reported := func() bool {
+		s := statusJSON(t, tb).Service
+		if s == nil {
+			return false
+		}
+		for _, b := range s.Backends {
+			if b.IP == BackendIP(1).String() && !b.Up {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(testenv.Scaled(5 * time.Second)); !reported(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("status --json does not report backend 1 down, 5 s after the kernel has it")
+		}
+	}
 	text, healthy = load("backend 1 down")
 	agrees("backend 1 down", text, healthy)
 	if healthy[BackendIP(1).String()] != "false" || !strings.Contains(text, "unhealthy") || !strings.Contains(text, "http failed") {
