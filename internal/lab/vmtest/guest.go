@@ -147,7 +147,7 @@ echo "` + marker + `kernel $(uname -r)"
 `)
 	for _, p := range pkgs {
 		fmt.Fprintf(&b, "echo \"%sbegin %s\"\n", marker, p.Rel)
-		fmt.Fprintf(&b, "(cd /src/%s && ./%s.test -test.v -test.count=1 -test.timeout=30m -test.run '%s'", p.Rel, path.Base(p.Rel), runPattern(p.Tests))
+		fmt.Fprintf(&b, "(cd /src/%s && ./%s.test -test.v -test.count=1 -test.timeout=40m -test.run '%s'", p.Rel, path.Base(p.Rel), runPattern(p.Tests))
 		for _, a := range p.Args {
 			fmt.Fprintf(&b, " '%s'", a)
 		}
