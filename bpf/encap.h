@@ -24,6 +24,20 @@ _Static_assert(sizeof(struct dir_gue6_encap) == 40 + 8 + 8 + 16 * GUE_MAX_LISTED
 #define HOPS6_OFF (GUE6_OFF + __builtin_offsetof(struct dir_gue6_hdr, hops))
 _Static_assert(GUE6_OFF == 48 && HOPS6_OFF == 56, "encapsulate6's stores write the words they mean to");
 
+/* read_l2 reads the frame's first eight bytes (the destination MAC, which
+ * becomes the source) and the 802.1Q tag's word before the head moves, so
+ * that no pointer depends on the encapsulation's size (it varies with a
+ * row's history: 5.10's verifier). 0, or -1 for a frame too short. */
+static __always_inline int read_l2(struct xdp_md *ctx, __u64 *mac, __u64 *tag)
+{
+	void *data = (void *)(long)ctx->data;
+	if (data + 18 > (void *)(long)ctx->data_end)
+		return -1;
+	*mac = *(const __u64 *)data;
+	*tag = *(const __u32 *)(data + 12);
+	return 0;
+}
+
 /* encapsulate moves the L2 header of l2len bytes forward by the encap size
  * and writes the GUE headers behind it: to the primary (its address at
  * dstp, in t's hop_addr), listing second (an address), alt's two hops
@@ -38,13 +52,8 @@ static __always_inline int encapsulate(struct xdp_md *ctx, struct dir_counters *
 	__u32 listed = 1 + (alt ? 2 : 0) + (nhist & 7);
 	__u32 esize = GLB_ENCAP_SIZE(1 + listed);
 	__u64 mac, tag;
-	{
-		void *data = (void *)(long)ctx->data;
-		if (data + 18 > (void *)(long)ctx->data_end)
-			return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
-		mac = *(const __u64 *)data;
-		tag = *(const __u32 *)(data + 12);
-	}
+	if (read_l2(ctx, &mac, &tag))
+		return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
 		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
@@ -142,13 +151,8 @@ static __always_inline int encapsulate6(struct xdp_md *ctx, struct dir_counters 
 	__u32 listed = 1 + (alt ? 2 : 0) + (nhist & 7);
 	__u32 esize = GUE6_ENCAP_SIZE(1 + listed);
 	__u64 mac, tag;
-	{
-		void *data = (void *)(long)ctx->data;
-		if (data + 18 > (void *)(long)ctx->data_end)
-			return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
-		mac = *(const __u64 *)data;
-		tag = *(const __u32 *)(data + 12);
-	}
+	if (read_l2(ctx, &mac, &tag))
+		return error_pass(ctx, c, DIR_C_ERROR_BOUNDS);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)esize))
 		return error_pass(ctx, c, DIR_C_ERROR_ADJUST_HEAD);
