@@ -102,6 +102,11 @@ func readApplyInput(e *env, path string, yes bool) (plan *table.Plan, input []by
 			path, path, e.bpffsFlag())
 	case plan == nil:
 		return nil, data, nil
+	}
+	if err := planKey().CheckPlanFile(data); err != nil {
+		return nil, nil, fmt.Errorf("apply: %s: %w; make the plan again here: director plan CONFIG -o PLAN%s", path, err, e.bpffsFlag())
+	}
+	switch {
 	case !samePath(plan.BPFFS, e.bpffs):
 		return nil, nil, fmt.Errorf("apply: the plan is for the director at %s, not %s", plan.BPFFS, e.bpffs)
 	case e.dirConfig != "":

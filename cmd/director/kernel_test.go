@@ -705,8 +705,17 @@ func TestPlanEditsAreCaught(t *testing.T) {
 	if bytes.Equal(mustReadFile(t, edited), data) {
 		t.Fatal("the edit did not take")
 	}
-	if out := mustRun(t, 1, "apply", edited, "--bpffs", dir); !strings.Contains(out, "not the change it shows for review") {
+	if out := mustRun(t, 1, "apply", edited, "--bpffs", dir); !strings.Contains(out, "the plan's seal does not check out") {
 		t.Fatalf("an edited director config: %s", out)
+	}
+	// Sealed again with the host's key: held to the change it shows.
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(mustReadFile(t, edited), &doc); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(edited, resealPlan(t, doc), 0o600)
+	if out := mustRun(t, 1, "apply", edited, "--bpffs", dir); !strings.Contains(out, "not the change it shows for review") {
+		t.Fatalf("an edited director config, sealed again: %s", out)
 	}
 	cut := filepath.Join(t.TempDir(), "cut.json")
 	os.WriteFile(cut, data[:len(data)/2], 0o600)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/director/director/internal/change"
@@ -112,8 +113,12 @@ func emitPlan(e *env, p *table.Plan, src *config.Source, out string, asJSON bool
 		if e.live != nil {
 			base = e.live.Tables
 		}
-		p.Built = table.CarryBuilt(src.Tables, base, planKey())
-		err := e.writeOutput(out, 0o600, func(w io.Writer) error { return writePlan(w, p) })
+		key := planKey()
+		if key == nil {
+			return fmt.Errorf("plan: cannot seal %s: this host's plan key (%s) could not be made or read: the directory must be this user's and closed to others", wrote(out), filepath.Join(planKeyDir, "plan.key"))
+		}
+		p.Built = table.CarryBuilt(src.Tables, base, key)
+		err := e.writeOutput(out, 0o600, func(w io.Writer) error { return writePlan(w, p, key) })
 		if err != nil {
 			return fmt.Errorf("plan: writing %s: %w", wrote(out), err)
 		}
@@ -232,7 +237,9 @@ func printPlan(e *env, p *table.Plan) {
 // indented again: encoding/json would compact and re-indent the 1.2 MB of
 // a config of 32 tables of 256 backends, a third of writing such a plan.
 // The config is JSON that parsed as a config, so it is a valid value.
-func writePlan(w io.Writer, p *table.Plan) error {
+// The file is sealed whole with key (table.Sealer.SealPlanFile), which
+// apply checks before it reads anything else of it.
+func writePlan(w io.Writer, p *table.Plan, key table.Sealer) error {
 	q := *p
 	q.Config = nil
 	b, err := json.MarshalIndent(&q, "", "  ")
@@ -245,7 +252,10 @@ func writePlan(w io.Writer, p *table.Plan) error {
 		b = append(b, bytes.TrimSpace(p.Config)...)
 		b = append(b, "\n}"...)
 	}
-	_, err = w.Write(append(b, '\n'))
+	if b, err = key.SealPlanFile(b); err != nil {
+		return err
+	}
+	_, err = w.Write(b)
 	return err
 }
 

@@ -44,6 +44,24 @@ func drainedCopy(t *testing.T, i, k int) (string, *table.Config) {
 	return path, c
 }
 
+// resealPlan is a plan file of doc's members sealed again with the
+// host's key (the tests' own), as only the host could: to reach what
+// apply checks after the seal.
+func resealPlan(t *testing.T, doc map[string]json.RawMessage) []byte {
+	t.Helper()
+	doc = maps.Clone(doc)
+	delete(doc, "plan_seal")
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := planKey().SealPlanFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sealed
+}
+
 // servingMedium loads a director serving medium.json into a directory of
 // its own, unloaded when the test ends, and returns the directory and
 // the --bpffs flag naming it.
@@ -162,7 +180,9 @@ func TestPlanAndApplyReuseLiveTables(t *testing.T) {
 
 // TestApplyTakesOnlyTheReviewedChange: a plan whose config was edited
 // after review (a bind added, so the tables' rows are the same) is
-// refused, and nothing changes; rows forged in the file with the digest
+// refused, and nothing changes: by its seal, also with the diff edited to
+// match (issue 46, item 7), and, sealed again with the host's key, by the
+// diff it must make; rows forged in the file with the digest
 // the file's own seed makes for them are not taken (their seal, the
 // host's, does not check out): what is live after applying such a plan
 // is what a full build of its config makes, and plan then says so.
@@ -189,17 +209,54 @@ func TestApplyTakesOnlyTheReviewedChange(t *testing.T) {
 	git := cfg["tables"].([]any)[2].(map[string]any)
 	git["binds"] = append(git["binds"].([]any), map[string]any{"ip": "0.0.0.0/1", "proto": "tcp", "port": 22})
 	doc["config"], _ = json.Marshal(cfg)
+	refused := func(what string, edited []byte, want string) {
+		t.Helper()
+		if err := os.WriteFile(plan+".edited", edited, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code := runCmd(append(b, "apply", plan+".edited")...)
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Fatalf("apply of a plan with %s: exit %d (want 1 and %q): %s", what, code, want, errOut)
+		}
+		if got := liveRowFingerprints(t, dir); !maps.Equal(got, before) {
+			t.Fatalf("a refused plan (%s) changed what is live: %v, was %v", what, got, before)
+		}
+	}
 	edited, _ := json.Marshal(doc)
-	if err := os.WriteFile(plan+".edited", edited, 0o600); err != nil {
+	refused("its config edited", edited, "the plan is not sealed")
+	// Issue 46, item 7: the diff edited to show the bind too.
+	configOnly := maps.Clone(doc)
+	var d struct {
+		Tables []map[string]any `json:"tables"`
+	}
+	var dd map[string]any
+	if json.Unmarshal(doc["diff"], &d) != nil || json.Unmarshal(doc["diff"], &dd) != nil {
+		t.Fatal("the plan's diff does not decode")
+	}
+	found := false
+	for _, td := range d.Tables {
+		if td["name"] == git["name"] {
+			added, _ := td["binds_added"].([]any)
+			td["binds_added"], found = append(added, "tcp 0.0.0.0/1:22"), true
+		}
+	}
+	if !found {
+		t.Fatalf("no table %v in the plan's diff", git["name"])
+	}
+	dd["tables"] = d.Tables
+	doc["diff"], _ = json.Marshal(dd)
+	edited, _ = json.Marshal(doc)
+	refused("its config and diff edited together", edited, "the plan is not sealed")
+	delete(doc, "plan_seal")
+	indented, _ := json.MarshalIndent(doc, "", "  ")
+	edited, err = table.Sealer(bytes.Repeat([]byte{1}, 32)).SealPlanFile(indented)
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code := runCmd(append(b, "apply", plan+".edited")...)
-	if code != 1 || !strings.Contains(errOut, "does not make the change the plan shows") || !strings.Contains(errOut, "0.0.0.0/1") {
-		t.Fatalf("apply of an edited plan: exit %d: %s", code, errOut)
-	}
-	if got := liveRowFingerprints(t, dir); !maps.Equal(got, before) {
-		t.Fatalf("a refused plan changed what is live: %v, was %v", got, before)
-	}
+	refused("both edited and sealed with another key", edited, "the plan's seal does not check out")
+	// Sealed again with the host's key, as only the host can: the config
+	// is still held to the diff.
+	refused("its config edited and sealed again", resealPlan(t, configOnly), "does not make the change the plan shows")
 
 	// Rows forged for git, with the digest its config's seed makes, in
 	// the field plans once carried them in.
@@ -226,8 +283,7 @@ func TestApplyTakesOnlyTheReviewedChange(t *testing.T) {
 	}
 	built[0].Rows, built[0].Digest = raw, hex.EncodeToString(dg[:]) // the seal kept: the one for git's real rows
 	doc["built"], _ = json.Marshal(built)
-	out, _ := json.Marshal(doc)
-	if err := os.WriteFile(plan, out, 0o600); err != nil {
+	if err := os.WriteFile(plan, resealPlan(t, doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if st := mustRunBuilt(t, 0, append(b, "apply", plan)...); st.Carried != 0 || st.Live != 2 {
