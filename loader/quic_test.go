@@ -209,6 +209,19 @@ func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tables[1]: backends[") || !strings.Contains(err.Error(), "choose other server IDs") {
 		t.Fatalf("%d IDs of one home: %v", len(ids), err)
 	}
+	// Issue 46, item 8: refused while some are down too, for the checks
+	// may bring them up (the service could then apply no health change).
+	issue := []string{"00de", "017a", "0369", "0405", "06a7", "0743", "0932", "0bd4", "0c70", "0d0c"}
+	for _, ids := range [][]string{ids, issue} {
+		down := mk(ids)
+		for k := range 2 {
+			down[1].Backends[k].Healthy = false
+		}
+		err := CheckDatapath(down)
+		if err == nil || !strings.Contains(err.Error(), "choose other server IDs") || !strings.Contains(err.Error(), "when all are up") {
+			t.Errorf("%d IDs of one home, 2 of them down: %v", len(ids), err)
+		}
+	}
 	tabs := mk(ids[:abi.QUICProbes])
 	if err := CheckDatapath(tabs); err != nil {
 		t.Fatalf("%d IDs of one home: %v", abi.QUICProbes, err)

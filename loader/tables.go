@@ -263,15 +263,22 @@ func CheckDatapath(tables []*table.Table) error {
 	}
 	errs = append(errs, table.Unservable(tables)...)
 	// Server IDs the datapath could not find all of (IDs chosen to
-	// collide): placement depends on the IDs alone.
+	// collide): placement depends on the IDs alone. Checked with every
+	// backend up, as the health checks may make them: a table that only
+	// fits while some are down would leave the service no health change
+	// it could apply.
 	stat := make([]uint8, abi.MaxBackends)
 	for i := range stat {
 		stat[i] = uint8(i)
 	}
 	for i, t := range tables {
 		if t.QUIC.On() && len(t.Backends) <= len(stat) {
-			if _, err := encodeQUIC(t, stat); err != nil {
-				errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i), Msg: err.Error()})
+			up := &table.Table{QUIC: t.QUIC, Backends: slices.Clone(t.Backends)}
+			for k := range up.Backends {
+				up.Backends[k].Healthy = true
+			}
+			if _, err := encodeQUIC(up, stat); err != nil {
+				errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d]", i), Msg: err.Error() + " (checked with every backend healthy: the datapath must hold them when all are up)"})
 			}
 		}
 	}

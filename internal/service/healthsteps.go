@@ -10,16 +10,18 @@ import (
 
 // A health change of the served config that is unsafe as a whole (by
 // GLB's two hops, in a table with history_hops false; with history in
-// the packets, a health change is safe) still has its downs applied at
-// once: a backend the checks found down is taken out however the rest is
+// the packets, a health change is safe), or one that cannot be applied
+// at all (a table the datapath cannot hold with the ups: issue 46, item
+// 8), still has its downs applied at once: a backend the checks found down is taken out however the rest is
 // judged, since its rows are lost with it, and every moment it stays in
 // the table blackholes them. The ups are held meanwhile, until the
 // verdict finds them safe: when the rows' earlier primaries they would
 // strand are past the table's window.
 
-// healthSteps applies the downs of the served config's held health
-// change alone (see above), and reports whether it applied them.
-func (s *service) healthSteps(trigger string) bool {
+// healthSteps applies the downs of the served config's held (or failed,
+// out) health change alone (see above), and reports whether it applied
+// them.
+func (s *service) healthSteps(trigger string, out outcome) bool {
 	in := s.cur
 	if len(in.judged) != len(in.cfg.Tables) || len(s.live.tables) != len(in.cfg.Tables) {
 		return false
@@ -60,7 +62,11 @@ func (s *service) healthSteps(trigger string) bool {
 		downs[i] = t
 	}
 	if len(down) > 0 {
-		s.tell(slog.LevelWarn, "the checks' change is held, but not its downs: applying them alone", "down", down)
+		msg := "the checks' change is held, but not its downs: applying them alone"
+		if out == failed {
+			msg = "the checks' change cannot be applied, but its downs can: applying them alone"
+		}
+		s.tell(slog.LevelWarn, msg, "down", down)
 		out, _ := s.commit(in, downs, trigger, judgeDowns)
 		return out == applied
 	}

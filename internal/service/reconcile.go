@@ -47,7 +47,11 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		fps = append(fps, fp)
 	}
 	s.checks.waiting.Store(waiting)
-	if err := loader.CheckDatapath(tables); err != nil {
+	holds := loader.CheckDatapath
+	if s.holds != nil {
+		holds = s.holds
+	}
+	if err := holds(tables); err != nil {
 		return nil, nil, nil, config.InFile(s.o.Config, err)
 	}
 	return tables, fps, frozen, nil
@@ -93,6 +97,12 @@ const (
 
 var errUnchanged = errors.New("nothing to change")
 
+// buildError is a config that cannot be built with the health found.
+type buildError struct{ err error }
+
+func (e *buildError) Error() string { return e.err.Error() }
+func (e *buildError) Unwrap() error { return e.err }
+
 // heldError is an unsafe plan, which the service does not apply.
 type heldError struct{ reasons []string }
 
@@ -133,12 +143,19 @@ func (s *service) reconcile(trigger string, first bool) error {
 		}
 	}
 	out, frozen, err := s.try(s.cur, trigger, first)
-	if out == held && s.healthSteps(trigger) {
+	var be *buildError
+	if errors.As(err, &be) {
+		// The served config, built with the health found, cannot be
+		// applied (the commit says why of its own failures).
+		s.m.applies.WithLabelValues("failed").Inc()
+		s.tell(slog.LevelError, "cannot build the tables the checks call for; the live tables keep serving", "trigger", trigger, "err", be.err)
+	}
+	if (out == held || out == failed) && s.healthSteps(trigger, out) {
 		// A safe step of it is live; the rest is still to come.
 		s.hold.now = nil
 		out, frozen, err = s.try(s.cur, trigger, false)
 	}
-	s.hold.health = out == held
+	s.hold.health = out == held || out == failed // retried: a failure may pass
 	if out == held {
 		heldCount++
 	}
@@ -155,7 +172,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 func (s *service) try(in *input, trigger string, first bool) (outcome, []string, error) {
 	tables, fps, frozen, err := s.desired(in)
 	if err != nil {
-		return failed, nil, err
+		return failed, nil, &buildError{err}
 	}
 	if s.sameAsLive(tables, fps, in.dc) && !s.historyDue(time.Now()) {
 		return unchanged, frozen, nil

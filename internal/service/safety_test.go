@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -87,6 +88,52 @@ func TestDownDuringADrainIsApplied(t *testing.T) {
 		if a.Verdict != "safe" && !strings.HasPrefix(a.Verdict, "unsafe, applied because backends went down") {
 			t.Errorf("applied %v: %s", a.Changes, a.Verdict)
 		}
+	}
+}
+
+// TestDownsAppliedWhenTheRoundFails (issue 46, item 8): when the checks'
+// change cannot be applied (here the datapath refuses backend 2 up), its
+// downs still are, and the failure is logged and counted.
+func TestDownsAppliedWhenTheRoundFails(t *testing.T) {
+	s := kernelService(t, checkedInputWith(t, 6, ""))
+	var logs strings.Builder
+	s.log = slog.New(slog.NewTextHandler(&logs, nil))
+	setCheck(s, 2, false)
+	if err := s.reconcile("checks", false); err != nil {
+		t.Fatal(err)
+	}
+	if h := liveHealth(t, s); h != "+-++++" {
+		t.Fatalf("backend 2 down: live %s", h)
+	}
+	s.holds = func(ts []*table.Table) error {
+		if ts[0].Backends[1].Healthy {
+			return errors.New("the test's datapath cannot hold backend 2 up")
+		}
+		return nil
+	}
+	failed := testutil.ToFloat64(s.m.applies.WithLabelValues("failed"))
+	setCheck(s, 2, true)
+	setCheck(s, 4, false)
+	s.reconcile("checks", false)
+	if h := liveHealth(t, s); h != "+-+-++" {
+		t.Fatalf("backend 4 down and backend 2 up, the up refused: live %s (want backend 4's down applied alone)\n%s", h, logs.String())
+	}
+	for _, want := range []string{"cannot build the tables the checks call for", "the test's datapath cannot hold backend 2 up",
+		"the checks' change cannot be applied, but its downs can: applying them alone"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("not logged: %q\n%s", want, logs.String())
+		}
+	}
+	if got := testutil.ToFloat64(s.m.applies.WithLabelValues("failed")); got != failed+1 {
+		t.Errorf("director_applies_total{result=\"failed\"} %v, was %v", got, failed)
+	}
+	// Refused no more: the up is applied.
+	s.holds = nil
+	if err := s.reconcile("retry", false); err != nil {
+		t.Fatal(err)
+	}
+	if h := liveHealth(t, s); h != "+++-++" {
+		t.Fatalf("the up allowed again: live %s", h)
 	}
 }
 

@@ -108,6 +108,9 @@ type service struct {
 	told []func()
 	d    *loader.Director
 	m    *metrics
+	// holds is what the datapath can hold (loader.CheckDatapath when
+	// nil); a test puts a refusal of its own in, to fail a round.
+	holds func([]*table.Table) error
 
 	cur     *input // the config being served
 	pending *input // an edit waiting to be safe to apply
@@ -158,7 +161,7 @@ type liveState struct {
 type holdState struct {
 	logged string       // why the pending edit (or the current health) is held, as last logged
 	now    []StatusHeld // what the last reconcile held
-	health bool         // the served config's health change is held
+	health bool         // the served config's health change is held, or failed: retried
 }
 
 // statsdSender sends GLB's statsd lines to a port.
