@@ -13,8 +13,8 @@ import (
 // ResolveGateway returns c with its gateway MAC set: the config's own, or
 // else the neighbour entry of the gateway of the default route through
 // c.OutboundInterface: the default IPv4 route's, or for a config with an
-// IPv6 source only (outbound_src_ip6 without outbound_src_ip), the
-// default IPv6 route's. It never guesses from whatever default route the
+// IPv6 source only (outbound_src_ip6 without outbound_src_ip), its
+// outbound_gateway_mac6 or else the default IPv6 route's. It never guesses from whatever default route the
 // namespace it runs in has: without an interface named, an absent MAC is
 // an error.
 func ResolveGateway(c *table.DirectorConfig) (*table.DirectorConfig, error) {
@@ -22,7 +22,17 @@ func ResolveGateway(c *table.DirectorConfig) (*table.DirectorConfig, error) {
 	if c.GatewayMAC != nil {
 		return &r, nil
 	}
+	if !c.SrcIP.IsValid() && c.SrcIP6.IsValid() && c.GatewayMAC6 != nil {
+		// IPv6 only: its gateway is the one next hop there is (held as
+		// GatewayMAC, which Gateway6 falls back to, as the kernel's
+		// config reads back).
+		r.GatewayMAC, r.GatewayMAC6 = c.GatewayMAC6, nil
+		return &r, nil
+	}
 	if c.OutboundInterface == "" {
+		if !c.SrcIP.IsValid() && c.SrcIP6.IsValid() {
+			return nil, fmt.Errorf("outbound_gateway_mac6 is not set: set it, or set outbound_interface to resolve it from that interface's default IPv6 route")
+		}
 		return nil, fmt.Errorf("outbound_gateway_mac is not set: set it, or set outbound_interface to resolve it from that interface's default route")
 	}
 	l, err := netlink.LinkByName(c.OutboundInterface)

@@ -27,6 +27,19 @@ func TestPlanRunsApplysChecks(t *testing.T) {
 	}
 	// With an IPv6 source it plans.
 	mustRun(t, 2, append(b, "plan", cfgDir+"ipv6-backends.json", "--director-config", cfgDir+"director6.conf")...)
+	// IPv6 only, its gateway given as outbound_gateway_mac6 (issue 47,
+	// item 11): planned and applied, and read back as what was applied.
+	conf := filepath.Join(t.TempDir(), "director6only.conf")
+	os.WriteFile(conf, []byte(`{"outbound_src_ip6": "fd00:1::1", "outbound_gateway_mac6": "02:00:00:00:00:06"}`), 0o644)
+	mustRun(t, 2, append(b, "plan", cfgDir+"ipv6-backends.json", "--director-config", conf)...)
+	mustRun(t, 0, append(b, "apply", cfgDir+"ipv6-backends.json", "--director-config", conf, "--yes")...)
+	if out := mustRun(t, 0, append(b, "plan", cfgDir+"ipv6-backends.json", "--director-config", conf)...); strings.Contains(out, "director config: changed") {
+		t.Errorf("the IPv6-only config applied, planned again: %s", out)
+	}
+	os.WriteFile(conf, []byte(`{"outbound_src_ip6": "fd00:1::1"}`), 0o644)
+	if _, errOut, code := runCmd(append(b, "plan", cfgDir+"ipv6-backends.json", "--director-config", conf)...); code != 1 || !strings.Contains(errOut, "outbound_gateway_mac6 is not set") {
+		t.Errorf("IPv6 only, no gateway MAC: exit %d: %s", code, errOut)
+	}
 }
 
 // TestBackendAttachWarnings: backend attach says when IPv6 forwarding is
