@@ -3,6 +3,7 @@ package loader
 import (
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -77,4 +78,44 @@ func gatewayMAC(l netlink.Link, family int, name, iface string) (net.HardwareAdd
 func isDefault(n *net.IPNet) bool {
 	ones, _ := n.Mask.Size()
 	return ones == 0
+}
+
+// Source is one of a director config's outbound sources, and the
+// interface of this host (in this network namespace) that has it: none
+// when no interface does.
+type Source struct {
+	Setting string // outbound_src_ip or outbound_src_ip6
+	Addr    netip.Addr
+	Iface   string
+}
+
+// NotHere says what a source no interface has means, for plan, apply and
+// doctor alike.
+func (s Source) NotHere() string {
+	return fmt.Sprintf("%s %s is not an address of this host: backends answer it, and what they send it never comes back here", s.Setting, s.Addr)
+}
+
+// Sources are c's outbound sources, each with the interface that has it.
+func Sources(c *table.DirectorConfig) ([]Source, error) {
+	addrs, err := netlink.AddrList(nil, unix.AF_UNSPEC)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
+	var out []Source
+	for _, s := range []Source{{Setting: "outbound_src_ip", Addr: c.SrcIP}, {Setting: "outbound_src_ip6", Addr: c.SrcIP6}} {
+		if !s.Addr.IsValid() {
+			continue
+		}
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == s.Addr {
+				s.Iface = fmt.Sprint(a.LinkIndex)
+				if ifi, err := net.InterfaceByIndex(a.LinkIndex); err == nil {
+					s.Iface = ifi.Name
+				}
+				break
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

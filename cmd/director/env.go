@@ -33,5 +33,14 @@ func (e *env) directorConfig() (*table.DirectorConfig, error) {
 	if err != nil {
 		return nil, config.InFile(e.dirConfig, err)
 	}
+	// A source no interface has steers all the same, but nothing sent
+	// to it comes back: said here, as doctor says it.
+	if srcs, err := loader.Sources(r); err == nil {
+		for _, s := range srcs {
+			if s.Iface == "" {
+				warnAll(e, e.dirConfig, []string{s.NotHere() + " (director doctor: source-address)"})
+			}
+		}
+	}
 	return r, nil
 }

@@ -140,3 +140,25 @@ func readDoc(t *testing.T, name string) string {
 	}
 	return string(b)
 }
+
+// TestPlanSaysASourceIsNotHere (issue 47, item 10): plan and apply say,
+// as doctor does, when outbound_src_ip is no address of this host, and
+// say nothing of one that is.
+func TestPlanSaysASourceIsNotHere(t *testing.T) {
+	dir := bpffsDir(t)
+	b := []string{"--bpffs", dir}
+	mustRun(t, 0, append(b, "load")...)
+	t.Cleanup(func() { mustRun(t, 0, append(b, "unload")...) })
+	const want = "outbound_src_ip 192.0.2.1 is not an address of this host"
+	for _, verb := range [][]string{{"plan"}, {"apply", "--yes"}} {
+		_, errOut, code := runCmd(append(append(b, verb...), cfgDir+"small.json", "--director-config", cfgDir+"director.conf")...)
+		if code == 1 || !strings.Contains(errOut, want) || !strings.Contains(errOut, "director doctor: source-address") {
+			t.Errorf("%s with a source not here: exit %d: %s", verb[0], code, errOut)
+		}
+	}
+	here := filepath.Join(t.TempDir(), "here.conf")
+	os.WriteFile(here, []byte(`{"outbound_src_ip": "127.0.0.1", "outbound_gateway_mac": "02:00:00:00:00:03"}`), 0o644)
+	if _, errOut, _ := runCmd(append(b, "plan", cfgDir+"small.json", "--director-config", here)...); strings.Contains(errOut, "is not an address of this host") {
+		t.Errorf("plan with a source here: %s", errOut)
+	}
+}

@@ -206,25 +206,19 @@ func checkMTU(dc *table.DirectorConfig, tables []*table.Table, atts []loader.Att
 // checkSources finds an outbound source address that is not this host's:
 // backends' replies to health checks and ICMP errors go nowhere.
 func checkSources(dc *table.DirectorConfig) ([]Finding, string, error) {
-	addrs, err := hostAddrs()
+	srcs, err := loader.Sources(dc)
 	if err != nil {
 		return nil, "", err
 	}
 	var fs []Finding
 	var ok []string
-	for _, s := range []struct {
-		a    netip.Addr
-		name string
-	}{{dc.SrcIP, "outbound_src_ip"}, {dc.SrcIP6, "outbound_src_ip6"}} {
-		if !s.a.IsValid() {
+	for _, s := range srcs {
+		if s.Iface != "" {
+			ok = append(ok, fmt.Sprintf("%s %s on %s", s.Setting, s.Addr, s.Iface))
 			continue
 		}
-		if iface, here := addrs[s.a]; here {
-			ok = append(ok, fmt.Sprintf("%s %s on %s", s.name, s.a, iface))
-			continue
-		}
-		fs = append(fs, Finding{What: fmt.Sprintf("%s %s is not an address of this host: backends answer it, and what they send it never comes back here", s.name, s.a),
-			Fix: fmt.Sprintf("ip addr add %s dev IFACE, or set %s in director.conf to this host's address and director apply", s.a, s.name)})
+		fs = append(fs, Finding{What: s.NotHere(),
+			Fix: fmt.Sprintf("ip addr add %s dev IFACE, or set %s in director.conf to this host's address and director apply", s.Addr, s.Setting)})
 	}
 	return fs, strings.Join(ok, ", "), nil
 }

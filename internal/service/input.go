@@ -82,6 +82,13 @@ func (s *service) parse() (*input, error) {
 		if in.dc, err = loader.ResolveGateway(dc); err != nil {
 			return nil, config.InFile(s.o.DirectorConfig, err)
 		}
+		if srcs, err := loader.Sources(in.dc); err == nil {
+			for _, src := range srcs {
+				if src.Iface == "" {
+					s.log.Warn("director config", "file", s.o.DirectorConfig, "warning", src.NotHere())
+				}
+			}
+		}
 	}
 	return in, nil
 }
