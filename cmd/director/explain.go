@@ -61,10 +61,16 @@ func runExplain(e *env, c *command, args []string) error {
 		return err
 	}
 	defer d.Close()
-	dp, mtuFrom, err := liveDatapath(d, *iface)
+	dp, link, err := liveDatapath(d, *iface)
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
 	}
+	if *pcap == "" && len(link.mac) == 6 {
+		// A packet comes in to the interface's MAC, which the director's
+		// packet then leaves from.
+		copy(frame[0:6], link.mac)
+	}
+	mtuFrom := link.from
 	x := explain.Explain(dp, frame)
 	if *asJSON {
 		return writeJSON(e.stdout, x)
@@ -182,23 +188,24 @@ func packetOf(path string, n int) ([]byte, error) {
 // liveDatapath is the reference model configured with what d holds, its
 // device MTU that of iface, or of the one interface d is attached to
 // (none attached: not checked, as BPF_PROG_RUN's loopback does not). It
-// says where the MTU came from.
-func liveDatapath(d *loader.Director, iface string) (*model.Datapath, string, error) {
+// says where the MTU came from, and the interface's MAC.
+func liveDatapath(d *loader.Director, iface string) (*model.Datapath, linkOf, error) {
+	var none linkOf
 	live, err := d.LiveState()
 	if err != nil {
-		return nil, "", err
+		return nil, none, err
 	}
 	if live.Config == nil {
-		return nil, "", errors.New("no director config is applied: the director steers nothing until 'director apply' writes one")
+		return nil, none, errors.New("no director config is applied: the director steers nothing until 'director apply' writes one")
 	}
 	var gw [6]byte
 	copy(gw[:], live.Config.GatewayMAC)
 	dp := model.New(*live.Config, gw, live.Tables)
-	from := "no interface attached: only outbound_mtu limits the link"
+	from := linkOf{from: "no interface attached: only outbound_mtu limits the link"}
 	if iface == "" {
 		atts, err := d.Attachments()
 		if err != nil {
-			return nil, "", err
+			return nil, none, err
 		}
 		var here []string
 		for _, a := range atts {
@@ -212,15 +219,22 @@ func liveDatapath(d *loader.Director, iface string) (*model.Datapath, string, er
 		case 1:
 			iface = here[0]
 		default:
-			return nil, "", fmt.Errorf("attached to %s: say which one the packet comes in by with --interface", strings.Join(here, ", "))
+			return nil, none, fmt.Errorf("attached to %s: say which one the packet comes in by with --interface", strings.Join(here, ", "))
 		}
 	}
 	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
-		return nil, "", fmt.Errorf("--interface %s: %w", iface, err)
+		return nil, none, fmt.Errorf("--interface %s: %w", iface, err)
 	}
 	dp.DeviceMTU = ifi.MTU
-	return dp, fmt.Sprintf("%s's MTU %d", iface, ifi.MTU), nil
+	return dp, linkOf{from: fmt.Sprintf("%s's MTU %d", iface, ifi.MTU), mac: ifi.HardwareAddr}, nil
+}
+
+// linkOf is what explain takes of the interface a packet comes in by:
+// where its MTU is from, and its MAC (none without an interface).
+type linkOf struct {
+	from string
+	mac  net.HardwareAddr
 }
 
 func printExplain(w io.Writer, x *explain.Director, mtuFrom string) {

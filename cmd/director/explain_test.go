@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
@@ -158,6 +161,28 @@ func TestExplainCommand(t *testing.T) {
 	var x explain.Director
 	if err := json.Unmarshal([]byte(out), &x); err != nil || x.Bind == nil || x.Bind.Bind != "tcp 10.10.10.10:80" || len(x.Hops) != 2 {
 		t.Fatalf("--json: %v: %s", err, out)
+	}
+	// Issue 47, item 9: the packet the director sends leaves from the
+	// MAC of the interface it came in by, not a made-up one.
+	mac, _ := net.ParseMAC("02:47:09:00:00:01")
+	if err := lab.InNetns(func() error {
+		if err := lab.Veth("ex0", "ex1"); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("ex0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
+			return err
+		}
+		out = mustRun(t, 0, "--bpffs", bpffs, "explain", "tcp", "198.51.100.7:40000", "10.10.10.10:80", "--interface", "ex0", "--json")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &x); err != nil || !strings.HasPrefix(x.OutPacket, "eth 02:47:09:00:00:01 > 02:00:00:00:00:03") {
+		t.Errorf("the director's packet, in by ex0 (MAC %s): %v: %s", mac, err, x.OutPacket)
 	}
 	for _, c := range []struct {
 		args []string
