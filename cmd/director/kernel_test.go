@@ -193,6 +193,23 @@ func TestKernelCommands(t *testing.T) {
 	if out := run(0, "stats", "--watch", "--interval", "10ms", "--count", "2"); strings.Count(out, "processed") != 2 {
 		t.Fatalf("stats --watch: %s", out)
 	}
+	// Every counter's value ends in one column (issue 47, item 12: the
+	// quic_fallback_* lines did not).
+	end := -1
+	for _, l := range strings.Split(run(0, "stats"), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 || strings.HasPrefix(l, " ") {
+			continue
+		}
+		if e := len(strings.TrimRight(l, " ")); end < 0 {
+			end = e
+		} else if e != end {
+			t.Errorf("stats: %q's value ends at column %d, the first line's at %d", f[0], e, end)
+		}
+	}
+	if end < 0 {
+		t.Error("stats printed no counter lines")
+	}
 
 	if out := run(1, "attach", "nosuch0"); !strings.Contains(out, "no interface nosuch0 in this network namespace") {
 		t.Fatalf("attach of an interface this namespace lacks: %s", out)

@@ -112,13 +112,17 @@ func printStats(e *env, s, prev *loader.Stats) {
 	if prev != nil {
 		dt = s.Time.Sub(prev.Time)
 	}
+	width := 0 // the longest name's: the values in one column
+	for _, n := range loader.CounterNames() {
+		width = max(width, len(n))
+	}
 	for _, n := range loader.CounterNames() {
 		v := s.Global[n]
 		r := ""
 		if prev != nil {
 			r = rate(v, prev.Global[n], dt)
 		}
-		fmt.Fprintf(w, "%-22s %14d%s\n", n, v, r)
+		fmt.Fprintf(w, "%-*s %14d%s\n", width, n, v, r)
 	}
 	for i, t := range s.Tables {
 		r := ""
