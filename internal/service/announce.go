@@ -91,6 +91,14 @@ func (a *announcer) start(cfg *table.BGP, vips func(withdrawWhenDown bool) []net
 	return nil
 }
 
+// running reports whether sessions run: whether there is anything to
+// announce or withdraw.
+func (a *announcer) running() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sp != nil
+}
+
 // withdrawWhenDown is the running settings', true without any.
 func (a *announcer) withdrawWhenDown() bool {
 	a.mu.Lock()

@@ -264,3 +264,28 @@ func (h *snapshotHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *snapshotHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *snapshotHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestNothingAttachedIsToldAsIs (issue 47, item 12): with no --attach, no
+// BGP and nothing attached, the service says nothing is steered, not that
+// VIPs it never announced are withdrawn, and on stop that the datapath
+// stays loaded, not attached and serving.
+func TestNothingAttachedIsToldAsIs(t *testing.T) {
+	s := kernelService(t, checkedInputWith(t, 2, ""))
+	var logs strings.Builder
+	s.log = slog.New(slog.NewTextHandler(&logs, nil))
+	s.steering = true // as a start leaves it
+	s.verifyAttachments("look")
+	s.publish()
+	s.stop()
+	got := logs.String()
+	for _, want := range []string{"no interface steers: nothing is steered until one is attached", "stays loaded, attached to no interface"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("not logged: %q\n%s", want, got)
+		}
+	}
+	for _, wrong := range []string{"VIPs are withdrawn", "attached and serving", "level=ERROR"} {
+		if strings.Contains(got, wrong) {
+			t.Errorf("logged %q, with nothing announced or attached:\n%s", wrong, got)
+		}
+	}
+}

@@ -281,7 +281,11 @@ func (s *service) stop() {
 	s.bgp.stop()
 	s.stopAll()
 	if !s.o.DetachOnExit {
-		s.log.Info("stopped; the datapath stays attached and serving, for the next start to adopt")
+		if s.anyAttached() {
+			s.log.Info("stopped; the datapath stays attached and serving, for the next start to adopt")
+		} else {
+			s.log.Info("stopped; the datapath stays loaded, attached to no interface, for the next start to adopt")
+		}
 		return
 	}
 	for _, iface := range s.o.Attach {

@@ -179,10 +179,18 @@ func (s *service) setSteering(on bool) {
 	}
 	s.steering = on
 	s.announce() // first: the log line then says what the metrics already do
-	if on {
+	bgp := s.bgp != nil && s.bgp.running()
+	switch {
+	case on && bgp:
 		s.tell(slog.LevelInfo, "steering again: the VIPs are announced")
-	} else {
+	case on:
+		s.tell(slog.LevelInfo, "steering again")
+	case bgp:
 		s.tell(slog.LevelError, "no interface steers: the VIPs are withdrawn until one does", "interfaces", s.o.Attach)
+	case len(s.o.Attach) == 0:
+		s.tell(slog.LevelWarn, "no interface steers: nothing is steered until one is attached (director attach IFACE, or run --attach IFACE)")
+	default:
+		s.tell(slog.LevelError, "no interface steers: nothing is steered until one does", "interfaces", s.o.Attach)
 	}
 }
 
