@@ -69,7 +69,7 @@ func runDiff(e *env, c *command, args []string) error {
 			return err
 		}
 	} else {
-		printDiff(e.stdout, d)
+		printDiff(e.stdout, d, "no changes")
 	}
 	if d.Changed {
 		return exitCode(exitChanges)
@@ -115,7 +115,9 @@ func factorString(f float64) string {
 	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
-func printDiff(w io.Writer, d *table.Diff) {
+// printDiff prints d for a person; none is its last line when no table
+// changes.
+func printDiff(w io.Writer, d *table.Diff, none string) {
 	for i, td := range d.Tables {
 		short := td.SameInputs || td.Brief
 		if i > 0 && !(short && (d.Tables[i-1].SameInputs || d.Tables[i-1].Brief)) {
@@ -200,7 +202,7 @@ func printDiff(w io.Writer, d *table.Diff) {
 		}
 	}
 	if !d.Changed {
-		fmt.Fprintln(w, "\nno changes")
+		fmt.Fprintln(w, "\n"+none)
 	}
 }
 

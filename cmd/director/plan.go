@@ -202,7 +202,11 @@ func buildForApply(e *env, path string, data []byte, health healthSource, carrie
 }
 
 func printPlan(e *env, p *table.Plan) {
-	printDiff(e.stdout, p.Diff)
+	none := "no changes"
+	if p.Director != nil && len(p.Director.Changes) > 0 {
+		none = "tables: no changes" // the director config's follow
+	}
+	printDiff(e.stdout, p.Diff, none)
 	if p.Director != nil {
 		fmt.Fprintln(e.stdout)
 		if len(p.Director.Changes) == 0 {

@@ -162,3 +162,26 @@ func TestPlanSaysASourceIsNotHere(t *testing.T) {
 		t.Errorf("plan with a source here: %s", errOut)
 	}
 }
+
+// TestPlanOfTheDirectorConfigAlone (issue 47, item 12): a plan that
+// changes the director config only does not say "no changes" first.
+func TestPlanOfTheDirectorConfigAlone(t *testing.T) {
+	dir := bpffsDir(t)
+	b := []string{"--bpffs", dir}
+	mustRun(t, 0, append(b, "load")...)
+	t.Cleanup(func() { mustRun(t, 0, append(b, "unload")...) })
+	mustRun(t, 0, append(b, "apply", cfgDir+"small.json", "--director-config", cfgDir+"director.conf", "--yes")...)
+	data, err := os.ReadFile(cfgDir + "director.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "director.conf")
+	os.WriteFile(conf, []byte(strings.Replace(string(data), `"outbound_src_ip": "192.0.2.1"`, `"outbound_src_ip": "192.0.2.2"`, 1)), 0o644)
+	out, errOut, code := runCmd(append(b, "plan", cfgDir+"small.json", "--director-config", conf)...)
+	if code != 2 || strings.Contains(out, "\nno changes\n") || !strings.Contains(out, "tables: no changes") || !strings.Contains(out, "director config: changed") {
+		t.Errorf("plan of the director config alone: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if out := mustRun(t, 0, append(b, "plan", cfgDir+"small.json", "--director-config", cfgDir+"director.conf")...); !strings.Contains(out, "\nno changes\n") {
+		t.Errorf("plan of what is live: %s", out)
+	}
+}
