@@ -148,7 +148,8 @@ func labHold(bin string) error {
 	}
 	files["director.conf"] = string(data)
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(labDir, name), []byte(body), 0o644); err != nil {
+		// 0600: the configs hold the tables' hash_key and seed.
+		if err := os.WriteFile(filepath.Join(labDir, name), []byte(body), 0o600); err != nil {
 			return err
 		}
 	}

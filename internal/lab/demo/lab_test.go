@@ -61,6 +61,15 @@ func TestMakeLab(t *testing.T) {
 	if err != nil || !strings.HasPrefix(body, "backend") {
 		t.Fatalf("GET http://%s/ from the client: %v %q", testbed.VIP, err, body)
 	}
+	// Its configs hold hash_key and seed: read by root alone, as plans
+	// are (issue 47, item 12).
+	for _, f := range []string{"forwarding_table.json", "draining.json", "director.conf"} {
+		if fi, err := os.Stat(filepath.Join("/run/director-"+name, f)); err != nil {
+			t.Error(err)
+		} else if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("the lab's %s is mode %v: its hash_key and seed open to others", f, fi.Mode().Perm())
+		}
+	}
 	// The commands it printed, run as printed.
 	ran := map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
