@@ -133,6 +133,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 		default:
 			s.tell(slog.LevelInfo, "config edit adopted", "config", s.o.Config, "result", map[outcome]string{applied: "applied", unchanged: "already live"}[out])
 			s.cur, s.pending = s.pending, nil
+			s.checksStale = true // the old config's checks go (retrack)
 			s.setFailStatic(frozen)
 			if s.started {
 				if err := s.startBGP(); err != nil {
@@ -316,7 +317,9 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 			old[b.IP] = b
 		}
 		for k, b := range t.Backends {
-			b.Checked = tc.Backends[k].Checked
+			// The config's, not the table's: a table built for an earlier
+			// config with the same rows is taken as it is, checks and all.
+			b.Checked, b.Healthchecks = tc.Backends[k].Checked, tc.Backends[k].Healthchecks
 			o, ok := old[b.IP]
 			delete(old, b.IP)
 			switch {

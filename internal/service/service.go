@@ -108,6 +108,9 @@ type service struct {
 	told []func()
 	d    *loader.Director
 	m    *metrics
+	// checksStale is set when an edit is adopted: the checks of the
+	// config it replaced are dropped (retrack) before the loop waits.
+	checksStale bool
 	// holds is what the datapath can hold (loader.CheckDatapath when
 	// nil); a test puts a refusal of its own in, to fail a round.
 	holds func([]*table.Table) error
@@ -380,7 +383,22 @@ func (s *service) loop(ctx context.Context) {
 				s.publish()
 			}
 		}
+		s.retrack(ctx)
 	}
+}
+
+// retrack drops the checks of a config no longer served or pending, once
+// an edit is adopted: they are stopped, tracked again (the targets only
+// the old config had are forgotten, with their metrics) and started.
+func (s *service) retrack(ctx context.Context) {
+	if !s.checksStale {
+		return
+	}
+	s.checksStale = false
+	s.checks.stopWait()
+	s.track(ctx)
+	s.startChecks(ctx)
+	s.publish()
 }
 
 // reread reads the config files, and when they changed makes them the
