@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/explain"
@@ -64,6 +66,13 @@ func runExplain(e *env, c *command, args []string) error {
 	dp, link, err := liveDatapath(d, *iface)
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
+	}
+	if *pcap != "" {
+		if in, h, ok := sentByDirector(frame, dp); ok {
+			fmt.Fprintf(e.stderr, "director: note: packet %d of %s is GUE this director sent (from %s, as 'capture -w' writes them): explained is the packet it carries, as it came in\n",
+				*n, *pcap, h.Src)
+			frame = in
+		}
 	}
 	if *pcap == "" && len(link.mac) == 6 {
 		// A packet comes in to the interface's MAC, which the director's
@@ -147,6 +156,27 @@ func flowPacket(pos []string, length int, payloadHex string, tcpFlags byte) ([]b
 		return pkt.IPv4(client, vip, proto, l4, pkt.V4Opts{FragOff: 0x4000}), nil // DF, as TCP stacks send
 	}
 	return pkt.IPv6(client, vip, proto, l4), nil
+}
+
+// sentByDirector is the frame the director took in, for a frame it sent:
+// GUE from its own outbound source, no hop taken yet. The inner packet
+// comes back behind the Ethernet header it came in with: to the MAC the
+// director sent from (its interface's), from a made-up one, with the same
+// 802.1Q tag.
+func sentByDirector(f []byte, dp *model.Datapath) ([]byte, gue.Header, bool) {
+	h, inner, err := gue.ParseFrame(f)
+	if err != nil || h.NextHop != 0 || (h.Src != dp.Config.SrcIP && h.Src != dp.Config.SrcIP6) {
+		return nil, h, false
+	}
+	etype := uint16(0x0800)
+	if h.Proto == 41 {
+		etype = 0x86dd
+	}
+	vlan := 0
+	if f[12] == 0x81 && f[13] == 0 {
+		vlan = int(binary.BigEndian.Uint16(f[14:]) & 0xfff)
+	}
+	return pkt.Eth([6]byte(f[6:12]), pkt.ClientMAC, vlan, etype, f[inner:]), h, true
 }
 
 // packetOf reads the nth packet of a capture.

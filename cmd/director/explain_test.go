@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -161,6 +163,36 @@ func TestExplainCommand(t *testing.T) {
 	var x explain.Director
 	if err := json.Unmarshal([]byte(out), &x); err != nil || x.Bind == nil || x.Bind.Bind != "tcp 10.10.10.10:80" || len(x.Hops) != 2 {
 		t.Fatalf("--json: %v: %s", err, out)
+	}
+	// Issue 47, item 4: a capture of what the director sent ('capture -w'
+	// writes the GUE it sends) is explained as the packet it carries.
+	sent := filepath.Join(t.TempDir(), "sent.pcap")
+	f, err := os.Create(sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pcapfile.NewWriter(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs struct {
+		Out string `json:"out"`
+	}
+	json.Unmarshal([]byte(out), &outs)
+	frame, err := hex.DecodeString(outs.Out)
+	if err != nil || len(frame) == 0 {
+		t.Fatalf("the flow's out %q: %v", outs.Out, err)
+	}
+	w.Write(time.Now(), frame)
+	w.Flush()
+	f.Close()
+	stdout, errOut, code := runCmd("--bpffs", bpffs, "explain", "--pcap", sent, "--json")
+	var y explain.Director
+	json.Unmarshal([]byte(stdout), &outs)
+	if err := json.Unmarshal([]byte(stdout), &y); code != 0 || err != nil || y.Bind == nil || y.Bind.Bind != x.Bind.Bind ||
+		fmt.Sprint(y.Hops) != fmt.Sprint(x.Hops) || y.Action != x.Action || outs.Out != hex.EncodeToString(frame) ||
+		!strings.Contains(errOut, "is GUE this director sent (from 192.0.2.1") {
+		t.Errorf("explain of the packet the director sent: exit %d, %v\n%s\n%s\nwant the flow's:\n%s", code, err, errOut, stdout, out)
 	}
 	// Issue 47, item 9: the packet the director sends leaves from the
 	// MAC of the interface it came in by, not a made-up one.
