@@ -221,7 +221,8 @@ func (h *BackendHost) Route(self, dst netip.Addr) model.NextHopRoute {
 		h.fail(err)
 	} else if strings.TrimSpace(string(on)) == "0" {
 		key := strings.ReplaceAll(strings.TrimPrefix(sysctl, "/proc/sys/"), "/", ".")
-		return model.NextHopRoute{How: model.RouteNone, Why: fmt.Sprintf("forwarding is off on %s, so the kernel's route lookup refuses every next hop (sysctl -w %s=1)", h.Ingress.Name, key)}
+		return model.NextHopRoute{How: model.RouteNone, ForwardingOff: true,
+			Why: fmt.Sprintf("forwarding is off on %s, so the kernel's route lookup refuses every next hop (sysctl -w %s=1)", h.Ingress.Name, key)}
 	}
 	routes, err := netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {

@@ -287,6 +287,9 @@ func checkNextHops(o BackendOptions, mine []table.TableConfig, host *loader.Back
 			seen[bk.IP] = true
 			n++
 			rt := host.Route(self, bk.IP)
+			if rt.ForwardingOff {
+				return skip("forwarding is off on " + host.Ingress.Name + ": the forwarding check says so, and what to do")
+			}
 			if rt.How == model.RouteNone {
 				fs = append(fs, Finding{What: fmt.Sprintf("backend %s of table %q cannot be reached for second chance: %s (drop_no_route)", bk.IP, t.Name, rt.Why),
 					Fix: fmt.Sprintf("give this host a route to %s out %s ('ip route get %s from %s')", bk.IP, host.Ingress.Name, bk.IP, self)})

@@ -59,6 +59,9 @@ type NextHopRoute struct {
 	How int
 	// Why says what the lookups found, for explain.
 	Why string
+	// ForwardingOff is set when forwarding is off on the interface: the
+	// lookup refuses every next hop, routed or not (RouteNone).
+	ForwardingOff bool
 }
 
 // NextHopRoute.How's values.
