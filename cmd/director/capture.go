@@ -243,6 +243,13 @@ func runCaptureLoop(e *env, o *captureOpts, exprWords []string, f loader.Capture
 		closeOut()
 		return err
 	}
+	// Armed: a packet from now on is captured. Said, for whoever waits
+	// to send traffic until then (make lab's guide does).
+	on := "every attached interface"
+	if ifindex != 0 {
+		on = ifaces[ifindex]
+	}
+	fmt.Fprintf(e.stderr, "capture: listening on %s\n", on)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)

@@ -189,7 +189,7 @@ Its configs are in %s. As root, try:
 
   %s curl -s http://%s/                # through the director: a backend answers with its name
   %s status
-  %s capture -c 4 &  %s curl -s http://%s/
+  %s capture --table vip -c 4 2>&1 | { read -r ready; echo "$ready"; %s curl -s -o /dev/null http://%s/; cat; }
   %s explain tcp %s:40000 %s:80
   %s --director-config %s/director.conf doctor --config %s/forwarding_table.json
   %s doctor --config %s/forwarding_table.json
