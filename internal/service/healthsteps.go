@@ -36,7 +36,7 @@ func (s *service) healthSteps(trigger string, out outcome) bool {
 			return false
 		}
 		if !sameButHealth(lt.Backends, tc.Backends) {
-			return false // more than health differs (a restart mid-ramp): not the checks' change
+			return false // more than health differs (an edit not yet adopted): not the checks' change
 		}
 		tc.Backends = slices.Clone(tc.Backends)
 		changed := false
