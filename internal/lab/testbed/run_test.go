@@ -157,34 +157,50 @@ func scrape(t *testing.T, tb *Testbed) map[string]*dto.MetricFamily {
 
 var msg = Msg
 
-// value is a metric's value: the sample of fam whose labels include want.
-func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
-	t.Helper()
+// sampleOf is the sample of metric name whose labels include want, or
+// nil.
+func sampleOf(fams map[string]*dto.MetricFamily, name string, want ...string) *dto.Metric {
 	fam := fams[name]
 	if fam == nil {
-		t.Fatalf("no metric %s", name)
+		return nil
 	}
 outer:
 	for _, m := range fam.Metric {
 		for i := 0; i+1 < len(want); i += 2 {
 			found := false
 			for _, l := range m.Label {
-				if l.GetName() == want[i] && l.GetValue() == want[i+1] {
-					found = true
-				}
+				found = found || l.GetName() == want[i] && l.GetValue() == want[i+1]
 			}
 			if !found {
 				continue outer
 			}
 		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		case m.Untyped != nil:
-			return m.Untyped.GetValue()
-		}
+		return m
+	}
+	return nil
+}
+
+// hasSample reports whether metric name has a sample whose labels
+// include want.
+func hasSample(fams map[string]*dto.MetricFamily, name string, want ...string) bool {
+	return sampleOf(fams, name, want...) != nil
+}
+
+// value is a metric's value: the sample of fam whose labels include want.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	t.Helper()
+	if fams[name] == nil {
+		t.Fatalf("no metric %s", name)
+	}
+	m := sampleOf(fams, name, want...)
+	switch {
+	case m == nil:
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
 	}
 	t.Fatalf("no %s sample with %v", name, want)
 	return 0
@@ -334,6 +350,16 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
+		// The kernel's tables flip before the service, its apply read
+		// back, exports them: wait for the export (slow guests take
+		// seconds between the two).
+		deadline := time.Now().Add(testenv.Scaled(10 * time.Second))
+		for !hasSample(scrape(t, tb), "director_table_info", "table", "vip", "fingerprint", allUp) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the service never exported the table all up (%s)", allUp)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		before := scrape(t, tb)
 		var out strings.Builder
 		cmd := exec.Command(directorBinary(t), "stats", "--json", "--bpffs", tb.BPFFS)
