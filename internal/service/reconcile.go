@@ -147,9 +147,12 @@ func (s *service) reconcile(trigger string, first bool) error {
 	var be *buildError
 	if errors.As(err, &be) {
 		// The served config, built with the health found, cannot be
-		// applied (the commit says why of its own failures).
+		// applied (the commit says why of its own failures): counted
+		// each round, logged once until it can be again.
 		s.m.applies.WithLabelValues("failed").Inc()
-		s.tell(slog.LevelError, "cannot build the tables the checks call for; the live tables keep serving", "trigger", trigger, "err", be.err)
+		s.once("build", "cannot build the tables the checks call for; the live tables keep serving", "err", be.err)
+	} else if out != failed {
+		s.resolved("build", "the tables the checks call for can be built again")
 	}
 	if (out == held || out == failed) && s.healthSteps(trigger, out) {
 		// A safe step of it is live; the rest is still to come.

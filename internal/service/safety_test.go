@@ -115,6 +115,7 @@ func TestDownsAppliedWhenTheRoundFails(t *testing.T) {
 	setCheck(s, 2, true)
 	setCheck(s, 4, false)
 	s.reconcile("checks", false)
+	s.reconcile("retry", false) // failing again: counted, not logged again
 	if h := liveHealth(t, s); h != "+-+-++" {
 		t.Fatalf("backend 4 down and backend 2 up, the up refused: live %s (want backend 4's down applied alone)\n%s", h, logs.String())
 	}
@@ -124,8 +125,11 @@ func TestDownsAppliedWhenTheRoundFails(t *testing.T) {
 			t.Errorf("not logged: %q\n%s", want, logs.String())
 		}
 	}
-	if got := testutil.ToFloat64(s.m.applies.WithLabelValues("failed")); got != failed+1 {
-		t.Errorf("director_applies_total{result=\"failed\"} %v, was %v", got, failed)
+	if got := testutil.ToFloat64(s.m.applies.WithLabelValues("failed")); got != failed+2 {
+		t.Errorf("director_applies_total{result=\"failed\"} %v after two failed rounds, was %v", got, failed)
+	}
+	if n := strings.Count(logs.String(), "cannot build the tables"); n != 1 {
+		t.Errorf("the failure logged %d times in two rounds, want once:\n%s", n, logs.String())
 	}
 	// Refused no more: the up is applied.
 	s.holds = nil
@@ -134,6 +138,9 @@ func TestDownsAppliedWhenTheRoundFails(t *testing.T) {
 	}
 	if h := liveHealth(t, s); h != "+++-++" {
 		t.Fatalf("the up allowed again: live %s", h)
+	}
+	if !strings.Contains(logs.String(), "can be built again") {
+		t.Errorf("the end of the failure not logged:\n%s", logs.String())
 	}
 }
 
