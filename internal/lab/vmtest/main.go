@@ -34,7 +34,7 @@ func main() {
 		only     = flag.String("kernels", "", "comma-separated kernels to boot (default: all of "+kernelNames()+")")
 		cache    = flag.String("cache", defaultCache(), "where kernel packages are kept across runs ($DIRECTOR_KERNEL_CACHE)")
 		work     = flag.String("work", "", "working directory (default: a temporary one, removed after a run that passed)")
-		timeout  = flag.Duration("timeout", 50*time.Minute, "the longest one guest may run")
+		timeout  = flag.Duration("timeout", 60*time.Minute, "the longest one guest may run")
 		parallel = flag.Int("parallel", 3, "guests booted at once")
 		cpus     = flag.Int("cpus", 2, "CPUs per guest")
 		mem      = flag.Int("mem", 3072, "MiB of memory per guest")
