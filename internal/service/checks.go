@@ -265,7 +265,7 @@ func (c *checker) views() map[string]checkView {
 	defer c.mu.Unlock()
 	out := make(map[string]checkView, len(c.targets))
 	for k, t := range c.targets {
-		out[k] = checkView{up: t.damp.Up(), ok: t.lastOK, checkedAt: t.checkedAt, failingSince: t.failingSince}
+		out[k] = checkView{up: t.damp.Up(), ok: t.lastOK, checkedAt: t.checkedAt, failingSince: t.failingSince, flip: t.flip, last: t.last}
 	}
 	return out
 }
@@ -327,23 +327,22 @@ func (c *checker) count() int {
 	return len(c.targets)
 }
 
-// why says, for the audit log, what moved a checked backend: the results
-// that flipped it to the health b has, or, when the checks no longer say
-// so (a held change applied later), its last results.
-func (c *checker) why(b table.Backend) string {
+// why says, for the audit log, what moved a checked backend, from views,
+// the checks as the build saw them: the results that flipped it to the
+// health b has, or, when they no longer say so (a held change applied
+// later), its last results.
+func why(views map[string]checkView, b table.Backend) string {
 	if !b.Checked {
 		return "config edit"
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.targets[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
+	v, ok := views[targetKey(b.IP, health.ChecksOf(b.Healthchecks))]
 	switch {
-	case t == nil:
+	case !ok:
 		return "checks"
-	case len(t.flip) > 0 && t.damp.Up() == b.Healthy:
-		return "checks: " + describe(t.flip)
-	case len(t.last) > 0:
-		return "checks: " + describe(t.last)
+	case len(v.flip) > 0 && v.up == b.Healthy:
+		return "checks: " + describe(v.flip)
+	case len(v.last) > 0:
+		return "checks: " + describe(v.last)
 	}
 	return "checks"
 }

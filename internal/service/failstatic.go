@@ -11,6 +11,10 @@ import (
 type checkView struct {
 	up, ok                  bool // dampened state; last result passed
 	checkedAt, failingSince time.Time
+	// flip and last are the results that last flipped the state and the
+	// last ones: kept with the view so that a change is told by what the
+	// build saw, not by a check made since.
+	flip, last []health.Result
 }
 
 // healthDecision is judgeHealth's answer for one table.

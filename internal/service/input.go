@@ -16,6 +16,7 @@ type input struct {
 	dc           *table.DirectorConfig // nil: keep the live one
 	tables       *change.Builders      // one per table, kept for incremental rebuilds
 	judged       []table.TableConfig   // the tables as last built, health judged
+	views        map[string]checkView  // the checks as judged was built from them
 }
 
 // read reads the config files, as at start.

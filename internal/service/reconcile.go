@@ -29,6 +29,7 @@ func adopt(in, from *input) {
 // it holds fail-static.
 func (s *service) desired(in *input) (tables []*table.Table, fps []string, frozen []string, err error) {
 	views := s.checks.views()
+	in.views = views
 	waiting := false
 	for i := range in.cfg.Tables {
 		tc := in.cfg.Tables[i]
@@ -331,7 +332,7 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 			case o.State != b.State:
 				out = append(out, fmt.Sprintf("%s/%s: %s -> %s (config edit)", name, b.IP, o.State, b.State))
 			case o.Healthy != b.Healthy:
-				out = append(out, fmt.Sprintf("%s/%s: %s (%s)", name, b.IP, upDown(b.Healthy), s.checks.why(b)))
+				out = append(out, fmt.Sprintf("%s/%s: %s (%s)", name, b.IP, upDown(b.Healthy), why(in.views, b)))
 			case o.W() != b.W():
 				out = append(out, fmt.Sprintf("%s/%s: weight %d -> %d", name, b.IP, o.W(), b.W()))
 			}

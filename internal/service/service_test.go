@@ -587,9 +587,10 @@ func TestWhyIsWhatFlippedIt(t *testing.T) {
 		t.Fatal("a refused check did not take the backend down")
 	}
 	down := table.Backend{IP: lo, Checked: true, Healthchecks: hc}
-	if got := c.why(down); !strings.Contains(got, "refused") {
+	if got := why(c.views(), down); !strings.Contains(got, "refused") {
 		t.Fatalf("why down: %q", got)
 	}
+	built := c.views() // what a round built the down from
 	// The checks pass again before the change is applied (rise 2: still
 	// down): the reason stays the failure.
 	tg.damp = health.NewDampener(2, 1)
@@ -600,8 +601,18 @@ func TestWhyIsWhatFlippedIt(t *testing.T) {
 	}
 	defer ln2.Close()
 	c.check(context.Background(), tg, false)
-	if got := c.why(down); !strings.Contains(got, "refused") || strings.Contains(got, "ok") {
+	if got := why(c.views(), down); !strings.Contains(got, "refused") || strings.Contains(got, "ok") {
 		t.Errorf("why down, after a passing check: %q", got)
+	}
+	// And up again (rise 1) while the round that saw it down applies: that
+	// round's reason is still the failure it was built from.
+	tg.damp.Rise = 1
+	c.check(context.Background(), tg, false)
+	if !tg.damp.Up() {
+		t.Fatal("a passing check did not bring the backend up at rise 1")
+	}
+	if got := why(built, down); !strings.Contains(got, "refused") || strings.Contains(got, "ok") {
+		t.Errorf("why down, told after the backend came up again: %q", got)
 	}
 }
 
