@@ -11,24 +11,64 @@ import (
 // Slots is how many colours a palette has: 64 hues at 4 lightnesses.
 const Slots = 256
 
-// Marks are the colours no backend gets: red is kept for rows at risk
-// and hot rows, so that they stand out from every backend's colour.
+// Marks are the colours no backend gets: red is kept for rows at risk,
+// so that they stand out from every backend's colour; a ring (a heat
+// map's busiest rows) is white inside ink, seen on any cell around it,
+// and leaves the row's own colour showing.
 var (
 	AtRisk = color.RGBA{0xff, 0x00, 0x00, 0xff}
-	Hot    = AtRisk
+	Ring   = color.RGBA{0xff, 0xff, 0xff, 0xff}
 	// Empty is a row with no backend to show (an absent table's side).
 	Empty = color.RGBA{0x30, 0x30, 0x30, 0xff}
 )
 
 // SlotColor is slot s's colour (s mod Slots): hue from 40° to 320°, away
-// from red, in 64 steps; lightness in 4 levels, each step of 64 slots a
+// from red, in 64 steps; luminance in 4 levels, each step of 64 slots a
 // level, so that neighbouring slots differ in hue and the four colours
-// of one hue differ in lightness.
-func SlotColor(s int) color.RGBA {
-	s = ((s % Slots) + Slots) % Slots
-	hue := 40 + float64(s%64)*280/64
-	light := []float64{0.45, 0.62, 0.32, 0.76}[s/64]
-	return hsl(hue, 0.80, light)
+// of one hue differ in lightness. Every level is dark enough that a slot
+// colour stands out 3:1 (WCAG's contrast for graphics) from any Dim
+// colour: a row a change moves is seen among the rows that stay.
+func SlotColor(s int) color.RGBA { return slotColors[((s%Slots)+Slots)%Slots] }
+
+// slotLuminance are the levels' relative luminances (WCAG), the darkest
+// to the lightest spread so that one hue's four are told apart; the
+// lightest is what Dim's contrast allows.
+var slotLuminance = [4]float64{0.10, 0.155, 0.06, 0.20}
+
+var slotColors = func() (out [Slots]color.RGBA) {
+	for s := range out {
+		hue := 40 + float64(s%64)*280/64
+		want := slotLuminance[s/64]
+		lo, hi := 0.0, 1.0 // the lightness giving that luminance
+		for range 40 {
+			mid := (lo + hi) / 2
+			if luminance(hsl(hue, 0.80, mid)) < want {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		out[s] = hsl(hue, 0.80, lo)
+	}
+	return out
+}()
+
+// luminance is c's relative luminance, as WCAG defines it.
+func luminance(c color.RGBA) float64 {
+	lin := func(v uint8) float64 {
+		f := float64(v) / 255
+		if f <= 0.04045 {
+			return f / 12.92
+		}
+		return math.Pow((f+0.055)/1.055, 2.4)
+	}
+	return 0.2126*lin(c.R) + 0.7152*lin(c.G) + 0.0722*lin(c.B)
+}
+
+// Contrast is the WCAG contrast ratio of a and b, 1 to 21.
+func Contrast(a, b color.RGBA) float64 {
+	x, y := luminance(a), luminance(b)
+	return (max(x, y) + 0.05) / (min(x, y) + 0.05)
 }
 
 // A Palette gives each backend address a colour: its preferred slot is a
@@ -121,10 +161,11 @@ func preferred(a netip.Addr) int {
 	return int(h.Sum32() % Slots)
 }
 
-// Dim is c faded three quarters of the way to a light grey: an unchanged
-// row beside the ones a change moves.
+// Dim is c faded seven eighths of the way to white, a tint of its hue: an
+// unchanged row beside the ones a change moves, light enough that every
+// slot colour and AtRisk stand out from it 3:1.
 func Dim(c color.RGBA) color.RGBA {
-	f := func(v uint8) uint8 { return uint8((int(v) + 3*0xe8) / 4) }
+	f := func(v uint8) uint8 { return uint8((int(v) + 7*0xff) / 8) }
 	return color.RGBA{f(c.R), f(c.G), f(c.B), 0xff}
 }
 

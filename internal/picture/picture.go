@@ -29,9 +29,10 @@ type Panel struct {
 	Colors []color.RGBA
 	// Legend lines, each with its swatch (none where Swatch.A is 0).
 	Legend []Line
-	// Alarm frames the grid in red: rows at risk, hot rows.
+	// Alarm frames the grid in red: rows at risk.
 	Alarm bool
-	// Rings are rows circled in red, so that a single row is seen.
+	// Rings are rows ringed (Ring inside ink), so that a single row is
+	// seen with its colour.
 	Rings []int
 }
 
@@ -209,7 +210,8 @@ func RemovedPanel(name string, o *table.Table) Panel {
 const HotRows = 16
 
 // HeatPanel draws packets per row (counts, one per row of t), the
-// HotRows busiest rows marked in red and listed with their primary.
+// HotRows busiest rows ringed and listed with their primary and their
+// colour: nothing is at risk, so the frame is not red.
 func HeatPanel(name string, t *table.Table, counts []uint64) Panel {
 	p := Panel{Title: name + "  packets per row", Cells: make([]uint16, len(counts))}
 	var most, total uint64
@@ -248,7 +250,6 @@ func HeatPanel(name string, t *table.Table, counts []uint64) Panel {
 		}
 		p.Cells[r] = uint16(lo)
 	}
-	hot := p.colorIndex(Hot)
 	// The busiest rows, kept in order as the rows go by (a sort of all
 	// 65,536 a table is most of a heat map's cost).
 	order, used := make([]int, 0, HotRows+1), 0
@@ -277,14 +278,12 @@ func HeatPanel(name string, t *table.Table, counts []uint64) Panel {
 	p.Legend = append(p.Legend, Line{Text: fmt.Sprintf("%d packets on %d rows; busiest %d", total, used, most)},
 		Line{Swatch: Heat(1, most), Text: "1 packet"}, Line{Swatch: Heat(most, most), Text: fmt.Sprintf("%d packets", most)})
 	for _, r := range order {
-		p.Cells[r] = hot
 		p.Rings = append(p.Rings, r)
-		p.Alarm = true
 		who := ""
 		if t != nil && r < len(t.Rows) {
 			who = " -> " + t.Backends[t.Rows[r].Primary].IP.String()
 		}
-		p.Legend = append(p.Legend, Line{Hot, fmt.Sprintf("row %#04x: %d packets%s", r, counts[r], who)})
+		p.Legend = append(p.Legend, Line{p.Color(r), fmt.Sprintf("row %#04x: %d packets%s", r, counts[r], who)})
 	}
 	return p
 }

@@ -157,8 +157,8 @@ func TestChangePicture(t *testing.T) {
 	golden.Check(t, "picture-change.txt", []byte(describe(t, p, 0, 1, 2, first, 0xffff)))
 }
 
-// TestHeatPicture: rows coloured by packets, the busiest marked red and
-// listed with their primary.
+// TestHeatPicture: rows coloured by packets, the busiest ringed and
+// listed with their primary and their own colour.
 func TestHeatPicture(t *testing.T) {
 	tab := build(t, "small.json")[0]
 	counts := make([]uint64, len(tab.Rows))
@@ -167,13 +167,55 @@ func TestHeatPicture(t *testing.T) {
 	}
 	counts[0x1234] = 1000
 	p := HeatPanel("api", tab, counts)
-	if p.Color(0x1234) != Hot || !strings.Contains(p.Legend[3].Text, "row 0x1234: 1000 packets -> ") {
-		t.Fatalf("the busiest row is not marked first: %v", p.Legend[3])
+	if p.Rings[0] != 0x1234 || p.Legend[3].Swatch != Heat(1000, 1000) || !strings.Contains(p.Legend[3].Text, "row 0x1234: 1000 packets -> ") {
+		t.Fatalf("the busiest row is not marked first: rings %v, %v", p.Rings, p.Legend[3])
 	}
 	if p.Color(0) != Heat(0, 1000) || p.Color(7) != Heat(0, 1000) {
 		t.Fatal("an empty row is not black")
 	}
 	golden.Check(t, "picture-heat.txt", []byte(describe(t, p, 0, 1, 6, 0x1234)))
+}
+
+// TestMarksAreSeen (issue 47, item 13): a change's moved rows stand out
+// from the rows that stay (3:1, WCAG's contrast for graphics, between any
+// slot colour and any dimmed one); a heat map is not framed in the red
+// of rows at risk, and its busiest rows are ringed with their colour
+// left showing, so the legend's top colour is seen in the grid.
+func TestMarksAreSeen(t *testing.T) {
+	for s := range Slots {
+		for u := range Slots {
+			if c := Contrast(SlotColor(s), Dim(SlotColor(u))); c < 3 {
+				t.Fatalf("slot %d's colour %s against slot %d dimmed %s: contrast %.2f", s, hex(SlotColor(s)), u, hex(Dim(SlotColor(u))), c)
+			}
+		}
+		if c := Contrast(AtRisk, Dim(SlotColor(s))); c < 3 {
+			t.Fatalf("at risk against slot %d dimmed: contrast %.2f", s, c)
+		}
+	}
+	counts := make([]uint64, Side*Side)
+	counts[0x0505] = 9 // the busiest, away from the grid's edge
+	counts[0x0101] = 1
+	p := HeatPanel("x", nil, counts)
+	var buf bytes.Buffer
+	if err := WritePNG(&buf, []Panel{p}); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(x, y int) color.RGBA { return color.RGBAModel.Convert(img.At(x, y)).(color.RGBA) }
+	g := image0()
+	if p.Alarm || at(g.X-3, g.Y-3) == AtRisk {
+		t.Error("a heat map is framed in the at-risk red")
+	}
+	if got := cellAt(img, 0, 0x0505); got != Heat(9, 9) || p.Legend[len(p.Legend)-2].Swatch != got {
+		t.Errorf("the busiest row is drawn %s, listed %s; its colour is %s", hex(got), hex(p.Legend[len(p.Legend)-2].Swatch), hex(Heat(9, 9)))
+	}
+	x, y := g.X+5*Cell, g.Y+5*Cell // row 0x0505's cell
+	if at(x-3, y) != Ring || at(x-4, y) != ink || at(x+Cell+2, y+1) != Ring || at(x+Cell+3, y+1) != ink {
+		t.Errorf("the busiest row's ring: %s %s | %s %s", hex(at(x-4, y)), hex(at(x-3, y)), hex(at(x+Cell+2, y+1)), hex(at(x+Cell+3, y+1)))
+	}
 }
 
 // TestSVG: the SVG has every legend line, the frame, and the grid.
@@ -310,7 +352,7 @@ func TestHeatSteps(t *testing.T) {
 		counts[0] = most
 		p := HeatPanel("x", nil, counts)
 		for r, n := range counts {
-			if p.Cells[r] != uint16(HeatIndex(n, most)) && p.Color(r) != Hot {
+			if p.Cells[r] != uint16(HeatIndex(n, most)) {
 				t.Fatalf("max %d: row %d (%d packets) at step %d, want %d", most, r, n, p.Cells[r], HeatIndex(n, most))
 			}
 		}

@@ -232,7 +232,7 @@ func draw(panels []Panel) *canvas {
 func paletteCanvas(panels []Panel, w, h int) *canvas {
 	c := &canvas{w: w, h: h, index: map[color.RGBA]uint16{}}
 	c.idx(background) // index 0: what pix starts as
-	for _, col := range []color.RGBA{ink, AtRisk, Hot} {
+	for _, col := range []color.RGBA{ink, AtRisk, Ring} {
 		c.idx(col)
 	}
 	for i := range panels {
@@ -291,12 +291,15 @@ func drawPanel(c *canvas, x0 int, p *Panel, g geometry) {
 			}
 		}
 	}
+	grid := image.Rect(gx, gy, gx+Side*Cell, gy+Side*Cell)
 	for _, r := range p.Rings {
 		x, y := gx+(r%Side)*Cell, gy+(r/Side)*Cell
-		o := image.Rect(x-4, y-4, x+Cell+4, y+Cell+4)
-		for _, side := range []image.Rectangle{{o.Min, image.Pt(o.Max.X, o.Min.Y+1)}, {image.Pt(o.Min.X, o.Max.Y-1), o.Max},
-			{o.Min, image.Pt(o.Min.X+1, o.Max.Y)}, {image.Pt(o.Max.X-1, o.Min.Y), o.Max}} {
-			c.fill(side.Intersect(image.Rect(gx, gy, gx+Side*Cell, gy+Side*Cell)), Hot)
+		for k, col := range []color.RGBA{ink, Ring} { // ink outside, Ring inside
+			o := image.Rect(x-4+k, y-4+k, x+Cell+4-k, y+Cell+4-k)
+			for _, side := range []image.Rectangle{{o.Min, image.Pt(o.Max.X, o.Min.Y+1)}, {image.Pt(o.Min.X, o.Max.Y-1), o.Max},
+				{o.Min, image.Pt(o.Min.X+1, o.Max.Y)}, {image.Pt(o.Max.X-1, o.Min.Y), o.Max}} {
+				c.fill(side.Intersect(grid), col)
+			}
 		}
 	}
 	for i, l := range p.Legend {
@@ -419,8 +422,9 @@ func WriteSVG(w io.Writer, panels []Panel) error {
 		fmt.Fprintf(&b, `<image x="%d" y="%d" width="%d" height="%d" style="image-rendering:pixelated" href="data:image/png;base64,%s"/>`+"\n",
 			gx, gy, Side*Cell, Side*Cell, base64.StdEncoding.EncodeToString(grid))
 		for _, r := range p.Rings {
-			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n",
-				gx+(r%Side)*Cell-4, gy+(r/Side)*Cell-4, Cell+8, Cell+8, hex(Hot))
+			x, y := gx+(r%Side)*Cell, gy+(r/Side)*Cell // a stroke is centred on the path: ink at 4 out, Ring at 3
+			fmt.Fprintf(&b, `<rect x="%d.5" y="%d.5" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", x-4, y-4, Cell+7, Cell+7, hex(ink))
+			fmt.Fprintf(&b, `<rect x="%d.5" y="%d.5" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", x-3, y-3, Cell+5, Cell+5, hex(Ring))
 		}
 		for i, l := range p.Legend {
 			col, line := i/LegendRows, i%LegendRows
