@@ -47,6 +47,11 @@ func runDoctor(e *env, c *command, args []string) error {
 			}
 		}
 	}
+	o.CLI = "director"
+	if e.bpffs != loader.DefaultBPFFS {
+		o.CLI += " --bpffs " + doctor.ShellJoin(e.bpffs)
+	}
+	o.DirectorConfig = e.dirConfig
 	if o.Config != "" {
 		o.Planned = func(d *loader.Director) ([]string, error) { return plannedChanges(e, d, o.Config) }
 	}
@@ -136,7 +141,10 @@ func runBackendDoctor(e *env, c *command, args []string) error {
 	if e.set["bpffs"] {
 		*dir = e.bpffs
 	}
-	o := doctor.BackendOptions{BPFFS: *dir, Config: *cfg}
+	o := doctor.BackendOptions{BPFFS: *dir, Config: *cfg, CLI: "director backend"}
+	if *dir != loader.BackendDir {
+		o.CLI += " --bpffs " + doctor.ShellJoin(*dir)
+	}
 	if *cfg != "" {
 		data, err := os.ReadFile(*cfg)
 		if err != nil {

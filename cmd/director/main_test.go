@@ -24,6 +24,9 @@ const cfgDir = "../../testdata/configs/"
 // must run it as a separate process (under ip netns exec, nsenter).
 func TestMain(m *testing.M) {
 	if os.Getenv("DIRECTOR_TEST_AS_MAIN") == "1" {
+		if d := os.Getenv("DIRECTOR_TEST_PLANKEY_DIR"); d != "" {
+			planKeyDir = d // the tests' key, not the host's
+		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// The host's plan key in a directory of the tests' own.

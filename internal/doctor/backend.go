@@ -14,6 +14,10 @@ import (
 // BackendOptions says what to check on a backend host.
 type BackendOptions struct {
 	BPFFS string
+	// CLI is how the fixes spell a backend command: "director backend"
+	// and the flags this doctor was given, so that a fix runs as printed
+	// ("director backend" when "").
+	CLI string
 	// Kernel probes the kernel (loader.ProbeKernel when nil).
 	Kernel func() (*loader.KernelSupport, error)
 	// Tables are the forwarding table config's, when given: the VIPs of
@@ -26,6 +30,9 @@ type BackendOptions struct {
 
 // Backend checks a backend host.
 func Backend(o BackendOptions) *Report {
+	if o.CLI == "" {
+		o.CLI = "director backend"
+	}
 	if o.Kernel == nil {
 		o.Kernel = loader.ProbeKernel
 	}
@@ -38,7 +45,7 @@ func Backend(o BackendOptions) *Report {
 	r.run("loaded", func() ([]Finding, string, error) {
 		if err != nil && strings.Contains(err.Error(), "no backend program is loaded") {
 			return []Finding{{What: fmt.Sprintf("no backend program is loaded at %s: GUE packets are not decapsulated", o.BPFFS),
-				Fix: "director backend attach IFACE"}}, "", nil
+				Fix: o.CLI + " attach IFACE"}}, "", nil
 		}
 		if err != nil {
 			return nil, "", err
@@ -50,7 +57,7 @@ func Backend(o BackendOptions) *Report {
 	}
 	defer b.Close()
 	atts, aerr := b.Attachments()
-	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, "director backend") })
+	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, o.CLI) })
 	r.run("veth-peer", func() ([]Finding, string, error) {
 		return checkVethPeers(atts, aerr, "the second-chance packets the program sends on")
 	})
@@ -71,8 +78,8 @@ func Backend(o BackendOptions) *Report {
 			return nil, "", herr
 		}
 		if !host.Config.SecondChance {
-			return []Finding{{What: "second chance is off: every GUE packet is taken here, and connections break when their row moves to another backend",
-				Fix: "director backend attach " + here[0] + " (without --no-second-chance)"}}, "", nil
+			return []Finding{fixBy("second chance is off: every GUE packet is taken here, and connections break when their row moves to another backend",
+				" (without --no-second-chance)", o.CLI+" attach "+ShellJoin(here[0]))}, "", nil
 		}
 		return nil, "on", nil
 	})
@@ -89,18 +96,18 @@ func Backend(o BackendOptions) *Report {
 			}
 			if _, on := addrs[a]; !on {
 				fs = append(fs, Finding{What: fmt.Sprintf("the program sends second-chance packets from %s, which is not an address of this host", a),
-					Fix: fmt.Sprintf("director backend attach %s --self <an address of this host>", here[0])})
+					Fix: fmt.Sprintf("%s attach %s --self <an address of this host>", o.CLI, ShellJoin(here[0]))})
 				continue
 			}
 			ok = append(ok, a.String())
 		}
 		return fs, "forwards from " + strings.Join(ok, ", "), nil
 	})
-	r.run("accepted-addresses", func() ([]Finding, string, error) { return checkAccepted(host, herr, here[0]) })
+	r.run("accepted-addresses", func() ([]Finding, string, error) { return checkAccepted(host, herr, o.CLI, here[0]) })
 	r.run("forwarding", func() ([]Finding, string, error) { return checkForwarding(host, herr, here) })
 	r.run("rp-filter", func() ([]Finding, string, error) { return checkRPFilter(here) })
 	mine := servedTables(o.Tables, addrs)
-	r.run("vip-on-host", func() ([]Finding, string, error) { return checkVIPsOnHost(o, mine, addrs, haerr, b) })
+	r.run("vip-on-host", func() ([]Finding, string, error) { return checkVIPsOnHost(o, mine, addrs, haerr, b, here[0]) })
 	r.run("next-hops", func() ([]Finding, string, error) { return checkNextHops(o, mine, host, herr) })
 	return r
 }
@@ -116,7 +123,7 @@ func firstErr(errs ...error) error {
 
 // checkAccepted finds addresses of the host the program does not take GUE
 // for: added after it was attached.
-func checkAccepted(host *loader.BackendHost, herr error, iface string) ([]Finding, string, error) {
+func checkAccepted(host *loader.BackendHost, herr error, cli, iface string) ([]Finding, string, error) {
 	if herr != nil {
 		return nil, "", herr
 	}
@@ -131,8 +138,8 @@ func checkAccepted(host *loader.BackendHost, herr error, iface string) ([]Findin
 		}
 	}
 	if len(missing) > 0 {
-		return []Finding{{What: fmt.Sprintf("the program does not take GUE for %s, added since it was attached: packets for them are passed untouched, or dropped as not this host's (drop_not_local)", strings.Join(missing, ", ")),
-			Fix: "director backend attach " + iface + " again (director backend run follows the host's addresses by itself)"}}, "", nil
+		return []Finding{fixBy(fmt.Sprintf("the program does not take GUE for %s, added since it was attached: packets for them are passed untouched, or dropped as not this host's (drop_not_local)", strings.Join(missing, ", ")),
+			" (again; director backend run follows the host's addresses by itself)", cli+" attach "+ShellJoin(iface))}, "", nil
 	}
 	return nil, fmt.Sprintf("takes GUE for all %d addresses of the host", len(addrs)), nil
 }
@@ -174,8 +181,8 @@ func Forwarding(iface string, v4, v6 bool) ([]Finding, error) {
 			return nil, err
 		}
 		if v != "1" {
-			fs = append(fs, Finding{What: fmt.Sprintf("%s is off: the kernel's route lookup refuses every second-chance next hop (drop_no_route)", name),
-				Fix: sysctlFix(name, "1")})
+			fs = append(fs, fixBy(fmt.Sprintf("%s is off: the kernel's route lookup refuses every second-chance next hop (drop_no_route)", name), "",
+				sysctlFix(name, "1")))
 		}
 	}
 	return fs, nil
@@ -199,9 +206,9 @@ func checkRPFilter(ifaces []string) ([]Finding, string, error) {
 		}
 		// The kernel takes the larger of all's and the interface's.
 		if v == "1" || (all == "1" && v != "2") {
-			fs = append(fs, Finding{What: fmt.Sprintf("strict reverse-path filtering on %s (%s=%s, %s=%s): decapsulated packets whose client is not routed back out %s are dropped",
+			fs = append(fs, fixBy(fmt.Sprintf("strict reverse-path filtering on %s (%s=%s, %s=%s): decapsulated packets whose client is not routed back out %s are dropped",
 				iface, allName, all, name, v, iface),
-				Fix: fmt.Sprintf("%s; %s (loose)", sysctlFix(allName, "2"), sysctlFix(name, "2"))})
+				" (loose)", sysctlFix(allName, "2"), sysctlFix(name, "2")))
 			continue
 		}
 		ok = append(ok, fmt.Sprintf("%s %s", iface, v))
@@ -224,7 +231,7 @@ func servedTables(tables []table.TableConfig, addrs map[netip.Addr]string) []tab
 // an address of the host: the decapsulated packet is not for it, and the
 // program drops it (drop_not_local). Without a config, it reads that
 // counter.
-func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip.Addr]string, aerr error, b *loader.BackendProgram) ([]Finding, string, error) {
+func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip.Addr]string, aerr error, b *loader.BackendProgram, iface string) ([]Finding, string, error) {
 	if aerr != nil {
 		return nil, "", aerr
 	}
@@ -235,7 +242,7 @@ func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip
 		}
 		if n := c["drop_not_local"]; n > 0 {
 			return []Finding{{What: fmt.Sprintf("%d GUE packets were for addresses not on this host (drop_not_local): a VIP is missing, or was added after attach", n),
-				Fix: "ip addr add VIP/32 dev lo, then director backend attach IFACE again; 'director backend capture --action drop' shows the VIP"}}, "", nil
+				Fix: fmt.Sprintf("ip addr add VIP/32 dev lo, then %s attach %s again; '%s capture --action drop' shows the VIP", o.CLI, ShellJoin(iface), o.CLI)}}, "", nil
 		}
 		return skip("no forwarding table config given (--config), and no packet dropped as not this host's")
 	}
@@ -252,8 +259,8 @@ func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip
 				ok = append(ok, vip.String())
 				continue
 			}
-			fs = append(fs, Finding{What: fmt.Sprintf("VIP %s of table %q is not an address of this host: its packets are dropped here (drop_not_local)", vip, t.Name),
-				Fix: fmt.Sprintf("ip addr add %s/%d dev lo, then director backend attach IFACE again", vip, vip.BitLen())})
+			fs = append(fs, fixBy(fmt.Sprintf("VIP %s of table %q is not an address of this host: its packets are dropped here (drop_not_local)", vip, t.Name), "",
+				ShellJoin("ip", "addr", "add", fmt.Sprintf("%s/%d", vip, vip.BitLen()), "dev", "lo"), o.CLI+" attach "+ShellJoin(iface)))
 		}
 	}
 	return fs, "VIPs on this host: " + strings.Join(ok, ", "), nil

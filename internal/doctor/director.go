@@ -25,6 +25,11 @@ import (
 // DirectorOptions says what to check on a director host.
 type DirectorOptions struct {
 	BPFFS string
+	// CLI is how the fixes spell a director command: "director" and the
+	// --bpffs this doctor was given, so that a fix runs as printed
+	// ("director" when ""). DirectorConfig is the director config it was
+	// given, if any, which a fix that plans names too.
+	CLI, DirectorConfig string
 	// Kernel probes the kernel (loader.ProbeKernel when nil).
 	Kernel func() (*loader.KernelSupport, error)
 	// ClientMTU is the largest packet a client sends (1500 when 0).
@@ -44,6 +49,9 @@ type DirectorOptions struct {
 
 // Director checks a director host.
 func Director(o DirectorOptions) *Report {
+	if o.CLI == "" {
+		o.CLI = "director"
+	}
 	if o.Kernel == nil {
 		o.Kernel = loader.ProbeKernel
 	}
@@ -64,7 +72,7 @@ func Director(o DirectorOptions) *Report {
 	d, err := loader.Open(o.BPFFS)
 	r.run("loaded", func() ([]Finding, string, error) {
 		if errors.Is(err, loader.ErrNotLoaded) {
-			return []Finding{{What: fmt.Sprintf("no director is loaded at %s", o.BPFFS), Fix: "director load"}}, "", nil
+			return []Finding{{What: fmt.Sprintf("no director is loaded at %s", o.BPFFS), Fix: o.CLI + " load", Run: []string{o.CLI + " load"}}}, "", nil
 		}
 		if err != nil {
 			return nil, "", err
@@ -87,7 +95,7 @@ func Director(o DirectorOptions) *Report {
 		return nil, fmt.Sprintf("%d tables live", len(live.Tables)), nil
 	})
 	atts, aerr := d.Attachments()
-	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, "director") })
+	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, o.CLI) })
 	r.run("veth-peer", func() ([]Finding, string, error) {
 		return checkVethPeers(atts, aerr, "the GUE packets the director sends")
 	})
@@ -110,12 +118,13 @@ func Director(o DirectorOptions) *Report {
 			return nil, "", err
 		}
 		if len(changes) > 0 {
+			plan, apply := planApply(o.CLI, o.DirectorConfig, o.Config)
 			return []Finding{{What: fmt.Sprintf("the live tables are not %s's: %s", o.Config, strings.Join(changes, "; ")),
-				Fix: fmt.Sprintf("director plan %s -o plan.json, review it, director apply plan.json (director run applies it by itself when safe)", o.Config)}}, "", nil
+				Fix: fmt.Sprintf("%s, review it, %s (director run applies it by itself when safe)", plan, apply), Run: []string{plan, apply}}}, "", nil
 		}
 		return nil, "the live tables are " + o.Config + "'s" + historyNote(live), nil
 	})
-	r.run("service", func() ([]Finding, string, error) { return checkService(st, serr) })
+	r.run("service", func() ([]Finding, string, error) { return checkService(st, serr, o.CLI, o.DirectorConfig) })
 	return r
 }
 
@@ -185,14 +194,13 @@ func checkMTU(dc *table.DirectorConfig, tables []*table.Table, atts []loader.Att
 			link, what = dc.OutboundMTU, fmt.Sprintf("outbound_mtu %d", dc.OutboundMTU)
 		}
 		if link < need {
-			fix := fmt.Sprintf("ip link set dev %s mtu %d (and as much on the way to the backends)", a.Interface, need)
+			f := fixBy(fmt.Sprintf("%s leaves %d bytes for a client's packet, under the %d a client sends: full-size packets are answered with ICMP too-big, and stall where it is filtered",
+				what, link-(need-clientMTU), clientMTU),
+				" (and as much on the way to the backends)", ShellJoin("ip", "link", "set", "dev", a.Interface, "mtu", fmt.Sprint(need)))
 			if link != ifi.MTU {
-				fix = fmt.Sprintf("raise the underlay's MTU and outbound_mtu to %d", need)
+				f.Fix, f.Run = fmt.Sprintf("raise the underlay's MTU and outbound_mtu to %d", need), nil
 			}
-			fs = append(fs, Finding{
-				What: fmt.Sprintf("%s leaves %d bytes for a client's packet, under the %d a client sends: full-size packets are answered with ICMP too-big, and stall where it is filtered",
-					what, link-(need-clientMTU), clientMTU),
-				Fix: fix})
+			fs = append(fs, f)
 			continue
 		}
 		ok = append(ok, what)
@@ -384,8 +392,8 @@ func checkVIPsRouted(tables []*table.Table, atts []loader.Attachment, st *servic
 	var ok []string
 	for _, vip := range vips(tables) {
 		if _, local := addrs[vip]; local {
-			fs = append(fs, Finding{What: fmt.Sprintf("VIP %s is an address of this host: what the datapath passes of it is answered here", vip),
-				Fix: fmt.Sprintf("ip addr del %s/%d dev %s", vip, vip.BitLen(), addrs[vip])})
+			fs = append(fs, fixBy(fmt.Sprintf("VIP %s is an address of this host: what the datapath passes of it is answered here", vip), "",
+				ShellJoin("ip", "addr", "del", fmt.Sprintf("%s/%d", vip, vip.BitLen()), "dev", addrs[vip])))
 			continue
 		}
 		port, free := freePort(tables, vip)
@@ -561,7 +569,7 @@ func isProbe(frame []byte, vip netip.Addr, port uint16, token []byte) bool {
 
 // checkService finds a 'director run' that is gone, and changes it holds
 // for a person.
-func checkService(st *service.Status, err error) ([]Finding, string, error) {
+func checkService(st *service.Status, err error, cli, dc string) ([]Finding, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
@@ -578,8 +586,20 @@ func checkService(st *service.Status, err error) ([]Finding, string, error) {
 		for _, t := range h.Tables {
 			names = append(names, t.Name)
 		}
+		plan, apply := planApply(cli, dc, st.Config)
 		fs = append(fs, Finding{What: fmt.Sprintf("director run holds a change of %s for a person: %s", strings.Join(names, ", "), strings.Join(h.Reasons, "; ")),
-			Fix: fmt.Sprintf("director plan %s -o plan.json, review it, director apply plan.json (docs/operations.md, \"Held changes\")", st.Config)})
+			Fix: fmt.Sprintf("%s, review it, %s (docs/operations.md, \"Held changes\")", plan, apply), Run: []string{plan, apply}})
 	}
 	return fs, fmt.Sprintf("director run (pid %d) serves these pins, holding nothing", st.PID), nil
+}
+
+// planApply are the commands that plan config (with the director config
+// dc, if any: the plan carries it) into plan.json and apply it, spelled
+// with cli.
+func planApply(cli, dc, config string) (plan, apply string) {
+	plan = cli
+	if dc != "" {
+		plan += " --director-config " + ShellJoin(dc)
+	}
+	return plan + " plan " + ShellJoin(config) + " -o plan.json", cli + " apply plan.json"
 }

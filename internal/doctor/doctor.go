@@ -37,6 +37,30 @@ type Check struct {
 type Finding struct {
 	What string `json:"what"`
 	Fix  string `json:"fix"`
+	// Run are the commands that put it right, to be run as printed, in
+	// order, where the fix is commands the doctor can spell out whole;
+	// each is in Fix word for word.
+	Run []string `json:"run,omitempty"`
+}
+
+// fixBy is a finding whose fix is cmds, said with why before and after.
+func fixBy(what, why string, cmds ...string) Finding {
+	return Finding{What: what, Fix: strings.Join(cmds, "; ") + why, Run: cmds}
+}
+
+// ShellJoin is words as one shell command line: a word with anything a
+// shell would read is single-quoted.
+func ShellJoin(words ...string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		if w == "" || strings.ContainsFunc(w, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,@+%", r))
+		}) {
+			w = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+		}
+		out[i] = w
+	}
+	return strings.Join(out, " ")
 }
 
 // Report is a host's checks, in the order they ran.
