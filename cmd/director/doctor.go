@@ -7,6 +7,7 @@ import (
 
 	"github.com/director/director/internal/doctor"
 	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table/config"
 )
@@ -49,7 +50,7 @@ func runDoctor(e *env, c *command, args []string) error {
 	}
 	o.CLI = "director"
 	if e.bpffs != loader.DefaultBPFFS {
-		o.CLI += " --bpffs " + doctor.ShellJoin(e.bpffs)
+		o.CLI += " --bpffs " + shellword.Join(e.bpffs)
 	}
 	o.DirectorConfig = e.dirConfig
 	if o.Config != "" {
@@ -143,7 +144,7 @@ func runBackendDoctor(e *env, c *command, args []string) error {
 	}
 	o := doctor.BackendOptions{BPFFS: *dir, Config: *cfg, CLI: "director backend"}
 	if *dir != loader.BackendDir {
-		o.CLI += " --bpffs " + doctor.ShellJoin(*dir)
+		o.CLI += " --bpffs " + shellword.Join(*dir)
 	}
 	if *cfg != "" {
 		data, err := os.ReadFile(*cfg)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
@@ -79,7 +80,7 @@ func Backend(o BackendOptions) *Report {
 		}
 		if !host.Config.SecondChance {
 			return []Finding{fixBy("second chance is off: every GUE packet is taken here, and connections break when their row moves to another backend",
-				" (without --no-second-chance)", o.CLI+" attach "+ShellJoin(here[0]))}, "", nil
+				" (without --no-second-chance)", o.CLI+" attach "+shellword.Join(here[0]))}, "", nil
 		}
 		return nil, "on", nil
 	})
@@ -96,7 +97,7 @@ func Backend(o BackendOptions) *Report {
 			}
 			if _, on := addrs[a]; !on {
 				fs = append(fs, Finding{What: fmt.Sprintf("the program sends second-chance packets from %s, which is not an address of this host", a),
-					Fix: fmt.Sprintf("%s attach %s --self <an address of this host>", o.CLI, ShellJoin(here[0]))})
+					Fix: fmt.Sprintf("%s attach %s --self <an address of this host>", o.CLI, shellword.Join(here[0]))})
 				continue
 			}
 			ok = append(ok, a.String())
@@ -139,7 +140,7 @@ func checkAccepted(host *loader.BackendHost, herr error, cli, iface string) ([]F
 	}
 	if len(missing) > 0 {
 		return []Finding{fixBy(fmt.Sprintf("the program does not take GUE for %s, added since it was attached: packets for them are passed untouched, or dropped as not this host's (drop_not_local)", strings.Join(missing, ", ")),
-			" (again; director backend run follows the host's addresses by itself)", cli+" attach "+ShellJoin(iface))}, "", nil
+			" (again; director backend run follows the host's addresses by itself)", cli+" attach "+shellword.Join(iface))}, "", nil
 	}
 	return nil, fmt.Sprintf("takes GUE for all %d addresses of the host", len(addrs)), nil
 }
@@ -242,7 +243,7 @@ func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip
 		}
 		if n := c["drop_not_local"]; n > 0 {
 			return []Finding{{What: fmt.Sprintf("%d GUE packets were for addresses not on this host (drop_not_local): a VIP is missing, or was added after attach", n),
-				Fix: fmt.Sprintf("ip addr add VIP/32 dev lo, then %s attach %s again; '%s capture --action drop' shows the VIP", o.CLI, ShellJoin(iface), o.CLI)}}, "", nil
+				Fix: fmt.Sprintf("ip addr add VIP/32 dev lo, then %s attach %s again; '%s capture --action drop' shows the VIP", o.CLI, shellword.Join(iface), o.CLI)}}, "", nil
 		}
 		return skip("no forwarding table config given (--config), and no packet dropped as not this host's")
 	}
@@ -260,7 +261,7 @@ func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip
 				continue
 			}
 			fs = append(fs, fixBy(fmt.Sprintf("VIP %s of table %q is not an address of this host: its packets are dropped here (drop_not_local)", vip, t.Name), "",
-				ShellJoin("ip", "addr", "add", fmt.Sprintf("%s/%d", vip, vip.BitLen()), "dev", "lo"), o.CLI+" attach "+ShellJoin(iface)))
+				shellword.Join("ip", "addr", "add", fmt.Sprintf("%s/%d", vip, vip.BitLen()), "dev", "lo"), o.CLI+" attach "+shellword.Join(iface)))
 		}
 	}
 	return fs, "VIPs on this host: " + strings.Join(ok, ", "), nil

@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 )
 
@@ -51,13 +52,13 @@ func checkAttachments(atts []loader.Attachment, err error, cli string) ([]Findin
 	for _, a := range atts {
 		switch {
 		case a.State != "attached":
-			detach := cli + " detach " + ShellJoin(a.Interface)
+			detach := cli + " detach " + shellword.Join(a.Interface)
 			fs = append(fs, Finding{What: fmt.Sprintf("the attachment to %s is %s: it steers nothing here", a.Interface, a.State),
 				Fix: fmt.Sprintf("%s; then %s IFACE, the interface packets come in by", detach, attach), Run: []string{detach}})
 		case a.Mode == loader.ModeGeneric:
 			here = append(here, a.Interface+" generic")
 			fs = append(fs, fixBy(fmt.Sprintf("%s runs the program in generic mode: every packet is made an skb first, several times the cost of native mode", a.Interface),
-				" (a driver without native XDP refuses it, and says so)", attach+" "+ShellJoin(a.Interface)+" --mode native"))
+				" (a driver without native XDP refuses it, and says so)", attach+" "+shellword.Join(a.Interface)+" --mode native"))
 		default:
 			here = append(here, a.Interface+" "+a.Mode)
 		}

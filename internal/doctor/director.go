@@ -18,6 +18,7 @@ import (
 
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
@@ -196,7 +197,7 @@ func checkMTU(dc *table.DirectorConfig, tables []*table.Table, atts []loader.Att
 		if link < need {
 			f := fixBy(fmt.Sprintf("%s leaves %d bytes for a client's packet, under the %d a client sends: full-size packets are answered with ICMP too-big, and stall where it is filtered",
 				what, link-(need-clientMTU), clientMTU),
-				" (and as much on the way to the backends)", ShellJoin("ip", "link", "set", "dev", a.Interface, "mtu", fmt.Sprint(need)))
+				" (and as much on the way to the backends)", shellword.Join("ip", "link", "set", "dev", a.Interface, "mtu", fmt.Sprint(need)))
 			if link != ifi.MTU {
 				f.Fix, f.Run = fmt.Sprintf("raise the underlay's MTU and outbound_mtu to %d", need), nil
 			}
@@ -393,7 +394,7 @@ func checkVIPsRouted(tables []*table.Table, atts []loader.Attachment, st *servic
 	for _, vip := range vips(tables) {
 		if _, local := addrs[vip]; local {
 			fs = append(fs, fixBy(fmt.Sprintf("VIP %s is an address of this host: what the datapath passes of it is answered here", vip), "",
-				ShellJoin("ip", "addr", "del", fmt.Sprintf("%s/%d", vip, vip.BitLen()), "dev", addrs[vip])))
+				shellword.Join("ip", "addr", "del", fmt.Sprintf("%s/%d", vip, vip.BitLen()), "dev", addrs[vip])))
 			continue
 		}
 		port, free := freePort(tables, vip)
@@ -599,7 +600,7 @@ func checkService(st *service.Status, err error, cli, dc string) ([]Finding, str
 func planApply(cli, dc, config string) (plan, apply string) {
 	plan = cli
 	if dc != "" {
-		plan += " --director-config " + ShellJoin(dc)
+		plan += " --director-config " + shellword.Join(dc)
 	}
-	return plan + " plan " + ShellJoin(config) + " -o plan.json", cli + " apply plan.json"
+	return plan + " plan " + shellword.Join(config) + " -o plan.json", cli + " apply plan.json"
 }

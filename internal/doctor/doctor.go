@@ -48,21 +48,6 @@ func fixBy(what, why string, cmds ...string) Finding {
 	return Finding{What: what, Fix: strings.Join(cmds, "; ") + why, Run: cmds}
 }
 
-// ShellJoin is words as one shell command line: a word with anything a
-// shell would read is single-quoted.
-func ShellJoin(words ...string) string {
-	out := make([]string, len(words))
-	for i, w := range words {
-		if w == "" || strings.ContainsFunc(w, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,@+%", r))
-		}) {
-			w = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
-		}
-		out[i] = w
-	}
-	return strings.Join(out, " ")
-}
-
 // Report is a host's checks, in the order they ran.
 type Report struct {
 	Host   string  `json:"host"` // director or backend

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -243,7 +245,8 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 			switch {
 			case in != s.cur:
 				s.tell(slog.LevelWarn, "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
-					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes)
+					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes,
+					"run", s.heldCommands())
 			default:
 				s.tell(slog.LevelWarn, "UNSAFE health change held: applied by the service once it is safe (when the rows' earlier primaries it strands are past the window); "+
 					"a person may apply it sooner with 'director healthcheck' and 'director apply --allow-unsafe'",
@@ -466,4 +469,27 @@ func (s *service) historyDue(now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// heldCommands are the commands, to be run as printed, by which a person
+// reviews the config edit the service holds and applies it: the plan of
+// the service's config with its director config, then that plan applied
+// with --allow-unsafe (which the service lets through for exactly the
+// change it holds).
+func (s *service) heldCommands() []string {
+	cli := "director"
+	if s.o.BPFFS != loader.DefaultBPFFS {
+		cli += " --bpffs " + shellword.Join(s.o.BPFFS)
+	}
+	abs := func(p string) string { // for a shell in any directory
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	plan := cli
+	if s.o.DirectorConfig != "" {
+		plan += " --director-config " + shellword.Join(abs(s.o.DirectorConfig))
+	}
+	return []string{plan + " plan " + shellword.Join(abs(s.o.Config)) + " -o plan.json", cli + " apply plan.json --allow-unsafe"}
 }
