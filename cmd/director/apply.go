@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -98,8 +99,9 @@ func readApplyInput(e *env, path string, yes bool) (plan *table.Plan, input []by
 	}
 	switch {
 	case plan == nil && !yes:
-		return nil, nil, fmt.Errorf("apply: %s is a config, not a reviewed plan: run 'director plan %s -o PLAN%s' and apply the plan, or pass --yes",
-			path, path, e.bpffsFlag())
+		return nil, nil, fmt.Errorf("apply: %s is a config, not a reviewed plan: pass --yes, or review it and apply the plan:\n"+
+			"  director plan %s -o plan.json%s%s\n  director apply plan.json%s",
+			path, shellword.Join(path), e.bpffsFlag(), dirConfigFlag(e), e.bpffsFlag())
 	case plan == nil:
 		return nil, data, nil
 	}

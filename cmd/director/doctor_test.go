@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -140,16 +138,6 @@ type printedFixes struct{ ran, prose []string }
 // other command must exit 0.
 func (b *doctorBed) runFix(t *testing.T, host int, f doctor.Finding, dir string) error {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	bin := filepath.Join(dir, "bin")
-	os.MkdirAll(bin, 0o755)
-	script := "#!/bin/sh\nDIRECTOR_TEST_AS_MAIN=1 DIRECTOR_TEST_PLANKEY_DIR=" + planKeyDir + " exec " + exe + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "director"), []byte(script), 0o755); err != nil {
-		return err
-	}
 	h := b.tb.Director
 	if host > 0 {
 		h = b.tb.Backends[host-1]
@@ -158,18 +146,8 @@ func (b *doctorBed) runFix(t *testing.T, host int, f doctor.Finding, dir string)
 		if !strings.Contains(f.Fix, cmd) {
 			return fmt.Errorf("the command %q is not in the fix as printed: %q", cmd, f.Fix)
 		}
-		sh := exec.Command("sh", "-c", cmd)
-		sh.Dir = dir
-		sh.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-		var out bytes.Buffer
-		sh.Stdout, sh.Stderr = &out, &out
-		if err := h.Start(sh); err != nil {
-			return err
-		}
-		err := sh.Wait()
-		code := sh.ProcessState.ExitCode()
-		if err != nil && !(code == exitChanges && strings.Contains(cmd, " plan ")) {
-			return fmt.Errorf("%s: exit %d: %v\n%s", cmd, code, err, out.String())
+		if out, code, err := runAsPrinted(t, h, dir, cmd); err != nil && !(code == exitChanges && strings.Contains(cmd, " plan ")) {
+			return fmt.Errorf("%s: exit %d: %v\n%s", cmd, code, err, out)
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/director/director/internal/change"
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 )
 
@@ -304,11 +305,20 @@ func dashes(msg string) string { return flagInMessage.ReplaceAllString(msg, "$1-
 
 // bpffsFlag is " --bpffs DIR" when DIR is not the default, for commands a
 // message suggests: they must reach the same director.
+// dirConfigFlag is " --director-config FILE" when one was given, for a
+// printed plan command (a plan carries it; apply of a plan takes none).
+func dirConfigFlag(e *env) string {
+	if e.dirConfig == "" {
+		return ""
+	}
+	return " --director-config " + shellword.Join(e.dirConfig)
+}
+
 func (e *env) bpffsFlag() string {
 	if e.bpffs == loader.DefaultBPFFS {
 		return ""
 	}
-	return " --bpffs " + e.bpffs
+	return " --bpffs " + shellword.Join(e.bpffs)
 }
 
 // durationValue is a duration flag whose errors say what a duration

@@ -11,6 +11,7 @@ import (
 
 	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/picture"
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -137,7 +138,7 @@ func emitPlan(e *env, p *table.Plan, src *config.Source, out string, asJSON bool
 			if !p.Safe {
 				unsafe = " --allow-unsafe"
 			}
-			fmt.Fprintf(r.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", wrote(out), out, e.bpffsFlag(), unsafe)
+			fmt.Fprintf(r.stdout, "\nplan written to %s; apply it with: director apply %s%s%s\n", wrote(out), shellword.Join(out), e.bpffsFlag(), unsafe)
 		}
 	}
 	return nil
