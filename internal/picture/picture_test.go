@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"fmt"
 	"hash/adler32"
+	"image"
 	"image/color"
 	"image/png"
 	"io"
@@ -82,9 +83,9 @@ func cellAt(img interface{ At(x, y int) color.Color }, x0, r int) color.RGBA {
 
 func image0() struct{ X, Y int } { return struct{ X, Y int }{margin, margin + titleH} }
 
-// describe is the golden form of a panel: its title, legend and the
-// colours of a few rows, as drawn in the PNG (decoded back).
-func describe(t *testing.T, p Panel, rows ...int) string {
+// drawn is p as WritePNG draws it, decoded back.
+func drawn(t *testing.T, p Panel) image.Image {
+	t.Helper()
 	var buf bytes.Buffer
 	if err := WritePNG(&buf, []Panel{p}); err != nil {
 		t.Fatal(err)
@@ -93,6 +94,13 @@ func describe(t *testing.T, p Panel, rows ...int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return img
+}
+
+// describe is the golden form of a panel: its title, legend and the
+// colours of a few rows, as drawn in the PNG (decoded back).
+func describe(t *testing.T, p Panel, rows ...int) string {
+	img := drawn(t, p)
 	var b strings.Builder
 	fmt.Fprintf(&b, "title: %s\nalarm: %v\n", p.Title, p.Alarm)
 	for _, l := range p.Legend {
@@ -196,14 +204,7 @@ func TestMarksAreSeen(t *testing.T) {
 	counts[0x0505] = 9 // the busiest, away from the grid's edge
 	counts[0x0101] = 1
 	p := HeatPanel("x", nil, counts)
-	var buf bytes.Buffer
-	if err := WritePNG(&buf, []Panel{p}); err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := drawn(t, p)
 	at := func(x, y int) color.RGBA { return color.RGBAModel.Convert(img.At(x, y)).(color.RGBA) }
 	g := image0()
 	if p.Alarm || at(g.X-3, g.Y-3) == AtRisk {
