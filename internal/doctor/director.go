@@ -91,7 +91,8 @@ func Director(o DirectorOptions) *Report {
 		}
 		if live.Config == nil {
 			return []Finding{{What: "no director config is applied: the director steers nothing",
-				Fix: "director plan CONFIG --director-config director.conf -o plan.json && director apply plan.json"}}, "", nil
+				// Not &&: a plan that changes something exits 2.
+				Fix: o.CLI + " plan CONFIG --director-config director.conf -o plan.json, then " + o.CLI + " apply plan.json"}}, "", nil
 		}
 		return nil, fmt.Sprintf("%d tables live", len(live.Tables)), nil
 	})
@@ -588,6 +589,7 @@ func checkService(st *service.Status, err error, cli, dc string) ([]Finding, str
 			names = append(names, t.Name)
 		}
 		plan, apply := planApply(cli, dc, st.Config)
+		apply += " --allow-unsafe" // the service lets exactly what it holds through
 		fs = append(fs, Finding{What: fmt.Sprintf("director run holds a change of %s for a person: %s", strings.Join(names, ", "), strings.Join(h.Reasons, "; ")),
 			Fix: fmt.Sprintf("%s, review it, %s (docs/operations.md, \"Held changes\")", plan, apply), Run: []string{plan, apply}})
 	}
