@@ -50,10 +50,11 @@ ARTIFACTS ?= $(CURDIR)/test-artifacts
 # to the guests, where a missing NIC fails them (testenv.NICs).
 # The table's property tests run all their random cases here
 # (DIRECTOR_PROPERTY_TESTS=full); a plain 'go test ./table/...' runs a
-# third of them, to stay quick.
+# third of them, to stay quick. The testbed's package takes about ten
+# minutes, go test's default limit: it gets thirty.
 test: lint
 	mkdir -p $(ARTIFACTS)
-	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -skip '^TestNIC' -artifacts -outputdir $(ARTIFACTS) ./...
+	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -timeout 30m -skip '^TestNIC' -artifacts -outputdir $(ARTIFACTS) ./...
 	DIRECTOR_PROPERTY_TESTS=full $(GO) test -count=1 -tags purego ./table
 	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full $(GO) test -race -count=1 $(RACE_PKGS)
 
