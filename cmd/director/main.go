@@ -303,8 +303,6 @@ var flagInMessage = regexp.MustCompile(`(flag(?: provided but not defined:| need
 // typed: --name (one-letter flags keep one dash).
 func dashes(msg string) string { return flagInMessage.ReplaceAllString(msg, "$1--$2") }
 
-// bpffsFlag is " --bpffs DIR" when DIR is not the default, for commands a
-// message suggests: they must reach the same director.
 // dirConfigFlag is " --director-config FILE" when one was given, for a
 // printed plan command (a plan carries it; apply of a plan takes none).
 func dirConfigFlag(e *env) string {
@@ -314,6 +312,8 @@ func dirConfigFlag(e *env) string {
 	return " --director-config " + shellword.Join(e.dirConfig)
 }
 
+// bpffsFlag is " --bpffs DIR" when DIR is not the default, for commands a
+// message suggests: they must reach the same director.
 func (e *env) bpffsFlag() string {
 	if e.bpffs == loader.DefaultBPFFS {
 		return ""
