@@ -21,6 +21,11 @@
  * A GUE packet whose inner packet is not to one of this host's addresses
  * (those GUE is accepted for) is dropped: decapsulated, the kernel would
  * forward it, relaying whatever a spoofed GUE packet carried.
+ * Nothing is sent on unless the operator listed whom the backend trusts
+ * (be_trust: the directors and the other backends): then GUE from a source
+ * not listed is dropped, and so is a packet whose next hop is not listed.
+ * With no list, GUE is taken from anyone but never sent on (second chance
+ * off), so a spoofed packet is never relayed, by XDP or by the stack.
  * Everything else is passed untouched. */
 
 #include <linux/bpf.h>
@@ -42,10 +47,23 @@ char LICENSE[] SEC("license") = "GPL";
 #define AF_INET6_ 10
 
 struct be_config {
-	__be32 self_ip;    /* this host's address: the source of forwarded packets */
-	__u16 configured;
+	__be32 self_ip; /* this host's address: the source of forwarded packets */
+	__u8 configured;
+	__u8 trust_listed;      /* be_trust and be_trust6 hold the trusted sources and next hops; 0: none listed, nothing sent on */
 	__u16 no_second_chance; /* decapsulate everything: only for showing what second chance prevents */
-	__u8 self_ip6[16]; /* its IPv6 address: the source of packets forwarded over IPv6; zero: none */
+	__u8 self_ip6[16];      /* its IPv6 address: the source of packets forwarded over IPv6; zero: none */
+};
+
+/* An address prefix, the key of the LPM tries below (prefixlen counts the
+ * bits of addr that matter; a lookup gives the whole address). */
+struct be_prefix4 {
+	__u32 prefixlen;
+	__be32 addr;
+};
+
+struct be_prefix6 {
+	__u32 prefixlen;
+	__u8 addr[16];
 };
 
 enum be_counter {
@@ -64,6 +82,8 @@ enum be_counter {
 	BE_C_FORWARDED_STACK,  /* sent on to the next hop through the kernel (its neighbour unresolved, or out another interface) */
 	BE_C_SECOND_CHANCE_IN, /* of the GUE packets for us, those another backend sent on (next hop index above 0):
 				* a drained backend's old connections still arriving */
+	BE_C_DROP_UNTRUSTED,     /* GUE for us from a source not in be_trust (when a list is given): never taken or sent on */
+	BE_C_DROP_UNTRUSTED_HOP, /* GUE to send on to a next hop not in be_trust: never sent */
 	BE_C_MAX,
 };
 
@@ -74,6 +94,8 @@ struct be_counters {
 const struct be_config *unused_be_config __attribute__((unused));
 const struct be_counters *unused_be_counters __attribute__((unused));
 const enum be_counter *unused_be_counter __attribute__((unused));
+const struct be_prefix4 *unused_be_prefix4 __attribute__((unused));
+const struct be_prefix6 *unused_be_prefix6 __attribute__((unused));
 
 /* The backend's settings (struct be_config: its own addresses, second
  * chance on or off), one entry, written by 'backend attach'. */
@@ -92,23 +114,60 @@ struct {
 	__type(value, struct be_counters);
 } be_stats SEC(".maps");
 
-/* The outer destinations GUE is accepted for, besides self_ip: this host's
- * addresses, as the control plane found them when it attached. */
-#define BE_MAX_LOCAL 256
+/* The destinations GUE is accepted for, outer and inner, besides self_ip:
+ * the prefixes the host's routing table says are local (its addresses, and
+ * a prefix held on lo), as the control plane found them. LPM tries, so that
+ * a whole prefix is one entry. */
+#define BE_MAX_PREFIXES 1024
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, BE_MAX_LOCAL);
-	__type(key, __be32);
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, BE_MAX_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct be_prefix4);
 	__type(value, __u8);
-} be_local SEC(".maps");
+} be_accept SEC(".maps");
 
 /* The same for GUE over IPv6 (docs/wire.md), and self_ip6. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, BE_MAX_LOCAL);
-	__type(key, struct in6_addr);
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, BE_MAX_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct be_prefix6);
 	__type(value, __u8);
-} be_local6 SEC(".maps");
+} be_accept6 SEC(".maps");
+
+/* Whom the backend trusts (trust_listed): the outer sources GUE is taken
+ * from and the next hops it is sent on to, the directors and the other
+ * backends, as the operator listed them ('backend attach --trust'). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, BE_MAX_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct be_prefix4);
+	__type(value, __u8);
+} be_trust SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, BE_MAX_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct be_prefix6);
+	__type(value, __u8);
+} be_trust6 SEC(".maps");
+
+/* in4 and in6 say whether an address is in one of the tries above. */
+static __always_inline int in4(void *trie, __be32 a)
+{
+	struct be_prefix4 k = {.prefixlen = 32, .addr = a};
+	return bpf_map_lookup_elem(trie, &k) != NULL;
+}
+
+static __always_inline int in6(void *trie, const void *a)
+{
+	struct be_prefix6 k = {.prefixlen = 128};
+	__builtin_memcpy(k.addr, a, 16);
+	return bpf_map_lookup_elem(trie, &k) != NULL;
+}
 
 #include "capture.h"
 
@@ -213,7 +272,7 @@ static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters 
 		struct iphdr *iip = inner;
 		if ((void *)(iip + 1) > end || iip->version != 4 || iip->ihl < 5)
 			return drop(ctx, c, BE_C_DROP_MALFORMED);
-		if (iip->daddr != cfg->self_ip && !bpf_map_lookup_elem(&be_local, &iip->daddr))
+		if (iip->daddr != cfg->self_ip && !in4(&be_accept, iip->daddr))
 			return drop(ctx, c, BE_C_DROP_NOT_LOCAL);
 		if (iip->protocol != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
@@ -234,7 +293,7 @@ static __always_inline int local_or_next(struct xdp_md *ctx, struct be_counters 
 		if ((void *)(iip6 + 1) > end || iip6->version != 6)
 			return drop(ctx, c, BE_C_DROP_MALFORMED);
 		struct in6_addr idst = iip6->daddr;
-		if (!same16(&idst, cfg->self_ip6) && !bpf_map_lookup_elem(&be_local6, &idst))
+		if (!same16(&idst, cfg->self_ip6) && !in6(&be_accept6, &idst))
 			return drop(ctx, c, BE_C_DROP_NOT_LOCAL);
 		if (iip6->nexthdr != IPPROTO_TCP)
 			return decap(ctx, strip, inner_proto, c, BE_C_DECAP_NOT_TCP);
@@ -277,9 +336,12 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 	if (!cfg || !cfg->configured)
 		return drop(ctx, c, BE_C_DROP_NO_CONFIG);
 	struct in6_addr daddr = ip6->daddr;
-	if (!same16(&daddr, cfg->self_ip6) && !bpf_map_lookup_elem(&be_local6, &daddr))
+	if (!same16(&daddr, cfg->self_ip6) && !in6(&be_accept6, &daddr))
 		goto not_gue; /* GUE for another host */
 	c->c[BE_C_GUE6]++;
+	struct in6_addr saddr = ip6->saddr;
+	if (cfg->trust_listed && !in6(&be_trust6, &saddr))
+		return drop(ctx, c, BE_C_DROP_UNTRUSTED);
 
 	/* director's IPv6 hop list (gue.h): hlen = 1 + 4 * hops. */
 	struct dir_gue6_hdr *gue = (void *)(udp + 1);
@@ -299,7 +361,7 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 
 	/* Not ours: on to the next hop, if there is one. */
 	const __u64 *self6 = (const __u64 *)cfg->self_ip6;
-	if (next >= count || cfg->no_second_chance || (self6[0] == 0 && self6[1] == 0))
+	if (next >= count || cfg->no_second_chance || !cfg->trust_listed || (self6[0] == 0 && self6[1] == 0))
 		return decap(ctx, inner - (void *)ip6, inner_ipproto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6),
 			     c, BE_C_DECAP_LAST_HOP);
 	/* Each hop at its own constant offset, as for IPv4 (6.1, 6.12). */
@@ -310,6 +372,8 @@ static __always_inline int backend6(struct xdp_md *ctx, struct be_counters *c)
 			dst = gue->hops[i];
 	if (!dst)
 		return drop(ctx, c, BE_C_DROP_MALFORMED);
+	if (!in6(&be_trust6, dst))
+		return drop(ctx, c, BE_C_DROP_UNTRUSTED_HOP);
 
 	struct bpf_fib_lookup fib = {};
 	fib.family = AF_INET6_;
@@ -365,8 +429,10 @@ int backend(struct xdp_md *ctx)
 	if (!cfg || !cfg->configured) {
 		return drop(ctx, c, BE_C_DROP_NO_CONFIG);
 	}
-	if (ip->daddr != cfg->self_ip && !bpf_map_lookup_elem(&be_local, &ip->daddr))
+	if (ip->daddr != cfg->self_ip && !in4(&be_accept, ip->daddr))
 		goto not_gue; /* GUE for another host */
+	if (cfg->trust_listed && !in4(&be_trust, ip->saddr))
+		return drop(ctx, c, BE_C_DROP_UNTRUSTED);
 
 	/* GUE (gue.h): version 0, C 0, GLB's private data, hlen = 1 + hops. */
 	struct glb_gue_hdr *gue = (void *)(udp + 1);
@@ -390,7 +456,7 @@ int backend(struct xdp_md *ctx)
 		return r;
 
 	/* Not ours: on to the next hop, if there is one. */
-	if (next >= count || cfg->no_second_chance)
+	if (next >= count || cfg->no_second_chance || !cfg->trust_listed)
 		return decap(ctx, strip, inner_proto, c, BE_C_DECAP_LAST_HOP);
 	/* Each hop is checked at its own constant offset. Linux 6.1 and 6.12:
 	 * their verifiers do not carry a check at a variable offset (hops +
@@ -406,6 +472,8 @@ int backend(struct xdp_md *ctx)
 	}
 	if (!found)
 		return drop(ctx, c, BE_C_DROP_MALFORMED);
+	if (!in4(&be_trust, dst))
+		return drop(ctx, c, BE_C_DROP_UNTRUSTED_HOP);
 
 	struct bpf_fib_lookup fib = {};
 	fib.family = AF_INET_;

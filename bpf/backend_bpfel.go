@@ -16,10 +16,12 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	BackendMapBeAccept            = "be_accept"
+	BackendMapBeAccept6           = "be_accept6"
 	BackendMapBeCfg               = "be_cfg"
-	BackendMapBeLocal             = "be_local"
-	BackendMapBeLocal6            = "be_local6"
 	BackendMapBeStats             = "be_stats"
+	BackendMapBeTrust             = "be_trust"
+	BackendMapBeTrust6            = "be_trust6"
 	BackendMapCaptureCpu          = "capture_cpu"
 	BackendMapCaptureEvents       = "capture_events"
 	BackendProgBackend            = "backend"
@@ -30,6 +32,8 @@ const (
 	BackendVarUnusedBeConfig      = "unused_be_config"
 	BackendVarUnusedBeCounter     = "unused_be_counter"
 	BackendVarUnusedBeCounters    = "unused_be_counters"
+	BackendVarUnusedBePrefix4     = "unused_be_prefix4"
+	BackendVarUnusedBePrefix6     = "unused_be_prefix6"
 )
 
 // LoadBackend returns the embedded CollectionSpec for Backend.
@@ -81,10 +85,12 @@ type BackendProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BackendMapSpecs struct {
+	BeAccept      *ebpf.MapSpec `ebpf:"be_accept"`
+	BeAccept6     *ebpf.MapSpec `ebpf:"be_accept6"`
 	BeCfg         *ebpf.MapSpec `ebpf:"be_cfg"`
-	BeLocal       *ebpf.MapSpec `ebpf:"be_local"`
-	BeLocal6      *ebpf.MapSpec `ebpf:"be_local6"`
 	BeStats       *ebpf.MapSpec `ebpf:"be_stats"`
+	BeTrust       *ebpf.MapSpec `ebpf:"be_trust"`
+	BeTrust6      *ebpf.MapSpec `ebpf:"be_trust6"`
 	CaptureCpu    *ebpf.MapSpec `ebpf:"capture_cpu"`
 	CaptureEvents *ebpf.MapSpec `ebpf:"capture_events"`
 }
@@ -100,6 +106,8 @@ type BackendVariableSpecs struct {
 	UnusedBeConfig      *ebpf.VariableSpec `ebpf:"unused_be_config"`
 	UnusedBeCounter     *ebpf.VariableSpec `ebpf:"unused_be_counter"`
 	UnusedBeCounters    *ebpf.VariableSpec `ebpf:"unused_be_counters"`
+	UnusedBePrefix4     *ebpf.VariableSpec `ebpf:"unused_be_prefix4"`
+	UnusedBePrefix6     *ebpf.VariableSpec `ebpf:"unused_be_prefix6"`
 }
 
 // BackendObjects contains all objects after they have been loaded into the kernel.
@@ -122,20 +130,24 @@ func (o *BackendObjects) Close() error {
 //
 // It can be passed to LoadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BackendMaps struct {
+	BeAccept      *ebpf.Map `ebpf:"be_accept"`
+	BeAccept6     *ebpf.Map `ebpf:"be_accept6"`
 	BeCfg         *ebpf.Map `ebpf:"be_cfg"`
-	BeLocal       *ebpf.Map `ebpf:"be_local"`
-	BeLocal6      *ebpf.Map `ebpf:"be_local6"`
 	BeStats       *ebpf.Map `ebpf:"be_stats"`
+	BeTrust       *ebpf.Map `ebpf:"be_trust"`
+	BeTrust6      *ebpf.Map `ebpf:"be_trust6"`
 	CaptureCpu    *ebpf.Map `ebpf:"capture_cpu"`
 	CaptureEvents *ebpf.Map `ebpf:"capture_events"`
 }
 
 func (m *BackendMaps) Close() error {
 	return _BackendClose(
+		m.BeAccept,
+		m.BeAccept6,
 		m.BeCfg,
-		m.BeLocal,
-		m.BeLocal6,
 		m.BeStats,
+		m.BeTrust,
+		m.BeTrust6,
 		m.CaptureCpu,
 		m.CaptureEvents,
 	)
@@ -152,6 +164,8 @@ type BackendVariables struct {
 	UnusedBeConfig      *ebpf.Variable `ebpf:"unused_be_config"`
 	UnusedBeCounter     *ebpf.Variable `ebpf:"unused_be_counter"`
 	UnusedBeCounters    *ebpf.Variable `ebpf:"unused_be_counters"`
+	UnusedBePrefix4     *ebpf.Variable `ebpf:"unused_be_prefix4"`
+	UnusedBePrefix6     *ebpf.Variable `ebpf:"unused_be_prefix6"`
 }
 
 // BackendPrograms contains all programs after they have been loaded into the kernel.

@@ -16,10 +16,12 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	BackendSingleMapBeAccept            = "be_accept"
+	BackendSingleMapBeAccept6           = "be_accept6"
 	BackendSingleMapBeCfg               = "be_cfg"
-	BackendSingleMapBeLocal             = "be_local"
-	BackendSingleMapBeLocal6            = "be_local6"
 	BackendSingleMapBeStats             = "be_stats"
+	BackendSingleMapBeTrust             = "be_trust"
+	BackendSingleMapBeTrust6            = "be_trust6"
 	BackendSingleMapCaptureCpu          = "capture_cpu"
 	BackendSingleMapCaptureEvents       = "capture_events"
 	BackendSingleProgBackend            = "backend"
@@ -30,6 +32,8 @@ const (
 	BackendSingleVarUnusedBeConfig      = "unused_be_config"
 	BackendSingleVarUnusedBeCounter     = "unused_be_counter"
 	BackendSingleVarUnusedBeCounters    = "unused_be_counters"
+	BackendSingleVarUnusedBePrefix4     = "unused_be_prefix4"
+	BackendSingleVarUnusedBePrefix6     = "unused_be_prefix6"
 )
 
 // LoadBackendSingle returns the embedded CollectionSpec for BackendSingle.
@@ -81,10 +85,12 @@ type BackendSingleProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BackendSingleMapSpecs struct {
+	BeAccept      *ebpf.MapSpec `ebpf:"be_accept"`
+	BeAccept6     *ebpf.MapSpec `ebpf:"be_accept6"`
 	BeCfg         *ebpf.MapSpec `ebpf:"be_cfg"`
-	BeLocal       *ebpf.MapSpec `ebpf:"be_local"`
-	BeLocal6      *ebpf.MapSpec `ebpf:"be_local6"`
 	BeStats       *ebpf.MapSpec `ebpf:"be_stats"`
+	BeTrust       *ebpf.MapSpec `ebpf:"be_trust"`
+	BeTrust6      *ebpf.MapSpec `ebpf:"be_trust6"`
 	CaptureCpu    *ebpf.MapSpec `ebpf:"capture_cpu"`
 	CaptureEvents *ebpf.MapSpec `ebpf:"capture_events"`
 }
@@ -100,6 +106,8 @@ type BackendSingleVariableSpecs struct {
 	UnusedBeConfig      *ebpf.VariableSpec `ebpf:"unused_be_config"`
 	UnusedBeCounter     *ebpf.VariableSpec `ebpf:"unused_be_counter"`
 	UnusedBeCounters    *ebpf.VariableSpec `ebpf:"unused_be_counters"`
+	UnusedBePrefix4     *ebpf.VariableSpec `ebpf:"unused_be_prefix4"`
+	UnusedBePrefix6     *ebpf.VariableSpec `ebpf:"unused_be_prefix6"`
 }
 
 // BackendSingleObjects contains all objects after they have been loaded into the kernel.
@@ -122,20 +130,24 @@ func (o *BackendSingleObjects) Close() error {
 //
 // It can be passed to LoadBackendSingleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BackendSingleMaps struct {
+	BeAccept      *ebpf.Map `ebpf:"be_accept"`
+	BeAccept6     *ebpf.Map `ebpf:"be_accept6"`
 	BeCfg         *ebpf.Map `ebpf:"be_cfg"`
-	BeLocal       *ebpf.Map `ebpf:"be_local"`
-	BeLocal6      *ebpf.Map `ebpf:"be_local6"`
 	BeStats       *ebpf.Map `ebpf:"be_stats"`
+	BeTrust       *ebpf.Map `ebpf:"be_trust"`
+	BeTrust6      *ebpf.Map `ebpf:"be_trust6"`
 	CaptureCpu    *ebpf.Map `ebpf:"capture_cpu"`
 	CaptureEvents *ebpf.Map `ebpf:"capture_events"`
 }
 
 func (m *BackendSingleMaps) Close() error {
 	return _BackendSingleClose(
+		m.BeAccept,
+		m.BeAccept6,
 		m.BeCfg,
-		m.BeLocal,
-		m.BeLocal6,
 		m.BeStats,
+		m.BeTrust,
+		m.BeTrust6,
 		m.CaptureCpu,
 		m.CaptureEvents,
 	)
@@ -152,6 +164,8 @@ type BackendSingleVariables struct {
 	UnusedBeConfig      *ebpf.Variable `ebpf:"unused_be_config"`
 	UnusedBeCounter     *ebpf.Variable `ebpf:"unused_be_counter"`
 	UnusedBeCounters    *ebpf.Variable `ebpf:"unused_be_counters"`
+	UnusedBePrefix4     *ebpf.Variable `ebpf:"unused_be_prefix4"`
+	UnusedBePrefix6     *ebpf.Variable `ebpf:"unused_be_prefix6"`
 }
 
 // BackendSinglePrograms contains all programs after they have been loaded into the kernel.

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -57,9 +57,18 @@ func LoadBackend(dir string) (*BackendProgram, error) {
 		spec:     spec,
 		pinned:   mapNames[bpf.BackendPinned](),
 		counters: []string{bpf.BackendMapBeStats, bpf.BackendMapCaptureCpu},
-		maps:     &b.maps,
-		progs:    &b.progs,
-		prog:     &b.progs.Backend,
+		// Exact addresses, before prefixes (be_accept) took their place.
+		retired: []string{"be_local", "be_local6"},
+		maps:    &b.maps,
+		progs:   &b.progs,
+		prog:    &b.progs.Backend,
+	}
+	// A program replacing an earlier build's takes GUE for the host's
+	// addresses from its first packet: its map of them is filled before
+	// it is installed.
+	l.setup = func() error {
+		_, _, err := b.FollowAddrs()
+		return err
 	}
 	err = l.run()
 	b.Repaired = l.repaired
@@ -87,15 +96,18 @@ func (b *BackendProgram) DisableSecondChance(self ...netip.Addr) error {
 }
 
 // SecondChance reports whether the program forwards packets of unknown
-// connections to the next hop (see DisableSecondChance).
+// connections to the next hop: asked to (see DisableSecondChance), and
+// told whom it may forward between (Trust).
 func (b *BackendProgram) SecondChance() (bool, error) {
 	var c abi.BeConfig
 	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err != nil {
 		return false, err
 	}
-	return c.NoSecondChance == 0, nil
+	return c.NoSecondChance == 0 && c.TrustListed != 0, nil
 }
 
+// configure writes the program's settings; the trust list stays as Trust
+// last set it.
 func (b *BackendProgram) configure(selves []netip.Addr, secondChance bool) error {
 	c := abi.BeConfig{Configured: 1}
 	var have4, have6 bool
@@ -115,7 +127,61 @@ func (b *BackendProgram) configure(selves []netip.Addr, secondChance bool) error
 	if !secondChance {
 		c.NoSecondChance = 1
 	}
+	var was abi.BeConfig
+	if err := b.maps.BeCfg.Lookup(uint32(0), &was); err != nil {
+		return err
+	}
+	c.TrustListed = was.TrustListed
 	return b.maps.BeCfg.Put(uint32(0), &c)
+}
+
+// Trust sets whom the program trusts: the only outer sources GUE is taken
+// from, and the only next hops it is sent on to (the directors and the
+// other backends). It replaces the list. With none, GUE is taken from any
+// source and never sent on: a backend relays nothing for a host it was
+// not told of.
+func (b *BackendProgram) Trust(ps []netip.Prefix) error {
+	var c abi.BeConfig
+	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err != nil {
+		return err
+	}
+	// The flag off before the list shrinks to nothing, on only once the
+	// list is whole: never a moment of trusting what was not listed.
+	if len(ps) == 0 && c.TrustListed != 0 {
+		c.TrustListed = 0
+		if err := b.maps.BeCfg.Put(uint32(0), &c); err != nil {
+			return err
+		}
+	}
+	if err := b.trust().replace(ps); err != nil {
+		return err
+	}
+	if len(ps) > 0 && c.TrustListed == 0 {
+		c.TrustListed = 1
+		return b.maps.BeCfg.Put(uint32(0), &c)
+	}
+	return nil
+}
+
+// Trusted lists whom the program trusts (Trust), nil when it was given no
+// list.
+func (b *BackendProgram) Trusted() ([]netip.Prefix, error) {
+	var c abi.BeConfig
+	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err != nil {
+		return nil, err
+	}
+	if c.TrustListed == 0 {
+		return nil, nil
+	}
+	return b.trust().read()
+}
+
+func (b *BackendProgram) accept() prefixTries {
+	return prefixTries{b.maps.BeAccept, b.maps.BeAccept6, "accepting GUE for"}
+}
+
+func (b *BackendProgram) trust() prefixTries {
+	return prefixTries{b.maps.BeTrust, b.maps.BeTrust6, "trusting"}
 }
 
 // Attach attaches the backend program to iface (pinned link).
@@ -130,29 +196,79 @@ func (b *BackendProgram) Attach(iface, mode string) (*Attachment, error) {
 // and its counters stay pinned (UnloadBackend removes them).
 func (b *BackendProgram) Detach(iface string) error { return detachNamed(b.Dir, iface) }
 
-// Accept sets the outer destinations GUE is accepted for besides the
-// SetSelf addresses: this host's addresses, IPv4 (GLB's GUE) and IPv6
-// (GUE over IPv6). It replaces the whole set.
-func (b *BackendProgram) Accept(addrs []netip.Addr) error {
-	want4, want6 := map[uint32]bool{}, map[[16]byte]bool{}
-	for _, a := range addrs {
-		if a.Is4() {
-			want4[nativeFromBE(a.As4())] = true
+// Accept sets the destinations GUE (outer and inner) is accepted for
+// besides the SetSelf addresses: this host's local prefixes, IPv4 (GLB's
+// GUE) and IPv6 (GUE over IPv6). It replaces the whole set.
+func (b *BackendProgram) Accept(ps []netip.Prefix) error { return b.accept().replace(ps) }
+
+// prefixTries are two of the program's LPM tries, one per family
+// (be_accept and be_accept6, be_trust and be_trust6).
+type prefixTries struct {
+	v4, v6 *ebpf.Map
+	what   string // for errors: "trusting" 10.0.0.0/8
+}
+
+func key4(p netip.Prefix) abi.BePrefix4 {
+	return abi.BePrefix4{Prefixlen: uint32(p.Bits()), Addr: nativeFromBE(p.Addr().As4())}
+}
+
+func key6(p netip.Prefix) abi.BePrefix6 {
+	return abi.BePrefix6{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()}
+}
+
+// read lists the prefixes the tries hold, sorted.
+func (t prefixTries) read() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var k4 abi.BePrefix4
+	var k6 abi.BePrefix6
+	var v uint8
+	it := t.v4.Iterate()
+	for it.Next(&k4, &v) {
+		out = append(out, netip.PrefixFrom(addrFromNative(k4.Addr), int(k4.Prefixlen)))
+	}
+	it6 := t.v6.Iterate()
+	for it6.Next(&k6, &v) {
+		out = append(out, netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen)))
+	}
+	if err := errors.Join(it.Err(), it6.Err()); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, comparePrefix)
+	return out, nil
+}
+
+// replace makes the tries hold want: the new prefixes put first, then the
+// stale ones removed, so that a prefix in both the old set and the new is
+// never missing.
+func (t prefixTries) replace(want []netip.Prefix) error {
+	want4, want6 := map[abi.BePrefix4]bool{}, map[abi.BePrefix6]bool{}
+	for _, p := range want {
+		p = p.Masked()
+		if !p.IsValid() {
+			return fmt.Errorf("%s %s: not a prefix", t.what, p)
+		}
+		if p.Addr().Is4() {
+			want4[key4(p)] = true
 		} else {
-			want6[a.As16()] = true
+			want6[key6(p)] = true
 		}
 	}
-	if n := int(b.maps.BeLocal.MaxEntries()); len(want4) > n || len(want6) > n {
-		return fmt.Errorf("%d IPv4 and %d IPv6 addresses to accept GUE for, more than the %d of each the program holds", len(want4), len(want6), n)
+	if n := int(t.v4.MaxEntries()); len(want4) > n || len(want6) > n {
+		return fmt.Errorf("%s %d IPv4 and %d IPv6 prefixes: more than the %d of each the program holds", t.what, len(want4), len(want6), n)
 	}
-	if err := replaceSet(b.maps.BeLocal, want4); err != nil {
-		return err
+	return errors.Join(replaceSet(t.v4, want4, t.what), replaceSet(t.v6, want6, t.what))
+}
+
+// comparePrefix orders prefixes by address, then length.
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
 	}
-	return replaceSet(b.maps.BeLocal6, want6)
+	return a.Bits() - b.Bits()
 }
 
 // replaceSet makes m's keys want's.
-func replaceSet[K comparable](m *ebpf.Map, want map[K]bool) error {
+func replaceSet[K comparable](m *ebpf.Map, want map[K]bool, what string) error {
 	var k K
 	var v uint8
 	var stale []K
@@ -167,7 +283,7 @@ func replaceSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 	}
 	for k := range want {
 		if err := m.Put(k, uint8(1)); err != nil {
-			return fmt.Errorf("accepting GUE for an address: %w", err)
+			return fmt.Errorf("%s a prefix: %w", what, err)
 		}
 	}
 	for _, k := range stale {
@@ -178,69 +294,74 @@ func replaceSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 	return nil
 }
 
-// Accepted lists the outer destinations GUE is accepted for: the SetSelf
-// addresses and those Accept set.
-func (b *BackendProgram) Accepted() ([]netip.Addr, error) {
-	seen := map[netip.Addr]bool{}
+// Accepted lists the destinations GUE is accepted for: the SetSelf
+// addresses (as /32 and /128) and the prefixes Accept set.
+func (b *BackendProgram) Accepted() ([]netip.Prefix, error) {
+	out, err := b.accept().read()
+	if err != nil {
+		return nil, err
+	}
 	var c abi.BeConfig
 	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err == nil && c.Configured != 0 {
 		if c.SelfIp != 0 {
-			seen[addrFromNative(c.SelfIp)] = true
+			out = append(out, netip.PrefixFrom(addrFromNative(c.SelfIp), 32))
 		}
 		if a := netip.AddrFrom16(c.SelfIp6); !a.IsUnspecified() {
-			seen[a] = true
+			out = append(out, netip.PrefixFrom(a, 128))
 		}
 	}
-	var k uint32
-	var v uint8
-	it := b.maps.BeLocal.Iterate()
-	for it.Next(&k, &v) {
-		seen[addrFromNative(k)] = true
-	}
-	if err := it.Err(); err != nil {
-		return nil, err
-	}
-	var k6 [16]byte
-	it6 := b.maps.BeLocal6.Iterate()
-	for it6.Next(&k6, &v) {
-		seen[netip.AddrFrom16(k6)] = true
-	}
-	if err := it6.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]netip.Addr, 0, len(seen))
-	for a := range seen {
-		out = append(out, a)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
-	return out, nil
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out), nil
 }
 
-// HostAddrs lists the addresses of this network namespace's interfaces
-// GUE may be sent to: IPv4 (loopback's 127/8 left out) and IPv6 unicast
-// that routers forward (not loopback or link-local).
-func HostAddrs() ([]netip.Addr, error) {
-	addrs, err := netlink.AddrList(nil, unix.AF_UNSPEC)
-	// A dump that addresses changed under is incomplete: list again.
+// LocalPrefixes are what this network namespace's routing says is local
+// (routes of type local, in any table): each address of its interfaces,
+// and a whole prefix held on lo ('ip addr add 10.86.0.0/24 dev lo', or
+// 'ip route add local ... dev lo'). Loopback's own (127/8, ::1) and
+// IPv6 link-local ones are left out: GUE is never sent to them.
+func LocalPrefixes() ([]netip.Prefix, error) {
+	filter := &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Type: unix.RTN_LOCAL}
+	mask := netlink.RT_FILTER_TABLE | netlink.RT_FILTER_TYPE
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, mask)
+	// A dump that routes changed under is incomplete: list again.
 	for try := 0; try < 5 && errors.Is(err, netlink.ErrDumpInterrupted); try++ {
-		addrs, err = netlink.AddrList(nil, unix.AF_UNSPEC)
+		routes, err = netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, mask)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing addresses: %w", err)
+		return nil, fmt.Errorf("listing the local routes: %w", err)
 	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		ip, ok := netip.AddrFromSlice(a.IP)
+	var out []netip.Prefix
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(r.Dst.IP)
 		if !ok {
 			continue
 		}
+		ones, _ := r.Dst.Mask.Size()
 		ip = ip.Unmap()
-		if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
+		p := netip.PrefixFrom(ip, ones).Masked()
+		if !p.IsValid() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
 			continue
 		}
-		out = append(out, ip)
+		out = append(out, p)
 	}
-	return out, nil
+	return uncovered(out), nil
+}
+
+// uncovered is ps without those inside another of ps, sorted: a prefix on
+// lo comes with local routes for its own address too, which it covers.
+func uncovered(ps []netip.Prefix) []netip.Prefix {
+	slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Bits() - b.Bits() })
+	var out []netip.Prefix
+	for _, p := range ps {
+		if !slices.ContainsFunc(out, func(q netip.Prefix) bool { return q.Contains(p.Addr()) }) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, comparePrefix)
+	return out
 }
 
 // InterfaceIPv6 is the first IPv6 address of an interface that routers
@@ -332,7 +453,15 @@ type BackendSetup struct {
 	// Self's when that is one.
 	Self         netip.Addr
 	SecondChance bool
+	// Trust lists the directors and the other backends: the only sources
+	// GUE is taken from and next hops it is sent on to (Trust). Without
+	// it, nothing is sent on, whatever SecondChance says.
+	Trust []netip.Prefix
 }
+
+// Forwards says whether a program set up by s sends GUE on (second
+// chance): asked to, and told whom it may send between.
+func (s BackendSetup) Forwards() bool { return s.SecondChance && len(s.Trust) > 0 }
 
 // Selves are the addresses forwarded packets leave from, by s.
 func (s BackendSetup) Selves() ([]netip.Addr, error) {
@@ -353,7 +482,8 @@ func (s BackendSetup) Selves() ([]netip.Addr, error) {
 	return selves, nil
 }
 
-// Setup configures b as s says (its own addresses, second chance), makes
+// Setup configures b as s says (its own addresses, second chance, whom
+// it trusts), makes
 // it take GUE for the host's addresses, and attaches it: the one way
 // both the command and the service set a backend up.
 func (b *BackendProgram) Setup(s BackendSetup) (*Attachment, []netip.Addr, error) {
@@ -362,6 +492,9 @@ func (b *BackendProgram) Setup(s BackendSetup) (*Attachment, []netip.Addr, error
 		return nil, nil, fmt.Errorf("the backend's own address: %w", err)
 	}
 	if err := b.configure(selves, s.SecondChance); err != nil {
+		return nil, nil, err
+	}
+	if err := b.Trust(s.Trust); err != nil {
 		return nil, nil, err
 	}
 	if _, _, err := b.FollowAddrs(); err != nil {
@@ -374,43 +507,36 @@ func (b *BackendProgram) Setup(s BackendSetup) (*Attachment, []netip.Addr, error
 	return a, selves, nil
 }
 
-// FollowAddrs makes the program take GUE for the host's addresses as they
-// are now, and says which were added and removed since it last did.
-func (b *BackendProgram) FollowAddrs() (added, removed []netip.Addr, err error) {
-	host, err := HostAddrs()
+// FollowAddrs makes the program take GUE for what the host's routing says
+// is local now (LocalPrefixes), and says which prefixes were added and
+// removed since it last did.
+func (b *BackendProgram) FollowAddrs() (added, removed []netip.Prefix, err error) {
+	host, err := LocalPrefixes()
 	if err != nil {
 		return nil, nil, err
 	}
-	was := map[netip.Addr]bool{}
-	var k uint32
-	var v uint8
-	it := b.maps.BeLocal.Iterate()
-	for it.Next(&k, &v) {
-		was[addrFromNative(k)] = true
-	}
-	var k6 [16]byte
-	it6 := b.maps.BeLocal6.Iterate()
-	for it6.Next(&k6, &v) {
-		was[netip.AddrFrom16(k6)] = true
-	}
-	if err := errors.Join(it.Err(), it6.Err()); err != nil {
+	had, err := b.accept().read()
+	if err != nil {
 		return nil, nil, err
 	}
-	now := map[netip.Addr]bool{}
-	for _, a := range host {
-		now[a] = true
-		if !was[a] {
-			added = append(added, a)
+	was := map[netip.Prefix]bool{}
+	for _, p := range had {
+		was[p] = true
+	}
+	now := map[netip.Prefix]bool{}
+	for _, p := range host {
+		now[p] = true
+		if !was[p] {
+			added = append(added, p)
 		}
 	}
-	for a := range was {
-		if !now[a] {
-			removed = append(removed, a)
+	for _, p := range had {
+		if !now[p] {
+			removed = append(removed, p)
 		}
 	}
 	if len(added) == 0 && len(removed) == 0 {
 		return nil, nil, nil
 	}
-	sort.Slice(removed, func(i, j int) bool { return removed[i].Less(removed[j]) })
 	return added, removed, b.Accept(host)
 }

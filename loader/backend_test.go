@@ -110,11 +110,16 @@ func TestBackendProgram(t *testing.T) {
 			return err
 		}
 		// Another of this host's addresses: GUE for it is accepted too.
-		if err := b.Accept([]netip.Addr{a("192.168.77.1"), a("10.0.0.1"), a("fd00::1")}); err != nil {
+		if err := b.Accept([]netip.Prefix{pf("192.168.77.1/32"), pf("10.0.0.1/32"), pf("fd00::1/128")}); err != nil {
 			return err
 		}
-		if acc, err := b.Accepted(); err != nil || len(acc) != 3 || acc[0] != a("10.0.0.1") || acc[1] != a("192.168.77.1") || acc[2] != a("fd00::1") {
+		if acc, err := b.Accepted(); err != nil || len(acc) != 3 || acc[0] != pf("10.0.0.1/32") || acc[1] != pf("192.168.77.1/32") || acc[2] != pf("fd00::1/128") {
 			return fmt.Errorf("accepted %v, %v", acc, err)
+		}
+		// GUE is sent on only to, and only when it came from, a listed
+		// director or backend (issue 46, item 6).
+		if err := b.Trust([]netip.Prefix{pf("192.0.2.1/32"), pf("192.168.77.0/24"), pf("192.168.88.0/24"), pf("203.0.113.50/32"), pf("2001:db8::1/128")}); err != nil {
+			return err
 		}
 		capt, err := b.Capture(CaptureFilter{Table: -1})
 		if err != nil {
@@ -165,6 +170,12 @@ func TestBackendProgram(t *testing.T) {
 			// A next hop without a neighbour entry: left to the kernel.
 			{"unknown, next hop unresolved", gueFrame(t, tcp(1001, 0x10), 0, a("192.168.77.3")), 2, "forwarded_stack", nil},
 			{"unknown, next hop out another interface", gueFrame(t, tcp(1001, 0x10), 0, a("192.168.88.2")), 2, "forwarded_stack", nil},
+			// Issue 46, item 6: GUE from a source not trusted is dropped,
+			// even a SYN; a trusted one's next hop outside the list is
+			// not sent on.
+			{"spoofed source", spoofed(gueFrame(t, tcp(1001, 0x10), 0, other), 12, "203.0.113.9"), 1, "drop_untrusted", nil},
+			{"spoofed source, SYN", spoofed(gueFrame(t, tcp(1000, 0x02), 0, other), 12, "203.0.113.9"), 1, "drop_untrusted", nil},
+			{"untrusted next hop", gueFrame(t, tcp(1001, 0x10), 0, a("198.18.5.5")), 1, "drop_untrusted_hop", nil},
 		} {
 			c := onLoopback(c)
 			out, _, _, err := runBackendCase(b, be0.Attrs().Index, c)
@@ -200,11 +211,40 @@ func TestBackendProgram(t *testing.T) {
 				}
 			}
 		}
+		// With no list, GUE is taken from anyone and never sent on: an
+		// unknown connection is the last hop's.
+		if err := b.Trust(nil); err != nil {
+			return err
+		}
+		for _, c := range []backendCase{
+			{"no list: spoofed SYN", spoofed(gueFrame(t, tcp(1000, 0x02), 0, other), 12, "203.0.113.9"), 2, "decap_syn", tcp(1000, 0x02)},
+			{"no list: unknown", gueFrame(t, tcp(1001, 0x10), 0, other), 2, "decap_last_hop", tcp(1001, 0x10)},
+		} {
+			if _, _, _, err := runBackendCase(b, be0.Attrs().Index, c); err != nil {
+				return err
+			}
+		}
+		if on, err := b.SecondChance(); err != nil || on {
+			return fmt.Errorf("second chance with no list: %v %v", on, err)
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// spoofed is frame f with its outer source, at offset off after the
+// Ethernet header, replaced by src (the IPv4 header checksum fixed).
+func spoofed(f []byte, off int, src string) []byte {
+	ip := f[14:]
+	copy(ip[off:], a(src).AsSlice())
+	if ip[0]>>4 == 4 {
+		ip[10], ip[11] = 0, 0
+		c := gue.Checksum(ip[:20])
+		ip[10], ip[11] = byte(c>>8), byte(c)
+	}
+	return f
 }
 
 // onLoopback is c as a kernel whose BPF_PROG_RUN takes no XDP context
@@ -308,11 +348,14 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 		if err := b.SetSelf(a("192.168.77.1"), a("fd00:77::1")); err != nil {
 			return err
 		}
-		if err := b.Accept([]netip.Addr{a("fd00:77::1"), a("192.168.77.1"), a("10.0.0.1")}); err != nil {
+		if err := b.Accept([]netip.Prefix{pf("fd00:77::1/128"), pf("192.168.77.1/32"), pf("10.0.0.1/32")}); err != nil {
 			return err
 		}
-		if acc, err := b.Accepted(); err != nil || len(acc) != 3 || acc[0] != a("10.0.0.1") || acc[2] != a("fd00:77::1") {
+		if acc, err := b.Accepted(); err != nil || len(acc) != 3 || acc[0] != pf("10.0.0.1/32") || acc[2] != pf("fd00:77::1/128") {
 			return fmt.Errorf("accepted %v, %v", acc, err)
+		}
+		if err := b.Trust([]netip.Prefix{pf("2001:db8::1/128"), pf("fd00:77::/64"), pf("2001:db8:99::50/128")}); err != nil {
+			return err
 		}
 		client, vip, other := a("10.0.0.2"), a("10.0.0.1"), a("fd00:77::2")
 		tcp := func(sport uint16, flags byte) []byte {
@@ -333,6 +376,8 @@ func TestBackendProgramIPv6Underlay(t *testing.T) {
 			{"unknown, next hop unresolved", gue6Frame(t, tcp(1001, 0x10), 0, a("fd00:77::3")), 2, "forwarded_stack", nil},
 			{"to another host", gue6Frame(t, pkt.IPv4(client, a("198.51.100.7"), 6, pkt.TCP(1000, 80, 0x02, nil), pkt.V4Opts{}), 0, other), 1, "drop_not_local", nil},
 			{"GLB's type over IPv6", func() []byte { f := gue6Frame(t, tcp(1000, 0x02), 0, other); f[14+52], f[14+53] = 0, 0; return f }(), 1, "drop_malformed", nil},
+			{"spoofed source", spoofed(gue6Frame(t, tcp(1001, 0x10), 0, other), 8, "2001:db8:66::9"), 1, "drop_untrusted", nil},
+			{"untrusted next hop", gue6Frame(t, tcp(1001, 0x10), 0, a("2001:db8:5::5")), 1, "drop_untrusted_hop", nil},
 		} {
 			next := a("fd00:77::3")
 			if c.counter == "forwarded" {

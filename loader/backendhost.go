@@ -25,8 +25,8 @@ import (
 type BackendHost struct {
 	Config  model.BackendConfig
 	Ingress *net.Interface // the interface packets come in by
-	// Accepts are the addresses of be_local and be_local6.
-	Accepts map[netip.Addr]bool
+	// Accepts are the prefixes of be_accept and be_accept6.
+	Accepts []netip.Prefix
 	// Err is the first error a lookup met (netlink refused, a sysctl
 	// unreadable): the answer it gave is then a guess, and explain says so.
 	Err error
@@ -38,37 +38,29 @@ func (b *BackendProgram) Host(iface string) (*BackendHost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interface %s: %w", iface, err)
 	}
-	h := &BackendHost{Ingress: ifi, Accepts: map[netip.Addr]bool{}}
+	h := &BackendHost{Ingress: ifi}
 	var c abi.BeConfig
 	if err := b.maps.BeCfg.Lookup(uint32(0), &c); err != nil {
 		return nil, fmt.Errorf("reading the backend's settings: %w", err)
 	}
-	h.Config = model.BackendConfig{Configured: c.Configured != 0, SecondChance: c.NoSecondChance == 0}
+	h.Config = model.BackendConfig{Configured: c.Configured != 0, SecondChance: c.NoSecondChance == 0, TrustListed: c.TrustListed != 0}
 	if c.SelfIp != 0 {
 		h.Config.Self4 = addrFromNative(c.SelfIp)
 	}
 	if a := netip.AddrFrom16(c.SelfIp6); !a.IsUnspecified() {
 		h.Config.Self6 = a
 	}
-	var k uint32
-	var v uint8
-	it := b.maps.BeLocal.Iterate()
-	for it.Next(&k, &v) {
-		h.Accepts[addrFromNative(k)] = true
+	if h.Accepts, err = b.accept().read(); err != nil {
+		return nil, fmt.Errorf("reading the backend's accepted prefixes: %w", err)
 	}
-	var k6 [16]byte
-	it6 := b.maps.BeLocal6.Iterate()
-	for it6.Next(&k6, &v) {
-		h.Accepts[netip.AddrFrom16(k6)] = true
-	}
-	if err := errors.Join(it.Err(), it6.Err()); err != nil {
-		return nil, fmt.Errorf("reading the backend's accepted addresses: %w", err)
+	if h.Config.Trust, err = b.trust().read(); err != nil {
+		return nil, fmt.Errorf("reading whom the backend trusts: %w", err)
 	}
 	return h, nil
 }
 
-// Accepted is the program's be_local lookup.
-func (h *BackendHost) Accepted(a netip.Addr) bool { return h.Accepts[a] }
+// Accepted is the program's be_accept lookup.
+func (h *BackendHost) Accepted(a netip.Addr) bool { return model.InPrefixes(h.Accepts, a) }
 
 func (h *BackendHost) fail(err error) {
 	if h.Err == nil {

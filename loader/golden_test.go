@@ -24,6 +24,8 @@ type goldenCase struct {
 
 func a(s string) netip.Addr { return netip.MustParseAddr(s) }
 
+func pf(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
 var client4, client6 = a("203.0.113.7"), a("2001:db8:1::7")
 
 func goldenCases() []goldenCase {

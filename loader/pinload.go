@@ -42,6 +42,9 @@ type pinnedLoad struct {
 	// build with another layout (a counter added) is made again, its
 	// counts from zero, rather than refusing the load.
 	counters []string
+	// retired are pins of maps earlier builds had and this one has not:
+	// removed once this build's program is installed.
+	retired []string
 
 	repaired []string
 }
@@ -80,6 +83,13 @@ func (l *pinnedLoad) run() (rerr error) {
 		return fail(err)
 	}
 	*l.prog = p
+	for _, name := range l.retired {
+		if err := os.Remove(filepath.Join(l.dir, name)); err == nil {
+			l.repaired = append(l.repaired, fmt.Sprintf("%s: an earlier build's map, unpinned", filepath.Join(l.dir, name)))
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fail(fmt.Errorf("loading %s: %w", l.what, err))
+		}
+	}
 	if err := chmodPins(l.dir); err != nil {
 		return fail(err)
 	}

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/lab"
+	"github.com/vishvananda/netlink"
 )
 
 // TestLoadReplacesAnOlderProgram pins another program in the director's
@@ -246,5 +248,57 @@ func TestLoadRemakesCountersOfAnotherLayout(t *testing.T) {
 	}
 	if _, err := b.Counters(); err != nil {
 		t.Errorf("counters: %v", err)
+	}
+}
+
+// TestLoadRetiresExactAddressMaps: a backend loaded over an earlier
+// build's pins (exact addresses in be_local, before prefixes, issue 46
+// item 5) takes GUE for the host's local prefixes from its first packet,
+// and the earlier build's map is unpinned.
+func TestLoadRetiresExactAddressMaps(t *testing.T) {
+	testenv.Kernel(t)
+	dir := testDir(t)
+	err := lab.InNetns(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		netlink.LinkSetUp(lo)
+		ad, _ := netlink.ParseAddr("10.86.0.0/24")
+		if err := netlink.AddrAdd(lo, ad); err != nil {
+			return err
+		}
+		b, err := LoadBackend(dir)
+		if err != nil {
+			return err
+		}
+		b.Close()
+		old, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 1, MaxEntries: 64})
+		if err != nil {
+			return err
+		}
+		defer old.Close()
+		if err := old.Pin(filepath.Join(dir, "be_local")); err != nil {
+			return err
+		}
+		b, err = LoadBackend(dir)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if _, err := os.Stat(filepath.Join(dir, "be_local")); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("be_local still pinned: %v", err)
+		}
+		if !slices.ContainsFunc(b.Repaired, func(s string) bool { return strings.Contains(s, "be_local: an earlier build's map, unpinned") }) {
+			return fmt.Errorf("repaired: %q", b.Repaired)
+		}
+		acc, err := b.Accepted()
+		if err != nil || !slices.Contains(acc, pf("10.86.0.0/24")) || slices.Contains(acc, pf("10.86.0.0/32")) {
+			return fmt.Errorf("accepted at load: %v %v", acc, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

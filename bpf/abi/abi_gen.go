@@ -7,7 +7,8 @@ import "structs"
 type BeConfig struct {
 	_              structs.HostLayout
 	SelfIp         uint32
-	Configured     uint16
+	Configured     uint8
+	TrustListed    uint8
 	NoSecondChance uint16
 	SelfIp6        [16]uint8
 }
@@ -15,26 +16,40 @@ type BeConfig struct {
 type BeCounter uint32
 
 const (
-	BeCounterBE_C_PROCESSED        BeCounter = 0
-	BeCounterBE_C_DECAP_SYN        BeCounter = 1
-	BeCounterBE_C_DECAP_KNOWN      BeCounter = 2
-	BeCounterBE_C_DECAP_NOT_TCP    BeCounter = 3
-	BeCounterBE_C_DECAP_LAST_HOP   BeCounter = 4
-	BeCounterBE_C_FORWARDED        BeCounter = 5
-	BeCounterBE_C_PASS_NOT_GUE     BeCounter = 6
-	BeCounterBE_C_DROP_MALFORMED   BeCounter = 7
-	BeCounterBE_C_DROP_NO_ROUTE    BeCounter = 8
-	BeCounterBE_C_DROP_NO_CONFIG   BeCounter = 9
-	BeCounterBE_C_GUE6             BeCounter = 10
-	BeCounterBE_C_DROP_NOT_LOCAL   BeCounter = 11
-	BeCounterBE_C_FORWARDED_STACK  BeCounter = 12
-	BeCounterBE_C_SECOND_CHANCE_IN BeCounter = 13
-	BeCounterBE_C_MAX              BeCounter = 14
+	BeCounterBE_C_PROCESSED          BeCounter = 0
+	BeCounterBE_C_DECAP_SYN          BeCounter = 1
+	BeCounterBE_C_DECAP_KNOWN        BeCounter = 2
+	BeCounterBE_C_DECAP_NOT_TCP      BeCounter = 3
+	BeCounterBE_C_DECAP_LAST_HOP     BeCounter = 4
+	BeCounterBE_C_FORWARDED          BeCounter = 5
+	BeCounterBE_C_PASS_NOT_GUE       BeCounter = 6
+	BeCounterBE_C_DROP_MALFORMED     BeCounter = 7
+	BeCounterBE_C_DROP_NO_ROUTE      BeCounter = 8
+	BeCounterBE_C_DROP_NO_CONFIG     BeCounter = 9
+	BeCounterBE_C_GUE6               BeCounter = 10
+	BeCounterBE_C_DROP_NOT_LOCAL     BeCounter = 11
+	BeCounterBE_C_FORWARDED_STACK    BeCounter = 12
+	BeCounterBE_C_SECOND_CHANCE_IN   BeCounter = 13
+	BeCounterBE_C_DROP_UNTRUSTED     BeCounter = 14
+	BeCounterBE_C_DROP_UNTRUSTED_HOP BeCounter = 15
+	BeCounterBE_C_MAX                BeCounter = 16
 )
 
 type BeCounters struct {
 	_ structs.HostLayout
-	C [14]uint64
+	C [16]uint64
+}
+
+type BePrefix4 struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      uint32
+}
+
+type BePrefix6 struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
 }
 
 type DirBackend struct {
@@ -525,6 +540,8 @@ var BackendCounterNames = []string{
 	"drop_not_local",
 	"forwarded_stack",
 	"second_chance_in",
+	"drop_untrusted",
+	"drop_untrusted_hop",
 }
 
 var _ structs.HostLayout

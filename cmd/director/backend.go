@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -14,14 +15,16 @@ import (
 
 var backendCmd = &command{
 	uses: usesBPFFS,
-	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION] | explain FLOW|--pcap FILE | doctor [--config CONFIG] | run --attach IFACE [--metrics ADDR:PORT]  [--bpffs DIR | --backend-bpffs DIR]",
+	name: "backend", args: "attach IFACE [--mode native|generic] [--self IP] [--trust PREFIXES] [--no-second-chance] | detach IFACE | unload | status [--json] | capture [CAPTURE FLAGS] [EXPRESSION] | explain FLOW|--pcap FILE | doctor [--config CONFIG] | run --attach IFACE [--metrics ADDR:PORT]  [--bpffs DIR | --backend-bpffs DIR]",
 	summary: "Run GLB's proxy side (GUE decapsulation, second chance) on a backend host.",
 	help: "Run GLB's proxy side in eBPF on a backend host: decapsulate GUE packets for this host's\n" +
 		"connections and new ones, forward the others to the next hop of GLB's hop list (second chance).\n" +
 		"GUE (over IPv4, and over IPv6: director's extension) is accepted for the addresses the host has,\n" +
 		"IPv4 and IPv6, when 'backend attach' runs (run it again after adding one); second chance forwards\n" +
 		"from --self (or the interface's addresses), and needs forwarding on for each family it forwards\n" +
-		"(attach says so: net.ipv4.conf.IFACE.forwarding, net.ipv6.conf.all.forwarding). Pinned under --bpffs or --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.\n" +
+		"(attach says so: net.ipv4.conf.IFACE.forwarding, net.ipv6.conf.all.forwarding). Second chance sends\n" +
+		"on only between hosts --trust lists (the directors and the other backends); with --trust, GUE from any\n" +
+		"other source is dropped, and without it nothing is sent on (docs/operations.md). Pinned under --bpffs or --backend-bpffs (default " + loader.BackendDir + "); no kernel module needed.\n" +
 		"'backend capture' is 'director capture' for the backend program: the GUE packets it decapsulates\n" +
 		"(as the stack gets them), forwards (second chance, as they leave) and drops, with the reason; with\n" +
 		"--action, every packet of those verdicts, not GUE ones included. Its flags are capture's, but\n" +
@@ -54,6 +57,7 @@ func runBackend(e *env, c *command, args []string) error {
 	self := fs.String("self", "", "this host's `ADDR`, IPv4 or IPv6, the source of forwarded packets (default: the interface's first\n"+
 		"IPv4 address, and its IPv6 one for GUE over IPv6)")
 	asJSON := fs.Bool("json", false, "status as JSON")
+	trust := trustFlag(fs)
 	noSecond := fs.Bool("no-second-chance", false, "for attach: decapsulate every GUE packet and never forward one to the next hop,\n"+
 		"as a backend without GLB's proxy logic does: established connections break when their row moves (for testing)")
 	pos, err := e.parse(fs, args, 1, 2)
@@ -70,7 +74,11 @@ func runBackend(e *env, c *command, args []string) error {
 	}
 	switch {
 	case pos[0] == "attach" && len(pos) == 2:
-		return backendAttach(e, *dir, pos[1], *mode, *self, !*noSecond)
+		ps, err := parseTrust(*trust)
+		if err != nil {
+			return fmt.Errorf("backend attach: %w", err)
+		}
+		return backendAttach(e, *dir, pos[1], *mode, *self, !*noSecond, ps)
 	case pos[0] == "detach" && len(pos) == 2:
 		return backendDetach(e, *dir, pos[1])
 	case pos[0] == "unload" && len(pos) == 1:
@@ -167,7 +175,40 @@ func runBackendCapture(e *env, c *command, args []string) error {
 		func(int) capturedTable { return capturedTable{} })
 }
 
-func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) error {
+// trustFlag is --trust, for 'backend attach' and 'backend run'.
+func trustFlag(fs *flag.FlagSet) *string {
+	return fs.String("trust", "", "the directors and the other backends, `PREFIXES` (addresses or prefixes, comma-separated): GUE is\n"+
+		"taken only from them and sent on only to them (default: none listed: taken from any source, never sent on)")
+}
+
+// parseTrust reads --trust: addresses (a /32 or /128 each) and prefixes.
+func parseTrust(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			a, aerr := netip.ParseAddr(f)
+			if aerr != nil {
+				return nil, fmt.Errorf("--trust: %q: not an address or a prefix", f)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() {
+			return nil, fmt.Errorf("--trust: %q: give an IPv4-mapped address as IPv4", f)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("--trust: %q: has bits set past its length (%s?)", f, p.Masked())
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func backendAttach(e *env, dir, iface, mode, self string, secondChance bool, trust []netip.Prefix) error {
 	if err := loader.CheckNoRun(dir, "backend attach"); err != nil {
 		return err
 	}
@@ -179,7 +220,7 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 	for _, r := range b.Repaired {
 		fmt.Fprintf(e.stderr, "director: %s\n", r)
 	}
-	s := loader.BackendSetup{Iface: iface, Mode: mode, SecondChance: secondChance}
+	s := loader.BackendSetup{Iface: iface, Mode: mode, SecondChance: secondChance, Trust: trust}
 	if self != "" {
 		if s.Self, err = netip.ParseAddr(self); err != nil {
 			return fmt.Errorf("backend: --self: %w", err)
@@ -199,10 +240,16 @@ func backendAttach(e *env, dir, iface, mode, self string, secondChance bool) err
 	for _, w := range a.Warnings {
 		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
 	}
-	if !secondChance {
+	switch {
+	case !secondChance:
 		fmt.Fprintln(e.stderr, "director: warning: second chance is off: every GUE packet is decapsulated here, and connections break when their row moves to another backend")
+	case len(trust) == 0:
+		fmt.Fprintln(e.stderr, "director: warning: second chance is off: no directors and backends listed to trust (--trust), so nothing is sent on, "+
+			"and connections break when their row moves to another backend")
+	default:
+		fmt.Fprintf(e.stdout, "GUE taken from, and sent on to, only %s\n", joinAddrs(trust))
 	}
-	for _, w := range backendWarnings(iface, a.Mode, secondChance, selves) {
+	for _, w := range backendWarnings(iface, a.Mode, s.Forwards(), selves) {
 		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
 	}
 	return nil
@@ -248,23 +295,30 @@ func backendStatus(e *env, dir string, asJSON bool) error {
 	if err != nil {
 		return err
 	}
+	trusted, err := b.Trusted()
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		if atts == nil {
 			atts = []loader.Attachment{}
 		}
-		acc := make([]string, len(accepted))
-		for i, a := range accepted {
-			acc[i] = a.String()
-		}
-		return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "accepts": acc, "second_chance": second, "counters": counters})
+		return writeJSON(e.stdout, map[string]any{"version": 1, "attachments": atts, "accepts": strs(accepted), "trusts": strs(trusted),
+			"second_chance": second, "counters": counters})
 	}
 	for _, a := range atts {
 		fmt.Fprintf(e.stdout, "%s\n", attachmentLine(a))
 	}
 	fmt.Fprintf(e.stdout, "accepts GUE for %s\n", joinAddrs(accepted))
-	if second {
+	switch {
+	case second:
+		fmt.Fprintf(e.stdout, "trusts %s: GUE is taken only from them, and sent on only to them\n", joinAddrs(trusted))
 		fmt.Fprintln(e.stdout, "second chance on: packets of connections this host does not know go to the next hop")
-	} else {
+	case len(trusted) == 0:
+		fmt.Fprintln(e.stdout, "trusts nobody listed (--trust): GUE is taken from any source")
+		fmt.Fprintln(e.stdout, "second chance OFF: with no directors and backends listed to trust, nothing is sent on")
+	default:
+		fmt.Fprintf(e.stdout, "trusts %s: GUE is taken only from them\n", joinAddrs(trusted))
 		fmt.Fprintln(e.stdout, "second chance OFF: every GUE packet is decapsulated here")
 	}
 	for _, n := range loader.BackendCounterNames() {
@@ -273,10 +327,13 @@ func backendStatus(e *env, dir string, asJSON bool) error {
 	return nil
 }
 
-func joinAddrs(as []netip.Addr) string {
+func joinAddrs[T fmt.Stringer](as []T) string { return strings.Join(strs(as), ", ") }
+
+// strs are as, as strings (a JSON list, never null).
+func strs[T fmt.Stringer](as []T) []string {
 	s := make([]string, len(as))
 	for i, a := range as {
 		s[i] = a.String()
 	}
-	return strings.Join(s, ", ")
+	return s
 }

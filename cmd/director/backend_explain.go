@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/director/director/internal/datapath/gue"
@@ -31,6 +32,8 @@ func runBackendExplain(e *env, c *command, args []string) error {
 	hops := fs.String("hops", "", "the hops listed after this host, `IP,IP` (default: none)")
 	next := fs.Int("next", 0, "the next-hop index of the GUE header")
 	to := fs.String("to", "", "the outer destination `ADDR` (default: this host's, from backend attach)")
+	from := fs.String("from", "", "the outer source `ADDR`, the director's (default: the first of the trusted (--trust) of its family,\n"+
+		"else 192.0.2.1 or 2001:db8::1)")
 	iface := fs.String("interface", "", "the interface the packet comes in by (default: the one attached)")
 	pos, err := e.parse(fs, args, 0, 3)
 	if err != nil {
@@ -55,12 +58,12 @@ func runBackendExplain(e *env, c *command, args []string) error {
 	}
 	var frame []byte
 	if *pcap != "" {
-		if len(pos) > 0 || *syn || *hops != "" || *to != "" || *next != 0 {
-			return errors.New("backend explain: a flow, --syn, --hops, --next and --to do not go with --pcap")
+		if len(pos) > 0 || *syn || *hops != "" || *to != "" || *from != "" || *next != 0 {
+			return errors.New("backend explain: a flow, --syn, --hops, --next, --to and --from do not go with --pcap")
 		}
 		frame, err = packetOf(*pcap, *n)
 	} else {
-		frame, err = gueFlowFrame(host, pos, *syn, *hops, *next, *to)
+		frame, err = gueFlowFrame(host, pos, *syn, *hops, *next, *to, *from)
 	}
 	if err != nil {
 		return fmt.Errorf("backend explain: %w", err)
@@ -99,9 +102,11 @@ func attachedOne(b *loader.BackendProgram) (string, error) {
 }
 
 // gueFlowFrame is the director's GUE packet of a flow to this host: from
-// the documentation address 192.0.2.1 (2001:db8::1 over IPv6; the program
-// does not read it) to --to, this host's own address by default.
-func gueFlowFrame(host *loader.BackendHost, pos []string, syn bool, hopList string, next int, to string) ([]byte, error) {
+// --from, by default a trusted source (the first trusted prefix of the
+// family's first address; with none listed, any source is taken, and the
+// documentation address 192.0.2.1 or 2001:db8::1 stands in), to --to,
+// this host's own address by default.
+func gueFlowFrame(host *loader.BackendHost, pos []string, syn bool, hopList string, next int, to, from string) ([]byte, error) {
 	flags := byte(0x10)
 	if syn {
 		flags = 0x02
@@ -138,11 +143,23 @@ func gueFlowFrame(host *loader.BackendHost, pos []string, syn bool, hopList stri
 	if len(hops) > gue.MaxHops || next < 0 || next > 255 {
 		return nil, fmt.Errorf("at most %d hops after this host, and --next 0 to 255", gue.MaxHops-1)
 	}
-	h := gue.Header{Src: netip.MustParseAddr("192.0.2.1"), Hops: hops, SourcePort: 0x8000, NextHop: uint8(next), Proto: gue.ProtoIPv4}
+	src := netip.MustParseAddr("192.0.2.1")
 	etype := uint16(0x0800)
 	if !dst.Is4() {
-		h.Src, etype = netip.MustParseAddr("2001:db8::1"), 0x86dd
+		src, etype = netip.MustParseAddr("2001:db8::1"), 0x86dd
 	}
+	if i := slices.IndexFunc(host.Config.Trust, func(p netip.Prefix) bool { return p.Addr().Is4() == dst.Is4() }); i >= 0 && host.Config.TrustListed {
+		src = host.Config.Trust[i].Addr()
+	}
+	if from != "" {
+		if src, err = netip.ParseAddr(from); err != nil {
+			return nil, fmt.Errorf("--from: %w", err)
+		}
+		if src.Is4() != dst.Is4() {
+			return nil, fmt.Errorf("--from: %s is not of the outer destination %s's family", src, dst)
+		}
+	}
+	h := gue.Header{Src: src, Hops: hops, SourcePort: 0x8000, NextHop: uint8(next), Proto: gue.ProtoIPv4}
 	if inner[0]>>4 == 6 {
 		h.Proto = gue.ProtoIPv6
 	}

@@ -240,6 +240,12 @@ func backendFrames(rng *rand.Rand, n int, conns []netip.AddrPort) [][]byte {
 		if v6outer {
 			h.Src, etype = a("2001:db8::1"), 0x86dd
 		}
+		if rng.IntN(15) == 0 { // from a source not trusted: spoofed
+			h.Src = a("203.0.113.77")
+			if v6outer {
+				h.Src = a("2001:db8:77::7")
+			}
+		}
 		if v6inner {
 			h.Proto = gue.ProtoIPv6
 		}
@@ -278,7 +284,8 @@ func ipOf(src, dst netip.Addr, proto uint8, l4 []byte) []byte {
 // each of 10,000 generated packets is what the backend program does with
 // it, run in the kernel as if it came in by be0: the counter that says
 // why and the verdict. With forwarding on, then off, then second chance
-// off.
+// off, then nobody trusted; spoofed sources and untrusted next hops
+// among the packets (issue 46, item 6).
 func TestBackendExplainMatchesTheKernel(t *testing.T) {
 	backendRig(t, func(b []string) error {
 		lab0, err := newBackendLab(max(testenv.Reduced(40), 4))
@@ -297,7 +304,11 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 			}
 			return nil
 		}
-		if err := runAttach(); err != nil {
+		// The director and the backends' networks, 10.99/16 among them,
+		// which have no route; 10.66.0.0, 172.31.0.0 and their IPv6
+		// ones not trusted.
+		trust := []string{"--trust", "192.0.2.1,2001:db8::1,10.77.0.0/24,fd00:77::/64,10.88.0.0/24,fd00:88::/64,10.99.0.0/16,fd00:99::/32"}
+		if err := runAttach(trust...); err != nil {
 			return err
 		}
 		prog, err := loader.OpenBackend(b[2])
@@ -336,9 +347,10 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 		}{
 			// Forwarding on where frames come in: be0, or loopback
 			// where BPF_PROG_RUN takes no ingress interface (5.10).
-			{"second chance", 8, func() error { return setForwarding(ingress, true) }},
+			{"second chance", 7, func() error { return setForwarding(ingress, true) }},
 			{"forwarding off", 1, func() error { return setForwarding(ingress, false) }},
-			{"no second chance", 1, func() error { setForwarding(ingress, true); return runAttach("--no-second-chance") }},
+			{"no second chance", 1, func() error { setForwarding(ingress, true); return runAttach(append(trust, "--no-second-chance")...) }},
+			{"nobody trusted", 1, func() error { return runAttach() }},
 		} {
 			if err := phase.setup(); err != nil {
 				return err
@@ -382,7 +394,7 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 		}
 		t.Logf("%d packets: %v", total, seen)
 		want := []string{"second_chance_in", "decap_syn", "decap_known", "decap_not_tcp", "decap_last_hop", "forwarded_stack", "pass_not_gue",
-			"drop_malformed", "drop_no_route", "drop_not_local"}
+			"drop_malformed", "drop_no_route", "drop_not_local", "drop_untrusted", "drop_untrusted_hop"}
 		if lab.HaveRunContext() {
 			want = append(want, "forwarded")
 		}
@@ -420,13 +432,19 @@ func TestBackendExplainCommand(t *testing.T) {
 		if _, errOut, code := runCmd(append(b, "explain", "tcp", "198.51.100.9:4000", "10.10.10.10:80")...); code != 1 || !strings.Contains(errOut, "no backend program is loaded") {
 			return fmt.Errorf("before attach: %d %s", code, errOut)
 		}
-		if out, errOut, code := runCmd(append(b, "attach", "be0", "--mode", "generic")...); code != 0 {
+		if out, errOut, code := runCmd(append(b, "attach", "be0", "--mode", "generic", "--trust", "192.0.2.0/24,10.77.0.0/24,172.31.0.0/16")...); code != 0 {
 			return fmt.Errorf("attach: %s %s", out, errOut)
 		}
 		for _, c := range []struct {
 			args []string
 			want []string
 		}{
+			// Issue 46, item 6: from a source not trusted, or to a next
+			// hop not trusted.
+			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--syn", "--from", "203.0.113.9"},
+				[]string{"ipv4 203.0.113.9 > 10.77.0.2", "drop (XDP_DROP, counted as drop_untrusted): GUE from 203.0.113.9, not a director or backend this host trusts"}},
+			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:81", "--hops", "198.18.5.5"},
+				[]string{"ipv4 10.77.0.0 > 10.77.0.2", "next hop  198.18.5.5: not trusted, so not looked up", "drop (XDP_DROP, counted as drop_untrusted_hop)", "the next hop 198.18.5.5 is not a director or backend this host trusts"}},
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--syn"}, []string{"decapsulate (XDP_PASS, counted as decap_syn): a TCP SYN"}},
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--hops", "10.77.0.10"},
 				[]string{"socket    listener only", "next hop  10.77.0.10: out be0 to 10.77.0.10, its neighbour resolved (02:00:00:00:77:10, permanent)",
@@ -434,7 +452,7 @@ func TestBackendExplainCommand(t *testing.T) {
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:81", "--hops", "10.77.0.11"},
 				[]string{"socket    none", "whose neighbour entry is not resolved", "counted as forwarded_stack"}},
 			{[]string{"tcp", l.conns[0].String(), "10.10.10.10:80", "--hops", "10.77.0.11"}, []string{"socket    connection", "counted as decap_known"}},
-			{[]string{"udp", "198.51.100.9:4000", "203.0.113.1:53"}, []string{"counted as drop_not_local", "Put the VIP on lo"}},
+			{[]string{"udp", "198.51.100.9:4000", "203.0.113.1:53"}, []string{"counted as drop_not_local", "Put the VIP (or its prefix) on lo"}},
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:81", "--hops", "172.31.0.1"}, []string{"drop (XDP_DROP, counted as drop_no_route)", "no route to 172.31.0.1"}},
 		} {
 			out, errOut, code := runCmd(append(append(b, "explain"), c.args...)...)
@@ -456,6 +474,7 @@ func TestBackendExplainCommand(t *testing.T) {
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--hops", "fd00::1"}, "is not of the outer destination 10.77.0.2's family"},
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--hops", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5,10.0.0.6,10.0.0.7,10.0.0.8"}, "at most 7 hops"},
 			{[]string{"--pcap", capDir + "small.pcap", "--syn"}, "do not go with --pcap"},
+			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--from", "fd00::1"}, "--from: fd00::1 is not of the outer destination 10.77.0.2's family"},
 			{[]string{"tcp", "198.51.100.9:4000", "10.10.10.10:80", "--interface", "nope0"}, "nope0"},
 		} {
 			if _, errOut, code := runCmd(append(append(b, "explain"), c.args...)...); code != 1 || !strings.Contains(errOut, c.want) {

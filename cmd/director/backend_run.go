@@ -27,6 +27,7 @@ func runBackendRun(e *env, c *command, args []string) error {
 	iface := fs.String("attach", "", "the interface GUE comes in by, `IFACE`")
 	mode := fs.String("mode", loader.ModeNative, "XDP `MODE`: native or generic")
 	self := fs.String("self", "", "this host's `ADDR`, the source of forwarded packets (default: the interface's)")
+	trust := trustFlag(fs)
 	noSecond := fs.Bool("no-second-chance", false, "decapsulate every GUE packet, never forward one (for testing)")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR:PORT`/metrics")
 	interval := durationFlag(fs, "interval", 5*time.Second, "`D`, how often the attachment and the addresses are looked at besides netlink's events")
@@ -45,9 +46,12 @@ func runBackendRun(e *env, c *command, args []string) error {
 	case *interval <= 0:
 		return fmt.Errorf("backend run: --interval %s: must be more than zero", *interval)
 	}
-	s := loader.BackendSetup{Iface: *iface, Mode: *mode, SecondChance: !*noSecond}
+	ps, err := parseTrust(*trust)
+	if err != nil {
+		return fmt.Errorf("backend run: %w", err)
+	}
+	s := loader.BackendSetup{Iface: *iface, Mode: *mode, SecondChance: !*noSecond, Trust: ps}
 	if *self != "" {
-		var err error
 		if s.Self, err = netip.ParseAddr(*self); err != nil {
 			return fmt.Errorf("backend run: --self: %w", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/pkt"
@@ -164,7 +165,7 @@ func TestBackendRun(t *testing.T) {
 		added := netip.MustParseAddr("10.60.0.9")
 		accepts := func() bool {
 			as, err := bp.Accepted()
-			return err == nil && slices.Contains(as, added)
+			return err == nil && slices.Contains(as, netip.PrefixFrom(added, 32))
 		}
 		before := m["director_backend_host_accepted_addresses"]
 		if err := addAddr(lo, added.String()+"/32"); err != nil {
@@ -188,6 +189,37 @@ func TestBackendRun(t *testing.T) {
 		}
 		if !within(5*time.Second, func() bool { return !accepts() && scrape() && m["director_backend_host_accepted_addresses"] == before }) {
 			return fail("%s, removed, is still taken: %v", added, m)
+		}
+		// Issue 46, item 5: a VIP range held as a prefix on lo, added
+		// under the service, is taken whole.
+		rng := netip.MustParsePrefix("10.86.0.0/24")
+		if err := addAddr(lo, rng.String()); err != nil {
+			return err
+		}
+		if !within(5*time.Second, func() bool {
+			as, err := bp.Accepted()
+			return err == nil && slices.Contains(as, rng) && scrape() && m["director_backend_host_accepted_addresses"] == before+1
+		}) {
+			return fail("%s, added on lo, is not taken: %v", rng, m)
+		}
+		decapped = m[`director_backend_host_packets_total{result="decap_last_hop"}`]
+		sock.Send(gueTo("10.86.0.5"))
+		if !within(5*time.Second, func() bool {
+			return scrape() && m[`director_backend_host_packets_total{result="decap_last_hop"}`] == decapped+1
+		}) || m[`director_backend_host_packets_total{result="drop_not_local"}`] != 0 {
+			return fail("GUE for 10.86.0.5 in %s on lo was not taken: %v", rng, m)
+		}
+		// And a prefix made local by a route alone, no address.
+		_, rt, _ := net.ParseCIDR("10.87.0.0/24")
+		if err := netlink.RouteAdd(&netlink.Route{Dst: rt, LinkIndex: lo.Attrs().Index, Type: unix.RTN_LOCAL, Table: unix.RT_TABLE_LOCAL,
+			Scope: netlink.SCOPE_HOST}); err != nil {
+			return err
+		}
+		if !within(5*time.Second, func() bool {
+			as, err := bp.Accepted()
+			return err == nil && slices.Contains(as, netip.MustParsePrefix("10.87.0.0/24"))
+		}) {
+			return fail("10.87.0.0/24, a local route on lo, is not taken: %v", m)
 		}
 		// 'backend detach' is refused while the service owns the pins
 		// (TestOneOwnerPerPinDirectory); the attachment removed underneath,

@@ -222,6 +222,15 @@ func setMTU(iface string, mtu int) func() error {
 	}
 }
 
+// trustedList is the testbed's trusted prefixes as --trust takes them.
+func trustedList() string {
+	s := make([]string, len(testbed.Trusted))
+	for i, p := range testbed.Trusted {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
 // peerXDP takes the pass-all program off the LAN's port of host name, or
 // puts it back.
 func peerXDP(tb *testbed.Testbed, name string, on bool) func() error {
@@ -259,7 +268,20 @@ func TestDoctorNamesEachProblem(t *testing.T) {
 			})
 		}
 	}
+	// beRaw runs a backend command as given; be attaches with the
+	// testbed's trusted list, as the testbed does.
+	beRaw := func(args ...string) func() error {
+		return inNS(tb.Backends[0], func() error {
+			if out, errOut, code := runCmd(append([]string{"backend", "--bpffs", tb.BackendBPFFS(1)}, args...)...); code != 0 {
+				return fmt.Errorf("backend %v: %s%s", args, out, errOut)
+			}
+			return nil
+		})
+	}
 	be := func(args ...string) func() error {
+		if args[0] == "attach" {
+			args = append(args, "--trust", trustedList())
+		}
 		return inNS(tb.Backends[0], func() error {
 			if out, errOut, code := runCmd(append([]string{"backend", "--bpffs", tb.BackendBPFFS(1)}, args...)...); code != 0 {
 				return fmt.Errorf("backend %v: %s%s", args, out, errOut)
@@ -313,6 +335,10 @@ func TestDoctorNamesEachProblem(t *testing.T) {
 		{"backend veth peer without XDP", "veth-peer", 1, peerXDP(tb, "backend1", false), peerXDP(tb, "backend1", true)},
 		{"second chance off", "second-chance", 1, be("attach", "eth0", "--no-second-chance"), be("attach", "eth0")},
 		{"forwarding from another host's address", "self-address", 1, be("attach", "eth0", "--self", "10.50.0.99"), be("attach", "eth0")},
+		// Issue 46, item 6: a backend that trusts nobody sends nothing
+		// on; one that trusts only the director, not the other backends.
+		{"nobody trusted", "second-chance", 1, beRaw("attach", "eth0"), be("attach", "eth0")},
+		{"other backends not trusted", "next-hops", 1, beRaw("attach", "eth0", "--trust", testbed.DirIP.String()), be("attach", "eth0")},
 		{"address added after attach", "accepted-addresses", 1, lo(true, "10.60.0.9/32"), lo(false, "10.60.0.9/32")},
 		{"forwarding off", "forwarding", 1, inNS(tb.Backends[0], sysctlW("net.ipv4.conf.eth0.forwarding", "0")),
 			inNS(tb.Backends[0], sysctlW("net.ipv4.conf.eth0.forwarding", "1"))},

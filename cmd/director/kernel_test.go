@@ -251,8 +251,32 @@ func TestBackendCommands(t *testing.T) {
 		if _, errOut, code := runCmd(append(b, "status")...); code != 1 || !strings.Contains(errOut, "no backend program is loaded") {
 			return fmt.Errorf("status before attach: %d %s", code, errOut)
 		}
+		// --trust as an operator might write it wrong: refused, nothing loaded.
+		for bad, want := range map[string]string{
+			"192.0.2.1,frob":   `--trust: "frob": not an address or a prefix`,
+			"192.0.2.1/16":     `--trust: "192.0.2.1/16": has bits set past its length (192.0.0.0/16?)`,
+			"::ffff:192.0.2.1": `--trust: "::ffff:192.0.2.1": give an IPv4-mapped address as IPv4`,
+		} {
+			if _, errOut, code := runCmd(append(b, "attach", "bk0", "--mode", "generic", "--trust", bad)...); code != 1 || !strings.Contains(errOut, want) {
+				return fmt.Errorf("attach --trust %s: %d %s", bad, code, errOut)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				return fmt.Errorf("attach --trust %s left %s (%v)", bad, dir, err)
+			}
+		}
+		// No list: nothing is sent on, and attach says so.
 		out, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic")...)
+		if code != 0 || !strings.Contains(errOut, "second chance is off: no directors and backends listed to trust (--trust)") ||
+			strings.Contains(errOut, "forwarding is off") {
+			return fmt.Errorf("attach with no --trust: %d %s %s", code, out, errOut)
+		}
+		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "trusts nobody listed (--trust): GUE is taken from any source") ||
+			!strings.Contains(out, "second chance OFF") {
+			return fmt.Errorf("status with no --trust: %s", out)
+		}
+		out, errOut, code = runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic", "--trust", "192.0.2.0/24, 2001:db8::1")...)
 		if code != 0 || !strings.Contains(out, "attached to bk0 in generic mode") || !strings.Contains(out, "192.0.2.9") ||
+			!strings.Contains(out, "GUE taken from, and sent on to, only 192.0.2.0/24, 2001:db8::1/128") ||
 			!strings.Contains(errOut, "net.ipv4.conf.bk0.forwarding is off") {
 			return fmt.Errorf("attach: %d %s %s", code, out, errOut)
 		}
@@ -283,18 +307,19 @@ func TestBackendCommands(t *testing.T) {
 		if _, ok := doc.Counters["forwarded"]; !ok {
 			return fmt.Errorf("status counters: %v", doc.Counters)
 		}
-		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "accepts GUE for 192.0.2.9") || !strings.Contains(out, "second chance on") {
+		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "accepts GUE for 192.0.2.9") || !strings.Contains(out, "second chance on") ||
+			!strings.Contains(out, "trusts 192.0.2.0/24, 2001:db8::1/128: GUE is taken only from them, and sent on only to them") {
 			return fmt.Errorf("status lacks the accepted addresses or second chance: %s", out)
 		}
 		// The operator's switch for second chance, and back.
-		if _, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic", "--no-second-chance")...); code != 0 ||
+		if _, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic", "--no-second-chance", "--trust", "192.0.2.0/24")...); code != 0 ||
 			!strings.Contains(errOut, "second chance is off") {
 			return fmt.Errorf("attach --no-second-chance: %d %s", code, errOut)
 		}
 		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "second chance OFF") {
 			return fmt.Errorf("status after --no-second-chance: %s", out)
 		}
-		runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic")...)
+		runCmd(append(b, "attach", "bk0", "--self", "192.0.2.9", "--mode", "generic", "--trust", "192.0.2.0/24")...)
 		if out, _, _ := runCmd(append(b, "status")...); !strings.Contains(out, "second chance on") {
 			return fmt.Errorf("status after attaching again: %s", out)
 		}

@@ -142,7 +142,7 @@ func TestOneOwnerPerPinDirectory(t *testing.T) {
 		}
 
 		// Items 2 and 3: 'backend run' owns the backend's pins.
-		br, err := startChild(append(b, "run", "--attach", "bk0", "--mode", "generic", "--interval", "200ms")...)
+		br, err := startChild(append(b, "run", "--attach", "bk0", "--mode", "generic", "--interval", "200ms", "--trust", "192.0.2.0/24")...)
 		if err != nil {
 			return err
 		}

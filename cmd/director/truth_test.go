@@ -48,7 +48,7 @@ func TestPlanRunsApplysChecks(t *testing.T) {
 // nothing of either once they are right.
 func TestBackendAttachWarnings(t *testing.T) {
 	backendRig(t, func(b []string) error {
-		_, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "native")...)
+		_, errOut, code := runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "native", "--trust", "fd00:9::/64")...)
 		if code != 0 || !strings.Contains(errOut, "net.ipv6.conf.bk0.forwarding is off: the kernel's route lookup refuses every second-chance next hop (drop_no_route); fix: sysctl -w net.ipv6.conf.bk0.forwarding=1") ||
 			!strings.Contains(errOut, "bk0 is a veth in native mode whose peer runs no XDP program") || strings.Contains(errOut, "ipv4") {
 			return fmt.Errorf("attach: exit %d: %s", code, errOut)
@@ -56,7 +56,7 @@ func TestBackendAttachWarnings(t *testing.T) {
 		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
 			return err
 		}
-		_, errOut, code = runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "generic")...)
+		_, errOut, code = runCmd(append(b, "attach", "bk0", "--self", "fd00:9::9", "--mode", "generic", "--trust", "fd00:9::/64")...)
 		if code != 0 || strings.Contains(errOut, "warning") {
 			return fmt.Errorf("attach, forwarding on, generic: exit %d: %s", code, errOut)
 		}

@@ -58,31 +58,49 @@ func Backend(o BackendOptions) *Report {
 	}
 	defer b.Close()
 	atts, aerr := b.Attachments()
-	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, o.CLI) })
-	r.run("veth-peer", func() ([]Finding, string, error) {
-		return checkVethPeers(atts, aerr, "the second-chance packets the program sends on")
-	})
 	var here []string
 	for _, a := range atts {
 		if a.State == "attached" {
 			here = append(here, a.Interface)
 		}
 	}
+	// The program's settings and accepted addresses, read as it reads
+	// them for packets coming in by the first interface attached.
+	var host *loader.BackendHost
+	var herr error
+	var keep []string
+	if len(here) > 0 {
+		host, herr = b.Host(here[0])
+		if herr == nil {
+			keep = keepTrust(host)
+		}
+	}
+	// attach is each setting as given: a fix that attaches again keeps
+	// the trusted list, or second chance would stop.
+	attach := func(args ...string) string {
+		return o.CLI + " attach " + shellword.Join(append(args, keep...)...)
+	}
+	r.run("attach-mode", func() ([]Finding, string, error) { return checkAttachments(atts, aerr, o.CLI, keep...) })
+	r.run("veth-peer", func() ([]Finding, string, error) {
+		return checkVethPeers(atts, aerr, "the second-chance packets the program sends on")
+	})
 	if len(here) == 0 {
 		return r
 	}
-	// The program's settings and accepted addresses, read as it reads
-	// them for packets coming in by the first interface attached.
-	host, herr := b.Host(here[0])
 	r.run("second-chance", func() ([]Finding, string, error) {
 		if herr != nil {
 			return nil, "", herr
 		}
 		if !host.Config.SecondChance {
 			return []Finding{fixBy("second chance is off: every GUE packet is taken here, and connections break when their row moves to another backend",
-				" (without --no-second-chance)", o.CLI+" attach "+shellword.Join(here[0]))}, "", nil
+				" (without --no-second-chance)", attach(here[0]))}, "", nil
 		}
-		return nil, "on", nil
+		if !host.Config.TrustListed {
+			return []Finding{{What: "second chance is off: the program was told of no directors and backends to trust (--trust), so it sends nothing on, " +
+				"and connections break when their row moves to another backend",
+				Fix: fmt.Sprintf("%s attach %s --trust DIRECTORS,BACKENDS (their addresses or prefixes)", o.CLI, shellword.Join(here[0]))}}, "", nil
+		}
+		return nil, fmt.Sprintf("on, trusting %d prefixes", len(host.Config.Trust)), nil
 	})
 	addrs, haerr := hostAddrs()
 	r.run("self-address", func() ([]Finding, string, error) {
@@ -97,18 +115,18 @@ func Backend(o BackendOptions) *Report {
 			}
 			if _, on := addrs[a]; !on {
 				fs = append(fs, Finding{What: fmt.Sprintf("the program sends second-chance packets from %s, which is not an address of this host", a),
-					Fix: fmt.Sprintf("%s attach %s --self <an address of this host>", o.CLI, shellword.Join(here[0]))})
+					Fix: attach(here[0]) + " --self <an address of this host>"})
 				continue
 			}
 			ok = append(ok, a.String())
 		}
 		return fs, "forwards from " + strings.Join(ok, ", "), nil
 	})
-	r.run("accepted-addresses", func() ([]Finding, string, error) { return checkAccepted(host, herr, o.CLI, here[0]) })
+	r.run("accepted-addresses", func() ([]Finding, string, error) { return checkAccepted(host, herr, attach(here[0])) })
 	r.run("forwarding", func() ([]Finding, string, error) { return checkForwarding(host, herr, here) })
 	r.run("rp-filter", func() ([]Finding, string, error) { return checkRPFilter(here) })
 	mine := servedTables(o.Tables, addrs)
-	r.run("vip-on-host", func() ([]Finding, string, error) { return checkVIPsOnHost(o, mine, addrs, haerr, b, here[0]) })
+	r.run("vip-on-host", func() ([]Finding, string, error) { return checkVIPsOnHost(o, mine, haerr, b, here[0], attach(here[0])) })
 	r.run("next-hops", func() ([]Finding, string, error) { return checkNextHops(o, mine, host, herr) })
 	return r
 }
@@ -122,27 +140,30 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// checkAccepted finds addresses of the host the program does not take GUE
-// for: added after it was attached.
-func checkAccepted(host *loader.BackendHost, herr error, cli, iface string) ([]Finding, string, error) {
+// checkAccepted finds what the host's routing says is local that the
+// program does not take GUE for: added after it was attached.
+func checkAccepted(host *loader.BackendHost, herr error, attach string) ([]Finding, string, error) {
 	if herr != nil {
 		return nil, "", herr
 	}
-	addrs, err := loader.HostAddrs()
+	local, err := loader.LocalPrefixes()
 	if err != nil {
 		return nil, "", err
 	}
 	var missing []string
-	for _, a := range addrs {
-		if a != host.Config.Self4 && a != host.Config.Self6 && !host.Accepts[a] {
-			missing = append(missing, a.String())
+	for _, p := range local {
+		if a := p.Addr(); p.IsSingleIP() && (a == host.Config.Self4 || a == host.Config.Self6) {
+			continue
+		}
+		if !slices.Contains(host.Accepts, p) {
+			missing = append(missing, p.String())
 		}
 	}
 	if len(missing) > 0 {
-		return []Finding{fixBy(fmt.Sprintf("the program does not take GUE for %s, added since it was attached: packets for them are passed untouched, or dropped as not this host's (drop_not_local)", strings.Join(missing, ", ")),
-			" (again; director backend run follows the host's addresses by itself)", cli+" attach "+shellword.Join(iface))}, "", nil
+		return []Finding{fixBy(fmt.Sprintf("the program does not take GUE for %s, local since it was attached: packets for them are passed untouched, or dropped as not this host's (drop_not_local)", strings.Join(missing, ", ")),
+			" (again; director backend run follows the host's addresses by itself)", attach)}, "", nil
 	}
-	return nil, fmt.Sprintf("takes GUE for all %d addresses of the host", len(addrs)), nil
+	return nil, fmt.Sprintf("takes GUE for all %d local prefixes of the host", len(local)), nil
 }
 
 // checkForwarding finds forwarding off on an attached interface for a
@@ -151,7 +172,7 @@ func checkForwarding(host *loader.BackendHost, herr error, ifaces []string) ([]F
 	if herr != nil {
 		return nil, "", herr
 	}
-	if !host.Config.SecondChance {
+	if !host.Config.SecondChance || !host.Config.TrustListed {
 		return skip("second chance is off: nothing is forwarded")
 	}
 	var fs []Finding
@@ -232,7 +253,7 @@ func servedTables(tables []table.TableConfig, addrs map[netip.Addr]string) []tab
 // an address of the host: the decapsulated packet is not for it, and the
 // program drops it (drop_not_local). Without a config, it reads that
 // counter.
-func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip.Addr]string, aerr error, b *loader.BackendProgram, iface string) ([]Finding, string, error) {
+func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, aerr error, b *loader.BackendProgram, iface, attach string) ([]Finding, string, error) {
 	if aerr != nil {
 		return nil, "", aerr
 	}
@@ -243,7 +264,7 @@ func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip
 		}
 		if n := c["drop_not_local"]; n > 0 {
 			return []Finding{{What: fmt.Sprintf("%d GUE packets were for addresses not on this host (drop_not_local): a VIP is missing, or was added after attach", n),
-				Fix: fmt.Sprintf("ip addr add VIP/32 dev lo, then %s attach %s again; '%s capture --action drop' shows the VIP", o.CLI, shellword.Join(iface), o.CLI)}}, "", nil
+				Fix: fmt.Sprintf("ip addr add VIP/32 dev lo (or the VIP range's prefix), then %s again; '%s capture --action drop' shows the VIP", attach, o.CLI)}}, "", nil
 		}
 		return skip("no forwarding table config given (--config), and no packet dropped as not this host's")
 	}
@@ -251,20 +272,53 @@ func checkVIPsOnHost(o BackendOptions, mine []table.TableConfig, addrs map[netip
 		return []Finding{{What: fmt.Sprintf("no table of %s has this host as a backend", o.Config),
 			Fix: "check this host's address against the config's backends"}}, "", nil
 	}
+	// Local as the kernel says: an address, or inside a prefix on lo.
+	local, err := loader.LocalPrefixes()
+	if err != nil {
+		return nil, "", err
+	}
 	var fs []Finding
 	var ok []string
 	for _, t := range mine {
 		for _, bd := range t.Binds {
 			vip := bd.Prefix.Masked().Addr()
-			if _, on := addrs[vip]; on {
-				ok = append(ok, vip.String())
+			name := vip.String()
+			if bd.Prefix.Bits() < vip.BitLen() {
+				name = bd.Prefix.Masked().String()
+			}
+			if slices.ContainsFunc(local, func(p netip.Prefix) bool { return p.Bits() <= bd.Prefix.Bits() && p.Contains(vip) }) {
+				ok = append(ok, name)
 				continue
 			}
-			fs = append(fs, fixBy(fmt.Sprintf("VIP %s of table %q is not an address of this host: its packets are dropped here (drop_not_local)", vip, t.Name), "",
-				shellword.Join("ip", "addr", "add", fmt.Sprintf("%s/%d", vip, vip.BitLen()), "dev", "lo"), o.CLI+" attach "+shellword.Join(iface)))
+			fs = append(fs, fixBy(fmt.Sprintf("VIP %s of table %q is not local on this host: its packets are dropped here (drop_not_local)", name, t.Name), "",
+				shellword.Join("ip", "addr", "add", onLo(bd.Prefix), "dev", "lo"), attach))
 		}
 	}
 	return fs, "VIPs on this host: " + strings.Join(ok, ", "), nil
+}
+
+// keepTrust is the --trust argument that keeps host's list, if it has one.
+func keepTrust(host *loader.BackendHost) []string {
+	if !host.Config.TrustListed {
+		return nil
+	}
+	return trustArg(host.Config.Trust)
+}
+
+// trustArg is --trust with the prefixes ps.
+func trustArg(ps []netip.Prefix) []string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return []string{"--trust", strings.Join(s, ",")}
+}
+
+// onLo is what to add on lo for bind prefix p: the whole prefix, so that
+// every address of it is local.
+func onLo(p netip.Prefix) string {
+	m := p.Masked()
+	return fmt.Sprintf("%s/%d", m.Addr(), m.Bits())
 }
 
 // checkNextHops finds other backends of this host's tables that second
@@ -277,23 +331,31 @@ func checkNextHops(o BackendOptions, mine []table.TableConfig, host *loader.Back
 	if o.Tables == nil {
 		return skip("no forwarding table config given (--config)")
 	}
-	if !host.Config.SecondChance {
+	if !host.Config.SecondChance || !host.Config.TrustListed {
 		return skip("second chance is off")
 	}
 	var fs []Finding
 	seen := map[netip.Addr]bool{}
 	n := 0
+	// Backends not trusted, and the list that would trust them too.
+	var untrusted []string
+	trust := slices.Clone(host.Config.Trust)
 	for _, t := range mine {
 		for _, bk := range t.Backends {
 			self := host.Config.Self4
 			if !bk.IP.Is4() {
 				self = host.Config.Self6
 			}
-			if seen[bk.IP] || !self.IsValid() || bk.IP == self || host.Accepts[bk.IP] {
+			if seen[bk.IP] || !self.IsValid() || bk.IP == self || host.Accepted(bk.IP) {
 				continue
 			}
 			seen[bk.IP] = true
 			n++
+			if !model.InPrefixes(host.Config.Trust, bk.IP) {
+				untrusted = append(untrusted, fmt.Sprintf("%s (table %q)", bk.IP, t.Name))
+				trust = append(trust, netip.PrefixFrom(bk.IP, bk.IP.BitLen()))
+				continue
+			}
 			rt := host.Route(self, bk.IP)
 			if rt.ForwardingOff {
 				return skip("forwarding is off on " + host.Ingress.Name + ": the forwarding check says so, and what to do")
@@ -306,6 +368,10 @@ func checkNextHops(o BackendOptions, mine []table.TableConfig, host *loader.Back
 	}
 	if host.Err != nil {
 		return nil, "", host.Err
+	}
+	if len(untrusted) > 0 {
+		fs = append(fs, fixBy(fmt.Sprintf("backends %s are not among those this host trusts (--trust): second chance never sends to them (drop_untrusted_hop)", strings.Join(untrusted, ", ")),
+			"", o.CLI+" attach "+shellword.Join(append([]string{host.Ingress.Name}, trustArg(trust)...)...)))
 	}
 	return fs, fmt.Sprintf("%d other backends reachable", n), nil
 }

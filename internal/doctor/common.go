@@ -42,7 +42,7 @@ func checkKernel(ks *loader.KernelSupport, err error, program string) ([]Finding
 // every packet is made an skb first), attachments whose interface is gone
 // or in another namespace, and no attachment at all. cli is the program's
 // commands ("director", "director backend"), its fixes run as printed.
-func checkAttachments(atts []loader.Attachment, err error, cli string) ([]Finding, string, error) {
+func checkAttachments(atts []loader.Attachment, err error, cli string, keep ...string) ([]Finding, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
@@ -58,7 +58,7 @@ func checkAttachments(atts []loader.Attachment, err error, cli string) ([]Findin
 		case a.Mode == loader.ModeGeneric:
 			here = append(here, a.Interface+" generic")
 			fs = append(fs, fixBy(fmt.Sprintf("%s runs the program in generic mode: every packet is made an skb first, several times the cost of native mode", a.Interface),
-				" (a driver without native XDP refuses it, and says so)", attach+" "+shellword.Join(a.Interface)+" --mode native"))
+				" (a driver without native XDP refuses it, and says so)", attach+" "+shellword.Join(append([]string{a.Interface, "--mode", "native"}, keep...)...)))
 		default:
 			here = append(here, a.Interface+" "+a.Mode)
 		}

@@ -73,6 +73,9 @@ func ExplainBackend(cfg model.BackendConfig, host model.BackendHost, frame []byt
 	}
 	if r.NextHop.IsValid() {
 		x.NextHop, x.Route = r.NextHop.String(), r.Route.Why
+		if r.Reason == model.BeDropUntrustedHop {
+			x.Route = "not trusted, so not looked up"
+		}
 	}
 	x.Action, x.Why = backendWhy(r)
 	return x
@@ -92,6 +95,9 @@ func backendWhy(r model.BackendResult) (action, why string) {
 		if r.NoSecond {
 			return "decapsulate", unknown + ", but second chance is off ('backend attach --no-second-chance'): taken here"
 		}
+		if r.NoTrust {
+			return "decapsulate", unknown + ", but no directors and backends are listed ('backend attach --trust'), so nothing is sent on: taken here"
+		}
 		return "decapsulate", fmt.Sprintf("%s, and no hop is left to try (next hop index %d of %d listed): taken here", unknown, r.Next, len(r.Hops))
 	case model.BeForwarded:
 		return "forward", fmt.Sprintf("%s: sent on to the next hop %s (second chance)", unknown, r.NextHop)
@@ -105,8 +111,12 @@ func backendWhy(r model.BackendResult) (action, why string) {
 		return "drop", "GUE for this host, but its GUE header, hop list or inner packet is broken"
 	case model.BeDropNoConfig:
 		return "drop", "the backend program has no settings: attach it with 'director backend attach IFACE'"
+	case model.BeDropUntrusted:
+		return "drop", fmt.Sprintf("GUE from %s, not a director or backend this host trusts ('backend attach --trust'): spoofed or misdirected, never taken or sent on", r.Source)
+	case model.BeDropUntrustedHop:
+		return "drop", fmt.Sprintf("%s, and the next hop %s is not a director or backend this host trusts ('backend attach --trust'): never sent there", unknown, r.NextHop)
 	case model.BeDropNotLocal:
-		return "drop", fmt.Sprintf("the inner packet is to %s, not one of the addresses the program accepts: it never relays. Put the VIP on lo and attach again (it takes the host's addresses at attach)", r.VIP.Addr())
+		return "drop", fmt.Sprintf("the inner packet is to %s, not one of the addresses the program accepts: it never relays. Put the VIP (or its prefix) on lo; 'backend run' follows the host's local addresses, 'backend attach' takes them when it runs", r.VIP.Addr())
 	}
 	return "?", "unknown counter"
 }

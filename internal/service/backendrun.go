@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/loader"
 )
@@ -87,7 +88,7 @@ func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 	accepted, _ := b.Accepted()
 	r.mode, r.attached = a.Mode, true
 	o.Log.Info("running", "interface", a.Interface, "mode", a.Mode, "forwards from", addrList(selves), "accepts GUE for", addrList(accepted),
-		"second chance", o.Setup.SecondChance)
+		"trusts", trustList(o.Setup.Trust), "second chance", o.Setup.Forwards())
 	if ln != nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(r, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -127,7 +128,15 @@ func drain(c <-chan struct{}) {
 	}
 }
 
-func addrList(as []netip.Addr) string {
+// trustList says whom a backend trusts, for its log.
+func trustList(ps []netip.Prefix) string {
+	if len(ps) == 0 {
+		return "nobody listed (--trust): GUE taken from any source, never sent on"
+	}
+	return addrList(ps)
+}
+
+func addrList[T fmt.Stringer](as []T) string {
 	s := make([]string, len(as))
 	for i, a := range as {
 		s[i] = a.String()
@@ -150,8 +159,9 @@ type backendRun struct {
 	addrMoves  uint64
 }
 
-// subscribe returns a channel that gets a value on each address or link
-// event of this namespace (closed subscriptions end with ctx).
+// subscribe returns a channel that gets a value on each address, route or
+// link event of this namespace (routes: 'ip route add local PREFIX dev lo'
+// makes a prefix local with no address event) (closed subscriptions end with ctx).
 func (r *backendRun) subscribe(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	poke := func() {
@@ -162,6 +172,7 @@ func (r *backendRun) subscribe(ctx context.Context) <-chan struct{} {
 	}
 	addrs := make(chan netlink.AddrUpdate, 64)
 	links := make(chan netlink.LinkUpdate, 64)
+	routes := make(chan netlink.RouteUpdate, 64)
 	onErr := func(err error) {
 		// Each subscription's socket fails as it is closed when ctx ends:
 		// that is the service stopping, not a lost event.
@@ -175,11 +186,21 @@ func (r *backendRun) subscribe(ctx context.Context) <-chan struct{} {
 	if err := netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
 		r.log.Warn("no link events; looking every interval only", "err", err)
 	}
+	if err := netlink.RouteSubscribeWithOptions(routes, ctx.Done(), netlink.RouteSubscribeOptions{ErrorCallback: onErr}); err != nil {
+		r.log.Warn("no route events; looking every interval only", "err", err)
+	}
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case u, ok := <-routes:
+				if !ok {
+					routes = nil
+				} else if u.Route.Type != unix.RTN_LOCAL {
+					continue // only local routes change what is accepted
+				}
+				poke()
 			case _, ok := <-addrs:
 				if !ok {
 					addrs = nil
@@ -259,9 +280,9 @@ var (
 	beSecondChanceDesc = prometheus.NewDesc("director_backend_host_second_chance_received_total",
 		"GUE packets for this host that another backend sent on (second chance): a drained backend's old connections still arriving.", nil, nil)
 	beAttachedDesc = prometheus.NewDesc("director_backend_host_attached", "1 while the program is attached to the interface, 0 while not.", []string{"interface", "mode"}, nil)
-	beAcceptedDesc = prometheus.NewDesc("director_backend_host_accepted_addresses", "Addresses the program takes GUE for.", nil, nil)
+	beAcceptedDesc = prometheus.NewDesc("director_backend_host_accepted_addresses", "Addresses and prefixes the program takes GUE for (this host's local routes).", nil, nil)
 	beReattachDesc = prometheus.NewDesc("director_backend_host_reattaches_total", "Times the service found the attachment lost and attached again.", nil, nil)
-	beAddrDesc     = prometheus.NewDesc("director_backend_host_address_changes_total", "Addresses added to or removed from those the program takes GUE for, after the start.", nil, nil)
+	beAddrDesc     = prometheus.NewDesc("director_backend_host_address_changes_total", "Addresses and prefixes added to or removed from those the program takes GUE for, after the start.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.

@@ -10,17 +10,19 @@ import (
 // The backend program's counters (enum be_counter in bpf/backend.c): the
 // reason for what it did with a packet.
 const (
-	BeDecapSyn      = int(abi.BeCounterBE_C_DECAP_SYN)
-	BeDecapKnown    = int(abi.BeCounterBE_C_DECAP_KNOWN)
-	BeDecapNotTCP   = int(abi.BeCounterBE_C_DECAP_NOT_TCP)
-	BeDecapLastHop  = int(abi.BeCounterBE_C_DECAP_LAST_HOP)
-	BeForwarded     = int(abi.BeCounterBE_C_FORWARDED)
-	BePassNotGUE    = int(abi.BeCounterBE_C_PASS_NOT_GUE)
-	BeDropMalformed = int(abi.BeCounterBE_C_DROP_MALFORMED)
-	BeDropNoRoute   = int(abi.BeCounterBE_C_DROP_NO_ROUTE)
-	BeDropNoConfig  = int(abi.BeCounterBE_C_DROP_NO_CONFIG)
-	BeDropNotLocal  = int(abi.BeCounterBE_C_DROP_NOT_LOCAL)
-	BeForwardStack  = int(abi.BeCounterBE_C_FORWARDED_STACK)
+	BeDecapSyn         = int(abi.BeCounterBE_C_DECAP_SYN)
+	BeDecapKnown       = int(abi.BeCounterBE_C_DECAP_KNOWN)
+	BeDecapNotTCP      = int(abi.BeCounterBE_C_DECAP_NOT_TCP)
+	BeDecapLastHop     = int(abi.BeCounterBE_C_DECAP_LAST_HOP)
+	BeForwarded        = int(abi.BeCounterBE_C_FORWARDED)
+	BePassNotGUE       = int(abi.BeCounterBE_C_PASS_NOT_GUE)
+	BeDropMalformed    = int(abi.BeCounterBE_C_DROP_MALFORMED)
+	BeDropNoRoute      = int(abi.BeCounterBE_C_DROP_NO_ROUTE)
+	BeDropNoConfig     = int(abi.BeCounterBE_C_DROP_NO_CONFIG)
+	BeDropNotLocal     = int(abi.BeCounterBE_C_DROP_NOT_LOCAL)
+	BeForwardStack     = int(abi.BeCounterBE_C_FORWARDED_STACK)
+	BeDropUntrusted    = int(abi.BeCounterBE_C_DROP_UNTRUSTED)
+	BeDropUntrustedHop = int(abi.BeCounterBE_C_DROP_UNTRUSTED_HOP)
 )
 
 // XDPDrop is XDP's drop verdict; the backend program drops what it cannot
@@ -32,6 +34,25 @@ type BackendConfig struct {
 	Configured   bool
 	Self4, Self6 netip.Addr // invalid: none
 	SecondChance bool
+	// TrustListed says Trust (be_trust, be_trust6) is the list of the
+	// sources GUE is taken from and the next hops it is sent on to;
+	// without one, GUE is taken from anyone and never sent on.
+	TrustListed bool
+	Trust       []netip.Prefix
+}
+
+// forwards says whether the program may send GUE on at all.
+func (c BackendConfig) forwards() bool { return c.SecondChance && c.TrustListed }
+
+// InPrefixes is an LPM trie's lookup of a whole address: whether a is in
+// one of ps.
+func InPrefixes(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // BackendHost is what the backend program reads of its host besides its
@@ -39,7 +60,7 @@ type BackendConfig struct {
 // lookup, and the routing of the next hop (bpf_fib_lookup).
 type BackendHost interface {
 	// Accepted reports whether GUE (and its inner packet) may be for a:
-	// one of the addresses the program was given besides Self4/Self6.
+	// in one of the prefixes the program was given besides Self4/Self6.
 	Accepted(a netip.Addr) bool
 	// Socket reports whether the host has a TCP socket for the flow
 	// from client to vip, and whether that socket is a listener
@@ -93,8 +114,10 @@ type BackendResult struct {
 	Listener   bool // only a listener was found
 	NextHop    netip.Addr
 	Route      NextHopRoute
-	NoSecond   bool // second chance is off (decap_last_hop)
-	InnerLocal bool // the inner destination is one of the host's
+	NoSecond   bool       // second chance is off (decap_last_hop)
+	NoTrust    bool       // no trust list: nothing is sent on (decap_last_hop)
+	Source     netip.Addr // the outer source
+	InnerLocal bool       // the inner destination is one of the host's
 }
 
 // Backend runs frame through the backend program's logic (bpf/backend.c),
@@ -129,7 +152,10 @@ func Backend(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 	if !local4(cfg, host, dst) {
 		return notGUE
 	}
-	r := BackendResult{Outer: dst}
+	r := BackendResult{Outer: dst, Source: netip.AddrFrom4([4]byte(ip[12:16]))}
+	if cfg.TrustListed && !InPrefixes(cfg.Trust, r.Source) {
+		return r.drop(BeDropUntrusted)
+	}
 	g := udp[8:]
 	if len(g) < 8 {
 		return r.drop(BeDropMalformed)
@@ -147,14 +173,14 @@ func Backend(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 	if !r.localOrNext(cfg, host, inner, proto) {
 		return r
 	}
-	if next >= count || !cfg.SecondChance {
-		r.NoSecond = !cfg.SecondChance
+	if next >= count || !cfg.forwards() {
+		r.NoSecond, r.NoTrust = !cfg.SecondChance, cfg.SecondChance && !cfg.TrustListed
 		return r.pass(BeDecapLastHop)
 	}
 	if next > abi.GUEMaxHops-2 || len(g) < 8+4*(next+1) {
 		return r.drop(BeDropMalformed)
 	}
-	return r.forward(cfg.Self4, netip.AddrFrom4([4]byte(g[8+4*next:])), host)
+	return r.forward(cfg, cfg.Self4, netip.AddrFrom4([4]byte(g[8+4*next:])), host)
 }
 
 func backend6(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
@@ -174,7 +200,10 @@ func backend6(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 	if !local6(cfg, host, dst) {
 		return notGUE
 	}
-	r := BackendResult{Outer: dst, GUE6: true}
+	r := BackendResult{Outer: dst, GUE6: true, Source: netip.AddrFrom16([16]byte(ip[8:24]))}
+	if cfg.TrustListed && !InPrefixes(cfg.Trust, r.Source) {
+		return r.drop(BeDropUntrusted)
+	}
 	g := udp[8:]
 	if len(g) < 8 {
 		return r.drop(BeDropMalformed)
@@ -192,14 +221,14 @@ func backend6(cfg BackendConfig, host BackendHost, frame []byte) BackendResult {
 	if !r.localOrNext(cfg, host, inner, proto) {
 		return r
 	}
-	if next >= count || !cfg.SecondChance || !cfg.Self6.IsValid() || cfg.Self6.IsUnspecified() {
-		r.NoSecond = !cfg.SecondChance
+	if next >= count || !cfg.forwards() || !cfg.Self6.IsValid() || cfg.Self6.IsUnspecified() {
+		r.NoSecond, r.NoTrust = !cfg.SecondChance, cfg.SecondChance && !cfg.TrustListed
 		return r.pass(BeDecapLastHop)
 	}
 	if next > abi.GUEMaxHops-2 || len(g) < 8+16*(next+1) {
 		return r.drop(BeDropMalformed)
 	}
-	return r.forward(cfg.Self6, netip.AddrFrom16([16]byte(g[8+16*next:])), host)
+	return r.forward(cfg, cfg.Self6, netip.AddrFrom16([16]byte(g[8+16*next:])), host)
 }
 
 // localOrNext is the program's local_or_next: it decides r (returning
@@ -265,8 +294,11 @@ func (r *BackendResult) localOrNext(cfg BackendConfig, host BackendHost, inner [
 	return true
 }
 
-func (r BackendResult) forward(self, dst netip.Addr, host BackendHost) BackendResult {
+func (r BackendResult) forward(cfg BackendConfig, self, dst netip.Addr, host BackendHost) BackendResult {
 	r.NextHop = dst
+	if !InPrefixes(cfg.Trust, dst) {
+		return r.drop(BeDropUntrustedHop)
+	}
 	r.Route = host.Route(self, dst)
 	switch r.Route.How {
 	case RouteTX:

@@ -55,6 +55,11 @@ var (
 	VIP6      = netip.MustParseAddr("fd60::1")
 	RouterIP6 = netip.MustParseAddr("fd50::1")
 	DirIP6    = netip.MustParseAddr("fd50::3")
+
+	// Trusted is what the backends trust GUE from and send it on to
+	// ('backend attach --trust'): the LAN and the fleet's director links.
+	Trusted = []netip.Prefix{netip.MustParsePrefix("10.50.0.0/24"), netip.MustParsePrefix("10.78.0.0/16"),
+		netip.MustParsePrefix("fd50::/64"), netip.MustParsePrefix("fd78::/16")}
 )
 
 // ip6Of is the IPv6 address of the host at ip in New6's LAN: fd50::N for
@@ -506,7 +511,7 @@ func (tb *Testbed) setupBackend(i int, h *Host) error {
 		defer b.Close()
 		// As 'backend attach' does: GUE is taken for the host's addresses,
 		// the VIPs on lo among them.
-		if _, _, err := b.Setup(loader.BackendSetup{Iface: "eth0", Mode: loader.ModeNative, Self: h.IP, SecondChance: true}); err != nil {
+		if _, _, err := b.Setup(loader.BackendSetup{Iface: "eth0", Mode: loader.ModeNative, Self: h.IP, SecondChance: true, Trust: Trusted}); err != nil {
 			return err
 		}
 		vips := []string{"tcp4", VIP.String() + ":80"}
