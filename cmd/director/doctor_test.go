@@ -222,15 +222,6 @@ func setMTU(iface string, mtu int) func() error {
 	}
 }
 
-// trustedList is the testbed's trusted prefixes as --trust takes them.
-func trustedList() string {
-	s := make([]string, len(testbed.Trusted))
-	for i, p := range testbed.Trusted {
-		s[i] = p.String()
-	}
-	return strings.Join(s, ",")
-}
-
 // peerXDP takes the pass-all program off the LAN's port of host name, or
 // puts it back.
 func peerXDP(tb *testbed.Testbed, name string, on bool) func() error {
@@ -280,7 +271,7 @@ func TestDoctorNamesEachProblem(t *testing.T) {
 	}
 	be := func(args ...string) func() error {
 		if args[0] == "attach" {
-			args = append(args, "--trust", trustedList())
+			args = append(args, "--trust", testbed.TrustedList())
 		}
 		return inNS(tb.Backends[0], func() error {
 			if out, errOut, code := runCmd(append([]string{"backend", "--bpffs", tb.BackendBPFFS(1)}, args...)...); code != 0 {

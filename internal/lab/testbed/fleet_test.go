@@ -472,7 +472,7 @@ func (fl *fleet) agree(t *testing.T, want string) {
 // again on the attached backend.
 func (fl *fleet) secondChance(t *testing.T, on bool) {
 	for i, h := range fl.Backends {
-		args := []string{"backend", "attach", "eth0", "--backend-bpffs", fl.BackendBPFFS(i + 1)}
+		args := []string{"backend", "attach", "eth0", "--backend-bpffs", fl.BackendBPFFS(i + 1), "--trust", TrustedList()}
 		if !on {
 			args = append(args, "--no-second-chance")
 		}

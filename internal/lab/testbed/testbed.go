@@ -62,6 +62,15 @@ var (
 		netip.MustParsePrefix("fd50::/64"), netip.MustParsePrefix("fd78::/16")}
 )
 
+// TrustedList is Trusted as 'backend attach --trust' takes it.
+func TrustedList() string {
+	s := make([]string, len(Trusted))
+	for i, p := range Trusted {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
 // ip6Of is the IPv6 address of the host at ip in New6's LAN: fd50::N for
 // 10.50.0.N.
 func ip6Of(ip netip.Addr) netip.Addr {
