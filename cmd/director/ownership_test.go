@@ -150,6 +150,22 @@ func TestOneOwnerPerPinDirectory(t *testing.T) {
 		if err := br.holding(be); err != nil {
 			return err
 		}
+		// The lock is taken before the program is set up: wait for its
+		// settings (second chance needs --trust set, the last of them),
+		// so that what is read after the refusals is theirs to change.
+		setUp := func() bool {
+			bp, err := loader.OpenBackend(be)
+			if err != nil {
+				return false
+			}
+			defer bp.Close()
+			on, err := bp.SecondChance()
+			atts, _ := bp.Attachments()
+			return err == nil && on && len(atts) == 1
+		}
+		if !within(10*time.Second, setUp) {
+			return fmt.Errorf("'backend run --trust' never set second chance on")
+		}
 		serving = fmt.Sprintf("'director backend run' (pid %d) serves the pins in %s", br.cmd.Process.Pid, be)
 		for _, args := range [][]string{{"unload"}, {"attach", "bk0", "--no-second-chance", "--mode", "generic"}, {"detach", "bk0"}} {
 			if err := expect(1, append(b, args...), serving); err != nil {
