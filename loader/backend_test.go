@@ -21,7 +21,7 @@ import (
 // gueFrame builds a director's GUE frame (internal/datapath/gue) around an inner IP
 // packet, to this host (192.168.77.1), with the hops listed after it and
 // the next-hop index.
-func gueFrame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byte {
+func gueFrame(t testing.TB, inner []byte, next uint8, hops ...netip.Addr) []byte {
 	t.Helper()
 	h := gue.Header{Src: a("192.0.2.1"), Hops: append([]netip.Addr{a("192.168.77.1")}, hops...), SourcePort: 0x8123,
 		NextHop: next, Proto: gue.ProtoIPv4}
