@@ -337,6 +337,22 @@ func TestDoctorNamesEachProblem(t *testing.T) {
 			inNS(tb.Backends[0], sysctlW("net.ipv4.conf.eth0.rp_filter", "0"))},
 		{"VIP not on lo", "vip-on-host", 1, lo(false, testbed.VIP.String()+"/32"), lo(true, testbed.VIP.String()+"/32")},
 		{"no route to the other backend", "next-hops", 1, lanRoute(false), lanRoute(true)},
+		// Issue 47, printed commands: the fixes of an attachment whose
+		// interface is gone and of a VIP held by the director itself.
+		{"attached interface deleted", "attach-mode", 0, inNS(tb.Director, func() error {
+			if err := lab.Veth("gone0", "gone1"); err != nil {
+				return err
+			}
+			if out, errOut, code := runCmd("--bpffs", tb.BPFFS, "attach", "gone0", "--mode", "generic"); code != 0 {
+				return fmt.Errorf("attach gone0: %s%s", out, errOut)
+			}
+			return lab.DeleteLink("gone0")
+		}), nil},
+		{"VIP on the director host", "vip-routed", 0, inNS(tb.Director, func() error {
+			l, _ := netlink.LinkByName("lo")
+			a, _ := netlink.ParseAddr(testbed.VIP.String() + "/32")
+			return netlink.AddrAdd(l, a)
+		}), nil},
 	})
 	// Every fix the doctor can spell out whole was run as printed (issue
 	// 47): the rest need a person's choice (an interface, a router's
@@ -344,29 +360,51 @@ func TestDoctorNamesEachProblem(t *testing.T) {
 	t.Logf("fixes run as printed: %d cases (%s); put right by the test: %d (%s)",
 		len(pf.ran), strings.Join(pf.ran, " | "), len(pf.prose), strings.Join(pf.prose, ", "))
 	for _, want := range []string{"generic mode", "MTU of the client's", "live tables not the config's", "backend in generic mode",
-		"second chance off", "address added after attach", "forwarding off", "strict rp_filter", "VIP not on lo"} {
+		"second chance off", "address added after attach", "forwarding off", "strict rp_filter", "VIP not on lo",
+		"attached interface deleted", "VIP on the director host"} {
 		if slices.Contains(pf.prose, want) {
 			t.Errorf("%s: the doctor's fix is not commands to run", want)
 		}
 	}
-	// Pins where no program is loaded, or one with no config applied.
+	// Pins where no program is loaded: the doctor says so, and its fix,
+	// run as printed, loads one (issue 47, printed commands).
 	for _, h := range []int{0, 1} {
-		var r *doctor.Report
-		host := tb.Director
+		host, args := tb.Director, []string{}
 		if h == 1 {
-			host = tb.Backends[0]
+			host, args = tb.Backends[0], []string{"backend"}
 		}
 		empty := testenv.PinDir("doctor-empty")
-		host.Do(func() error {
-			if h == 0 {
-				r = doctor.Director(doctor.DirectorOptions{BPFFS: empty})
-			} else {
-				r = doctor.Backend(doctor.BackendOptions{BPFFS: empty})
+		defer loader.Unload(empty)
+		args = append(args, "--bpffs", empty, "doctor", "--json")
+		read := func() (*doctor.Report, int) {
+			var out, errOut string
+			var code int
+			host.Do(func() error { out, errOut, code = runCmd(args...); return nil })
+			var r doctor.Report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("doctor %v: exit %d: %v\n%s%s", args, code, err, out, errOut)
 			}
-			return nil
-		})
-		if c := r.Named("loaded"); c == nil || c.Status != doctor.Problem || r.ExitCode() != doctor.ExitFindings {
+			return &r, code
+		}
+		r, code := read()
+		c := r.Named("loaded")
+		if c == nil || c.Status != doctor.Problem || code != doctor.ExitFindings || len(c.Findings) != 1 {
 			t.Errorf("host %d, nothing loaded: %s", h, problems(r))
+			continue
+		}
+		if h == 1 { // a backend is loaded by attaching it: the person names the interface
+			if !strings.HasSuffix(c.Findings[0].Fix, " attach IFACE") {
+				t.Errorf("backend, nothing loaded: the fix %q is not attach IFACE", c.Findings[0].Fix)
+			}
+			continue
+		}
+		for _, cmd := range c.Findings[0].Run {
+			if out, code, err := runAsPrinted(t, host, t.TempDir(), cmd); err != nil {
+				t.Errorf("host %d, nothing loaded: the fix %s as printed: exit %d\n%s", h, cmd, code, out)
+			}
+		}
+		if r, _ = read(); r.Named("loaded") == nil || r.Named("loaded").Status != doctor.OK {
+			t.Errorf("host %d: after the fix %v as printed, still: %s", h, c.Findings[0].Run, problems(r))
 		}
 	}
 	bare := testenv.PinDir("doctor-bare")
