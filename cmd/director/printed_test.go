@@ -22,8 +22,8 @@ func runAsPrinted(t *testing.T, h *testbed.Host, dir, line string) (string, int,
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "bin")
-	os.MkdirAll(bin, 0o755)
+	bin := t.TempDir() // not dir: it may be the repository's, whose bin/ is make's
+
 	script := "#!/bin/sh\nDIRECTOR_TEST_AS_MAIN=1 DIRECTOR_TEST_PLANKEY_DIR='" + planKeyDir + "' exec '" + exe + "' \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(bin, "director"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)

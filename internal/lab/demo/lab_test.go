@@ -220,3 +220,21 @@ func httpGet(path, addr string) (string, error) {
 	})
 	return body, err
 }
+
+// TestMakeDemo (issue 47, printed commands): the README's 'make demo' and
+// 'make demo-ipv6' run as printed (the binary built elsewhere) and end
+// with exit 0: each checks, as it goes, what it shows.
+func TestMakeDemo(t *testing.T) {
+	testenv.Kernel(t)
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Fatalf("make: %v ('make test' and CI install it)", err)
+	}
+	bin := filepath.Join(t.TempDir(), "director")
+	for _, target := range []string{"demo", "demo-ipv6"} {
+		cmd := exec.Command("make", "-s", "-C", "../../..", target, "BIN="+bin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("make %s: %v\n%s", target, err, out)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 var hostOnly = map[string]string{
 	"cmd/director.TestLoadUnderIPNetnsExec": "needs iproute2's 'ip netns exec', which the guest does not carry",
 	"internal/lab/demo.TestMakeLab":         "runs make and the Go toolchain, which the guest does not carry; the lab is the deployed testbed the doctor tests drive",
+	"internal/lab/demo.TestMakeDemo":        "runs make and the Go toolchain, as TestMakeLab",
 	"internal/lab/testbed.TestFleetSpreadsAndAgrees": "needs BIRD, the fleet's router, which the guest does not carry; " +
 		"its directors' datapath is the one the other tests drive",
 	"internal/lab/testbed.TestFleetFailures":     "needs BIRD, as TestFleetSpreadsAndAgrees",
