@@ -31,6 +31,9 @@ type Plan struct {
 	// than building them again (FromBuilt).
 	Built  []BuiltRows     `json:"built,omitempty"`
 	Config json.RawMessage `json:"config,omitempty"`
+	// MadeFrom names the files the plan was made from, so that a plan
+	// apply refuses can be made again by a command printed whole.
+	MadeFrom *PlanFiles `json:"made_from,omitempty"`
 	// ConfigGLB is the GLB binary exactly as reviewed (base64 in JSON),
 	// when the plan was made from one rather than from a JSON config.
 	ConfigGLB []byte `json:"config_glb,omitempty"`
@@ -40,6 +43,13 @@ type Plan struct {
 	Histories []*History `json:"-"`
 
 	rawDiff json.RawMessage // the diff as read, decoded on demand (RawDiff)
+}
+
+// PlanFiles are the paths, absolute, of the files a plan was made from:
+// its config and, when one was given, its director config.
+type PlanFiles struct {
+	Config         string `json:"config"`
+	DirectorConfig string `json:"director_config,omitempty"`
 }
 
 // Input is the config or binary the plan applies, as reviewed.

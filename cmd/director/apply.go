@@ -87,6 +87,20 @@ func runApply(e *env, c *command, args []string) error {
 }
 
 // printApplied says what the kernel holds now: each table's fingerprint as
+// remakePlan says how to make a refused plan again on this host and apply
+// it, whole when the plan names the files it was made from.
+func remakePlan(e *env, plan *table.Plan, path string) string {
+	if plan.MadeFrom == nil || plan.MadeFrom.Config == "" {
+		return fmt.Sprintf("  director plan CONFIG -o PLAN%s (CONFIG: the config it was made from)", e.bpffsFlag())
+	}
+	dc := ""
+	if plan.MadeFrom.DirectorConfig != "" {
+		dc = " --director-config " + shellword.Join(plan.MadeFrom.DirectorConfig)
+	}
+	return fmt.Sprintf("  director plan %s -o %s%s%s\n  director apply %s%s", shellword.Join(plan.MadeFrom.Config), shellword.Join(path), dc,
+		e.bpffsFlag(), shellword.Join(path), e.bpffsFlag())
+}
+
 // readApplyInput reads what apply was given: a reviewed plan (for this
 // director, with its config's bytes as input), or with --yes a config.
 func readApplyInput(e *env, path string, yes bool) (plan *table.Plan, input []byte, err error) {
@@ -106,7 +120,7 @@ func readApplyInput(e *env, path string, yes bool) (plan *table.Plan, input []by
 		return nil, data, nil
 	}
 	if err := planKey().CheckPlanFile(data); err != nil {
-		return nil, nil, fmt.Errorf("apply: %s: %w; make the plan again here: director plan CONFIG -o PLAN%s", path, err, e.bpffsFlag())
+		return nil, nil, fmt.Errorf("apply: %s: %w; make the plan again here:\n%s", path, err, remakePlan(e, plan, path))
 	}
 	switch {
 	case !samePath(plan.BPFFS, e.bpffs):

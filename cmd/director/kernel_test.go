@@ -447,7 +447,7 @@ func TestDirectorConfigIsPlanned(t *testing.T) {
 
 	// load never changes it; it says whether the file is what is live.
 	if out := run(1, "load", "--director-config", gw); !strings.Contains(out, "load does not change the director config") ||
-		!strings.Contains(out, "director plan CONFIG --director-config "+gw+" -o PLAN --bpffs "+dir) {
+		!strings.Contains(out, "director plan CONFIG --director-config "+gw+" -o plan.json --bpffs "+dir) {
 		t.Fatalf("load with another director config: %s", out)
 	}
 	if out := run(0, "load", "--director-config", cfgDir+"director.conf"); !strings.Contains(out, "the live one is") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/director/director/internal/shellword"
 	"path/filepath"
 
 	"github.com/director/director/loader"
@@ -57,6 +58,7 @@ func runLoad(e *env, c *command, args []string) error {
 		fmt.Fprintf(e.stdout, "director config: the live one is %s's\n", e.dirConfig)
 		return nil
 	}
-	return fmt.Errorf("load: load does not change the director config; review the change and apply it:\n"+
-		"  director plan CONFIG --director-config %s -o PLAN%s\n  director apply PLAN%s", e.dirConfig, e.bpffsFlag(), e.bpffsFlag())
+	return fmt.Errorf("load: load does not change the director config; review the change and apply it "+
+		"(CONFIG: the forwarding table to serve with it):\n"+
+		"  director plan CONFIG --director-config %s -o plan.json%s\n  director apply plan.json%s", shellword.Join(e.dirConfig), e.bpffsFlag(), e.bpffsFlag())
 }

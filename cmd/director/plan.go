@@ -88,6 +88,25 @@ func runPlan(e *env, c *command, args []string) error {
 	return nil
 }
 
+// madeFrom names the files a plan is made from, absolute, or nil for a
+// config read from stdin: apply's hint for remaking a refused plan.
+func madeFrom(e *env, cfg string) *table.PlanFiles {
+	if cfg == "" || cfg == "-" {
+		return nil
+	}
+	var f table.PlanFiles
+	var err error
+	if f.Config, err = filepath.Abs(cfg); err != nil {
+		return nil
+	}
+	if e.dirConfig != "" {
+		if f.DirectorConfig, err = filepath.Abs(e.dirConfig); err != nil {
+			return nil
+		}
+	}
+	return &f
+}
+
 // planReview adds to p what a person reviewing it needs beyond the
 // diff: with --picture, what it moves drawn against what is live.
 func planReview(e *env, d *loader.Director, src *config.Source, p *table.Plan, pic string) error {
@@ -119,6 +138,7 @@ func emitPlan(e *env, p *table.Plan, src *config.Source, out string, asJSON bool
 			return fmt.Errorf("plan: cannot seal %s: this host's plan key (%s) could not be made or read: the directory must be this user's and closed to others", wrote(out), filepath.Join(planKeyDir, "plan.key"))
 		}
 		p.Built = table.CarryBuilt(src.Tables, base, key)
+		p.MadeFrom = madeFrom(e, src.Path)
 		err := e.writeOutput(out, 0o600, func(w io.Writer) error { return writePlan(w, p, key) })
 		if err != nil {
 			return fmt.Errorf("plan: writing %s: %w", wrote(out), err)

@@ -96,4 +96,32 @@ func TestPlanApplyHintsRunAsPrinted(t *testing.T) {
 	if _, _, code := runCmd("--bpffs", dir, "--director-config", dc, "plan", cfg); code != 0 {
 		t.Errorf("after the printed apply, plan still finds changes (exit %d)", code)
 	}
+
+	// A plan apply refuses (edited after it was made): the commands that
+	// make it again and apply it, run as printed.
+	data = bytes.Replace(data, []byte(`"state": "draining"`), []byte(`"state": "active"`), 1)
+	os.WriteFile(cfg, data, 0o600)
+	if _, errOut, code := runCmd("--bpffs", dir, "--director-config", dc, "plan", cfg, "-o", plan); code != exitChanges {
+		t.Fatalf("plan -o: exit %d\n%s", code, errOut)
+	}
+	pd, _ := os.ReadFile(plan)
+	edited := regexp.MustCompile(`"created": ?"2`).ReplaceAll(pd, []byte(`"created": "1`))
+	if bytes.Equal(edited, pd) {
+		t.Fatalf("no created time to edit in the plan:\n%.300s", pd)
+	}
+	os.WriteFile(plan, edited, 0o600)
+	_, errOut, code = runCmd("--bpffs", dir, "apply", plan)
+	_, hint, ok := strings.Cut(errOut, "make the plan again here:\n")
+	remake := regexp.MustCompile(`(?m)^director:   (director .*)$`).FindAllStringSubmatch(hint, -1)
+	if code == 0 || !ok || len(remake) != 2 {
+		t.Fatalf("apply of an edited plan: exit %d, want the two commands that make it again:\n%s", code, errOut)
+	}
+	for _, c := range remake {
+		if o, code, err := runAsPrinted(t, nil, t.TempDir(), c[1]); err != nil && !(code == exitChanges && strings.Contains(c[1], " plan ")) {
+			t.Fatalf("%s, as printed (from another directory): exit %d\n%s", c[1], code, o)
+		}
+	}
+	if _, _, code := runCmd("--bpffs", dir, "--director-config", dc, "plan", cfg); code != 0 {
+		t.Errorf("after the printed remake and apply, plan still finds changes (exit %d)", code)
+	}
 }
