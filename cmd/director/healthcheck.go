@@ -12,14 +12,15 @@ import (
 )
 
 var healthcheckCmd = &command{
-	uses: usesDirectorConfig,
+	uses: usesDirectorConfig | usesBPFFS,
 	name: "healthcheck", args: "CONFIG -o CHECKED.json",
 	summary: "Check the backends once and write the config with \"healthy\" filled in.",
 	help: "Run every check of CONFIG's backends once, as 'director run' does (GLB's glb-healthcheck), and\n" +
 		"write CONFIG with \"healthy\" filled in for the backends that leave it out; the rest of the file\n" +
 		"is kept as it is. For operators who keep GLB's pipeline: check, then plan and apply the result.\n" +
 		"GUE checks need the director's addresses: --director-config's outbound_src_ip (and outbound_src_ip6\n" +
-		"for IPv6 backends, whose GUE check is an ICMPv6 echo inside GUE over IPv6). The results are printed.",
+		"for IPv6 backends, whose GUE check is an ICMPv6 echo inside GUE over IPv6); without it, those of the\n" +
+		"director loaded at --bpffs, as 'director run' takes them. The results are printed.",
 	run: runHealthcheck,
 }
 
@@ -48,6 +49,8 @@ func runHealthcheck(e *env, c *command, args []string) error {
 		return err
 	} else if dc != nil {
 		src = health.Sources{V4: dc.SrcIP, V6: dc.SrcIP6}
+	} else if live := liveDirectorConfig(e); live != nil {
+		src = health.Sources{V4: live.SrcIP, V6: live.SrcIP6}
 	}
 	if err := health.CanProbe(cfg, src); err != nil {
 		return fmt.Errorf("healthcheck: %s: %w; nothing written", pos[0], err)
@@ -109,4 +112,19 @@ func describeResults(rs []health.Result) string {
 		parts[k] = r.String()
 	}
 	return strings.Join(parts, ", ")
+}
+
+// liveDirectorConfig is the director config of the director loaded at
+// --bpffs, or nil where none is (a host that only checks, GLB's way).
+func liveDirectorConfig(e *env) *table.DirectorConfig {
+	d, err := e.open()
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	dc, err := d.LiveConfig()
+	if err != nil {
+		return nil
+	}
+	return dc
 }

@@ -588,10 +588,10 @@ func checkService(st *service.Status, err error, cli, dc string) ([]Finding, str
 		for _, t := range h.Tables {
 			names = append(names, t.Name)
 		}
-		plan, apply := planApply(cli, dc, st.Config)
-		apply += " --allow-unsafe" // the service lets exactly what it holds through
+		run := service.ReleaseCommands(cli, dc, st.Config, h.Health)
+		n := len(run)
 		fs = append(fs, Finding{What: fmt.Sprintf("director run holds a change of %s for a person: %s", strings.Join(names, ", "), strings.Join(h.Reasons, "; ")),
-			Fix: fmt.Sprintf("%s, review it, %s (docs/operations.md, \"Held changes\")", plan, apply), Run: []string{plan, apply}})
+			Fix: fmt.Sprintf("%s, review it, %s (docs/operations.md, \"Held changes\")", strings.Join(run[:n-1], "; "), run[n-1]), Run: run})
 	}
 	return fs, fmt.Sprintf("director run (pid %d) serves these pins, holding nothing", st.PID), nil
 }

@@ -237,7 +237,7 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		return unchanged, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
-		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc),
+		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc), Health: in == s.cur,
 			ConfigChanges: in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0), Reasons: he.reasons})
 		why := strings.Join(he.reasons, "; ")
 		if why != s.hold.logged {
@@ -246,11 +246,11 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 			case in != s.cur:
 				s.tell(slog.LevelWarn, "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
 					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes,
-					"run", s.heldCommands())
+					"run", s.heldCommands(false))
 			default:
 				s.tell(slog.LevelWarn, "UNSAFE health change held: applied by the service once it is safe (when the rows' earlier primaries it strands are past the window); "+
 					"a person may apply it sooner with 'director healthcheck' and 'director apply --allow-unsafe'",
-					"config", s.o.Config, "reasons", he.reasons, "changes", changes)
+					"config", s.o.Config, "reasons", he.reasons, "changes", changes, "run", s.heldCommands(true))
 			}
 		}
 		return held, nil
@@ -472,11 +472,9 @@ func (s *service) historyDue(now time.Time) bool {
 }
 
 // heldCommands are the commands, to be run as printed, by which a person
-// reviews the config edit the service holds and applies it: the plan of
-// the service's config with its director config, then that plan applied
-// with --allow-unsafe (which the service lets through for exactly the
-// change it holds).
-func (s *service) heldCommands() []string {
+// releases the change the service holds (ReleaseCommands), spelled with
+// its --bpffs, director config and config, absolute.
+func (s *service) heldCommands(health bool) []string {
 	cli := "director"
 	if s.o.BPFFS != loader.DefaultBPFFS {
 		cli += " --bpffs " + shellword.Join(s.o.BPFFS)
@@ -487,9 +485,32 @@ func (s *service) heldCommands() []string {
 		}
 		return p
 	}
-	plan := cli
+	dc := ""
 	if s.o.DirectorConfig != "" {
-		plan += " --director-config " + shellword.Join(abs(s.o.DirectorConfig))
+		dc = abs(s.o.DirectorConfig)
 	}
-	return []string{plan + " plan " + shellword.Join(abs(s.o.Config)) + " -o plan.json", cli + " apply plan.json --allow-unsafe"}
+	return ReleaseCommands(cli, dc, abs(s.o.Config), health)
+}
+
+// ReleaseCommands are the commands that review and apply a change 'director
+// run' holds, for cli (director and its --bpffs), the service's director
+// config dc ("" for none) and config: the plan of the config with dc, then
+// that plan applied with --allow-unsafe (which the service lets through
+// for exactly the change it holds). A held health change (health) is the
+// checks' view, not the file's: the config is checked first (director
+// healthcheck, as the service checks it), and the checked copy planned.
+func ReleaseCommands(cli, dc, config string, health bool) []string {
+	withDC := func(c string) string {
+		if dc != "" {
+			c += " --director-config " + shellword.Join(dc)
+		}
+		return c
+	}
+	var cmds []string
+	if health {
+		// With dc, or the live one at --bpffs, for the GUE checks' source.
+		cmds = append(cmds, withDC(cli)+" healthcheck "+shellword.Join(config)+" -o checked.json")
+		config = "checked.json"
+	}
+	return append(cmds, withDC(cli)+" plan "+shellword.Join(config)+" -o plan.json", cli+" apply plan.json --allow-unsafe")
 }

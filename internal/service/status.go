@@ -109,8 +109,11 @@ type StatusHeld struct {
 	// ConfigChanges is whether the held director config differs from the
 	// live one: where it does not, an apply of the tables alone (no
 	// --director-config, which keeps the live one) is the held change too.
-	ConfigChanges bool     `json:"director_config_changes"`
-	Reasons       []string `json:"reasons"`
+	ConfigChanges bool `json:"director_config_changes"`
+	// Health is whether the change held is the checks' (the config file
+	// unchanged), which a person releases from a checked copy of it.
+	Health  bool     `json:"health,omitempty"`
+	Reasons []string `json:"reasons"`
 }
 
 // configDigest names a director config for StatusHeld: SHA-256 of GLB's

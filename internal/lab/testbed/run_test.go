@@ -616,3 +616,66 @@ func runPrinted(t *testing.T, h *Host, printed any) {
 		}
 	}
 }
+
+// TestHeldHealthChangeRunAsPrinted (issue 47, printed commands): with
+// history out of the packets (history_hops false), two backends found up
+// in one round strand the primaries of a third of the rows, so the
+// service holds the change; the commands its log record prints (check
+// the config, plan the checked copy, apply it), run as printed, apply it,
+// and the doctor gives the same commands.
+func TestHeldHealthChangeRunAsPrinted(t *testing.T) {
+	testenv.Kernel(t)
+	tb := newTestbed(t)
+	for i := 1; i <= 3; i++ {
+		if err := tb.ServeHealth(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "forwarding_table.src.json")
+	writeConfig(t, cfg, strings.Replace(checkedConfig(nil, 3), `"name": "vip", `, `"name": "vip", "history_hops": false, `, 1))
+	p := startRun(t, tb, cfg, "--fail-static", "0.9") // two of three down is not a bad deploy here
+	allUp := fingerprint(t, nil, nil)
+	waitFingerprint(t, tb, allUp, 5*time.Second, "all three up")
+	for _, i := range []int{2, 3} {
+		if err := tb.StopHealth(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFingerprint(t, tb, fingerprint(t, nil, map[int]bool{2: false, 3: false}), 10*time.Second, "backends 2 and 3 down (downs are never held)")
+	mark := p.Mark()
+	for _, i := range []int{2, 3} { // back together: found up in one round
+		if err := tb.ServeHealth(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, ok := p.WaitLog(mark, func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "UNSAFE health change held")
+	}, testenv.Scaled(10*time.Second))
+	if !ok {
+		t.Fatalf("two backends back at once were not held (with two hops, a third of the rows' primaries are stranded):\n%s", p.Output())
+	}
+	// The doctor names the same commands.
+	var out strings.Builder
+	doc := exec.Command(directorBinary(t), "--bpffs", tb.BPFFS, "doctor", "--json")
+	doc.Stdout = &out
+	tb.Director.Do(doc.Run)
+	run := fmt.Sprint(rec["run"])
+	for _, c := range rec["run"].([]any) {
+		if !strings.Contains(out.String(), fmt.Sprint(c)) {
+			t.Errorf("the doctor does not give %q of the log's %s:\n%s", c, run, out.String())
+		}
+	}
+	if !strings.Contains(run, " healthcheck ") {
+		t.Errorf("the held health change's commands do not check the backends first: %s", run)
+	}
+	mark = p.Mark()
+	runPrinted(t, tb.Director, rec["run"])
+	waitFingerprint(t, tb, allUp, 3*time.Second, "the held change applied by the printed commands")
+	for deadline := time.Now().Add(testenv.Scaled(3 * time.Second)); ; time.Sleep(interval / 3) {
+		if v := value(t, scrape(t, tb), "director_held_changes"); v == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("director_held_changes %v after the printed commands, want 0", v)
+		}
+	}
+}
