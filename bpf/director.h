@@ -1,6 +1,7 @@
 /* Types shared by the XDP program and the Go control plane. This header is
- * the single source of truth: bpf2go generates the Go types from it (-type),
- * and tests check the sizes. Multi-byte fields marked __be are in network
+ * the single source of truth: bpf2go compiles it, abigen (bpf/internal/abigen)
+ * generates the Go types in bpf/abi from the object's BTF, and tests check
+ * the sizes. Multi-byte fields marked __be are in network
  * byte order; everything else is host order. */
 #ifndef DIRECTOR_H
 #define DIRECTOR_H
@@ -9,8 +10,8 @@
 
 #include "gue.h"
 
-/* Sizes and limits: an enum rather than macros, so that bpf2go gives them
- * to Go (-type dir_limit) and Go never restates them. */
+/* Sizes and limits: an enum rather than macros, so that they reach Go
+ * through the object's BTF (bpf/abi) and Go never restates them. */
 enum dir_limit {
 	DIR_ROWS = 65536,
 	DIR_ROW_MASK = 0xffff,
@@ -248,7 +249,7 @@ struct dir_exact_table {
 /* The home index of a key: its five 32-bit words w0..w4 (read in host
  * order), h = w0*K0 + ... + w4*K4 in 64 bits, then the high half XOR the
  * low half. The 64-bit multipliers are given in halves, as enum values
- * (which bpf2go passes to Go) hold 32 bits; loader/exact.go computes the
+ * (which reach Go through BTF) hold 32 bits; loader/exact.go computes the
  * same hash, and a test checks it against the program's. */
 enum dir_exact_mult {
 	DIR_EXACT_K0_HI = 0x9e3779b9, DIR_EXACT_K0_LO = 0x7f4a7c15,

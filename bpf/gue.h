@@ -1,7 +1,8 @@
 /* GLB's GUE encapsulation, as GLB's directors write it and its proxies
  * (glb-redirect) read it: the wire format's one definition. director.c
  * writes it, backend.c reads it, and Go takes the constants and the layout
- * from here through bpf2go (internal/gue). All multi-byte fields are in
+ * from here through the object's BTF (bpf/abi, read by
+ * internal/datapath/gue). All multi-byte fields are in
  * network byte order. */
 #ifndef GUE_H
 #define GUE_H

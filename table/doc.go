@@ -3,8 +3,8 @@
 // model (tables, binds, backends, the director's settings), each table's
 // 65,536 rows built from seeded SipHash rendezvous scores (in full, or
 // incrementally for one backend's change), GLB's binary table format,
-// fingerprints, the binds compiled into the datapath's lookup, and the
-// diff of two sets of tables into a plan with a verdict.
+// fingerprints, and the diff of two sets of tables into a plan with a
+// verdict. The binds' lookup as the datapath holds it is table/bindmap's.
 //
 // Reading the JSON that operators write is table/config's job; the loader
 // puts what this package builds into the kernel; internal/datapath/model states what
