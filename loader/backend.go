@@ -319,6 +319,12 @@ func (b *BackendProgram) Accepted() ([]netip.Prefix, error) {
 // and a whole prefix held on lo ('ip addr add 10.86.0.0/24 dev lo', or
 // 'ip route add local ... dev lo'). Loopback's own (127/8, ::1) and
 // IPv6 link-local ones are left out: GUE is never sent to them.
+//
+// Each address of an interface is taken too, local route or not yet: an
+// IPv6 address gets its local route only once duplicate address detection
+// is done (a second or so after it is added, or after its link comes up),
+// and a 'backend attach' at boot must not miss the host's own address for
+// good. One whose detection failed is left out.
 func LocalPrefixes() ([]netip.Prefix, error) {
 	filter := &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Type: unix.RTN_LOCAL}
 	mask := netlink.RT_FILTER_TABLE | netlink.RT_FILTER_TYPE
@@ -346,6 +352,20 @@ func LocalPrefixes() ([]netip.Prefix, error) {
 			continue
 		}
 		out = append(out, p)
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("listing the addresses: %w", err)
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || a.Flags&unix.IFA_F_DADFAILED != 0 {
+			continue
+		}
+		if ip = ip.Unmap(); ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsUnspecified() {
+			continue
+		}
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	return uncovered(out), nil
 }

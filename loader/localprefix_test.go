@@ -1,0 +1,60 @@
+package loader
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/loader/lab"
+)
+
+// TestLocalPrefixesTakeTentativeAddresses: an IPv6 address whose
+// duplicate address detection has not run (its link down, as at boot) has
+// no local route yet, and is taken all the same, so that a backend attached
+// then takes GUE for it; a /24 on lo is taken whole, its own address under
+// it, and loopback's and link-local addresses are not.
+func TestLocalPrefixesTakeTentativeAddresses(t *testing.T) {
+	testenv.Kernel(t)
+	var got []netip.Prefix
+	err := lab.InNetns(func() error {
+		if err := lab.Veth("lp0", "lp1"); err != nil {
+			return err
+		}
+		l, _ := netlink.LinkByName("lp0")
+		if err := netlink.LinkSetDown(l); err != nil {
+			return err
+		}
+		lo, _ := netlink.LinkByName("lo")
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		for _, ad := range []struct {
+			l netlink.Link
+			a string
+		}{{l, "fd50::11/64"}, {l, "10.50.0.11/24"}, {lo, "10.86.0.0/24"}} {
+			a, _ := netlink.ParseAddr(ad.a)
+			if err := netlink.AddrAdd(ad.l, a); err != nil {
+				return err
+			}
+		}
+		var err error
+		got, err = LocalPrefixes()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fd50::11/128", "10.50.0.11/32", "10.86.0.0/24"} {
+		if !slices.Contains(got, netip.MustParsePrefix(want)) {
+			t.Errorf("local prefixes %v lack %s", got, want)
+		}
+	}
+	for _, p := range got {
+		if a := p.Addr(); a.IsLoopback() || a.IsLinkLocalUnicast() || (p.Bits() == 32 && netip.MustParsePrefix("10.86.0.0/24").Contains(a)) {
+			t.Errorf("local prefixes %v hold %s", got, p)
+		}
+	}
+}
