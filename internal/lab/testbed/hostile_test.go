@@ -115,7 +115,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rss > 100<<20 {
-			t.Fatalf("%s: RSS %d MB", when, rss>>20)
+			t.Fatalf("%s: anonymous RSS %d MB (heap and stacks), over 100", when, rss>>20)
 		}
 	}
 	// flip takes backend i's health server away and back, and checks
