@@ -36,7 +36,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/lab"
@@ -210,53 +209,7 @@ func buildOn(nics []string, n int, underlay6 bool, pins string, directors func(*
 	if tb.LAN, err = newHost("lan", RouterIP); err != nil {
 		return nil, err
 	}
-	// The LAN: a bridge that also routes (the director's gateway).
-	err = tb.LAN.Do(func() error {
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
-		if err := netlink.LinkAdd(br); err != nil {
-			return err
-		}
-		// A fixed MAC: a bridge otherwise takes its ports' lowest, which
-		// changes as hosts join, and the director sends to this one.
-		mac, _ := net.ParseMAC("02:00:00:50:00:01")
-		if err := netlink.LinkSetHardwareAddr(br, mac); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(br); err != nil {
-			return err
-		}
-		a, _ := netlink.ParseAddr(RouterIP.String() + "/24")
-		if err := netlink.AddrAdd(br, a); err != nil {
-			return err
-		}
-		l, _ := netlink.LinkByName("br0")
-		tb.GatewayMAC = l.Attrs().HardwareAddr
-		if tb.nics != nil {
-			// The segment reaches the bridge through the LAN's NIC.
-			port, err := tb.takeNIC(tb.LAN, "lan0")
-			if err != nil {
-				return err
-			}
-			if err := netlink.LinkSetMaster(port, br); err != nil {
-				return err
-			}
-			if err := netlink.LinkSetUp(port); err != nil {
-				return err
-			}
-		}
-		sysctl("net.ipv4.conf.all.send_redirects", "0")
-		sysctl("net.ipv4.conf.br0.send_redirects", "0")
-		if underlay6 {
-			if err := addr6(br, RouterIP6); err != nil {
-				return err
-			}
-			if err := sysctl("net.ipv6.conf.all.forwarding", "1"); err != nil {
-				return err
-			}
-		}
-		return sysctl("net.ipv4.ip_forward", "1")
-	})
-	if err != nil {
+	if err := tb.LAN.Do(tb.setupLAN); err != nil {
 		return nil, fmt.Errorf("lan: %w", err)
 	}
 	if tb.Client, err = tb.join("client", ClientIP); err != nil {
@@ -272,25 +225,7 @@ func buildOn(nics []string, n int, underlay6 bool, pins string, directors func(*
 		}
 		tb.Backends = append(tb.Backends, h)
 	}
-	// Clients reach the VIP through the director. Their packets are
-	// rewritten by XDP on the way, so they must leave with finished
-	// checksums, not offloaded ones.
-	err = tb.Client.Do(func() error {
-		if err := lab.DisableOffloads("eth0"); err != nil {
-			return err
-		}
-		l, _ := netlink.LinkByName("eth0")
-		_, dst, _ := net.ParseCIDR(VIP.String() + "/32")
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: via.AsSlice()}); err != nil {
-			return err
-		}
-		if !underlay6 {
-			return nil
-		}
-		_, dst6, _ := net.ParseCIDR(VIP6.String() + "/128")
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst6, Gw: ip6Of(via).AsSlice()})
-	})
-	if err != nil {
+	if err := tb.Client.Do(func() error { return tb.routeClient(via) }); err != nil {
 		return nil, fmt.Errorf("client route: %w", err)
 	}
 	for i, h := range tb.Backends {
@@ -299,6 +234,74 @@ func buildOn(nics []string, n int, underlay6 bool, pins string, directors func(*
 		}
 	}
 	return tb, nil
+}
+
+// setupLAN makes the LAN, in its namespace: a bridge that also routes
+// (the director's gateway).
+func (tb *Testbed) setupLAN() error {
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+	if err := netlink.LinkAdd(br); err != nil {
+		return err
+	}
+	// A fixed MAC: a bridge otherwise takes its ports' lowest, which
+	// changes as hosts join, and the director sends to this one.
+	mac, _ := net.ParseMAC("02:00:00:50:00:01")
+	if err := netlink.LinkSetHardwareAddr(br, mac); err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		return err
+	}
+	a, _ := netlink.ParseAddr(RouterIP.String() + "/24")
+	if err := netlink.AddrAdd(br, a); err != nil {
+		return err
+	}
+	l, _ := netlink.LinkByName("br0")
+	tb.GatewayMAC = l.Attrs().HardwareAddr
+	if tb.nics != nil {
+		// The segment reaches the bridge through the LAN's NIC.
+		port, err := tb.takeNIC(tb.LAN, "lan0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(port, br); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(port); err != nil {
+			return err
+		}
+	}
+	sysctl("net.ipv4.conf.all.send_redirects", "0")
+	sysctl("net.ipv4.conf.br0.send_redirects", "0")
+	if tb.Underlay6 {
+		if err := addr6(br, RouterIP6); err != nil {
+			return err
+		}
+		if err := sysctl("net.ipv6.conf.all.forwarding", "1"); err != nil {
+			return err
+		}
+	}
+	return sysctl("net.ipv4.ip_forward", "1")
+}
+
+// routeClient, in the client's namespace, routes the VIP through via.
+// Clients reach the VIP through the director. Their packets are
+// rewritten by XDP on the way, so they must leave with finished
+// checksums, not offloaded ones.
+func (tb *Testbed) routeClient(via netip.Addr) error {
+	if err := lab.DisableOffloads("eth0"); err != nil {
+		return err
+	}
+	l, _ := netlink.LinkByName("eth0")
+	_, dst, _ := net.ParseCIDR(VIP.String() + "/32")
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: via.AsSlice()}); err != nil {
+		return err
+	}
+	if !tb.Underlay6 {
+		return nil
+	}
+	_, dst6, _ := net.ParseCIDR(VIP6.String() + "/128")
+	return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst6, Gw: ip6Of(via).AsSlice()})
 }
 
 // join makes a host and plugs it into the LAN bridge.
@@ -361,133 +364,6 @@ func (tb *Testbed) plug(h *Host, port string, ip netip.Addr, lan func(netlink.Li
 		return fmt.Errorf("%s: %w", h.Name, err)
 	}
 	return nil
-}
-
-// takenNIC is a NIC a testbed host holds, and the name it had.
-type takenNIC struct {
-	host *Host
-	name string // now
-	orig string
-	home netns.NsHandle
-}
-
-// takeNIC moves the next of the testbed's NICs into h's namespace as name,
-// and returns it there. It is called in the namespace the NICs are in.
-func (tb *Testbed) takeNIC(h *Host, name string) (netlink.Link, error) {
-	if len(tb.nics) == 0 {
-		return nil, errors.New("no NIC left for it")
-	}
-	orig := tb.nics[0]
-	tb.nics = tb.nics[1:]
-	var l netlink.Link
-	err := lab.Do(tb.home(), func() error {
-		var err error
-		if l, err = netlink.LinkByName(orig); err != nil {
-			return err
-		}
-		netlink.LinkSetDown(l)
-		return netlink.LinkSetNsFd(l, int(h.NS))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("taking NIC %s: %w", orig, err)
-	}
-	tb.taken = append(tb.taken, takenNIC{host: h, name: name, orig: orig, home: tb.home()})
-	err = h.Do(func() error {
-		var err error
-		if l, err = netlink.LinkByName(orig); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetName(l, name); err != nil {
-			return err
-		}
-		l, err = netlink.LinkByName(name)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("taking NIC %s: %w", orig, err)
-	}
-	return l, nil
-}
-
-// home is the namespace the testbed was built from, where its NICs were.
-func (tb *Testbed) home() netns.NsHandle { return tb.homeNS }
-
-// giveBackNICs moves every NIC taken back home, under its own name, before
-// the namespaces go: the kernel would move them back itself, but under
-// whatever name was free.
-func (tb *Testbed) giveBackNICs() error {
-	var errs []error
-	for _, t := range tb.taken {
-		err := t.host.Do(func() error {
-			l, err := netlink.LinkByName(t.name)
-			if err != nil {
-				return err
-			}
-			netlink.LinkSetDown(l)
-			netlink.LinkSetXdpFd(l, -1) // none left after the unloads, but for a test's own
-			if err := netlink.LinkSetName(l, t.orig); err != nil {
-				return err
-			}
-			return netlink.LinkSetNsFd(l, int(t.home))
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("giving NIC %s back: %w", t.orig, err))
-		}
-	}
-	tb.taken = nil
-	if tb.homeNS.IsOpen() {
-		tb.homeNS.Close()
-	}
-	return errors.Join(errs...)
-}
-
-// plugVeth makes h's eth0 a veth whose peer, port, is in the LAN's
-// namespace, set up by lan.
-func (tb *Testbed) plugVeth(h *Host, port string, lan func(netlink.Link) error) error {
-	return tb.LAN.Do(func() error {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "eth0"}
-		if err := netlink.LinkAdd(v); err != nil {
-			return err
-		}
-		peer, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetNsFd(peer, int(h.NS)); err != nil {
-			return err
-		}
-		p, err := netlink.LinkByName(port)
-		if err != nil {
-			return err
-		}
-		sysctl("net.ipv4.conf."+port+".rp_filter", "0")
-		sysctl("net.ipv4.conf."+port+".send_redirects", "0")
-		if err := lan(p); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(p); err != nil {
-			return err
-		}
-		pass, err := lab.PassAll()
-		if err != nil {
-			return err
-		}
-		defer pass.Close()
-		return netlink.LinkSetXdpFdWithFlags(p, pass.FD(), 4 /* XDP_FLAGS_DRV_MODE */)
-	})
-}
-
-// addr6 gives l the IPv6 address ip/64 (a /128 for fd60::, the VIP),
-// usable at once: no duplicate address detection among the testbed's
-// own hosts.
-func addr6(l netlink.Link, ip netip.Addr) error {
-	bits := 64
-	if ip == VIP6 {
-		bits = 128
-	}
-	a, _ := netlink.ParseAddr(fmt.Sprintf("%s/%d", ip, bits))
-	a.Flags = unix.IFA_F_NODAD
-	return netlink.AddrAdd(l, a)
 }
 
 func (tb *Testbed) setupBackend(i int, h *Host) error {
@@ -676,58 +552,4 @@ func (tb *Testbed) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Config is BackendConfig for this testbed: with the IPv6 underlay, the
-// backends are their IPv6 addresses and the table binds both VIPs.
-func (tb *Testbed) Config(states map[int]string, healthy map[int]bool) string {
-	if !tb.Underlay6 {
-		return BackendConfig(states, healthy, len(tb.Backends))
-	}
-	return backendConfig(states, healthy, len(tb.Backends), BackendIP6, VIP, VIP6)
-}
-
-// BackendAddr is backend i's address in the table: BackendIP, or with
-// the IPv6 underlay BackendIP6.
-func (tb *Testbed) BackendAddr(i int) netip.Addr {
-	if tb.Underlay6 {
-		return BackendIP6(i)
-	}
-	return BackendIP(i)
-}
-
-// BackendConfig makes a forwarding table for the VIP with the given
-// backend states, in GLB's JSON.
-func BackendConfig(states map[int]string, healthy map[int]bool, n int) string {
-	return backendConfig(states, healthy, n, BackendIP, VIP)
-}
-
-func backendConfig(states map[int]string, healthy map[int]bool, n int, addr func(int) netip.Addr, vips ...netip.Addr) string {
-	var bs []string
-	for i := 1; i <= n; i++ {
-		st, ok := states[i]
-		if !ok {
-			st = "active"
-		}
-		if st == "absent" {
-			continue
-		}
-		h, ok := healthy[i]
-		if !ok {
-			h = true
-		}
-		bs = append(bs, fmt.Sprintf(`{"ip": "%s", "state": "%s", "healthy": %v}`, addr(i), st, h))
-	}
-	return `{"tables": [{"name": "vip", "hash_key": "0f0e0d0c0b0a09080706050403020100", "seed": "00112233445566778899aabbccddeeff",
-  "binds": [` + binds(vips) + `],
-  "backends": [` + strings.Join(bs, ", ") + `]}]}`
-}
-
-// binds is the testbed table's binds: port 80 of each VIP.
-func binds(vips []netip.Addr) string {
-	var b []string
-	for _, v := range vips {
-		b = append(b, fmt.Sprintf(`{"ip": "%s", "proto": "tcp", "port": 80}`, v))
-	}
-	return strings.Join(b, ", ")
 }
