@@ -103,6 +103,7 @@ func without(tc *TableConfig, k int) *TableConfig {
 // row at risk, and a drain then the removal put none at risk that they do
 // not put at risk without balance (none where GLB's invariant holds).
 func TestBalanceProperties(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(24, 3))
 	for iter := range cases(32) {
 		n := 2 + rng.IntN(64)
@@ -161,6 +162,7 @@ func TestBalanceProperties(t *testing.T) {
 // TestBalanceUnusedIsGLB: a factor that no backend's share comes near
 // leaves the table exactly as without it.
 func TestBalanceUnusedIsGLB(t *testing.T) {
+	t.Parallel()
 	tc := benchTable(4)
 	ut := mustBuild(t, tc)
 	bc := *tc
@@ -176,6 +178,7 @@ func TestBalanceUnusedIsGLB(t *testing.T) {
 // minimum (the added backend's rows; the drained backend's), at F 1.01
 // and at looser factors. Its log is the table in docs/tables.md.
 func TestBoundedLoadTradeOff(t *testing.T) {
+	t.Parallel()
 	const n = 256
 	tc := benchTable(n + 1)
 	victim := rand.New(rand.NewPCG(9, 9)).IntN(n)
@@ -277,6 +280,7 @@ func TestBoundedLoadTradeOff(t *testing.T) {
 // the new backend displaces; with the earlier primaries in the packets,
 // one at a time or two at once, none is.
 func TestBalanceAddsWithHistory(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(24, 5))
 	risky := 0
 	now := time.Unix(1_800_000_000, 0)
@@ -304,6 +308,7 @@ func TestBalanceAddsWithHistory(t *testing.T) {
 // TestClosenessOrders: the closeness code never decreases as the margin
 // grows, and tells apart margins a thirty-second apart.
 func TestClosenessOrders(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 100000 {
 		a, b := rng.Uint64()>>rng.IntN(64), rng.Uint64()>>rng.IntN(64)

@@ -46,6 +46,7 @@ type Builder struct {
 	// failure domain: ranks then track D, and rows follow domains.go.
 	domains bool
 	workers int
+	vector  bool // scores in the vector unit (newBuilder)
 }
 
 // rank is the part of a row's ranking that decides its hops: R[0], R[1],
@@ -79,7 +80,11 @@ func flagsOf(be Backend) uint8 {
 }
 
 // NewBuilder builds a table from scratch.
-func NewBuilder(tc *TableConfig) (*Builder, error) {
+func NewBuilder(tc *TableConfig) (*Builder, error) { return newBuilder(tc, haveVectorScores) }
+
+// newBuilder is NewBuilder, scoring in the vector unit when vector is
+// set (and the CPU has one): the tests compare both ways on one CPU.
+func newBuilder(tc *TableConfig, vector bool) (*Builder, error) {
 	if err := checkBuildable(tc.Backends); err != nil {
 		return nil, err
 	}
@@ -88,6 +93,7 @@ func NewBuilder(tc *TableConfig) (*Builder, error) {
 		states:  make([]sipState, Rows),
 		ranks:   make([]rank, Rows),
 		workers: runtime.GOMAXPROCS(0),
+		vector:  vector && haveVectorScores,
 	}
 	b.cfg.Backends = append([]Backend(nil), tc.Backends...)
 	b.k0, b.k1 = keyWords(tc.Seed)
@@ -103,7 +109,7 @@ func NewBuilder(tc *TableConfig) (*Builder, error) {
 	b.reindex()
 	b.parallel(func(lo, hi int) {
 		out := b.scratch()
-		rowStates(b.k0, b.k1, uint32(lo), b.states[lo:hi])
+		rowStates(b.vector, b.k0, b.k1, uint32(lo), b.states[lo:hi])
 		for r := lo; r < hi; r++ {
 			b.rankRow(r, out)
 		}
@@ -256,12 +262,12 @@ func (b *Builder) rankRow(r int, out []uint64) {
 			b.insert(&rk, s, i, good)
 		}
 	}
-	if b.allGood && haveVectorScores && len(b.v6idx) == 0 && !b.weighted && !b.domains {
+	if b.allGood && b.vector && len(b.v6idx) == 0 && !b.weighted && !b.domains {
 		b.rankRowGood(r, out)
 		return
 	}
 	w := b.v4w
-	if haveVectorScores && len(w) > 0 {
+	if b.vector && len(w) > 0 {
 		// The first vectorWidth backends are ranked one by one; the rest
 		// are scored with their comparison against the threshold that
 		// gives (the worst score that still matters: the second best, or

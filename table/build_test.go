@@ -104,6 +104,7 @@ func glbRow(seed Key, row uint32, bs []Backend) Row {
 }
 
 func TestGLBVectors(t *testing.T) {
+	t.Parallel()
 	seed := mustKey(t, "49a3d861d661ae5ab06ed9326871a2f5")
 	k0, k1 := keyWords(seed)
 	for _, c := range []struct {
@@ -150,6 +151,7 @@ func TestGLBVectors(t *testing.T) {
 }
 
 func TestFastSipHashMatchesReference(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 20000; i++ {
 		var seed Key
@@ -239,6 +241,7 @@ var sampleRows = func() []uint32 {
 }()
 
 func TestBuildMatchesReferenceRule(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 60; i++ {
 		tc := randomTable(rng, 1+rng.IntN(12), rng.IntN(6))
@@ -255,6 +258,7 @@ func TestBuildMatchesReferenceRule(t *testing.T) {
 }
 
 func TestBuildEqualsGLBUnderItsInvariant(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := 0; i < 60; i++ {
 		tc := randomTable(rng, 2+rng.IntN(12), 1)
@@ -284,6 +288,7 @@ func countState(bs []Backend, s State) int {
 }
 
 func TestSingleBackend(t *testing.T) {
+	t.Parallel()
 	tc := &TableConfig{Backends: []Backend{
 		{IP: netip.MustParseAddr("10.0.0.1"), State: StateInactive, Healthy: true},
 		{IP: netip.MustParseAddr("10.0.0.2"), State: StateActive, Healthy: true},
@@ -300,6 +305,7 @@ func TestSingleBackend(t *testing.T) {
 }
 
 func TestNoGoodBackendKeepsRanking(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(9, 9))
 	tc := randomTable(rng, 5, 0)
 	for i := range tc.Backends {
@@ -321,6 +327,7 @@ func TestNoGoodBackendKeepsRanking(t *testing.T) {
 }
 
 func TestAllInactiveIsError(t *testing.T) {
+	t.Parallel()
 	tc := &TableConfig{Backends: []Backend{{IP: netip.MustParseAddr("10.0.0.1"), State: StateInactive}}}
 	if _, err := Build(tc); err == nil {
 		t.Fatal("building a table of only inactive backends succeeded")
@@ -402,6 +409,7 @@ func mutate(rng *rand.Rand, tc *TableConfig) (*TableConfig, string) {
 }
 
 func TestIncrementalEqualsFullBuild(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(11, 12))
 	iters := cases(300)
 	if testing.Short() {
@@ -480,6 +488,7 @@ func checkMovement(t *testing.T, what string, old, new *TableConfig, before, aft
 }
 
 func TestAddRemoveMovesOnlyThatBackend(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(13, 14))
 	for i := 0; i < cases(30); i++ {
 		tc := randomTable(rng, 2+rng.IntN(30), 0)
@@ -499,6 +508,7 @@ func TestAddRemoveMovesOnlyThatBackend(t *testing.T) {
 }
 
 func TestBackendOrderDoesNotMatter(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(15, 16))
 	for i := 0; i < cases(30); i++ {
 		tc := randomTable(rng, 1+rng.IntN(30), rng.IntN(8))
@@ -523,6 +533,7 @@ func TestBackendOrderDoesNotMatter(t *testing.T) {
 // fingerprint shows nothing of the key, and a table's fingerprint is
 // its own the same whatever its name.
 func TestFingerprintCoversTheKey(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(21, 22))
 	tc := randomTable(rng, 8, 2)
 	a, err := Build(tc)
@@ -576,6 +587,7 @@ func vectorUnit(t *testing.T) {
 }
 
 func TestVectorScoresMatchReference(t *testing.T) {
+	t.Parallel()
 	vectorUnit(t)
 	rng := rand.New(rand.NewPCG(21, 22))
 	for i := 0; i < 200; i++ {
@@ -606,6 +618,7 @@ func TestVectorScoresMatchReference(t *testing.T) {
 // every score, and exactly the real scores at or under the second best
 // flagged, whatever the padding scores.
 func TestVectorBest2MatchesReference(t *testing.T) {
+	t.Parallel()
 	vectorUnit(t)
 	rng := rand.New(rand.NewPCG(25, 26))
 	for i := 0; i < 300; i++ {
@@ -653,36 +666,44 @@ func TestVectorBest2MatchesReference(t *testing.T) {
 // TestPortableAndVectorGoodBuildsAgree covers rankRowGood: IPv4 backends,
 // all good, at sizes around the vector width and GLB's usual ones.
 func TestPortableAndVectorGoodBuildsAgree(t *testing.T) {
+	t.Parallel()
 	vectorUnit(t) // else both builds are the portable one
-	saved := haveVectorScores
-	defer func() { haveVectorScores = saved }()
+	for _, v := range []bool{false, true} {
+		if b, err := newBuilder(benchTable(3), v); err != nil || b.vector != v {
+			t.Fatalf("newBuilder(tc, %v): vector %v (%v)", v, b.vector, err)
+		}
+	}
 	for _, n := range []int{1, 2, 3, 15, 16, 17, 33, 64, 100, 256} {
 		tc := benchTable(n)
-		haveVectorScores = false
-		portable, err := Build(tc)
+		portable, err := buildWith(tc, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		haveVectorScores = saved
-		fast, _ := Build(tc)
+		fast, _ := buildWith(tc, true)
 		sameTable(t, fmt.Sprintf("%d backends", n), fast, portable)
 	}
 }
 
 func TestPortableAndVectorBuildsAgree(t *testing.T) {
+	t.Parallel()
 	vectorUnit(t) // else both builds are the portable one
 	rng := rand.New(rand.NewPCG(23, 24))
-	saved := haveVectorScores
-	defer func() { haveVectorScores = saved }()
 	for i := 0; i < 6; i++ {
 		tc := randomTable(rng, 1+rng.IntN(70), rng.IntN(10))
-		haveVectorScores = false
-		portable, err := Build(tc)
+		portable, err := buildWith(tc, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		haveVectorScores = saved
-		fast, _ := Build(tc)
+		fast, _ := buildWith(tc, true)
 		sameTable(t, fmt.Sprintf("table %d", i), fast, portable)
 	}
+}
+
+// buildWith is Build, in the vector unit or not (where the CPU has one).
+func buildWith(tc *TableConfig, vector bool) (*Table, error) {
+	b, err := newBuilder(tc, vector)
+	if err != nil {
+		return nil, err
+	}
+	return b.Table(), nil
 }

@@ -29,6 +29,7 @@ func primaryRows(t *Table, ip netip.Addr) int {
 }
 
 func TestDiffDrain(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[1] // three backends, one unhealthy
 	tc.Backends[1].Healthy = true
@@ -56,6 +57,7 @@ func TestDiffDrain(t *testing.T) {
 }
 
 func TestDiffRemoveIsAtRisk(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[0]
 	old := buildCfg(t, &tc)
@@ -84,6 +86,7 @@ func TestDiffRemoveIsAtRisk(t *testing.T) {
 }
 
 func TestDiffAddIsMinimal(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[1]
 	tc.Backends[1].Healthy = true
@@ -102,6 +105,7 @@ func TestDiffAddIsMinimal(t *testing.T) {
 }
 
 func TestDiffWarnings(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[0]
 	old := buildCfg(t, &tc)
@@ -124,6 +128,7 @@ func TestDiffWarnings(t *testing.T) {
 }
 
 func TestDiffPairsTables(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tabs, _ := BuildAll(c)
 	for i, n := range []string{"a", "b", "c"} {
@@ -153,6 +158,7 @@ func hasWarning(td TableDiff, s string) bool {
 // down do not make a change unsafe by their number (rows at risk and rows
 // with no good backend still do).
 func TestVerdictStateChangesNotHealth(t *testing.T) {
+	t.Parallel()
 	c, err := parseConfig([]byte(`{"tables": [{"hash_key": "12345678901234561234567890123456", "seed": "34567890123456783456789012345678",
 	  "binds": [{"ip": "10.0.0.1", "proto": "tcp", "port": 80}], "backends": [
 	  {"ip": "10.1.0.1", "state": "active", "healthy": true}, {"ip": "10.1.0.2", "state": "active", "healthy": true},
@@ -216,6 +222,7 @@ func TestVerdictStateChangesNotHealth(t *testing.T) {
 // comparison of the two copies, for tables with draining, unhealthy and weighted backends,
 // failure domains and a balance factor.
 func TestSameTableIsTheGeneralPath(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	var tcs []TableConfig
 	for _, tc := range c.Tables {

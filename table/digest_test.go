@@ -15,6 +15,7 @@ import (
 // decides no row (health checks, the ramp interval) does not; and the
 // digest holds neither key nor seed.
 func TestInputDigest(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
 	base := randomTable(rng, 6, 2)
 	base.Name = "api"
@@ -81,6 +82,7 @@ func TestInputDigest(t *testing.T) {
 // computed), and rows, backends or a digest that differ are not the
 // config's table whatever the claim.
 func TestBuiltFromTrustsOnlyABoundFingerprint(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(8, 9))
 	tc := randomTable(rng, 12, 2)
 	built, err := Build(tc)
@@ -126,6 +128,7 @@ func TestBuiltFromTrustsOnlyABoundFingerprint(t *testing.T) {
 // for another config, or rows naming a backend the config lacks are not
 // taken.
 func TestFromBuiltTakesOnlyRowsThatCheckOut(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tc := c.Tables[0]
 	built, err := Build(&tc)

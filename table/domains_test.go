@@ -45,21 +45,22 @@ func refDomainRow(R []int, bs []Backend) Row {
 // portable and vector, follows the documented rule over the reference
 // ranking.
 func TestDomainBuildMatchesReference(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(31, 32))
-	saved := haveVectorScores
 	for i := 0; i < cases(40); i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(8))
 		zoneTable(rng, tc, 2+rng.IntN(3))
 		if i%2 == 1 {
 			weighTable(rng, tc, 30)
 		}
-		matchesReference(t, fmt.Sprintf("table %d", i), tc, saved, refDomainRow)
+		matchesReference(t, fmt.Sprintf("table %d", i), tc, haveVectorScores, refDomainRow)
 	}
 }
 
 // TestDomainsKeepHopsApart: with every backend good, no row has both hops
 // in one domain; the report says so and gives each domain its share.
 func TestDomainsKeepHopsApart(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(33, 34))
 	for i := 0; i < 20; i++ {
 		tc := randomTable(rng, 2+rng.IntN(60), 0)
@@ -95,6 +96,7 @@ func TestDomainsKeepHopsApart(t *testing.T) {
 // backend going down and coming back, adding one as filling, and making
 // it active.
 func TestDomainChangesKeepConnections(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(35, 36))
 	atRisk := func(a, b *TableConfig) int {
 		ta, err := Build(a)

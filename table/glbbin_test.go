@@ -116,6 +116,7 @@ const glbCompatConfig = `{"tables": [
 ]}`
 
 func TestWriteGLBIsByteIdentical(t *testing.T) {
+	t.Parallel()
 	c, err := parseConfig([]byte(glbCompatConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +155,7 @@ func firstDiff(a, b []byte) int {
 }
 
 func TestReadGLBRoundTrip(t *testing.T) {
+	t.Parallel()
 	c, err := parseConfig([]byte(glbCompatConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +208,7 @@ func TestReadGLBRoundTrip(t *testing.T) {
 }
 
 func TestReadGLBRejectsCorruption(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tabs, _ := BuildAll(c)
 	var buf bytes.Buffer
@@ -249,6 +252,7 @@ func FuzzReadGLB(f *testing.F) {
 // binary may not either; each error names the table, the entry and its
 // byte offset.
 func TestReadGLBAppliesConfigRules(t *testing.T) {
+	t.Parallel()
 	c, _ := parseConfig([]byte(glbCompatConfig))
 	tabs, _ := BuildAll(c)
 	var buf bytes.Buffer
@@ -290,6 +294,7 @@ func TestReadGLBAppliesConfigRules(t *testing.T) {
 // would be: every row counts as having no good backend, and replacing a
 // good table with it is unsafe.
 func TestGLBBinaryJudgedAsJSON(t *testing.T) {
+	t.Parallel()
 	tc := &TableConfig{Name: "api", Binds: []Bind{{Prefix: netip.MustParsePrefix("10.0.0.1/32"), Proto: 6, PortStart: 80, PortEnd: 80}},
 		Backends: []Backend{{IP: netip.MustParseAddr("10.1.0.1"), State: StateActive, Healthy: false},
 			{IP: netip.MustParseAddr("10.1.0.2"), State: StateActive, Healthy: true}}}

@@ -26,6 +26,7 @@ func historyTable(n int, set HistorySettings) *TableConfig {
 // with GLB's two hops the second does, and the rule that judged one change
 // against what is live (compareRows) said it did not.
 func TestHistoryTwoSafeEdits(t *testing.T) {
+	t.Parallel()
 	for _, noHops := range []bool{false, true} {
 		t.Run(fmt.Sprintf("no_hops=%v", noHops), func(t *testing.T) {
 			set := HistorySettings{Window: DefaultHistoryWindow, NoHops: noHops}
@@ -74,6 +75,7 @@ func TestHistoryTwoSafeEdits(t *testing.T) {
 // TestHistoryExpires: once the window has passed, entries go, and a
 // history with none left is nil.
 func TestHistoryExpires(t *testing.T) {
+	t.Parallel()
 	tc := historyTable(4, HistorySettings{Window: time.Minute})
 	t0 := buildCfg(t, tc)
 	tc.Backends[0].State = StateDraining
@@ -94,6 +96,7 @@ func TestHistoryExpires(t *testing.T) {
 // TestHistoryWindowZero is GLB's verdict: the old primary counts at the
 // change, nothing is remembered after it.
 func TestHistoryWindowZero(t *testing.T) {
+	t.Parallel()
 	tc := historyTable(4, HistorySettings{})
 	t0 := buildCfg(t, tc)
 	tc.Backends = tc.Backends[1:] // removed without a drain
@@ -116,6 +119,7 @@ func TestHistoryWindowZero(t *testing.T) {
 // verdict's count. The hops must be up, distinct, neither the primary
 // nor the secondary, newest first, and window primaries.
 func TestHistoryRandomChanges(t *testing.T) {
+	t.Parallel()
 	for _, noHops := range []bool{false, true} {
 		for seed := range uint64(cases(3)) {
 			t.Run(fmt.Sprintf("no_hops=%v/seed=%d", noHops, seed), func(t *testing.T) {
@@ -133,6 +137,15 @@ const pool = 16
 func poolIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, 0, byte(i + 1)}) }
 
 func poolIndex(ip netip.Addr) int { return int(ip.As4()[3]) - 1 }
+
+// poolIndexes is poolIndex of each of t's backends, in t's order.
+func poolIndexes(t *Table) []int {
+	out := make([]int, len(t.Backends))
+	for j, b := range t.Backends {
+		out[j] = poolIndex(b.IP)
+	}
+	return out
+}
 
 // rowEras is what the definition knows of a row: for each backend of the
 // pool, when it last stopped being the row's primary (0: never, or it is
@@ -179,8 +192,15 @@ func randomHistory(t *testing.T, seed uint64, set HistorySettings, steps int) {
 		for _, b := range nt.Backends {
 			upNow[poolIndex(b.IP)] = b.Healthy
 		}
-		inWindow := func(e *rowEras, i int) bool {
-			return e.ended[i] != 0 && e.lost&(1<<i) == 0 && e.ended[i]+win > ns
+		// A backend is in a row's window when it stopped being the row's
+		// primary after cutoff and was not written off since.
+		cutoff := ns - win
+		inWindow := func(e *rowEras, i int) bool { return e.ended[i] > cutoff && e.lost&(1<<i) == 0 }
+		// Each backend's place in the pool, by its index in each table.
+		livePool, newPool := poolIndexes(live), poolIndexes(nt)
+		var inTable [pool]bool
+		for _, i := range newPool {
+			inTable[i] = true
 		}
 		hashChanged := live.HashKey != nt.HashKey
 		// With a new hash key, a flow's new row is any row: every row's
@@ -198,11 +218,11 @@ func randomHistory(t *testing.T, seed uint64, set HistorySettings, steps int) {
 		}
 		atRisk := 0
 		for r := range nt.Rows {
-			p0 := poolIndex(live.Backends[live.Rows[r].Primary].IP)
-			np, ns2 := poolIndex(nt.Backends[nt.Rows[r].Primary].IP), poolIndex(nt.Backends[nt.Rows[r].Secondary].IP)
-			e := eras[r]
+			p0 := livePool[live.Rows[r].Primary]
+			np, ns2 := newPool[nt.Rows[r].Primary], newPool[nt.Rows[r].Secondary]
+			e := &eras[r] // updated in place
 			if hashChanged {
-				e = merged
+				*e = merged
 			} else if p0 != np {
 				e.ended[p0], e.lost = ns, e.lost&^(1<<p0)
 			}
@@ -215,13 +235,13 @@ func randomHistory(t *testing.T, seed uint64, set HistorySettings, steps int) {
 			for _, ip := range hops {
 				i := poolIndex(ip)
 				group := 1
-				if slices.ContainsFunc(nt.Backends, func(b Backend) bool { return b.IP == ip }) {
+				if inTable[i] {
 					group = 0
 				}
 				if group != prevGroup {
 					prev = 1 << 62
 				}
-				if !upNow[i] || i == np || i == ns2 || chain[i] || !inWindow(&e, i) || group < prevGroup || e.ended[i] > prev {
+				if !upNow[i] || i == np || i == ns2 || chain[i] || !inWindow(e, i) || group < prevGroup || e.ended[i] > prev {
 					t.Fatalf("step %d (%s), row %d: hops %v, primary %d, secondary %d, eras %+v", step, what, r, hops, np, ns2, e)
 				}
 				chain[i], prev, prevGroup = true, e.ended[i], group
@@ -231,7 +251,7 @@ func randomHistory(t *testing.T, seed uint64, set HistorySettings, steps int) {
 			}
 			missing := p0 != np && upNow[p0] && !chain[p0] // the old primary, whatever the window
 			for i := range pool {
-				if inWindow(&e, i) {
+				if inWindow(e, i) {
 					if upNow[i] && !chain[i] {
 						missing = true
 					}
@@ -247,9 +267,8 @@ func randomHistory(t *testing.T, seed uint64, set HistorySettings, steps int) {
 				}
 			}
 			if win == 0 {
-				e = rowEras{}
+				*e = rowEras{}
 			}
-			eras[r] = e
 		}
 		if atRisk != risk.AtRisk {
 			t.Fatalf("step %d (%s): %d rows have a window primary that is up and not in their chain; the verdict counts %d",

@@ -11,6 +11,7 @@ import (
 // TestBindOverlapCheckIsNotQuadratic: 256 tables of 256 binds on one
 // prefix, with ranges that all overlap, are refused at once.
 func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
+	t.Parallel()
 	tables := make([][]Bind, 256)
 	pfx := mustPrefix("10.0.0.0/24")
 	for i := range tables {
@@ -43,6 +44,7 @@ func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 // refused at the first backend of the other family, saying why; an
 // all-IPv6 table is served (GUE over IPv6), as is an all-IPv4 one.
 func TestUnservableNamesTheMixedFamily(t *testing.T) {
+	t.Parallel()
 	a := netip.MustParseAddr
 	mixed := &Table{Backends: []Backend{{IP: a("10.0.0.1")}, {IP: a("10.0.0.2")}, {IP: a("fd00::3")}, {IP: a("fd00::4")}}}
 	v6 := &Table{Backends: []Backend{{IP: a("fd00::1")}, {IP: a("fd00::2")}}}

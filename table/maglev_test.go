@@ -60,6 +60,7 @@ func maxOverMean(primaries []int, n int) float64 {
 // asserts what each design promises: rendezvous moves the minimum exactly;
 // Maglev balances within 1%.
 func TestBalanceAndMovementAgainstMaglev(t *testing.T) {
+	t.Parallel()
 	const n = 256
 	tc := benchTable(n)
 	addrs := make([]netip.Addr, n)

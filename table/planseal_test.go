@@ -9,6 +9,7 @@ import (
 // TestPlanSeal: a sealed plan checks out with its key only, and any byte
 // changed before the seal, the seal itself, or its removal, is refused.
 func TestPlanSeal(t *testing.T) {
+	t.Parallel()
 	k := Sealer(bytes.Repeat([]byte{7}, 32))
 	plain := []byte("{\n  \"plan_version\": 1,\n  \"config\": {\"tables\": []}\n}")
 	sealed, err := k.SealPlanFile(plain)

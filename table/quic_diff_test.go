@@ -31,6 +31,7 @@ func quicTable(t *testing.T, edit func(*TableConfig)) *Table {
 // or none, is unsafe, and the diff says what it strands; a drain, a
 // removal, and turning routing on are not.
 func TestDiffQUICStranded(t *testing.T) {
+	t.Parallel()
 	base := quicTable(t, nil)
 	for _, c := range []struct {
 		name string

@@ -13,7 +13,8 @@ import (
 //go:noescape
 func scoresV4AVX512(st *sipState, w *uint64, out *uint64, n int, thr uint64, masks *uint16)
 
-// haveVectorScores is a variable so tests can run the portable path too.
+// haveVectorScores is whether the CPU has the vector unit the fast scorers
+// need; a Builder's vector field says whether it uses it.
 // VPSHUFB on 512-bit vectors needs AVX-512 BW.
 var haveVectorScores = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
 
@@ -51,10 +52,10 @@ func vectorBest2(st *sipState, w, out []uint64, tail uint16, masks []uint64) {
 func rowStatesAVX512(k *[2]uint64, row uint32, out *[4][8]uint64)
 
 // rowStates fills out with the states of rows from, from+1, ... (rowState),
-// eight at a time in the vector unit where it can.
-func rowStates(k0, k1 uint64, from uint32, out []sipState) {
+// eight at a time in the vector unit when vector is set.
+func rowStates(vector bool, k0, k1 uint64, from uint32, out []sipState) {
 	i := 0
-	if haveVectorScores {
+	if vector && haveVectorScores {
 		k := [2]uint64{k0, k1}
 		var v [4][8]uint64
 		for ; i+8 <= len(out); i += 8 {

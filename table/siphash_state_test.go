@@ -10,6 +10,7 @@ import (
 // The datapath finishes a 4-byte message's hash from FlowHashState as
 // below (bpf/director.c, hash_flow); it must give FlowHash.
 func TestFlowHashState(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 10000; i++ {
 		var key Key
@@ -40,8 +41,9 @@ func TestFlowHashState(t *testing.T) {
 // in the vector unit, where there is one) are rowState's, for any start and
 // length, at the ends of the row numbers too.
 func TestRowStates(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
-	check := func(name string) {
+	check := func(name string, vector bool) {
 		for i := 0; i < 200; i++ {
 			k0, k1 := rng.Uint64(), rng.Uint64()
 			from := rng.Uint32()
@@ -54,7 +56,7 @@ func TestRowStates(t *testing.T) {
 				from = ^uint32(0) - 5 // row numbers wrap in the message, as uint32
 			}
 			out := make([]sipState, rng.IntN(40))
-			rowStates(k0, k1, from, out)
+			rowStates(vector, k0, k1, from, out)
 			for j, got := range out {
 				if want := rowState(k0, k1, from+uint32(j)); got != want {
 					t.Fatalf("%s: keys %#x %#x, row %d: %+v, want %+v", name, k0, k1, from+uint32(j), got, want)
@@ -62,9 +64,6 @@ func TestRowStates(t *testing.T) {
 			}
 		}
 	}
-	check("default")
-	saved := haveVectorScores
-	defer func() { haveVectorScores = saved }()
-	haveVectorScores = false
-	check("portable")
+	check("default", haveVectorScores)
+	check("portable", false)
 }

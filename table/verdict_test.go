@@ -50,6 +50,7 @@ const verdictBase = `{"tables": [{"name": "api", "hash_key": "123456789012345612
     {"ip": "10.1.0.4", "state": "active", "healthy": true}]}]}`
 
 func TestVerdictRules(t *testing.T) {
+	t.Parallel()
 	c, err := parseConfig([]byte(verdictBase))
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +162,7 @@ func moving(state State) BackendChange {
 // TestDirectorConfigRules: each director config setting changed alone,
 // safe or not as docs/config.md says.
 func TestDirectorConfigRules(t *testing.T) {
+	t.Parallel()
 	base := DirectorConfig{GatewayMAC: net.HardwareAddr{2, 0, 0, 0, 0, 3}, SrcIP: netip.MustParseAddr("192.0.2.1"),
 		HashFields: HashSrcAddr, ForwardICMPEcho: true}
 	for _, c := range []struct {

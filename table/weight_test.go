@@ -15,6 +15,7 @@ import (
 // TestExpScoreIsMinusLog2: E(h) is -log2(1 - h/2^64) within the table's
 // interpolation error, 0 at h = 0, and never decreases as h grows.
 func TestExpScoreIsMinusLog2(t *testing.T) {
+	t.Parallel()
 	if expScore(0) != 0 {
 		t.Fatalf("E(0) = %d", expScore(0))
 	}
@@ -50,6 +51,7 @@ func TestExpScoreIsMinusLog2(t *testing.T) {
 // TestScoreBoundKeepsEveryQualifier: a score over the bound never has a
 // key at or under the bound's key, at any weight up to wmax.
 func TestScoreBoundKeepsEveryQualifier(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 100000; i++ {
 		w := uint16(1 + rng.IntN(MaxWeight))
@@ -98,12 +100,12 @@ func weighTable(rng *rand.Rand, tc *TableConfig, maxW int) {
 // TestWeightedBuildMatchesReference: the weighted build, portable and
 // vector, follows the documented rule over the reference ranking.
 func TestWeightedBuildMatchesReference(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
-	saved := haveVectorScores
 	for i := 0; i < cases(40); i++ {
 		tc := randomTable(rng, 2+rng.IntN(40), rng.IntN(6))
 		weighTable(rng, tc, []int{2, 10, MaxWeight}[i%3])
-		matchesReference(t, fmt.Sprintf("table %d", i), tc, saved, ruleRow)
+		matchesReference(t, fmt.Sprintf("table %d", i), tc, haveVectorScores, ruleRow)
 	}
 }
 
@@ -112,11 +114,8 @@ func TestWeightedBuildMatchesReference(t *testing.T) {
 // rule over the reference weighted ranking.
 func matchesReference(t *testing.T, what string, tc *TableConfig, vector bool, rule func([]int, []Backend) Row) {
 	t.Helper()
-	saved := haveVectorScores
-	defer func() { haveVectorScores = saved }()
 	for _, v := range []bool{false, vector} {
-		haveVectorScores = v
-		tab, err := Build(tc)
+		tab, err := buildWith(tc, v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,6 +149,7 @@ func ruleRow(R []int, bs []Backend) Row {
 // on the GLB compatibility config through GLB's binary, and on every
 // config of testdata.
 func TestEqualWeightsAreGLB(t *testing.T) {
+	t.Parallel()
 	plain, err := parseConfig([]byte(glbCompatConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +261,7 @@ func primaryShares(tab *Table) []int {
 // TestWeightedShares: a backend's share of primary rows follows its weight,
 // within four standard deviations of the binomial count.
 func TestWeightedShares(t *testing.T) {
+	t.Parallel()
 	for _, weights := range [][]uint16{
 		{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
 		{1, 1, 1, 1, 1, 1, 1, 100},
@@ -291,6 +292,7 @@ func TestWeightedShares(t *testing.T) {
 // so no row is at risk; a row whose primary stays can only get it as its
 // secondary.
 func TestRaisingAWeightMovesRowsOnlyToIt(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := 0; i < cases(20); i++ {
 		tc := randomTable(rng, 2+rng.IntN(60), 0)
