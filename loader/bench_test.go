@@ -107,7 +107,7 @@ func benchProgram(b *testing.B, frame []byte, director bool, n int) (lab.Cost, e
 	}
 	if director {
 		after, _ := d.GlobalCounters()
-		got := after[model.CounterEncapsulated] - before[model.CounterEncapsulated]
+		got := after[abi.CEncapsulated] - before[abi.CEncapsulated]
 		if got > cost.Runs || got+100 < cost.Runs {
 			return lab.Cost{}, fmt.Errorf("%d of %d runs encapsulated", got, cost.Runs)
 		}
@@ -548,7 +548,7 @@ func benchTwo(b *testing.B, ds [2]*Director, frames [][]byte) error {
 		if err != nil {
 			return err
 		}
-		if got[model.CounterEncapsulated] == 0 {
+		if got[abi.CEncapsulated] == 0 {
 			return fmt.Errorf("director %d encapsulated nothing", i)
 		}
 	}
@@ -594,7 +594,7 @@ func benchPaired(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]b
 		return err
 	}
 	after, _ := d.GlobalCounters()
-	if got := after[model.CounterEncapsulated] - before[model.CounterEncapsulated]; got > runs[1] || got+100 < runs[1] {
+	if got := after[abi.CEncapsulated] - before[abi.CEncapsulated]; got > runs[1] || got+100 < runs[1] {
 		return fmt.Errorf("%d of %d runs encapsulated", got, runs[1])
 	}
 	b.ReportMetric(median(ns[0]), "base-ns/pkt")

@@ -129,7 +129,7 @@ func TestCapture(t *testing.T) {
 				return fmt.Errorf("frame %d: captured %s %d bytes %s\n want %s %s", i, CounterNames()[r.Reason], r.Action,
 					hex.EncodeToString(r.Frame), CounterNames()[want.Reason], hex.EncodeToString(want.Out))
 			}
-			if want.Verdict == model.XDPTX && (r.Reason != model.CounterEncapsulated || r.Table != slotOf[want.Table] || r.Row != want.Row) {
+			if want.Verdict == model.XDPTX && (r.Reason != abi.CEncapsulated || r.Table != slotOf[want.Table] || r.Row != want.Row) {
 				return fmt.Errorf("frame %d: captured as %s, table slot %d row %#x; want encapsulated, slot %d row %#x", i,
 					CounterNames()[r.Reason], r.Table, r.Row, slotOf[want.Table], want.Row)
 			}

@@ -309,15 +309,15 @@ type exactKeyT struct {
 type tally struct {
 	exact          map[exactKeyT]bool // binds the fast path holds
 	trie           bool               // the trie, not the group path, finds the rest
-	counters       [model.NumCounters]uint64
+	counters       [abi.NumCounters]uint64
 	tablePackets   map[int]uint64
 	backendPackets map[string]uint64
 	glb            [3]uint64 // the kernel's GLB counters after the last passed frame
 }
 
 // glbCounters are the counters of what GLB would have made of a passed
-// frame, in model.GLBUnknownFormat's order.
-var glbCounters = []int{model.GLBUnknownFormat, model.GLBNoMatchingBind, model.GLBMatched}
+// frame, in abi.CGLBUnknownFormat's order.
+var glbCounters = []int{abi.CGLBUnknownFormat, abi.CGLBNoMatching, abi.CGLBMatched}
 
 // glbOf is which of the kernel's GLB counters moved since the last look
 // (-1: none, or more than one), checked for every passed frame: the
@@ -355,26 +355,26 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 	if err != nil {
 		return err.Error()
 	}
-	tl.counters[model.CounterProcessed]++
-	if (want.Verdict == model.XDPTX || want.Reason == model.PassNoBind || want.Reason == model.PassICMPEchoOff) &&
+	tl.counters[abi.CProcessed]++
+	if (want.Verdict == model.XDPTX || want.Reason == abi.CPassNoBind || want.Reason == abi.CPassICMPEchoOff) &&
 		tl.exact[exactKeyT{want.Proto, want.VIP, want.VIPPort}] {
-		tl.counters[model.BindFast]++
-	} else if !tl.trie && (want.Verdict == model.XDPTX || want.Reason == model.PassICMPEchoOff) {
+		tl.counters[abi.CBindFast]++
+	} else if !tl.trie && (want.Verdict == model.XDPTX || want.Reason == abi.CPassICMPEchoOff) {
 		// Every test config fits the group path: it finds what the
 		// exact table does not.
-		tl.counters[model.BindGroup]++
+		tl.counters[abi.CBindGroup]++
 	}
 	if want.Verdict == model.XDPTX {
-		tl.counters[model.CounterMatched]++
+		tl.counters[abi.CMatched]++
 		if want.QUIC != 0 {
 			tl.counters[want.QUIC]++
 		}
 		if want.TooBig != 0 {
 			tl.counters[want.TooBig]++
 		}
-		if want.TooBig != model.CounterICMPTooBig { // a reply goes to no backend
-			tl.counters[model.CounterEncapsulated]++
-			tl.counters[model.CounterEncapBytes] += uint64(want.OuterLen)
+		if want.TooBig != abi.CICMPTooBig { // a reply goes to no backend
+			tl.counters[abi.CEncapsulated]++
+			tl.counters[abi.CEncapBytes] += uint64(want.OuterLen)
 			tl.tablePackets[want.Table]++
 			tl.backendPackets[want.HopList[0].String()]++
 		}
@@ -582,7 +582,7 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 				}
 			}
 			if dc.OutboundMTU != 0 || c.linkMTU != 0 {
-				replied, encapsulated := tl.counters[model.CounterICMPTooBig], tl.counters[model.CounterTooBigEncap]
+				replied, encapsulated := tl.counters[abi.CICMPTooBig], tl.counters[abi.CTooBigEncap]
 				t.Logf("too big for the link: %d answered, %d encapsulated all the same", replied, encapsulated)
 				if replied == 0 || encapsulated == 0 {
 					t.Error("the generator's traffic does not take both too-big paths")
@@ -598,7 +598,7 @@ func checkCounters(t *testing.T, d *Director, tl *tally) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < model.NumCounters; i++ {
+	for i := 0; i < abi.NumCounters; i++ {
 		if got[i] != tl.counters[i] {
 			t.Errorf("counter %s = %d, model %d", CounterNames()[i], got[i], tl.counters[i])
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/lab/golden"
 
@@ -287,7 +288,7 @@ func TestGoldenTooBig(t *testing.T) {
 			if int(v) != model.XDPTX || hex.EncodeToString(o) != hex.EncodeToString(res.Out) {
 				t.Errorf("%s: verdict %d; kernel and model agree: %v", name, v, hex.EncodeToString(o) == hex.EncodeToString(res.Out))
 			}
-			if got := res.TooBig == model.CounterICMPTooBig; got != u.answer[c.name] {
+			if got := res.TooBig == abi.CICMPTooBig; got != u.answer[c.name] {
 				t.Errorf("%s: answered %v, want %v", name, got, u.answer[c.name])
 			}
 			fmt.Fprintf(&out, "\n%s:\n  in   %s\n  out  %s\n  out  %s\n", name, pkt.Describe(c.frame), pkt.Describe(o), hex.EncodeToString(o))

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
@@ -174,7 +175,7 @@ func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
 			t.Errorf("frame %d (%d bytes): kernel %d/%d, model %d/%d", i, len(f), out[i].Verdict, out[i].Reason, want.Verdict, want.Reason)
 		}
 	}
-	if m.Process(huge).Reason != model.PassTooBig {
+	if m.Process(huge).Reason != abi.CPassTooBig {
 		t.Errorf("the model does not call a %d-byte frame too big", len(huge))
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
@@ -106,7 +107,7 @@ func vethSteering(dir, mode string) error {
 		if err := sock.Send(frame); err != nil {
 			return err
 		}
-		if want.TooBig == model.CounterICMPTooBig {
+		if want.TooBig == abi.CICMPTooBig {
 			got, err := sock.Recv(2*time.Second, isTooBig)
 			if err != nil {
 				return fmt.Errorf("frame %d (%d bytes): no too-big reply came back: %w", i, len(frame), err)
@@ -117,7 +118,7 @@ func vethSteering(dir, mode string) error {
 			tooBig++
 			continue
 		}
-		if want.TooBig == model.CounterTooBigEncap {
+		if want.TooBig == abi.CTooBigEncap {
 			// Encapsulated all the same (no DF): over the veth's MTU,
 			// so it does not arrive.
 			encapBig++

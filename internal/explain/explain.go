@@ -108,12 +108,12 @@ func Explain(dp *model.Datapath, frame []byte) Director {
 	if r.Verdict == model.XDPPass {
 		e.Action, e.Counter = "pass", abi.DirectorCounterNames[r.Reason]
 		e.Why = passWhy[r.Reason]
-		if r.Reason == model.PassNoBind {
+		if r.Reason == abi.CPassNoBind {
 			e.NoBind = noBindWhy(dp.Tables, r)
 		}
-		if r.Reason != model.PassNoBind && r.Reason != model.PassNotIP && r.Reason != model.PassVLAN &&
-			r.Reason != model.PassMalformed && r.Reason != model.PassFragment && r.Reason != model.PassIPv6Ext &&
-			r.Reason != model.PassProto && r.Reason != model.PassHeadersSplit {
+		if r.Reason != abi.CPassNoBind && r.Reason != abi.CPassNotIP && r.Reason != abi.CPassVLAN &&
+			r.Reason != abi.CPassMalformed && r.Reason != abi.CPassFragment && r.Reason != abi.CPassIPv6Ext &&
+			r.Reason != abi.CPassProto && r.Reason != abi.CPassHeadersSplit {
 			e.steering(dp, r)
 		}
 		return e
@@ -121,14 +121,14 @@ func Explain(dp *model.Datapath, frame []byte) Director {
 	e.steering(dp, r)
 	e.LinkMTU = dp.LinkMTU()
 	switch r.TooBig {
-	case model.CounterICMPTooBig:
+	case abi.CICMPTooBig:
 		e.Action, e.Counter = "icmp_too_big", abi.DirectorCounterNames[r.TooBig]
 		e.Why = fmt.Sprintf("encapsulated, it would be over the link's MTU (%d): the client is told the room there is, with ICMP, as a router on its path would (nothing goes to the hops)", e.LinkMTU)
-	case model.CounterTooBigEncap:
+	case abi.CTooBigEncap:
 		e.Action, e.Counter = "encapsulate", abi.DirectorCounterNames[r.TooBig]
 		e.Why = fmt.Sprintf("encapsulated to the primary, over the link's MTU (%d) all the same: a packet no ICMP too-big may answer (IPv4 without DF, an ICMP error, IPv6 at 1,280 bytes), sent as GLB sends it", e.LinkMTU)
 	default:
-		e.Action, e.Counter = "encapsulate", abi.DirectorCounterNames[model.CounterEncapsulated]
+		e.Action, e.Counter = "encapsulate", abi.DirectorCounterNames[abi.CEncapsulated]
 		e.Why = "encapsulated in GUE to the primary, the other hops in its hop list for second chance"
 	}
 	return e
@@ -228,16 +228,16 @@ func verdictName(v int) string {
 
 // passWhy says, for each counter a passed packet moves, what it means.
 var passWhy = map[int]string{
-	model.PassNotIP:        "not IPv4 or IPv6: the kernel's stack takes it (ARP, neighbour discovery, LLDP)",
-	model.PassVLAN:         "QinQ, or more than one VLAN tag: the director reads one tag at most",
-	model.PassMalformed:    "truncated or inconsistent headers: the kernel's stack judges it",
-	model.PassFragment:     "an IP fragment: a fragment's flow cannot be known from it alone, so the kernel's stack takes it",
-	model.PassIPv6Ext:      "more IPv6 extension headers than the director reads",
-	model.PassProto:        "not TCP, UDP or an ICMP type the director steers: the kernel's stack takes it",
-	model.PassICMPEchoOff:  "an ICMP echo request to a VIP, and forward_icmp_echo is off: the director host answers it",
-	model.PassNoBind:       "no bind matches: not traffic for a VIP, so the kernel's stack takes it",
-	model.PassHeadersSplit: "a multi-buffer frame whose headers run past its first buffer",
-	model.PassTooBig:       "encapsulated, it would be over 65,535 bytes: no GUE packet can carry it",
-	model.ErrNoConfig:      "the director has no config applied: it steers nothing until one is",
-	model.ErrNoTable:       "its bind names a table slot that holds no table (an error: report it)",
+	abi.CPassNotIP:        "not IPv4 or IPv6: the kernel's stack takes it (ARP, neighbour discovery, LLDP)",
+	abi.CPassVLAN:         "QinQ, or more than one VLAN tag: the director reads one tag at most",
+	abi.CPassMalformed:    "truncated or inconsistent headers: the kernel's stack judges it",
+	abi.CPassFragment:     "an IP fragment: a fragment's flow cannot be known from it alone, so the kernel's stack takes it",
+	abi.CPassIPv6Ext:      "more IPv6 extension headers than the director reads",
+	abi.CPassProto:        "not TCP, UDP or an ICMP type the director steers: the kernel's stack takes it",
+	abi.CPassICMPEchoOff:  "an ICMP echo request to a VIP, and forward_icmp_echo is off: the director host answers it",
+	abi.CPassNoBind:       "no bind matches: not traffic for a VIP, so the kernel's stack takes it",
+	abi.CPassHeadersSplit: "a multi-buffer frame whose headers run past its first buffer",
+	abi.CPassTooBig:       "encapsulated, it would be over 65,535 bytes: no GUE packet can carry it",
+	abi.CErrNoConfig:      "the director has no config applied: it steers nothing until one is",
+	abi.CErrNoTable:       "its bind names a table slot that holds no table (an error: report it)",
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/classify"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
@@ -169,7 +170,7 @@ func TestOtherVerdictsAreTheirOwn(t *testing.T) {
 	a := replay.NewAggregator("x.pcap", "pcap", []string{"api"}, reasons)
 	a.Add(&replay.Sample{N: 1, Bytes: 60, Verdict: 0, Reason: -1, Table: -1})
 	a.Add(&replay.Sample{N: 2, Bytes: 70, Verdict: 1, Reason: -1, Table: -1})
-	a.Add(&replay.Sample{N: 3, Bytes: 80, Verdict: model.XDPPass, Reason: model.PassProto, Table: -1})
+	a.Add(&replay.Sample{N: 3, Bytes: 80, Verdict: model.XDPPass, Reason: abi.CPassProto, Table: -1})
 	r := a.Report(0, "")
 	want := map[string]replay.Count{"aborted": {Packets: 1, Bytes: 60}, "drop": {Packets: 1, Bytes: 70}, "pass": {Packets: 1, Bytes: 80}}
 	if !reflect.DeepEqual(r.Verdicts, want) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/classify"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/table"
@@ -77,7 +78,7 @@ func FromModel(s *Sample, n, bytes int, res *model.Result, id classify.FlowID) {
 		s.FlowID = id
 		s.Flow = FlowKey{Client: res.Client, VIP: res.VIP, ClientPort: res.ClientPort, VIPPort: res.VIPPort, Proto: res.Proto}
 	}
-	if s.TX() && res.TooBig != model.CounterICMPTooBig {
+	if s.TX() && res.TooBig != abi.CICMPTooBig {
 		s.Hops = res.Hops()
 		s.Primary = res.HopList[0]
 		s.Table, s.Row = res.Table, res.Row

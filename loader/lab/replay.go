@@ -122,11 +122,11 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		// an Ethernet header, or longer than a first buffer and every
 		// fragment. The model gives them the same fate.
 		if len(f) < 14 {
-			out[i] = Outcome{Verdict: uint32(model.XDPPass), Out: f, Reason: model.PassMalformed}
+			out[i] = Outcome{Verdict: uint32(model.XDPPass), Out: f, Reason: abi.CPassMalformed}
 			continue
 		}
 		if len(f) > model.MaxFrame {
-			out[i] = Outcome{Verdict: uint32(model.XDPPass), Out: f, Reason: model.PassTooBig}
+			out[i] = Outcome{Verdict: uint32(model.XDPPass), Out: f, Reason: abi.CPassTooBig}
 			continue
 		}
 		v, o, err := runInto(r.prog, f, buf)
@@ -145,7 +145,7 @@ func (r *Replayer) worker(cpu int, frames [][]byte, out []Outcome) error {
 		if err := r.counters.Lookup(uint32(0), &now); err != nil {
 			return err
 		}
-		for c := model.PassNotIP; c < model.NumCounters; c++ {
+		for c := abi.CPassNotIP; c < abi.NumCounters; c++ {
 			if now[cpu].C[c] != before[cpu].C[c] {
 				out[i].Reason = c
 				break

@@ -3,6 +3,8 @@ package model
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/director/director/bpf/abi"
 )
 
 // GLBResult is what GLB's XDP director (its glb_encap.c with glb-hashing's
@@ -18,7 +20,7 @@ import (
 // is forwarded): GLBMatched, or GLBNoMatchingBind.
 func (d *Datapath) GLBResult(frame []byte) int {
 	if len(frame) < 14 {
-		return GLBUnknownFormat
+		return abi.CGLBUnknownFormat
 	}
 	var f Flow
 	icmp := false
@@ -26,18 +28,18 @@ func (d *Datapath) GLBResult(frame []byte) int {
 	switch binary.BigEndian.Uint16(frame[12:]) {
 	case 0x0800:
 		if len(frame) < 14+20+4 {
-			return GLBUnknownFormat
+			return abi.CGLBUnknownFormat
 		}
 		ip := frame[14:]
 		f.Proto, f.VIP, ports = ip[9], netip.AddrFrom4([4]byte(ip[16:20])), ip[20:24]
 		if f.Proto == 1 {
 			if len(frame) < 14+20+8 {
-				return GLBUnknownFormat
+				return abi.CGLBUnknownFormat
 			}
 			icmp = true
 			if ip[20] == 3 { // destination unreachable: the quoted packet, reversed
 				if len(frame) < 14+20+8+20+4 {
-					return GLBUnknownFormat
+					return abi.CGLBUnknownFormat
 				}
 				q := ip[28:]
 				icmp, f.Proto, f.VIP, ports = false, q[9], netip.AddrFrom4([4]byte(q[12:16])), []byte{0, 0, q[20], q[21]}
@@ -45,7 +47,7 @@ func (d *Datapath) GLBResult(frame []byte) int {
 		}
 	case 0x86dd:
 		if len(frame) < 14+40+4 {
-			return GLBUnknownFormat
+			return abi.CGLBUnknownFormat
 		}
 		ip := frame[14:]
 		f.Proto, f.VIP, ports = ip[6], netip.AddrFrom16([16]byte(ip[24:40])), ip[40:44]
@@ -53,14 +55,14 @@ func (d *Datapath) GLBResult(frame []byte) int {
 			icmp = true
 			if ip[40] == 2 { // packet too big: the quoted packet, reversed
 				if len(frame) < 14+40+8+40+4 {
-					return GLBUnknownFormat
+					return abi.CGLBUnknownFormat
 				}
 				q := ip[48:]
 				icmp, f.Proto, f.VIP, ports = false, q[6], netip.AddrFrom16([16]byte(q[8:24])), []byte{0, 0, q[40], q[41]}
 			}
 		}
 	default:
-		return GLBUnknownFormat
+		return abi.CGLBUnknownFormat
 	}
 	if !icmp {
 		f.VIPPort = binary.BigEndian.Uint16(ports[2:])
@@ -69,12 +71,12 @@ func (d *Datapath) GLBResult(frame []byte) int {
 	// addresses of the other binds: an echo request's lookup.
 	if (f.VIP.Is4() && f.Proto == 1) || (f.VIP.Is6() && f.Proto == 58) {
 		if f.VIPPort != 0 || !d.Config.ForwardICMPEcho {
-			return GLBNoMatchingBind
+			return abi.CGLBNoMatching
 		}
 		f.Echo = true
 	}
 	if _, ok := d.TableOf(&f); ok {
-		return GLBMatched
+		return abi.CGLBMatched
 	}
-	return GLBNoMatchingBind
+	return abi.CGLBNoMatching
 }

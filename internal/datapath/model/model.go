@@ -24,41 +24,8 @@ const (
 	XDPTX   = abi.XDPTX
 )
 
-// The datapath's counters (enum dir_counter in bpf/director.h); the
-// reasons a packet is passed are among them.
-const (
-	CounterProcessed    = abi.CProcessed
-	CounterMatched      = abi.CMatched
-	CounterEncapsulated = abi.CEncapsulated
-	CounterEncapBytes   = abi.CEncapBytes
-	BindFast            = abi.CBindFast  // found through the exact-match fast path (a performance counter; not modelled)
-	BindGroup           = abi.CBindGroup // found through the group path (a performance counter; not modelled)
-	PassNotIP           = abi.CPassNotIP
-	PassVLAN            = abi.CPassVLAN
-	PassMalformed       = abi.CPassMalformed
-	PassFragment        = abi.CPassFragment
-	PassIPv6Ext         = abi.CPassIPv6Ext
-	PassProto           = abi.CPassProto
-	PassICMPEchoOff     = abi.CPassICMPEchoOff
-	PassNoBind          = abi.CPassNoBind
-	PassHeadersSplit    = abi.CPassHeadersSplit // a multi-buffer frame whose headers run past its first buffer
-	PassTooBig          = abi.CPassTooBig       // the encapsulated packet would be over 65,535 bytes
-	ErrNoConfig         = abi.CErrNoConfig
-	ErrNoTable          = abi.CErrNoTable
-	ErrAdjustHead       = abi.CErrAdjustHead
-	ErrBounds           = abi.CErrBounds
-	// Of frames passed for a Pass reason, what GLB's director would have
-	// counted them as: UnknownFormat (its parser cannot read them),
-	// Matched (what it reads is bound) or NoMatchingBind.
-	GLBUnknownFormat  = abi.CGLBUnknownFormat
-	GLBNoMatchingBind = abi.CGLBNoMatching
-	GLBMatched        = abi.CGLBMatched
-	// A packet its encapsulation takes over the link's MTU: answered
-	// with ICMP too-big, or encapsulated all the same (Result.TooBig).
-	CounterICMPTooBig  = abi.CICMPTooBig
-	CounterTooBigEncap = abi.CTooBigEncap
-	NumCounters        = abi.NumCounters
-)
+// The counters a Result names (Reason, TooBig) are bpf/abi's, enum
+// dir_counter's one Go name each: abi.CPassNotIP and the rest.
 
 // The path MTU check (bpf/toobig.h, docs/wire.md "Path MTU"): an outer
 // packet of up to MTUFloor bytes is never checked; a reply quotes the
@@ -192,7 +159,7 @@ var (
 func (d *Datapath) passed(frame []byte, reason int, parsed bool, f *Flow) Result {
 	r := Result{Verdict: XDPPass, Reason: reason, Out: frame, Parsed: parsed, Client: f.Client, ClientPort: f.ClientPort,
 		VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
-	if frame != nil && reason != ErrNoConfig && reason != ErrNoTable && reason != ErrAdjustHead && reason != ErrBounds {
+	if frame != nil && reason != abi.CErrNoConfig && reason != abi.CErrNoTable && reason != abi.CErrAdjustHead && reason != abi.CErrBounds {
 		r.GLB = d.GLBResult(frame[:min(len(frame), FirstBuffer)])
 	}
 	return r
@@ -214,13 +181,13 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 	frame, l2len, ipLen, v6, icmpErr := pk.frame, pk.l2len, pk.ipLen, pk.v6, pk.icmpErr
 	ti, ok := tableOf(f)
 	if !ok {
-		return d.passed(frame, PassNoBind, true, f)
+		return d.passed(frame, abi.CPassNoBind, true, f)
 	}
 	if !d.Configured {
-		return d.passed(frame, ErrNoConfig, true, f)
+		return d.passed(frame, abi.CErrNoConfig, true, f)
 	}
 	if f.Echo && !d.Config.ForwardICMPEcho {
-		return d.passed(frame, PassICMPEchoOff, true, f)
+		return d.passed(frame, abi.CPassICMPEchoOff, true, f)
 	}
 	nhops := 2
 	if d.Config.AltHashFields != 0 {
@@ -231,7 +198,7 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 	// its encapsulation but the outer header.
 	under6 := !t.Backends[0].IP.Is4()
 	if under6 && ipLen > 0xffff-(gue.Size6(gue.MaxHops)-40) {
-		return d.passed(frame, PassTooBig, true, f)
+		return d.passed(frame, abi.CPassTooBig, true, f)
 	}
 	h := FlowHash(t.HashKey, *f, d.Config.HashFields)
 	row, p, s := t.Lookup(h)
@@ -278,9 +245,9 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 			if mtu > checked+68 {
 				room = mtu - checked
 			}
-			tooBig = CounterTooBigEncap
+			tooBig = abi.CTooBigEncap
 			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {
-				r := Result{Verdict: XDPTX, TooBig: CounterICMPTooBig, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops,
+				r := Result{Verdict: XDPTX, TooBig: abi.CICMPTooBig, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops,
 					NHops: nhops, IPLen: ipLen, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
 				if build {
 					r.Out = reply

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/gue"
 )
 
@@ -24,25 +25,25 @@ type packet struct {
 func parseFrame(frame []byte, f *Flow) (pk packet, reason int) {
 	pk.frame = frame
 	if len(frame) > MaxFrame {
-		return pk, PassTooBig // no XDP hook receives a frame this large
+		return pk, abi.CPassTooBig // no XDP hook receives a frame this large
 	}
 	if len(frame) < 14 {
-		return pk, PassMalformed
+		return pk, abi.CPassMalformed
 	}
 	etype := binary.BigEndian.Uint16(frame[12:])
 	pk.l2len = 14
 	switch etype {
 	case 0x8100:
 		if len(frame) < 18 {
-			return pk, PassMalformed
+			return pk, abi.CPassMalformed
 		}
 		etype = binary.BigEndian.Uint16(frame[16:])
 		pk.l2len = 18
 		if etype == 0x8100 || etype == 0x88a8 {
-			return pk, PassVLAN
+			return pk, abi.CPassVLAN
 		}
 	case 0x88a8:
-		return pk, PassVLAN
+		return pk, abi.CPassVLAN
 	}
 	// The headers the program reads must lie in the first buffer.
 	ip := ipView{p: frame[pk.l2len:], first: min(len(frame), FirstBuffer) - pk.l2len}
@@ -53,12 +54,12 @@ func parseFrame(frame []byte, f *Flow) (pk packet, reason int) {
 		pk.ipLen, pk.icmpErr, reason = parseIPv6(&ip, f)
 		pk.v6 = true
 	default:
-		return pk, PassNotIP
+		return pk, abi.CPassNotIP
 	}
 	// The outer IPv4 length must hold the largest encapsulation and the
 	// packet.
 	if reason == 0 && pk.ipLen > 0xffff-gue.Size(gue.MaxHops) {
-		return pk, PassTooBig
+		return pk, abi.CPassTooBig
 	}
 	if ip.l4 != 0 && !pk.icmpErr {
 		pk.l4 = pk.l2len + ip.l4
@@ -81,9 +82,9 @@ type ipView struct {
 func (v *ipView) read(off, n int) int {
 	switch {
 	case off+n > v.tot:
-		return PassMalformed
+		return abi.CPassMalformed
 	case off+n > v.first:
-		return PassHeadersSplit
+		return abi.CPassHeadersSplit
 	}
 	return 0
 }
@@ -119,19 +120,19 @@ func (v *ipView) parseL4(proto uint8, off int, f *Flow) int {
 func parseIPv4(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	p := v.p
 	if v.first < 20 {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	hl := int(p[0]&0xf) * 4
 	if p[0]>>4 != 4 || hl < 20 {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	tot := int(binary.BigEndian.Uint16(p[2:]))
 	if tot < hl || tot > len(p) {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	v.tot = tot
 	if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
-		return 0, false, PassFragment
+		return 0, false, abi.CPassFragment
 	}
 	f.Client = netip.AddrFrom4([4]byte(p[12:16]))
 	f.VIP = netip.AddrFrom4([4]byte(p[16:20]))
@@ -140,7 +141,7 @@ func parseIPv4(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 		return tot, false, v.parseL4(p[9], hl, f)
 	case 1:
 	default:
-		return 0, false, PassProto
+		return 0, false, abi.CPassProto
 	}
 	icmp := hl
 	if r := v.read(icmp, 8); r != 0 {
@@ -152,7 +153,7 @@ func parseIPv4(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 		return tot, false, 0
 	case 3: // destination unreachable
 	default:
-		return 0, false, PassProto
+		return 0, false, abi.CPassProto
 	}
 	q := icmp + 8 // the quoted packet, from the VIP to the client
 	if r := v.read(q, 20); r != 0 {
@@ -160,10 +161,10 @@ func parseIPv4(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	}
 	qhl := int(p[q]&0xf) * 4
 	if p[q]>>4 != 4 || qhl < 20 {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	if p[q+9] != 6 && p[q+9] != 17 {
-		return 0, false, PassProto
+		return 0, false, abi.CPassProto
 	}
 	f.VIP = netip.AddrFrom4([4]byte(p[q+12 : q+16]))
 	f.Client = netip.AddrFrom4([4]byte(p[q+16 : q+20]))
@@ -179,14 +180,14 @@ func isExt(nh uint8) bool { return nh == 0 || nh == 43 || nh == 60 }
 func parseIPv6(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	p := v.p
 	if v.first < 40 {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	if p[0]>>4 != 6 {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	tot := 40 + int(binary.BigEndian.Uint16(p[4:]))
 	if tot > len(p) {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	v.tot = tot
 	f.Client = netip.AddrFrom16([16]byte(p[8:24]))
@@ -201,20 +202,20 @@ func parseIPv6(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 		off += (int(p[off+1]) + 1) * 8
 	}
 	if isExt(nh) {
-		return 0, false, PassIPv6Ext
+		return 0, false, abi.CPassIPv6Ext
 	}
 	if nh == 44 {
-		return 0, false, PassFragment
+		return 0, false, abi.CPassFragment
 	}
 	if off > tot {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	switch nh {
 	case 6, 17:
 		return tot, false, v.parseL4(nh, off, f)
 	case 58:
 	default:
-		return 0, false, PassProto
+		return 0, false, abi.CPassProto
 	}
 	if r := v.read(off, 8); r != 0 {
 		return 0, false, r
@@ -225,17 +226,17 @@ func parseIPv6(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 		return tot, false, 0
 	case 2: // packet too big
 	default:
-		return 0, false, PassProto
+		return 0, false, abi.CPassProto
 	}
 	q := off + 8
 	if r := v.read(q, 40); r != 0 {
 		return 0, false, r
 	}
 	if p[q]>>4 != 6 {
-		return 0, false, PassMalformed
+		return 0, false, abi.CPassMalformed
 	}
 	if p[q+6] != 6 && p[q+6] != 17 {
-		return 0, false, PassProto
+		return 0, false, abi.CPassProto
 	}
 	f.VIP = netip.AddrFrom16([16]byte(p[q+8 : q+24]))
 	f.Client = netip.AddrFrom16([16]byte(p[q+24 : q+40]))

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/internal/datapath/model"
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -442,7 +442,7 @@ func TestPathMTU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		replies := after[model.CounterICMPTooBig] - before[model.CounterICMPTooBig]
+		replies := after[abi.CICMPTooBig] - before[abi.CICMPTooBig]
 		if replies == 0 {
 			t.Fatal("the exchanges worked, but the director sent no too-big reply: the test did not test it")
 		}

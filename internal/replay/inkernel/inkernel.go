@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/classify"
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/model"
@@ -312,7 +313,7 @@ func sample(p pcapfile.Packet, o outcome) replay.Sample {
 			s.Primary = s.Hops[0]
 		}
 		// A too-big reply is sent back to the client: in no table's rows.
-		if o.res.Verdict == model.XDPTX && o.res.TooBig != model.CounterICMPTooBig {
+		if o.res.Verdict == model.XDPTX && o.res.TooBig != abi.CICMPTooBig {
 			s.Table, s.Row = o.res.Table, o.res.Row
 		}
 	}
