@@ -10,8 +10,6 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/loader"
@@ -35,6 +33,7 @@ type benchDoc struct {
 	Counters map[string]any `json:"counters"`
 }
 
+// benchRun is a lab.Measurement, named for the document.
 type benchRun struct {
 	Seconds        float64 `json:"seconds"`
 	Runs           uint64  `json:"runs"`            // times the program ran
@@ -136,9 +135,11 @@ func benchAll(doc *benchDoc, dc *table.DirectorConfig, gw net.HardwareAddr, tabl
 		if err != nil {
 			return err
 		}
-		if doc.Director, err = benchProgram(d.Prog, frames, doc.Mode, duration, stop); err != nil {
+		m, err := lab.Measure(d.Prog, frames, doc.Mode, duration, stop)
+		if err != nil {
 			return err
 		}
+		doc.Director = benchRun(m)
 		after, err := d.GlobalCounters()
 		if err != nil {
 			return err
@@ -152,13 +153,14 @@ func benchAll(doc *benchDoc, dc *table.DirectorConfig, gw net.HardwareAddr, tabl
 			if len(p.frames) == 0 || len(p.frames) == len(frames) {
 				continue
 			}
-			run, err := benchProgram(d.Prog, p.frames, doc.Mode, duration, stop)
+			m, err := lab.Measure(d.Prog, p.frames, doc.Mode, duration, stop)
 			if err != nil {
 				return err
 			}
-			doc.Paths = append(doc.Paths, benchPath{Path: p.name, Frames: len(p.frames), Run: run})
+			doc.Paths = append(doc.Paths, benchPath{Path: p.name, Frames: len(p.frames), Run: benchRun(m)})
 		}
-		doc.Baseline, err = benchProgram(base, frames, doc.Mode, duration, stop)
+		m, err = lab.Measure(base, frames, doc.Mode, duration, stop)
+		doc.Baseline = benchRun(m)
 		return err
 	})
 }
@@ -198,100 +200,6 @@ func readFrames(path string) ([][]byte, error) {
 		return nil, fmt.Errorf("bench: %s has no frames to inject", path)
 	}
 	return frames, nil
-}
-
-// perCall is how many frames one BPF_PROG_RUN call sends at most; a
-// capture larger than the generator holds is sent in windows, each cycled
-// windowRepeats times. The first call sends at most firstCall.
-const (
-	perCall       = 1 << 20
-	windowRepeats = 64
-	firstCall     = 1 << 14
-)
-
-// callBudget is how many frames the next call may send, after one of n
-// frames took took: as many as a quarter of d holds at that rate, at most
-// perCall.
-func callBudget(n uint32, took, d time.Duration) uint32 {
-	if took <= 0 {
-		return perCall
-	}
-	fit := float64(n) * float64(d/4) / float64(took)
-	return uint32(max(1, min(fit, perCall)))
-}
-
-// window is where the w'th window of size frames starts in n frames: the
-// windows go round the capture, the last one perhaps short.
-func window(w, size, n int) int {
-	windows := (n + size - 1) / size
-	return (w % windows) * size
-}
-
-// benchProgram measures prog on frames for d, on a Rig in the current
-// (private) namespace, sending the capture window by window: the
-// generator holds TrafficgenMaxFrames frames at a time. It runs on the
-// namespace's thread.
-func benchProgram(prog *ebpf.Program, frames [][]byte, mode string, d time.Duration, stop chan os.Signal) (benchRun, error) {
-	var r benchRun
-	rig, err := lab.NewRig("dir0", prog, mode)
-	if err != nil {
-		return r, err
-	}
-	defer rig.Close()
-	r.Injector = rig.Injector()
-	live := rig.Live()
-	size := lab.TrafficgenMaxFrames
-	if !live {
-		size = 4096 // a packet socket's batch
-	}
-	start := time.Now()
-	// Windows sent, by their first frame: how much of the capture ran.
-	sent := map[int]int{}
-	var cost lab.Cost
-	// How many frames a call may send: a call cannot be stopped, so the
-	// first is small and the rest are sized from the rate it showed, to
-	// take at most a quarter of d each. On a slow machine (the emulated
-	// guests of 'make test-kernels', 50,000 frames a second) a call of
-	// perCall frames would take twenty seconds whatever d is.
-	budget := uint32(firstCall)
-	for w := 0; time.Since(start) < d; w++ {
-		select {
-		case <-stop:
-			return r, errors.New("interrupted")
-		default:
-		}
-		lo := window(w, size, len(frames))
-		hi := min(lo+size, len(frames))
-		sent[lo] = hi - lo
-		// Each generator call costs milliseconds to set up, so it sends
-		// many frames: a window is cycled through windowRepeats times,
-		// and a capture that fits is sent perCall times over.
-		n := uint32(hi-lo) * windowRepeats
-		if !live {
-			n = uint32(hi - lo)
-		} else if len(frames) <= size {
-			n = perCall
-		}
-		n = max(min(n, budget), uint32(hi-lo))
-		began := time.Now()
-		c, err := rig.Send(frames[lo:hi], n)
-		if err != nil {
-			return r, err
-		}
-		cost.Runs += c.Runs
-		cost.Runtime += c.Runtime
-		budget = callBudget(n, time.Since(began), d)
-	}
-	r.Seconds = time.Since(start).Seconds()
-	for _, n := range sent {
-		r.DistinctFrames += n
-	}
-	r.Runs = cost.Runs
-	r.PacketsPerSec = float64(cost.Runs) / r.Seconds
-	if cost.Runs > 0 {
-		r.NsPerPacket = float64(cost.Runtime.Nanoseconds()) / float64(cost.Runs)
-	}
-	return r, nil
 }
 
 type pathFrames struct {
