@@ -23,7 +23,7 @@ import (
 	"github.com/director/director/table"
 )
 
-// doctorBed is a deployed testbed (testbed.NewLab) serving a config, with
+// doctorBed is a deployed testbed (testbed.Options.Deploy) serving a config, with
 // the files doctor is given, and doctor run on its hosts.
 type doctorBed struct {
 	tb          *testbed.Testbed
@@ -33,11 +33,7 @@ type doctorBed struct {
 func newDoctorBed(t *testing.T, underlay6 bool) *doctorBed {
 	t.Helper()
 	testenv.Kernel(t)
-	newLab := testbed.NewLab
-	if underlay6 {
-		newLab = testbed.NewLab6
-	}
-	tb, err := newLab(2)
+	tb, err := testbed.New(testbed.Options{Backends: 2, Underlay6: underlay6, Deploy: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // 'make lab' and 'make lab-down': the testbed left running for a person
 // to try commands in. 'lab up' starts a holder process (this program,
 // 'lab hold', in a session of its own) that builds a deployed testbed
-// (testbed.NewLabAt), names its namespaces lab-* under /run/netns, pins
+// (testbed.New with Options.Deploy), names its namespaces lab-* under /run/netns, pins
 // under /sys/fs/bpf/director-lab, keeps the backends' servers running,
 // and tears it all down on SIGTERM. 'lab down' stops the holder and
 // removes whatever any lab left: names, pins, files; it works after a
@@ -110,7 +110,7 @@ func printLabGuide() error {
 func labHold(bin string) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	tb, err := testbed.NewLabAt(3, labPins)
+	tb, err := testbed.New(testbed.Options{Backends: 3, Pins: labPins, Deploy: true})
 	if err != nil {
 		return err
 	}

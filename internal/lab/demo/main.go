@@ -109,16 +109,14 @@ func main() {
 		onInterrupt(f)
 		code = runFleet(f, dir)
 	} else {
-		newBed := testbed.New
 		if *ipv6Demo {
-			newBed = testbed.New6
 			say("bringing up the testbed with an IPv6 underlay: a client, a director (XDP on eth0; GUE over IPv6 from %s, no IPv4 source), "+
 				"a router, 3 backends at fd50::11-13 (backend program, VIPs %s and %s on lo, a TCP server); "+
 				"every second connection goes to %s", testbed.DirIP6, testbed.VIP, testbed.VIP6, testbed.VIP6)
 		} else {
 			say("bringing up the testbed: a client, a director (XDP on eth0), a router, 3 backends (backend program, VIP %s on lo, a TCP server)", testbed.VIP)
 		}
-		tb, err := newBed(3)
+		tb, err := testbed.New(testbed.Options{Backends: 3, Underlay6: *ipv6Demo})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
 			os.Exit(1)

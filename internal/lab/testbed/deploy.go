@@ -19,29 +19,6 @@ import (
 // over IPv6 (eight hops, seven listed: 168 bytes).
 const LabMTU = 1700
 
-// NewLab is New(n), deployed (Deploy): what 'make lab' leaves running, and
-// what 'director doctor' and 'backend doctor' find nothing wrong with.
-func NewLab(n int) (*Testbed, error) { return newLab(n, false, "") }
-
-// NewLab6 is NewLab with New6's IPv6 underlay.
-func NewLab6(n int) (*Testbed, error) { return newLab(n, true, "") }
-
-// NewLabAt is NewLab with the director's pins at pins (the backends' beside
-// them, BackendBPFFS), out of the way of the tests' (ClearStale).
-func NewLabAt(n int, pins string) (*Testbed, error) { return newLab(n, false, pins) }
-
-func newLab(n int, underlay6 bool, pins string) (*Testbed, error) {
-	tb, err := newBedOn(nil, n, underlay6, pins)
-	if err != nil {
-		return nil, err
-	}
-	if err := tb.Deploy(); err != nil {
-		tb.Close()
-		return nil, err
-	}
-	return tb, nil
-}
-
 // Deploy finishes the testbed as a deployment is finished: an underlay
 // whose MTU carries a client's full-size packet encapsulated (LabMTU on the
 // LAN; the client keeps 1,500, as a client on the Internet would), the

@@ -21,7 +21,7 @@ func newTestbed(t *testing.T) *Testbed { return newBedFor(t, false) }
 func newBedFor(t *testing.T, underlay6 bool) *Testbed {
 	t.Helper()
 	testenv.Kernel(t)
-	tb, err := newBed(3, underlay6)
+	tb, err := New(Options{Backends: 3, Underlay6: underlay6})
 	if err != nil {
 		t.Fatal(err)
 	}

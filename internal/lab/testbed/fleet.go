@@ -88,7 +88,7 @@ func NewFleet6(n, maxDirectors, clients int, dir string) (_ *Fleet, err error) {
 }
 
 func newFleetBed(n, maxDirectors, clients int, dir string, underlay6 bool) (_ *Fleet, err error) {
-	tb, err := build(n, underlay6, func(*Testbed) error { return nil }, RouterIP)
+	tb, err := build(Options{Backends: n, Underlay6: underlay6, fleet: true})
 	if err != nil {
 		return nil, err
 	}

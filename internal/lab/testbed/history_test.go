@@ -109,7 +109,7 @@ func churnSetup(t *testing.T) (*Testbed, [][]churnBackend, []string) {
 	seed := churnSeed(t)
 	t.Logf("seed %d (DIRECTOR_CHURN_SEED=%d runs it again)", seed, seed)
 	configs, what := churnEdits(rand.New(rand.NewPCG(seed, 45)), 16)
-	tb, err := newBed(6, false)
+	tb, err := New(Options{Backends: 6, Underlay6: false})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestHistoryTwoEdits(t *testing.T) {
 	added[4] = churnBackend{"active", 3000}
 	edits := [][]churnBackend{raised, added}
 	run := func(t *testing.T, extra string, edit func(tb *Testbed, cfg string)) []*Session {
-		tb, err := newBed(5, false)
+		tb, err := New(Options{Backends: 5, Underlay6: false})
 		if err != nil {
 			t.Fatal(err)
 		}

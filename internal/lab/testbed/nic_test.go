@@ -17,14 +17,14 @@ import (
 )
 
 // The NIC tests run the director and the backend programs native in a
-// real driver's XDP: the testbed on virtio-net NICs (NewOnNICs), which the
+// real driver's XDP: the testbed on virtio-net NICs (Options.NICs), which the
 // guests of 'make test-kernels' have (internal/lab/vmtest, nics.go). 'make
 // test' leaves them to the guests: the host has no NICs to give them.
 
 // nicBed is a testbed of three backends on the NICs given, serving them.
 func nicBed(t *testing.T, nics []string) *Testbed {
 	t.Helper()
-	tb, err := NewOnNICs(nics, 3)
+	tb, err := New(Options{Backends: 3, NICs: nics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestNICs(t *testing.T) {
 func TestNICQueues(t *testing.T) {
 	nics := testenv.NICs(t, 6)
 	single := testenv.SingleQueueNIC(t)
-	tb, err := NewOnNICs([]string{nics[0], nics[1], single, nics[3], nics[4], nics[5]}, 3)
+	tb, err := New(Options{Backends: 3, NICs: []string{nics[0], nics[1], single, nics[3], nics[4], nics[5]}})
 	advice := "has 1 queue pairs, 1 in use by the stack; XDP_TX wants"
 	if err != nil {
 		if !errors.Is(err, unix.ENOMEM) || !strings.Contains(err.Error(), advice) {

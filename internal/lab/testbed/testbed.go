@@ -11,8 +11,8 @@
 //	 ├─ director  10.50.0.3   XDP director on eth0
 //	 └─ backendN  10.50.0.1N  VIP 10.60.0.1 on lo, backend program on eth0, TCP :80
 //
-// New6 builds it with an IPv6 underlay: every host also has fd50::N (N
-// as in 10.50.0.N), the backends serve VIP6 fd60::1 too, clients reach
+// Options.Underlay6 builds it with an IPv6 underlay: every host also has
+// fd50::N (N as in 10.50.0.N), the backends serve VIP6 fd60::1 too, clients reach
 // both VIPs through the director, and the director sends GUE over IPv6
 // to the backends' IPv6 addresses (it has no IPv4 source at all). The
 // backends keep their IPv4 addresses for one thing: their direct replies
@@ -50,7 +50,7 @@ var (
 	DirIP     = netip.MustParseAddr("10.50.0.3")
 	pinPrefix = "director-testbed-"
 
-	// The IPv6 underlay's (New6).
+	// The IPv6 underlay's (Options.Underlay6).
 	VIP6      = netip.MustParseAddr("fd60::1")
 	RouterIP6 = netip.MustParseAddr("fd50::1")
 	DirIP6    = netip.MustParseAddr("fd50::3")
@@ -70,13 +70,13 @@ func TrustedList() string {
 	return strings.Join(s, ",")
 }
 
-// ip6Of is the IPv6 address of the host at ip in New6's LAN: fd50::N for
+// ip6Of is the IPv6 address of the host at ip in the IPv6 underlay's LAN: fd50::N for
 // 10.50.0.N.
 func ip6Of(ip netip.Addr) netip.Addr {
 	return netip.MustParseAddr(fmt.Sprintf("fd50::%d", ip.As4()[3]))
 }
 
-// BackendIP6 is backend i's IPv6 address (i from 1), in New6's testbed.
+// BackendIP6 is backend i's IPv6 address (i from 1), in a testbed with the IPv6 underlay.
 func BackendIP6(i int) netip.Addr { return ip6Of(BackendIP(i)) }
 
 // BackendIP is backend i's address (i from 1).
@@ -141,23 +141,41 @@ func ClearStale() {
 	}
 }
 
-// New builds the network with n backends. The director is loaded, pinned
-// and attached, but has no tables yet; the backends run their program and
-// a TCP server on VIP:80 that answers each line with "NAME LINE".
-func New(n int) (_ *Testbed, err error) { return newBed(n, false) }
+// Options say what New builds. The zero value but for Backends is the
+// usual testbed: veths, an IPv4 underlay, pins of the process's own.
+type Options struct {
+	Backends int // backend1 to backendN
+	// Underlay6 adds the IPv6 underlay (see the package doc).
+	Underlay6 bool
+	// NICs puts the hosts on real NICs rather than veths: on one Ethernet
+	// segment of their own (testenv.NICs), they are the LAN's port (in
+	// its bridge), then the client's, the director's and each backend's
+	// eth0, so that the director and the backend programs run native in
+	// the NICs' driver. It needs 3+Backends of them; Close gives them
+	// back to the namespace they came from, under their names.
+	NICs []string
+	// Pins is where the director's pins go (the backends' beside them,
+	// BackendBPFFS); "" for a directory of the process's own, which
+	// ClearStale removes once the process is gone.
+	Pins string
+	// Deploy runs the director and backends as a deployment does
+	// (Deploy): what 'make lab' leaves running, and what 'director
+	// doctor' and 'backend doctor' find nothing wrong with.
+	Deploy bool
 
-// New6 is New with the IPv6 underlay (see the package doc).
-func New6(n int) (_ *Testbed, err error) { return newBed(n, true) }
+	// fleet: no director of the testbed's own (the fleet adds them); the
+	// client reaches the VIP through via.
+	fleet bool
+}
 
-func newBed(n int, underlay6 bool) (_ *Testbed, err error) { return newBedOn(nil, n, underlay6, "") }
-
-// newBedOn is the testbed with one director, on NICs when nics are given,
-// its pins at pins (a directory of the process's own when "").
-func newBedOn(nics []string, n int, underlay6 bool, pins string) (*Testbed, error) {
-	tb, err := buildOn(nics, n, underlay6, pins, func(tb *Testbed) (err error) {
-		tb.Director, err = tb.join("director", DirIP)
-		return err
-	}, DirIP)
+// New builds the network. The director is loaded, pinned and attached,
+// but has no tables yet; the backends run their program and a TCP server
+// on VIP:80 that answers each line with "NAME LINE".
+func New(o Options) (*Testbed, error) {
+	if o.NICs != nil && len(o.NICs) < 3+o.Backends {
+		return nil, fmt.Errorf("a testbed of %d backends on NICs needs %d of them, not %d", o.Backends, 3+o.Backends, len(o.NICs))
+	}
+	tb, err := build(o)
 	if err != nil {
 		return nil, err
 	}
@@ -165,30 +183,24 @@ func newBedOn(nics []string, n int, underlay6 bool, pins string) (*Testbed, erro
 		tb.Close()
 		return nil, fmt.Errorf("director: %w", err)
 	}
+	if o.Deploy {
+		if err := tb.Deploy(); err != nil {
+			tb.Close()
+			return nil, err
+		}
+	}
 	return tb, nil
 }
 
-// NewOnNICs is New on real NICs rather than veths: nics, on one Ethernet
-// segment of their own (testenv.NICs), are the LAN's port (in its bridge),
-// then the client's, the director's and each backend's eth0, so that the
-// director and the backend programs run native in the NICs' driver. It
-// needs 3+n of them; Close gives them back to the namespace they came
-// from, under their names.
-func NewOnNICs(nics []string, n int) (*Testbed, error) {
-	if len(nics) < 3+n {
-		return nil, fmt.Errorf("a testbed of %d backends on NICs needs %d of them, not %d", n, 3+n, len(nics))
+// build makes the LAN, the client, the director (unless o.fleet) and the
+// backends; the client reaches the VIP through the director, or in a
+// fleet through the router.
+func build(o Options) (_ *Testbed, err error) {
+	nics, n, underlay6, pins := o.NICs, o.Backends, o.Underlay6, o.Pins
+	via := DirIP
+	if o.fleet {
+		via = RouterIP
 	}
-	return newBedOn(nics, n, false, "")
-}
-
-// build makes the LAN, the client, whatever directors adds, and n
-// backends; the client reaches the VIP through via.
-func build(n int, underlay6 bool, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
-	return buildOn(nil, n, underlay6, "", directors, via)
-}
-
-// buildOn is build, on NICs when nics are given (NewOnNICs).
-func buildOn(nics []string, n int, underlay6 bool, pins string, directors func(*Testbed) error, via netip.Addr) (_ *Testbed, err error) {
 	ClearStale()
 	if pins == "" {
 		pins = fmt.Sprintf("/sys/fs/bpf/%s%d", pinPrefix, os.Getpid())
@@ -215,8 +227,10 @@ func buildOn(nics []string, n int, underlay6 bool, pins string, directors func(*
 	if tb.Client, err = tb.join("client", ClientIP); err != nil {
 		return nil, err
 	}
-	if err := directors(tb); err != nil {
-		return nil, err
+	if !o.fleet {
+		if tb.Director, err = tb.join("director", DirIP); err != nil {
+			return nil, err
+		}
 	}
 	for i := 1; i <= n; i++ {
 		h, err := tb.join(fmt.Sprintf("backend%d", i), BackendIP(i))

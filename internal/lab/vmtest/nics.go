@@ -25,7 +25,7 @@ import (
 // single queue pair: the case of fewer queues than CPUs (TestNICQueues).
 
 // segmentNICs are the NICs on the shared segment: the testbed's router,
-// client, director and backends (internal/lab/testbed's NewOnNICs).
+// client, director and backends (internal/lab/testbed's Options.NICs).
 const segmentNICs = 6
 
 // segmentQueues is the queue pairs each segment NIC gets for a guest of
