@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/backendrun"
 	"github.com/director/director/loader"
 )
 
@@ -62,5 +62,5 @@ func runBackendRun(e *env, c *command, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return service.RunBackend(ctx, service.BackendOptions{BPFFS: *dir, Setup: s, MetricsAddr: *metrics, Interval: *interval, Log: log})
+	return backendrun.Run(ctx, backendrun.Options{BPFFS: *dir, Setup: s, MetricsAddr: *metrics, Interval: *interval, Log: log})
 }

@@ -8,7 +8,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/director/director/internal/daemon"
 	"github.com/director/director/internal/service/health"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -87,7 +87,7 @@ func (o *Options) defaults() {
 		o.StateDir = loader.StateDirFromEnv()
 	}
 	if o.Ready == nil {
-		o.Ready = func(status string) { notify("READY=1\nSTATUS=" + status) }
+		o.Ready = func(status string) { daemon.Notify("READY=1\nSTATUS=" + status) }
 	}
 	if o.Exit == nil {
 		o.Exit = os.Exit
@@ -191,8 +191,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	defer close(finished)
 	go s.stopWithin(ctx, finished)
 	// A start that fails leaves no pins it made for the next start, by
-	// whoever, to trip over (undoFreshPins).
-	undo := undoFreshPins(o.BPFFS, s.log)
+	// whoever, to trip over (daemon.UndoFreshPins).
+	undo := daemon.UndoFreshPins(o.BPFFS, s.log)
 	defer func() { undo(err != nil && !s.started) }()
 	unlock, err := loader.LockRun(o.BPFFS)
 	if err != nil {
@@ -273,14 +273,14 @@ func (s *service) serveMetrics() (func() error, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.o.Log.Handler(), slog.LevelError)}))
 	servePage(mux, s.status)
-	return serveHTTP(ln, mux, s.o.Log).Close, nil
+	return daemon.ServeHTTP(ln, mux, s.o.Log).Close, nil
 }
 
 // stop ends a run that started: BGP withdrawn, checks stopped, and the
 // interfaces detached if asked to (else the datapath keeps serving, for
 // the next start to adopt).
 func (s *service) stop() {
-	notify("STOPPING=1")
+	daemon.Notify("STOPPING=1")
 	s.bgp.stop()
 	s.stopAll()
 	if !s.o.DetachOnExit {
@@ -517,24 +517,5 @@ func (s *service) stopAll() {
 	if s.statsd.stop != nil {
 		s.statsd.stop()
 		s.statsd.stop = nil
-	}
-}
-
-// undoFreshPins is how a start that fails leaves nothing it made: when
-// dir does not exist yet, the function it returns removes it (detached
-// and unloaded) if told the start failed; pins that were there are kept,
-// as they may be serving. Deferred before the run lock is taken, it runs
-// after the lock and the handles are released.
-func undoFreshPins(dir string, log *slog.Logger) func(failed bool) {
-	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
-		return func(bool) {}
-	}
-	return func(failed bool) {
-		if !failed {
-			return
-		}
-		if err := loader.Unload(dir); err != nil {
-			log.Error("the failed start left pins behind", "bpffs", dir, "err", err)
-		}
 	}
 }

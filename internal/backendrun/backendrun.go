@@ -1,4 +1,7 @@
-package service
+// Package backendrun is 'director backend run': the backend program set
+// up on one interface and kept so, following the host's addresses and the
+// interface, with its counters as Prometheus metrics.
+package backendrun
 
 import (
 	"context"
@@ -18,12 +21,12 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/director/director/internal/daemon"
 	"github.com/director/director/loader"
 )
 
-// BackendOptions configure 'director backend run': the backend program
-// set up on one interface and kept so.
-type BackendOptions struct {
+// Options configure 'director backend run'.
+type Options struct {
 	BPFFS       string
 	Setup       loader.BackendSetup
 	MetricsAddr string        // ADDR:PORT for /metrics; "" for none
@@ -34,14 +37,14 @@ type BackendOptions struct {
 	Ready func(status string)
 }
 
-// RunBackend sets the backend program up (as 'backend attach' does) and
+// Run sets the backend program up (as 'backend attach' does) and
 // keeps it so until ctx ends: it takes GUE for the host's addresses as
 // they are added and removed, and attaches the program again when its
 // attachment is lost (the interface deleted and made again, the link
 // removed underneath), on netlink's events and every Interval. It serves
 // the program's counters as Prometheus metrics. When it stops the program
 // stays attached: decapsulation goes on without the service.
-func RunBackend(ctx context.Context, o BackendOptions) (err error) {
+func Run(ctx context.Context, o Options) (err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -49,7 +52,7 @@ func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 		o.Interval = 5 * time.Second
 	}
 	if o.Ready == nil {
-		o.Ready = func(s string) { notify("READY=1\nSTATUS=" + s) }
+		o.Ready = func(s string) { daemon.Notify("READY=1\nSTATUS=" + s) }
 	}
 	// What can fail without the kernel fails first: a start refused for a
 	// bad --metrics leaves nothing loaded or attached.
@@ -60,9 +63,9 @@ func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 		}
 		defer ln.Close()
 	}
-	// A start that fails after that leaves no pins it made (undoFreshPins).
+	// A start that fails after that leaves no pins it made (daemon.UndoFreshPins).
 	started := false
-	undo := undoFreshPins(o.BPFFS, o.Log)
+	undo := daemon.UndoFreshPins(o.BPFFS, o.Log)
 	defer func() { undo(err != nil && !started) }()
 	// One service per pin directory, as for 'director run': the lock is the
 	// pins' own, and every command that changes them checks it.
@@ -94,7 +97,7 @@ func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 		reg.MustRegister(r, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelError)}))
-		srv := serveHTTP(ln, mux, o.Log)
+		srv := daemon.ServeHTTP(ln, mux, o.Log)
 		defer srv.Close()
 	}
 	events := r.subscribe(ctx)
@@ -104,7 +107,7 @@ func RunBackend(ctx context.Context, o BackendOptions) (err error) {
 	for {
 		select {
 		case <-ctx.Done():
-			notify("STOPPING=1")
+			daemon.Notify("STOPPING=1")
 			o.Log.Info("stopped; the backend program stays attached, decapsulating")
 			return nil
 		case <-events:
@@ -147,7 +150,7 @@ func addrList[T fmt.Stringer](as []T) string {
 // backendRun is a running backend service's state, and its metrics
 // (a prometheus.Collector reading the program's counters at each scrape).
 type backendRun struct {
-	o    BackendOptions
+	o    Options
 	b    *loader.BackendProgram
 	log  *slog.Logger
 	mode string

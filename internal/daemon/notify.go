@@ -1,14 +1,14 @@
-package service
+package daemon
 
 import (
 	"net"
 	"os"
 )
 
-// notify tells systemd (Type=notify) about the service: READY=1 once the
-// first apply is done and the interfaces are attached, STOPPING=1 on the
-// way out. Without NOTIFY_SOCKET it does nothing.
-func notify(state string) error {
+// Notify tells systemd (Type=notify) about a service: READY=1 once it
+// serves, STOPPING=1 on the way out. Without NOTIFY_SOCKET it does
+// nothing.
+func Notify(state string) error {
 	path := os.Getenv("NOTIFY_SOCKET")
 	if path == "" {
 		return nil

@@ -1,4 +1,4 @@
-package service
+package daemon
 
 import (
 	"log/slog"
@@ -21,9 +21,9 @@ const (
 	metricsIdleTimeout   = 30 * time.Second
 )
 
-// serveHTTP serves h on ln within the limits above, until the returned
+// ServeHTTP serves h on ln within the limits above, until the returned
 // server is closed.
-func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
+func ServeHTTP(ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
 	cl := &connLimit{Listener: ln, max: maxMetricsConns, conns: map[net.Conn]*connState{}}
 	srv := &http.Server{Handler: h,
 		ReadHeaderTimeout: metricsHeaderTimeout, ReadTimeout: metricsReadTimeout,
