@@ -12,8 +12,13 @@ BPF_STRIP ?= llvm-strip-14
 
 all: build
 
+# GOARCH=arm64 builds for arm64 (make build GOARCH=arm64 BIN=bin/director-arm64).
+# STATIC=1 builds a static binary, which cannot load libpcap: capture
+# refuses filter expressions (internal/format/pcapfilter).
+STATIC ?=
+BUILD_TAGS = $(if $(STATIC),-tags nolibpcap)
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/director
+	$(if $(STATIC),CGO_ENABLED=0) $(GO) build $(BUILD_TAGS) -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/director
 
 # The binary and the systemd unit (docs/operations.md, "Running as a service"). The
 # unit's paths follow PREFIX; DESTDIR stages an install for packaging.
@@ -56,6 +61,7 @@ test: lint
 	mkdir -p $(ARTIFACTS)
 	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full DIRECTOR_VECTOR_TESTS=$(DIRECTOR_VECTOR_TESTS) $(GO) test -count=1 -timeout 30m -skip '^TestNIC' -artifacts -outputdir $(ARTIFACTS) ./...
 	DIRECTOR_PROPERTY_TESTS=full $(GO) test -count=1 -tags purego ./table
+	$(GO) test -count=1 -tags nolibpcap ./internal/format/pcapfilter
 	DIRECTOR_KERNEL_TESTS=required DIRECTOR_PROPERTY_TESTS=full $(GO) test -race -count=1 $(RACE_PKGS)
 
 # The kernel tests again, inside each kernel of internal/lab/vmtest/kernels.go
@@ -123,6 +129,8 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags purego ./table
+	$(GO) vet -tags nolibpcap ./internal/format/pcapfilter ./cmd/director
+	GOARCH=arm64 $(GO) vet ./cmd/director ./loader/... ./internal/lab/vmtest
 	# The table tools review changes on an operator's laptop too.
 	GOOS=darwin $(GO) build ./table/... ./internal/datapath/model ./internal/datapath/classify ./internal/format/pcapfile ./internal/datapath/pkt ./internal/datapath/gue ./internal/replay ./internal/datapath/chunk
 

@@ -4,16 +4,19 @@
 // runs without it, and only a capture given an expression needs Debian's
 // libpcap0.8. The compiled classic BPF program runs in golang.org/x/net's
 // BPF interpreter.
+//
+// Loading a library takes the C library's dynamic loader, so a director
+// that can compile expressions is a dynamically linked binary (it needs
+// libc and ld.so, nothing else). Built with -tags nolibpcap ('make build
+// STATIC=1') it is static and every expression is refused (static.go).
 package pcapfilter
 
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
 	"golang.org/x/net/bpf"
 )
 
@@ -51,32 +54,9 @@ var lib struct {
 	mu       sync.Mutex // libpcap's compiler is not reentrant before 1.8
 }
 
-// ErrNoLibpcap is Compile's error where libpcap cannot be loaded.
+// ErrNoLibpcap is Compile's error where libpcap cannot be loaded: it is
+// not installed, or the director was built static (dlopen.go).
 var ErrNoLibpcap = errors.New("a filter expression is compiled by libpcap, which is not installed (Debian: apt-get install libpcap0.8)")
-
-func load() error {
-	lib.once.Do(func() {
-		var h uintptr
-		var errs []string
-		for _, name := range []string{"libpcap.so.0.8", "libpcap.so.1", "libpcap.so"} {
-			var err error
-			if h, err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
-				break
-			}
-			errs = append(errs, err.Error())
-		}
-		if h == 0 {
-			lib.err = fmt.Errorf("%w: %s", ErrNoLibpcap, strings.Join(errs, "; "))
-			return
-		}
-		purego.RegisterLibFunc(&lib.openDead, h, "pcap_open_dead")
-		purego.RegisterLibFunc(&lib.compile, h, "pcap_compile")
-		purego.RegisterLibFunc(&lib.geterr, h, "pcap_geterr")
-		purego.RegisterLibFunc(&lib.freecode, h, "pcap_freecode")
-		purego.RegisterLibFunc(&lib.closeP, h, "pcap_close")
-	})
-	return lib.err
-}
 
 // Compile compiles expr, a tcpdump filter expression, for Ethernet frames
 // of up to snaplen bytes, optimised as tcpdump does.

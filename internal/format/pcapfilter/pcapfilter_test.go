@@ -1,3 +1,5 @@
+//go:build !nolibpcap
+
 package pcapfilter
 
 import (
