@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table/config"
 
 	"github.com/director/director/internal/datapath/model"
@@ -97,7 +97,7 @@ func TestApplyIsAtomic(t *testing.T) {
 				default:
 				}
 				f := frames[(n*7+w)%len(frames)]
-				v, out, err := lab.Run(d.Prog, f)
+				v, out, err := testrun.Run(d.Prog, f)
 				ra, rb := mA.Process(f), mB.Process(f)
 				okA := err == nil && int(v) == ra.Verdict && bytes.Equal(out, ra.Out)
 				okB := err == nil && int(v) == rb.Verdict && bytes.Equal(out, rb.Out)
@@ -262,7 +262,7 @@ func TestKillDuringApply(t *testing.T) {
 			t.Fatalf("round %d: no live table lists an earlier primary: the kills tested no history", round)
 		}
 		for _, f := range frames {
-			v, o, err := lab.Run(d.Prog, f)
+			v, o, err := testrun.Run(d.Prog, f)
 			r := m.Process(f)
 			if err != nil || int(v) != r.Verdict || !bytes.Equal(o, r.Out) {
 				t.Fatalf("round %d: frame %x handled unlike the live config", round, f)

@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestAttachmentStates: an attachment seen from another network namespace
@@ -22,8 +22,8 @@ func TestAttachmentStates(t *testing.T) {
 	d := loadTest(t)
 	ready, done, exited := make(chan error), make(chan struct{}), make(chan error, 1)
 	go func() {
-		exited <- lab.InNetns(func() error {
-			err := lab.Veth("far0", "far1")
+		exited <- testrun.InNetns(func() error {
+			err := testrun.Veth("far0", "far1")
 			if err == nil {
 				_, err = d.Attach("far0", ModeGeneric)
 			}
@@ -38,7 +38,7 @@ func TestAttachmentStates(t *testing.T) {
 			<-done
 			// The interface goes, as it does with its namespace (which
 			// the kernel tears down in the background, in its own time).
-			return lab.DeleteLink("far0")
+			return testrun.DeleteLink("far0")
 		})
 	}()
 	if err := <-ready; err != nil {
@@ -82,11 +82,11 @@ func TestAttachmentStates(t *testing.T) {
 func TestAttachNamesTheHolder(t *testing.T) {
 	testenv.Kernel(t)
 	d := loadTest(t)
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("busy0", "busy1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("busy0", "busy1"); err != nil {
 			return err
 		}
-		detach, err := lab.AttachPassAll("busy0", link.XDPGenericMode)
+		detach, err := testrun.AttachPassAll("busy0", link.XDPGenericMode)
 		if err != nil {
 			return err
 		}
@@ -108,8 +108,8 @@ func TestAttachNamesTheHolder(t *testing.T) {
 func TestLinkMTUsFollowTheInterfaces(t *testing.T) {
 	testenv.Kernel(t)
 	d := loadTest(t)
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("mtu0", "mtu1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("mtu0", "mtu1"); err != nil {
 			return err
 		}
 		nl, err := netlink.LinkByName("mtu0")

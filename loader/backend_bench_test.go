@@ -7,7 +7,7 @@ import (
 
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // BenchmarkBackendProgram is the backend program's cost per packet
@@ -42,7 +42,7 @@ func BenchmarkBackendProgram(b *testing.B) {
 			}, "drop_untrusted_hop"},
 		} {
 			b.Run(size+"/"+c.name, func(b *testing.B) {
-				err := lab.InNetns(func() error {
+				err := testrun.InNetns(func() error {
 					b.StopTimer()
 					bp, err := LoadBackend("")
 					if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // gueFrame builds a director's GUE frame (internal/datapath/gue) around an inner IP
@@ -46,7 +46,7 @@ func backendHost() (cport uint16, done func(), err error) {
 			return 0, nil, err
 		}
 	}
-	if err := lab.Veth("be0", "be1"); err != nil {
+	if err := testrun.Veth("be0", "be1"); err != nil {
 		return 0, nil, err
 	}
 	ln, err := net.Listen("tcp4", "10.0.0.1:80")
@@ -71,7 +71,7 @@ func backendHost() (cport uint16, done func(), err error) {
 // private namespace that has a real TCP connection, a listener and a route.
 func TestBackendProgram(t *testing.T) {
 	testenv.Kernel(t)
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		cport, done, err := backendHost()
 		if err != nil {
 			return err
@@ -90,7 +90,7 @@ func TestBackendProgram(t *testing.T) {
 			return err
 		}
 		// Another interface, with a resolved neighbour out of it.
-		if err := lab.Veth("bx0", "bx1"); err != nil {
+		if err := testrun.Veth("bx0", "bx1"); err != nil {
 			return err
 		}
 		bx0, _ := netlink.LinkByName("bx0")
@@ -254,7 +254,7 @@ func spoofed(f []byte, off int, src string) []byte {
 // back out (forwarded). The testbed's drains check forwarded end to end
 // on such kernels, through real interfaces.
 func onLoopback(c backendCase) backendCase {
-	if !lab.HaveRunContext() && c.counter == "forwarded" {
+	if !testrun.HaveRunContext() && c.counter == "forwarded" {
 		c.verdict, c.counter = 2, "forwarded_stack"
 	}
 	return c
@@ -277,9 +277,9 @@ type backendCase struct {
 // before and after.
 func runBackendCase(b *BackendProgram, ifindex int, c backendCase) (out []byte, before, after map[string]uint64, err error) {
 	before, _ = b.Counters()
-	run := func() (uint32, []byte, error) { return lab.RunOn(b.Prog(), c.in, ifindex) }
-	if !lab.HaveRunContext() {
-		run = func() (uint32, []byte, error) { return lab.Run(b.Prog(), c.in) }
+	run := func() (uint32, []byte, error) { return testrun.RunOn(b.Prog(), c.in, ifindex) }
+	if !testrun.HaveRunContext() {
+		run = func() (uint32, []byte, error) { return testrun.Run(b.Prog(), c.in) }
 	}
 	v, out, err := run()
 	if err != nil {
@@ -319,7 +319,7 @@ func gue6Frame(t *testing.T, inner []byte, next uint8, hops ...netip.Addr) []byt
 // type refused over IPv6, and the family counted.
 func TestBackendProgramIPv6Underlay(t *testing.T) {
 	testenv.Kernel(t)
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		cport, done, err := backendHost()
 		if err != nil {
 			return err

@@ -23,7 +23,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/loader/xdpmode"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -55,7 +55,7 @@ func BenchmarkProgram(b *testing.B) {
 				// Everything, the sending included, happens on the thread
 				// inside the private namespace: interface indices mean
 				// nothing outside it.
-				err := lab.InNetns(func() error {
+				err := testrun.InNetns(func() error {
 					cost, err := benchProgram(b, f.frame, which == "director", b.N)
 					if err != nil {
 						return err
@@ -72,23 +72,23 @@ func BenchmarkProgram(b *testing.B) {
 }
 
 // benchProgram feeds n copies of frame to the director (or the empty
-// program) on a lab.Rig and returns the program's run-time stats.
-func benchProgram(b *testing.B, frame []byte, director bool, n int) (lab.Cost, error) {
+// program) on a testrun.Rig and returns the program's run-time stats.
+func benchProgram(b *testing.B, frame []byte, director bool, n int) (testrun.Cost, error) {
 	d, m := setup(b, directorConfig())
 	if m.Process(frame).Verdict != model.XDPTX {
-		return lab.Cost{}, fmt.Errorf("frame is not steered")
+		return testrun.Cost{}, fmt.Errorf("frame is not steered")
 	}
 	prog := d.Prog
 	if !director {
 		var err error
-		if prog, err = lab.Baseline(); err != nil {
-			return lab.Cost{}, err
+		if prog, err = testrun.Baseline(); err != nil {
+			return testrun.Cost{}, err
 		}
 		defer prog.Close()
 	}
-	rig, err := lab.NewRig("bench0", prog, xdpmode.Native)
+	rig, err := testrun.NewRig("bench0", prog, xdpmode.Native)
 	if err != nil {
-		return lab.Cost{}, err
+		return testrun.Cost{}, err
 	}
 	defer rig.Close()
 	before, _ := d.GlobalCounters()
@@ -96,20 +96,20 @@ func benchProgram(b *testing.B, frame []byte, director bool, n int) (lab.Cost, e
 	cost, err := rig.Send([][]byte{frame}, uint32(n))
 	b.StopTimer()
 	if err != nil {
-		return lab.Cost{}, err
+		return testrun.Cost{}, err
 	}
 	// The generator can outpace the receiving ring, which then drops
 	// frames before the program sees them; the kernel's own packets (IPv6
 	// neighbour discovery) add a handful of runs. Every run of the
 	// director on a generated frame must have encapsulated it.
 	if cost.Runs < uint64(n)/10 || cost.Runs > uint64(n)+100 {
-		return lab.Cost{}, fmt.Errorf("%d runs counted for %d packets", cost.Runs, n)
+		return testrun.Cost{}, fmt.Errorf("%d runs counted for %d packets", cost.Runs, n)
 	}
 	if director {
 		after, _ := d.GlobalCounters()
 		got := after[abi.CEncapsulated] - before[abi.CEncapsulated]
 		if got > cost.Runs || got+100 < cost.Runs {
-			return lab.Cost{}, fmt.Errorf("%d of %d runs encapsulated", got, cost.Runs)
+			return testrun.Cost{}, fmt.Errorf("%d of %d runs encapsulated", got, cost.Runs)
 		}
 	}
 	return cost, nil
@@ -188,7 +188,7 @@ func BenchmarkProgramPaired(b *testing.B) {
 	testenv.Kernel(b)
 	for _, c := range programCases() {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error { return benchPaired(b, c.dc(), c.cfg, c.frames) })
+			err := testrun.InNetns(func() error { return benchPaired(b, c.dc(), c.cfg, c.frames) })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -254,7 +254,7 @@ func benchTCP6() []byte {
 // (4,096).
 func benchFlows() [][]byte {
 	var fs [][]byte
-	for i := 0; i < lab.TrafficgenMaxFrames; i++ {
+	for i := 0; i < testrun.TrafficgenMaxFrames; i++ {
 		fs = append(fs, benchTCP4(i))
 	}
 	return fs
@@ -262,7 +262,7 @@ func benchFlows() [][]byte {
 
 // benchCopies is as many copies of frame as the generator holds.
 func benchCopies(frame []byte) [][]byte {
-	fs := make([][]byte, lab.TrafficgenMaxFrames)
+	fs := make([][]byte, testrun.TrafficgenMaxFrames)
 	for i := range fs {
 		fs[i] = frame
 	}
@@ -354,7 +354,7 @@ func BenchmarkProgramVersus(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error { return benchVersus(b, c.cfg, c.base, c.versus) })
+			err := testrun.InNetns(func() error { return benchVersus(b, c.cfg, c.base, c.versus) })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -377,15 +377,15 @@ func benchVersus(b *testing.B, cfg string, base, versus [][]byte) error {
 // versusOn runs windows of base and versus in turn through d's program
 // on a rig of its own, and reports their costs as names say.
 func versusOn(b *testing.B, d *Director, base, versus [][]byte, names ...string) error {
-	rig, err := lab.NewRig("versus0", d.Prog, xdpmode.Native)
+	rig, err := testrun.NewRig("versus0", d.Prog, xdpmode.Native)
 	if err != nil {
 		return err
 	}
 	defer rig.Close()
-	send := func(frames [][]byte) func(uint32) (lab.Cost, error) {
-		return func(per uint32) (lab.Cost, error) { return rig.Send(frames, per) }
+	send := func(frames [][]byte) func(uint32) (testrun.Cost, error) {
+		return func(per uint32) (testrun.Cost, error) { return rig.Send(frames, per) }
 	}
-	ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (lab.Cost, error){send(base), send(versus)})
+	ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (testrun.Cost, error){send(base), send(versus)})
 	if err != nil {
 		return err
 	}
@@ -413,7 +413,7 @@ func BenchmarkProgramAB(b *testing.B) {
 	testenv.Kernel(b)
 	for _, c := range programCases() {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error { return benchAB(b, c.dc(), c.cfg, c.frames) })
+			err := testrun.InNetns(func() error { return benchAB(b, c.dc(), c.cfg, c.frames) })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -479,7 +479,7 @@ func BenchmarkProgramManyBinds(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error {
+			err := testrun.InNetns(func() error {
 				var ds [2]*Director
 				for i, cfg := range []string{bindsConfig, manyBindsConfig()} {
 					ds[i], _ = setupSpelling(b, directorConfig(), cfg, c.spelled)
@@ -528,18 +528,18 @@ func manyBindsConfig() string {
 // the median of the per-window differences (the second's minus the
 // first's) with their quartiles.
 func benchTwo(b *testing.B, ds [2]*Director, frames [][]byte) error {
-	var rigs [2]*lab.Rig
+	var rigs [2]*testrun.Rig
 	for i, d := range ds {
 		var err error
-		if rigs[i], err = lab.NewRig(fmt.Sprintf("ab%d", i), d.Prog, xdpmode.Native); err != nil {
+		if rigs[i], err = testrun.NewRig(fmt.Sprintf("ab%d", i), d.Prog, xdpmode.Native); err != nil {
 			return err
 		}
 		defer rigs[i].Close()
 	}
-	send := func(r *lab.Rig) func(uint32) (lab.Cost, error) {
-		return func(per uint32) (lab.Cost, error) { return r.Send(frames, per) }
+	send := func(r *testrun.Rig) func(uint32) (testrun.Cost, error) {
+		return func(per uint32) (testrun.Cost, error) { return r.Send(frames, per) }
 	}
-	ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (lab.Cost, error){send(rigs[0]), send(rigs[1])})
+	ns, diff, _, err := alternate(b, uint32(max(b.N/40, 10000)), [2]func(uint32) (testrun.Cost, error){send(rigs[0]), send(rigs[1])})
 	if err != nil {
 		return err
 	}
@@ -571,25 +571,25 @@ func benchPaired(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]b
 			return fmt.Errorf("frame %d is not steered", i)
 		}
 	}
-	base, err := lab.Baseline()
+	base, err := testrun.Baseline()
 	if err != nil {
 		return err
 	}
 	defer base.Close()
 	// Two rigs side by side: the empty program's and the director's.
-	var rigs [2]*lab.Rig
+	var rigs [2]*testrun.Rig
 	for i, p := range []*ebpf.Program{base, d.Prog} {
-		if rigs[i], err = lab.NewRig(fmt.Sprintf("pair%d", i), p, xdpmode.Native); err != nil {
+		if rigs[i], err = testrun.NewRig(fmt.Sprintf("pair%d", i), p, xdpmode.Native); err != nil {
 			return err
 		}
 		defer rigs[i].Close()
 	}
 
 	before, _ := d.GlobalCounters()
-	send := func(r *lab.Rig) func(uint32) (lab.Cost, error) {
-		return func(per uint32) (lab.Cost, error) { return r.Send(frames, per) }
+	send := func(r *testrun.Rig) func(uint32) (testrun.Cost, error) {
+		return func(per uint32) (testrun.Cost, error) { return r.Send(frames, per) }
 	}
-	ns, diff, runs, err := alternate(b, uint32(max(b.N/20, 10000)), [2]func(uint32) (lab.Cost, error){send(rigs[0]), send(rigs[1])})
+	ns, diff, runs, err := alternate(b, uint32(max(b.N/20, 10000)), [2]func(uint32) (testrun.Cost, error){send(rigs[0]), send(rigs[1])})
 	if err != nil {
 		return err
 	}
@@ -609,7 +609,7 @@ func benchPaired(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]b
 // side's kernel-ns/pkt per window, the per-window differences (side 1's
 // minus side 0's) and each side's runs. The paired benchmarks all measure
 // this way: the machine's noise moves both sides alike within a window.
-func alternate(b *testing.B, per uint32, send [2]func(uint32) (lab.Cost, error)) (ns [2][]float64, diff []float64, runs [2]uint64, err error) {
+func alternate(b *testing.B, per uint32, send [2]func(uint32) (testrun.Cost, error)) (ns [2][]float64, diff []float64, runs [2]uint64, err error) {
 	const windows = 20
 	b.ResetTimer()
 	for w := 0; w < windows; w++ {
@@ -671,9 +671,9 @@ func median(v []float64) float64 {
 //	go test ./loader -run '^$' -bench CaptureLoad -benchtime 40000000x
 func BenchmarkCaptureLoad(b *testing.B) {
 	testenv.Kernel(b)
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		d, _ := setupWith(b, directorConfig(), bindsConfig)
-		rig, err := lab.NewRig("capload0", d.Prog, xdpmode.Native)
+		rig, err := testrun.NewRig("capload0", d.Prog, xdpmode.Native)
 		if err != nil {
 			return err
 		}
@@ -718,12 +718,12 @@ func BenchmarkCaptureLoad(b *testing.B) {
 		// alternating), compared in pairs; the median pair is reported.
 		const windows = 16
 		per := uint32(max(b.N/windows, 10000))
-		var cost [2]lab.Cost
+		var cost [2]testrun.Cost
 		var slower, drop []float64
-		ns := func(c lab.Cost) float64 { return float64(c.Runtime.Nanoseconds()) / float64(max(c.Runs, 1)) }
+		ns := func(c testrun.Cost) float64 { return float64(c.Runtime.Nanoseconds()) / float64(max(c.Runs, 1)) }
 		// The datapath's rate: packets through it a second of the
 		// generator's, which sends at full speed on one CPU.
-		mpps := func(c lab.Cost) float64 { return float64(c.Runs) / c.Wall.Seconds() / 1e6 }
+		mpps := func(c testrun.Cost) float64 { return float64(c.Runs) / c.Wall.Seconds() / 1e6 }
 		b.ResetTimer()
 		for w := 0; w < windows; w++ {
 			side := w % 2
@@ -836,7 +836,7 @@ func BenchmarkProgramHistory(b *testing.B) {
 		skip bool // the packet's row lists none
 	}{{"full-chain-vs-none", false}, {"row-without-vs-none", true}} {
 		b.Run(c.name, func(b *testing.B) {
-			err := lab.InNetns(func() error {
+			err := testrun.InNetns(func() error {
 				dc := directorConfig()
 				d, m := setupWith(b, dc, historyBenchConfig)
 				base, versus := benchTo("10.72.0.1", 80), benchTo("10.72.0.2", 80)
@@ -857,7 +857,7 @@ func BenchmarkProgramHistory(b *testing.B) {
 				if r := m.Process(versus[0]); r.NHops != want {
 					return fmt.Errorf("the packet lists %d hops, want %d", r.NHops, want)
 				}
-				if v, out, err := lab.Run(d.Prog, versus[0]); err != nil || int(v) != model.XDPTX || !bytes.Equal(out, m.Process(versus[0]).Out) {
+				if v, out, err := testrun.Run(d.Prog, versus[0]); err != nil || int(v) != model.XDPTX || !bytes.Equal(out, m.Process(versus[0]).Out) {
 					return fmt.Errorf("the kernel does not list the history the model does: %v", err)
 				}
 				return versusOn(b, d, base, versus, "none", "history")

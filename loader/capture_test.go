@@ -16,7 +16,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestCapture captures real traffic on a veth the director is attached
@@ -28,7 +28,7 @@ import (
 func TestCapture(t *testing.T) {
 	testenv.Kernel(t)
 	dir := testDir(t)
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		// No IPv6 on the links: nothing but the test's frames crosses them
 		// (no neighbour or router solicitations to capture).
 		for _, k := range []string{"all", "default"} {
@@ -36,7 +36,7 @@ func TestCapture(t *testing.T) {
 				return err
 			}
 		}
-		if err := lab.Veth("dir0", "peer0"); err != nil {
+		if err := testrun.Veth("dir0", "peer0"); err != nil {
 			return err
 		}
 		d, m, err := loadServingTest(dir)
@@ -47,12 +47,12 @@ func TestCapture(t *testing.T) {
 		if _, err := d.Attach("dir0", ModeNative); err != nil {
 			return err
 		}
-		detach, err := lab.AttachPassAll("peer0", link.XDPDriverMode)
+		detach, err := testrun.AttachPassAll("peer0", link.XDPDriverMode)
 		if err != nil {
 			return err
 		}
 		defer detach()
-		sock, err := lab.Listen("peer0")
+		sock, err := testrun.Listen("peer0")
 		if err != nil {
 			return err
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 )
@@ -351,7 +351,7 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 	if len(frame) < 14 {
 		return "" // BPF_PROG_RUN refuses these; no NIC delivers them either
 	}
-	verdict, out, err := lab.Run(d.Prog, frame)
+	verdict, out, err := testrun.Run(d.Prog, frame)
 	if err != nil {
 		return err.Error()
 	}

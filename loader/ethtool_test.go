@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 func TestDriverDropsSumsQueues(t *testing.T) {
@@ -30,8 +30,8 @@ func TestDriverDropsSumsQueues(t *testing.T) {
 // ethtool ioctls, as 'stats' does for an attached interface.
 func TestDriverCounters(t *testing.T) {
 	testenv.Kernel(t)
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("drv0", "drv1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("drv0", "drv1"); err != nil {
 			return err
 		}
 		if drv, err := driverOf("drv0"); err != nil || drv != "veth" {

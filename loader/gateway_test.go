@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 )
 
@@ -19,12 +19,12 @@ import (
 // namespace's own default route is never a fallback.
 func TestResolveGatewayOfNamedInterface(t *testing.T) {
 	testenv.Kernel(t)
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		dc := table.DefaultDirectorConfig()
-		if err := lab.Veth("gw0", "gw1"); err != nil {
+		if err := testrun.Veth("gw0", "gw1"); err != nil {
 			return err
 		}
-		if err := lab.Veth("other0", "other1"); err != nil {
+		if err := testrun.Veth("other0", "other1"); err != nil {
 			return err
 		}
 		mac, _ := net.ParseMAC("02:00:00:00:00:09")

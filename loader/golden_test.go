@@ -14,7 +14,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 )
 
@@ -77,7 +77,7 @@ func TestGoldenPackets(t *testing.T) {
 	fmt.Fprintf(&out, "# Each case: the frame in and out in words (internal/datapath/pkt.Describe), then in hex.\n")
 	fmt.Fprintf(&out, "# Tables: loader/datapath_test.go testConfig. Source IP %s, gateway %x.\n", dc.SrcIP, pkt.GatewayMAC)
 	for _, c := range goldenCases() {
-		v, o, err := lab.Run(d.Prog, c.frame)
+		v, o, err := testrun.Run(d.Prog, c.frame)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func TestGoldenPacketsIPv6Underlay(t *testing.T) {
 			if alt {
 				name += "-alt-hash"
 			}
-			v, o, err := lab.Run(d.Prog, c.frame)
+			v, o, err := testrun.Run(d.Prog, c.frame)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -280,7 +280,7 @@ func TestGoldenTooBig(t *testing.T) {
 		d, m := setupWith(t, dc, u.cfg)
 		for _, c := range u.cases {
 			name := u.name + "/" + c.name
-			v, o, err := lab.Run(d.Prog, c.frame)
+			v, o, err := testrun.Run(d.Prog, c.frame)
 			if err != nil {
 				t.Fatal(err)
 			}

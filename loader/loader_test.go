@@ -18,7 +18,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 )
 
@@ -180,7 +180,7 @@ func TestLoadServing(t *testing.T) {
 	if !served || d.Prog == nil {
 		t.Fatalf("served %v, program %v", served, d.Prog)
 	}
-	v, out, err := lab.Run(d.Prog, frame)
+	v, out, err := testrun.Run(d.Prog, frame)
 	if err != nil || int(v) != model.XDPTX || !bytes.Equal(out, want.Out) {
 		t.Fatalf("verdict %d (%v), output %x, want %x", v, err, out, want.Out)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestLocalPrefixesTakeTentativeAddresses: an IPv6 address whose
@@ -19,8 +19,8 @@ import (
 func TestLocalPrefixesTakeTentativeAddresses(t *testing.T) {
 	testenv.Kernel(t)
 	var got []netip.Prefix
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("lp0", "lp1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("lp0", "lp1"); err != nil {
 			return err
 		}
 		l, _ := netlink.LinkByName("lp0")

@@ -18,7 +18,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/loader/xdpbuild"
 )
 
@@ -108,7 +108,7 @@ func TestMultiBufferFramesMatchModel(t *testing.T) {
 			seen := map[string]int{}
 			for i, f := range bigFrames() {
 				if noFrags && len(f) > model.FirstBuffer {
-					if _, _, err := lab.Run(d.Prog, f); !errors.Is(err, unix.EMSGSIZE) && !errors.Is(err, unix.EINVAL) {
+					if _, _, err := testrun.Run(d.Prog, f); !errors.Is(err, unix.EMSGSIZE) && !errors.Is(err, unix.EINVAL) {
 						t.Fatalf("frame %d (%d bytes): BPF_PROG_RUN of the single-buffer build: %v, want it refused", i, len(f), err)
 					}
 					seen["refused"]++
@@ -156,7 +156,7 @@ func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	r, err := lab.NewReplayer(d.Prog, d.Maps.Counters)
+	r, err := testrun.NewReplayer(d.Prog, d.Maps.Counters)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
 	small := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
 	huge := append(append([]byte(nil), small...), make([]byte, model.MaxFrame)...)
 	frames := [][]byte{small, huge, small[:model.MaxFrame%len(small)]}
-	out := make([]lab.Outcome, len(frames))
+	out := make([]testrun.Outcome, len(frames))
 	if err := r.Run(frames, out); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestVethJumboFrames(t *testing.T) {
 	for _, mode := range []string{ModeNative, ModeGeneric} {
 		t.Run(mode, func(t *testing.T) {
 			dir := testDir(t)
-			if err := lab.InNetns(func() error { return vethJumbo(dir, mode) }); err != nil {
+			if err := testrun.InNetns(func() error { return vethJumbo(dir, mode) }); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -198,7 +198,7 @@ func TestVethJumboFrames(t *testing.T) {
 }
 
 func vethJumbo(dir, mode string) error {
-	if err := lab.Veth("dir0", "peer0"); err != nil {
+	if err := testrun.Veth("dir0", "peer0"); err != nil {
 		return err
 	}
 	// The encapsulated frame is 40 bytes longer than what came in.
@@ -227,13 +227,13 @@ func vethJumbo(dir, mode string) error {
 		return err
 	}
 	if mode == ModeNative {
-		detach, err := lab.AttachPassAll("peer0", link.XDPDriverMode)
+		detach, err := testrun.AttachPassAll("peer0", link.XDPDriverMode)
 		if err != nil {
 			return err
 		}
 		defer detach()
 	}
-	sock, err := lab.Listen("peer0")
+	sock, err := testrun.Listen("peer0")
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 	"github.com/director/director/table/bindmap"
 )
@@ -160,7 +160,7 @@ func sweep(t *testing.T, cfg string, addrs []string, trie, spelled bool) {
 	if err := d.Serve(&dc, tabs); err != nil {
 		t.Fatal(err)
 	}
-	r, err := lab.NewReplayer(d.Prog, d.Maps.Counters)
+	r, err := testrun.NewReplayer(d.Prog, d.Maps.Counters)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func sweep(t *testing.T, cfg string, addrs []string, trie, spelled bool) {
 		port  uint16
 	}
 	probes := make([]probe, 0, batch)
-	out := make([]lab.Outcome, batch)
+	out := make([]testrun.Outcome, batch)
 	checked, mismatches := 0, 0
 	flush := func() {
 		if err := r.Run(frames, out[:len(frames)]); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/director/director/internal/datapath/gue"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestSpoofedGUENeverSentOn (issue 46, item 6): through real veths, GUE
@@ -28,13 +28,13 @@ import (
 func TestSpoofedGUENeverSentOn(t *testing.T) {
 	testenv.Kernel(t)
 	dir := testDir(t)
-	peer, err := lab.NewNetns()
+	peer, err := testrun.NewNetns()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	err = lab.InNetns(func() error {
-		if err := lab.Veth("tr0", "tr1"); err != nil {
+	err = testrun.InNetns(func() error {
+		if err := testrun.Veth("tr0", "tr1"); err != nil {
 			return err
 		}
 		tr0, _ := netlink.LinkByName("tr0")
@@ -64,8 +64,8 @@ func TestSpoofedGUENeverSentOn(t *testing.T) {
 		}
 		// The peer: the next hops .2 and .3 on one interface.
 		var peerMAC net.HardwareAddr
-		var sock *lab.Socket
-		if err := lab.Do(peer, func() error {
+		var sock *testrun.Socket
+		if err := testrun.Do(peer, func() error {
 			l, err := netlink.LinkByName("tr1")
 			if err != nil {
 				return err
@@ -78,7 +78,7 @@ func TestSpoofedGUENeverSentOn(t *testing.T) {
 				}
 			}
 			peerMAC = l.Attrs().HardwareAddr
-			sock, err = lab.Listen("tr1")
+			sock, err = testrun.Listen("tr1")
 			return err
 		}); err != nil {
 			return err
@@ -124,7 +124,7 @@ func TestSpoofedGUENeverSentOn(t *testing.T) {
 				return len(r) >= 14+28 && binary.BigEndian.Uint16(r[12:]) == 0x0800 && r[14+9] == 17 &&
 					netip.AddrFrom4([4]byte(r[14+16:14+20])) == hop && binary.BigEndian.Uint16(r[14+22:]) == abi.GUEPort
 			})
-			if errors.Is(err, lab.ErrTimeout) {
+			if errors.Is(err, testrun.ErrTimeout) {
 				return false, nil
 			}
 			return err == nil, err

@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestUnloadRefusesWhatIsNotPins gives Unload directories that a mistyped
@@ -40,8 +40,8 @@ func TestUnloadRefusesWhatIsNotPins(t *testing.T) {
 // still loaded and attached, until only the director's pins are left.
 func TestUnloadRemovesOnlyItsOwnPins(t *testing.T) {
 	dir := testDir(t)
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("up0", "up1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("up0", "up1"); err != nil {
 			return err
 		}
 		d, err := Load(dir)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/vishvananda/netlink"
 )
 
@@ -29,8 +29,8 @@ import (
 func TestLoadReplacesAnOlderProgram(t *testing.T) {
 	testenv.Kernel(t)
 	dir := testDir(t)
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("up0", "up1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("up0", "up1"); err != nil {
 			return err
 		}
 		d, err := Load(dir)
@@ -43,7 +43,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 		}
 		// The "old version": a program that passes everything, pinned and
 		// attached where the director's would be.
-		old, err := lab.PassAll()
+		old, err := testrun.PassAll()
 		if err != nil {
 			return err
 		}
@@ -64,7 +64,7 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 		if a.ProgramID != uint32(oldID) {
 			return fmt.Errorf("attached program %d, want the old %d", a.ProgramID, oldID)
 		}
-		sock, err := lab.Listen("up1")
+		sock, err := testrun.Listen("up1")
 		if err != nil {
 			return err
 		}
@@ -109,13 +109,13 @@ func TestLoadReplacesAnOlderProgram(t *testing.T) {
 func TestLoadBackendReplacesAnOlderProgram(t *testing.T) {
 	testenv.Kernel(t)
 	dir := testDir(t)
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("bu0", "bu1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("bu0", "bu1"); err != nil {
 			return err
 		}
 		// The "old version", pinned and attached where the backend
 		// program would be.
-		old, err := lab.PassAll()
+		old, err := testrun.PassAll()
 		if err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func TestLoadRemakesCountersOfAnotherLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
-	old, err := lab.PassAll()
+	old, err := testrun.PassAll()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestLoadRemakesCountersOfAnotherLayout(t *testing.T) {
 func TestLoadRetiresExactAddressMaps(t *testing.T) {
 	testenv.Kernel(t)
 	dir := testDir(t)
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			return err

@@ -15,7 +15,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // isGUE reports whether a frame is IPv4/UDP to GLB's GUE port.
@@ -31,7 +31,7 @@ func isTooBig(f []byte) bool {
 }
 
 // drainGUE takes the GUE frames sock has already, and counts them.
-func drainGUE(sock *lab.Socket) int {
+func drainGUE(sock *testrun.Socket) int {
 	n := 0
 	for {
 		if _, err := sock.Recv(200*time.Millisecond, isGUE); err != nil {
@@ -49,7 +49,7 @@ func TestVethSteering(t *testing.T) {
 	for _, mode := range []string{ModeNative, ModeGeneric} {
 		t.Run(mode, func(t *testing.T) {
 			dir := testDir(t)
-			err := lab.InNetns(func() error { return vethSteering(dir, mode) })
+			err := testrun.InNetns(func() error { return vethSteering(dir, mode) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestVethSteering(t *testing.T) {
 }
 
 func vethSteering(dir, mode string) error {
-	if err := lab.Veth("dir0", "peer0"); err != nil {
+	if err := testrun.Veth("dir0", "peer0"); err != nil {
 		return err
 	}
 	d, m, err := loadServingTest(dir)
@@ -80,14 +80,14 @@ func vethSteering(dir, mode string) error {
 	if mode == ModeNative {
 		// XDP_TX'd frames reach the peer only if it runs NAPI: give it a
 		// program that passes everything.
-		detach, err := lab.AttachPassAll("peer0", link.XDPDriverMode)
+		detach, err := testrun.AttachPassAll("peer0", link.XDPDriverMode)
 		if err != nil {
 			return err
 		}
 		defer detach()
 	}
 
-	sock, err := lab.Listen("peer0")
+	sock, err := testrun.Listen("peer0")
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func vethSteering(dir, mode string) error {
 	if err := sock.Send(pkt.Frame(g.steeredIP())); err != nil {
 		return err
 	}
-	if _, err := sock.Recv(300*time.Millisecond, isGUE); !errors.Is(err, lab.ErrTimeout) {
+	if _, err := sock.Recv(300*time.Millisecond, isGUE); !errors.Is(err, testrun.ErrTimeout) {
 		return fmt.Errorf("after detach a GUE packet still came back (%v)", err)
 	}
 	return nil

@@ -19,7 +19,7 @@ import (
 	"github.com/director/director/internal/explain"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // backendLab is a backend host for backend explain's tests, in the
@@ -46,7 +46,7 @@ func newBackendLab(nconns int) (*backendLab, error) {
 		}
 	}
 	for _, p := range [][2]string{{"be0", "be1"}, {"ot0", "ot1"}} {
-		if err := lab.Veth(p[0], p[1]); err != nil {
+		if err := testrun.Veth(p[0], p[1]); err != nil {
 			return nil, err
 		}
 	}
@@ -316,7 +316,7 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 			return err
 		}
 		defer prog.Close()
-		release, err := lab.Hold(prog.Prog())
+		release, err := testrun.Hold(prog.Prog())
 		if err != nil {
 			return err
 		}
@@ -324,12 +324,12 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 		// Where BPF_PROG_RUN takes no ingress interface (before 5.13),
 		// frames come in by loopback: explain is asked the same.
 		ingress, run := "be0", func(f []byte, ifindex int) (uint32, error) {
-			v, _, err := lab.RunOn(prog.Prog(), f, ifindex)
+			v, _, err := testrun.RunOn(prog.Prog(), f, ifindex)
 			return v, err
 		}
-		if !lab.HaveRunContext() {
+		if !testrun.HaveRunContext() {
 			ingress, run = "lo", func(f []byte, _ int) (uint32, error) {
-				v, _, err := lab.Run(prog.Prog(), f)
+				v, _, err := testrun.Run(prog.Prog(), f)
 				return v, err
 			}
 		}
@@ -395,7 +395,7 @@ func TestBackendExplainMatchesTheKernel(t *testing.T) {
 		t.Logf("%d packets: %v", total, seen)
 		want := []string{"second_chance_in", "decap_syn", "decap_known", "decap_not_tcp", "decap_last_hop", "forwarded_stack", "pass_not_gue",
 			"drop_malformed", "drop_no_route", "drop_not_local", "drop_untrusted", "drop_untrusted_hop"}
-		if lab.HaveRunContext() {
+		if testrun.HaveRunContext() {
 			want = append(want, "forwarded")
 		}
 		for _, w := range want {

@@ -22,7 +22,7 @@ import (
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // scrapeHere reads the metrics at addr, dialled from this thread (so in
@@ -117,7 +117,7 @@ func TestBackendRun(t *testing.T) {
 			return fail("no metrics saying it is attached: %v", m)
 		}
 		// GUE another backend sent on (next hop index 1), to this host.
-		sock, err := lab.Listen("bk1")
+		sock, err := testrun.Listen("bk1")
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 	"github.com/director/director/table/bindmap"
 )
@@ -33,14 +33,14 @@ type benchDoc struct {
 	Counters map[string]any `json:"counters"`
 }
 
-// benchRun is a lab.Measurement, named for the document.
+// benchRun is a testrun.Measurement, named for the document.
 type benchRun struct {
 	Seconds        float64 `json:"seconds"`
 	Runs           uint64  `json:"runs"`            // times the program ran
 	PacketsPerSec  float64 `json:"packets_per_sec"` // runs per second: the generator's rate, not the director's capacity
 	NsPerPacket    float64 `json:"ns_per_packet"`   // the program's own time, from BPF run-time statistics
 	DistinctFrames int     `json:"distinct_frames"` // how many of the frames it was given were sent at least once
-	Injector       string  `json:"injector"`        // how frames were injected (lab.Rig.Injector)
+	Injector       string  `json:"injector"`        // how frames were injected (testrun.Rig.Injector)
 }
 
 // benchPath is the frames of a capture that take one path through the
@@ -118,7 +118,7 @@ func benchAll(doc *benchDoc, dc *table.DirectorConfig, gw net.HardwareAddr, tabl
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
 	defer signal.Stop(stop)
-	return lab.InNetns(func() error {
+	return testrun.InNetns(func() error {
 		c := *dc
 		c.GatewayMAC = gw
 		d, err := loader.Private(&c, tables)
@@ -126,7 +126,7 @@ func benchAll(doc *benchDoc, dc *table.DirectorConfig, gw net.HardwareAddr, tabl
 			return err
 		}
 		defer d.Close()
-		base, err := lab.Baseline()
+		base, err := testrun.Baseline()
 		if err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func benchAll(doc *benchDoc, dc *table.DirectorConfig, gw net.HardwareAddr, tabl
 		if err != nil {
 			return err
 		}
-		m, err := lab.Measure(d.Prog, frames, doc.Mode, duration, stop)
+		m, err := testrun.Measure(d.Prog, frames, doc.Mode, duration, stop)
 		if err != nil {
 			return err
 		}
@@ -153,13 +153,13 @@ func benchAll(doc *benchDoc, dc *table.DirectorConfig, gw net.HardwareAddr, tabl
 			if len(p.frames) == 0 || len(p.frames) == len(frames) {
 				continue
 			}
-			m, err := lab.Measure(d.Prog, p.frames, doc.Mode, duration, stop)
+			m, err := testrun.Measure(d.Prog, p.frames, doc.Mode, duration, stop)
 			if err != nil {
 				return err
 			}
 			doc.Paths = append(doc.Paths, benchPath{Path: p.name, Frames: len(p.frames), Run: benchRun(m)})
 		}
-		m, err = lab.Measure(base, frames, doc.Mode, duration, stop)
+		m, err = testrun.Measure(base, frames, doc.Mode, duration, stop)
 		doc.Baseline = benchRun(m)
 		return err
 	})
@@ -250,7 +250,7 @@ func printBench(w io.Writer, d *benchDoc) {
 	}
 	if d.Director.DistinctFrames < d.Frames {
 		fmt.Fprintf(w, "  (the generator holds %d frames at a time: a longer capture is sent in windows, as many as --duration allows)\n",
-			lab.TrafficgenMaxFrames)
+			testrun.TrafficgenMaxFrames)
 	}
 	fmt.Fprintf(w, "generator: %.0f packets/s through the director, %.0f through the empty program over %.1fs each\n",
 		d.Director.PacketsPerSec, d.Baseline.PacketsPerSec, d.Director.Seconds)

@@ -22,7 +22,7 @@ import (
 	"github.com/director/director/internal/format/pcapfilter"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestCaptureCommand runs 'director capture' against a director attached
@@ -38,7 +38,7 @@ func TestCaptureCommand(t *testing.T) {
 	}
 	dir := bpffsDir(t)
 	tmp := t.TempDir()
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		for _, k := range []string{"all", "default"} {
 			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0o644); err != nil {
 				return err
@@ -229,15 +229,15 @@ func TestBackendCaptureCommand(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t) + "-backend"
 	t.Cleanup(func() { loader.Unload(dir) })
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("bc0", "bc1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("bc0", "bc1"); err != nil {
 			return err
 		}
 		b := []string{"backend", "--backend-bpffs", dir}
 		if out, errOut, code := runCmd(append(b, "attach", "bc0", "--self", "192.0.2.9", "--mode", "generic")...); code != 0 {
 			return fmt.Errorf("attach: %s%s", out, errOut)
 		}
-		sock, err := lab.Listen("bc1")
+		sock, err := testrun.Listen("bc1")
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func TestBackendCaptureCommand(t *testing.T) {
 func TestCaptureQUIC(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t)
-	err := lab.InNetns(func() error {
+	err := testrun.InNetns(func() error {
 		b := []string{"--bpffs", dir}
 		sock, err := captureRig(b, "quic.json")
 		if err != nil {
@@ -307,8 +307,8 @@ func TestCaptureQUIC(t *testing.T) {
 // namespace they run in: a director with cfg loaded, applied and attached
 // (generic) to one end of a veth pair, and a packet socket on the other
 // end to send frames in by.
-func captureRig(b []string, cfg string) (*lab.Socket, error) {
-	if err := lab.Veth("cap0", "cap1"); err != nil {
+func captureRig(b []string, cfg string) (*testrun.Socket, error) {
+	if err := testrun.Veth("cap0", "cap1"); err != nil {
 		return nil, err
 	}
 	for _, args := range [][]string{{"load"}, {"apply", cfgDir + cfg, "--yes", "--director-config", cfgDir + "director.conf"},
@@ -317,12 +317,12 @@ func captureRig(b []string, cfg string) (*lab.Socket, error) {
 			return nil, fmt.Errorf("%v: %s%s", args, out, errOut)
 		}
 	}
-	return lab.Listen("cap1")
+	return testrun.Listen("cap1")
 }
 
 // sendEvery sends frames through sock every 20 ms until the function it
 // returns is called.
-func sendEvery(sock *lab.Socket, frames ...[]byte) (stop func()) {
+func sendEvery(sock *testrun.Socket, frames ...[]byte) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -22,7 +22,7 @@ import (
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // The docs' commands use the default places: pins under /sys/fs/bpf,
@@ -142,7 +142,7 @@ func (h *docHost) run(line string) (string, int) {
 	h.t.Helper()
 	var out lockedBuffer
 	c := h.command(line, &out)
-	if err := lab.Do(h.ns, c.Start); err != nil {
+	if err := testrun.Do(h.ns, c.Start); err != nil {
 		h.t.Fatalf("%s: %s: %v", h.name, line, err)
 	}
 	c.Wait()
@@ -174,7 +174,7 @@ func (h *docHost) start(line string, ready func(out string) bool) (out *lockedBu
 	h.t.Helper()
 	out = &lockedBuffer{}
 	c := h.command(line, out)
-	if err := lab.Do(h.ns, c.Start); err != nil {
+	if err := testrun.Do(h.ns, c.Start); err != nil {
 		h.t.Fatalf("%s: %s: %v", h.name, line, err)
 	}
 	done := make(chan struct{})
@@ -214,7 +214,7 @@ func (h *docHost) start(line string, ready func(out string) bool) (out *lockedBu
 // socket is made on a thread there (an http.Client would dial from any).
 func (h *docHost) metrics(addr string) string {
 	var conn net.Conn
-	if err := lab.Do(h.ns, func() (err error) {
+	if err := testrun.Do(h.ns, func() (err error) {
 		conn, err = net.DialTimeout("tcp", addr, 2*time.Second)
 		return err
 	}); err != nil {
@@ -270,7 +270,7 @@ func TestDocsCommandsOnHosts(t *testing.T) {
 	// Three namespaces: the network (up0, up1), the director (eth0 to
 	// up0) and the backend (eth0 to up1).
 	mk := func() netns.NsHandle {
-		ns, err := lab.NewNetns()
+		ns, err := testrun.NewNetns()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestDocsCommandsOnHosts(t *testing.T) {
 	var dirMAC net.HardwareAddr
 	plug := func(up string, ns netns.NsHandle, upAddr, addr string) net.HardwareAddr {
 		var mac net.HardwareAddr
-		err := lab.Do(network, func() error {
+		err := testrun.Do(network, func() error {
 			v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: up}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
 			if err := netlink.LinkAdd(v); err != nil {
 				return err
@@ -292,7 +292,7 @@ func TestDocsCommandsOnHosts(t *testing.T) {
 			return netlink.LinkSetUp(l)
 		})
 		if err == nil {
-			err = lab.Do(ns, func() error {
+			err = testrun.Do(ns, func() error {
 				l, err := netlink.LinkByName("eth0")
 				if err != nil {
 					return err
@@ -313,7 +313,7 @@ func TestDocsCommandsOnHosts(t *testing.T) {
 	dirMAC = plug("up0", dirNS, "192.0.2.2/24", "192.0.2.1/24")
 	plug("up1", beNS, "10.0.1.1/24", "10.0.1.10/24")
 	// The backend holds the VIPs on lo, as docs/operations.md says it must.
-	if err := lab.Do(beNS, func() error {
+	if err := testrun.Do(beNS, func() error {
 		lo, err := netlink.LinkByName("lo")
 		for _, vip := range []string{"10.10.10.10/32", "10.60.0.1/32"} {
 			if err == nil {
@@ -357,8 +357,8 @@ func TestDocsCommandsOnHosts(t *testing.T) {
 	capOut, stopCap := d.start(docCapture, func(out string) bool { return strings.Contains(out, "listening") })
 	syn := pkt.Eth([6]byte(dirMAC), pkt.ClientMAC, 0, 0x0800,
 		pkt.IPv4(netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("10.60.0.1"), 6, pkt.TCP(40000, 80, 0x02, nil), pkt.V4Opts{}))
-	err := lab.Do(network, func() error {
-		s, err := lab.Listen("up0")
+	err := testrun.Do(network, func() error {
+		s, err := testrun.Listen("up0")
 		if err != nil {
 			return err
 		}

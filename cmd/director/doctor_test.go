@@ -19,7 +19,7 @@ import (
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/internal/service"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 )
 
@@ -229,7 +229,7 @@ func peerXDP(tb *testbed.Testbed, name string, on bool) func() error {
 		if !on {
 			return netlink.LinkSetXdpFd(p, -1)
 		}
-		pass, err := lab.PassAll()
+		pass, err := testrun.PassAll()
 		if err != nil {
 			return err
 		}
@@ -336,13 +336,13 @@ func TestDoctorNamesEachProblem(t *testing.T) {
 		// Issue 47, printed commands: the fixes of an attachment whose
 		// interface is gone and of a VIP held by the director itself.
 		{"attached interface deleted", "attach-mode", 0, inNS(tb.Director, func() error {
-			if err := lab.Veth("gone0", "gone1"); err != nil {
+			if err := testrun.Veth("gone0", "gone1"); err != nil {
 				return err
 			}
 			if out, errOut, code := runCmd("--bpffs", tb.BPFFS, "attach", "gone0", "--mode", "generic"); code != 0 {
 				return fmt.Errorf("attach gone0: %s%s", out, errOut)
 			}
-			return lab.DeleteLink("gone0")
+			return testrun.DeleteLink("gone0")
 		}), nil},
 		{"VIP on the director host", "vip-routed", 0, inNS(tb.Director, func() error {
 			l, _ := netlink.LinkByName("lo")

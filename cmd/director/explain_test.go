@@ -21,7 +21,7 @@ import (
 	"github.com/director/director/internal/lab/golden"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestExplainMatchesTheKernel: what explain predicts for each packet of
@@ -58,12 +58,12 @@ func TestExplainMatchesTheKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := lab.NewReplayer(d.Prog, d.Maps.Counters)
+			r, err := testrun.NewReplayer(d.Prog, d.Maps.Counters)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			outs := make([]lab.Outcome, len(frames))
+			outs := make([]testrun.Outcome, len(frames))
 			if err := r.Run(frames, outs); err != nil {
 				t.Fatal(err)
 			}
@@ -197,8 +197,8 @@ func TestExplainCommand(t *testing.T) {
 	// Issue 47, item 9: the packet the director sends leaves from the
 	// MAC of the interface it came in by, not a made-up one.
 	mac, _ := net.ParseMAC("02:47:09:00:00:01")
-	if err := lab.InNetns(func() error {
-		if err := lab.Veth("ex0", "ex1"); err != nil {
+	if err := testrun.InNetns(func() error {
+		if err := testrun.Veth("ex0", "ex1"); err != nil {
 			return err
 		}
 		l, err := netlink.LinkByName("ex0")

@@ -20,7 +20,7 @@ import (
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -234,8 +234,8 @@ func backendRig(t *testing.T, f func(b []string) error) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t) + "-backend"
 	t.Cleanup(func() { loader.Unload(dir) })
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("bk0", "bk1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("bk0", "bk1"); err != nil {
 			return err
 		}
 		return f([]string{"backend", "--backend-bpffs", dir})
@@ -514,8 +514,8 @@ func TestLoadUnderIPNetnsExec(t *testing.T) {
 func TestStatsShowsInterfaceDrops(t *testing.T) {
 	testenv.Kernel(t)
 	dir := bpffsDir(t)
-	err := lab.InNetns(func() error {
-		if err := lab.Veth("drop0", "drop1"); err != nil {
+	err := testrun.InNetns(func() error {
+		if err := testrun.Veth("drop0", "drop1"); err != nil {
 			return err
 		}
 		b := []string{"--bpffs", dir}
@@ -529,7 +529,7 @@ func TestStatsShowsInterfaceDrops(t *testing.T) {
 			!strings.Contains(errOut, "warning: drop0 is a veth in native mode whose peer runs no XDP program") {
 			return fmt.Errorf("attach native: %d %s", code, errOut)
 		}
-		sock, err := lab.Listen("drop1")
+		sock, err := testrun.Listen("drop1")
 		if err != nil {
 			return err
 		}
@@ -687,7 +687,7 @@ func TestLookupMatchesTheKernel(t *testing.T) {
 		} else {
 			frame = pkt.Frame(pkt.IPv6(client, b.vip, 6, pkt.TCP(cport, b.port, 0x10, nil)))
 		}
-		verdict, out, err := lab.Run(d.Prog, frame)
+		verdict, out, err := testrun.Run(d.Prog, frame)
 		if err != nil || verdict != 3 {
 			t.Fatalf("flow %d: verdict %d, %v", i, verdict, err)
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -66,7 +66,7 @@ func TestCIDLookupMatchesTheKernel(t *testing.T) {
 		for _, payload := range [][]byte{long, short} {
 			payload = append(payload, make([]byte, 40)...)
 			frame := pkt.Frame(pkt.IPv4(client, vip, 17, pkt.UDP(40000, 443, payload), pkt.V4Opts{}))
-			verdict, out, err := lab.Run(d.Prog, frame)
+			verdict, out, err := testrun.Run(d.Prog, frame)
 			if err != nil || verdict != 3 {
 				t.Fatalf("ID %x: verdict %d, %v", cid, verdict, err)
 			}

@@ -13,7 +13,7 @@ import (
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -159,7 +159,7 @@ func TestStatsdResultsAreGLBs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := lab.Run(d.Prog, f.frame); err != nil {
+		if _, _, err := testrun.Run(d.Prog, f.frame); err != nil {
 			t.Fatalf("%s: %v", f.name, err)
 		}
 		after, err := d.GlobalCounters()

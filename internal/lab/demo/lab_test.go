@@ -18,7 +18,7 @@ import (
 
 	"github.com/director/director/internal/lab/testbed"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 )
 
 // TestMakeLab: 'make lab' brings the lab up and prints commands that work
@@ -202,7 +202,7 @@ func httpGet(path, addr string) (string, error) {
 	}
 	defer ns.Close()
 	var body string
-	err = lab.Do(ns, func() error {
+	err = testrun.Do(ns, func() error {
 		c, err := net.DialTimeout("tcp", addr, testenv.Scaled(3*time.Second))
 		if err != nil {
 			return err

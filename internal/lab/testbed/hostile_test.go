@@ -21,7 +21,7 @@ import (
 	"github.com/director/director/internal/doctor"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -377,7 +377,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 		}
 		// An interface deleted and made again.
 		mark = p.Mark()
-		if err := tb.Director.Do(func() error { return lab.DeleteLink("spare0") }); err != nil {
+		if err := tb.Director.Do(func() error { return testrun.DeleteLink("spare0") }); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := p.WaitLog(mark, msg("interface gone: nothing is steered there until it comes back"), testenv.Scaled(2*time.Second)); !ok {
@@ -408,7 +408,7 @@ func TestRunOnAHostileHost(t *testing.T) {
 		defer other.Close()
 		mark = p.Mark()
 		err = tb.Director.Do(func() error {
-			if err := lab.DeleteLink("spare0"); err != nil {
+			if err := testrun.DeleteLink("spare0"); err != nil {
 				return err
 			}
 			// Between the pin's removal and the service's next look, the

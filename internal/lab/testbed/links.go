@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -31,7 +31,7 @@ func (tb *Testbed) takeNIC(h *Host, name string) (netlink.Link, error) {
 	orig := tb.nics[0]
 	tb.nics = tb.nics[1:]
 	var l netlink.Link
-	err := lab.Do(tb.home(), func() error {
+	err := testrun.Do(tb.home(), func() error {
 		var err error
 		if l, err = netlink.LinkByName(orig); err != nil {
 			return err
@@ -119,7 +119,7 @@ func (tb *Testbed) plugVeth(h *Host, port string, lan func(netlink.Link) error) 
 		if err := netlink.LinkSetUp(p); err != nil {
 			return err
 		}
-		pass, err := lab.PassAll()
+		pass, err := testrun.PassAll()
 		if err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 )
 
@@ -93,7 +93,7 @@ type Host struct {
 
 // Do runs f on a thread inside h's namespace. Sockets f creates stay in
 // that namespace wherever they are used later.
-func (h *Host) Do(f func() error) error { return lab.Do(h.NS, f) }
+func (h *Host) Do(f func() error) error { return testrun.Do(h.NS, f) }
 
 // Testbed is the whole network.
 type Testbed struct {
@@ -118,7 +118,7 @@ type Testbed struct {
 func (tb *Testbed) BackendBPFFS(i int) string { return fmt.Sprintf("%s-be%d", tb.BPFFS, i) }
 
 func newHost(name string, ip netip.Addr) (*Host, error) {
-	ns, err := lab.NewNetns()
+	ns, err := testrun.NewNetns()
 	return &Host{Name: name, IP: ip, NS: ns}, err
 }
 
@@ -208,7 +208,7 @@ func build(o Options) (_ *Testbed, err error) {
 	tb := &Testbed{BPFFS: pins, Underlay6: underlay6, nics: slices.Clone(nics)}
 	if nics != nil {
 		// This goroutine's thread is in the namespace the NICs are in:
-		// lab.Do never leaves one elsewhere.
+		// testrun.Do never leaves one elsewhere.
 		if tb.homeNS, err = netns.Get(); err != nil {
 			return nil, err
 		}
@@ -303,7 +303,7 @@ func (tb *Testbed) setupLAN() error {
 // rewritten by XDP on the way, so they must leave with finished
 // checksums, not offloaded ones.
 func (tb *Testbed) routeClient(via netip.Addr) error {
-	if err := lab.DisableOffloads("eth0"); err != nil {
+	if err := testrun.DisableOffloads("eth0"); err != nil {
 		return err
 	}
 	l, _ := netlink.LinkByName("eth0")

@@ -26,7 +26,7 @@ import (
 	"github.com/director/director/internal/format/pcapfile"
 	"github.com/director/director/internal/replay"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/lab"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 )
 
@@ -38,7 +38,7 @@ type Side struct {
 	Tables  []*table.Table
 	Model   *model.Datapath
 	private *loader.Director
-	kernel  *lab.Replayer
+	kernel  *testrun.Replayer
 	cls     []*classify.Classifier // the model's, one per worker
 }
 
@@ -99,7 +99,7 @@ func (p *Private) Serve(s *Side) error {
 	if l.err != nil {
 		return l.err
 	}
-	r, err := lab.NewReplayer(l.d.Prog, l.d.Maps.Counters)
+	r, err := testrun.NewReplayer(l.d.Prog, l.d.Maps.Counters)
 	if err != nil {
 		l.d.Close()
 		return err
@@ -240,7 +240,7 @@ type outcome struct {
 	out     []byte       // the frame as the program left it
 	reason  int          // for XDP_PASS: the pass counter, an index in loader.CounterNames(); -1 if none moved
 	res     model.Result // the model's view (flow, table, row)
-	notRun  bool         // the kernel could not run it (lab.Outcome.NotRun): the rest is the model's
+	notRun  bool         // the kernel could not run it (testrun.Outcome.NotRun): the rest is the model's
 }
 
 func (o *outcome) tx() bool { return o.verdict == model.XDPTX }
@@ -277,7 +277,7 @@ func (k *kernelRun) runSide(s *Side, packets []pcapfile.Packet) ([]outcome, erro
 	for i := range packets {
 		frames[i] = packets[i].Frame
 	}
-	ko := make([]lab.Outcome, len(packets))
+	ko := make([]testrun.Outcome, len(packets))
 	if err := s.kernel.Run(frames, ko); err != nil {
 		return nil, err
 	}

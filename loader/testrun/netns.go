@@ -1,11 +1,12 @@
-// Package lab is the director's laboratory, kept apart from the loader's
-// production path: it runs programs with BPF_PROG_RUN (one frame, a
+// Package testrun is the director's test runs (BPF_PROG_TEST_RUN, as the
+// kernel names them), kept apart from the loader's production path: it
+// runs programs with BPF_PROG_RUN (one frame, a
 // capture's worth in parallel, or live frames), measures their cost from
 // the kernel's run-time statistics, generates traffic into veth pairs, and
 // makes the private network namespaces, veth pairs and packet sockets that
 // replay, bench and the tests work in. Everything it creates in a
 // namespace goes with the namespace, whether the work succeeded or not.
-package lab
+package testrun
 
 import (
 	"errors"
