@@ -111,9 +111,7 @@ func Explain(dp *model.Datapath, frame []byte) Director {
 		if r.Reason == abi.CPassNoBind {
 			e.NoBind = noBindWhy(dp.Tables, r)
 		}
-		if r.Reason != abi.CPassNoBind && r.Reason != abi.CPassNotIP && r.Reason != abi.CPassVLAN &&
-			r.Reason != abi.CPassMalformed && r.Reason != abi.CPassFragment && r.Reason != abi.CPassIPv6Ext &&
-			r.Reason != abi.CPassProto && r.Reason != abi.CPassHeadersSplit {
+		if r.Matched {
 			e.steering(dp, r)
 		}
 		return e
@@ -134,18 +132,18 @@ func Explain(dp *model.Datapath, frame []byte) Director {
 	return e
 }
 
-// steering fills in the bind, hash, row and hops of a matched flow.
+// steering fills in the bind, hash, row and hops of a matched flow, as
+// the model found them.
 func (e *Director) steering(dp *model.Datapath, r model.Result) {
 	t := dp.Tables[r.Table]
 	f := model.Flow{Client: r.Client, ClientPort: r.ClientPort, VIP: r.VIP, VIPPort: r.VIPPort, Proto: r.Proto, Echo: r.Echo}
-	e.Bind = &Bind{Table: table.DisplayName(t.Name, r.Table), TableIndex: r.Table, BindIndex: -1}
 	refs := table.Refs(dp.Tables)
-	if ref, ok := table.MatchingBind(refs, r.VIP, table.Proto(r.Proto), r.VIPPort, r.Echo); ok {
-		e.Bind.Bind = refs[ref].Bind.String()
-		e.Bind.BindIndex = ref - slices.IndexFunc(refs, func(b table.BindRef) bool { return b.Table == r.Table })
+	e.Bind = &Bind{Table: table.DisplayName(t.Name, r.Table), TableIndex: r.Table, Bind: refs[r.Bind].Bind.String(),
+		BindIndex: r.Bind - slices.IndexFunc(refs, func(b table.BindRef) bool { return b.Table == r.Table })}
+	if !r.Hashed {
+		return
 	}
-	row, _, _ := t.Lookup(model.FlowHash(t.HashKey, f, dp.Config.HashFields))
-	e.Hash = &Hash{Fields: dp.Config.HashFields.String(), Inputs: inputs(f, dp.Config.HashFields), Row: row}
+	e.Hash = &Hash{Fields: dp.Config.HashFields.String(), Inputs: inputs(f, dp.Config.HashFields), Row: r.Row}
 	if dp.Config.AltHashFields != 0 {
 		alt := r.AltRow
 		e.Hash.AltFields, e.Hash.AltInputs, e.Hash.AltRow = dp.Config.AltHashFields.String(), inputs(f, dp.Config.AltHashFields), &alt

@@ -46,8 +46,8 @@ type bindQuery struct {
 }
 
 type bindAnswer struct {
-	table int
-	ok    bool
+	bind int
+	ok   bool
 }
 
 // maxMemo bounds the bind memo: traffic to many addresses just stops
@@ -70,9 +70,9 @@ type flowKey struct {
 // kept as indexes in the table's backends, so that recalling them touches
 // no row.
 type fate struct {
-	table, row, altRow int32
-	hops               [4]uint32
-	verdict, reason    uint8
+	bind, row, altRow       int32 // bind -1: no bind matched
+	hops                    [4]uint32
+	verdict, reason, hashed uint8
 }
 
 // New returns a Classifier of d for use by one goroutine.
@@ -80,18 +80,18 @@ func New(d *model.Datapath) *Classifier {
 	return &Classifier{d: d, binds: map[bindQuery]bindAnswer{}, limit: maxFlows}
 }
 
-// tableOf is the Datapath's TableOf, memoised.
-func (c *Classifier) tableOf(f *model.Flow) (int, bool) {
+// bindOf is the Datapath's BindOf, memoised.
+func (c *Classifier) bindOf(f *model.Flow) (int, bool) {
 	q := bindQuery{f.VIP, f.VIPPort, f.Proto, f.Echo}
 	if a, hit := c.binds[q]; hit {
-		return a.table, a.ok
+		return a.bind, a.ok
 	}
 	var a bindAnswer
-	a.table, a.ok = c.d.TableOf(f)
+	a.bind, a.ok = c.d.BindOf(f)
 	if len(c.binds) < maxMemo {
 		c.binds[q] = a
 	}
-	return a.table, a.ok
+	return a.bind, a.ok
 }
 
 // Parsed is a frame parsed up to its flow, which does not depend on any
@@ -140,7 +140,7 @@ func (c *Classifier) FlowOf(p *Parsed, first *model.Result) (id FlowID, reason i
 		return FlowID{c, n}, 0, false
 	}
 	f := p.key.flow()
-	r := c.d.SteerFlow(&f, c.tableOf)
+	r := c.d.SteerFlow(&f, c.bindOf)
 	if c.flows.recs.Len() < c.limit {
 		id = FlowID{c, c.remember(slot, &p.key, &r)}
 	}
@@ -208,10 +208,15 @@ func keyOf(f *model.Flow) flowKey {
 // remember records the fate a new flow's first packet had and returns the
 // flow's number.
 func (c *Classifier) remember(slot int, k *flowKey, r *model.Result) int32 {
-	ft := fate{verdict: uint8(r.Verdict), reason: uint8(r.Reason)}
+	ft := fate{verdict: uint8(r.Verdict), reason: uint8(r.Reason), bind: -1}
+	if r.Matched {
+		ft.bind = int32(r.Bind)
+	}
+	if r.Hashed {
+		ft.hashed = 1
+	}
 	if r.Verdict == model.XDPTX {
 		t := c.d.Tables[r.Table]
-		ft.table = int32(r.Table)
 		row := t.Rows[r.Row]
 		ft.hops = [4]uint32{row.Primary, row.Secondary}
 		if r.AltRow >= 0 {
@@ -226,12 +231,18 @@ func (c *Classifier) remember(slot int, k *flowKey, r *model.Result) int32 {
 // recall rebuilds the Result a flow's first packet had.
 func (c *Classifier) recall(ft *fate, f *model.Flow) model.Result {
 	r := model.Result{Parsed: true, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
+	if ft.bind >= 0 {
+		r.Matched, r.Bind, r.Table = true, int(ft.bind), c.d.BindTable(int(ft.bind))
+	}
+	if ft.hashed != 0 {
+		r.Hashed, r.Row, r.AltRow = true, int(ft.row), int(ft.altRow)
+	}
 	if int(ft.verdict) != model.XDPTX {
 		r.Verdict, r.Reason = model.XDPPass, int(ft.reason)
 		return r
 	}
-	t := c.d.Tables[ft.table]
-	r.Verdict, r.Table, r.Row, r.AltRow = model.XDPTX, int(ft.table), int(ft.row), int(ft.altRow)
+	t := c.d.Tables[r.Table]
+	r.Verdict = model.XDPTX
 	r.HopList[0], r.HopList[1] = t.Backends[ft.hops[0]].IP, t.Backends[ft.hops[1]].IP
 	r.NHops = 2
 	if ft.altRow >= 0 {

@@ -64,11 +64,19 @@ type Result struct {
 	// frame passed for a Pass reason (not an error): what GLB's director
 	// would have counted it as (GLBResult). It belongs to the frame (a
 	// VLAN tag decides it), not the flow.
-	GLB    int
-	Out    []byte // the frame as it leaves: encapsulated for XDPTX, unchanged for XDPPass
-	Table  int    // for matched packets
+	GLB int
+	Out []byte // the frame as it leaves: encapsulated for XDPTX, unchanged for XDPPass
+	// Matched is set when a bind took the packet: Bind is its index in
+	// table.Refs of the tables, Table the table it selects. What follows
+	// may still pass it (no config, echo forwarding off, too big).
+	Matched bool
+	Bind    int
+	Table   int
+	// Hashed is set when the flow's row was looked up: Row, and AltRow
+	// (the alt_hash_fields row, or -1). Every XDP_TX result is.
+	Hashed bool
 	Row    int
-	AltRow int // the alt_hash_fields row, or -1
+	AltRow int
 	// HopList[:NHops] are the hops, primary first: 2, or 4 with
 	// alt_hash_fields, then the row's earlier primaries (up to
 	// table.HistoryHops). An array, so that classifying allocates nothing.
@@ -125,6 +133,15 @@ func (d *Datapath) TableOf(f *Flow) (int, bool) {
 	return table.ResolveBind(d.refs, f.VIP, table.Proto(f.Proto), f.VIPPort, f.Echo)
 }
 
+// BindTable is the table bind (BindOf's answer) selects.
+func (d *Datapath) BindTable(bind int) int { return d.refs[bind].Table }
+
+// BindOf is the bind that takes a flow, as its index in table.Refs of the
+// tables (table.MatchingBind): TableOf's answer comes from it.
+func (d *Datapath) BindOf(f *Flow) (int, bool) {
+	return table.MatchingBind(d.refs, f.VIP, table.Proto(f.Proto), f.VIPPort, f.Echo)
+}
+
 // ParseFlow reads a frame up to its flow: the flow and 0, or the reason
 // the frame is passed without one. It depends on no config.
 func ParseFlow(frame []byte) (Flow, int) {
@@ -135,10 +152,10 @@ func ParseFlow(frame []byte) (Flow, int) {
 
 // SteerFlow is what happens to a packet of flow f, less what belongs to
 // the packet itself (its bytes and lengths: Out is nil, IPLen and
-// OuterLen are zero). tableOf answers the bind lookup: TableOf, or a
+// OuterLen are zero). bindOf answers the bind lookup: BindOf, or a
 // memo of it.
-func (d *Datapath) SteerFlow(f *Flow, tableOf func(*Flow) (int, bool)) Result {
-	r := d.steer(&packet{}, f, false, tableOf)
+func (d *Datapath) SteerFlow(f *Flow, bindOf func(*Flow) (int, bool)) Result {
+	r := d.steer(&packet{}, f, false, bindOf)
 	r.OuterLen = 0
 	return r
 }
@@ -171,38 +188,41 @@ func (d *Datapath) process(frame []byte, build bool) Result {
 	if reason != 0 {
 		return d.passed(frame, reason, false, &f)
 	}
-	return d.steer(&pk, &f, build, d.TableOf)
+	return d.steer(&pk, &f, build, d.BindOf)
 }
 
 // steer is what happens to a parsed frame. Apart from the frame's own
 // lengths and bytes, and for a table with QUIC-LB routing the connection
 // ID a UDP packet carries, it depends only on the flow.
-func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (int, bool)) Result {
+func (d *Datapath) steer(pk *packet, f *Flow, build bool, bindOf func(*Flow) (int, bool)) Result {
 	frame, l2len, ipLen, v6, icmpErr := pk.frame, pk.l2len, pk.ipLen, pk.v6, pk.icmpErr
-	ti, ok := tableOf(f)
+	bind, ok := bindOf(f)
 	if !ok {
 		return d.passed(frame, abi.CPassNoBind, true, f)
 	}
+	ti := d.refs[bind].Table
+	// passedHere is a frame passed once its bind is known: what the
+	// program found so far goes with it.
+	passedHere := func(reason, row, altRow int, hashed bool) Result {
+		r := d.passed(frame, reason, true, f)
+		r.Matched, r.Bind, r.Table = true, bind, ti
+		r.Hashed, r.Row, r.AltRow = hashed, row, altRow
+		return r
+	}
 	if !d.Configured {
-		return d.passed(frame, abi.CErrNoConfig, true, f)
-	}
-	if f.Echo && !d.Config.ForwardICMPEcho {
-		return d.passed(frame, abi.CPassICMPEchoOff, true, f)
-	}
-	nhops := 2
-	if d.Config.AltHashFields != 0 {
-		nhops = 4
+		return passedHere(abi.CErrNoConfig, 0, 0, false)
 	}
 	t := d.Tables[ti]
+	h, row, altRow, hops, nhops := d.lookup(t, f)
+	if f.Echo && !d.Config.ForwardICMPEcho {
+		return passedHere(abi.CPassICMPEchoOff, row, altRow, true)
+	}
 	// A table of IPv6 backends goes over IPv6, whose payload length holds
 	// its encapsulation but the outer header.
 	under6 := !t.Backends[0].IP.Is4()
 	if under6 && ipLen > 0xffff-(gue.Size6(gue.MaxHops)-40) {
-		return d.passed(frame, abi.CPassTooBig, true, f)
+		return passedHere(abi.CPassTooBig, row, altRow, true)
 	}
-	h := FlowHash(t.HashKey, *f, d.Config.HashFields)
-	row, p, s := t.Lookup(h)
-	hops := [gue.MaxHops]netip.Addr{p.IP, s.IP}
 	quic := 0
 	if t.QUIC.On() && f.Proto == 17 && pk.l4 != 0 {
 		// The backend the connection ID names goes first, the row's
@@ -215,12 +235,6 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 			}
 			hops[0] = t.Backends[b].IP
 		}
-	}
-	altRow := -1
-	if d.Config.AltHashFields != 0 {
-		var ap, as table.Backend
-		altRow, ap, as = t.Lookup(FlowHash(t.HashKey, *f, d.Config.AltHashFields))
-		hops[2], hops[3] = ap.IP, as.IP
 	}
 	// The row's earlier primaries, after the other hops; the size is
 	// checked with the table's longest list, so that every flow of a VIP
@@ -247,7 +261,8 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 			}
 			tooBig = abi.CTooBigEncap
 			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {
-				r := Result{Verdict: XDPTX, TooBig: abi.CICMPTooBig, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops,
+				r := Result{Verdict: XDPTX, TooBig: abi.CICMPTooBig, QUIC: quic, Parsed: true, Matched: true, Bind: bind, Table: ti,
+					Hashed: true, Row: row, AltRow: altRow, HopList: hops,
 					NHops: nhops, IPLen: ipLen, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
 				if build {
 					r.Out = reply
@@ -272,9 +287,26 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, tableOf func(*Flow) (i
 		}
 		out = encapsulate(frame[:l2len], gw, src, hops[:nhops], sport, family, ipLen, frame[l2len:], uint32(h>>32)&gue.FlowMask)
 	}
-	return Result{Verdict: XDPTX, Out: out, QUIC: quic, Parsed: true, Table: ti, Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
+	return Result{Verdict: XDPTX, Out: out, QUIC: quic, Parsed: true, Matched: true, Bind: bind, Table: ti, Hashed: true,
+		Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
 		OuterLen: l2len + esize + ipLen, TooBig: tooBig}
+}
+
+// lookup is the flow's hash, its row and hops (and with alt_hash_fields
+// its alternate row and hops; else altRow is -1), and how many hops that
+// is.
+func (d *Datapath) lookup(t *table.Table, f *Flow) (h uint64, row, altRow int, hops [gue.MaxHops]netip.Addr, nhops int) {
+	h = FlowHash(t.HashKey, *f, d.Config.HashFields)
+	row, p, s := t.Lookup(h)
+	hops[0], hops[1], nhops = p.IP, s.IP, 2
+	altRow = -1
+	if d.Config.AltHashFields != 0 {
+		var ap, as table.Backend
+		altRow, ap, as = t.Lookup(FlowHash(t.HashKey, *f, d.Config.AltHashFields))
+		hops[2], hops[3], nhops = ap.IP, as.IP, 4
+	}
+	return h, row, altRow, hops, nhops
 }
 
 // LinkMTU is the MTU GUE packets leave with: the interface's (DeviceMTU),
