@@ -132,7 +132,7 @@ lint:
 	$(GO) vet -tags nolibpcap ./internal/format/pcapfilter ./cmd/director
 	GOARCH=arm64 $(GO) vet ./cmd/director ./loader/... ./internal/lab/vmtest
 	# The table tools review changes on an operator's laptop too.
-	GOOS=darwin $(GO) build ./table/... ./internal/datapath/model ./internal/datapath/classify ./internal/format/pcapfile ./internal/datapath/pkt ./internal/datapath/gue ./internal/replay ./internal/datapath/chunk
+	GOOS=darwin $(GO) build ./table/... ./internal/change ./loader/mapimage ./internal/datapath/model ./internal/datapath/classify ./internal/format/pcapfile ./internal/datapath/pkt ./internal/datapath/gue ./internal/replay ./internal/datapath/chunk
 
 # Short fuzzing sessions for the two parsers of untrusted input.
 FUZZTIME ?= 30s

@@ -23,6 +23,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/loader/testrun"
 	"github.com/director/director/loader/xdpmode"
 	"github.com/director/director/table"
@@ -498,7 +499,7 @@ func BenchmarkProgramManyBinds(b *testing.B) {
 // 100.64.0.0/10, every other one a port range.
 func manyBindsConfig() string {
 	var ts []string
-	for t := 0; t < MaxTables; t++ {
+	for t := 0; t < mapimage.MaxTables; t++ {
 		var binds []string
 		n := table.MaxBinds
 		if t == 0 {

@@ -1,83 +1,12 @@
 package loader
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/director/director/bpf/abi"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
-
-// QUIC-LB server IDs as the datapath finds them (bpf/director.h, struct
-// dir_quic_table): the serving backends' IDs in an open-addressing table
-// that a packet probes from its ID's home, and every backend's ID by its
-// position, for reading the table back.
-
-// quicWords is a server ID as the program reads it: its first eight bytes
-// and the rest, zero-padded, as little-endian words.
-func quicWords(sid []byte) (w0, w1 uint64) {
-	var b [16]byte
-	copy(b[:], sid)
-	return binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])
-}
-
-// quicHome is where the program starts looking for a server ID.
-func quicHome(sid []byte) uint32 {
-	w0, w1 := quicWords(sid)
-	return uint32((w0*abi.QUICMult[0]+w1*abi.QUICMult[1])>>32) & (abi.QUICSlots - 1)
-}
-
-// encodeQUIC lays out t's server IDs; stat gives each backend's counter
-// index. Entries are placed Robin Hood style, so none lies far from its
-// home; one that would lie past the program's probes is an error (only
-// IDs chosen to collide come near).
-func encodeQUIC(t *table.Table, stat []uint8) (*abi.QUICTable, error) {
-	qt := new(abi.QUICTable)
-	if !t.QUIC.On() {
-		return qt, nil
-	}
-	type placed struct {
-		e    abi.QUICEntry
-		home uint32
-	}
-	var slots [abi.QUICSlots]*placed
-	for i, b := range t.Backends {
-		if len(b.ServerID) != int(t.QUIC.ServerIDLen) {
-			return nil, fmt.Errorf("backends[%d] (%s): a server ID of %d bytes; the table's are %d", i, b.IP, len(b.ServerID), t.QUIC.ServerIDLen)
-		}
-		var e abi.QUICEntry
-		copy(e.Sid[:], b.ServerID)
-		e.StatPlus1 = stat[i] + 1
-		qt.Ids[i] = e
-		if !b.Serving() {
-			continue
-		}
-		p := &placed{e: e, home: quicHome([]byte(b.ServerID))}
-		for d := uint32(0); ; d++ {
-			if d >= abi.QUICProbes {
-				return nil, fmt.Errorf("backends[%d] (%s): its server ID %s and others of the table share too few places "+
-					"for the datapath to find them all; choose other server IDs", i, b.IP, b.ServerID)
-			}
-			at := (p.home + d) & (abi.QUICSlots - 1)
-			o := slots[at]
-			if o == nil {
-				slots[at] = p
-				break
-			}
-			// The one nearer its home moves on.
-			if od := (at - o.home) & (abi.QUICSlots - 1); od < d {
-				slots[at] = p
-				p, d = o, od
-			}
-		}
-	}
-	for i, p := range slots {
-		if p != nil {
-			qt.E[i] = p.e
-		}
-	}
-	return qt, nil
-}
 
 // decodeQUIC gives the backends of lt (read from the table in the same
 // slot) the server IDs qt holds, and checks that the index holds exactly
@@ -120,7 +49,7 @@ func decodeQUIC(qt *abi.QUICTable, lt *LiveTable) error {
 func quicFinds(qt *abi.QUICTable, sid []byte, statPlus1 uint8) bool {
 	var want [abi.QUICMaxSID]byte
 	copy(want[:], sid)
-	home := quicHome(sid)
+	home := mapimage.QUICHome(sid)
 	for d := uint32(0); d < abi.QUICProbes; d++ {
 		e := qt.E[(home+d)&(abi.QUICSlots-1)]
 		if e.StatPlus1 == 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
 
@@ -186,7 +187,7 @@ func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
 	var home uint32
 	for i := 0; i < 1<<16; i++ {
 		sid := []byte{byte(i >> 8), byte(i)}
-		h := quicHome(sid)
+		h := mapimage.QUICHome(sid)
 		byHome[h] = append(byHome[h], fmt.Sprintf("%x", sid))
 		if len(byHome[h]) > int(abi.QUICProbes) {
 			home = h
@@ -205,7 +206,7 @@ func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
 		  "binds": [{"ip": "10.20.0.1", "proto": "udp", "port": 443}], "backends": [`+strings.Join(bs, ", ")+`]}]}`)
 	}
 	ids := byHome[home]
-	err := CheckDatapath(mk(ids))
+	err := mapimage.CheckDatapath(mk(ids))
 	if err == nil || !strings.Contains(err.Error(), "tables[1]: backends[") || !strings.Contains(err.Error(), "choose other server IDs") {
 		t.Fatalf("%d IDs of one home: %v", len(ids), err)
 	}
@@ -217,20 +218,20 @@ func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
 		for k := range 2 {
 			down[1].Backends[k].Healthy = false
 		}
-		err := CheckDatapath(down)
+		err := mapimage.CheckDatapath(down)
 		if err == nil || !strings.Contains(err.Error(), "choose other server IDs") || !strings.Contains(err.Error(), "when all are up") {
 			t.Errorf("%d IDs of one home, 2 of them down: %v", len(ids), err)
 		}
 	}
 	tabs := mk(ids[:abi.QUICProbes])
-	if err := CheckDatapath(tabs); err != nil {
+	if err := mapimage.CheckDatapath(tabs); err != nil {
 		t.Fatalf("%d IDs of one home: %v", abi.QUICProbes, err)
 	}
 	stat := make([]uint8, len(tabs[1].Backends))
 	for i := range stat {
 		stat[i] = uint8(i)
 	}
-	qt, err := encodeQUIC(tabs[1], stat)
+	qt, err := mapimage.EncodeQUIC(tabs[1], stat)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,9 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/bpf/abi"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
-
-// MaxTables is how many tables can be live at once. An apply writes its
-// tables into slots that neither bind generation references, so the slots
-// hold the live tables, the previous apply's and the next one's.
-const MaxTables = 32
 
 // LiveTable is a table as the kernel holds it.
 type LiveTable struct {
@@ -330,7 +326,7 @@ func (d *Director) apply(tables []*table.Table, check func(live []*table.Table) 
 func (d *Director) applyChange(ch change, check func(live State) ([]*table.History, error)) (*ApplyResult, error) {
 	tables := ch.Tables
 	start := time.Now()
-	if err := CheckDatapath(tables); err != nil {
+	if err := mapimage.CheckDatapath(tables); err != nil {
 		return nil, err
 	}
 	unlock, err := lockDir(d.Dir)
@@ -505,7 +501,7 @@ func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, pla
 		// Its QUIC server IDs first: the table's settings send packets to
 		// them.
 		if tables[i].QUIC.On() {
-			qt, err := encodeQUIC(tables[i], p.stat)
+			qt, err := mapimage.EncodeQUIC(tables[i], p.stat)
 			if err != nil {
 				return fmt.Errorf("tables[%d]: %w", i, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/director/director/internal/service"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -104,7 +105,7 @@ func remakePlan(e *env, plan *table.Plan, path string) string {
 // readApplyInput reads what apply was given: a reviewed plan (for this
 // director, with its config's bytes as input), or with --yes a config.
 func readApplyInput(e *env, path string, yes bool) (plan *table.Plan, input []byte, err error) {
-	data, err := config.ReadApplyInput(path, loader.Limit)
+	data, err := config.ReadApplyInput(path, mapimage.Limit)
 	if err != nil {
 		return nil, nil, err
 	}

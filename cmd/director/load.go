@@ -2,9 +2,9 @@ package main
 
 import (
 	"fmt"
-	"github.com/director/director/internal/shellword"
 	"path/filepath"
 
+	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )

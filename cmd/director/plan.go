@@ -13,6 +13,7 @@ import (
 	"github.com/director/director/internal/picture"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -184,7 +185,7 @@ type healthSource func() (func(table, backend int, tc *table.TableConfig) bool, 
 // config leaves to the checks comes from health, and without it such a
 // config is refused.
 func loadForApply(e *env, path string, health healthSource) (*config.Source, error) {
-	data, err := config.ReadInput(path, loader.Limit)
+	data, err := config.ReadInput(path, mapimage.Limit)
 	if err != nil {
 		return nil, err
 	}

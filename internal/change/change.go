@@ -10,7 +10,7 @@ package change
 import (
 	"errors"
 
-	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -145,7 +145,7 @@ type Against struct {
 // live.
 func ForDatapath(path string, data []byte, a Against) (src *config.Source, st Stats, filled bool, err error) {
 	if a.Live == nil {
-		src, err = config.ParseSource(path, data, loader.Limit)
+		src, err = config.ParseSource(path, data, mapimage.Limit)
 		if err == nil {
 			st.Full = len(src.Tables)
 		}
@@ -155,7 +155,7 @@ func ForDatapath(path string, data []byte, a Against) (src *config.Source, st St
 	if err != nil {
 		return nil, st, false, err
 	}
-	if err := loader.CheckDatapath(src.Tables); err != nil {
+	if err := mapimage.CheckDatapath(src.Tables); err != nil {
 		return nil, st, false, config.InFile(path, err)
 	}
 	return src, st, filled, nil
@@ -179,7 +179,7 @@ func forLive(path string, data []byte, a Against, st *Stats) (*config.Source, bo
 		close(ready)
 	}
 	var err error
-	src, filled, perr := config.ParseSourceReusing(path, data, loader.Limit, func(i, j int, tc *table.TableConfig) bool {
+	src, filled, perr := config.ParseSourceReusing(path, data, mapimage.Limit, func(i, j int, tc *table.TableConfig) bool {
 		wait()
 		if health == nil {
 			if err = lerr; err == nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/director/director/internal/change"
-	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -201,7 +201,7 @@ func BenchmarkConfigEditApplied(b *testing.B) {
 		docs[k] = []byte(`{"tables": [` + strings.Join(ts, ",\n") + `]}`)
 	}
 	parse := func(data []byte) *input {
-		cfg, err := config.ParseLimit(data, loader.Limit)
+		cfg, err := config.ParseLimit(data, mapimage.Limit)
 		if err != nil {
 			b.Fatal(err)
 		}

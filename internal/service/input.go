@@ -5,6 +5,7 @@ import (
 
 	"github.com/director/director/internal/change"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -63,7 +64,7 @@ func (s *service) parse() (*input, error) {
 	if table.IsGLBBinary(data) {
 		return nil, fmt.Errorf("%s is a GLB binary table: director run reads the JSON config (forwarding_table.src.json), whose backends it checks", s.o.Config)
 	}
-	cfg, err := config.ParseLimit(data, loader.Limit)
+	cfg, err := config.ParseLimit(data, mapimage.Limit)
 	if err != nil {
 		return nil, config.InFile(s.o.Config, err)
 	}

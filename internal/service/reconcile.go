@@ -13,6 +13,7 @@ import (
 
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -50,7 +51,7 @@ func (s *service) desired(in *input) (tables []*table.Table, fps []string, froze
 		fps = append(fps, fp)
 	}
 	s.checks.waiting.Store(waiting)
-	holds := loader.CheckDatapath
+	holds := mapimage.CheckDatapath
 	if s.holds != nil {
 		holds = s.holds
 	}

@@ -111,7 +111,7 @@ type service struct {
 	// checksStale is set when an edit is adopted: the checks of the
 	// config it replaced are dropped (retrack) before the loop waits.
 	checksStale bool
-	// holds is what the datapath can hold (loader.CheckDatapath when
+	// holds is what the datapath can hold (mapimage.CheckDatapath when
 	// nil); a test puts a refusal of its own in, to fail a round.
 	holds func([]*table.Table) error
 

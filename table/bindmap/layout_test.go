@@ -297,5 +297,5 @@ func BenchmarkExactPoints(b *testing.B) {
 	}
 }
 
-// maxTables is the datapath's table count (loader.MaxTables).
+// maxTables is the datapath's table count (loader/mapimage.MaxTables).
 const maxTables = 32
