@@ -28,21 +28,13 @@ func fetchKernel(cache string, k Kernel, log io.Writer) (deb, pkg string, err er
 	if _, err := os.Stat(deb); err == nil {
 		return deb, pkg, nil
 	}
-	apt, err := aptConfig(cache, k.Suite)
+	apt, err := aptConfig(cache, k.Suite, archOf(k).Name)
 	if err != nil {
 		return "", "", err
 	}
-	err = download(cache, pkg, apt, log)
+	err = downloadOrUpdate(cache, pkg, apt, log)
 	if err != nil {
-		// The package lists may be missing or stale: a fresh machine's are.
-		fmt.Fprintf(log, "vmtest: apt-get download %s failed (%v); updating the package lists\n", pkg, err)
-		if out, uerr := exec.Command("apt-get", append(apt, "update", "-q")...).CombinedOutput(); uerr != nil {
-			return "", "", fmt.Errorf("apt-get update: %w\n%s", uerr, out)
-		}
-		err = download(cache, pkg, apt, log)
-	}
-	if err != nil {
-		alt, aerr := newestOfSeries(k.Series, apt)
+		alt, aerr := newestOfSeries(k.Series, archOf(k).Name, apt)
 		if aerr != nil {
 			return "", "", fmt.Errorf("kernel %s: %s cannot be downloaded (%v), and no other package of the series is served: %w", k.Name, pkg, err, aerr)
 		}
@@ -59,27 +51,57 @@ func fetchKernel(cache string, k Kernel, log io.Writer) (deb, pkg string, err er
 	return deb, pkg, nil
 }
 
-// aptConfig is the apt-get options that fetch from suite: none for the
-// machine's own sources (""), else a sources list and package lists of
-// the cache's own, for Debian's suite and its security updates.
-func aptConfig(cache, suite string) ([]string, error) {
-	if suite == "" {
+// downloadOrUpdate downloads pkg into cache, updating apt's package lists
+// first if the download fails: a fresh machine's may be missing or stale.
+func downloadOrUpdate(cache, pkg string, apt []string, log io.Writer) error {
+	err := download(cache, pkg, apt, log)
+	if err == nil {
+		return nil
+	}
+	fmt.Fprintf(log, "vmtest: apt-get download %s failed (%v); updating the package lists\n", pkg, err)
+	if out, uerr := exec.Command("apt-get", append(apt, "update", "-q")...).CombinedOutput(); uerr != nil {
+		return fmt.Errorf("apt-get update: %w\n%s", uerr, out)
+	}
+	return download(cache, pkg, apt, log)
+}
+
+// aptConfig is the apt-get options that fetch suite's packages of arch:
+// none for the machine's own sources and arch (suite "", the host's
+// arch), else a sources list and package lists of the cache's own, for
+// Debian's suite and its security updates, and that arch
+// alone, leaving the machine's configuration and architectures alone.
+func aptConfig(cache, suite, archName string) ([]string, error) {
+	if suite == "" && archName == hostArch {
 		return nil, nil
 	}
-	dir := filepath.Join(cache, "apt-"+suite)
+	if suite == "" {
+		return nil, fmt.Errorf("a kernel of arch %s needs a Suite to fetch its packages from", archName)
+	}
+	name := "apt-" + suite
+	if archName != hostArch {
+		name += "-" + archName
+	}
+	dir := filepath.Join(cache, name)
 	for _, d := range []string{"lists/partial", "cache/archives/partial"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
 		}
 	}
 	const keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
-	list := fmt.Sprintf("deb [signed-by=%s] http://deb.debian.org/debian %s main\n"+
-		"deb [signed-by=%s] http://deb.debian.org/debian-security %s-security main\n", keyring, suite, keyring, suite)
+	list := fmt.Sprintf("deb [signed-by=%[1]s] http://deb.debian.org/debian %[2]s main\n"+
+		"deb [signed-by=%[1]s] http://deb.debian.org/debian-security %[2]s-security main\n", keyring, suite)
 	if err := os.WriteFile(filepath.Join(dir, "sources.list"), []byte(list), 0o644); err != nil {
 		return nil, err
 	}
-	return []string{"-o", "Dir::Etc::sourcelist=" + filepath.Join(dir, "sources.list"), "-o", "Dir::Etc::sourceparts=-",
-		"-o", "Dir::State::Lists=" + filepath.Join(dir, "lists"), "-o", "Dir::Cache=" + filepath.Join(dir, "cache")}, nil
+	opts := []string{"-o", "Dir::Etc::sourcelist=" + filepath.Join(dir, "sources.list"), "-o", "Dir::Etc::sourceparts=-",
+		"-o", "Dir::State::Lists=" + filepath.Join(dir, "lists"), "-o", "Dir::Cache=" + filepath.Join(dir, "cache")}
+	if archName != hostArch {
+		// The packages of that arch alone, and not the machine's installed
+		// ones (its dpkg status) standing in for them.
+		opts = append(opts, "-o", "APT::Architecture="+archName, "-o", "APT::Architectures="+archName,
+			"-o", "Dir::State::status=/dev/null")
+	}
+	return opts, nil
 }
 
 // download fetches pkg's .deb into cache as pkg.deb, through a temporary
@@ -108,8 +130,8 @@ func download(cache, pkg string, apt []string, log io.Writer) error {
 
 // newestOfSeries is the served package whose name starts with series and
 // has the highest number after it (6.1.0-57 over 6.1.0-9).
-func newestOfSeries(series string, apt []string) (string, error) {
-	out, err := exec.Command("apt-cache", append(apt, "search", "--names-only", "^"+strings.ReplaceAll(series, ".", `\.`)+".*-cloud-amd64$")...).Output()
+func newestOfSeries(series, archName string, apt []string) (string, error) {
+	out, err := exec.Command("apt-cache", append(apt, "search", "--names-only", "^"+strings.ReplaceAll(series, ".", `\.`)+".*-cloud-"+archName+"$")...).Output()
 	if err != nil {
 		return "", fmt.Errorf("apt-cache search: %w", err)
 	}

@@ -24,19 +24,24 @@ const guestBPFFS = "/sys/fs/bpf/vmtest"
 // buildInitramfs writes the guest's root file system: busybox, the
 // modules, the director, the test binaries in their packages' places
 // beside testdata and docs (the tests open ../testdata), and /init.
-func buildInitramfs(out, busybox, director, root string, k Kernel, mods []string, pkgs []pkgTests) error {
+func buildInitramfs(out string, u *userland, director, root string, k Kernel, mods []string, pkgs []pkgTests) error {
 	r := newInitramfs()
 	for _, d := range []string{"proc", "sys", "dev", "tmp", "run", "var/run/netns", "etc"} {
 		r.dir(d)
 	}
-	r.copy("bin/busybox", busybox, 0o755)
-	applets, err := run(busybox, "--list")
-	if err != nil {
-		return err
-	}
-	for _, a := range strings.Fields(string(applets)) {
-		if a != "busybox" {
-			r.symlink("bin/"+a, "busybox")
+	r.copy("bin/busybox", u.Busybox, 0o755)
+	// The applets' links: the host's busybox lists them; one of another
+	// arch cannot run here, and links its own from /init.
+	r.symlink("bin/sh", "busybox")
+	if u.arch.Name == hostArch {
+		applets, err := run(u.Busybox, "--list")
+		if err != nil {
+			return err
+		}
+		for _, a := range strings.Fields(string(applets)) {
+			if a != "busybox" && a != "sh" {
+				r.symlink("bin/"+a, "busybox")
+			}
 		}
 	}
 	r.copy("bin/director", director, 0o755)
@@ -60,14 +65,14 @@ func buildInitramfs(out, busybox, director, root string, k Kernel, mods []string
 		r.copy(path.Join("src", p.Rel, path.Base(p.Rel)+".test"), p.Binary, 0o755)
 		bins = append(bins, p.Binary)
 	}
-	libs, err := sharedLibs(bins)
+	libs, err := u.sharedLibs(bins)
 	if err != nil {
 		return err
 	}
-	for _, l := range libs {
-		r.copy(l, l, 0o755)
+	for _, guest := range sortedKeys(libs) {
+		r.copy(strings.TrimPrefix(guest, "/"), libs[guest], 0o755)
 	}
-	r.file("init", 0o755, []byte(initScript(k, names, pkgs)))
+	r.file("init", 0o755, []byte(initScript(k, u.arch, names, pkgs)))
 	f, err := os.Create(out)
 	if err != nil {
 		return err
@@ -79,56 +84,15 @@ func buildInitramfs(out, busybox, director, root string, k Kernel, mods []string
 	return f.Close()
 }
 
-// sharedLibs are the host files the guest's dynamic loader needs to run
-// bins, which load the C library (purego, for libpcap: the binaries are
-// built without cgo, and link it dynamically): the loader, what ldd names,
-// and libpcap with what it needs, which capture filter expressions load
-// at run time.
-func sharedLibs(bins []string) ([]string, error) {
-	seen := map[string]bool{}
-	var out []string
-	add := func(file string) {
-		for _, w := range strings.Fields(file) {
-			if strings.HasPrefix(w, "/") && !seen[w] {
-				seen[w] = true
-				out = append(out, w)
-			}
-		}
-	}
-	for _, pcap := range []string{"/usr/lib/x86_64-linux-gnu/libpcap.so.0.8", "/lib/x86_64-linux-gnu/libpcap.so.0.8"} {
-		if _, err := os.Stat(pcap); err == nil {
-			add(pcap)
-			bins = append(bins, pcap)
-			break
-		}
-	}
-	for _, b := range bins {
-		o, err := exec.Command("ldd", b).Output()
-		if err != nil {
-			continue // "not a dynamic executable"
-		}
-		for _, line := range strings.Split(string(o), "\n") {
-			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)", "/lib64/ld-linux-x86-64.so.2 (0x...)"
-			if i := strings.Index(line, "=>"); i >= 0 {
-				line = line[i+2:]
-			}
-			if i := strings.Index(line, "("); i >= 0 {
-				line = line[:i]
-			}
-			add(line)
-		}
-	}
-	return out, nil
-}
-
 // initScript is the guest's /init: it mounts what the tests use, loads the
 // modules, runs each package's kernel tests, reports what 'director
 // status' says of the kernel, and powers off. Every line meant for the
 // harness starts with marker.
-func initScript(k Kernel, mods []string, pkgs []pkgTests) string {
+func initScript(k Kernel, a arch, mods []string, pkgs []pkgTests) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/sh
-export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
+/bin/busybox --install -s /bin 2>/dev/null
+export LD_LIBRARY_PATH=/lib/` + a.Triplet + `:/usr/lib/` + a.Triplet + `
 export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -170,20 +134,20 @@ poweroff -f
 // entropy. loglevel=5 rather than quiet: a soft lockup's stack traces are
 // printed at the default level, which quiet hides, and a hung guest without
 // them cannot be diagnosed from CI's log.
-func qemuArgs(vmlinuz, initrd string, cpus, memMB int) []string {
-	return []string{
-		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(memMB),
+func qemuArgs(a arch, vmlinuz, initrd string, cpus, memMB int) []string {
+	args := append([]string{"-accel", "tcg,thread=multi"}, a.Machine...)
+	return append(args, "-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(memMB),
 		"-nographic", "-no-reboot", "-nic", "none", "-device", "virtio-rng-pci",
 		"-kernel", vmlinuz, "-initrd", initrd,
-		"-append", "console=ttyS0 loglevel=5 softlockup_all_cpu_backtrace=1 panic=-1",
-	}
+		"-append", "console="+a.Console+" loglevel=5 softlockup_all_cpu_backtrace=1 panic=-1")
 }
 
 // A result is what one guest run showed.
 type result struct {
 	Kernel  Kernel
-	Package string // the Debian package booted
-	Release string // uname -r in the guest
+	Pkgs    []pkgTests // what the guest was to run
+	Package string     // the Debian package booted
+	Release string     // uname -r in the guest
 	Elapsed time.Duration
 	// Passed, Failed and Skipped are top-level tests by package; Missing
 	// are kernel tests that did not report at all.
@@ -358,6 +322,7 @@ func (p *console) finish(pkgs []pkgTests) {
 // everything to the log file.
 func boot(ctx context.Context, name string, args []string, k Kernel, pkg string, pkgs []pkgTests, logPath string, out io.Writer) *result {
 	p := newConsole(k, pkg)
+	p.r.Pkgs = pkgs
 	start := time.Now()
 	defer func() { p.r.Elapsed = time.Since(start) }()
 	logf, err := os.Create(logPath)

@@ -103,28 +103,36 @@ func selectKernels(only string) ([]Kernel, error) {
 	return out, nil
 }
 
-// tools finds what the harness runs, saying which Debian package has what
-// is missing.
-func tools() (qemu, busybox string, err error) {
-	for tool, pkg := range map[string]string{"qemu-system-x86_64": "qemu-system-x86", "dpkg-deb": "dpkg", "apt-get": "apt",
-		"xz": "xz-utils", "go": "Go"} {
+// tools checks that what the harness runs is here, for the archs of ks,
+// saying which Debian package has what is missing.
+func tools(ks []Kernel) error {
+	need := map[string]string{"dpkg-deb": "dpkg", "apt-get": "apt", "xz": "xz-utils", "go": "Go"}
+	for _, k := range ks {
+		a := archOf(k)
+		need[a.Qemu] = a.QemuPackage
+	}
+	for tool, pkg := range need {
 		if _, err := exec.LookPath(tool); err != nil {
-			return "", "", fmt.Errorf("%s not found: install %s", tool, pkg)
+			return fmt.Errorf("%s not found: install %s", tool, pkg)
 		}
 	}
-	qemu, _ = exec.LookPath("qemu-system-x86_64")
-	busybox = "/bin/busybox"
+	return nil
+}
+
+// staticBusybox checks that the host's busybox, which the host arch's
+// guests get, is static: they carry no libraries for it.
+func staticBusybox(busybox string) error {
 	f, err := elf.Open(busybox)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: %w (install busybox-static)", busybox, err)
+		return fmt.Errorf("%s: %w (install busybox-static)", busybox, err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return "", "", fmt.Errorf("%s is dynamically linked; the guest needs a static one (install busybox-static)", busybox)
+			return fmt.Errorf("%s is dynamically linked; the guest needs a static one (install busybox-static)", busybox)
 		}
 	}
-	return qemu, busybox, nil
+	return nil
 }
 
 func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem int, out io.Writer) error {
@@ -134,7 +142,7 @@ func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem
 		return err
 	}
 	r := &vmRun{cache: cache, work: work, timeout: timeout, parallel: parallel, cpus: cpus, mem: mem, out: out}
-	if r.qemu, r.busybox, err = tools(); err != nil {
+	if err := tools(ks); err != nil {
 		return err
 	}
 	if r.root, err = moduleRoot(); err != nil {
@@ -154,14 +162,14 @@ func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem
 	if err := r.fetch(ks); err != nil {
 		return err
 	}
-	if err := r.build(); err != nil {
+	if err := r.build(ks); err != nil {
 		return err
 	}
 	results, err := r.bootAll(ks)
 	if err != nil {
 		return err
 	}
-	if summary(out, results, r.pkgs, time.Since(start)) {
+	if summary(out, results, time.Since(start)) {
 		return fmt.Errorf("a kernel failed; the guests' whole consoles are in %s", r.work)
 	}
 	if !keep {
@@ -170,19 +178,24 @@ func runAll(only, cache, work string, timeout time.Duration, parallel, cpus, mem
 	return nil
 }
 
-// vmRun is one make test-kernels: the tools, the packages fetched per
-// kernel, and the test binaries every guest runs.
+// vmRun is one make test-kernels: the packages fetched per kernel, and
+// per arch the guests' files and the test binaries they run.
 type vmRun struct {
 	cache, work    string
 	timeout        time.Duration
 	parallel, cpus int
 	mem            int
 	out            io.Writer
-	qemu, busybox  string
 	root           string
 	debs           map[string]fetched
-	pkgs           []pkgTests
-	director       string // the static director binary
+	builds         map[string]*archBuild // by arch name
+}
+
+// archBuild is what the guests of one arch run.
+type archBuild struct {
+	userland *userland
+	pkgs     []pkgTests // the packages any of the arch's kernels runs tests of
+	director string     // the director binary, without cgo
 }
 
 type fetched struct {
@@ -191,38 +204,79 @@ type fetched struct {
 
 func (r *vmRun) fetch(ks []Kernel) error {
 	r.debs = map[string]fetched{}
+	r.builds = map[string]*archBuild{}
 	for _, k := range ks {
 		deb, pkg, err := fetchKernel(r.cache, k, r.out)
 		if err != nil {
 			return err
 		}
 		r.debs[k.Name] = fetched{deb, pkg}
-	}
-	return nil
-}
-
-// build finds the kernel tests and builds them and the director, static.
-func (r *vmRun) build() error {
-	var err error
-	if r.pkgs, err = discover(r.root); err != nil {
-		return err
-	}
-	fmt.Fprintf(r.out, "vmtest: building the director and %d test binaries (no cgo)\n", len(r.pkgs))
-	if r.director, err = buildAll(r.root, filepath.Join(r.work, "bin"), r.pkgs); err != nil {
-		return err
-	}
-	for _, p := range r.pkgs {
-		fmt.Fprintf(r.out, "vmtest: %s: %d kernel tests: %s\n", p.Rel, len(p.Tests), strings.Join(p.Tests, ", "))
-		for _, s := range p.Skipped {
-			fmt.Fprintf(r.out, "vmtest: %s: left to the host: %s\n", p.Rel, s)
+		a := archOf(k)
+		if r.builds[a.Name] == nil {
+			u, err := fetchUserland(r.cache, r.work, a, k.Suite, r.out)
+			if err != nil {
+				return fmt.Errorf("kernel %s: %w", k.Name, err)
+			}
+			if a.Name == hostArch {
+				if err := staticBusybox(u.Busybox); err != nil {
+					return err
+				}
+			}
+			r.builds[a.Name] = &archBuild{userland: u}
 		}
 	}
 	return nil
 }
 
+// build finds the kernel tests and builds, for each arch of ks, the
+// director and the test binaries of the packages its kernels run.
+func (r *vmRun) build(ks []Kernel) error {
+	pkgs, err := discover(r.root)
+	if err != nil {
+		return err
+	}
+	for _, p := range pkgs {
+		fmt.Fprintf(r.out, "vmtest: %s: %d kernel tests: %s\n", p.Rel, len(p.Tests), strings.Join(p.Tests, ", "))
+		for _, s := range p.Skipped {
+			fmt.Fprintf(r.out, "vmtest: %s: left to the host: %s\n", p.Rel, s)
+		}
+	}
+	for _, name := range sortedKeys(r.builds) {
+		b := r.builds[name]
+		wanted := map[string]bool{}
+		for _, k := range ks {
+			if archOf(k).Name == name {
+				for _, p := range k.testsOf(pkgs) {
+					wanted[p.Rel] = true
+				}
+			}
+		}
+		for _, p := range pkgs {
+			if wanted[p.Rel] {
+				b.pkgs = append(b.pkgs, p)
+			}
+		}
+		fmt.Fprintf(r.out, "vmtest: building the director and %d test binaries for %s (no cgo)\n", len(b.pkgs), name)
+		if b.director, err = buildAll(r.root, filepath.Join(r.work, "bin-"+name), name, b.pkgs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // bootAll prepares each kernel's image and initramfs and boots them,
-// parallel at a time. A kernel that cannot be prepared fails the run after
-// the others have booted.
+// parallel at a time, in the order of ks as slots free: the longest
+// first, so that one left waiting is a short one (kernels.go). A kernel
+// that cannot be prepared fails the run after the others have booted.
 func (r *vmRun) bootAll(ks []Kernel) ([]*result, error) {
 	results := make([]*result, len(ks))
 	sem := make(chan struct{}, max(r.parallel, 1))
@@ -230,9 +284,11 @@ func (r *vmRun) bootAll(ks []Kernel) ([]*result, error) {
 	var prepErr error
 	for i, k := range ks {
 		kdir := filepath.Join(r.work, k.Name)
+		b := r.builds[archOf(k).Name]
+		pkgs := k.testsOf(b.pkgs)
 		ex, err := extract(r.debs[k.Name].deb, kdir)
 		if err == nil {
-			err = buildInitramfs(filepath.Join(kdir, "initrd.gz"), r.busybox, r.director, r.root, k, ex.Modules, r.pkgs)
+			err = buildInitramfs(filepath.Join(kdir, "initrd.gz"), b.userland, b.director, r.root, k, ex.Modules, pkgs)
 		}
 		if err != nil {
 			prepErr = errors.Join(prepErr, fmt.Errorf("kernel %s: %w", k.Name, err))
@@ -244,19 +300,19 @@ func (r *vmRun) bootAll(ks []Kernel) ([]*result, error) {
 			return nil, err
 		}
 		os.RemoveAll(filepath.Join(kdir, "pkg"))
+		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i] = r.boot(k, kdir)
+			results[i] = r.boot(k, kdir, pkgs)
 		}()
 	}
 	wg.Wait()
 	return results, prepErr
 }
 
-func (r *vmRun) boot(k Kernel, kdir string) *result {
+func (r *vmRun) boot(k Kernel, kdir string, pkgs []pkgTests) *result {
 	pkg := r.debs[k.Name].pkg
 	fmt.Fprintf(r.out, "vmtest: booting %s (%s)\n", k.Name, pkg)
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -267,12 +323,17 @@ func (r *vmRun) boot(k Kernel, kdir string) *result {
 	}
 	net, err := newGuestNet(k.Name, cpus)
 	if err != nil {
-		return &result{Kernel: k, Package: pkg, Problems: []string{"the guest's NICs: " + err.Error()}}
+		return &result{Kernel: k, Package: pkg, Pkgs: pkgs, Problems: []string{"the guest's NICs: " + err.Error()}}
 	}
 	defer net.close()
-	args := append(qemuArgs(filepath.Join(kdir, "vmlinuz"), filepath.Join(kdir, "initrd.gz"), cpus, r.mem), net.qemuArgs()...)
-	name, args := net.command(r.qemu, args)
-	return boot(ctx, name, args, k, pkg, r.pkgs, filepath.Join(r.work, k.Name+".log"), r.out)
+	a := archOf(k)
+	args := append(qemuArgs(a, filepath.Join(kdir, "vmlinuz"), filepath.Join(kdir, "initrd.gz"), cpus, r.mem), net.qemuArgs()...)
+	qemu, err := exec.LookPath(a.Qemu)
+	if err != nil {
+		return &result{Kernel: k, Package: pkg, Pkgs: pkgs, Problems: []string{err.Error()}}
+	}
+	name, args := net.command(qemu, args)
+	return boot(ctx, name, args, k, pkg, pkgs, filepath.Join(r.work, k.Name+".log"), r.out)
 }
 
 func moduleRoot() (string, error) {
@@ -287,18 +348,18 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// buildAll builds the director and each package's test binary without
-// cgo (they load the C library only through purego: the guest gets it and
-// libpcap, sharedLibs) and stripped (the initramfs is held in the guest's
-// memory).
-func buildAll(root, bin string, pkgs []pkgTests) (string, error) {
+// buildAll builds the director and each package's test binary for goarch
+// without cgo (they load the C library only through purego: the guest gets
+// it and libpcap, sharedLibs) and stripped (the initramfs is held in the
+// guest's memory). It sets each of pkgs' Binary.
+func buildAll(root, bin, goarch string, pkgs []pkgTests) (string, error) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return "", err
 	}
 	gobuild := func(args ...string) error {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+goarch)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
@@ -319,7 +380,7 @@ func buildAll(root, bin string, pkgs []pkgTests) (string, error) {
 
 // summary prints, per kernel, what ran, what failed and what the director
 // reports of the kernel, and says whether any kernel failed.
-func summary(out io.Writer, results []*result, pkgs []pkgTests, total time.Duration) (failed bool) {
+func summary(out io.Writer, results []*result, total time.Duration) (failed bool) {
 	fmt.Fprintf(out, "\nvmtest: summary (%s in all)\n", total.Round(time.Second))
 	for _, r := range results {
 		if r == nil {
@@ -333,7 +394,7 @@ func summary(out io.Writer, results []*result, pkgs []pkgTests, total time.Durat
 		if r.Package != r.Kernel.Package {
 			fmt.Fprintf(out, "      %s is no longer served; %s stood in for it\n", r.Kernel.Package, r.Package)
 		}
-		for _, p := range pkgs {
+		for _, p := range r.Pkgs {
 			fmt.Fprintf(out, "      %-16s %d passed of %d kernel tests", p.Rel, len(r.Passed[p.Rel]), len(p.Tests))
 			for _, what := range []struct {
 				name string

@@ -215,7 +215,7 @@ func TestConsoleFailures(t *testing.T) {
 		t.Fatalf("failures %q, want %q", c.r.Failures, want)
 	}
 	var out strings.Builder
-	summary(&out, []*result{c.r}, nil, time.Second)
+	summary(&out, []*result{c.r}, time.Second)
 	if !strings.Contains(out.String(), "why: TestB/sub: b_test.go:10: waited 3s: not served") {
 		t.Fatalf("the summary does not say why:\n%s", out.String())
 	}
