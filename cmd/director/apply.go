@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/mapimage"
@@ -238,7 +238,7 @@ func checkServiceAllows(e *env, tables []*table.Table, dc *table.DirectorConfig,
 	if !errors.As(err, &re) {
 		return err
 	}
-	st, serr := service.ReadStatus(service.DefaultLockDir, e.bpffs)
+	st, serr := status.Read(status.DefaultLockDir, e.bpffs)
 	if serr == nil && st != nil && st.PID == re.PID && unsafe && st.Holds(tables, dc) {
 		return nil
 	}

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/director/director/internal/doctor"
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table/config"
@@ -41,7 +41,7 @@ func runDoctor(e *env, c *command, args []string) error {
 	o := doctor.DirectorOptions{BPFFS: e.bpffs, ClientMTU: *clientMTU, Config: *cfg}
 	if o.Config == "" {
 		// What director run serves, with its director config.
-		if st, err := service.ReadStatus(service.DefaultLockDir, e.bpffs); err == nil && st != nil && !st.Stale {
+		if st, err := status.Read(status.DefaultLockDir, e.bpffs); err == nil && st != nil && !st.Stale {
 			o.Config = st.Config
 			if e.dirConfig == "" {
 				e.dirConfig = st.DirectorConfig

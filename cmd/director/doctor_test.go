@@ -17,7 +17,7 @@ import (
 	"github.com/director/director/internal/doctor"
 	"github.com/director/director/internal/lab/testbed"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
@@ -427,9 +427,9 @@ func TestDoctorNamesEachProblem(t *testing.T) {
 	})
 	// A director run that died: its status file names a process gone.
 	lockDir := t.TempDir()
-	dead := service.Status{Version: 1, PID: 1 << 22, Config: b.cfg}
+	dead := status.Status{Version: 1, PID: 1 << 22, Config: b.cfg}
 	data, _ := json.Marshal(dead)
-	os.WriteFile(service.StatusPath(lockDir, tb.BPFFS), data, 0o600)
+	os.WriteFile(status.Path(lockDir, tb.BPFFS), data, 0o600)
 	tb.Director.Do(func() error {
 		r := doctor.Director(doctor.DirectorOptions{BPFFS: tb.BPFFS, LockDir: lockDir, ProbeWait: time.Second})
 		if c := r.Named("service"); c == nil || c.Status != doctor.Problem || !strings.Contains(c.Findings[0].What, "is gone") {

@@ -9,13 +9,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/table"
 )
 
 // planKeyDir holds the host's key for plans' carried rows (table.Sealer):
 // the run directory, root's.
-var planKeyDir = service.DefaultLockDir
+var planKeyDir = status.DefaultLockDir
 
 const planKeySize = 32
 

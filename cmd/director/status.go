@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
@@ -29,7 +29,7 @@ type statusDoc struct {
 	Tables     []statusTable           `json:"tables"`
 	// Service is what a 'director run' for these pins publishes (its BGP
 	// sessions); null when none runs.
-	Service *service.Status `json:"service"`
+	Service *status.Status `json:"service"`
 }
 
 type statusProgram struct {
@@ -154,7 +154,7 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 		st.History = historyStatus(lt)
 		doc.Tables = append(doc.Tables, st)
 	}
-	if doc.Service, err = service.ReadStatus(service.DefaultLockDir, e.bpffs); err != nil {
+	if doc.Service, err = status.Read(status.DefaultLockDir, e.bpffs); err != nil {
 		return nil, err
 	}
 	return doc, nil
@@ -217,7 +217,7 @@ func printStatus(e *env, doc *statusDoc) {
 	printService(w, doc.Service)
 }
 
-func printService(w io.Writer, st *service.Status) {
+func printService(w io.Writer, st *status.Status) {
 	switch {
 	case st == nil:
 		fmt.Fprintln(w, "service      (no 'director run' for these pins)")

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/datapath/gue"
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -38,7 +38,7 @@ type DirectorOptions struct {
 	Planned func(d *loader.Director) ([]string, error)
 	Config  string
 	// LockDir is where 'director run' publishes its status
-	// (service.DefaultLockDir when "").
+	// (status.DefaultLockDir when "").
 	LockDir string
 	// ProbeWait is how long a VIP probe is waited for (1s when 0).
 	ProbeWait time.Duration
@@ -56,7 +56,7 @@ func Director(o DirectorOptions) *Report {
 		o.ClientMTU = 1500
 	}
 	if o.LockDir == "" {
-		o.LockDir = service.DefaultLockDir
+		o.LockDir = status.DefaultLockDir
 	}
 	if o.ProbeWait == 0 {
 		o.ProbeWait = time.Second
@@ -105,7 +105,7 @@ func Director(o DirectorOptions) *Report {
 	r.run("source-address", func() ([]Finding, string, error) { return checkSources(dc) })
 	r.run("gateway", func() ([]Finding, string, error) { return checkGateway(dc, atts, false) })
 	r.run("gateway6", func() ([]Finding, string, error) { return checkGateway(dc, atts, true) })
-	st, serr := service.ReadStatus(o.LockDir, o.BPFFS)
+	st, serr := status.Read(o.LockDir, o.BPFFS)
 	r.run("vip-routed", func() ([]Finding, string, error) { return checkVIPsRouted(live.Tables, atts, st, o.ProbeWait) })
 	r.run("live-tables", func() ([]Finding, string, error) {
 		if o.Planned == nil {
@@ -361,7 +361,7 @@ func touch(a netip.Addr) {
 
 // checkService finds a 'director run' that is gone, and changes it holds
 // for a person.
-func checkService(st *service.Status, err error, cli, dc string) ([]Finding, string, error) {
+func checkService(st *status.Status, err error, cli, dc string) ([]Finding, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
@@ -378,7 +378,7 @@ func checkService(st *service.Status, err error, cli, dc string) ([]Finding, str
 		for _, t := range h.Tables {
 			names = append(names, t.Name)
 		}
-		run := service.ReleaseCommands(cli, dc, st.Config, h.Health)
+		run := status.ReleaseCommands(cli, dc, st.Config, h.Health)
 		n := len(run)
 		fs = append(fs, Finding{What: fmt.Sprintf("director run holds a change of %s for a person: %s", strings.Join(names, ", "), strings.Join(h.Reasons, "; ")),
 			Fix: fmt.Sprintf("%s, review it, %s (docs/operations.md, \"Held changes\")", strings.Join(run[:n-1], "; "), run[n-1]), Run: run})

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
@@ -35,7 +35,7 @@ const probeTTL = 16
 // back in: they do when the network routes the VIP to this director.
 // The probes are UDP to a port no bind of the VIP covers, so that the
 // datapath passes them to the stack (pass_no_bind), which drops them.
-func checkVIPsRouted(tables []*table.Table, atts []loader.Attachment, st *service.Status, wait time.Duration) ([]Finding, string, error) {
+func checkVIPsRouted(tables []*table.Table, atts []loader.Attachment, st *status.Status, wait time.Duration) ([]Finding, string, error) {
 	var ifaces []string
 	for _, a := range atts {
 		if a.State == "attached" {
@@ -84,7 +84,7 @@ func checkVIPsRouted(tables []*table.Table, atts []loader.Attachment, st *servic
 	return fs, "routed here: " + strings.Join(ok, ", "), nil
 }
 
-func bgpSummary(b *service.StatusBGP, vip netip.Addr) string {
+func bgpSummary(b *status.BGP, vip netip.Addr) string {
 	announced := slices.ContainsFunc(b.Announced, func(p netip.Prefix) bool { return p.Contains(vip) })
 	var peers []string
 	for _, p := range b.Peers {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/director/director/internal/service/bgp"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/table"
 )
 
@@ -80,7 +81,7 @@ func (a *announcer) start(cfg *table.BGP, vips func(withdrawWhenDown bool) []net
 		return nil
 	}
 	a.drain.Store(int64(cfg.Drain))
-	sp, err := bgp.Start(cfg, a.log, func(bgp.PeerState) { a.changed() })
+	sp, err := bgp.Start(cfg, a.log, func(status.Peer) { a.changed() })
 	if err != nil {
 		return err
 	}
@@ -143,14 +144,14 @@ func (a *announcer) stop() {
 }
 
 // status is the BGP part of the status; nil without sessions.
-func (a *announcer) status() *StatusBGP {
+func (a *announcer) status() *status.BGP {
 	a.mu.Lock()
 	sp, cfg := a.sp, a.cfg
 	a.mu.Unlock()
 	if sp == nil || cfg == nil {
 		return nil
 	}
-	st := &StatusBGP{ASN: cfg.ASN, RouterID: cfg.RouterID.String(), Announced: sp.Announced(), Peers: sp.Peers()}
+	st := &status.BGP{ASN: cfg.ASN, RouterID: cfg.RouterID.String(), Announced: sp.Announced(), Peers: sp.Peers()}
 	if st.Announced == nil {
 		st.Announced = []netip.Prefix{}
 	}
@@ -158,7 +159,7 @@ func (a *announcer) status() *StatusBGP {
 }
 
 // peers are the sessions' states, for the metrics.
-func (a *announcer) peers() []bgp.PeerState {
+func (a *announcer) peers() []status.Peer {
 	a.mu.Lock()
 	sp := a.sp
 	a.mu.Unlock()
@@ -202,7 +203,7 @@ func (s *service) publish() {
 		fs = append(fs, n)
 	}
 	sort.Strings(fs)
-	var ifaces []StatusInterface
+	var ifaces []status.Interface
 	for _, name := range s.o.Attach {
 		if st, ok := s.ifaces[name]; ok {
 			ifaces = append(ifaces, st)
@@ -213,7 +214,7 @@ func (s *service) publish() {
 		j := s.joinedUntil
 		joining = &j
 	}
-	s.status.publish(Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
+	s.status.publish(status.Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
 		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now,
 		Recent: slices.Clone(s.recent), Backends: s.checks.backends(), Interfaces: ifaces, JoiningUntil: joining}, s.live.tables)
 	for _, f := range s.told {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/director/director/internal/service/health"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/table"
 )
 
@@ -271,8 +272,8 @@ func (c *checker) views() map[string]checkView {
 }
 
 // summary sums up the targets for the status.
-func (c *checker) summary() StatusChecks {
-	var s StatusChecks
+func (c *checker) summary() status.Checks {
+	var s status.Checks
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, t := range c.targets {
@@ -291,14 +292,14 @@ func (c *checker) summary() StatusChecks {
 
 // backends are the targets' last results for the status, by address (a
 // backend checked two ways, in two tables, appears twice).
-func (c *checker) backends() []StatusBackend {
+func (c *checker) backends() []status.Backend {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]StatusBackend, 0, len(c.targets))
+	out := make([]status.Backend, 0, len(c.targets))
 	for _, t := range c.targets {
-		b := StatusBackend{IP: t.ip.String(), Up: t.damp.Up(), Passing: t.lastOK, Failures: t.failures, Results: []StatusResult{}}
+		b := status.Backend{IP: t.ip.String(), Up: t.damp.Up(), Passing: t.lastOK, Failures: t.failures, Results: []status.Result{}}
 		for _, r := range t.last {
-			b.Results = append(b.Results, StatusResult{Kind: r.Kind, OK: r.OK, LatencyMS: float64(r.Latency.Microseconds()) / 1000, Reason: r.Reason})
+			b.Results = append(b.Results, status.Result{Kind: r.Kind, OK: r.OK, LatencyMS: float64(r.Latency.Microseconds()) / 1000, Reason: r.Reason})
 		}
 		if !t.checkedAt.IsZero() {
 			at := t.checkedAt.UTC()

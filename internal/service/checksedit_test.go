@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/internal/service/status"
 )
 
 // TestChecksFollowTheEdit (issue 47, items 1 and 2): an edit that changes
@@ -66,18 +67,18 @@ func TestChecksFollowTheEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startRunAt(t, dir, tmp, cfg, &syncBuffer{})
-	status := func() *Status {
-		st, err := ReadStatus(tmp, dir)
+	current := func() *status.Status {
+		st, err := status.Read(tmp, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st
 	}
-	waitFor := func(what string, ok func(*Status) bool) *Status {
+	waitFor := func(what string, ok func(*status.Status) bool) *status.Status {
 		t.Helper()
 		deadline := time.Now().Add(testenv.Scaled(10 * time.Second))
 		for {
-			st := status()
+			st := current()
 			if ok(st) {
 				return st
 			}
@@ -87,9 +88,9 @@ func TestChecksFollowTheEdit(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	two := func(up, down int) func(*Status) bool {
-		return func(st *Status) bool {
-			return st.Checks == StatusChecks{Backends: 2, Up: up, Down: down, Failing: down} && len(st.Backends) == 2
+	two := func(up, down int) func(*status.Status) bool {
+		return func(st *status.Status) bool {
+			return st.Checks == status.Checks{Backends: 2, Up: up, Down: down, Failing: down} && len(st.Backends) == 2
 		}
 	}
 	waitFor("both up", two(2, 0))
@@ -98,7 +99,7 @@ func TestChecksFollowTheEdit(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(config("/nope")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := waitFor("backend 3 down by its new check", func(st *Status) bool {
+	st := waitFor("backend 3 down by its new check", func(st *status.Status) bool {
 		return two(1, 1)(st) && st.LastApply != nil && strings.Contains(strings.Join(st.LastApply.Changes, " "), "127.0.0.3: down")
 	})
 	var why string // backend 3's change alone: backend 2 may have one too

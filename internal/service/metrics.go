@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/director/director/internal/service/bgp"
 	"github.com/director/director/internal/service/health"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
 )
 
@@ -43,7 +43,7 @@ type metrics struct {
 	attached                    *prometheus.GaugeVec // interface, mode
 	vipsAnnounced               prometheus.Gauge
 	// bgpPeers reports the BGP sessions at each scrape (nil: none).
-	bgpPeers func() []bgp.PeerState
+	bgpPeers func() []status.Peer
 }
 
 // newMetrics makes the service's metrics; stats reads the datapath's

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/director/director/internal/picture"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/table"
 )
 
@@ -42,8 +43,8 @@ type pageData struct {
 	Host    string
 	Version string
 	Refresh int
-	Status  Status
-	Tables  []pageTable
+	status.Status
+	Tables []pageTable
 }
 
 type pageTable struct {
@@ -67,7 +68,7 @@ type pageBackend struct {
 	Share        float64
 	Color        string
 	Checked      bool
-	Results      []StatusResult
+	Results      []status.Result
 	FailingSince *time.Time
 	Failures     uint64
 }
@@ -152,10 +153,10 @@ func pageOnly(f http.HandlerFunc) http.Handler {
 }
 
 // buildPage is what the page shows of st and the live tables.
-func buildPage(st Status, tables []*table.Table) pageData {
+func buildPage(st status.Status, tables []*table.Table) pageData {
 	host, _ := os.Hostname()
 	d := pageData{Host: host, Version: Version, Refresh: pageRefresh, Status: st}
-	checks := map[string]StatusBackend{}
+	checks := map[string]status.Backend{}
 	for _, b := range st.Backends {
 		if _, seen := checks[b.IP]; !seen {
 			checks[b.IP] = b

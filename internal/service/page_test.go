@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/director/director/internal/picture"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -47,7 +48,7 @@ func pageTables(t testing.TB, n, b int) []*table.Table {
 	return tabs
 }
 
-func pageServer(t testing.TB, st Status, tabs []*table.Table) *httptest.Server {
+func pageServer(t testing.TB, st status.Status, tabs []*table.Table) *httptest.Server {
 	board := &statusBoard{}
 	board.publish(st, tabs)
 	mux := http.NewServeMux()
@@ -77,11 +78,11 @@ func TestStatusPage(t *testing.T) {
 	tabs := pageTables(t, 2, 4)
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	failing := now.Add(-time.Minute)
-	st := Status{Since: now, Config: "/etc/director/tables.json", FailStatic: []string{"t1"},
-		Recent:     []StatusApply{{Time: now, Trigger: "checks", Verdict: "safe", Changes: []string{"t0/10.100.0.1: down (checks: http failed: refused)"}}},
-		Held:       []StatusHeld{{Reasons: []string{"table t0: hash_key changed"}}},
-		Backends:   []StatusBackend{{IP: "10.100.0.1", Results: []StatusResult{{Kind: "http", Reason: "refused", LatencyMS: 1.5}}, FailingSince: &failing, Failures: 7}},
-		Interfaces: []StatusInterface{{Name: "eth0", Mode: "native", Attached: true}}}
+	st := status.Status{Since: now, Config: "/etc/director/tables.json", FailStatic: []string{"t1"},
+		Recent:     []status.Apply{{Time: now, Trigger: "checks", Verdict: "safe", Changes: []string{"t0/10.100.0.1: down (checks: http failed: refused)"}}},
+		Held:       []status.Held{{Reasons: []string{"table t0: hash_key changed"}}},
+		Backends:   []status.Backend{{IP: "10.100.0.1", Results: []status.Result{{Kind: "http", Reason: "refused", LatencyMS: 1.5}}, FailingSince: &failing, Failures: 7}},
+		Interfaces: []status.Interface{{Name: "eth0", Mode: "native", Attached: true}}}
 	srv := pageServer(t, st, tabs)
 	res, body := get(t, srv.URL+"/")
 	if res.StatusCode != 200 || res.Header.Get("Content-Security-Policy") != pagePolicy || res.Header.Get("X-Content-Type-Options") != "nosniff" {
@@ -140,7 +141,7 @@ func TestStatusPage(t *testing.T) {
 func BenchmarkStatusPage(b *testing.B) {
 	tabs := pageTables(b, 32, 256)
 	board := &statusBoard{}
-	board.publish(Status{}, tabs)
+	board.publish(status.Status{}, tabs)
 	mux := http.NewServeMux()
 	servePage(mux, board)
 	page := func() {
@@ -209,7 +210,7 @@ func TestStatusPageNotes(t *testing.T) {
 	if bs == nil || bs.AtCap == 0 {
 		t.Fatalf("no backend at its cap: %+v", bs)
 	}
-	srv := pageServer(t, Status{Since: time.Now()}, []*table.Table{tab})
+	srv := pageServer(t, status.Status{Since: time.Now()}, []*table.Table{tab})
 	_, body := get(t, srv.URL+"/")
 	prim := make([]int, len(tab.Backends))
 	for _, r := range tab.Rows {

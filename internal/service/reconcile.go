@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/mapimage"
@@ -238,7 +239,7 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 		return unchanged, nil
 	case errors.As(err, &he):
 		s.m.applies.WithLabelValues("held").Inc()
-		s.hold.now = append(s.hold.now, StatusHeld{Tables: table.PlanTables(tables), Config: configDigest(in.dc), Health: in == s.cur,
+		s.hold.now = append(s.hold.now, status.Held{Tables: table.PlanTables(tables), Config: status.ConfigDigest(in.dc), Health: in == s.cur,
 			ConfigChanges: in.dc != nil && (s.live.config == nil || len(table.CompareDirectorConfig(s.live.config, in.dc)) > 0), Reasons: he.reasons})
 		why := strings.Join(he.reasons, "; ")
 		if why != s.hold.logged {
@@ -293,8 +294,8 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 	}
 	s.tell(slog.LevelInfo, "applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
 		"took", took.Round(time.Microsecond))
-	s.lastApply = &StatusApply{Time: time.Now().UTC(), Trigger: trigger, Verdict: verdict, Changes: changes}
-	s.recent = append([]StatusApply{*s.lastApply}, s.recent[:min(len(s.recent), RecentApplies-1)]...)
+	s.lastApply = &status.Apply{Time: time.Now().UTC(), Trigger: trigger, Verdict: verdict, Changes: changes}
+	s.recent = append([]status.Apply{*s.lastApply}, s.recent[:min(len(s.recent), status.RecentApplies-1)]...)
 	return applied, nil
 }
 
@@ -473,7 +474,7 @@ func (s *service) historyDue(now time.Time) bool {
 }
 
 // heldCommands are the commands, to be run as printed, by which a person
-// releases the change the service holds (ReleaseCommands), spelled with
+// releases the change the service holds (status.ReleaseCommands), spelled with
 // its --bpffs, director config and config, absolute.
 func (s *service) heldCommands(health bool) []string {
 	cli := "director"
@@ -490,28 +491,5 @@ func (s *service) heldCommands(health bool) []string {
 	if s.o.DirectorConfig != "" {
 		dc = abs(s.o.DirectorConfig)
 	}
-	return ReleaseCommands(cli, dc, abs(s.o.Config), health)
-}
-
-// ReleaseCommands are the commands that review and apply a change 'director
-// run' holds, for cli (director and its --bpffs), the service's director
-// config dc ("" for none) and config: the plan of the config with dc, then
-// that plan applied with --allow-unsafe (which the service lets through
-// for exactly the change it holds). A held health change (health) is the
-// checks' view, not the file's: the config is checked first (director
-// healthcheck, as the service checks it), and the checked copy planned.
-func ReleaseCommands(cli, dc, config string, health bool) []string {
-	withDC := func(c string) string {
-		if dc != "" {
-			c += " --director-config " + shellword.Join(dc)
-		}
-		return c
-	}
-	var cmds []string
-	if health {
-		// With dc, or the live one at --bpffs, for the GUE checks' source.
-		cmds = append(cmds, withDC(cli)+" healthcheck "+shellword.Join(config)+" -o checked.json")
-		config = "checked.json"
-	}
-	return append(cmds, withDC(cli)+" plan "+shellword.Join(config)+" -o plan.json", cli+" apply plan.json --allow-unsafe")
+	return status.ReleaseCommands(cli, dc, abs(s.o.Config), health)
 }

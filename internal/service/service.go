@@ -20,6 +20,7 @@ import (
 
 	"github.com/director/director/internal/daemon"
 	"github.com/director/director/internal/service/health"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
@@ -44,7 +45,7 @@ type Options struct {
 	// Concurrency bounds the checks under way at once.
 	Concurrency  int
 	DetachOnExit bool
-	LockDir      string // where the run lock lives; DefaultLockDir
+	LockDir      string // where the run lock lives; status.DefaultLockDir
 	// StateDir is where applies save the tables for a restart of the host
 	// (loader.Director.StateDir); loader.StateDirFromEnv() by default.
 	StateDir string
@@ -81,7 +82,7 @@ func (o *Options) defaults() {
 		o.Mode = loader.ModeNative
 	}
 	if o.LockDir == "" {
-		o.LockDir = DefaultLockDir
+		o.LockDir = status.DefaultLockDir
 	}
 	if o.StateDir == "" {
 		o.StateDir = loader.StateDirFromEnv()
@@ -124,10 +125,10 @@ type service struct {
 	hold     holdState
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
-	lastApply  *StatusApply  // the last apply
-	recent     []StatusApply // the last RecentApplies applies, newest first
+	lastApply  *status.Apply  // the last apply
+	recent     []status.Apply // the last status.RecentApplies applies, newest first
 	// ifaces are the interfaces of --attach as last found.
-	ifaces map[string]StatusInterface
+	ifaces map[string]status.Interface
 	since  time.Time // when Run began
 	// problems are what verify found wrong, as last logged, by subject.
 	problems map[string]string
@@ -162,9 +163,9 @@ type liveState struct {
 
 // holdState is what the service holds back as unsafe.
 type holdState struct {
-	logged string       // why the pending edit (or the current health) is held, as last logged
-	now    []StatusHeld // what the last reconcile held
-	health bool         // the served config's health change is held, or failed: retried
+	logged string        // why the pending edit (or the current health) is held, as last logged
+	now    []status.Held // what the last reconcile held
+	health bool          // the served config's health change is held, or failed: retried
 }
 
 // statsdSender sends GLB's statsd lines to a port.
@@ -209,7 +210,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	defer s.d.Close()
 	// The path names the pin directory's inode, which exists only now that
 	// Load made it. Whatever ends the run, its status goes with it.
-	s.status.path = StatusPath(o.LockDir, o.BPFFS)
+	s.status.path = status.Path(o.LockDir, o.BPFFS)
 	defer os.Remove(s.status.path)
 	s.m = newMetrics(s.d.Stats)
 	s.checks.m = s.m

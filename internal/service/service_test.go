@@ -22,8 +22,8 @@ import (
 
 	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/internal/service/bgp"
 	"github.com/director/director/internal/service/health"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -311,8 +311,8 @@ func TestMetricNamesAndTypes(t *testing.T) {
 	m.configErrors.Add(0)
 	m.attached.WithLabelValues("eth0", "native").Set(1)
 	m.vipsAnnounced.Set(1)
-	m.bgpPeers = func() []bgp.PeerState {
-		return []bgp.PeerState{{Address: "10.78.0.1", ASN: 65000, State: "established", Established: true, Flaps: 2, Advertised: 1}}
+	m.bgpPeers = func() []status.Peer {
+		return []status.Peer{{Address: "10.78.0.1", ASN: 65000, State: "established", Established: true, Flaps: 2, Advertised: 1}}
 	}
 	problems, err := testutil.GatherAndLint(m.reg)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 )
@@ -154,10 +155,10 @@ func (s *service) anyAttached() bool {
 
 func (s *service) setAttached(iface, mode string, on bool) {
 	if s.ifaces == nil {
-		s.ifaces = map[string]StatusInterface{}
+		s.ifaces = map[string]status.Interface{}
 	}
 	prev, had := s.ifaces[iface]
-	s.ifaces[iface] = StatusInterface{Name: iface, Mode: mode, Attached: on}
+	s.ifaces[iface] = status.Interface{Name: iface, Mode: mode, Attached: on}
 	v := 0.0
 	if on {
 		v = 1

@@ -14,7 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/internal/service"
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -575,7 +575,7 @@ func TestRun(t *testing.T) {
 			t.Fatalf("after --detach-on-exit: %v %+v", err, atts)
 		}
 		// Nothing of the run is left in /run/director.
-		if path := service.StatusPath(service.DefaultLockDir, tb.BPFFS); path == "" {
+		if path := status.Path(status.DefaultLockDir, tb.BPFFS); path == "" {
 			t.Fatal("no status path")
 		} else if _, err := os.Stat(path); !os.IsNotExist(err) {
 			t.Errorf("the run's status file %s outlived it", path)

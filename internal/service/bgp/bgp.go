@@ -20,6 +20,7 @@ import (
 	"github.com/osrg/gobgp/v3/pkg/server"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/table"
 )
 
@@ -34,21 +35,10 @@ type Speaker struct {
 	stopWatch context.CancelFunc
 }
 
-// PeerState is one session, as status and metrics show it.
-type PeerState struct {
-	Address     string    `json:"address"`
-	ASN         uint32    `json:"asn"`
-	State       string    `json:"state"` // idle, connect, active, opensent, openconfirm, established
-	Established bool      `json:"established"`
-	Since       time.Time `json:"since,omitzero"` // when it was established, if it is
-	Flaps       uint32    `json:"flaps"`          // times it left established
-	Advertised  uint64    `json:"advertised"`     // prefixes announced to the peer
-}
-
 // Start starts a speaker with cfg's sessions, announcing nothing yet;
 // onChange, when not nil, is called (on GoBGP's goroutine) when a
 // session's state changes.
-func Start(cfg *table.BGP, log *slog.Logger, onChange func(PeerState)) (*Speaker, error) {
+func Start(cfg *table.BGP, log *slog.Logger, onChange func(status.Peer)) (*Speaker, error) {
 	sp := &Speaker{cfg: *cfg, log: log, announced: map[netip.Prefix][]byte{}}
 	sp.s = server.NewBgpServer(server.LoggerOption(&logger{log}))
 	go sp.s.Serve()
@@ -182,8 +172,8 @@ func (sp *Speaker) Announced() []netip.Prefix {
 }
 
 // Peers reports every session.
-func (sp *Speaker) Peers() []PeerState {
-	var out []PeerState
+func (sp *Speaker) Peers() []status.Peer {
+	var out []status.Peer
 	sp.s.ListPeer(context.Background(), &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
 		out = append(out, peerState(p))
 	})
@@ -191,8 +181,8 @@ func (sp *Speaker) Peers() []PeerState {
 	return out
 }
 
-func peerState(p *api.Peer) PeerState {
-	st := PeerState{Address: p.GetConf().GetNeighborAddress(), ASN: p.GetConf().GetPeerAsn(), State: "idle"}
+func peerState(p *api.Peer) status.Peer {
+	st := status.Peer{Address: p.GetConf().GetNeighborAddress(), ASN: p.GetConf().GetPeerAsn(), State: "idle"}
 	if s := p.GetState(); s != nil {
 		if st.Address == "" {
 			st.Address = s.NeighborAddress

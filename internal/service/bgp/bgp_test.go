@@ -14,6 +14,7 @@ import (
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/server"
 
+	"github.com/director/director/internal/service/status"
 	"github.com/director/director/table"
 )
 
@@ -98,10 +99,10 @@ func keys(m map[string]string) string {
 // from the peer when the speaker stops.
 func TestSpeakerAnnouncesToARealPeer(t *testing.T) {
 	r := newRouter(t)
-	changes := make(chan PeerState, 16)
+	changes := make(chan status.Peer, 16)
 	cfg := &table.BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.0.1"), HoldTime: 3 * time.Second, ConnectRetry: time.Second,
 		Peers: []table.BGPPeer{{Address: netip.MustParseAddr("127.0.0.2"), ASN: 65000, Port: uint16(r.port)}}}
-	sp, err := Start(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(p PeerState) { changes <- p })
+	sp, err := Start(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(p status.Peer) { changes <- p })
 	if err != nil {
 		t.Fatal(err)
 	}
