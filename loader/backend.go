@@ -14,6 +14,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/bpf/abi"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/loader/xdpbuild"
 )
 
@@ -114,7 +115,7 @@ func (b *BackendProgram) configure(selves []netip.Addr, secondChance bool) error
 	for _, self := range selves {
 		switch {
 		case self.Is4() && !have4:
-			c.SelfIp, have4 = nativeFromBE(self.As4()), true
+			c.SelfIp, have4 = mapimage.NativeFromBE(self.As4()), true
 		case self.Is6() && !self.Is4In6() && !have6:
 			c.SelfIp6, have6 = self.As16(), true
 		default:
@@ -209,7 +210,7 @@ type prefixTries struct {
 }
 
 func key4(p netip.Prefix) abi.BePrefix4 {
-	return abi.BePrefix4{Prefixlen: uint32(p.Bits()), Addr: nativeFromBE(p.Addr().As4())}
+	return abi.BePrefix4{Prefixlen: uint32(p.Bits()), Addr: mapimage.NativeFromBE(p.Addr().As4())}
 }
 
 func key6(p netip.Prefix) abi.BePrefix6 {

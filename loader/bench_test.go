@@ -162,7 +162,7 @@ func BenchmarkApply(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer m.Close()
-		dt, _ := encodeTable(versions[0][0], 0, 0, make([]uint8, 256), nil)
+		dt, _ := mapimage.EncodeTable(versions[0][0], 0, 0, make([]uint8, 256), nil)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			for r := uint32(0); r < table.Rows; r++ {

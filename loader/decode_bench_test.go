@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
 
@@ -21,12 +22,12 @@ func BenchmarkDecodeTable(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dt, err := encodeTable(t, 0, 0, stat, nil)
+	dt, err := mapimage.EncodeTable(t, 0, 0, stat, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := decodeTable(dt); err != nil {
+		if _, err := mapimage.DecodeTable(dt); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/director/director/bpf/abi"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
 
@@ -37,7 +38,7 @@ func configEntry(c *table.DirectorConfig, gen uint32) (*abi.Config, error) {
 		HashFields: uint8(c.HashFields), AltHashFields: uint8(c.AltHashFields), Configured: 1, BindGen: gen,
 	}
 	if c.SrcIP.IsValid() {
-		v.SrcIp = nativeFromBE(c.SrcIP.As4())
+		v.SrcIp = mapimage.NativeFromBE(c.SrcIP.As4())
 	}
 	v.CsumBase = csumBase(v.SrcIp)
 	copy(v.GatewayMac[:], c.GatewayMAC)

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
 
@@ -102,7 +103,7 @@ func stateFile(dir, name string) string { return filepath.Join(dir, name+".table
 
 // saveTables saves what is live after an apply: each table written, with
 // its history; files of tables no longer live go.
-func (d *Director) saveTables(live []LiveTable, written map[int]bool) error {
+func (d *Director) saveTables(live []mapimage.LiveTable, written map[int]bool) error {
 	dir := d.stateDir()
 	if dir == "" {
 		return nil
@@ -135,7 +136,7 @@ func (d *Director) saveTables(live []LiveTable, written map[int]bool) error {
 	return nil
 }
 
-func saveTable(path, name string, lt LiveTable, now time.Time) error {
+func saveTable(path, name string, lt mapimage.LiveTable, now time.Time) error {
 	t := lt.Table
 	st := savedTable{Version: stateVersion, Written: now.UnixNano(), Name: name, KeyCheck: keyCheck(t.HashKey), History: lt.History,
 		Primaries: make([]uint16, len(t.Rows))}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/director/director/bpf"
 	"github.com/director/director/bpf/abi"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 )
@@ -111,7 +112,7 @@ type readSlotCache struct {
 	quic   *abi.QUICTable // nil for a table without QUIC-LB routing
 	hist   *abi.History   // nil for a slot without a history map
 	digest [32]byte
-	lt     LiveTable
+	lt     mapimage.LiveTable
 }
 
 func (d *Director) now() time.Time {

@@ -6,11 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
-	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
 
@@ -175,69 +173,6 @@ func TestQUICFindsEveryServerID(t *testing.T) {
 	for i, b := range lt.Backends {
 		if b.ServerID != tab.Backends[i].ServerID {
 			t.Errorf("backend %d read back with server ID %s, applied %s", i, b.ServerID, tab.Backends[i].ServerID)
-		}
-	}
-}
-
-// TestQUICRefusesServerIDsThatCollide: server IDs chosen so that more share
-// one place than the program probes are refused before anything is
-// written, naming the table; fewer are placed and found.
-func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
-	byHome := map[uint32][]string{}
-	var home uint32
-	for i := 0; i < 1<<16; i++ {
-		sid := []byte{byte(i >> 8), byte(i)}
-		h := mapimage.QUICHome(sid)
-		byHome[h] = append(byHome[h], fmt.Sprintf("%x", sid))
-		if len(byHome[h]) > int(abi.QUICProbes) {
-			home = h
-			break
-		}
-	}
-	mk := func(ids []string) []*table.Table {
-		var bs []string
-		for i, id := range ids {
-			bs = append(bs, fmt.Sprintf(`{"ip": "10.9.0.%d", "state": "active", "healthy": true, "server_id": "%s"}`, i+1, id))
-		}
-		return testTables(t, `{"tables": [{"name": "ok", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
-		  "binds": [{"ip": "10.20.0.2", "proto": "udp", "port": 443}], "backends": [{"ip": "10.8.0.1", "state": "active", "healthy": true}]},
-		 {"name": "q", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
-		  "quic": {"config_id": 1, "server_id_len": 2, "nonce_len": 4},
-		  "binds": [{"ip": "10.20.0.1", "proto": "udp", "port": 443}], "backends": [`+strings.Join(bs, ", ")+`]}]}`)
-	}
-	ids := byHome[home]
-	err := mapimage.CheckDatapath(mk(ids))
-	if err == nil || !strings.Contains(err.Error(), "tables[1]: backends[") || !strings.Contains(err.Error(), "choose other server IDs") {
-		t.Fatalf("%d IDs of one home: %v", len(ids), err)
-	}
-	// Issue 46, item 8: refused while some are down too, for the checks
-	// may bring them up (the service could then apply no health change).
-	issue := []string{"00de", "017a", "0369", "0405", "06a7", "0743", "0932", "0bd4", "0c70", "0d0c"}
-	for _, ids := range [][]string{ids, issue} {
-		down := mk(ids)
-		for k := range 2 {
-			down[1].Backends[k].Healthy = false
-		}
-		err := mapimage.CheckDatapath(down)
-		if err == nil || !strings.Contains(err.Error(), "choose other server IDs") || !strings.Contains(err.Error(), "when all are up") {
-			t.Errorf("%d IDs of one home, 2 of them down: %v", len(ids), err)
-		}
-	}
-	tabs := mk(ids[:abi.QUICProbes])
-	if err := mapimage.CheckDatapath(tabs); err != nil {
-		t.Fatalf("%d IDs of one home: %v", abi.QUICProbes, err)
-	}
-	stat := make([]uint8, len(tabs[1].Backends))
-	for i := range stat {
-		stat[i] = uint8(i)
-	}
-	qt, err := mapimage.EncodeQUIC(tabs[1], stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, b := range tabs[1].Backends {
-		if !quicFinds(qt, []byte(b.ServerID), uint8(i+1)) {
-			t.Errorf("backend %d's ID %s is not found", i, b.ServerID)
 		}
 	}
 }

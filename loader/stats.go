@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf/abi"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
 
@@ -140,7 +141,7 @@ func (d *Director) zero(m *ebpf.Map, key uint32) error {
 
 // resetCounters zeroes the counters a table or backend starts using: a new
 // table's, and those of backends new to a table.
-func (d *Director) resetCounters(statsID int, old *LiveTable, t *table.Table, stat []uint8) error {
+func (d *Director) resetCounters(statsID int, old *mapimage.LiveTable, t *table.Table, stat []uint8) error {
 	had := map[uint8]bool{}
 	if old != nil {
 		for i := range old.Table.Backends {

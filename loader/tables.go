@@ -17,25 +17,12 @@ import (
 	"github.com/director/director/table"
 )
 
-// LiveTable is a table as the kernel holds it.
-type LiveTable struct {
-	Slot    int
-	Index   int // position in the config it was applied from
-	StatsID int
-	Table   *table.Table
-	// Stat is each backend's counter index (position in Table.Backends).
-	Stat []uint8
-	// History is the slot's record of its rows' earlier primaries, nil
-	// for none.
-	History *table.History
-}
-
 // Live reads every live table back from the kernel maps, in index order.
 // What it returns is what packets are steered with. It takes no lock: it
 // reads the generation counter before and after, and reads again if an
 // apply committed meanwhile (an apply in progress writes only the other
 // generation's binds and slots neither generation uses).
-func (d *Director) Live() ([]LiveTable, error) {
+func (d *Director) Live() ([]mapimage.LiveTable, error) {
 	for try := 0; ; try++ {
 		before, err := d.generation()
 		if err != nil {
@@ -56,7 +43,7 @@ func (d *Director) Live() ([]LiveTable, error) {
 }
 
 // liveAt reads the tables generation gen registers.
-func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
+func (d *Director) liveAt(gen uint32) ([]mapimage.LiveTable, error) {
 	slots, err := d.registered(gen % abi.BindGens)
 	if err != nil {
 		return nil, err
@@ -65,7 +52,7 @@ func (d *Director) liveAt(gen uint32) ([]LiveTable, error) {
 	// a table a config's digest checks out against takes the one its
 	// registry records (table.Table.BuiltFrom), and the rest are
 	// fingerprinted when asked.
-	out := make([]LiveTable, len(slots))
+	out := make([]mapimage.LiveTable, len(slots))
 	err = concurrently(len(slots), func(i int) error {
 		lt, err := d.readSlotCached(slots[i])
 		if err != nil {
@@ -126,17 +113,17 @@ func (d *Director) registered(gen uint32) ([]int, error) {
 }
 
 // readSlot reads and decodes the table in slot.
-func (d *Director) readSlot(slot int) (*LiveTable, error) {
+func (d *Director) readSlot(slot int) (*mapimage.LiveTable, error) {
 	return d.readSlotRaw(slot, false)
 }
 
 // readSlotCached is readSlot, but for bytes (and a registry digest) equal
 // to those it last decoded in slot: that decoded table, as it was.
-func (d *Director) readSlotCached(slot int) (*LiveTable, error) {
+func (d *Director) readSlotCached(slot int) (*mapimage.LiveTable, error) {
 	return d.readSlotRaw(slot, true)
 }
 
-func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
+func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, error) {
 	var id ebpf.MapID
 	if err := d.Maps.Tables.Lookup(uint32(slot), &id); err != nil {
 		return nil, err
@@ -179,16 +166,16 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*LiveTable, error) {
 			return &lt, nil
 		}
 	}
-	lt, err := decodeTable(dt)
+	lt, err := mapimage.DecodeTable(dt)
 	if err != nil {
 		return nil, err
 	}
 	if qt != nil {
-		if err := decodeQUIC(qt, lt); err != nil {
+		if err := mapimage.DecodeQUIC(qt, lt); err != nil {
 			return nil, err
 		}
 	}
-	if lt.History, err = decodeHistory(dh, dt, lt); err != nil {
+	if lt.History, err = mapimage.DecodeHistory(dh, dt, lt); err != nil {
 		return nil, err
 	}
 	lt.Slot = slot
@@ -247,7 +234,7 @@ func sameContent(a, b *table.Table) bool {
 
 // ApplyResult is what an apply did.
 type ApplyResult struct {
-	Tables   []LiveTable
+	Tables   []mapimage.LiveTable
 	Duration time.Duration
 }
 
@@ -282,7 +269,7 @@ func (s State) base() table.Base {
 }
 
 // Histories returns the histories of a live set.
-func Histories(live []LiveTable) []*table.History {
+func Histories(live []mapimage.LiveTable) []*table.History {
 	out := make([]*table.History, len(live))
 	for i := range live {
 		out[i] = live[i].History
@@ -361,7 +348,7 @@ func (d *Director) applyChange(ch change, check func(live State) ([]*table.Histo
 	if err != nil {
 		return nil, err
 	}
-	plans, err := place(live, previous, tables, hists)
+	plans, err := mapimage.Place(live, previous, tables, hists)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +358,7 @@ func (d *Director) applyChange(ch change, check func(live State) ([]*table.Histo
 	// The commit: the new binds for all tables, in one generation flip.
 	slots := make([]int, len(plans))
 	for i, p := range plans {
-		slots[i] = p.slot
+		slots[i] = p.Slot
 	}
 	if err := d.swapBinds(tables, slots, ch.Config); err != nil {
 		return nil, err
@@ -382,7 +369,7 @@ func (d *Director) applyChange(ch change, check func(live State) ([]*table.Histo
 	}
 	written := map[int]bool{}
 	for i, p := range plans {
-		written[i] = p.write
+		written[i] = p.Write
 	}
 	// Live now: what is saved for a restart of the host follows; a
 	// failure to save leaves the apply made, and says so.
@@ -397,29 +384,29 @@ func (d *Director) applyChange(ch change, check func(live State) ([]*table.Histo
 // from the kernel, and the others as they were read before the commit
 // (under the lock, which every writer takes: not written since). Reading
 // all 32 tables of 256 backends again was most of an apply's time.
-func (d *Director) readBack(gen uint32, plans []placement) ([]LiveTable, error) {
+func (d *Director) readBack(gen uint32, plans []mapimage.Placement) ([]mapimage.LiveTable, error) {
 	reg, err := d.registered(gen % abi.BindGens)
 	if err != nil {
 		return nil, fmt.Errorf("reading back the binds: %w", err)
 	}
 	want := make([]int, len(plans))
 	for i, p := range plans {
-		want[i] = p.slot
+		want[i] = p.Slot
 	}
 	slices.Sort(want)
 	if !slices.Equal(reg, want) {
 		return nil, fmt.Errorf("the binds read back register table slots %v, not the %v written", reg, want)
 	}
-	out := make([]LiveTable, len(plans))
+	out := make([]mapimage.LiveTable, len(plans))
 	err = concurrently(len(plans), func(i int) error {
 		p := plans[i]
-		if !p.write {
-			out[i] = *p.old
+		if !p.Write {
+			out[i] = *p.Old
 			return nil
 		}
-		lt, err := d.readSlot(p.slot)
+		lt, err := d.readSlot(p.Slot)
 		if err != nil {
-			return fmt.Errorf("reading back tables[%d] from slot %d: %w", i, p.slot, err)
+			return fmt.Errorf("reading back tables[%d] from slot %d: %w", i, p.Slot, err)
 		}
 		table.Fingerprint(lt.Table)
 		out[i] = *lt
@@ -434,7 +421,7 @@ func (d *Director) readBack(gen uint32, plans []placement) ([]LiveTable, error) 
 // checkedLive reads the live state and, with check, has it judge it;
 // it gives the tables' histories after the change (check's, or worked
 // out from the live state).
-func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]*table.History, error)) ([]LiveTable, []*table.History, error) {
+func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]*table.History, error)) ([]mapimage.LiveTable, []*table.History, error) {
 	live, err := d.Live()
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading live tables: %w", err)
@@ -459,9 +446,9 @@ func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]
 // writeSlots writes the tables that plans put in new slots, which neither
 // bind generation references, and zeroes the counters of tables and
 // backends new to their place.
-func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, plans []placement) error {
+func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, plans []mapimage.Placement) error {
 	for i, p := range plans {
-		if err := d.resetCounters(p.statsID, p.old, tables[i], p.stat); err != nil {
+		if err := d.resetCounters(p.StatsID, p.Old, tables[i], p.Stat); err != nil {
 			return err
 		}
 	}
@@ -470,8 +457,8 @@ func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, pla
 	// that they wait together.
 	var fresh []int
 	for _, p := range plans {
-		if p.write {
-			fresh = append(fresh, p.slot)
+		if p.Write {
+			fresh = append(fresh, p.Slot)
 		}
 	}
 	if err := concurrently(len(fresh), func(i int) error {
@@ -484,32 +471,32 @@ func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, pla
 		return err
 	}
 	for i, p := range plans {
-		if !p.write {
+		if !p.Write {
 			continue
 		}
-		ghosts, err := ghostsOf(tables[i], hists[i], p.stat)
+		ghosts, err := mapimage.GhostsOf(tables[i], hists[i], p.Stat)
 		if err != nil {
 			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
-		dt, err := encodeTable(tables[i], i, p.statsID, p.stat, ghosts)
+		dt, err := mapimage.EncodeTable(tables[i], i, p.StatsID, p.Stat, ghosts)
 		if err != nil {
 			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
-		if err := d.writeHistory(p.slot, tables[i], hists[i], p.stat, ghosts, dt); err != nil {
+		if err := d.writeHistory(p.Slot, tables[i], hists[i], p.Stat, ghosts, dt); err != nil {
 			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
 		// Its QUIC server IDs first: the table's settings send packets to
 		// them.
 		if tables[i].QUIC.On() {
-			qt, err := mapimage.EncodeQUIC(tables[i], p.stat)
+			qt, err := mapimage.EncodeQUIC(tables[i], p.Stat)
 			if err != nil {
 				return fmt.Errorf("tables[%d]: %w", i, err)
 			}
-			if err := d.Maps.QuicIds.Put(uint32(p.slot), qt); err != nil {
+			if err := d.Maps.QuicIds.Put(uint32(p.Slot), qt); err != nil {
 				return fmt.Errorf("writing the QUIC server IDs of tables[%d]: %w", i, err)
 			}
 		}
-		inner, err := d.slotMap(p.slot)
+		inner, err := d.slotMap(p.Slot)
 		if err != nil {
 			return err
 		}
@@ -527,18 +514,18 @@ func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, pla
 			copy(reg.Fingerprint[:], fp)
 		}
 		reg.Digest = tables[i].Digest
-		if err := d.Maps.Registry.Put(uint32(p.slot), &reg); err != nil {
+		if err := d.Maps.Registry.Put(uint32(p.Slot), &reg); err != nil {
 			return fmt.Errorf("registry of tables[%d]: %w", i, err)
 		}
 		d.cache.knownMu.Lock()
-		d.remember(p.slot, tables[i])
+		d.remember(p.Slot, tables[i])
 		d.cache.knownMu.Unlock()
 	}
 	return nil
 }
 
 // Tables returns the tables of a live set.
-func Tables(live []LiveTable) []*table.Table {
+func Tables(live []mapimage.LiveTable) []*table.Table {
 	out := make([]*table.Table, len(live))
 	for i := range live {
 		out[i] = live[i].Table

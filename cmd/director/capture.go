@@ -24,6 +24,7 @@ import (
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/format/pcapfilter"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 )
 
@@ -211,7 +212,7 @@ func checkCaptureBackend(d *loader.Director, f loader.CaptureFilter) error {
 	return fmt.Errorf("capture: --backend %s: no live table has such a backend, so nothing would be captured ('director status' lists them)", f.Backend)
 }
 
-func displayName(lt loader.LiveTable) string {
+func displayName(lt mapimage.LiveTable) string {
 	if lt.Table.Name != "" {
 		return lt.Table.Name
 	}

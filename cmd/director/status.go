@@ -10,6 +10,7 @@ import (
 
 	"github.com/director/director/internal/service/status"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/loader/xdpbuild"
 	"github.com/director/director/table"
 )
@@ -301,7 +302,7 @@ func kernelLine(k *loader.KernelSupport) string {
 
 // historyStatus is lt's history for status, nil when it remembers
 // nothing.
-func historyStatus(lt loader.LiveTable) *statusHistory {
+func historyStatus(lt mapimage.LiveTable) *statusHistory {
 	h := lt.History
 	if h.Empty() {
 		return nil

@@ -1,4 +1,4 @@
-package loader
+package mapimage
 
 import (
 	"bytes"
@@ -16,16 +16,16 @@ import (
 // its backends has, and whether it is unchanged (it stays in its slot) or
 // must be written into a fresh slot that no packet can be reading.
 
-// placement is where an apply puts one table.
-type placement struct {
-	old     *LiveTable // the live table it continues, or nil
-	slot    int        // its table slot
-	statsID int        // its counter block
-	stat    []uint8    // each backend's counter index in the block
-	write   bool       // a changed or new table: slot is fresh
+// Placement is where an apply puts one table.
+type Placement struct {
+	Old     *LiveTable // the live table it continues, or nil
+	Slot    int        // its table slot
+	StatsID int        // its counter block
+	Stat    []uint8    // each backend's counter index in the block
+	Write   bool       // a changed or new table: slot is fresh
 }
 
-// place decides where tables go, given the live tables and the slots the
+// Place decides where tables go, given the live tables and the slots the
 // inactive bind generation still registers (previous): an unchanged table
 // keeps its slot; a changed or new one gets a slot neither generation
 // references; a table continuing a live one keeps its counter block and
@@ -34,7 +34,7 @@ type placement struct {
 //
 // A table whose history (hists, by table) is not the live one's is
 // written again, rows unchanged or not: the two go live together.
-func place(live []LiveTable, previous []int, tables []*table.Table, hists []*table.History) ([]placement, error) {
+func Place(live []LiveTable, previous []int, tables []*table.Table, hists []*table.History) ([]Placement, error) {
 	taken := map[int]bool{} // slots either generation references, and this apply's
 	statsTaken := map[int]bool{}
 	for _, lt := range live {
@@ -45,57 +45,57 @@ func place(live []LiveTable, previous []int, tables []*table.Table, hists []*tab
 		taken[s] = true
 	}
 	match := matchTables(live, tables)
-	out := make([]placement, len(tables))
+	out := make([]Placement, len(tables))
 	for i, t := range tables {
 		p := &out[i]
-		p.statsID, p.slot = -1, -1
+		p.StatsID, p.Slot = -1, -1
 		if j := match[i]; j >= 0 {
-			p.old = &live[j]
-			p.statsID = p.old.StatsID
+			p.Old = &live[j]
+			p.StatsID = p.Old.StatsID
 		}
-		p.stat = assignStats(p.old, t)
+		p.Stat = assignStats(p.Old, t)
 		var h *table.History
 		if i < len(hists) {
 			h = hists[i]
 		}
-		if p.old != nil && sameTable(p.old, i, t, p.stat) && p.old.History.Equal(h) {
-			p.slot = p.old.Slot
+		if p.Old != nil && sameTable(p.Old, i, t, p.Stat) && p.Old.History.Equal(h) {
+			p.Slot = p.Old.Slot
 		} else {
-			p.write = true
+			p.Write = true
 		}
 	}
 	// Counter blocks for new tables: free ones (their counters are zeroed).
 	for i := range out {
-		if out[i].statsID >= 0 {
-			statsTaken[out[i].statsID] = true
+		if out[i].StatsID >= 0 {
+			statsTaken[out[i].StatsID] = true
 		}
 	}
 	for i := range out {
-		if out[i].statsID >= 0 {
+		if out[i].StatsID >= 0 {
 			continue
 		}
-		for id := 0; id < abi.MaxTables && out[i].statsID < 0; id++ {
+		for id := 0; id < abi.MaxTables && out[i].StatsID < 0; id++ {
 			if !statsTaken[id] {
-				out[i].statsID = id
+				out[i].StatsID = id
 				statsTaken[id] = true
 			}
 		}
-		if out[i].statsID < 0 {
+		if out[i].StatsID < 0 {
 			return nil, errors.New("no free counter block")
 		}
 	}
 	// Fresh slots: neither generation's, nor taken by this apply.
 	for i := range out {
-		if !out[i].write {
+		if !out[i].Write {
 			continue
 		}
-		for s := 0; s < abi.MaxSlots && out[i].slot < 0; s++ {
+		for s := 0; s < abi.MaxSlots && out[i].Slot < 0; s++ {
 			if !taken[s] {
-				out[i].slot = s
+				out[i].Slot = s
 				taken[s] = true
 			}
 		}
-		if out[i].slot < 0 {
+		if out[i].Slot < 0 {
 			return nil, fmt.Errorf("tables[%d]: no free table slot", i)
 		}
 	}

@@ -1,4 +1,4 @@
-package loader
+package mapimage
 
 import (
 	"bytes"
@@ -12,10 +12,10 @@ import (
 	"github.com/director/director/table/bindmap"
 )
 
-// addrOf is an address as the datapath holds it (a family, 16 bytes). This
+// AddrOf is an address as the datapath holds it (a family, 16 bytes). This
 // file encodes tables for the kernel (struct dir_table) and decodes them
 // back.
-func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
+func AddrOf(family uint8, b [16]byte) (netip.Addr, error) {
 	switch family {
 	case abi.FamilyIPv4:
 		return netip.AddrFrom4([4]byte(b[:4])), nil
@@ -25,12 +25,10 @@ func addrOf(family uint8, b [16]byte) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("address family %d unknown", family)
 }
 
-func putAddr(a netip.Addr) (uint8, [16]byte) { return bindmap.PutAddr(a) }
-
-// encodeTable lays a table out as the datapath reads it. stat gives each
+// EncodeTable lays a table out as the datapath reads it. stat gives each
 // backend's counter index; ghosts, the backends its history names that it
 // no longer has, whose addresses packets may still list.
-func encodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []ghost) (*abi.Table, error) {
+func EncodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []Ghost) (*abi.Table, error) {
 	dt := new(abi.Table)
 	dt.HashKey = t.HashKey
 	copy(dt.Name[:], t.Name)
@@ -51,7 +49,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []ghos
 		return nil, errors.New("too many backends or binds")
 	}
 	for i, b := range t.Backends {
-		fam, addr := putAddr(b.IP)
+		fam, addr := bindmap.PutAddr(b.IP)
 		var healthy uint8
 		if b.Healthy {
 			healthy = 1
@@ -59,14 +57,14 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []ghos
 		dt.Backends[i] = abi.Backend{Addr: addr, Family: fam, State: uint8(b.State), Healthy: healthy, Stat: stat[i], Weight: b.Weight}
 		copy(dt.Backends[i].Domain[:], b.Domain)
 		if b.IP.Is4() {
-			dt.HopAddr[stat[i]] = nativeFromBE(b.IP.As4())
+			dt.HopAddr[stat[i]] = NativeFromBE(b.IP.As4())
 		} else {
 			dt.HopAddr6[stat[i]] = b.IP.As16()
 		}
 	}
 	for _, g := range ghosts {
 		if g.ip.Is4() {
-			dt.HopAddr[g.stat] = nativeFromBE(g.ip.As4())
+			dt.HopAddr[g.stat] = NativeFromBE(g.ip.As4())
 		} else {
 			dt.HopAddr6[g.stat] = g.ip.As16()
 		}
@@ -78,7 +76,7 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []ghos
 		dt.HopFamily = uint8(abi.FamilyIPv6)
 	}
 	for i, b := range t.Binds {
-		fam, addr := putAddr(b.Prefix.Addr())
+		fam, addr := bindmap.PutAddr(b.Prefix.Addr())
 		dt.Binds[i] = abi.Bind{Addr: addr, Family: fam, PrefixBits: uint8(b.Prefix.Bits()),
 			Proto: uint8(b.Proto), PortStart: b.PortStart, PortEnd: b.PortEnd}
 	}
@@ -88,13 +86,16 @@ func encodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []ghos
 	return dt, nil
 }
 
-// nativeFromBE gives the host-order uint32 whose memory holds the address
+// NativeFromBE gives the host-order uint32 whose memory holds the address
 // in network order, which is what the datapath copies onto the wire.
-func nativeFromBE(b [4]byte) uint32 {
+func NativeFromBE(b [4]byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
-func decodeTable(dt *abi.Table) (*LiveTable, error) {
+// DecodeTable reads a table back from its kernel form, checking what the
+// program relies on (counter indices, hop addresses); Slot and History are
+// the caller's to fill in.
+func DecodeTable(dt *abi.Table) (*LiveTable, error) {
 	if dt.NumBackends == 0 || int(dt.NumBackends) > abi.MaxBackends || int(dt.NumBinds) > len(dt.Binds) {
 		return nil, fmt.Errorf("corrupt table: %d backends, %d binds", dt.NumBackends, dt.NumBinds)
 	}
@@ -117,7 +118,7 @@ func decodeTable(dt *abi.Table) (*LiveTable, error) {
 	}
 	for i := 0; i < int(dt.NumBackends); i++ {
 		b := dt.Backends[i]
-		a, err := addrOf(b.Family, b.Addr)
+		a, err := AddrOf(b.Family, b.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("backend %d: %w", i, err)
 		}
@@ -132,13 +133,13 @@ func decodeTable(dt *abi.Table) (*LiveTable, error) {
 		if !a.Is4() && (dt.HopFamily != uint8(abi.FamilyIPv6) || netip.AddrFrom16(dt.HopAddr6[b.Stat]) != a) {
 			return nil, fmt.Errorf("corrupt table: the IPv6 hop address of backend %d (%s) disagrees with it", i, a)
 		}
-		if a.Is4() && dt.HopAddr[b.Stat] != nativeFromBE(a.As4()) {
+		if a.Is4() && dt.HopAddr[b.Stat] != NativeFromBE(a.As4()) {
 			return nil, fmt.Errorf("corrupt table: the hop address of backend %d (%s) disagrees with it", i, a)
 		}
 	}
 	for i := 0; i < int(dt.NumBinds); i++ {
 		b := dt.Binds[i]
-		a, err := addrOf(b.Family, b.Addr)
+		a, err := AddrOf(b.Family, b.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("bind %d: %w", i, err)
 		}
