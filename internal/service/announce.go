@@ -190,7 +190,7 @@ func (s *service) announce() {
 // vips are what the live tables serve, while an interface steers and
 // the history is whole (joining).
 func (s *service) vips(withdrawWhenDown bool) []netip.Prefix {
-	if !s.steering || s.joining(time.Now()) {
+	if !s.life.steering || s.joining(time.Now()) {
 		return nil
 	}
 	return VIPs(s.live.tables, withdrawWhenDown)
@@ -205,25 +205,25 @@ func (s *service) publish() {
 	sort.Strings(fs)
 	var ifaces []status.Interface
 	for _, name := range s.o.Attach {
-		if st, ok := s.ifaces[name]; ok {
+		if st, ok := s.pub.ifaces[name]; ok {
 			ifaces = append(ifaces, st)
 		}
 	}
 	var joining *time.Time
 	if s.joining(time.Now()) {
-		j := s.joinedUntil
+		j := s.life.joinedUntil
 		joining = &j
 	}
-	s.status.publish(status.Status{Since: s.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
-		LastApply: s.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now,
-		Recent: slices.Clone(s.recent), Backends: s.checks.backends(), Interfaces: ifaces, JoiningUntil: joining}, s.live.tables)
-	for _, f := range s.told {
+	s.status.publish(status.Status{Since: s.life.since, Config: s.o.Config, DirectorConfig: s.o.DirectorConfig,
+		LastApply: s.pub.lastApply, FailStatic: fs, Checks: s.checks.summary(), Held: s.hold.now,
+		Recent: slices.Clone(s.pub.recent), Backends: s.checks.backends(), Interfaces: ifaces, JoiningUntil: joining}, s.live.tables)
+	for _, f := range s.pub.told {
 		f()
 	}
-	s.told = nil
+	s.pub.told = nil
 }
 
 // tell logs, once the round's status is published (see service.told).
 func (s *service) tell(level slog.Level, msg string, args ...any) {
-	s.told = append(s.told, func() { s.log.Log(context.Background(), level, msg, args...) })
+	s.pub.told = append(s.pub.told, func() { s.log.Log(context.Background(), level, msg, args...) })
 }

@@ -39,31 +39,31 @@ func (s *service) join(fresh bool) {
 	}
 	if data, err := os.ReadFile(path); err == nil {
 		if at, err := time.Parse(time.RFC3339Nano, string(data)); err == nil && at.Before(time.Now()) {
-			s.joinedUntil = at.Add(window)
+			s.life.joinedUntil = at.Add(window)
 		}
 	} else if fresh && !loader.HasSaved(s.o.StateDir, s.o.BPFFS) {
 		now := time.Now().UTC()
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
 			os.WriteFile(path, []byte(now.Format(time.RFC3339Nano)), 0o600)
 		}
-		s.joinedUntil = now.Add(window)
+		s.life.joinedUntil = now.Add(window)
 	}
 	if s.joining(time.Now()) {
 		s.log.Warn("joining with no history: serving, but the VIPs are announced only once a whole history_s of changes is seen here "+
 			"(connections the other directors keep on earlier primaries would break here before); --no-history-wait announces at once",
-			"announce at", s.joinedUntil.Format(time.RFC3339))
+			"announce at", s.life.joinedUntil.Format(time.RFC3339))
 	}
 }
 
 // joining reports whether the director still waits for its history.
-func (s *service) joining(now time.Time) bool { return now.Before(s.joinedUntil) }
+func (s *service) joining(now time.Time) bool { return now.Before(s.life.joinedUntil) }
 
 // joined ends the wait once it is over: the VIPs are announced.
 func (s *service) joined(now time.Time) {
-	if s.joinedUntil.IsZero() || s.joining(now) {
+	if s.life.joinedUntil.IsZero() || s.joining(now) {
 		return
 	}
-	s.joinedUntil = time.Time{}
+	s.life.joinedUntil = time.Time{}
 	if path := s.joinFile(); path != "" {
 		os.Remove(path)
 	}

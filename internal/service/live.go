@@ -34,7 +34,7 @@ type exported struct {
 // 32 touches that table's series alone.
 func (s *service) exportLive(tables []*table.Table, fps []string) {
 	prev := map[string]exported{}
-	for _, e := range s.exported {
+	for _, e := range s.pub.exported {
 		prev[e.name] = e
 	}
 	now := make([]exported, len(tables))
@@ -100,7 +100,7 @@ func (s *service) exportLive(tables []*table.Table, fps []string) {
 			v.DeletePartialMatch(prometheus.Labels{"table": name})
 		}
 	}
-	s.exported = now
+	s.pub.exported = now
 }
 
 // sameSeries reports whether two tables export the same backend series.

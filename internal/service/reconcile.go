@@ -140,7 +140,7 @@ func (s *service) reconcile(trigger string, first bool) error {
 			s.cur, s.pending = s.pending, nil
 			s.checksStale = true // the old config's checks go (retrack)
 			s.setFailStatic(frozen)
-			if s.started {
+			if s.life.started {
 				if err := s.startBGP(); err != nil {
 					s.log.Error("bgp", "err", err)
 				}
@@ -294,8 +294,8 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 	}
 	s.tell(slog.LevelInfo, "applied", "trigger", trigger, "verdict", verdict, "changes", changes, "fingerprints", fpChanges,
 		"took", took.Round(time.Microsecond))
-	s.lastApply = &status.Apply{Time: time.Now().UTC(), Trigger: trigger, Verdict: verdict, Changes: changes}
-	s.recent = append([]status.Apply{*s.lastApply}, s.recent[:min(len(s.recent), status.RecentApplies-1)]...)
+	s.pub.lastApply = &status.Apply{Time: time.Now().UTC(), Trigger: trigger, Verdict: verdict, Changes: changes}
+	s.pub.recent = append([]status.Apply{*s.pub.lastApply}, s.pub.recent[:min(len(s.pub.recent), status.RecentApplies-1)]...)
 	return applied, nil
 }
 

@@ -84,7 +84,7 @@ func TestDownDuringADrainIsApplied(t *testing.T) {
 	if h := liveHealth(t, s); h != "++-+++" {
 		t.Fatalf("backend 2's up: live %s; held %+v", h, s.hold.now)
 	}
-	for _, a := range s.recent {
+	for _, a := range s.pub.recent {
 		if a.Verdict != "safe" && !strings.HasPrefix(a.Verdict, "unsafe, applied because backends went down") {
 			t.Errorf("applied %v: %s", a.Changes, a.Verdict)
 		}
@@ -171,7 +171,7 @@ func TestComingBackAfterAnOutage(t *testing.T) {
 	if s.hold.health || len(s.hold.now) > 0 {
 		t.Errorf("all back, and still held: %+v", s.hold.now)
 	}
-	for _, a := range s.recent[:len(s.recent)-1] {
+	for _, a := range s.pub.recent[:len(s.pub.recent)-1] {
 		if a.Verdict != "safe" {
 			t.Errorf("applied %v: %s", a.Changes, a.Verdict)
 		}
@@ -211,8 +211,8 @@ func TestHeldUntilTheWindowPasses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s.pending != nil || s.lastApply == nil || s.lastApply.Verdict != "safe" {
-		t.Fatalf("past the window, the held edit is still held (%+v) or was not applied as safe (%+v)", s.hold.now, s.lastApply)
+	if s.pending != nil || s.pub.lastApply == nil || s.pub.lastApply.Verdict != "safe" {
+		t.Fatalf("past the window, the held edit is still held (%+v) or was not applied as safe (%+v)", s.hold.now, s.pub.lastApply)
 	}
 }
 
@@ -280,7 +280,7 @@ func TestNothingAttachedIsToldAsIs(t *testing.T) {
 	s := kernelService(t, checkedInputWith(t, 2, ""))
 	var logs strings.Builder
 	s.log = slog.New(slog.NewTextHandler(&logs, nil))
-	s.steering = true // as a start leaves it
+	s.life.steering = true // as a start leaves it
 	s.verifyAttachments("look")
 	s.publish()
 	s.stop()

@@ -102,13 +102,8 @@ func (o *Options) defaults() {
 type service struct {
 	o   Options
 	log *slog.Logger
-	// told are the log lines of a round (a reconcile, or a look at the
-	// pins and attachments) about what it did or found, logged once its
-	// status and metrics are out: whoever reads a line and then asks
-	// (status, doctor, a scrape) finds what the line says.
-	told []func()
-	d    *loader.Director
-	m    *metrics
+	d   *loader.Director
+	m   *metrics
 	// checksStale is set when an edit is adopted: the checks of the
 	// config it replaced are dropped (retrack) before the loop waits.
 	checksStale bool
@@ -120,24 +115,11 @@ type service struct {
 	pending *input // an edit waiting to be safe to apply
 	files   configFiles
 	live    liveState
-	// exported is what exportLive last exported of the live tables.
-	exported []exported
-	hold     holdState
+	hold    holdState
 	// failStatic names the served config's tables held fail-static.
 	failStatic map[string]bool
-	lastApply  *status.Apply  // the last apply
-	recent     []status.Apply // the last status.RecentApplies applies, newest first
-	// ifaces are the interfaces of --attach as last found.
-	ifaces map[string]status.Interface
-	since  time.Time // when Run began
-	// problems are what verify found wrong, as last logged, by subject.
-	problems map[string]string
-	started  bool // attached after the first apply: BGP may announce
-	steering bool // an interface runs the program: the VIPs may be announced
-	// joinedUntil is, for a director that came to an empty kernel with
-	// nothing saved, when its history covers the window (join.go): its
-	// VIPs are not announced before.
-	joinedUntil time.Time
+	pub        publication
+	life       lifecycle
 
 	checks *checker
 	bgp    *announcer
@@ -168,6 +150,36 @@ type holdState struct {
 	health bool          // the served config's health change is held, or failed: retried
 }
 
+// publication is what the service has told, or is to tell, the world:
+// the status file's and the metrics' sources besides the live state, and
+// the log lines waiting for them.
+type publication struct {
+	// told are the log lines of a round (a reconcile, or a look at the
+	// pins and attachments) about what it did or found, logged once its
+	// status and metrics are out: whoever reads a line and then asks
+	// (status, doctor, a scrape) finds what the line says.
+	told []func()
+	// exported is what exportLive last exported of the live tables.
+	exported  []exported
+	lastApply *status.Apply  // the last apply
+	recent    []status.Apply // the last status.RecentApplies applies, newest first
+	// ifaces are the interfaces of --attach as last found.
+	ifaces map[string]status.Interface
+	// problems are what verify found wrong, as last logged, by subject.
+	problems map[string]string
+}
+
+// lifecycle is where the service is in its life: what it may announce.
+type lifecycle struct {
+	since    time.Time // when Run began
+	started  bool      // attached after the first apply: BGP may announce
+	steering bool      // an interface runs the program: the VIPs may be announced
+	// joinedUntil is, for a director that came to an empty kernel with
+	// nothing saved, when its history covers the window (join.go): its
+	// VIPs are not announced before.
+	joinedUntil time.Time
+}
+
 // statsdSender sends GLB's statsd lines to a port.
 type statsdSender struct {
 	port int
@@ -182,7 +194,7 @@ type statsdSender struct {
 func Run(ctx context.Context, o Options) (err error) {
 	o.defaults()
 	s := &service{o: o, log: o.Log, failStatic: map[string]bool{}, coal: coalescer{window: o.Coalesce},
-		problems: map[string]string{}, since: time.Now().UTC(), checks: newChecker(o.Log, o.Concurrency)}
+		pub: publication{problems: map[string]string{}}, life: lifecycle{since: time.Now().UTC()}, checks: newChecker(o.Log, o.Concurrency)}
 	s.status = &statusBoard{} // its path names the pins, which Load makes
 	// Bad input is reported before anything else is touched.
 	if s.cur, err = s.read(); err != nil {
@@ -194,7 +206,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	// A start that fails leaves no pins it made for the next start, by
 	// whoever, to trip over (daemon.UndoFreshPins).
 	undo := daemon.UndoFreshPins(o.BPFFS, s.log)
-	defer func() { undo(err != nil && !s.started) }()
+	defer func() { undo(err != nil && !s.life.started) }()
 	unlock, err := loader.LockRun(o.BPFFS)
 	if err != nil {
 		return err
@@ -235,7 +247,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.reconcile("start", len(live.Tables) == 0); err != nil {
 		return err
 	}
-	if s.lastApply == nil {
+	if s.pub.lastApply == nil {
 		// The live tables were found as they should be: as good as an
 		// apply for an alert on the apply's age.
 		s.m.lastApply.SetToCurrentTime()
@@ -243,7 +255,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.attach(); err != nil {
 		return err
 	}
-	s.started, s.steering = true, true
+	s.life.started, s.life.steering = true, true
 	if err := s.startBGP(); err != nil {
 		return err
 	}

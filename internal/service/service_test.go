@@ -88,7 +88,7 @@ func testTargets(in *input) map[string]*target {
 // desired, which decides what to apply.
 func newTestService(t testing.TB, in *input) *service {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := &service{o: Options{FailStatic: 0.5}, cur: in, failStatic: map[string]bool{}, problems: map[string]string{}, log: log, checks: newChecker(log, 1)}
+	s := &service{o: Options{FailStatic: 0.5}, cur: in, failStatic: map[string]bool{}, pub: publication{problems: map[string]string{}}, log: log, checks: newChecker(log, 1)}
 	s.checks.targets = testTargets(in)
 	return s
 }

@@ -64,7 +64,7 @@ func (s *service) verify(trigger string) {
 		s.resolved("mtus", "the interfaces' MTUs are recorded again")
 	}
 	s.verifyLive()
-	if len(s.told) > 0 {
+	if len(s.pub.told) > 0 {
 		// Something changed or went wrong: the status says so before
 		// the log does.
 		s.publish()
@@ -75,16 +75,16 @@ func (s *service) verify(trigger string) {
 // again only after it has gone away.
 func (s *service) once(key, msg string, args ...any) {
 	text := fmt.Sprint(append([]any{msg}, args...)...)
-	if s.problems[key] == text {
+	if s.pub.problems[key] == text {
 		return
 	}
-	s.problems[key] = text
+	s.pub.problems[key] = text
 	s.tell(slog.LevelError, msg, args...)
 }
 
 func (s *service) resolved(key, msg string, args ...any) {
-	if _, ok := s.problems[key]; ok {
-		delete(s.problems, key)
+	if _, ok := s.pub.problems[key]; ok {
+		delete(s.pub.problems, key)
 		s.tell(slog.LevelInfo, msg, args...)
 	}
 }
@@ -131,7 +131,7 @@ func (s *service) verifyAttachments(trigger string) {
 			s.once("attach "+iface, "attachment lost, and attaching again failed", "interface", iface, "why", why, "err", err)
 			continue
 		}
-		delete(s.problems, "attach "+iface)
+		delete(s.pub.problems, "attach "+iface)
 		s.setAttached(iface, got.Mode, true)
 		s.tell(slog.LevelWarn, "attachment lost: attached again", "interface", iface, "why", why, "mode", got.Mode, "link", got.LinkID, "trigger", trigger)
 		steering = true
@@ -154,11 +154,11 @@ func (s *service) anyAttached() bool {
 }
 
 func (s *service) setAttached(iface, mode string, on bool) {
-	if s.ifaces == nil {
-		s.ifaces = map[string]status.Interface{}
+	if s.pub.ifaces == nil {
+		s.pub.ifaces = map[string]status.Interface{}
 	}
-	prev, had := s.ifaces[iface]
-	s.ifaces[iface] = status.Interface{Name: iface, Mode: mode, Attached: on}
+	prev, had := s.pub.ifaces[iface]
+	s.pub.ifaces[iface] = status.Interface{Name: iface, Mode: mode, Attached: on}
 	v := 0.0
 	if on {
 		v = 1
@@ -175,10 +175,10 @@ func (s *service) setAttached(iface, mode string, on bool) {
 // VIPs are withdrawn (a director that announces them then is a black
 // hole for its share of the fleet's traffic).
 func (s *service) setSteering(on bool) {
-	if on == s.steering {
+	if on == s.life.steering {
 		return
 	}
-	s.steering = on
+	s.life.steering = on
 	s.announce() // first: the log line then says what the metrics already do
 	bgp := s.bgp != nil && s.bgp.running()
 	switch {
