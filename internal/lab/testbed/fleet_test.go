@@ -92,7 +92,7 @@ func (fl *fleet) start(i int, cfg string) *Service {
 		fl.t.Fatal(err)
 	}
 	fl.services[i] = s
-	if err := s.Ready(20 * time.Second); err != nil {
+	if err := s.Ready(testenv.Scaled(20 * time.Second)); err != nil {
 		fl.t.Fatalf("director%d: %v\n%s", i, err, s.Output())
 	}
 	return s

@@ -125,7 +125,7 @@ func waitFingerprint(t *testing.T, tb *Testbed, want string, within time.Duratio
 func startRun(t *testing.T, tb *Testbed, cfg string, extra ...string) *Service {
 	t.Helper()
 	p := spawn(t, tb, cfg, extra...)
-	if err := p.Ready(20 * time.Second); err != nil {
+	if err := p.Ready(testenv.Scaled(20 * time.Second)); err != nil {
 		t.Fatalf("%v\n%s", err, p.Output())
 	}
 	return p
