@@ -1,16 +1,14 @@
 // Package change is the one pipeline that turns a config into the tables
 // to serve, building only what changed: against another config (diff),
-// against what is live and what a plan carries (plan and apply), and
-// table by table, incrementally, for the service (Builders). It returns
+// and for the datapath (Read, then Input.Build): against what is live and
+// what a plan carries (plan and apply), or table by table, incrementally,
+// with the health its checks find (the service, through Builders). It returns
 // what it did (Stats) rather than keeping counts of its own. What is done
 // with the tables (judged, applied, read back) is the loader's
 // (Director.Commit): one path to the kernel.
 package change
 
 import (
-	"errors"
-
-	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -119,90 +117,4 @@ func sameInputTables(old, new []table.TableConfig) map[int]int {
 		}
 	}
 	return out
-}
-
-// Against is what a config for the datapath is built against (plan and
-// apply): the live state, which Live gives (it may take a while: it is
-// asked for while the config parses), and what a plan carries.
-type Against struct {
-	// Live gives the live tables and the health of a backend the config
-	// leaves to the checks (its table's, its index, the table's config);
-	// nil: nothing is live to take from, and such a config is refused.
-	Live func() (tables []*table.Table, health func(t, b int, tc *table.TableConfig) bool, err error)
-	// Carried are the tables a plan built, with their rows, taken where
-	// they check out and are sealed with Key (table.FromBuilt).
-	Carried []table.BuiltRows
-	Key     table.Sealer
-}
-
-// ForDatapath reads a config or GLB binary (data, read from path) for
-// the datapath: within its limits, built, and checked that the datapath
-// can serve it. A live table the config's table builds into (its registry
-// digest checked against its rows: table.Table.BuiltFrom) is taken as it
-// is, and a table a plan carries (sealed by this host) is taken from its
-// rows: only what the config changes is built. filled reports that the
-// config left some health to the checks and it was taken from what is
-// live.
-func ForDatapath(path string, data []byte, a Against) (src *config.Source, st Stats, filled bool, err error) {
-	if a.Live == nil {
-		src, err = config.ParseSource(path, data, mapimage.Limit)
-		if err == nil {
-			st.Full = len(src.Tables)
-		}
-	} else {
-		src, filled, err = forLive(path, data, a, &st)
-	}
-	if err != nil {
-		return nil, st, false, err
-	}
-	if err := mapimage.CheckDatapath(src.Tables); err != nil {
-		return nil, st, false, config.InFile(path, err)
-	}
-	return src, st, filled, nil
-}
-
-// forLive is ForDatapath's build against what is live. The live state is
-// read while the config parses: the callbacks wait for it.
-func forLive(path string, data []byte, a Against, st *Stats) (*config.Source, bool, error) {
-	var live []*table.Table
-	var health func(t, b int, tc *table.TableConfig) bool
-	var lerr error
-	ready := make(chan struct{})
-	wait := func() { <-ready }
-	defer wait()
-	if !table.IsGLBBinary(data) {
-		go func() {
-			defer close(ready)
-			live, health, lerr = a.Live()
-		}()
-	} else {
-		close(ready)
-	}
-	var err error
-	src, filled, perr := config.ParseSourceReusing(path, data, mapimage.Limit, func(i, j int, tc *table.TableConfig) bool {
-		wait()
-		if health == nil {
-			if err = lerr; err == nil {
-				err = errors.New("no live state to take health from")
-			}
-			return false
-		}
-		return health(i, j, tc)
-	}, func(i int, tc *table.TableConfig) *table.Table {
-		wait()
-		if t := table.Replaced(live, tc, i); t != nil && t.BuiltFrom(tc) {
-			st.Live++
-			return t
-		}
-		if t := table.FromBuilt(a.Carried, i, tc, a.Key); t != nil {
-			st.Carried++
-			return t
-		}
-		st.Full++
-		return nil
-	})
-	if err == nil {
-		err = perr
-	}
-	return src, filled, err
 }

@@ -20,7 +20,7 @@ import (
 func editInput(t testing.TB, tables []table.TableConfig) *input {
 	t.Helper()
 	cfg := &table.Config{Tables: tables}
-	return &input{cfg: cfg, tables: change.NewBuilders(cfg)}
+	return newInput(&change.Input{Path: "config.json", Config: cfg})
 }
 
 func editTables(rng *rand.Rand, n, backends int) []table.TableConfig {
@@ -205,7 +205,7 @@ func BenchmarkConfigEditApplied(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return &input{data: data, cfg: cfg, tables: change.NewBuilders(cfg)}
+		return newInput(&change.Input{Path: "config.json", Data: data, Config: cfg})
 	}
 	s := benchService(b, parse(docs[0]))
 	applied := s.m.applies.WithLabelValues("applied")

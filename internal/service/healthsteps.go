@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/table"
 )
 
@@ -26,8 +27,10 @@ func (s *service) healthSteps(trigger string, out outcome) bool {
 	if len(in.judged) != len(in.cfg.Tables) || len(s.live.tables) != len(in.cfg.Tables) {
 		return false
 	}
-	// 1. The downs alone.
-	downs := make([]*table.Table, len(in.judged))
+	// 1. The downs alone: each table's config with only them, built
+	// through the pipeline (an unchanged table is the live one).
+	judged := make([]table.TableConfig, len(in.judged))
+	same := make([]*table.Table, len(in.judged)) // the live table, where it has no down
 	var down []string
 	for i := range in.judged {
 		tc := in.judged[i]
@@ -39,7 +42,7 @@ func (s *service) healthSteps(trigger string, out outcome) bool {
 			return false // more than health differs (an edit not yet adopted): not the checks' change
 		}
 		tc.Backends = slices.Clone(tc.Backends)
-		changed := false
+		same[i] = lt
 		for k, b := range tc.Backends {
 			was, ok := table.HealthOf(lt, b.IP)
 			switch {
@@ -47,30 +50,30 @@ func (s *service) healthSteps(trigger string, out outcome) bool {
 			case b.Healthy && !was:
 				tc.Backends[k].Healthy = false // an up: held back for now
 			case !b.Healthy && was:
-				changed = true
 				down = append(down, fmt.Sprintf("%s/%s", table.DisplayName(tc.Name, i), b.IP))
+				same[i] = nil
 			}
 		}
-		if !changed {
-			downs[i] = lt
-			continue
-		}
-		t, err := table.Build(&tc)
-		if err != nil {
-			return false
-		}
-		downs[i] = t
+		judged[i] = tc
 	}
-	if len(down) > 0 {
-		msg := "the checks' change is held, but not its downs: applying them alone"
-		if out == failed {
-			msg = "the checks' change cannot be applied, but its downs can: applying them alone"
-		}
-		s.tell(slog.LevelWarn, msg, "down", down)
-		out, _ := s.commit(in, downs, trigger, judgeDowns)
-		return out == applied
+	if len(down) == 0 {
+		return false
 	}
-	return false
+	src, _, _, err := in.src.Build(change.Against{
+		Judge: func(i int, tc *table.TableConfig) { *tc = judged[i] },
+		Reuse: func(i int, _ *table.TableConfig) *table.Table { return same[i] },
+		Holds: s.holds,
+	})
+	if err != nil {
+		return false
+	}
+	msg := "the checks' change is held, but not its downs: applying them alone"
+	if out == failed {
+		msg = "the checks' change cannot be applied, but its downs can: applying them alone"
+	}
+	s.tell(slog.LevelWarn, msg, "down", down)
+	out, _ = s.commit(in, src.Tables, trigger, judgeDowns)
+	return out == applied
 }
 
 // sameButHealth reports whether a and b list the same backends in the same

@@ -5,7 +5,6 @@ import (
 
 	"github.com/director/director/internal/change"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -13,11 +12,17 @@ import (
 // input is a config (and director config) the service may serve.
 type input struct {
 	data, dcData []byte
-	cfg          *table.Config
+	src          *change.Input         // the config, read through the pipeline's one way in
+	cfg          *table.Config         // src's
 	dc           *table.DirectorConfig // nil: keep the live one
 	tables       *change.Builders      // one per table, kept for incremental rebuilds
 	judged       []table.TableConfig   // the tables as last built, health judged
 	views        map[string]checkView  // the checks as judged was built from them
+}
+
+// newInput is the input of a config read for the datapath.
+func newInput(src *change.Input) *input {
+	return &input{data: src.Data, src: src, cfg: src.Config, tables: change.NewBuilders(src.Config)}
 }
 
 // read reads the config files, as at start.
@@ -64,14 +69,14 @@ func (s *service) parse() (*input, error) {
 	if table.IsGLBBinary(data) {
 		return nil, fmt.Errorf("%s is a GLB binary table: director run reads the JSON config (forwarding_table.src.json), whose backends it checks", s.o.Config)
 	}
-	cfg, err := config.ParseLimit(data, mapimage.Limit)
+	src, err := change.Read(s.o.Config, data)
 	if err != nil {
-		return nil, config.InFile(s.o.Config, err)
+		return nil, err
 	}
-	for _, w := range cfg.Warnings {
+	for _, w := range src.Config.Warnings {
 		s.log.Warn("config", "file", s.o.Config, "warning", w)
 	}
-	in := &input{data: data, cfg: cfg, tables: change.NewBuilders(cfg)}
+	in := newInput(src)
 	if s.files.dc != nil {
 		in.dcData = s.files.dc.data
 		dc, err := config.ParseDirector(in.dcData)

@@ -11,12 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/service/status"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
-	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
-	"github.com/director/director/table/config"
 )
 
 // adopt gives in the builders of from's tables that in has too
@@ -29,37 +28,32 @@ func adopt(in, from *input) {
 }
 
 // desired builds in's tables with the health the checks found, as
-// judgeHealth decides it against the live tables: frozen names the tables
-// it holds fail-static.
+// judgeHealth decides it against the live tables, through the pipeline
+// plan and apply take (change.Input.Build): frozen names the tables it
+// holds fail-static.
 func (s *service) desired(in *input) (tables []*table.Table, fps []string, frozen []string, err error) {
 	views := s.checks.views()
 	in.views = views
 	waiting := false
-	for i := range in.cfg.Tables {
-		tc := in.cfg.Tables[i]
-		d := judgeHealth(&tc, s.liveTable(&tc, i), views, s.o.FailStatic)
+	judge := func(i int, tc *table.TableConfig) {
+		d := judgeHealth(tc, s.liveTable(tc, i), views, s.o.FailStatic)
 		tc.Backends = d.Backends
-		in.judged = append(in.judged[:min(i, len(in.judged))], tc)
+		in.judged = append(in.judged[:min(i, len(in.judged))], *tc)
 		if d.FailStatic {
 			frozen = append(frozen, table.DisplayName(tc.Name, i))
 		}
 		waiting = waiting || d.Waiting
-		t, fp, err := in.tables.Build(i, &tc)
-		if err != nil {
-			return nil, nil, nil, config.InFile(s.o.Config, fmt.Errorf("tables[%d]: %w", i, err))
-		}
-		tables = append(tables, t)
+	}
+	src, _, _, err := in.src.Build(change.Against{Judge: judge, Builders: in.tables, Holds: s.holds})
+	s.checks.waiting.Store(waiting)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i := range src.Tables {
+		_, fp := in.tables.Built(i)
 		fps = append(fps, fp)
 	}
-	s.checks.waiting.Store(waiting)
-	holds := mapimage.CheckDatapath
-	if s.holds != nil {
-		holds = s.holds
-	}
-	if err := holds(tables); err != nil {
-		return nil, nil, nil, config.InFile(s.o.Config, err)
-	}
-	return tables, fps, frozen, nil
+	return src.Tables, fps, frozen, nil
 }
 
 // sameAsLive reports whether tables (and dc) are what the kernel holds, as

@@ -68,7 +68,7 @@ func checkedInputTable(t testing.TB, n int, extra, tableExtra string) *input {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &input{data: data, cfg: cfg, tables: change.NewBuilders(cfg)}
+	return newInput(&change.Input{Path: "config.json", Data: data, Config: cfg})
 }
 
 // testTargets are targets for in's checked backends, all passing, last

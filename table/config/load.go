@@ -65,26 +65,34 @@ func ParseSourceHealth(path string, data []byte, lim table.Limit, health func(ta
 // (table.BuildAllReusing).
 func ParseSourceReusing(path string, data []byte, lim table.Limit, health func(table, backend int, c *table.TableConfig) bool,
 	reuse func(i int, tc *table.TableConfig) *table.Table) (s *Source, filled bool, err error) {
-	if !table.IsGLBBinary(data) && health != nil {
-		c, err := ParseLimit(data, lim)
-		if err != nil {
+	if table.IsGLBBinary(data) || health == nil {
+		s, err = parseSource(path, data, lim, reuse)
+		return s, false, err
+	}
+	c, err := ParseLimit(data, lim)
+	if err != nil {
+		return nil, false, InFile(path, err)
+	}
+	return BuildSourceReusing(path, data, c, lim, health, reuse)
+}
+
+// BuildSourceReusing is ParseSourceReusing of c, parsed from data (read
+// from path) within lim, with health.
+func BuildSourceReusing(path string, data []byte, c *table.Config, lim table.Limit, health func(table, backend int, c *table.TableConfig) bool,
+	reuse func(i int, tc *table.TableConfig) *table.Table) (s *Source, filled bool, err error) {
+	if !c.Checked() {
+		// Parsed once: the config as it is is the one built.
+		if err := OneShot(c); err != nil {
 			return nil, false, InFile(path, err)
 		}
-		if !c.Checked() {
-			// Parsed once: the config as it is is the one built.
-			if err := oneShot(c); err != nil {
-				return nil, false, InFile(path, err)
-			}
-			s, err = BuildSource(path, data, c, reuse)
-			return s, false, err
-		}
-		if data, err = FillHealth(data, func(i, j int) bool { return health(i, j, &c.Tables[i]) }); err != nil {
-			return nil, false, InFile(path, err)
-		}
-		filled = true
+		s, err = BuildSource(path, data, c, reuse)
+		return s, false, err
+	}
+	if data, err = FillHealth(data, func(i, j int) bool { return health(i, j, &c.Tables[i]) }); err != nil {
+		return nil, false, InFile(path, err)
 	}
 	s, err = parseSource(path, data, lim, reuse)
-	return s, filled, err
+	return s, true, err
 }
 
 // ParseSource parses data, read from path, as a config or a GLB binary and
@@ -119,7 +127,7 @@ func ParseConfigSource(path string, data []byte, lim table.Limit) (*table.Config
 	if err != nil {
 		return nil, InFile(path, err)
 	}
-	if err := oneShot(c); err != nil {
+	if err := OneShot(c); err != nil {
 		return nil, InFile(path, err)
 	}
 	return c, nil
@@ -254,9 +262,9 @@ func startsPlan(data []byte) bool {
 	return err == nil && t == "plan_version"
 }
 
-// oneShot refuses a config that leaves health to the checks: the one-shot
+// OneShot refuses a config that leaves health to the checks: the one-shot
 // commands run none, and would take every such backend for down.
-func oneShot(c *table.Config) error {
+func OneShot(c *table.Config) error {
 	for i := range c.Tables {
 		for j, b := range c.Tables[i].Backends {
 			if b.Checked {
