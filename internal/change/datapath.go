@@ -137,10 +137,14 @@ func (in *Input) judged(a Against, st *Stats) (*config.Source, error) {
 			t, _, err = a.Builders.Build(i, &tc)
 			st.Full += a.Builders.Stats.Full - before.Full
 			st.Incremental += a.Builders.Stats.Incremental - before.Incremental
-		case a.Reuse != nil && a.Reuse(i, &tc) != nil:
-			t = a.Reuse(i, &tc)
-			st.Live++
 		default:
+			if a.Reuse != nil {
+				t = a.Reuse(i, &tc)
+			}
+			if t != nil {
+				st.Live++
+				break
+			}
 			st.Full++
 			t, err = table.Build(&tc)
 		}

@@ -44,8 +44,8 @@ func targetKey(ip netip.Addr, c health.Checks) string {
 // checkedBackends calls f for each backend of in whose health the checks
 // decide: no "healthy" in the config, and not inactive.
 func checkedBackends(in *input, f func(i int, tc *table.TableConfig, k int, b table.Backend)) {
-	for i := range in.cfg.Tables {
-		tc := &in.cfg.Tables[i]
+	for i := range in.cfg().Tables {
+		tc := &in.cfg().Tables[i]
 		for k, b := range tc.Backends {
 			if b.Checked && b.State != table.StateInactive {
 				f(i, tc, k, b)

@@ -95,22 +95,22 @@ func TestConfigEditBuildsOnlyWhatChanged(t *testing.T) {
 	rng := rand.New(rand.NewPCG(28, 1))
 	ts := editTables(rng, 6, 24)
 	cur := editInput(t, slices.Clone(ts))
-	for i := range cur.cfg.Tables {
-		if _, _, err := cur.tables.Build(i, &cur.cfg.Tables[i]); err != nil {
+	for i := range cur.cfg().Tables {
+		if _, _, err := cur.tables.Build(i, &cur.cfg().Tables[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for step := 0; step < 80/raceRuns; step++ {
 		i, what, incremental := edit(rng, ts)
 		next := editInput(t, slices.Clone(ts))
-		was := make([]*table.Table, len(cur.cfg.Tables))
+		was := make([]*table.Table, len(cur.cfg().Tables))
 		for j := range was {
 			was[j], _ = cur.tables.Built(j)
 		}
 		adopt(next, cur)
 		before := next.tables.Stats.Full
-		for j := range next.cfg.Tables {
-			tc := next.cfg.Tables[j]
+		for j := range next.cfg().Tables {
+			tc := next.cfg().Tables[j]
 			prev := was[j]
 			got, fp, err := next.tables.Build(j, &tc)
 			if err != nil {
@@ -138,7 +138,7 @@ func TestConfigEditBuildsOnlyWhatChanged(t *testing.T) {
 		// What was served shares the builders of the tables the edit left
 		// as they were (its health flips stay incremental while the edit
 		// is held), and gave up the changed one's.
-		for j := range cur.cfg.Tables {
+		for j := range cur.cfg().Tables {
 			if shared := cur.tables.Has(j); shared != (j != i || what == "none") || shared && !cur.tables.Shares(j, next.tables, j) {
 				t.Fatalf("step %d (%s of table %d): table %d's builder shared %v", step, what, i, j, shared)
 			}
@@ -156,8 +156,8 @@ func BenchmarkConfigEdit(b *testing.B) {
 	rng := rand.New(rand.NewPCG(28, 2))
 	ts := editTables(rng, 32, 256)
 	cur := editInput(b, slices.Clone(ts))
-	for i := range cur.cfg.Tables {
-		if _, _, err := cur.tables.Build(i, &cur.cfg.Tables[i]); err != nil {
+	for i := range cur.cfg().Tables {
+		if _, _, err := cur.tables.Build(i, &cur.cfg().Tables[i]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -166,8 +166,8 @@ func BenchmarkConfigEdit(b *testing.B) {
 		ts[5].Backends[n%256].State = []table.State{table.StateDraining, table.StateActive}[(n/256)%2]
 		next := editInput(b, slices.Clone(ts))
 		adopt(next, cur)
-		for j := range next.cfg.Tables {
-			if _, _, err := next.tables.Build(j, &next.cfg.Tables[j]); err != nil {
+		for j := range next.cfg().Tables {
+			if _, _, err := next.tables.Build(j, &next.cfg().Tables[j]); err != nil {
 				b.Fatal(err)
 			}
 		}

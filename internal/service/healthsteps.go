@@ -24,7 +24,7 @@ import (
 // them.
 func (s *service) healthSteps(trigger string, out outcome) bool {
 	in := s.cur
-	if len(in.judged) != len(in.cfg.Tables) || len(s.live.tables) != len(in.cfg.Tables) {
+	if len(in.judged) != len(in.cfg().Tables) || len(s.live.tables) != len(in.cfg().Tables) {
 		return false
 	}
 	// 1. The downs alone: each table's config with only them, built

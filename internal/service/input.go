@@ -11,19 +11,21 @@ import (
 
 // input is a config (and director config) the service may serve.
 type input struct {
-	data, dcData []byte
-	src          *change.Input         // the config, read through the pipeline's one way in
-	cfg          *table.Config         // src's
-	dc           *table.DirectorConfig // nil: keep the live one
-	tables       *change.Builders      // one per table, kept for incremental rebuilds
-	judged       []table.TableConfig   // the tables as last built, health judged
-	views        map[string]checkView  // the checks as judged was built from them
+	dcData []byte
+	src    *change.Input         // the config, read through the pipeline's one way in
+	dc     *table.DirectorConfig // nil: keep the live one
+	tables *change.Builders      // one per table, kept for incremental rebuilds
+	judged []table.TableConfig   // the tables as last built, health judged
+	views  map[string]checkView  // the checks as judged was built from them
 }
 
 // newInput is the input of a config read for the datapath.
 func newInput(src *change.Input) *input {
-	return &input{data: src.Data, src: src, cfg: src.Config, tables: change.NewBuilders(src.Config)}
+	return &input{src: src, tables: change.NewBuilders(src.Config)}
 }
+
+// cfg is the config in holds.
+func (in *input) cfg() *table.Config { return in.src.Config }
 
 // read reads the config files, as at start.
 func (s *service) read() (*input, error) {
@@ -113,7 +115,7 @@ func (s *service) readIfChanged(force bool) (*input, bool, error) {
 	if s.pending != nil {
 		last = s.pending
 	}
-	if string(s.files.cfg.data) == string(last.data) && (s.files.dc == nil || string(s.files.dc.data) == string(last.dcData)) {
+	if string(s.files.cfg.data) == string(last.src.Data) && (s.files.dc == nil || string(s.files.dc.data) == string(last.dcData)) {
 		return nil, true, nil
 	}
 	in, err := s.parse()

@@ -77,8 +77,8 @@ func (s *service) joined(now time.Time) {
 // no history would not match.
 func (s *service) longestWindow() time.Duration {
 	var w time.Duration
-	for i := range s.cur.cfg.Tables {
-		h := s.cur.cfg.Tables[i].History
+	for i := range s.cur.cfg().Tables {
+		h := s.cur.cfg().Tables[i].History
 		if !h.NoHops {
 			w = max(w, h.Window)
 		}

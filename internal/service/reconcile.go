@@ -299,7 +299,7 @@ func (s *service) changes(in *input, tables []*table.Table) []string {
 	var out []string
 	seen := map[*table.Table]bool{}
 	for i, t := range tables {
-		tc := &in.cfg.Tables[i]
+		tc := &in.cfg().Tables[i]
 		name := table.DisplayName(tc.Name, i)
 		lt := s.liveTable(tc, i)
 		if lt == nil {
@@ -366,8 +366,8 @@ func (s *service) setFailStatic(frozen []string) {
 	for _, n := range frozen {
 		now[n] = true
 	}
-	for i := range s.cur.cfg.Tables {
-		name := table.DisplayName(s.cur.cfg.Tables[i].Name, i)
+	for i := range s.cur.cfg().Tables {
+		name := table.DisplayName(s.cur.cfg().Tables[i].Name, i)
 		v := 0.0
 		if now[name] {
 			v = 1

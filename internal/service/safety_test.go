@@ -55,7 +55,7 @@ func TestDownDuringADrainIsApplied(t *testing.T) {
 	s := kernelService(t, checkedInputWith(t, 6, ""))
 	// Backend 1 drains (a config edit), which the service applies.
 	drained := checkedInputWith(t, 6, "")
-	drained.cfg.Tables[0].Backends[0].State = table.StateDraining
+	drained.cfg().Tables[0].Backends[0].State = table.StateDraining
 	adopt(drained, s.cur)
 	s.pending = drained
 	if err := s.reconcile("config", false); err != nil || s.pending != nil {
@@ -188,8 +188,8 @@ func TestHeldUntilTheWindowPasses(t *testing.T) {
 	edit := func(w1, w2 int) {
 		t.Helper()
 		in := checkedInputTable(t, 6, "", hops)
-		in.cfg.Tables[0].Backends[0].Weight = uint16(w1)
-		in.cfg.Tables[0].Backends[1].Weight = uint16(w2)
+		in.cfg().Tables[0].Backends[0].Weight = uint16(w1)
+		in.cfg().Tables[0].Backends[1].Weight = uint16(w2)
 		adopt(in, s.cur)
 		s.pending = in
 		if err := s.reconcile("config", false); err != nil {
@@ -247,7 +247,7 @@ func TestLogLinesFollowTheStatus(t *testing.T) {
 	}
 	const heldLine = "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with " +
 		"'director apply --allow-unsafe' if it is what you want"
-	edit(func(in *input) { in.cfg.Tables[0].HashKey[0] ^= 0xff })
+	edit(func(in *input) { in.cfg().Tables[0].HashKey[0] ^= 0xff })
 	if got, ok := lines[heldLine]; !ok || got.held != 1 || got.gauge != 1 {
 		t.Errorf("when the key edit was logged as held, the status held %d and director_held_changes was %v (logged: %v)", got.held, got.gauge, ok)
 	}
@@ -255,7 +255,7 @@ func TestLogLinesFollowTheStatus(t *testing.T) {
 	if got, ok := lines["config edit adopted"]; !ok || got.held != 0 || got.gauge != 0 {
 		t.Errorf("when the live key was logged as adopted, the status held %d and director_held_changes was %v (logged: %v)", got.held, got.gauge, ok)
 	}
-	edit(func(in *input) { in.cfg.Tables[0].Backends[0].State = table.StateDraining })
+	edit(func(in *input) { in.cfg().Tables[0].Backends[0].State = table.StateDraining })
 	if got, ok := lines["applied"]; !ok || got.lastApply != "config" {
 		t.Errorf("when the drain was logged as applied, the status's last apply was %q (logged: %v)", got.lastApply, ok)
 	}

@@ -266,7 +266,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	o.Ready(status)
 	s.log.Info("running", "bpffs", o.BPFFS, "config", o.Config, "tables", len(s.live.tables), "checked backends", s.checks.count(),
-		"interval", s.cur.cfg.Checks.Interval, "rise", s.cur.cfg.Checks.Rise, "fall", s.cur.cfg.Checks.Fall)
+		"interval", s.cur.cfg().Checks.Interval, "rise", s.cur.cfg().Checks.Rise, "fall", s.cur.cfg().Checks.Fall)
 	s.startChecks(ctx)
 	s.loop(ctx)
 	s.stop()
@@ -338,9 +338,9 @@ func (s *service) stopWithin(ctx context.Context, finished <-chan struct{}) {
 func (s *service) loop(ctx context.Context) {
 	poll := time.NewTicker(s.o.Poll)
 	defer poll.Stop()
-	retry := time.NewTicker(s.cur.cfg.Checks.Interval)
+	retry := time.NewTicker(s.cur.cfg().Checks.Interval)
 	defer retry.Stop()
-	look := time.NewTicker(verifyEvery(s.cur.cfg.Checks.Interval))
+	look := time.NewTicker(verifyEvery(s.cur.cfg().Checks.Interval))
 	defer look.Stop()
 	history := time.NewTicker(time.Second)
 	defer history.Stop()
@@ -466,7 +466,7 @@ func (s *service) attach() error {
 // configure sets what the checks run with from in's settings, and the
 // statsd sender from its director config. The checks must be stopped.
 func (s *service) configure(in *input) {
-	s.checks.configure(in.cfg.Checks.Timeout, s.source(in))
+	s.checks.configure(in.cfg().Checks.Timeout, s.source(in))
 	port := 0
 	if in.dc != nil {
 		port = in.dc.StatsdPort
@@ -493,9 +493,9 @@ func (s *service) configure(in *input) {
 // track has the checker follow the served and pending configs' backends,
 // with the settings of the newer.
 func (s *service) track(ctx context.Context) {
-	checks := s.cur.cfg.Checks
+	checks := s.cur.cfg().Checks
 	if s.pending != nil {
-		checks = s.pending.cfg.Checks
+		checks = s.pending.cfg().Checks
 	}
 	s.checks.track(ctx, []*input{s.cur, s.pending}, checks.Rise, checks.Fall,
 		func(tc *table.TableConfig, i int, ip netip.Addr) (bool, bool) {
@@ -505,9 +505,9 @@ func (s *service) track(ctx context.Context) {
 
 // startChecks starts the checks at the newer config's interval.
 func (s *service) startChecks(ctx context.Context) {
-	interval := s.cur.cfg.Checks.Interval
+	interval := s.cur.cfg().Checks.Interval
 	if s.pending != nil {
-		interval = s.pending.cfg.Checks.Interval
+		interval = s.pending.cfg().Checks.Interval
 	}
 	s.checks.start(ctx, interval)
 }

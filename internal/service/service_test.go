@@ -195,13 +195,13 @@ func TestFailStaticDecisions(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := checkedInput(t, c.n)
-			live, err := table.BuildAll(upConfig(in.cfg))
+			live, err := table.BuildAll(upConfig(in.cfg()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			ts := testTargets(in)
 			c.results(func(i int, ok bool, at time.Time) { result(ts, i, ok, at) })
-			d := judgeHealth(&in.cfg.Tables[0], live[0], views(ts), c.fraction)
+			d := judgeHealth(&in.cfg().Tables[0], live[0], views(ts), c.fraction)
 			got, frozen := healthString(d.Backends), d.FailStatic
 			if got != c.want || frozen != c.frozen {
 				t.Errorf("health %s fail-static %v, want %s %v", got, frozen, c.want, c.frozen)
@@ -239,7 +239,7 @@ func TestIncrementalBuildMatchesFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := in.cfg.Tables[0]
+		c := in.cfg().Tables[0]
 		c.Backends = append([]table.Backend(nil), tables[0].Backends...)
 		want, err := table.Build(&c)
 		if err != nil {
