@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,4 +264,51 @@ func vethJumbo(dir, mode string) error {
 		}
 	}
 	return nil
+}
+
+// TestReplayerLeavesThreadsUnpinned: a replay's workers pin their threads
+// to one CPU each; a thread handed back to the Go scheduler still pinned
+// would keep the goroutines it runs next off the other CPUs.
+func TestReplayerLeavesThreadsUnpinned(t *testing.T) {
+	testenv.Kernel(t)
+	dc := directorConfig()
+	d, err := Private(&dc, testTables(t, testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r, err := testrun.NewReplayer(d.Prog, d.Maps.Counters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		t.Fatal(err)
+	}
+	small := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
+	frames := make([][]byte, 4096)
+	for i := range frames {
+		frames[i] = small
+	}
+	if err := r.Run(frames, make([]testrun.Outcome, len(frames))); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &set); err != nil {
+			continue // the thread has gone
+		}
+		if set != allowed {
+			t.Errorf("thread %d may run on %d CPUs after a replay, the process on %d", tid, set.Count(), allowed.Count())
+		}
+	}
 }
