@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -247,38 +245,27 @@ func (o *outcome) tx() bool { return o.verdict == model.XDPTX }
 
 func (k *kernelRun) runSide(s *Side, packets []pcapfile.Packet) ([]outcome, error) {
 	out := make([]outcome, len(packets))
-	// The model, in parallel: the reference when its bytes are compared,
-	// otherwise the fast classifier, one per worker, kept across batches.
-	var wg sync.WaitGroup
-	n := runtime.GOMAXPROCS(0)
-	for len(s.cls) < n {
-		s.cls = append(s.cls, classify.New(s.Model))
-	}
-	chunk := (len(packets) + n - 1) / n
-	for w := 0; w < n; w++ {
-		lo, hi := w*chunk, min((w+1)*chunk, len(packets))
-		if lo >= hi {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := lo; i < hi; i++ {
-				if k.verify {
-					out[i].res = s.Model.Process(packets[i].Frame)
-				} else {
-					out[i].res, _ = s.cls[w].Classify(packets[i].Frame)
-				}
-			}
-		}()
-	}
-	wg.Wait()
 	frames := make([][]byte, len(packets))
 	for i := range packets {
 		frames[i] = packets[i].Frame
 	}
+	// The model on the kernel's workers, a span at a time: the reference
+	// when its bytes are compared, otherwise the fast classifier, one per
+	// worker, kept across batches.
+	for len(s.cls) < s.kernel.Workers() {
+		s.cls = append(s.cls, classify.New(s.Model))
+	}
+	view := func(w, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if k.verify {
+				out[i].res = s.Model.Process(frames[i])
+			} else {
+				out[i].res, _ = s.cls[w].Classify(frames[i])
+			}
+		}
+	}
 	ko := make([]testrun.Outcome, len(packets))
-	if err := s.kernel.Run(frames, ko); err != nil {
+	if err := s.kernel.RunWith(frames, ko, view); err != nil {
 		return nil, err
 	}
 	for i := range ko {
