@@ -19,6 +19,7 @@
 // committed so that `go build` needs no C toolchain.
 package bpf
 
+//go:generate go run ./internal/aesgen -o aes_tables.h
 //go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types Director director.c
 //go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include -DDIR_SINGLE_BUFFER" -target bpfel -no-global-types -output-stem director_single DirectorSingle director.c
 //go:generate go tool bpf2go -cc $BPF_CLANG -strip $BPF_STRIP -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" -target bpfel -no-global-types Backend backend.c

@@ -14,6 +14,8 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "aes.h"
+
 char LICENSE[] SEC("license") = "GPL";
 
 /* An enum, so that bpf2go gives Go the generator's limits. */
@@ -112,4 +114,32 @@ SEC("xdp.frags")
 int xdp_pass_all(struct xdp_md *ctx)
 {
 	return XDP_PASS;
+}
+
+/* AES-128 of one block, for the tests that hold aes.h to Go's crypto/aes
+ * on every kernel: the packet is an op (0 encrypt, 1 decrypt, then three
+ * bytes of padding), a schedule (struct dir_aes_key's enc or dec) and the
+ * block, which is replaced by its image. */
+struct tg_aes_frame {
+	__u32 op;
+	__u32 rk[DIR_AES_ROUND_KEYS];
+	__u32 block[4];
+};
+
+SEC("xdp")
+int xdp_aes(struct xdp_md *ctx)
+{
+	struct tg_aes_frame *f = (void *)(long)ctx->data;
+	__u32 rk[DIR_AES_ROUND_KEYS], s[4];
+
+	if ((void *)(f + 1) > (void *)(long)ctx->data_end)
+		return XDP_ABORTED;
+	__builtin_memcpy(rk, f->rk, sizeof(rk));
+	__builtin_memcpy(s, f->block, sizeof(s));
+	if (f->op == 0)
+		dir_aes_encrypt(rk, s);
+	else
+		dir_aes_decrypt(rk, s);
+	__builtin_memcpy(f->block, s, sizeof(s));
+	return XDP_TX;
 }

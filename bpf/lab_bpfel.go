@@ -39,6 +39,7 @@ const (
 	LabMapTgCfg          = "tg_cfg"
 	LabMapTgFrames       = "tg_frames"
 	LabMapTgNext         = "tg_next"
+	LabProgXdpAes        = "xdp_aes"
 	LabProgXdpPassAll    = "xdp_pass_all"
 	LabProgXdpTrafficgen = "xdp_trafficgen"
 	LabProgXdpTxBaseline = "xdp_tx_baseline"
@@ -89,6 +90,7 @@ type LabSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LabProgramSpecs struct {
+	XdpAes        *ebpf.ProgramSpec `ebpf:"xdp_aes"`
 	XdpPassAll    *ebpf.ProgramSpec `ebpf:"xdp_pass_all"`
 	XdpTrafficgen *ebpf.ProgramSpec `ebpf:"xdp_trafficgen"`
 	XdpTxBaseline *ebpf.ProgramSpec `ebpf:"xdp_tx_baseline"`
@@ -158,6 +160,7 @@ type LabVariables struct {
 //
 // It can be passed to LoadLabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LabPrograms struct {
+	XdpAes        *ebpf.Program `ebpf:"xdp_aes"`
 	XdpPassAll    *ebpf.Program `ebpf:"xdp_pass_all"`
 	XdpTrafficgen *ebpf.Program `ebpf:"xdp_trafficgen"`
 	XdpTxBaseline *ebpf.Program `ebpf:"xdp_tx_baseline"`
@@ -165,6 +168,7 @@ type LabPrograms struct {
 
 func (p *LabPrograms) Close() error {
 	return _LabClose(
+		p.XdpAes,
 		p.XdpPassAll,
 		p.XdpTrafficgen,
 		p.XdpTxBaseline,

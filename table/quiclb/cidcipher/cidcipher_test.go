@@ -102,3 +102,20 @@ func TestRoundTrip(t *testing.T) {
 		t.Error("20 bytes in all accepted")
 	}
 }
+
+// TestSchedule: FIPS 197's key expansion example (Appendix A.1), words
+// read as the program reads them (first byte low); and the inverse
+// schedule's ends are the encryption schedule's, swapped.
+func TestSchedule(t *testing.T) {
+	rk := Schedule(key(t, "2b7e151628aed2a6abf7158809cf4f3c"))
+	for i, want := range map[int]uint32{4: 0x17fefaa0, 5: 0xb12c5488, 43: 0xa60c63b6, 40: 0xa8f914d0} {
+		if rk.Enc[i] != want {
+			t.Errorf("w[%d] = %#08x, want %#08x", i, rk.Enc[i], want)
+		}
+	}
+	for c := 0; c < 4; c++ {
+		if rk.Dec[c] != rk.Enc[40+c] || rk.Dec[40+c] != rk.Enc[c] {
+			t.Errorf("column %d: the inverse schedule's ends are not the schedule's", c)
+		}
+	}
+}
