@@ -40,6 +40,7 @@ const (
 	LabMapTgFrames       = "tg_frames"
 	LabMapTgNext         = "tg_next"
 	LabProgXdpAes        = "xdp_aes"
+	LabProgXdpCid        = "xdp_cid"
 	LabProgXdpPassAll    = "xdp_pass_all"
 	LabProgXdpTrafficgen = "xdp_trafficgen"
 	LabProgXdpTxBaseline = "xdp_tx_baseline"
@@ -91,6 +92,7 @@ type LabSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LabProgramSpecs struct {
 	XdpAes        *ebpf.ProgramSpec `ebpf:"xdp_aes"`
+	XdpCid        *ebpf.ProgramSpec `ebpf:"xdp_cid"`
 	XdpPassAll    *ebpf.ProgramSpec `ebpf:"xdp_pass_all"`
 	XdpTrafficgen *ebpf.ProgramSpec `ebpf:"xdp_trafficgen"`
 	XdpTxBaseline *ebpf.ProgramSpec `ebpf:"xdp_tx_baseline"`
@@ -161,6 +163,7 @@ type LabVariables struct {
 // It can be passed to LoadLabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LabPrograms struct {
 	XdpAes        *ebpf.Program `ebpf:"xdp_aes"`
+	XdpCid        *ebpf.Program `ebpf:"xdp_cid"`
 	XdpPassAll    *ebpf.Program `ebpf:"xdp_pass_all"`
 	XdpTrafficgen *ebpf.Program `ebpf:"xdp_trafficgen"`
 	XdpTxBaseline *ebpf.Program `ebpf:"xdp_tx_baseline"`
@@ -169,6 +172,7 @@ type LabPrograms struct {
 func (p *LabPrograms) Close() error {
 	return _LabClose(
 		p.XdpAes,
+		p.XdpCid,
 		p.XdpPassAll,
 		p.XdpTrafficgen,
 		p.XdpTxBaseline,

@@ -73,3 +73,103 @@ func TestAESMatchesGo(t *testing.T) {
 		check(k, block)
 	}
 }
+
+// TestCIDServerIDMatchesGo: the program's decryption of an encrypted
+// connection ID's server ID (bpf/cidcrypt.h, through the lab object's
+// xdp_cid) gives the server ID cidcipher encrypted, for every length the
+// draft allows and every server ID length, single pass and four passes,
+// three rounds and four.
+func TestCIDServerIDMatchesGo(t *testing.T) {
+	testenv.Kernel(t)
+	spec, err := xdpbuild.Lab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progs bpf.LabPrograms
+	if err := spec.LoadAndAssign(&progs, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer progs.Close()
+	r := rand.New(rand.NewPCG(5, 6))
+	for n := cidcipher.MinLen; n <= cidcipher.MaxLen; n++ {
+		for sid := 1; sid < n && sid <= 15; sid++ {
+			var k [16]byte
+			for i := range k {
+				k[i] = byte(r.Uint32())
+			}
+			c, err := cidcipher.New(k, sid, n-sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rk := cidcipher.Schedule(k)
+			for range 10 {
+				plain := make([]byte, n)
+				for i := range plain {
+					plain[i] = byte(r.Uint32())
+				}
+				ct := make([]byte, 24)
+				c.Encrypt(ct[:n], plain)
+				for i := n; i < 24; i++ {
+					ct[i] = byte(r.Uint32()) // what follows the ID in the packet
+				}
+				frame := binary.LittleEndian.AppendUint32(nil, uint32(n))
+				frame = binary.LittleEndian.AppendUint32(frame, uint32(sid))
+				for _, w := range rk.Enc {
+					frame = binary.LittleEndian.AppendUint32(frame, w)
+				}
+				for _, w := range rk.Dec {
+					frame = binary.LittleEndian.AppendUint32(frame, w)
+				}
+				frame = append(frame, ct...)
+				frame = append(frame, make([]byte, 16)...)
+				out := make([]byte, len(frame))
+				ret, err := progs.XdpCid.Run(&ebpf.RunOptions{Data: frame, DataOut: out})
+				if err != nil || ret != 3 {
+					t.Fatalf("xdp_cid: %d, %v", ret, err)
+				}
+				if got := out[len(out)-16 : len(out)-16+sid]; !bytes.Equal(got, plain[:sid]) {
+					t.Fatalf("n %d, server ID of %d: %x, want %x (ID %x)", n, sid, got, plain[:sid], ct[:n])
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkCIDServerID is the program's cost of decrypting a server ID,
+// per mode, as BPF_PROG_RUN times it in the kernel, less the empty
+// program's (xdp_tx_baseline) on the same frame: ns/op is the kernel's.
+func BenchmarkCIDServerID(b *testing.B) {
+	testenv.Kernel(b)
+	spec, err := xdpbuild.Lab()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var progs bpf.LabPrograms
+	if err := spec.LoadAndAssign(&progs, nil); err != nil {
+		b.Fatal(err)
+	}
+	defer progs.Close()
+	for _, c := range []struct {
+		name   string
+		n, sid int
+	}{{"single pass", 16, 8}, {"three rounds", 8, 4}, {"four rounds", 18, 12}} {
+		b.Run(c.name, func(b *testing.B) {
+			frame := binary.LittleEndian.AppendUint32(nil, uint32(c.n))
+			frame = binary.LittleEndian.AppendUint32(frame, uint32(c.sid))
+			frame = append(frame, make([]byte, 352+24+16)...)
+			const repeat = 100000
+			per := func(p *ebpf.Program) float64 {
+				_, d, err := p.Benchmark(frame, repeat, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return float64(d.Nanoseconds())
+			}
+			var total float64
+			for b.Loop() {
+				total += per(progs.XdpCid) - per(progs.XdpTxBaseline)
+			}
+			b.ReportMetric(total/float64(b.N), "ns/op")
+		})
+	}
+}
