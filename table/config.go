@@ -105,6 +105,13 @@ type QUIC struct {
 	ConfigID    uint8 `json:"config_id"`     // 0 to MaxQUICConfigID
 	ServerIDLen uint8 `json:"server_id_len"` // 1 to MaxServerIDLen
 	NonceLen    uint8 `json:"nonce_len"`     // MinNonceLen and up, with 1 + ServerIDLen + NonceLen <= MaxCIDLen
+	// Encrypted: the server ID and nonce are encrypted with Key
+	// (draft-ietf-quic-load-balancers: single pass at 16 bytes, else four
+	// passes; table/quiclb/cidcipher). Key is a secret: never marshalled
+	// or printed (Key's methods redact it), covered by the fingerprint and
+	// the input digest without being revealed.
+	Encrypted bool `json:"encrypted,omitempty"`
+	Key       Key  `json:"-"`
 }
 
 // QUIC-LB's limits: config rotation 0b111 marks an ID not to route by;
@@ -125,7 +132,11 @@ func (q QUIC) String() string {
 	if !q.On() {
 		return "off"
 	}
-	return fmt.Sprintf("config %d, %d-byte server IDs, %d-byte nonces", q.ConfigID, q.ServerIDLen, q.NonceLen)
+	s := fmt.Sprintf("config %d, %d-byte server IDs, %d-byte nonces", q.ConfigID, q.ServerIDLen, q.NonceLen)
+	if q.Encrypted {
+		s += ", encrypted"
+	}
+	return s
 }
 
 // CIDLen is the length of the connection IDs its servers issue, which is

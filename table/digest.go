@@ -62,6 +62,11 @@ func InputDigest(tc *TableConfig, rows []Row, fp string) Digest {
 		// Likewise: what routes QUIC by connection ID, only when set.
 		str("quic")
 		buf = append(buf, q.ConfigID, q.ServerIDLen, q.NonceLen)
+		if q.Encrypted {
+			// Under the seed's HMAC: the digest does not reveal it.
+			str("key")
+			buf = append(buf, q.Key[:]...)
+		}
 		for _, b := range tc.Backends {
 			str(string(b.ServerID))
 		}

@@ -63,6 +63,11 @@ func fingerprint(t *Table) string {
 		// other tables' fingerprints stay as they were.
 		buf = append(buf[:0], "quic"...)
 		buf = append(buf, t.QUIC.ConfigID, t.QUIC.ServerIDLen, t.QUIC.NonceLen)
+		if t.QUIC.Encrypted {
+			// Like the hash key: in the hash, which does not reveal it.
+			buf = append(buf, "key"...)
+			buf = append(buf, t.QUIC.Key[:]...)
+		}
 		for i, b := range t.Backends {
 			buf = append(buf, addrs[i][:]...)
 			buf = append(buf, boolByte(b.Serving()), byte(len(b.ServerID)))

@@ -11,9 +11,10 @@ import (
 )
 
 // quic reads a table's "quic" block (QUIC-LB routing): config_id 0-6,
-// server_id_len 1-15, nonce_len 4 and up, the whole ID at most 20 bytes.
+// server_id_len 1-15, nonce_len 4 and up, the whole ID at most 20 bytes;
+// and, for encrypted IDs, a "key" of 32 hex digits (a secret).
 func (p *parser) quic(path string, v *jsonValue) table.QUIC {
-	if !p.object(path, v, "config_id", "server_id_len", "nonce_len") {
+	if !p.object(path, v, "config_id", "server_id_len", "nonce_len", "key") {
 		return table.QUIC{}
 	}
 	num := func(key string, lo, hi int, what string) (uint8, bool) {
@@ -35,10 +36,14 @@ func (p *parser) quic(path string, v *jsonValue) table.QUIC {
 	if okL && okN && 1+int(l)+int(n) > table.MaxCIDLen {
 		p.fail(path, "1 + server_id_len %d + nonce_len %d is %d bytes: a QUIC connection ID is at most %d", l, n, 1+int(l)+int(n), table.MaxCIDLen)
 	}
+	q := table.QUIC{ConfigID: c, ServerIDLen: l, NonceLen: n}
+	if v.get("key") != nil {
+		q.Key, q.Encrypted = p.key(path, v, "key"), true
+	}
 	if len(p.errs) != before {
 		return table.QUIC{}
 	}
-	return table.QUIC{ConfigID: c, ServerIDLen: l, NonceLen: n}
+	return q
 }
 
 // serverIDs reads the backends' "server_id"s: each backend of a table with

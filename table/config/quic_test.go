@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -66,7 +67,9 @@ func TestParseQUICErrors(t *testing.T) {
 		{"too long", qtbl(`{"config_id": 1, "server_id_len": 10, "nonce_len": 10}`, `"0001"`),
 			"tables[0].quic: 1 + server_id_len 10 + nonce_len 10 is 21 bytes: a QUIC connection ID is at most 20"},
 		{"missing field", qtbl(`{"config_id": 1, "server_id_len": 2}`, `"0001"`), "tables[0].quic.nonce_len: missing"},
-		{"unknown field", qtbl(`{"config_id": 1, "server_id_len": 2, "nonce_len": 6, "key": "00"}`, `"0001"`), "tables[0].quic.key"},
+		{"unknown field", qtbl(`{"config_id": 1, "server_id_len": 2, "nonce_len": 6, "mode": "aes"}`, `"0001"`), "tables[0].quic.mode"},
+		{"short key", qtbl(`{"config_id": 1, "server_id_len": 2, "nonce_len": 6, "key": "00"}`, `"0001"`),
+			"tables[0].quic.key: must be exactly 32 hex digits, got 2 characters (value not shown: it is a secret)"},
 		{"missing ID", qtbl(good, `"0001"`, "-"), "tables[0].backends[1].server_id: missing"},
 		{"short ID", qtbl(good, `"01"`), `tables[0].backends[0].server_id: "01" is 1 bytes; the table's server_id_len is 2`},
 		{"long ID", qtbl(good, `"010203"`), "tables[0].backends[0].server_id: \"010203\" is 3 bytes"},
@@ -86,5 +89,53 @@ func TestParseQUICErrors(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestParseQUICKey: a quic block's key makes its IDs encrypted; the key
+// is read, and never shown: not by String, not in JSON, not in an error
+// about it; the fingerprint covers it.
+func TestParseQUICKey(t *testing.T) {
+	const key = "8f95f09245765f80256934e50c66207f"
+	block := func(k string) string {
+		return `{"config_id": 1, "server_id_len": 3, "nonce_len": 4, "key": "` + k + `"}`
+	}
+	c, err := Parse([]byte(qtbl(block(key), `"ed793a"`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c.Tables[0].QUIC
+	if !q.Encrypted || q.Key[0] != 0x8f || q.Key[15] != 0x7f {
+		t.Fatalf("quic = %v, encrypted %v", q, q.Encrypted)
+	}
+	js, _ := json.Marshal(q)
+	for _, shown := range []string{q.String(), string(js)} {
+		if strings.Contains(shown, key) || strings.Contains(strings.ToLower(shown), "8f95") {
+			t.Errorf("the key is shown: %s", shown)
+		}
+	}
+	if !strings.Contains(q.String(), "encrypted") || !strings.Contains(string(js), `"encrypted":true`) {
+		t.Errorf("not said to be encrypted: %s, %s", q, js)
+	}
+	other := strings.Replace(key, "8f", "9f", 1)
+	c2, err := Parse([]byte(qtbl(block(other), `"ed793a"`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1, err := table.Build(&c.Tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := table.Build(&c2.Tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table.Fingerprint(t1) == table.Fingerprint(t2) {
+		t.Error("two keys, one fingerprint")
+	}
+	bad := "zz" + key[2:]
+	_, err = Parse([]byte(qtbl(block(bad), `"ed793a"`)))
+	if err == nil || !strings.Contains(err.Error(), "tables[0].quic.key: ") || strings.Contains(err.Error(), bad) {
+		t.Errorf("a bad key: %v", err)
 	}
 }
