@@ -3,6 +3,7 @@ package model
 import (
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
+	"github.com/director/director/table/quiclb/cidcipher"
 )
 
 // QUIC-LB routing's counters (enum dir_counter): a UDP packet of a table
@@ -16,6 +17,16 @@ const (
 	QUICOtherConfig = abi.CQUICOtherConfig // another config's rotation bits
 	QUICUnknownID   = abi.CQUICUnknownID   // no serving backend has that server ID
 )
+
+// quicNeed is how many bytes after a connection ID's first octet the
+// server ID is read from: its own length, or with encrypted IDs the whole
+// of server ID and nonce, which are encrypted together.
+func quicNeed(q table.QUIC) int {
+	if q.Encrypted {
+		return int(q.ServerIDLen) + int(q.NonceLen)
+	}
+	return int(q.ServerIDLen)
+}
 
 // quicRead is how many bytes after a connection ID's first octet the
 // program reads, whatever the server ID's length: a real QUIC packet
@@ -52,11 +63,11 @@ func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
 			return QUICShort, -1
 		}
 		cidLen, base = int(p[5]), 6
-		if cidLen > table.MaxCIDLen || cidLen < 1+int(t.QUIC.ServerIDLen) {
+		if cidLen > table.MaxCIDLen || cidLen < 1+quicNeed(t.QUIC) {
 			return QUICCIDLen, -1
 		}
 	}
-	if len(p) < base+max(cidLen, 1+quicRead) {
+	if len(p) < base+max(cidLen, 1+quicRead, 1+quicNeed(t.QUIC)) {
 		return QUICShort, -1
 	}
 	cid := p[base:]
@@ -67,6 +78,15 @@ func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
 		return QUICOtherConfig, -1
 	}
 	sid := table.ServerID(cid[1 : 1+t.QUIC.ServerIDLen])
+	if t.QUIC.Encrypted {
+		c, err := cidcipher.New(t.QUIC.Key, int(t.QUIC.ServerIDLen), int(t.QUIC.NonceLen))
+		if err != nil {
+			return QUICCIDLen, -1 // the config's lengths: refused before any table is built
+		}
+		plain := make([]byte, t.QUIC.ServerIDLen)
+		c.ServerID(plain, cid[1:1+c.Len()])
+		sid = table.ServerID(plain)
+	}
 	for i, b := range t.Backends {
 		if b.ServerID == sid && b.Serving() {
 			return QUICRouted, i
