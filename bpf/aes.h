@@ -47,8 +47,11 @@ static __always_inline __u32 dir_aes_rotl(__u32 x, int n)
 	((__u32)box[(a) & 0xff] | (__u32)box[((b) >> 8) & 0xff] << 8 |    \
 	 (__u32)box[((c) >> 16) & 0xff] << 16 | (__u32)box[(d) >> 24] << 24)
 
-/* dir_aes_encrypt encrypts s in place with the schedule rk. */
-static __always_inline void dir_aes_encrypt(const __u32 *rk, __u32 s[4])
+/* dir_aes_encrypt encrypts s in place with the schedule rk. Not inlined:
+ * its rounds need more registers than BPF has, and each copy's spills
+ * would add to its caller's stack frame (512 bytes for the whole chain of
+ * calls). */
+static __noinline __attribute__((unused)) void dir_aes_encrypt(const __u32 *rk, __u32 s[4])
 {
 	__u32 s0 = s[0] ^ rk[0], s1 = s[1] ^ rk[1], s2 = s[2] ^ rk[2], s3 = s[3] ^ rk[3];
 	__u32 t0, t1, t2, t3;
@@ -70,7 +73,7 @@ static __always_inline void dir_aes_encrypt(const __u32 *rk, __u32 s[4])
 
 /* dir_aes_decrypt decrypts s in place with the equivalent inverse
  * cipher's schedule dk. */
-static __always_inline void dir_aes_decrypt(const __u32 *dk, __u32 s[4])
+static __noinline __attribute__((unused)) void dir_aes_decrypt(const __u32 *dk, __u32 s[4])
 {
 	__u32 s0 = s[0] ^ dk[0], s1 = s[1] ^ dk[1], s2 = s[2] ^ dk[2], s3 = s[3] ^ dk[3];
 	__u32 t0, t1, t2, t3;

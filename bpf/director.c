@@ -31,6 +31,7 @@ const struct dir_counters *unused_counters __attribute__((unused));
 const struct dir_traffic *unused_traffic __attribute__((unused));
 const struct dir_registry *unused_registry __attribute__((unused));
 const struct dir_quic_table *unused_quic_table __attribute__((unused));
+const struct dir_aes_key *unused_aes_key __attribute__((unused));
 const struct dir_history *unused_history __attribute__((unused));
 const struct dir_hist_row *unused_hist_row __attribute__((unused));
 const struct dir_hist_ghost *unused_hist_ghost __attribute__((unused));

@@ -121,7 +121,7 @@ struct dir_table {
 	 * or up to DIR_HIST_HOPS, read from the slot's dir_history. */
 	__u8 hist_hops;
 	__u8 hist_off;            /* history_hops false: remembered, not sent (userspace's) */
-	__u8 hist_pad;
+	__u8 quic_enc;            /* 1: the server ID and nonce are encrypted together with the slot's key (quic_keys) */
 	__u16 balance;            /* table.Table.Balance, the balance factor x1000 (0: none); for userspace, the datapath never reads it */
 	/* QUIC-LB routing (see dir_quic_table): the server ID's length, 0
 	 * for a table without it; and the config rotation bits above the

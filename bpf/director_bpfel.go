@@ -27,10 +27,12 @@ const (
 	DirectorMapHistory            = "history"
 	DirectorMapLinkMtus           = "link_mtus"
 	DirectorMapQuicIds            = "quic_ids"
+	DirectorMapQuicKeys           = "quic_keys"
 	DirectorMapRegistry           = "registry"
 	DirectorMapTables             = "tables"
 	DirectorProgDirector          = "director"
 	DirectorVarCaptureSetting     = "capture_setting"
+	DirectorVarUnusedAesKey       = "unused_aes_key"
 	DirectorVarUnusedBindKey      = "unused_bind_key"
 	DirectorVarUnusedBindKind     = "unused_bind_kind"
 	DirectorVarUnusedBindVal      = "unused_bind_val"
@@ -123,6 +125,7 @@ type DirectorMapSpecs struct {
 	History        *ebpf.MapSpec `ebpf:"history"`
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
+	QuicKeys       *ebpf.MapSpec `ebpf:"quic_keys"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
@@ -132,6 +135,7 @@ type DirectorMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorVariableSpecs struct {
 	CaptureSetting     *ebpf.VariableSpec `ebpf:"capture_setting"`
+	UnusedAesKey       *ebpf.VariableSpec `ebpf:"unused_aes_key"`
 	UnusedBindKey      *ebpf.VariableSpec `ebpf:"unused_bind_key"`
 	UnusedBindKind     *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
 	UnusedBindVal      *ebpf.VariableSpec `ebpf:"unused_bind_val"`
@@ -195,6 +199,7 @@ type DirectorMaps struct {
 	History        *ebpf.Map `ebpf:"history"`
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
+	QuicKeys       *ebpf.Map `ebpf:"quic_keys"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
@@ -212,6 +217,7 @@ func (m *DirectorMaps) Close() error {
 		m.History,
 		m.LinkMtus,
 		m.QuicIds,
+		m.QuicKeys,
 		m.Registry,
 		m.Tables,
 	)
@@ -222,6 +228,7 @@ func (m *DirectorMaps) Close() error {
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorVariables struct {
 	CaptureSetting     *ebpf.Variable `ebpf:"capture_setting"`
+	UnusedAesKey       *ebpf.Variable `ebpf:"unused_aes_key"`
 	UnusedBindKey      *ebpf.Variable `ebpf:"unused_bind_key"`
 	UnusedBindKind     *ebpf.Variable `ebpf:"unused_bind_kind"`
 	UnusedBindVal      *ebpf.Variable `ebpf:"unused_bind_val"`

@@ -28,10 +28,12 @@ const (
 	DirectorSingleMapHistory            = "history"
 	DirectorSingleMapLinkMtus           = "link_mtus"
 	DirectorSingleMapQuicIds            = "quic_ids"
+	DirectorSingleMapQuicKeys           = "quic_keys"
 	DirectorSingleMapRegistry           = "registry"
 	DirectorSingleMapTables             = "tables"
 	DirectorSingleProgDirector          = "director"
 	DirectorSingleVarCaptureSetting     = "capture_setting"
+	DirectorSingleVarUnusedAesKey       = "unused_aes_key"
 	DirectorSingleVarUnusedBindKey      = "unused_bind_key"
 	DirectorSingleVarUnusedBindKind     = "unused_bind_kind"
 	DirectorSingleVarUnusedBindVal      = "unused_bind_val"
@@ -125,6 +127,7 @@ type DirectorSingleMapSpecs struct {
 	History        *ebpf.MapSpec `ebpf:"history"`
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
+	QuicKeys       *ebpf.MapSpec `ebpf:"quic_keys"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
@@ -134,6 +137,7 @@ type DirectorSingleMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorSingleVariableSpecs struct {
 	CaptureSetting     *ebpf.VariableSpec `ebpf:"capture_setting"`
+	UnusedAesKey       *ebpf.VariableSpec `ebpf:"unused_aes_key"`
 	UnusedBindKey      *ebpf.VariableSpec `ebpf:"unused_bind_key"`
 	UnusedBindKind     *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
 	UnusedBindVal      *ebpf.VariableSpec `ebpf:"unused_bind_val"`
@@ -198,6 +202,7 @@ type DirectorSingleMaps struct {
 	History        *ebpf.Map `ebpf:"history"`
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
+	QuicKeys       *ebpf.Map `ebpf:"quic_keys"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
@@ -216,6 +221,7 @@ func (m *DirectorSingleMaps) Close() error {
 		m.History,
 		m.LinkMtus,
 		m.QuicIds,
+		m.QuicKeys,
 		m.Registry,
 		m.Tables,
 	)
@@ -226,6 +232,7 @@ func (m *DirectorSingleMaps) Close() error {
 // It can be passed to LoadDirectorSingleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorSingleVariables struct {
 	CaptureSetting     *ebpf.Variable `ebpf:"capture_setting"`
+	UnusedAesKey       *ebpf.Variable `ebpf:"unused_aes_key"`
 	UnusedBindKey      *ebpf.Variable `ebpf:"unused_bind_key"`
 	UnusedBindKind     *ebpf.Variable `ebpf:"unused_bind_kind"`
 	UnusedBindVal      *ebpf.Variable `ebpf:"unused_bind_val"`

@@ -6,6 +6,7 @@
 #include "build.h"
 #include "director.h"
 #include "capture.h"
+#include "aes.h"
 
 /* The director config (struct dir_config: hash fields, the outer source
  * addresses and gateway MACs, the active bind generation), one entry,
@@ -120,6 +121,16 @@ struct {
 	__type(value, struct dir_quic_table);
 } quic_ids SEC(".maps");
 
+/* Each slot's QUIC-LB key (struct dir_aes_key: its AES-128 round keys),
+ * written with the slot's table; read only for a table whose quic_enc is
+ * set. A secret: the loader reads it back only to check the table's
+ * fingerprint. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DIR_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct dir_aes_key);
+} quic_keys SEC(".maps");
 /* Each slot's registry entry (struct dir_registry): the loader's, the
  * datapath never reads it. */
 struct {

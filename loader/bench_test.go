@@ -28,6 +28,7 @@ import (
 	"github.com/director/director/loader/xdpmode"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
+	"github.com/director/director/table/quiclb/cidcipher"
 )
 
 // BenchmarkProgram measures the program's own cost per packet on real
@@ -315,6 +316,59 @@ var quicBenchConfig = func() string {
 	return `{"tables": [` + plain + `, ` + t("quic", "10.71.0.2", `"quic": {"config_id": 1, "server_id_len": 2, "nonce_len": 6},`) + `]}`
 }()
 
+// quicEncryptedBench are the tables of quicEncryptedBenchConfig that
+// route by encrypted IDs: their VIPs, server ID and nonce lengths.
+var quicEncryptedBench = []struct {
+	name, vip        string
+	sidLen, nonceLen int
+}{
+	{"single", "10.72.0.2", 2, 14}, // one AES block: single pass
+	{"four3", "10.72.0.3", 2, 6},   // four passes, the server ID in the left half: undone in three
+	{"four4", "10.72.0.4", 7, 6},   // four passes, the server ID past the left half: undone in four
+}
+
+// quicEncryptedBenchKey is quicEncryptedBenchConfig's QUIC-LB key.
+var quicEncryptedBenchKey = [16]byte{0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80, 0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f}
+
+// quicEncryptedBenchConfig is a table without QUIC-LB routing (UDP to
+// 10.72.0.1:443) and, alike but for it, those of quicEncryptedBench.
+var quicEncryptedBenchConfig = func() string {
+	t := func(name, vip, quic string, sidLen int) string {
+		var bs []string
+		for i := 1; i <= 3; i++ {
+			sid := ""
+			if sidLen > 0 {
+				sid = fmt.Sprintf(`, "server_id": "%s"`, strings.Repeat(fmt.Sprintf("%02x", 0x5e+i), sidLen))
+			}
+			bs = append(bs, fmt.Sprintf(`{"ip": "192.168.72.%d", "state": "active", "healthy": true%s}`, i, sid))
+		}
+		return `{"name": "` + name + `", "hash_key": "00112233445566778899aabbccddeeff", "seed": "0f1e2d3c4b5a69788796a5b4c3d2e1f0", ` + quic + `
+  "binds": [{"ip": "` + vip + `", "proto": "udp", "port": 443}], "backends": [` + strings.Join(bs, ", ") + `]}`
+	}
+	tables := []string{t("plain", "10.72.0.1", "", 0)}
+	for _, q := range quicEncryptedBench {
+		tables = append(tables, t(q.name, q.vip, fmt.Sprintf(`"quic": {"config_id": 1, "server_id_len": %d, "nonce_len": %d, "key": "%x"},`,
+			q.sidLen, q.nonceLen, quicEncryptedBenchKey), q.sidLen))
+	}
+	return `{"tables": [` + strings.Join(tables, ", ") + `]}`
+}()
+
+// benchQUICEncrypted is a 1-RTT QUIC packet to the second backend of the
+// quicEncryptedBench table i, its ID encrypted.
+func benchQUICEncrypted(i int) []byte {
+	q := quicEncryptedBench[i]
+	c, err := cidcipher.New(quicEncryptedBenchKey, q.sidLen, q.nonceLen)
+	if err != nil {
+		panic(err)
+	}
+	plain := append(bytes.Repeat([]byte{0x60}, q.sidLen), make([]byte, q.nonceLen)...)
+	plain[q.sidLen] = 7
+	p := []byte{0x41, 1<<5 | byte(q.sidLen+q.nonceLen)}
+	p = append(p, make([]byte, c.Len())...)
+	c.Encrypt(p[2:], plain)
+	return append(p, make([]byte, 64)...)
+}
+
 // benchQUICPayload is a 1-RTT QUIC packet (a short header) to the
 // connection ID of config 1 that carries server ID a, b.
 func benchQUICPayload(a, b byte) []byte {
@@ -350,6 +404,14 @@ func BenchmarkProgramVersus(b *testing.B) {
 		// no backend (it looks up the ID, then falls back to its row).
 		{"quic-routed-vs-udp", quicBenchConfig, [][]byte{benchUDP4("10.71.0.1", 443, benchQUICPayload(0x5e, 0x02))},
 			[][]byte{benchUDP4("10.71.0.2", 443, benchQUICPayload(0x5e, 0x02))}},
+		// Encrypted IDs, each way of decrypting, against the same packet to
+		// a table alike without QUIC-LB routing.
+		{"quic-single-pass-vs-udp", quicEncryptedBenchConfig, [][]byte{benchUDP4("10.72.0.1", 443, benchQUICEncrypted(0))},
+			[][]byte{benchUDP4(quicEncryptedBench[0].vip, 443, benchQUICEncrypted(0))}},
+		{"quic-four-pass-3-vs-udp", quicEncryptedBenchConfig, [][]byte{benchUDP4("10.72.0.1", 443, benchQUICEncrypted(1))},
+			[][]byte{benchUDP4(quicEncryptedBench[1].vip, 443, benchQUICEncrypted(1))}},
+		{"quic-four-pass-4-vs-udp", quicEncryptedBenchConfig, [][]byte{benchUDP4("10.72.0.1", 443, benchQUICEncrypted(2))},
+			[][]byte{benchUDP4(quicEncryptedBench[2].vip, 443, benchQUICEncrypted(2))}},
 		{"quic-unknown-id-vs-udp", quicBenchConfig, [][]byte{benchUDP4("10.71.0.1", 443, benchQUICPayload(0x5e, 0x77))},
 			[][]byte{benchUDP4("10.71.0.2", 443, benchQUICPayload(0x5e, 0x77))}},
 	}
@@ -867,5 +929,17 @@ func BenchmarkProgramHistory(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestQUICEncryptedBenchRoutes: the encrypted-ID benchmark's packets are
+// routed by their IDs (to the second backend), not sent down a fallback.
+func TestQUICEncryptedBenchRoutes(t *testing.T) {
+	m := model.New(directorConfig(), pkt.GatewayMAC, testTables(t, quicEncryptedBenchConfig))
+	for i, q := range quicEncryptedBench {
+		r := m.Process(benchUDP4(q.vip, 443, benchQUICEncrypted(i)))
+		if r.QUIC != model.QUICRouted || len(r.HopList) == 0 || r.HopList[0] != netip.MustParseAddr("192.168.72.2") {
+			t.Errorf("%s: %s, hops %v", q.name, CounterNames()[r.QUIC], r.HopList)
+		}
 	}
 }

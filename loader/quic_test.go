@@ -3,13 +3,16 @@ package loader
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/table"
+	"github.com/director/director/table/quiclb/cidcipher"
 )
 
 // quicConfig is testConfig with QUIC-LB routing on three tables: web
@@ -37,6 +40,16 @@ var quicConfig = func() string {
 	}
 	return cfg
 }()
+
+// quicEncryptedConfig is quicConfig with encrypted connection IDs: web's
+// and v6's server IDs lie in the left half of the four-pass construction
+// (undone in three rounds), dns's do not (four), and v6's server ID and
+// nonce are 16 bytes, one AES block (single pass).
+var quicEncryptedConfig = strings.NewReplacer(
+	`"server_id_len": 3, "nonce_len": 6}`, `"server_id_len": 3, "nonce_len": 6, "key": "8f95f09245765f80256934e50c66207f"}`,
+	`"server_id_len": 15, "nonce_len": 4}`, `"server_id_len": 15, "nonce_len": 4, "key": "fdf726a9893ec05c0632d3956680baf0"}`,
+	`"server_id_len": 8, "nonce_len": 11}`, `"server_id_len": 8, "nonce_len": 8, "key": "00112233445566778899aabbccddeeff"}`,
+).Replace(quicConfig)
 
 // quicUnderlay6Config is quicConfig with the dns and v6 tables' backends
 // IPv6.
@@ -83,6 +96,13 @@ func (g *gen) quicFrame(tabs []*table.Table) []byte {
 		sid = g.bytes(int(q.ServerIDLen))
 	}
 	cid := append(append([]byte{rot<<5 | byte(q.CIDLen()-1)}, sid...), g.bytes(int(q.NonceLen))...)
+	if q.Encrypted { // the server ID and nonce encrypted together
+		c, err := cidcipher.New(q.Key, int(q.ServerIDLen), int(q.NonceLen))
+		if err != nil {
+			panic(err)
+		}
+		c.Encrypt(cid[1:], slices.Clone(cid[1:]))
+	}
 	var payload []byte
 	if g.rng.IntN(3) == 0 { // a long header
 		idLen := len(cid)
@@ -174,5 +194,40 @@ func TestQUICFindsEveryServerID(t *testing.T) {
 		if b.ServerID != tab.Backends[i].ServerID {
 			t.Errorf("backend %d read back with server ID %s, applied %s", i, b.ServerID, tab.Backends[i].ServerID)
 		}
+	}
+}
+
+// TestQUICKeyReadsBack: the tables of encrypted IDs read back with their
+// keys (so that their fingerprints are the applied ones), and a key entry
+// that is not a key's schedule is corrupt, not read as some other key.
+func TestQUICKeyReadsBack(t *testing.T) {
+	testenv.Kernel(t)
+	d, m := setupWith(t, directorConfig(), quicEncryptedConfig)
+	live, err := d.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := -1
+	for i, lt := range live {
+		if lt.Table.QUIC != m.Tables[i].QUIC || table.Fingerprint(lt.Table) != table.Fingerprint(m.Tables[i]) {
+			t.Errorf("tables[%d] read back with QUIC %v, applied %v (or another fingerprint)", i, lt.Table.QUIC, m.Tables[i].QUIC)
+		}
+		if lt.Table.QUIC.Encrypted {
+			slot = lt.Slot
+		}
+	}
+	if slot < 0 {
+		t.Fatal("no table of encrypted IDs read back")
+	}
+	var k abi.AESKey
+	if err := d.Maps.QuicKeys.Lookup(uint32(slot), &k); err != nil {
+		t.Fatal(err)
+	}
+	k.Dec[20] ^= 1
+	if err := d.Maps.QuicKeys.Put(uint32(slot), &k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Live(); err == nil || !strings.Contains(err.Error(), "corrupt QUIC key") {
+		t.Errorf("a corrupt key read back: %v", err)
 	}
 }

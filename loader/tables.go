@@ -138,10 +138,17 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 		return nil, err
 	}
 	var qt *abi.QUICTable
+	var qk *abi.AESKey
 	if dt.QuicSidLen != 0 {
 		qt = new(abi.QUICTable)
 		if err := d.Maps.QuicIds.Lookup(uint32(slot), qt); err != nil {
 			return nil, fmt.Errorf("QUIC server IDs: %w", err)
+		}
+	}
+	if dt.QuicSidLen != 0 && dt.QuicEnc != 0 {
+		qk = new(abi.AESKey)
+		if err := d.Maps.QuicKeys.Lookup(uint32(slot), qk); err != nil {
+			return nil, fmt.Errorf("QUIC key: %w", err)
 		}
 	}
 	dh, err := d.readHistory(slot)
@@ -160,7 +167,8 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 		c, ok := d.cache.read[slot]
 		d.cache.knownMu.Unlock()
 		if ok && c.digest == reg.Digest && bytes.Equal(rawBytes(c.raw), rawBytes(dt)) && (c.quic == nil) == (qt == nil) &&
-			(qt == nil || bytes.Equal(rawBytes(c.quic), rawBytes(qt))) && (c.hist == nil) == (dh == nil) &&
+			(qt == nil || bytes.Equal(rawBytes(c.quic), rawBytes(qt))) && (c.key == nil) == (qk == nil) &&
+			(qk == nil || bytes.Equal(rawBytes(c.key), rawBytes(qk))) && (c.hist == nil) == (dh == nil) &&
 			(dh == nil || bytes.Equal(rawBytes(c.hist), rawBytes(dh))) {
 			lt := c.lt
 			return &lt, nil
@@ -172,6 +180,11 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 	}
 	if qt != nil {
 		if err := mapimage.DecodeQUIC(qt, lt); err != nil {
+			return nil, err
+		}
+	}
+	if qk != nil {
+		if err := mapimage.DecodeQUICKey(qk, lt); err != nil {
 			return nil, err
 		}
 	}
@@ -188,7 +201,7 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 	if d.cache.read == nil {
 		d.cache.read = map[int]readSlotCache{}
 	}
-	d.cache.read[slot] = readSlotCache{raw: dt, quic: qt, hist: dh, digest: reg.Digest, lt: *lt}
+	d.cache.read[slot] = readSlotCache{raw: dt, quic: qt, key: qk, hist: dh, digest: reg.Digest, lt: *lt}
 	d.cache.knownMu.Unlock()
 	return lt, nil
 }
@@ -485,8 +498,14 @@ func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, pla
 		if err := d.writeHistory(p.Slot, tables[i], hists[i], p.Stat, ghosts, dt); err != nil {
 			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
-		// Its QUIC server IDs first: the table's settings send packets to
-		// them.
+		// Its QUIC key and server IDs first: the table's settings send
+		// packets to them.
+		if tables[i].QUIC.Encrypted {
+			k := mapimage.EncodeQUICKey(tables[i])
+			if err := d.Maps.QuicKeys.Put(uint32(p.Slot), &k); err != nil {
+				return fmt.Errorf("writing the QUIC key of tables[%d]: %w", i, err)
+			}
+		}
 		if tables[i].QUIC.On() {
 			qt, err := mapimage.EncodeQUIC(tables[i], p.Stat)
 			if err != nil {

@@ -41,6 +41,7 @@ type (
 	HistGhost   = DirHistGhost
 	QUICEntry   = DirQuicEntry
 	QUICTable   = DirQuicTable
+	AESKey      = DirAesKey
 	GLBEncap    = GlbEncap
 	Gue6Encap   = DirGue6Encap
 	GUEHeader   = GlbGueHdr

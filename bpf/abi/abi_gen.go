@@ -52,6 +52,12 @@ type BePrefix6 struct {
 	Addr      [16]uint8
 }
 
+type DirAesKey struct {
+	_   structs.HostLayout
+	Enc [44]uint32
+	Dec [44]uint32
+}
+
 type DirBackend struct {
 	_        structs.HostLayout
 	Addr     [16]uint8
@@ -418,7 +424,7 @@ type DirTable struct {
 	HopFamily   uint8
 	HistHops    uint8
 	HistOff     uint8
-	HistPad     uint8
+	QuicEnc     uint8
 	Balance     uint16
 	QuicSidLen  uint8
 	QuicCid     uint8

@@ -36,12 +36,6 @@ func CheckDatapath(tables []*table.Table) error {
 		stat[i] = uint8(i)
 	}
 	for i, t := range tables {
-		if t.QUIC.Encrypted {
-			// Work in progress (issue 48): the program decrypts IDs
-			// (bpf/cidcrypt.h) but does not route by them yet.
-			errs = append(errs, &table.FieldError{Path: fmt.Sprintf("tables[%d].quic.key", i), Msg: "encrypted connection IDs are not routed by this build yet"})
-			continue
-		}
 		if t.QUIC.On() && len(t.Backends) <= len(stat) {
 			up := &table.Table{QUIC: t.QUIC, Backends: slices.Clone(t.Backends)}
 			for k := range up.Backends {

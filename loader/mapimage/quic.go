@@ -2,10 +2,12 @@ package mapimage
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
+	"github.com/director/director/table/quiclb/cidcipher"
 )
 
 // QUIC-LB server IDs as the datapath finds them (bpf/director.h, struct
@@ -131,4 +133,25 @@ func QUICFinds(qt *abi.QUICTable, sid []byte, statPlus1 uint8) bool {
 		}
 	}
 	return false
+}
+
+// EncodeQUICKey is t's QUIC-LB key as the program takes it: its AES-128
+// round keys. As secret as the key.
+func EncodeQUICKey(t *table.Table) abi.AESKey {
+	rk := cidcipher.Schedule(t.QUIC.Key)
+	return abi.AESKey{Enc: rk.Enc, Dec: rk.Dec}
+}
+
+// DecodeQUICKey gives lt's table the key k holds (its first round key is
+// the key itself), checking that the rest is that key's schedule.
+func DecodeQUICKey(k *abi.AESKey, lt *LiveTable) error {
+	var key table.Key
+	for i := 0; i < 4; i++ {
+		binary.LittleEndian.PutUint32(key[4*i:], k.Enc[i])
+	}
+	if rk := cidcipher.Schedule(key); rk.Enc != k.Enc || rk.Dec != k.Dec {
+		return errors.New("corrupt QUIC key: its round keys are not its schedule")
+	}
+	lt.Table.QUIC.Encrypted, lt.Table.QUIC.Key = true, key
+	return nil
 }

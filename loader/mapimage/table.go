@@ -44,6 +44,9 @@ func EncodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []Ghos
 	if q := t.QUIC; q.On() {
 		dt.QuicSidLen = q.ServerIDLen
 		dt.QuicCid = q.ConfigID<<5 | uint8(q.CIDLen())
+		if q.Encrypted {
+			dt.QuicEnc = 1
+		}
 	}
 	if len(t.Backends) > abi.MaxBackends || len(t.Binds) > len(dt.Binds) {
 		return nil, errors.New("too many backends or binds")
