@@ -52,6 +52,8 @@ func TestDiffQUICStranded(t *testing.T) {
 			}
 		}, []string{"QUIC-LB routing turned off"}},
 		{"drain", func(tc *TableConfig) { tc.Backends[0].State = StateDraining }, nil},
+		{"encrypted", func(tc *TableConfig) { tc.QUIC.Encrypted, tc.QUIC.Key = true, Key{1} },
+			[]string{"QUIC-LB settings changed (config 1, 2-byte server IDs, 6-byte nonces -> config 1, 2-byte server IDs, 6-byte nonces, encrypted)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := Compare([]*Table{base}, []*Table{quicTable(t, c.edit)})
@@ -80,5 +82,25 @@ func TestDiffQUICStranded(t *testing.T) {
 	d := Compare([]*Table{off}, []*Table{base})
 	if safe, reasons := Verdict(d); !safe || d.Tables[0].Status != StatusChanged || d.Tables[0].NewQUIC == nil || d.Tables[0].OldQUIC != nil {
 		t.Errorf("turning routing on: safe %v %q, %+v", safe, reasons, d.Tables[0])
+	}
+}
+
+// TestDiffQUICKeyChanged: a new key strands the connections whose IDs the
+// old one encrypted; the diff says so without showing either key.
+func TestDiffQUICKeyChanged(t *testing.T) {
+	t.Parallel()
+	key := func(k byte) func(*TableConfig) {
+		return func(tc *TableConfig) { tc.QUIC.Encrypted, tc.QUIC.Key = true, Key{k, 0xab, 0xcd} }
+	}
+	d := Compare([]*Table{quicTable(t, key(0x11))}, []*Table{quicTable(t, key(0x22))})
+	safe, reasons := Verdict(d)
+	if safe || len(reasons) != 1 || !strings.Contains(reasons[0], "QUIC-LB key changed: connection IDs encrypted with the old key no longer name their backend") {
+		t.Fatalf("safe %v, reasons %q", safe, reasons)
+	}
+	if strings.Contains(reasons[0], "abcd") || strings.Contains(reasons[0], "11ab") {
+		t.Errorf("a key is shown: %s", reasons[0])
+	}
+	if safe, _ := Verdict(Compare([]*Table{quicTable(t, key(0x11))}, []*Table{quicTable(t, key(0x11))})); !safe {
+		t.Error("the same key judged unsafe")
 	}
 }

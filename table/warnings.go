@@ -27,6 +27,9 @@ func quicStranded(o, n *Table) []string {
 	switch {
 	case o.QUIC.On() && !n.QUIC.On():
 		out = append(out, "QUIC-LB routing turned off: a QUIC connection whose row names another backend than the one its connection ID names is lost")
+	case o.QUIC.On() && o.QUIC.String() == n.QUIC.String() && o.QUIC.Key != n.QUIC.Key:
+		// Both encrypted, alike but for the key, which is never shown.
+		out = append(out, "QUIC-LB key changed: connection IDs encrypted with the old key no longer name their backend")
 	case o.QUIC.On() && o.QUIC != n.QUIC:
 		out = append(out, fmt.Sprintf("QUIC-LB settings changed (%s -> %s): connection IDs issued under the old ones no longer name their backend", o.QUIC, n.QUIC))
 	}

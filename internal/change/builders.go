@@ -144,7 +144,8 @@ func sameBackendList(a, b []table.Backend) bool {
 }
 
 // metaSig is what of a table decides no row but is part of it: its name,
-// key, binds and QUIC routing (a memo of another's is not this table).
+// key, binds and QUIC routing, its key included (a memo of another's is
+// not this table). Never shown: it holds secrets.
 func metaSig(tc *table.TableConfig) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%q %x %x %d/%t", tc.Name, tc.HashKey[:], tc.Seed[:], tc.History.Window, tc.History.NoHops)
@@ -152,7 +153,7 @@ func metaSig(tc *table.TableConfig) string {
 		b.WriteString(" " + bd.String())
 	}
 	if tc.QUIC.On() {
-		fmt.Fprintf(&b, " quic %d/%d/%d", tc.QUIC.ConfigID, tc.QUIC.ServerIDLen, tc.QUIC.NonceLen)
+		fmt.Fprintf(&b, " quic %d/%d/%d/%t/%x", tc.QUIC.ConfigID, tc.QUIC.ServerIDLen, tc.QUIC.NonceLen, tc.QUIC.Encrypted, tc.QUIC.Key[:])
 		for _, be := range tc.Backends {
 			b.WriteString(" " + be.ServerID.String())
 		}

@@ -79,4 +79,15 @@ func TestBuildersSeeWhichBackends(t *testing.T) {
 	hist := mk(1, 2, 3, 4, 5)
 	hist.History.NoHops = true
 	check(hist, "history_hops false")
+	// A QUIC-LB key decides no row, but the table carries it.
+	keyed := func(k byte) *table.TableConfig {
+		tc := mk(1, 2, 3, 4, 5)
+		tc.QUIC = table.QUIC{ConfigID: 1, ServerIDLen: 1, NonceLen: 6, Encrypted: true, Key: table.Key{k}}
+		for i := range tc.Backends {
+			tc.Backends[i].ServerID = table.ServerID([]byte{byte(i + 1)})
+		}
+		return tc
+	}
+	check(keyed(1), "a QUIC key")
+	check(keyed(2), "another QUIC key")
 }
