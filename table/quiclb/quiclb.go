@@ -1,6 +1,6 @@
 // Package quiclb issues QUIC connection IDs that carry a server ID, in the
-// unencrypted ("plaintext") format of QUIC-LB (draft-ietf-quic-load-
-// balancers), so that a load balancer can send every packet of a
+// formats of QUIC-LB (draft-ietf-quic-load-balancers): unencrypted
+// ("plaintext"), or with a key, encrypted as the draft specifies, so that a load balancer can send every packet of a
 // connection to the server that holds it, whatever the client's address
 // and port: after a change of the forwarding table, after a NAT rebinding,
 // after a client's migration to another network. docs/wire.md, "QUIC-LB
@@ -12,13 +12,17 @@
 //	bytes 1..L     the server ID
 //	bytes L+1..    the nonce: random, fresh for each ID
 //
+// With a Key, bytes 1 to L+N are the server ID and nonce encrypted
+// together (package cidcipher): an observer cannot tell two IDs of one
+// server, or of one connection, apart from any others.
+//
 // For quic-go, give a Generator as the Transport's ConnectionIDGenerator:
 //
 //	gen, err := quiclb.NewConnectionIDGenerator(quiclb.Config{ConfigID: 0, ServerID: id, NonceLen: 8})
 //	tr := &quic.Transport{Conn: udpConn, ConnectionIDGenerator: gen}
 //
-// with the same ConfigID, server ID length and nonce length as the table's
-// "quic" block, and this server's "server_id" (docs/config.md).
+// with the same ConfigID, server ID length, nonce length and key as the
+// table's "quic" block, and this server's "server_id" (docs/config.md).
 package quiclb
 
 import (
@@ -29,6 +33,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/director/director/table"
+	"github.com/director/director/table/quiclb/cidcipher"
 )
 
 // Limits of the format: three bits of config rotation, of which 0b111 is
@@ -51,6 +56,8 @@ type Config struct {
 	ConfigID uint8
 	ServerID []byte
 	NonceLen int
+	// Key, when not nil, encrypts the IDs (the table's "key"). A secret.
+	Key *[16]byte
 }
 
 // Len is the length of the IDs c issues.
@@ -73,7 +80,10 @@ func (c Config) Check() error {
 
 // Generator issues c's connection IDs. It implements quic-go's
 // ConnectionIDGenerator.
-type Generator struct{ c Config }
+type Generator struct {
+	c      Config
+	cipher *cidcipher.Cipher // nil: plaintext IDs
+}
 
 // NewConnectionIDGenerator checks c and returns its generator.
 func NewConnectionIDGenerator(c Config) (*Generator, error) {
@@ -81,7 +91,14 @@ func NewConnectionIDGenerator(c Config) (*Generator, error) {
 		return nil, fmt.Errorf("quiclb: %w", err)
 	}
 	c.ServerID = append([]byte(nil), c.ServerID...)
-	return &Generator{c: c}, nil
+	g := &Generator{c: c}
+	if c.Key != nil {
+		var err error
+		if g.cipher, err = cidcipher.New(*c.Key, len(c.ServerID), c.NonceLen); err != nil {
+			return nil, fmt.Errorf("quiclb: %w", err)
+		}
+	}
+	return g, nil
 }
 
 // Append appends a new connection ID to b.
@@ -93,7 +110,12 @@ func (g *Generator) Append(b []byte) ([]byte, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("quiclb: a nonce: %w", err)
 	}
-	return append(b, nonce...), nil
+	b = append(b, nonce...)
+	if g.cipher != nil {
+		plain := b[len(b)-g.cipher.Len():]
+		g.cipher.Encrypt(plain, append([]byte(nil), plain...))
+	}
+	return b, nil
 }
 
 // GenerateConnectionID issues a new connection ID (quic-go's
@@ -123,4 +145,20 @@ func Decode(cid []byte, configID uint8, serverIDLen int) ([]byte, error) {
 		return nil, ErrNotRoutable
 	}
 	return cid[1 : 1+serverIDLen], nil
+}
+
+// DecodeEncrypted is Decode for encrypted IDs of a config whose nonces are
+// nonceLen bytes and whose key is key: the server ID decrypted, as a load
+// balancer reads it.
+func DecodeEncrypted(cid []byte, configID uint8, serverIDLen, nonceLen int, key [16]byte) ([]byte, error) {
+	c, err := cidcipher.New(key, serverIDLen, nonceLen)
+	if err != nil {
+		return nil, err
+	}
+	if len(cid) < 1+c.Len() || cid[0]>>5 != configID || configID > MaxConfigID {
+		return nil, ErrNotRoutable
+	}
+	sid := make([]byte, serverIDLen)
+	c.ServerID(sid, cid[1:1+c.Len()])
+	return sid, nil
 }

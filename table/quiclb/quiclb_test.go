@@ -59,6 +59,46 @@ func TestIDsCarryTheServerID(t *testing.T) {
 	}
 }
 
+// TestEncryptedIDsCarryTheServerID: with a key, every ID decrypts to the
+// server ID, the IDs do not show it, and another key does not find it.
+func TestEncryptedIDsCarryTheServerID(t *testing.T) {
+	for _, nonce := range []int{6, 13} { // four passes; 3 + 13 = 16 bytes, one AES block
+		sid := []byte{0xab, 0xcd, 0x01}
+		g, err := NewConnectionIDGenerator(Config{ConfigID: 2, ServerID: sid, NonceLen: nonce, Key: &testKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown := 0
+		for i := 0; i < 1000; i++ {
+			id, err := g.GenerateConnectionID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := id.Bytes()
+			if len(b) != 1+3+nonce || b[0] != 2<<5|byte(3+nonce) {
+				t.Fatalf("ID %x: first octet %#x", b, b[0])
+			}
+			got, err := DecodeEncrypted(b, 2, 3, nonce, testKey)
+			if err != nil || !bytes.Equal(got, sid) {
+				t.Fatalf("DecodeEncrypted(%x): %x, %v", b, got, err)
+			}
+			if bytes.Equal(b[1:4], sid) {
+				shown++
+			}
+		}
+		// By chance, one ID in 2^24 starts with it.
+		if shown > 1 {
+			t.Errorf("nonce %d: the server ID in the clear in %d of 1000 IDs", nonce, shown)
+		}
+		other := testKey
+		other[0] ^= 1
+		id, _ := g.GenerateConnectionID()
+		if got, _ := DecodeEncrypted(id.Bytes(), 2, 3, nonce, other); bytes.Equal(got, sid) {
+			t.Errorf("nonce %d: another key decrypts the server ID", nonce)
+		}
+	}
+}
+
 func TestConfigLimits(t *testing.T) {
 	for _, c := range []struct {
 		cfg  Config
@@ -84,8 +124,16 @@ func TestConfigLimits(t *testing.T) {
 // the handshake is done the client addresses the server by IDs that carry
 // its server ID, as a load balancer reads them.
 func TestQuicGoUsesTheIDs(t *testing.T) {
+	t.Run("plaintext", func(t *testing.T) { quicGoUsesTheIDs(t, nil) })
+	t.Run("encrypted", func(t *testing.T) { quicGoUsesTheIDs(t, &testKey) })
+}
+
+// testKey is the draft's test vectors' key.
+var testKey = [16]byte{0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80, 0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f}
+
+func quicGoUsesTheIDs(t *testing.T, key *[16]byte) {
 	sid := []byte{0x5e, 0x01}
-	g, err := NewConnectionIDGenerator(Config{ConfigID: 1, ServerID: sid, NonceLen: 6})
+	g, err := NewConnectionIDGenerator(Config{ConfigID: 1, ServerID: sid, NonceLen: 6, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +233,11 @@ func TestQuicGoUsesTheIDs(t *testing.T) {
 		t.Fatal("the client sent no short-header packet")
 	}
 	for _, id := range short {
-		if got, err := Decode(id, 1, len(sid)); err != nil || !bytes.Equal(got, sid) {
+		got, err := Decode(id, 1, len(sid))
+		if key != nil {
+			got, err = DecodeEncrypted(id, 1, len(sid), 6, *key)
+		}
+		if err != nil || !bytes.Equal(got, sid) {
 			t.Fatalf("the client addressed the server by %x: server ID %x, %v", id, got, err)
 		}
 	}

@@ -7,11 +7,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/table"
+	"github.com/director/director/table/quiclb/cidcipher"
 )
 
 // MaxGenFlows is the most flows Generate makes: the capture is built in
@@ -187,6 +189,11 @@ func (f *genFlow) quic(n int, t *table.TableConfig) {
 	q := t.QUIC
 	cid := append([]byte{q.ConfigID<<5 | byte(q.CIDLen()-1)}, t.Backends[rng.IntN(len(t.Backends))].ServerID...)
 	cid = append(cid, random(int(q.NonceLen))...)
+	if q.Encrypted { // as the servers issue them
+		if c, err := cidcipher.New(q.Key, int(q.ServerIDLen), int(q.NonceLen)); err == nil {
+			c.Encrypt(cid[1:], slices.Clone(cid[1:]))
+		}
+	}
 	rebind := rng.IntN(4) == 0
 	for k := 0; k < n; k++ {
 		if rebind && k == n/2 {

@@ -37,8 +37,11 @@ import (
 const QUICPort = 443
 
 // QUICSettings are the testbed's QUIC-LB settings: config rotation 1,
-// two-byte server IDs, six-byte nonces.
-var QUICSettings = table.QUIC{ConfigID: 1, ServerIDLen: 2, NonceLen: 6}
+// two-byte server IDs, six-byte nonces, encrypted (the four-pass
+// construction) as production servers issue them, with the draft's test
+// key.
+var QUICSettings = table.QUIC{ConfigID: 1, ServerIDLen: 2, NonceLen: 6, Encrypted: true,
+	Key: table.Key{0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80, 0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f}}
 
 // QUICServerID is backend i's server ID: 0x5e, i.
 func QUICServerID(i int) table.ServerID { return table.ServerID([]byte{0x5e, byte(i)}) }
@@ -83,8 +86,9 @@ func (tb *Testbed) ServeQUIC(i int) error {
 	if err != nil {
 		return err
 	}
+	key := [16]byte(QUICSettings.Key)
 	gen, err := quiclb.NewConnectionIDGenerator(quiclb.Config{ConfigID: QUICSettings.ConfigID,
-		ServerID: []byte(QUICServerID(i)), NonceLen: int(QUICSettings.NonceLen)})
+		ServerID: []byte(QUICServerID(i)), NonceLen: int(QUICSettings.NonceLen), Key: &key})
 	if err != nil {
 		return err
 	}
@@ -316,8 +320,8 @@ func QUICConfig(states map[int]string, healthy map[int]bool, n int, routing bool
 		return cfg
 	}
 	q := QUICSettings
-	cfg = strings.Replace(cfg, `"binds": [`, fmt.Sprintf(`"quic": {"config_id": %d, "server_id_len": %d, "nonce_len": %d}, "binds": [`,
-		q.ConfigID, q.ServerIDLen, q.NonceLen), 1)
+	cfg = strings.Replace(cfg, `"binds": [`, fmt.Sprintf(`"quic": {"config_id": %d, "server_id_len": %d, "nonce_len": %d, "key": "%x"}, "binds": [`,
+		q.ConfigID, q.ServerIDLen, q.NonceLen, q.Key[:]), 1)
 	for i := 1; i <= n; i++ {
 		cfg = strings.Replace(cfg, fmt.Sprintf(`{"ip": "%s"`, BackendIP(i)),
 			fmt.Sprintf(`{"ip": "%s", "server_id": "%s"`, BackendIP(i), QUICServerID(i)), 1)
