@@ -21,15 +21,7 @@ import (
 // and on FIPS 197's example (Appendix B).
 func TestAESMatchesGo(t *testing.T) {
 	testenv.Kernel(t)
-	spec, err := xdpbuild.Lab()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var progs bpf.LabPrograms
-	if err := spec.LoadAndAssign(&progs, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer progs.Close()
+	progs := labPrograms(t)
 	run := func(op uint32, rk [44]uint32, block []byte) []byte {
 		t.Helper()
 		frame := binary.LittleEndian.AppendUint32(nil, op)
@@ -81,15 +73,7 @@ func TestAESMatchesGo(t *testing.T) {
 // three rounds and four.
 func TestCIDServerIDMatchesGo(t *testing.T) {
 	testenv.Kernel(t)
-	spec, err := xdpbuild.Lab()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var progs bpf.LabPrograms
-	if err := spec.LoadAndAssign(&progs, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer progs.Close()
+	progs := labPrograms(t)
 	r := rand.New(rand.NewPCG(5, 6))
 	for n := cidcipher.MinLen; n <= cidcipher.MaxLen; n++ {
 		for sid := 1; sid < n && sid <= 15; sid++ {
@@ -140,15 +124,7 @@ func TestCIDServerIDMatchesGo(t *testing.T) {
 // program's (xdp_tx_baseline) on the same frame: ns/op is the kernel's.
 func BenchmarkCIDServerID(b *testing.B) {
 	testenv.Kernel(b)
-	spec, err := xdpbuild.Lab()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var progs bpf.LabPrograms
-	if err := spec.LoadAndAssign(&progs, nil); err != nil {
-		b.Fatal(err)
-	}
-	defer progs.Close()
+	progs := labPrograms(b)
 	for _, c := range []struct {
 		name   string
 		n, sid int
@@ -172,4 +148,19 @@ func BenchmarkCIDServerID(b *testing.B) {
 			b.ReportMetric(total/float64(b.N), "ns/op")
 		})
 	}
+}
+
+// labPrograms loads the lab object's programs, closed when t ends.
+func labPrograms(t testing.TB) *bpf.LabPrograms {
+	t.Helper()
+	spec, err := xdpbuild.Lab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs := new(bpf.LabPrograms)
+	if err := spec.LoadAndAssign(progs, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { progs.Close() })
+	return progs
 }

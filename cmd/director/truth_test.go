@@ -195,20 +195,7 @@ func TestPlanOfTheDirectorConfigAlone(t *testing.T) {
 // key changed).
 func TestQUICKeyIsNeverShown(t *testing.T) {
 	const key, other = "8f95f09245765f80256934e50c66207f", "0123456789abcdef0123456789abcdef"
-	raw, err := os.ReadFile(cfgDir + "quic.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyed := func(k string) string {
-		s := strings.Replace(string(raw), `"nonce_len": 6}`, `"nonce_len": 6, "key": "`+k+`"}`, 1)
-		if s == string(raw) {
-			t.Fatal("quic.json has no quic block to add a key to")
-		}
-		path := filepath.Join(t.TempDir(), "keyed.json")
-		os.WriteFile(path, []byte(s), 0o600)
-		return path
-	}
-	path, path2 := keyed(key), keyed(other)
+	path, path2 := keyedQUIC(t, key), keyedQUIC(t, other)
 	dir := bpffsDir(t)
 	b := []string{"--bpffs", dir}
 	mustRun(t, 0, append(b, "load")...)
@@ -235,13 +222,7 @@ func TestQUICKeyIsNeverShown(t *testing.T) {
 // decrypted server ID, the kernel as the model.
 func TestReplayEncryptedQUIC(t *testing.T) {
 	testenv.Kernel(t)
-	raw, err := os.ReadFile(cfgDir + "quic.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg, capture := filepath.Join(dir, "keyed.json"), filepath.Join(dir, "keyed.pcap")
-	os.WriteFile(cfg, []byte(strings.Replace(string(raw), `"nonce_len": 6}`, `"nonce_len": 6, "key": "8f95f09245765f80256934e50c66207f"}`, 1)), 0o600)
+	cfg, capture := keyedQUIC(t, "8f95f09245765f80256934e50c66207f"), filepath.Join(t.TempDir(), "keyed.pcap")
 	mustRun(t, 0, "gen-capture", "--config", cfg, "-o", capture, "--flows", "200", "--seed", "3")
 	out := mustRun(t, 0, "replay", capture, "--config", cfg, "--verify")
 	var routed, unknown int
@@ -259,4 +240,23 @@ func TestReplayEncryptedQUIC(t *testing.T) {
 	if routed < 100 || unknown > routed/3 || !strings.Contains(out, " 0 differ") {
 		t.Errorf("%d packets routed by ID, %d of unknown IDs:\n%s", routed, unknown, out)
 	}
+}
+
+// keyedQUIC is the path of testdata's quic.json with key (hex) in its quic
+// block: its connection IDs encrypted.
+func keyedQUIC(t *testing.T, key string) string {
+	t.Helper()
+	raw, err := os.ReadFile(cfgDir + "quic.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(raw), `"nonce_len": 6}`, `"nonce_len": 6, "key": "`+key+`"}`, 1)
+	if s == string(raw) {
+		t.Fatal("quic.json has no quic block to add a key to")
+	}
+	path := filepath.Join(t.TempDir(), "keyed.json")
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
