@@ -150,21 +150,7 @@ func TestMultiBufferFramesMatchModel(t *testing.T) {
 // refuses it) is passed as too big, as the model says, rather than
 // failing the replay.
 func TestReplayerFramesBeyondAnyBuffer(t *testing.T) {
-	testenv.Kernel(t)
-	dc := directorConfig()
-	tabs := testTables(t, testConfig)
-	d, err := Private(&dc, tabs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	r, err := testrun.NewReplayer(d.Prog, d.Maps.Counters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	m := model.New(dc, pkt.GatewayMAC, tabs)
-	small := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
+	r, m, small := replayerOnTestConfig(t)
 	huge := append(append([]byte(nil), small...), make([]byte, model.MaxFrame)...)
 	frames := [][]byte{small, huge, small[:model.MaxFrame%len(small)]}
 	out := make([]testrun.Outcome, len(frames))
@@ -270,23 +256,11 @@ func vethJumbo(dir, mode string) error {
 // to one CPU each; a thread handed back to the Go scheduler still pinned
 // would keep the goroutines it runs next off the other CPUs.
 func TestReplayerLeavesThreadsUnpinned(t *testing.T) {
-	testenv.Kernel(t)
-	dc := directorConfig()
-	d, err := Private(&dc, testTables(t, testConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	r, err := testrun.NewReplayer(d.Prog, d.Maps.Counters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, _, small := replayerOnTestConfig(t)
 	var allowed unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
 		t.Fatal(err)
 	}
-	small := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
 	frames := make([][]byte, 4096)
 	for i := range frames {
 		frames[i] = small
@@ -311,4 +285,26 @@ func TestReplayerLeavesThreadsUnpinned(t *testing.T) {
 			t.Errorf("thread %d may run on %d CPUs after a replay, the process on %d", tid, set.Count(), allowed.Count())
 		}
 	}
+}
+
+// replayerOnTestConfig loads testConfig into a private director and returns
+// a replayer on it, the model of the same tables and one TCP frame to a bind.
+func replayerOnTestConfig(t *testing.T) (*testrun.Replayer, *model.Datapath, []byte) {
+	t.Helper()
+	testenv.Kernel(t)
+	dc := directorConfig()
+	tabs := testTables(t, testConfig)
+	d, err := Private(&dc, tabs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	r, err := testrun.NewReplayer(d.Prog, d.Maps.Counters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	m := model.New(dc, pkt.GatewayMAC, tabs)
+	small := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("10.20.0.1"), 6, pkt.TCP(40000, 80, 0x10, nil), pkt.V4Opts{}))
+	return r, m, small
 }
