@@ -315,6 +315,13 @@ func printReplay(w io.Writer, r *replay.Report) {
 		fmt.Fprintln(w, "\nhottest rows:")
 		for _, h := range r.HotRows {
 			fmt.Fprintf(w, "  %-12s row 0x%04x  primary %-15s %8d packets %10d bytes\n", h.Table, h.Row, h.Primary, h.Packets, h.Bytes)
+			if len(h.SentTo) > 1 {
+				var to []string
+				for _, b := range h.SentTo {
+					to = append(to, fmt.Sprintf("%s %d", b.IP, b.Packets))
+				}
+				fmt.Fprintf(w, "    sent to %d backends by connection ID: %s packets\n", len(h.SentTo), strings.Join(to, ", "))
+			}
 		}
 	}
 	if a := r.Against; a != nil {

@@ -3,6 +3,7 @@ package replay
 import (
 	"math"
 	"net/netip"
+	"sort"
 
 	"github.com/director/director/internal/datapath/chunk"
 	"github.com/director/director/internal/datapath/classify"
@@ -11,9 +12,12 @@ import (
 
 // Aggregator builds a Report from samples. Per packet it does one map
 // operation (its flow); everything else is counted in arrays, and per
-// backend totals are derived from the rows at the end (a row has one
-// primary). Nothing it keeps holds a pointer, so the garbage collector
-// never scans it. Aggregators filled in parallel are combined with Merge.
+// backend totals are derived from the rows at the end. A row's packets
+// usually all go to its primary; those a connection ID sent elsewhere (a
+// table with QUIC-LB routing) are counted apart, by row and backend, so
+// that each backend is credited with what was sent to it. Nothing it
+// keeps holds a pointer, so the garbage collector never scans it.
+// Aggregators filled in parallel are combined with Merge.
 type Aggregator struct {
 	_       [128]byte
 	r       Report
@@ -50,11 +54,66 @@ type idCount struct {
 type tableAgg struct {
 	count Count
 	rows  []rowAgg // 1<<16 entries
+	// elsewhere holds the packets of a row sent to a backend other than
+	// the row's first (rowAgg.primary): routed by connection ID.
+	elsewhere map[rowHop]Count
 }
 
 type rowAgg struct {
-	count   Count
-	primary hop
+	count   Count // every packet of the row, wherever it was sent
+	primary hop   // where the row's first packet was sent
+}
+
+type rowHop struct {
+	row int32
+	hop hop
+}
+
+// add counts c, packets of row sent to primary p.
+func (t *tableAgg) add(row int32, p hop, c Count) {
+	r := &t.rows[row]
+	if r.count.Packets == 0 {
+		r.primary = p
+	}
+	r.count.merge(c)
+	if p != r.primary {
+		if t.elsewhere == nil {
+			t.elsewhere = map[rowHop]Count{}
+		}
+		k := rowHop{row, p}
+		e := t.elsewhere[k]
+		e.merge(c)
+		t.elsewhere[k] = e
+	}
+}
+
+// elsewhereByRow is elsewhere grouped by row.
+func (t *tableAgg) elsewhereByRow() map[int32]map[hop]Count {
+	out := map[int32]map[hop]Count{}
+	for k, c := range t.elsewhere {
+		if out[k.row] == nil {
+			out[k.row] = map[hop]Count{}
+		}
+		out[k.row][k.hop] = c
+	}
+	return out
+}
+
+// sentTo is, for each backend, the packets of row sent to it; elsewhere
+// is elsewhereByRow's entry for the row.
+func (t *tableAgg) sentTo(row int32, elsewhere map[hop]Count) map[hop]Count {
+	r := &t.rows[row]
+	own := r.count
+	out := map[hop]Count{}
+	for h, c := range elsewhere {
+		own.Packets -= c.Packets
+		own.Bytes -= c.Bytes
+		out[h] = c
+	}
+	if own.Packets > 0 {
+		out[r.primary] = own
+	}
+	return out
 }
 
 // hop is a hop's address without pointers: its 16-byte form (IPv4
@@ -186,8 +245,7 @@ func (a *Aggregator) Add(s *Sample) {
 		primary := hopOf(s.Primary)
 		row := int32(s.Row & 0xffff)
 		if f == nil {
-			t.rows[row].count.add(s.Bytes)
-			t.rows[row].primary = primary
+			t.add(row, primary, Count{Packets: 1, Bytes: uint64(s.Bytes)})
 			return
 		}
 		// A flow's packets go to one row: count them in the flow, which
@@ -291,9 +349,7 @@ func (a *Aggregator) flushRow(f *flowAgg) {
 	if f.rowCount.Packets == 0 {
 		return
 	}
-	r := &a.tables[f.rowTable].rows[f.row]
-	r.count.merge(f.rowCount)
-	r.primary = f.rowPrimary
+	a.tables[f.rowTable].add(f.row, f.rowPrimary, f.rowCount)
 	f.rowCount = Count{}
 }
 
@@ -500,10 +556,17 @@ func (a *Aggregator) mergeCounts(o *Aggregator) {
 		}
 		t := a.table(i)
 		t.count.merge(ot.count)
+		others := ot.elsewhereByRow()
 		for r := range ot.rows {
-			if ot.rows[r].count.Packets > 0 {
-				t.rows[r].count.merge(ot.rows[r].count)
-				t.rows[r].primary = ot.rows[r].primary
+			if ot.rows[r].count.Packets == 0 {
+				continue
+			}
+			if others[int32(r)] == nil {
+				t.add(int32(r), ot.rows[r].primary, ot.rows[r].count)
+				continue
+			}
+			for _, h := range sortedHops(ot.sentTo(int32(r), others[int32(r)])) {
+				t.add(int32(r), h.hop, h.Count)
 			}
 		}
 	}
@@ -512,4 +575,25 @@ func (a *Aggregator) mergeCounts(o *Aggregator) {
 func (c *Count) merge(o Count) {
 	c.Packets += o.Packets
 	c.Bytes += o.Bytes
+}
+
+// hopCount is a backend and what it was sent.
+type hopCount struct {
+	hop hop
+	Count
+}
+
+// sortedHops is m's backends, the busiest first (then by address).
+func sortedHops(m map[hop]Count) []hopCount {
+	out := make([]hopCount, 0, len(m))
+	for h, c := range m {
+		out = append(out, hopCount{h, c})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Packets != out[j].Packets {
+			return out[i].Packets > out[j].Packets
+		}
+		return out[i].hop.addr().Less(out[j].hop.addr())
+	})
+	return out
 }

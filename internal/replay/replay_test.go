@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,6 +162,46 @@ func TestFlowKeepsEarliestPacket(t *testing.T) {
 	}
 	if flows != 1 {
 		t.Fatalf("the flow is not counted on its first primary: %+v", r.Tables[0].Backends)
+	}
+}
+
+// TestRowSentToSeveralBackends: packets of one row sent to several
+// backends (by QUIC connection ID) are credited to each, in one Aggregator
+// or in two merged, and the row says where they went.
+func TestRowSentToSeveralBackends(t *testing.T) {
+	s := func(n, port int, to string) *replay.Sample {
+		k := replay.FlowKey{Client: netip.MustParseAddr("198.18.0.1"), VIP: netip.MustParseAddr("10.20.0.1"), ClientPort: uint16(port), VIPPort: 443, Proto: 17}
+		h := []netip.Addr{netip.MustParseAddr(to), netip.MustParseAddr("10.0.0.9")}
+		return &replay.Sample{N: n, Bytes: 100, Verdict: model.XDPTX, HasFlow: true, Flow: k, Table: 0, Row: 7, Hops: h, Primary: h[0]}
+	}
+	packets := []*replay.Sample{s(1, 1, "10.0.0.1"), s(2, 1, "10.0.0.2"), s(3, 2, "10.0.0.2"), s(4, 3, "10.0.0.1"), s(5, 2, "10.0.0.2"), s(6, 4, "10.0.0.3")}
+	one := replay.NewAggregator("f", "pcap", []string{"t"}, reasons)
+	for _, p := range packets {
+		one.Add(p)
+	}
+	a, b := replay.NewAggregator("f", "pcap", []string{"t"}, reasons), replay.NewAggregator("f", "pcap", []string{"t"}, reasons)
+	for _, p := range packets {
+		if p.Flow.ClientPort%2 == 1 {
+			a.Add(p)
+		} else {
+			b.Add(p)
+		}
+	}
+	a.MergeDisjoint(b)
+	for name, r := range map[string]*replay.Report{"one": one.Report(5, ""), "merged": a.Report(5, "")} {
+		got := map[string]uint64{}
+		for _, b := range r.Tables[0].Backends {
+			got[b.IP] = b.Packets
+		}
+		if got["10.0.0.1"] != 2 || got["10.0.0.2"] != 3 || got["10.0.0.3"] != 1 || len(got) != 3 {
+			t.Errorf("%s: backends %+v", name, r.Tables[0].Backends)
+		}
+		row := r.HotRows[0]
+		want := []replay.RowBackend{{IP: "10.0.0.2", Count: replay.Count{Packets: 3, Bytes: 300}},
+			{IP: "10.0.0.1", Count: replay.Count{Packets: 2, Bytes: 200}}, {IP: "10.0.0.3", Count: replay.Count{Packets: 1, Bytes: 100}}}
+		if row.Packets != 6 || row.Primary != "10.0.0.2" || !slices.Equal(row.SentTo, want) {
+			t.Errorf("%s: row %+v", name, row)
+		}
 	}
 }
 

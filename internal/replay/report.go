@@ -144,9 +144,21 @@ type UnmatchedReport struct {
 
 // RowReport is one of the busiest rows.
 type RowReport struct {
-	Table   string `json:"table"`
-	Row     int    `json:"row"`
+	Table string `json:"table"`
+	Row   int    `json:"row"`
+	// Primary is the backend the row's packets were sent to; where they
+	// went to several (connection IDs of a table with QUIC-LB routing
+	// naming other backends), the one sent most.
 	Primary string `json:"primary"`
+	Count
+	// SentTo, only where the row's packets went to several backends, is
+	// what each was sent, the busiest first.
+	SentTo []RowBackend `json:"sent_to,omitempty"`
+}
+
+// RowBackend is what one backend was sent of a row's packets.
+type RowBackend struct {
+	IP string `json:"ip"`
 	Count
 }
 
@@ -276,25 +288,42 @@ func (a *Aggregator) flowsPerBackend() flowCounts {
 	return fc
 }
 
-// tableReport is table i's traffic per backend (summed from its rows: a
-// row has one primary), and its rows that saw traffic.
+// tableReport is table i's traffic per backend (summed from its rows, each
+// packet on the backend it was sent to), and its rows that saw traffic.
 func (a *Aggregator) tableReport(i int, t *tableAgg, flows flowCounts) (TableReport, []RowReport) {
 	name := table.DisplayName(a.tableName(i), i)
 	tr := TableReport{Name: name, Index: i, Count: t.count, Flows: flows.table[i], Backends: []BackendReport{}}
 	var rows []RowReport
 	backends := map[hop]*Count{}
+	credit := func(h hop, c Count) {
+		b := backends[h]
+		if b == nil {
+			b = &Count{}
+			backends[h] = b
+		}
+		b.merge(c)
+	}
+	others := t.elsewhereByRow()
 	for row := range t.rows {
 		rc := &t.rows[row]
 		if rc.count.Packets == 0 {
 			continue
 		}
-		b := backends[rc.primary]
-		if b == nil {
-			b = &Count{}
-			backends[rc.primary] = b
+		rr := RowReport{Table: name, Row: row, Primary: rc.primary.addr().String(), Count: rc.count}
+		if others[int32(row)] == nil {
+			credit(rc.primary, rc.count)
+			rows = append(rows, rr)
+			continue
 		}
-		b.merge(rc.count)
-		rows = append(rows, RowReport{Table: name, Row: row, Primary: rc.primary.addr().String(), Count: rc.count})
+		sent := sortedHops(t.sentTo(int32(row), others[int32(row)]))
+		rr.Primary = sent[0].hop.addr().String()
+		for _, h := range sent {
+			credit(h.hop, h.Count)
+			if len(sent) > 1 {
+				rr.SentTo = append(rr.SentTo, RowBackend{IP: h.hop.addr().String(), Count: h.Count})
+			}
+		}
+		rows = append(rows, rr)
 	}
 	var ips []hop
 	for ip := range backends {
