@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -315,6 +316,19 @@ func (b *BackendProgram) Accepted() ([]netip.Prefix, error) {
 	return slices.Compact(out), nil
 }
 
+// dumped is list's result, listed again while the kernel says the dump was
+// interrupted (what it dumped changed meanwhile, so it may be incomplete:
+// addresses and routes change at boot, as duplicate address detection ends
+// and DHCP runs).
+func dumped[T any](list func() ([]T, error)) ([]T, error) {
+	out, err := list()
+	for try := 0; try < 20 && errors.Is(err, netlink.ErrDumpInterrupted); try++ {
+		time.Sleep(time.Duration(try) * time.Millisecond)
+		out, err = list()
+	}
+	return out, err
+}
+
 // LocalPrefixes are what this network namespace's routing says is local
 // (routes of type local, in any table): each address of its interfaces,
 // and a whole prefix held on lo ('ip addr add 10.86.0.0/24 dev lo', or
@@ -329,11 +343,7 @@ func (b *BackendProgram) Accepted() ([]netip.Prefix, error) {
 func LocalPrefixes() ([]netip.Prefix, error) {
 	filter := &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Type: unix.RTN_LOCAL}
 	mask := netlink.RT_FILTER_TABLE | netlink.RT_FILTER_TYPE
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, mask)
-	// A dump that routes changed under is incomplete: list again.
-	for try := 0; try < 5 && errors.Is(err, netlink.ErrDumpInterrupted); try++ {
-		routes, err = netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, mask)
-	}
+	routes, err := dumped(func() ([]netlink.Route, error) { return netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, mask) })
 	if err != nil {
 		return nil, fmt.Errorf("listing the local routes: %w", err)
 	}
@@ -354,7 +364,7 @@ func LocalPrefixes() ([]netip.Prefix, error) {
 		}
 		out = append(out, p)
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := dumped(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("listing the addresses: %w", err)
 	}
@@ -392,7 +402,7 @@ func InterfaceIPv6(iface string) netip.Addr {
 	if err != nil {
 		return netip.Addr{}
 	}
-	addrs, err := netlink.AddrList(l, unix.AF_INET6)
+	addrs, err := dumped(func() ([]netlink.Addr, error) { return netlink.AddrList(l, unix.AF_INET6) })
 	if err != nil {
 		return netip.Addr{}
 	}
@@ -429,7 +439,7 @@ func InterfaceIPv4(iface string) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	addrs, err := netlink.AddrList(l, unix.AF_INET)
+	addrs, err := dumped(func() ([]netlink.Addr, error) { return netlink.AddrList(l, unix.AF_INET) })
 	if err != nil {
 		return netip.Addr{}, err
 	}

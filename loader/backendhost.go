@@ -216,7 +216,9 @@ func (h *BackendHost) Route(self, dst netip.Addr) model.NextHopRoute {
 		return model.NextHopRoute{How: model.RouteNone, ForwardingOff: true,
 			Why: fmt.Sprintf("forwarding is off on %s, so the kernel's route lookup refuses every next hop (sysctl -w %s=1)", h.Ingress.Name, key)}
 	}
-	routes, err := netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := dumped(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		h.fail(fmt.Errorf("listing routes: %w", err))
 		return model.NextHopRoute{How: model.RouteNone, Why: err.Error()}

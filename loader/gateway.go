@@ -53,7 +53,7 @@ func ResolveGateway(c *table.DirectorConfig) (*table.DirectorConfig, error) {
 // gatewayMAC is the MAC of the gateway of l's default route of family,
 // from l's neighbour table.
 func gatewayMAC(l netlink.Link, family int, name, iface string) (net.HardwareAddr, error) {
-	routes, err := netlink.RouteList(l, family)
+	routes, err := dumped(func() ([]netlink.Route, error) { return netlink.RouteList(l, family) })
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
 	}
@@ -97,7 +97,7 @@ func (s Source) NotHere() string {
 
 // Sources are c's outbound sources, each with the interface that has it.
 func Sources(c *table.DirectorConfig) ([]Source, error) {
-	addrs, err := netlink.AddrList(nil, unix.AF_UNSPEC)
+	addrs, err := dumped(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, unix.AF_UNSPEC) })
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses: %w", err)
 	}

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -56,5 +57,60 @@ func TestLocalPrefixesTakeTentativeAddresses(t *testing.T) {
 		if a := p.Addr(); a.IsLoopback() || a.IsLinkLocalUnicast() || (p.Bits() == 32 && netip.MustParsePrefix("10.86.0.0/24").Contains(a)) {
 			t.Errorf("local prefixes %v hold %s", got, p)
 		}
+	}
+}
+
+// TestLocalPrefixesWhileAddressesChange: addresses added and removed
+// while the prefixes are listed (as at boot, when duplicate address
+// detection ends and DHCP runs) interrupt the kernel's dumps; the list is
+// taken again rather than failing, so 'backend attach' does not fail for
+// a race with the host's own setup.
+func TestLocalPrefixesWhileAddressesChange(t *testing.T) {
+	testenv.Kernel(t)
+	var failed error
+	err := testrun.InNetns(func() error {
+		lo, _ := netlink.LinkByName("lo")
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		// Enough addresses that a dump takes several messages.
+		for i := 0; i < 600; i++ {
+			a, _ := netlink.ParseAddr(fmt.Sprintf("10.91.%d.%d/32", i/250, 1+i%250))
+			if err := netlink.AddrAdd(lo, a); err != nil {
+				return err
+			}
+		}
+		h, err := netlink.NewHandle() // this namespace's, for the churn
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			a, _ := netlink.ParseAddr("10.92.0.1/32")
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h.AddrAdd(lo, a)
+				h.AddrDel(lo, a)
+			}
+		}()
+		for i := 0; i < 200 && failed == nil; i++ {
+			_, failed = LocalPrefixes()
+		}
+		close(stop)
+		<-done
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed != nil {
+		t.Fatal(failed)
 	}
 }
