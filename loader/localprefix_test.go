@@ -5,8 +5,10 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader/testrun"
@@ -80,7 +82,7 @@ func TestLocalPrefixesWhileAddressesChange(t *testing.T) {
 				return err
 			}
 		}
-		h, err := netlink.NewHandle() // this namespace's, for the churn
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE) // this namespace's, for the churn; routing only: not every kernel has the other families
 		if err != nil {
 			return err
 		}
@@ -98,6 +100,8 @@ func TestLocalPrefixesWhileAddressesChange(t *testing.T) {
 				}
 				h.AddrAdd(lo, a)
 				h.AddrDel(lo, a)
+				// Busy, but not so busy that no dump can finish.
+				time.Sleep(200 * time.Microsecond)
 			}
 		}()
 		for i := 0; i < 200 && failed == nil; i++ {
