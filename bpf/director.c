@@ -70,19 +70,22 @@ const enum dir_capture_lease *unused_capture_lease __attribute__((unused));
  * connection ID: the named backend becomes the primary, and the row's
  * primary the second hop (its secondary, where the row's primary is that
  * backend), so that the hop list still holds the backend the table would
- * have chosen. Returns the QUIC counter it counted (bits 16 and up) above
- * the second hop (bits 8-15) and the primary (bits 0-7), as counter
- * indices: one value, not pointers, so the hops need no stack. */
+ * have chosen. An ICMP error (quoted) goes by the packet it quotes. Returns
+ * the QUIC counter it counted (bits 16 and up) above the second hop (bits
+ * 8-15) and the primary (bits 0-7), as counter indices: one value, not
+ * pointers, so the hops need no stack. */
 static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_counters *c, const struct dir_table *t, __u32 slot,
-				       __u32 l4off, __u32 ip_end, __u32 primary, __u32 second)
+				       __u32 l4off, __u32 ip_end, __u32 primary, __u32 second, __u32 quoted)
 {
-	int s = quic_route(ctx, t, slot, l4off + 8, ip_end);
+	int s = quic_route(ctx, t, slot, l4off + 8, ip_end, quoted);
 	__u32 counter = DIR_C_QUIC_ROUTED;
 	if (s < 0) {
 		counter = -s;
 	} else {
 		second = (__u32)s == primary ? second : primary;
 		primary = s;
+		if (quoted)
+			count(c, DIR_C_QUIC_ICMP_ROUTED);
 	}
 	count(c, counter);
 	return counter << 16 | (second & 0xff) << 8 | (primary & 0xff);
@@ -141,8 +144,8 @@ static __always_inline void steer_hops(struct xdp_md *ctx, struct dir_counters *
 	const struct dir_row *row = &t->rows[s->h & DIR_ROW_MASK];
 	s->primary = row->primary;
 	s->second = row->secondary;
-	if (__builtin_expect(t->quic_sid_len, 0) && f->proto == IPPROTO_UDP && kind == ICMP_KIND_NONE) {
-		__u32 q = quic_hops(ctx, c, t, slot, f->l4off, l2len + ip_len, s->primary, s->second);
+	if (__builtin_expect(t->quic_sid_len, 0) && f->proto == IPPROTO_UDP) {
+		__u32 q = quic_hops(ctx, c, t, slot, f->l4off, l2len + ip_len, s->primary, s->second, kind == ICMP_KIND_ERROR);
 		s->primary = q & 0xff;
 		s->second = (q >> 8) & 0xff;
 		s->at |= q >> 16 << 24;

@@ -371,6 +371,9 @@ enum dir_counter {
 	DIR_C_QUIC_FALLBACK_UNROUTABLE,   /* config rotation 0b111: the server asks for 4-tuple routing */
 	DIR_C_QUIC_FALLBACK_OTHER_CONFIG, /* config rotation bits of another config */
 	DIR_C_QUIC_FALLBACK_UNKNOWN_ID,   /* no serving backend of the table has that server ID */
+	/* Of DIR_C_QUIC_ROUTED: ICMP errors sent to the server that the
+	 * connection ID of the packet they quote names. */
+	DIR_C_QUIC_ICMP_ROUTED,
 	DIR_C_MAX,
 };
 

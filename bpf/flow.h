@@ -25,9 +25,10 @@ struct flow {
 	__be16 vip_port;
 	__u8 proto;        /* bind protocol: TCP, UDP, or ICMP(v6) for echo */
 	__u8 family;
-	/* For TCP and UDP, the L4 header's offset in the frame (QUIC-LB
-	 * reads the payload after it); not part of the flow's identity. In
-	 * what was padding, so the struct keeps its size. */
+	/* For TCP and UDP, the L4 header's offset in the frame, the quoted
+	 * one's in an ICMP error (QUIC-LB reads the payload after it); not
+	 * part of the flow's identity. In what was padding, so the struct
+	 * keeps its size. */
 	__u16 l4off;
 };
 

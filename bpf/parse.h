@@ -116,6 +116,7 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *ip, void *end, _
 	__builtin_memcpy(f->client, &q->daddr, 4);
 	f->proto = q->protocol;
 	*icmp_kind = ICMP_KIND_ERROR;
+	f->l4off = l2len + hl + 8 + qhl; /* the quoted one's (QUIC-LB) */
 	return ports((void *)q + qhl, ip_end, end, f, 1);
 }
 
@@ -189,6 +190,7 @@ static __always_inline int parse_ipv6(struct xdp_md *ctx, void *ip, void *end, _
 	__builtin_memcpy(f->client, &q->daddr, 16);
 	f->proto = q->nexthdr;
 	*icmp_kind = ICMP_KIND_ERROR;
+	f->l4off = off + 8 + 40; /* the quoted one's (QUIC-LB) */
 	return ports(q + 1, ip_end, end, f, 1);
 }
 

@@ -69,8 +69,13 @@ __noinline int dir_quic_decrypted(__u32 lens, __u64 w0, __u64 w1, __u64 w2)
  * minus the fallback counter that says why there is none. The IP packet
  * ends at ip_end (both offsets from the frame's start). With encrypted
  * IDs (quic_enc), the server ID is decrypted from the server ID and nonce
- * together, n = the short header's ID length - 1 bytes. */
-static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table *t, __u32 slot, __u32 off, __u32 ip_end)
+ * together, n = the short header's ID length - 1 bytes. When quoted, the
+ * payload is that of a packet the server sent, which an ICMP error quotes:
+ * a long header's ID that names the server is then its source connection
+ * ID, after the destination's (the ICMP error's payload ends at ip_end, so
+ * a quotation cut short falls back as short). */
+static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table *t, __u32 slot, __u32 off, __u32 ip_end,
+				      __u32 quoted)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -93,9 +98,21 @@ static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table
 		if ((void *)q + QUIC_LONG_BASE + 1 + DIR_QUIC_READ > end || plen < QUIC_LONG_BASE + 1 + DIR_QUIC_READ)
 			return -DIR_C_QUIC_FALLBACK_SHORT;
 		cid_len = q[5];
+		base = QUIC_LONG_BASE;
+		if (quoted) {
+			/* The destination ID, then the source ID's length octet
+			 * and the source ID. */
+			if (cid_len > DIR_QUIC_MAX_CID)
+				return -DIR_C_QUIC_FALLBACK_CID_LEN;
+			__u32 at = (QUIC_LONG_BASE + cid_len) & 0x1f;
+			__u8 *scid_len = q + at;
+			if (at + 1 > plen || (void *)(scid_len + 1) > end)
+				return -DIR_C_QUIC_FALLBACK_SHORT;
+			cid_len = *scid_len;
+			base = at + 1;
+		}
 		if (cid_len > DIR_QUIC_MAX_CID || cid_len < 1 + n)
 			return -DIR_C_QUIC_FALLBACK_CID_LEN;
-		base = QUIC_LONG_BASE;
 	}
 	/* The whole ID, and the window the server ID is read from. */
 	__u32 need = cid_len > 1 + DIR_QUIC_READ ? cid_len : 1 + DIR_QUIC_READ;
@@ -104,9 +121,7 @@ static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table
 	need += base;
 	if (need > plen || (void *)q + need > end)
 		return -DIR_C_QUIC_FALLBACK_SHORT;
-	__u8 *cid = q + QUIC_SHORT_BASE;
-	if (base == QUIC_LONG_BASE)
-		cid = q + QUIC_LONG_BASE;
+	__u8 *cid = q + (base & 0x1f);
 	if ((void *)cid + 1 + DIR_QUIC_READ > end)
 		return -DIR_C_QUIC_FALLBACK_SHORT;
 	__u32 rot = cid[0] >> 5;

@@ -369,6 +369,9 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 		if want.QUIC != 0 {
 			tl.counters[want.QUIC]++
 		}
+		if want.QUIC == model.QUICRouted && want.QUICICMP {
+			tl.counters[model.QUICICMPRouted]++
+		}
 		if want.TooBig != 0 {
 			tl.counters[want.TooBig]++
 		}

@@ -103,6 +103,10 @@ func (g *gen) quicFrame(tabs []*table.Table) []byte {
 		}
 		c.Encrypt(cid[1:], slices.Clone(cid[1:]))
 	}
+	vip := netip.MustParseAddr(d.vip)
+	if g.rng.IntN(4) == 0 {
+		return g.quotedQUIC(vip, d.port, cid)
+	}
 	var payload []byte
 	if g.rng.IntN(3) == 0 { // a long header
 		idLen := len(cid)
@@ -126,7 +130,6 @@ func (g *gen) quicFrame(tabs []*table.Table) []byte {
 	if g.rng.IntN(8) == 0 {
 		payload = payload[:g.rng.IntN(len(payload)+1)]
 	}
-	vip := netip.MustParseAddr(d.vip)
 	l4 := pkt.UDP(uint16(1024+g.rng.IntN(60000)), d.port, payload)
 	var ip []byte
 	if vip.Is6() {
@@ -137,10 +140,46 @@ func (g *gen) quicFrame(tabs []*table.Table) []byte {
 	return pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, pkt.EtherType(ip), ip)
 }
 
+// quotedQUIC is an ICMP error (fragmentation needed, or packet too big)
+// to vip quoting a QUIC packet its server sent from port: a long header
+// whose source connection ID is cid (the server's), after a destination ID
+// of the client's, or a short header to the client's cid; some with
+// hostile lengths, and quoted in part.
+func (g *gen) quotedQUIC(vip netip.Addr, port uint16, cid []byte) []byte {
+	var payload []byte
+	if g.rng.IntN(2) == 0 {
+		dcid, scid := g.bytes(g.rng.IntN(21)), cid
+		dLen, sLen := len(dcid), len(scid)
+		switch g.rng.IntN(8) {
+		case 0:
+			dLen = 21 + g.rng.IntN(235)
+		case 1:
+			sLen = g.rng.IntN(256)
+			scid = g.bytes(min(sLen, 40))
+		}
+		payload = append([]byte{0xc0 | byte(g.rng.IntN(64)), 0, 0, 0, 1, byte(dLen)}, dcid...)
+		payload = append(append(payload, byte(sLen)), scid...)
+	} else {
+		payload = append([]byte{0x40 | byte(g.rng.IntN(64))}, cid...)
+	}
+	payload = append(payload, g.bytes(20+g.rng.IntN(100))...)
+	l4 := pkt.UDP(port, uint16(1024+g.rng.IntN(60000)), payload)
+	if vip.Is6() {
+		quoted := pkt.IPv6(vip, g.client(true), 17, l4)
+		quoted = quoted[:48+g.rng.IntN(len(quoted)-47)]
+		ip := pkt.IPv6(netip.MustParseAddr("2001:db8::1"), vip, 58, pkt.ICMP(2, 0, 1280, quoted))
+		return pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, pkt.EtherType(ip), ip)
+	}
+	quoted := pkt.IPv4(vip, g.client(false), 17, l4, pkt.V4Opts{FragOff: 0x4000})
+	quoted = quoted[:28+g.rng.IntN(len(quoted)-27)]
+	ip := pkt.IPv4(netip.MustParseAddr("198.51.100.1"), vip, 1, pkt.ICMP(3, 4, 1400, quoted), pkt.V4Opts{})
+	return pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, pkt.EtherType(ip), ip)
+}
+
 // quicCounters are QUIC-LB routing's counters, each of which the QUIC
 // cases' traffic must move.
 var quicCounters = []int{model.QUICRouted, model.QUICShort, model.QUICCIDLen, model.QUICUnroutable, model.QUICOtherConfig,
-	model.QUICUnknownID}
+	model.QUICUnknownID, model.QUICICMPRouted}
 
 // TestQUICFindsEveryServerID fills a table with 256 backends, IDs of the
 // longest length, and sends each a short-header packet naming it: the

@@ -163,7 +163,9 @@ const (
 	CQUICUnroutable  = int(DirCounterDIR_C_QUIC_FALLBACK_UNROUTABLE)
 	CQUICOtherConfig = int(DirCounterDIR_C_QUIC_FALLBACK_OTHER_CONFIG)
 	CQUICUnknownID   = int(DirCounterDIR_C_QUIC_FALLBACK_UNKNOWN_ID)
-	NumCounters      = int(DirCounterDIR_C_MAX)
+	// Of CQUICRouted: ICMP errors sent by the ID of the packet they quote.
+	CQUICICMPRouted = int(DirCounterDIR_C_QUIC_ICMP_ROUTED)
+	NumCounters     = int(DirCounterDIR_C_MAX)
 )
 
 // QUIC-LB routing (enum dir_quic_limit): the server-ID table's size and

@@ -191,7 +191,8 @@ const (
 	DirCounterDIR_C_QUIC_FALLBACK_UNROUTABLE   DirCounter = 28
 	DirCounterDIR_C_QUIC_FALLBACK_OTHER_CONFIG DirCounter = 29
 	DirCounterDIR_C_QUIC_FALLBACK_UNKNOWN_ID   DirCounter = 30
-	DirCounterDIR_C_MAX                        DirCounter = 31
+	DirCounterDIR_C_QUIC_ICMP_ROUTED           DirCounter = 31
+	DirCounterDIR_C_MAX                        DirCounter = 32
 )
 
 type DirCounters struct {
@@ -528,6 +529,7 @@ var DirectorCounterNames = []string{
 	"quic_fallback_unroutable",
 	"quic_fallback_other_config",
 	"quic_fallback_unknown_id",
+	"quic_icmp_routed",
 }
 
 // BackendCounterNames are enum be_counter's members by value, lower-cased, without BE_C_.

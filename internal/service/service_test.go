@@ -339,7 +339,7 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		"director_packets_processed_total": "counter", "director_packets_matched_total": "counter",
 		"director_packets_encapsulated_total": "counter", "director_encapsulated_bytes_total": "counter",
 		"director_bind_fast_total": "counter", "director_bind_group_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
-		"director_quic_packets_total":    "counter",
+		"director_quic_packets_total": "counter", "director_quic_icmp_routed_total": "counter",
 		"director_backend_packets_total": "counter", "director_backend_bytes_total": "counter",
 		"director_interface_packets_total": "counter", "director_interface_dropped_total": "counter", "director_interface_errors_total": "counter",
 		"director_bgp_vips_announced": "gauge", "director_bgp_session_established": "gauge", "director_bgp_session_flaps_total": "counter",
@@ -776,12 +776,23 @@ func TestExportBalance(t *testing.T) {
 
 // TestQUICMetrics: the datapath's QUIC-LB counters are
 // director_quic_packets_total, one series per result, with the counters'
-// values.
+// values, whose results add up to the packets; the ICMP errors among the
+// routed have their own metric.
 func TestQUICMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&datapathCollector{stats: func() (*loader.Stats, error) {
-		return &loader.Stats{Global: map[string]uint64{"quic_routed": 7, "quic_fallback_unknown_id": 3, "quic_fallback_short": 1}}, nil
+		return &loader.Stats{Global: map[string]uint64{"quic_routed": 7, "quic_fallback_unknown_id": 3, "quic_fallback_short": 1,
+			"quic_icmp_routed": 2}}, nil
 	}})
+	if n, err := testutil.GatherAndCount(reg, "director_quic_icmp_routed_total"); n != 1 || err != nil {
+		t.Fatalf("%d series of director_quic_icmp_routed_total (%v)", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`# HELP director_quic_icmp_routed_total ICMP errors sent to the server that the connection ID of the QUIC packet they quote names (of director_quic_packets_total{result="routed"}).
+# TYPE director_quic_icmp_routed_total counter
+director_quic_icmp_routed_total 2
+`), "director_quic_icmp_routed_total"); err != nil {
+		t.Error(err)
+	}
 	want := map[string]float64{"routed": 7, "fallback_short": 1, "fallback_cid_len": 0, "fallback_unroutable": 0,
 		"fallback_other_config": 0, "fallback_unknown_id": 3}
 	for result, v := range want {

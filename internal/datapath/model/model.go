@@ -104,9 +104,17 @@ type Result struct {
 	// QUIC is, for a UDP packet of a table with QUIC-LB routing, the
 	// counter it was counted under: QUICRouted when its connection ID
 	// chose the primary (HopList[0]), else the reason the row did; 0 for
-	// any other packet.
-	QUIC int
+	// any other packet. An ICMP error quoting a UDP packet of such a
+	// table is routed by the connection ID of the packet it quotes
+	// (QUICRouteQuoted): QUICICMP, and counted as QUICICMPRouted too when
+	// that ID chose the primary.
+	QUIC     int
+	QUICICMP bool
 }
+
+// QUICICMPRouted counts, of QUICRouted, the ICMP errors sent by the ID of
+// the packet they quote.
+const QUICICMPRouted = abi.CQUICICMPRouted
 
 // Hops is HopList[:NHops].
 func (r *Result) Hops() []netip.Addr { return r.HopList[:r.NHops] }
@@ -227,8 +235,10 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, bindOf func(*Flow) (in
 	if t.QUIC.On() && f.Proto == 17 && pk.l4 != 0 {
 		// The backend the connection ID names goes first, the row's
 		// primary second (its secondary where that is the same one).
+		// An ICMP error quotes a packet the server sent: the ID that
+		// names the server is found in it (QUICRouteQuoted).
 		var b int
-		quic, b = QUICRoute(t, pk.udpPayload())
+		quic, b = quicRoute(t, pk.udpPayload(), pk.icmpErr)
 		if b >= 0 {
 			if r := t.Rows[row]; int(r.Primary) != b {
 				hops[1] = hops[0]
@@ -261,7 +271,7 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, bindOf func(*Flow) (in
 			}
 			tooBig = abi.CTooBigEncap
 			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {
-				r := Result{Verdict: XDPTX, TooBig: abi.CICMPTooBig, QUIC: quic, Parsed: true, Matched: true, Bind: bind, Table: ti,
+				r := Result{Verdict: XDPTX, TooBig: abi.CICMPTooBig, QUIC: quic, QUICICMP: quic != 0 && icmpErr, Parsed: true, Matched: true, Bind: bind, Table: ti,
 					Hashed: true, Row: row, AltRow: altRow, HopList: hops,
 					NHops: nhops, IPLen: ipLen, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
 				if build {
@@ -287,7 +297,7 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, bindOf func(*Flow) (in
 		}
 		out = encapsulate(frame[:l2len], gw, src, hops[:nhops], sport, family, ipLen, frame[l2len:], uint32(h>>32)&gue.FlowMask)
 	}
-	return Result{Verdict: XDPTX, Out: out, QUIC: quic, Parsed: true, Matched: true, Bind: bind, Table: ti, Hashed: true,
+	return Result{Verdict: XDPTX, Out: out, QUIC: quic, QUICICMP: quic != 0 && icmpErr, Parsed: true, Matched: true, Bind: bind, Table: ti, Hashed: true,
 		Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
 		OuterLen: l2len + esize + ipLen, TooBig: tooBig}

@@ -15,8 +15,8 @@ type packet struct {
 	l2len, ipLen int
 	v6           bool
 	icmpErr      bool // an ICMP error, steered by the flow it quotes
-	// l4 is the offset in the frame of a TCP or UDP header (not one an
-	// ICMP error quotes), 0 for none.
+	// l4 is the offset in the frame of a TCP or UDP header, the quoted
+	// one in an ICMP error (icmpErr), 0 for none.
 	l4 int
 }
 
@@ -61,7 +61,7 @@ func parseFrame(frame []byte, f *Flow) (pk packet, reason int) {
 	if reason == 0 && pk.ipLen > 0xffff-gue.Size(gue.MaxHops) {
 		return pk, abi.CPassTooBig
 	}
-	if ip.l4 != 0 && !pk.icmpErr {
+	if ip.l4 != 0 {
 		pk.l4 = pk.l2len + ip.l4
 	}
 	return pk, reason
@@ -172,6 +172,7 @@ func parseIPv4(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	if r := v.ports(q+qhl, true, f); r != 0 {
 		return 0, false, r
 	}
+	v.l4 = q + qhl
 	return tot, true, 0
 }
 
@@ -244,5 +245,6 @@ func parseIPv6(v *ipView, f *Flow) (ipLen int, icmpErr bool, reason int) {
 	if r := v.ports(q+40, true, f); r != 0 {
 		return 0, false, r
 	}
+	v.l4 = q + 40
 	return tot, true, 0
 }

@@ -53,7 +53,16 @@ func (pk *packet) udpPayload() []byte {
 // length octet (byte 5). Its first octet's top three bits are the config
 // rotation, then come the server ID's ServerIDLen bytes. The backend must
 // be serving: active, filling or draining, and healthy.
-func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
+func QUICRoute(t *table.Table, p []byte) (counter, backend int) { return quicRoute(t, p, false) }
+
+// QUICRouteQuoted is QUICRoute of the UDP payload p of a packet an ICMP
+// error quotes: one the server sent, so a long header's own connection ID
+// is its source connection ID (after the destination's), which the server
+// chose; a short header's is its destination connection ID, as for
+// QUICRoute (the client's, which the table decodes where it can).
+func QUICRouteQuoted(t *table.Table, p []byte) (counter, backend int) { return quicRoute(t, p, true) }
+
+func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend int) {
 	if len(p) < 1+1+quicRead {
 		return QUICShort, -1
 	}
@@ -63,6 +72,17 @@ func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
 			return QUICShort, -1
 		}
 		cidLen, base = int(p[5]), 6
+		if quoted {
+			// The destination ID, then the source ID's length and the
+			// source ID.
+			if cidLen > table.MaxCIDLen {
+				return QUICCIDLen, -1
+			}
+			if len(p) < 6+cidLen+1 {
+				return QUICShort, -1
+			}
+			cidLen, base = int(p[6+cidLen]), 6+cidLen+1
+		}
 		if cidLen > table.MaxCIDLen || cidLen < 1+quicNeed(t.QUIC) {
 			return QUICCIDLen, -1
 		}
