@@ -37,6 +37,8 @@ const struct dir_hist_row *unused_hist_row __attribute__((unused));
 const struct dir_hist_ghost *unused_hist_ghost __attribute__((unused));
 const enum dir_hist_limit *unused_hist_limit __attribute__((unused));
 const enum dir_quic_limit *unused_quic_limit __attribute__((unused));
+const struct dir_quic_stats *unused_quic_stats __attribute__((unused));
+const enum dir_quic_stat_limit *unused_quic_stat_limit __attribute__((unused));
 const enum dir_counter *unused_counter __attribute__((unused));
 const enum dir_hash_field *unused_hash_field __attribute__((unused));
 const enum dir_family *unused_family __attribute__((unused));
@@ -77,17 +79,26 @@ const enum dir_capture_lease *unused_capture_lease __attribute__((unused));
 static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_counters *c, const struct dir_table *t, __u32 slot,
 				       __u32 l4off, __u32 ip_end, __u32 primary, __u32 second, __u32 quoted)
 {
-	int s = quic_route(ctx, t, slot, l4off + 8, ip_end, quoted);
-	__u32 counter = DIR_C_QUIC_ROUTED;
+	__u32 rot;
+	int s = quic_route(ctx, t, slot, l4off + 8, ip_end, quoted, &rot);
+	__u32 counter = DIR_C_QUIC_ROUTED, icmp = 0;
 	if (s < 0) {
 		counter = -s;
 	} else {
 		second = (__u32)s == primary ? second : primary;
 		primary = s;
-		if (quoted)
-			count(c, DIR_C_QUIC_ICMP_ROUTED);
+		icmp = quoted;
 	}
 	count(c, counter);
+	__u32 key = t->stats_id * DIR_QUIC_STAT_KEYS + (rot & (DIR_QUIC_STAT_KEYS - 1));
+	struct dir_quic_stats *qs = bpf_map_lookup_elem(&quic_stats, &key);
+	if (qs) {
+		qs->c[(counter - DIR_C_QUIC_ROUTED) & (DIR_QUIC_STAT_COUNTERS - 1)]++;
+		if (icmp)
+			qs->c[DIR_C_QUIC_ICMP_ROUTED - DIR_C_QUIC_ROUTED]++;
+	}
+	if (icmp)
+		count(c, DIR_C_QUIC_ICMP_ROUTED);
 	return counter << 16 | (second & 0xff) << 8 | (primary & 0xff);
 }
 

@@ -421,6 +421,23 @@ struct dir_quic_entry {
 	__u8 stat_plus1;            /* the backend's counter index + 1; 0: empty */
 };
 
+/* QUIC-LB's counters per table and config (map quic_stats): at stats_id *
+ * DIR_QUIC_STAT_KEYS + the config rotation bits of the packet's
+ * connection ID (0 to 7), or DIR_QUIC_NO_ID where no ID was read (a payload
+ * too short, a long header's ID length out of range), the packets counted
+ * under each of DIR_C_QUIC_ROUTED to DIR_C_QUIC_ICMP_ROUTED, in that order
+ * from c[0]. */
+enum dir_quic_stat_limit {
+	DIR_QUIC_STAT_KEYS = 16, /* per table: 8 config rotations, no ID, room to spare */
+	DIR_QUIC_NO_ID = 8,
+	DIR_QUIC_STAT_COUNTERS = 8,
+};
+
+struct dir_quic_stats {
+	__u64 c[DIR_QUIC_STAT_COUNTERS];
+};
+_Static_assert(DIR_C_QUIC_ICMP_ROUTED - DIR_C_QUIC_ROUTED < DIR_QUIC_STAT_COUNTERS, "dir_quic_stats has room for every QUIC counter");
+
 struct dir_quic_table {
 	struct dir_quic_entry e[DIR_QUIC_SLOTS]; /* the serving backends' IDs */
 	/* Every backend's ID by its position in dir_table.backends, for

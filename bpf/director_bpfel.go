@@ -16,53 +16,56 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DirectorMapBackendTraffic     = "backend_traffic"
-	DirectorMapBindExact          = "bind_exact"
-	DirectorMapBindGroups         = "bind_groups"
-	DirectorMapBinds              = "binds"
-	DirectorMapCaptureCpu         = "capture_cpu"
-	DirectorMapCaptureEvents      = "capture_events"
-	DirectorMapConfig             = "config"
-	DirectorMapCounters           = "counters"
-	DirectorMapHistory            = "history"
-	DirectorMapLinkMtus           = "link_mtus"
-	DirectorMapQuicIds            = "quic_ids"
-	DirectorMapQuicKeys           = "quic_keys"
-	DirectorMapRegistry           = "registry"
-	DirectorMapTables             = "tables"
-	DirectorProgDirector          = "director"
-	DirectorVarCaptureSetting     = "capture_setting"
-	DirectorVarUnusedAesKey       = "unused_aes_key"
-	DirectorVarUnusedBindKey      = "unused_bind_key"
-	DirectorVarUnusedBindKind     = "unused_bind_kind"
-	DirectorVarUnusedBindVal      = "unused_bind_val"
-	DirectorVarUnusedCapture      = "unused_capture"
-	DirectorVarUnusedCaptureCpu   = "unused_capture_cpu"
-	DirectorVarUnusedCaptureLease = "unused_capture_lease"
-	DirectorVarUnusedCaptureMeta  = "unused_capture_meta"
-	DirectorVarUnusedConfig       = "unused_config"
-	DirectorVarUnusedCounter      = "unused_counter"
-	DirectorVarUnusedCounters     = "unused_counters"
-	DirectorVarUnusedExactKey     = "unused_exact_key"
-	DirectorVarUnusedExactMult    = "unused_exact_mult"
-	DirectorVarUnusedExactTable   = "unused_exact_table"
-	DirectorVarUnusedFamily       = "unused_family"
-	DirectorVarUnusedGlbEncap     = "unused_glb_encap"
-	DirectorVarUnusedGroupTable   = "unused_group_table"
-	DirectorVarUnusedGue6Encap    = "unused_gue6_encap"
-	DirectorVarUnusedGueConst     = "unused_gue_const"
-	DirectorVarUnusedHashField    = "unused_hash_field"
-	DirectorVarUnusedHistGhost    = "unused_hist_ghost"
-	DirectorVarUnusedHistLimit    = "unused_hist_limit"
-	DirectorVarUnusedHistRow      = "unused_hist_row"
-	DirectorVarUnusedHistory      = "unused_history"
-	DirectorVarUnusedLimit        = "unused_limit"
-	DirectorVarUnusedQuicLimit    = "unused_quic_limit"
-	DirectorVarUnusedQuicTable    = "unused_quic_table"
-	DirectorVarUnusedRegistry     = "unused_registry"
-	DirectorVarUnusedTable        = "unused_table"
-	DirectorVarUnusedTraffic      = "unused_traffic"
-	DirectorVarUnusedXdpAction    = "unused_xdp_action"
+	DirectorMapBackendTraffic      = "backend_traffic"
+	DirectorMapBindExact           = "bind_exact"
+	DirectorMapBindGroups          = "bind_groups"
+	DirectorMapBinds               = "binds"
+	DirectorMapCaptureCpu          = "capture_cpu"
+	DirectorMapCaptureEvents       = "capture_events"
+	DirectorMapConfig              = "config"
+	DirectorMapCounters            = "counters"
+	DirectorMapHistory             = "history"
+	DirectorMapLinkMtus            = "link_mtus"
+	DirectorMapQuicIds             = "quic_ids"
+	DirectorMapQuicKeys            = "quic_keys"
+	DirectorMapQuicStats           = "quic_stats"
+	DirectorMapRegistry            = "registry"
+	DirectorMapTables              = "tables"
+	DirectorProgDirector           = "director"
+	DirectorVarCaptureSetting      = "capture_setting"
+	DirectorVarUnusedAesKey        = "unused_aes_key"
+	DirectorVarUnusedBindKey       = "unused_bind_key"
+	DirectorVarUnusedBindKind      = "unused_bind_kind"
+	DirectorVarUnusedBindVal       = "unused_bind_val"
+	DirectorVarUnusedCapture       = "unused_capture"
+	DirectorVarUnusedCaptureCpu    = "unused_capture_cpu"
+	DirectorVarUnusedCaptureLease  = "unused_capture_lease"
+	DirectorVarUnusedCaptureMeta   = "unused_capture_meta"
+	DirectorVarUnusedConfig        = "unused_config"
+	DirectorVarUnusedCounter       = "unused_counter"
+	DirectorVarUnusedCounters      = "unused_counters"
+	DirectorVarUnusedExactKey      = "unused_exact_key"
+	DirectorVarUnusedExactMult     = "unused_exact_mult"
+	DirectorVarUnusedExactTable    = "unused_exact_table"
+	DirectorVarUnusedFamily        = "unused_family"
+	DirectorVarUnusedGlbEncap      = "unused_glb_encap"
+	DirectorVarUnusedGroupTable    = "unused_group_table"
+	DirectorVarUnusedGue6Encap     = "unused_gue6_encap"
+	DirectorVarUnusedGueConst      = "unused_gue_const"
+	DirectorVarUnusedHashField     = "unused_hash_field"
+	DirectorVarUnusedHistGhost     = "unused_hist_ghost"
+	DirectorVarUnusedHistLimit     = "unused_hist_limit"
+	DirectorVarUnusedHistRow       = "unused_hist_row"
+	DirectorVarUnusedHistory       = "unused_history"
+	DirectorVarUnusedLimit         = "unused_limit"
+	DirectorVarUnusedQuicLimit     = "unused_quic_limit"
+	DirectorVarUnusedQuicStatLimit = "unused_quic_stat_limit"
+	DirectorVarUnusedQuicStats     = "unused_quic_stats"
+	DirectorVarUnusedQuicTable     = "unused_quic_table"
+	DirectorVarUnusedRegistry      = "unused_registry"
+	DirectorVarUnusedTable         = "unused_table"
+	DirectorVarUnusedTraffic       = "unused_traffic"
+	DirectorVarUnusedXdpAction     = "unused_xdp_action"
 )
 
 // LoadDirector returns the embedded CollectionSpec for Director.
@@ -126,6 +129,7 @@ type DirectorMapSpecs struct {
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
 	QuicKeys       *ebpf.MapSpec `ebpf:"quic_keys"`
+	QuicStats      *ebpf.MapSpec `ebpf:"quic_stats"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
@@ -134,38 +138,40 @@ type DirectorMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorVariableSpecs struct {
-	CaptureSetting     *ebpf.VariableSpec `ebpf:"capture_setting"`
-	UnusedAesKey       *ebpf.VariableSpec `ebpf:"unused_aes_key"`
-	UnusedBindKey      *ebpf.VariableSpec `ebpf:"unused_bind_key"`
-	UnusedBindKind     *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
-	UnusedBindVal      *ebpf.VariableSpec `ebpf:"unused_bind_val"`
-	UnusedCapture      *ebpf.VariableSpec `ebpf:"unused_capture"`
-	UnusedCaptureCpu   *ebpf.VariableSpec `ebpf:"unused_capture_cpu"`
-	UnusedCaptureLease *ebpf.VariableSpec `ebpf:"unused_capture_lease"`
-	UnusedCaptureMeta  *ebpf.VariableSpec `ebpf:"unused_capture_meta"`
-	UnusedConfig       *ebpf.VariableSpec `ebpf:"unused_config"`
-	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCounters     *ebpf.VariableSpec `ebpf:"unused_counters"`
-	UnusedExactKey     *ebpf.VariableSpec `ebpf:"unused_exact_key"`
-	UnusedExactMult    *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
-	UnusedExactTable   *ebpf.VariableSpec `ebpf:"unused_exact_table"`
-	UnusedFamily       *ebpf.VariableSpec `ebpf:"unused_family"`
-	UnusedGlbEncap     *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
-	UnusedGroupTable   *ebpf.VariableSpec `ebpf:"unused_group_table"`
-	UnusedGue6Encap    *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
-	UnusedGueConst     *ebpf.VariableSpec `ebpf:"unused_gue_const"`
-	UnusedHashField    *ebpf.VariableSpec `ebpf:"unused_hash_field"`
-	UnusedHistGhost    *ebpf.VariableSpec `ebpf:"unused_hist_ghost"`
-	UnusedHistLimit    *ebpf.VariableSpec `ebpf:"unused_hist_limit"`
-	UnusedHistRow      *ebpf.VariableSpec `ebpf:"unused_hist_row"`
-	UnusedHistory      *ebpf.VariableSpec `ebpf:"unused_history"`
-	UnusedLimit        *ebpf.VariableSpec `ebpf:"unused_limit"`
-	UnusedQuicLimit    *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
-	UnusedQuicTable    *ebpf.VariableSpec `ebpf:"unused_quic_table"`
-	UnusedRegistry     *ebpf.VariableSpec `ebpf:"unused_registry"`
-	UnusedTable        *ebpf.VariableSpec `ebpf:"unused_table"`
-	UnusedTraffic      *ebpf.VariableSpec `ebpf:"unused_traffic"`
-	UnusedXdpAction    *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
+	CaptureSetting      *ebpf.VariableSpec `ebpf:"capture_setting"`
+	UnusedAesKey        *ebpf.VariableSpec `ebpf:"unused_aes_key"`
+	UnusedBindKey       *ebpf.VariableSpec `ebpf:"unused_bind_key"`
+	UnusedBindKind      *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
+	UnusedBindVal       *ebpf.VariableSpec `ebpf:"unused_bind_val"`
+	UnusedCapture       *ebpf.VariableSpec `ebpf:"unused_capture"`
+	UnusedCaptureCpu    *ebpf.VariableSpec `ebpf:"unused_capture_cpu"`
+	UnusedCaptureLease  *ebpf.VariableSpec `ebpf:"unused_capture_lease"`
+	UnusedCaptureMeta   *ebpf.VariableSpec `ebpf:"unused_capture_meta"`
+	UnusedConfig        *ebpf.VariableSpec `ebpf:"unused_config"`
+	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCounters      *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedExactKey      *ebpf.VariableSpec `ebpf:"unused_exact_key"`
+	UnusedExactMult     *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
+	UnusedExactTable    *ebpf.VariableSpec `ebpf:"unused_exact_table"`
+	UnusedFamily        *ebpf.VariableSpec `ebpf:"unused_family"`
+	UnusedGlbEncap      *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
+	UnusedGroupTable    *ebpf.VariableSpec `ebpf:"unused_group_table"`
+	UnusedGue6Encap     *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
+	UnusedGueConst      *ebpf.VariableSpec `ebpf:"unused_gue_const"`
+	UnusedHashField     *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedHistGhost     *ebpf.VariableSpec `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit     *ebpf.VariableSpec `ebpf:"unused_hist_limit"`
+	UnusedHistRow       *ebpf.VariableSpec `ebpf:"unused_hist_row"`
+	UnusedHistory       *ebpf.VariableSpec `ebpf:"unused_history"`
+	UnusedLimit         *ebpf.VariableSpec `ebpf:"unused_limit"`
+	UnusedQuicLimit     *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
+	UnusedQuicStatLimit *ebpf.VariableSpec `ebpf:"unused_quic_stat_limit"`
+	UnusedQuicStats     *ebpf.VariableSpec `ebpf:"unused_quic_stats"`
+	UnusedQuicTable     *ebpf.VariableSpec `ebpf:"unused_quic_table"`
+	UnusedRegistry      *ebpf.VariableSpec `ebpf:"unused_registry"`
+	UnusedTable         *ebpf.VariableSpec `ebpf:"unused_table"`
+	UnusedTraffic       *ebpf.VariableSpec `ebpf:"unused_traffic"`
+	UnusedXdpAction     *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
 }
 
 // DirectorObjects contains all objects after they have been loaded into the kernel.
@@ -200,6 +206,7 @@ type DirectorMaps struct {
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
 	QuicKeys       *ebpf.Map `ebpf:"quic_keys"`
+	QuicStats      *ebpf.Map `ebpf:"quic_stats"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
@@ -218,6 +225,7 @@ func (m *DirectorMaps) Close() error {
 		m.LinkMtus,
 		m.QuicIds,
 		m.QuicKeys,
+		m.QuicStats,
 		m.Registry,
 		m.Tables,
 	)
@@ -227,38 +235,40 @@ func (m *DirectorMaps) Close() error {
 //
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorVariables struct {
-	CaptureSetting     *ebpf.Variable `ebpf:"capture_setting"`
-	UnusedAesKey       *ebpf.Variable `ebpf:"unused_aes_key"`
-	UnusedBindKey      *ebpf.Variable `ebpf:"unused_bind_key"`
-	UnusedBindKind     *ebpf.Variable `ebpf:"unused_bind_kind"`
-	UnusedBindVal      *ebpf.Variable `ebpf:"unused_bind_val"`
-	UnusedCapture      *ebpf.Variable `ebpf:"unused_capture"`
-	UnusedCaptureCpu   *ebpf.Variable `ebpf:"unused_capture_cpu"`
-	UnusedCaptureLease *ebpf.Variable `ebpf:"unused_capture_lease"`
-	UnusedCaptureMeta  *ebpf.Variable `ebpf:"unused_capture_meta"`
-	UnusedConfig       *ebpf.Variable `ebpf:"unused_config"`
-	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCounters     *ebpf.Variable `ebpf:"unused_counters"`
-	UnusedExactKey     *ebpf.Variable `ebpf:"unused_exact_key"`
-	UnusedExactMult    *ebpf.Variable `ebpf:"unused_exact_mult"`
-	UnusedExactTable   *ebpf.Variable `ebpf:"unused_exact_table"`
-	UnusedFamily       *ebpf.Variable `ebpf:"unused_family"`
-	UnusedGlbEncap     *ebpf.Variable `ebpf:"unused_glb_encap"`
-	UnusedGroupTable   *ebpf.Variable `ebpf:"unused_group_table"`
-	UnusedGue6Encap    *ebpf.Variable `ebpf:"unused_gue6_encap"`
-	UnusedGueConst     *ebpf.Variable `ebpf:"unused_gue_const"`
-	UnusedHashField    *ebpf.Variable `ebpf:"unused_hash_field"`
-	UnusedHistGhost    *ebpf.Variable `ebpf:"unused_hist_ghost"`
-	UnusedHistLimit    *ebpf.Variable `ebpf:"unused_hist_limit"`
-	UnusedHistRow      *ebpf.Variable `ebpf:"unused_hist_row"`
-	UnusedHistory      *ebpf.Variable `ebpf:"unused_history"`
-	UnusedLimit        *ebpf.Variable `ebpf:"unused_limit"`
-	UnusedQuicLimit    *ebpf.Variable `ebpf:"unused_quic_limit"`
-	UnusedQuicTable    *ebpf.Variable `ebpf:"unused_quic_table"`
-	UnusedRegistry     *ebpf.Variable `ebpf:"unused_registry"`
-	UnusedTable        *ebpf.Variable `ebpf:"unused_table"`
-	UnusedTraffic      *ebpf.Variable `ebpf:"unused_traffic"`
-	UnusedXdpAction    *ebpf.Variable `ebpf:"unused_xdp_action"`
+	CaptureSetting      *ebpf.Variable `ebpf:"capture_setting"`
+	UnusedAesKey        *ebpf.Variable `ebpf:"unused_aes_key"`
+	UnusedBindKey       *ebpf.Variable `ebpf:"unused_bind_key"`
+	UnusedBindKind      *ebpf.Variable `ebpf:"unused_bind_kind"`
+	UnusedBindVal       *ebpf.Variable `ebpf:"unused_bind_val"`
+	UnusedCapture       *ebpf.Variable `ebpf:"unused_capture"`
+	UnusedCaptureCpu    *ebpf.Variable `ebpf:"unused_capture_cpu"`
+	UnusedCaptureLease  *ebpf.Variable `ebpf:"unused_capture_lease"`
+	UnusedCaptureMeta   *ebpf.Variable `ebpf:"unused_capture_meta"`
+	UnusedConfig        *ebpf.Variable `ebpf:"unused_config"`
+	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCounters      *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedExactKey      *ebpf.Variable `ebpf:"unused_exact_key"`
+	UnusedExactMult     *ebpf.Variable `ebpf:"unused_exact_mult"`
+	UnusedExactTable    *ebpf.Variable `ebpf:"unused_exact_table"`
+	UnusedFamily        *ebpf.Variable `ebpf:"unused_family"`
+	UnusedGlbEncap      *ebpf.Variable `ebpf:"unused_glb_encap"`
+	UnusedGroupTable    *ebpf.Variable `ebpf:"unused_group_table"`
+	UnusedGue6Encap     *ebpf.Variable `ebpf:"unused_gue6_encap"`
+	UnusedGueConst      *ebpf.Variable `ebpf:"unused_gue_const"`
+	UnusedHashField     *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedHistGhost     *ebpf.Variable `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit     *ebpf.Variable `ebpf:"unused_hist_limit"`
+	UnusedHistRow       *ebpf.Variable `ebpf:"unused_hist_row"`
+	UnusedHistory       *ebpf.Variable `ebpf:"unused_history"`
+	UnusedLimit         *ebpf.Variable `ebpf:"unused_limit"`
+	UnusedQuicLimit     *ebpf.Variable `ebpf:"unused_quic_limit"`
+	UnusedQuicStatLimit *ebpf.Variable `ebpf:"unused_quic_stat_limit"`
+	UnusedQuicStats     *ebpf.Variable `ebpf:"unused_quic_stats"`
+	UnusedQuicTable     *ebpf.Variable `ebpf:"unused_quic_table"`
+	UnusedRegistry      *ebpf.Variable `ebpf:"unused_registry"`
+	UnusedTable         *ebpf.Variable `ebpf:"unused_table"`
+	UnusedTraffic       *ebpf.Variable `ebpf:"unused_traffic"`
+	UnusedXdpAction     *ebpf.Variable `ebpf:"unused_xdp_action"`
 }
 
 // DirectorPrograms contains all programs after they have been loaded into the kernel.

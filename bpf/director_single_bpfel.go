@@ -16,54 +16,57 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DirectorSingleMapBackendTraffic     = "backend_traffic"
-	DirectorSingleMapBindExact          = "bind_exact"
-	DirectorSingleMapBindGroups         = "bind_groups"
-	DirectorSingleMapBinds              = "binds"
-	DirectorSingleMapCaptureCpu         = "capture_cpu"
-	DirectorSingleMapCaptureEvents      = "capture_events"
-	DirectorSingleMapConfig             = "config"
-	DirectorSingleMapCounters           = "counters"
-	DirectorSingleMapFlowScratch        = "flow_scratch"
-	DirectorSingleMapHistory            = "history"
-	DirectorSingleMapLinkMtus           = "link_mtus"
-	DirectorSingleMapQuicIds            = "quic_ids"
-	DirectorSingleMapQuicKeys           = "quic_keys"
-	DirectorSingleMapRegistry           = "registry"
-	DirectorSingleMapTables             = "tables"
-	DirectorSingleProgDirector          = "director"
-	DirectorSingleVarCaptureSetting     = "capture_setting"
-	DirectorSingleVarUnusedAesKey       = "unused_aes_key"
-	DirectorSingleVarUnusedBindKey      = "unused_bind_key"
-	DirectorSingleVarUnusedBindKind     = "unused_bind_kind"
-	DirectorSingleVarUnusedBindVal      = "unused_bind_val"
-	DirectorSingleVarUnusedCapture      = "unused_capture"
-	DirectorSingleVarUnusedCaptureCpu   = "unused_capture_cpu"
-	DirectorSingleVarUnusedCaptureLease = "unused_capture_lease"
-	DirectorSingleVarUnusedCaptureMeta  = "unused_capture_meta"
-	DirectorSingleVarUnusedConfig       = "unused_config"
-	DirectorSingleVarUnusedCounter      = "unused_counter"
-	DirectorSingleVarUnusedCounters     = "unused_counters"
-	DirectorSingleVarUnusedExactKey     = "unused_exact_key"
-	DirectorSingleVarUnusedExactMult    = "unused_exact_mult"
-	DirectorSingleVarUnusedExactTable   = "unused_exact_table"
-	DirectorSingleVarUnusedFamily       = "unused_family"
-	DirectorSingleVarUnusedGlbEncap     = "unused_glb_encap"
-	DirectorSingleVarUnusedGroupTable   = "unused_group_table"
-	DirectorSingleVarUnusedGue6Encap    = "unused_gue6_encap"
-	DirectorSingleVarUnusedGueConst     = "unused_gue_const"
-	DirectorSingleVarUnusedHashField    = "unused_hash_field"
-	DirectorSingleVarUnusedHistGhost    = "unused_hist_ghost"
-	DirectorSingleVarUnusedHistLimit    = "unused_hist_limit"
-	DirectorSingleVarUnusedHistRow      = "unused_hist_row"
-	DirectorSingleVarUnusedHistory      = "unused_history"
-	DirectorSingleVarUnusedLimit        = "unused_limit"
-	DirectorSingleVarUnusedQuicLimit    = "unused_quic_limit"
-	DirectorSingleVarUnusedQuicTable    = "unused_quic_table"
-	DirectorSingleVarUnusedRegistry     = "unused_registry"
-	DirectorSingleVarUnusedTable        = "unused_table"
-	DirectorSingleVarUnusedTraffic      = "unused_traffic"
-	DirectorSingleVarUnusedXdpAction    = "unused_xdp_action"
+	DirectorSingleMapBackendTraffic      = "backend_traffic"
+	DirectorSingleMapBindExact           = "bind_exact"
+	DirectorSingleMapBindGroups          = "bind_groups"
+	DirectorSingleMapBinds               = "binds"
+	DirectorSingleMapCaptureCpu          = "capture_cpu"
+	DirectorSingleMapCaptureEvents       = "capture_events"
+	DirectorSingleMapConfig              = "config"
+	DirectorSingleMapCounters            = "counters"
+	DirectorSingleMapFlowScratch         = "flow_scratch"
+	DirectorSingleMapHistory             = "history"
+	DirectorSingleMapLinkMtus            = "link_mtus"
+	DirectorSingleMapQuicIds             = "quic_ids"
+	DirectorSingleMapQuicKeys            = "quic_keys"
+	DirectorSingleMapQuicStats           = "quic_stats"
+	DirectorSingleMapRegistry            = "registry"
+	DirectorSingleMapTables              = "tables"
+	DirectorSingleProgDirector           = "director"
+	DirectorSingleVarCaptureSetting      = "capture_setting"
+	DirectorSingleVarUnusedAesKey        = "unused_aes_key"
+	DirectorSingleVarUnusedBindKey       = "unused_bind_key"
+	DirectorSingleVarUnusedBindKind      = "unused_bind_kind"
+	DirectorSingleVarUnusedBindVal       = "unused_bind_val"
+	DirectorSingleVarUnusedCapture       = "unused_capture"
+	DirectorSingleVarUnusedCaptureCpu    = "unused_capture_cpu"
+	DirectorSingleVarUnusedCaptureLease  = "unused_capture_lease"
+	DirectorSingleVarUnusedCaptureMeta   = "unused_capture_meta"
+	DirectorSingleVarUnusedConfig        = "unused_config"
+	DirectorSingleVarUnusedCounter       = "unused_counter"
+	DirectorSingleVarUnusedCounters      = "unused_counters"
+	DirectorSingleVarUnusedExactKey      = "unused_exact_key"
+	DirectorSingleVarUnusedExactMult     = "unused_exact_mult"
+	DirectorSingleVarUnusedExactTable    = "unused_exact_table"
+	DirectorSingleVarUnusedFamily        = "unused_family"
+	DirectorSingleVarUnusedGlbEncap      = "unused_glb_encap"
+	DirectorSingleVarUnusedGroupTable    = "unused_group_table"
+	DirectorSingleVarUnusedGue6Encap     = "unused_gue6_encap"
+	DirectorSingleVarUnusedGueConst      = "unused_gue_const"
+	DirectorSingleVarUnusedHashField     = "unused_hash_field"
+	DirectorSingleVarUnusedHistGhost     = "unused_hist_ghost"
+	DirectorSingleVarUnusedHistLimit     = "unused_hist_limit"
+	DirectorSingleVarUnusedHistRow       = "unused_hist_row"
+	DirectorSingleVarUnusedHistory       = "unused_history"
+	DirectorSingleVarUnusedLimit         = "unused_limit"
+	DirectorSingleVarUnusedQuicLimit     = "unused_quic_limit"
+	DirectorSingleVarUnusedQuicStatLimit = "unused_quic_stat_limit"
+	DirectorSingleVarUnusedQuicStats     = "unused_quic_stats"
+	DirectorSingleVarUnusedQuicTable     = "unused_quic_table"
+	DirectorSingleVarUnusedRegistry      = "unused_registry"
+	DirectorSingleVarUnusedTable         = "unused_table"
+	DirectorSingleVarUnusedTraffic       = "unused_traffic"
+	DirectorSingleVarUnusedXdpAction     = "unused_xdp_action"
 )
 
 // LoadDirectorSingle returns the embedded CollectionSpec for DirectorSingle.
@@ -128,6 +131,7 @@ type DirectorSingleMapSpecs struct {
 	LinkMtus       *ebpf.MapSpec `ebpf:"link_mtus"`
 	QuicIds        *ebpf.MapSpec `ebpf:"quic_ids"`
 	QuicKeys       *ebpf.MapSpec `ebpf:"quic_keys"`
+	QuicStats      *ebpf.MapSpec `ebpf:"quic_stats"`
 	Registry       *ebpf.MapSpec `ebpf:"registry"`
 	Tables         *ebpf.MapSpec `ebpf:"tables"`
 }
@@ -136,38 +140,40 @@ type DirectorSingleMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorSingleVariableSpecs struct {
-	CaptureSetting     *ebpf.VariableSpec `ebpf:"capture_setting"`
-	UnusedAesKey       *ebpf.VariableSpec `ebpf:"unused_aes_key"`
-	UnusedBindKey      *ebpf.VariableSpec `ebpf:"unused_bind_key"`
-	UnusedBindKind     *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
-	UnusedBindVal      *ebpf.VariableSpec `ebpf:"unused_bind_val"`
-	UnusedCapture      *ebpf.VariableSpec `ebpf:"unused_capture"`
-	UnusedCaptureCpu   *ebpf.VariableSpec `ebpf:"unused_capture_cpu"`
-	UnusedCaptureLease *ebpf.VariableSpec `ebpf:"unused_capture_lease"`
-	UnusedCaptureMeta  *ebpf.VariableSpec `ebpf:"unused_capture_meta"`
-	UnusedConfig       *ebpf.VariableSpec `ebpf:"unused_config"`
-	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCounters     *ebpf.VariableSpec `ebpf:"unused_counters"`
-	UnusedExactKey     *ebpf.VariableSpec `ebpf:"unused_exact_key"`
-	UnusedExactMult    *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
-	UnusedExactTable   *ebpf.VariableSpec `ebpf:"unused_exact_table"`
-	UnusedFamily       *ebpf.VariableSpec `ebpf:"unused_family"`
-	UnusedGlbEncap     *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
-	UnusedGroupTable   *ebpf.VariableSpec `ebpf:"unused_group_table"`
-	UnusedGue6Encap    *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
-	UnusedGueConst     *ebpf.VariableSpec `ebpf:"unused_gue_const"`
-	UnusedHashField    *ebpf.VariableSpec `ebpf:"unused_hash_field"`
-	UnusedHistGhost    *ebpf.VariableSpec `ebpf:"unused_hist_ghost"`
-	UnusedHistLimit    *ebpf.VariableSpec `ebpf:"unused_hist_limit"`
-	UnusedHistRow      *ebpf.VariableSpec `ebpf:"unused_hist_row"`
-	UnusedHistory      *ebpf.VariableSpec `ebpf:"unused_history"`
-	UnusedLimit        *ebpf.VariableSpec `ebpf:"unused_limit"`
-	UnusedQuicLimit    *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
-	UnusedQuicTable    *ebpf.VariableSpec `ebpf:"unused_quic_table"`
-	UnusedRegistry     *ebpf.VariableSpec `ebpf:"unused_registry"`
-	UnusedTable        *ebpf.VariableSpec `ebpf:"unused_table"`
-	UnusedTraffic      *ebpf.VariableSpec `ebpf:"unused_traffic"`
-	UnusedXdpAction    *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
+	CaptureSetting      *ebpf.VariableSpec `ebpf:"capture_setting"`
+	UnusedAesKey        *ebpf.VariableSpec `ebpf:"unused_aes_key"`
+	UnusedBindKey       *ebpf.VariableSpec `ebpf:"unused_bind_key"`
+	UnusedBindKind      *ebpf.VariableSpec `ebpf:"unused_bind_kind"`
+	UnusedBindVal       *ebpf.VariableSpec `ebpf:"unused_bind_val"`
+	UnusedCapture       *ebpf.VariableSpec `ebpf:"unused_capture"`
+	UnusedCaptureCpu    *ebpf.VariableSpec `ebpf:"unused_capture_cpu"`
+	UnusedCaptureLease  *ebpf.VariableSpec `ebpf:"unused_capture_lease"`
+	UnusedCaptureMeta   *ebpf.VariableSpec `ebpf:"unused_capture_meta"`
+	UnusedConfig        *ebpf.VariableSpec `ebpf:"unused_config"`
+	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCounters      *ebpf.VariableSpec `ebpf:"unused_counters"`
+	UnusedExactKey      *ebpf.VariableSpec `ebpf:"unused_exact_key"`
+	UnusedExactMult     *ebpf.VariableSpec `ebpf:"unused_exact_mult"`
+	UnusedExactTable    *ebpf.VariableSpec `ebpf:"unused_exact_table"`
+	UnusedFamily        *ebpf.VariableSpec `ebpf:"unused_family"`
+	UnusedGlbEncap      *ebpf.VariableSpec `ebpf:"unused_glb_encap"`
+	UnusedGroupTable    *ebpf.VariableSpec `ebpf:"unused_group_table"`
+	UnusedGue6Encap     *ebpf.VariableSpec `ebpf:"unused_gue6_encap"`
+	UnusedGueConst      *ebpf.VariableSpec `ebpf:"unused_gue_const"`
+	UnusedHashField     *ebpf.VariableSpec `ebpf:"unused_hash_field"`
+	UnusedHistGhost     *ebpf.VariableSpec `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit     *ebpf.VariableSpec `ebpf:"unused_hist_limit"`
+	UnusedHistRow       *ebpf.VariableSpec `ebpf:"unused_hist_row"`
+	UnusedHistory       *ebpf.VariableSpec `ebpf:"unused_history"`
+	UnusedLimit         *ebpf.VariableSpec `ebpf:"unused_limit"`
+	UnusedQuicLimit     *ebpf.VariableSpec `ebpf:"unused_quic_limit"`
+	UnusedQuicStatLimit *ebpf.VariableSpec `ebpf:"unused_quic_stat_limit"`
+	UnusedQuicStats     *ebpf.VariableSpec `ebpf:"unused_quic_stats"`
+	UnusedQuicTable     *ebpf.VariableSpec `ebpf:"unused_quic_table"`
+	UnusedRegistry      *ebpf.VariableSpec `ebpf:"unused_registry"`
+	UnusedTable         *ebpf.VariableSpec `ebpf:"unused_table"`
+	UnusedTraffic       *ebpf.VariableSpec `ebpf:"unused_traffic"`
+	UnusedXdpAction     *ebpf.VariableSpec `ebpf:"unused_xdp_action"`
 }
 
 // DirectorSingleObjects contains all objects after they have been loaded into the kernel.
@@ -203,6 +209,7 @@ type DirectorSingleMaps struct {
 	LinkMtus       *ebpf.Map `ebpf:"link_mtus"`
 	QuicIds        *ebpf.Map `ebpf:"quic_ids"`
 	QuicKeys       *ebpf.Map `ebpf:"quic_keys"`
+	QuicStats      *ebpf.Map `ebpf:"quic_stats"`
 	Registry       *ebpf.Map `ebpf:"registry"`
 	Tables         *ebpf.Map `ebpf:"tables"`
 }
@@ -222,6 +229,7 @@ func (m *DirectorSingleMaps) Close() error {
 		m.LinkMtus,
 		m.QuicIds,
 		m.QuicKeys,
+		m.QuicStats,
 		m.Registry,
 		m.Tables,
 	)
@@ -231,38 +239,40 @@ func (m *DirectorSingleMaps) Close() error {
 //
 // It can be passed to LoadDirectorSingleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorSingleVariables struct {
-	CaptureSetting     *ebpf.Variable `ebpf:"capture_setting"`
-	UnusedAesKey       *ebpf.Variable `ebpf:"unused_aes_key"`
-	UnusedBindKey      *ebpf.Variable `ebpf:"unused_bind_key"`
-	UnusedBindKind     *ebpf.Variable `ebpf:"unused_bind_kind"`
-	UnusedBindVal      *ebpf.Variable `ebpf:"unused_bind_val"`
-	UnusedCapture      *ebpf.Variable `ebpf:"unused_capture"`
-	UnusedCaptureCpu   *ebpf.Variable `ebpf:"unused_capture_cpu"`
-	UnusedCaptureLease *ebpf.Variable `ebpf:"unused_capture_lease"`
-	UnusedCaptureMeta  *ebpf.Variable `ebpf:"unused_capture_meta"`
-	UnusedConfig       *ebpf.Variable `ebpf:"unused_config"`
-	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCounters     *ebpf.Variable `ebpf:"unused_counters"`
-	UnusedExactKey     *ebpf.Variable `ebpf:"unused_exact_key"`
-	UnusedExactMult    *ebpf.Variable `ebpf:"unused_exact_mult"`
-	UnusedExactTable   *ebpf.Variable `ebpf:"unused_exact_table"`
-	UnusedFamily       *ebpf.Variable `ebpf:"unused_family"`
-	UnusedGlbEncap     *ebpf.Variable `ebpf:"unused_glb_encap"`
-	UnusedGroupTable   *ebpf.Variable `ebpf:"unused_group_table"`
-	UnusedGue6Encap    *ebpf.Variable `ebpf:"unused_gue6_encap"`
-	UnusedGueConst     *ebpf.Variable `ebpf:"unused_gue_const"`
-	UnusedHashField    *ebpf.Variable `ebpf:"unused_hash_field"`
-	UnusedHistGhost    *ebpf.Variable `ebpf:"unused_hist_ghost"`
-	UnusedHistLimit    *ebpf.Variable `ebpf:"unused_hist_limit"`
-	UnusedHistRow      *ebpf.Variable `ebpf:"unused_hist_row"`
-	UnusedHistory      *ebpf.Variable `ebpf:"unused_history"`
-	UnusedLimit        *ebpf.Variable `ebpf:"unused_limit"`
-	UnusedQuicLimit    *ebpf.Variable `ebpf:"unused_quic_limit"`
-	UnusedQuicTable    *ebpf.Variable `ebpf:"unused_quic_table"`
-	UnusedRegistry     *ebpf.Variable `ebpf:"unused_registry"`
-	UnusedTable        *ebpf.Variable `ebpf:"unused_table"`
-	UnusedTraffic      *ebpf.Variable `ebpf:"unused_traffic"`
-	UnusedXdpAction    *ebpf.Variable `ebpf:"unused_xdp_action"`
+	CaptureSetting      *ebpf.Variable `ebpf:"capture_setting"`
+	UnusedAesKey        *ebpf.Variable `ebpf:"unused_aes_key"`
+	UnusedBindKey       *ebpf.Variable `ebpf:"unused_bind_key"`
+	UnusedBindKind      *ebpf.Variable `ebpf:"unused_bind_kind"`
+	UnusedBindVal       *ebpf.Variable `ebpf:"unused_bind_val"`
+	UnusedCapture       *ebpf.Variable `ebpf:"unused_capture"`
+	UnusedCaptureCpu    *ebpf.Variable `ebpf:"unused_capture_cpu"`
+	UnusedCaptureLease  *ebpf.Variable `ebpf:"unused_capture_lease"`
+	UnusedCaptureMeta   *ebpf.Variable `ebpf:"unused_capture_meta"`
+	UnusedConfig        *ebpf.Variable `ebpf:"unused_config"`
+	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCounters      *ebpf.Variable `ebpf:"unused_counters"`
+	UnusedExactKey      *ebpf.Variable `ebpf:"unused_exact_key"`
+	UnusedExactMult     *ebpf.Variable `ebpf:"unused_exact_mult"`
+	UnusedExactTable    *ebpf.Variable `ebpf:"unused_exact_table"`
+	UnusedFamily        *ebpf.Variable `ebpf:"unused_family"`
+	UnusedGlbEncap      *ebpf.Variable `ebpf:"unused_glb_encap"`
+	UnusedGroupTable    *ebpf.Variable `ebpf:"unused_group_table"`
+	UnusedGue6Encap     *ebpf.Variable `ebpf:"unused_gue6_encap"`
+	UnusedGueConst      *ebpf.Variable `ebpf:"unused_gue_const"`
+	UnusedHashField     *ebpf.Variable `ebpf:"unused_hash_field"`
+	UnusedHistGhost     *ebpf.Variable `ebpf:"unused_hist_ghost"`
+	UnusedHistLimit     *ebpf.Variable `ebpf:"unused_hist_limit"`
+	UnusedHistRow       *ebpf.Variable `ebpf:"unused_hist_row"`
+	UnusedHistory       *ebpf.Variable `ebpf:"unused_history"`
+	UnusedLimit         *ebpf.Variable `ebpf:"unused_limit"`
+	UnusedQuicLimit     *ebpf.Variable `ebpf:"unused_quic_limit"`
+	UnusedQuicStatLimit *ebpf.Variable `ebpf:"unused_quic_stat_limit"`
+	UnusedQuicStats     *ebpf.Variable `ebpf:"unused_quic_stats"`
+	UnusedQuicTable     *ebpf.Variable `ebpf:"unused_quic_table"`
+	UnusedRegistry      *ebpf.Variable `ebpf:"unused_registry"`
+	UnusedTable         *ebpf.Variable `ebpf:"unused_table"`
+	UnusedTraffic       *ebpf.Variable `ebpf:"unused_traffic"`
+	UnusedXdpAction     *ebpf.Variable `ebpf:"unused_xdp_action"`
 }
 
 // DirectorSinglePrograms contains all programs after they have been loaded into the kernel.

@@ -111,6 +111,16 @@ struct {
 	__type(value, struct dir_traffic);
 } backend_traffic SEC(".maps");
 
+/* QUIC-LB's counters per table and config, per CPU (director.h, struct
+ * dir_quic_stats): which config's IDs a table's QUIC packets carry, and
+ * how each fared. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DIR_MAX_TABLES * DIR_QUIC_STAT_KEYS);
+	__type(key, __u32);
+	__type(value, struct dir_quic_stats);
+} quic_stats SEC(".maps");
+
 /* Each slot's QUIC-LB server IDs (director.h, struct dir_quic_table),
  * written with the slot's table; read only for a table whose
  * quic_sid_len is not 0. */

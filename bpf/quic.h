@@ -75,8 +75,9 @@ __noinline int dir_quic_decrypted(__u32 lens, __u64 w0, __u64 w1, __u64 w2)
  * ID, after the destination's (the ICMP error's payload ends at ip_end, so
  * a quotation cut short falls back as short). */
 static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table *t, __u32 slot, __u32 off, __u32 ip_end,
-				      __u32 quoted)
+				      __u32 quoted, __u32 *rot_read)
 {
+	*rot_read = DIR_QUIC_NO_ID;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	/* The headers before it are in the first buffer, which is never this
@@ -125,6 +126,7 @@ static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table
 	if ((void *)cid + 1 + DIR_QUIC_READ > end)
 		return -DIR_C_QUIC_FALLBACK_SHORT;
 	__u32 rot = cid[0] >> 5;
+	*rot_read = rot;
 	if (rot == DIR_QUIC_UNROUTABLE)
 		return -DIR_C_QUIC_FALLBACK_UNROUTABLE;
 	if (rot != (__u32)(t->quic_cid >> 5))

@@ -312,7 +312,10 @@ type tally struct {
 	counters       [abi.NumCounters]uint64
 	tablePackets   map[int]uint64
 	backendPackets map[string]uint64
-	glb            [3]uint64 // the kernel's GLB counters after the last passed frame
+	// quic is, per table, its QUIC counters by the config of the IDs
+	// read ("none" where none was), as `stats` gives them.
+	quic map[int]map[string]map[string]uint64
+	glb  [3]uint64 // the kernel's GLB counters after the last passed frame
 }
 
 // glbCounters are the counters of what GLB would have made of a passed
@@ -371,6 +374,12 @@ func compare(d *Director, m *model.Datapath, frame []byte, tl *tally) string {
 		}
 		if want.QUIC == model.QUICRouted && want.QUICICMP {
 			tl.counters[model.QUICICMPRouted]++
+		}
+		if want.QUIC != 0 {
+			tl.countQUIC(want.Table, want.QUICConfig, want.QUIC)
+			if want.QUIC == model.QUICRouted && want.QUICICMP {
+				tl.countQUIC(want.Table, want.QUICConfig, model.QUICICMPRouted)
+			}
 		}
 		if want.TooBig != 0 {
 			tl.counters[want.TooBig]++
@@ -620,8 +629,42 @@ func checkCounters(t *testing.T, d *Director, tl *tally) {
 				t.Errorf("backend %s: %d packets, model %d", b.IP, b.Packets, tl.backendPackets[b.IP])
 			}
 		}
+		kernel := map[string]map[string]uint64{}
+		for _, q := range ts.QUIC {
+			if len(q.Counters) > 0 {
+				kernel[quicConfigName(q.ConfigID)] = q.Counters
+			}
+		}
+		if want := tl.quic[i]; fmt.Sprint(kernel) != fmt.Sprint(want) && (len(kernel) > 0 || len(want) > 0) {
+			t.Errorf("table %s's QUIC counters by config: %v, model %v", ts.Name, kernel, want)
+		}
 	}
 	t.Logf("counters: %v", got)
+}
+
+func (tl *tally) countQUIC(table, config, counter int) {
+	if tl.quic == nil {
+		tl.quic = map[int]map[string]map[string]uint64{}
+	}
+	if tl.quic[table] == nil {
+		tl.quic[table] = map[string]map[string]uint64{}
+	}
+	id := uint8(config)
+	name := quicConfigName(&id)
+	if config == model.QUICNoID {
+		name = quicConfigName(nil)
+	}
+	if tl.quic[table][name] == nil {
+		tl.quic[table][name] = map[string]uint64{}
+	}
+	tl.quic[table][name][CounterNames()[counter]]++
+}
+
+func quicConfigName(id *uint8) string {
+	if id == nil {
+		return "none"
+	}
+	return fmt.Sprint(*id)
 }
 
 func rngFor(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }

@@ -39,6 +39,52 @@ type TableStats struct {
 	StatsID  int            `json:"stats_id"`
 	Traffic  Traffic        `json:"traffic"`
 	Backends []BackendStats `json:"backends"`
+	// QUIC, for a table with QUIC-LB routing, is its QUIC counters by the
+	// config its packets' connection IDs carry: the table's own config
+	// first, then any other that packets carried, then those whose ID
+	// could not be read.
+	QUIC []QUICStats `json:"quic,omitempty"`
+}
+
+// QUICStats are a table's QUIC-LB counters (quic_routed, quic_fallback_*,
+// quic_icmp_routed; those not zero) for the packets whose connection ID
+// carries config rotation ConfigID, nil for those none was read from.
+type QUICStats struct {
+	ConfigID *uint8            `json:"config_id"`
+	Counters map[string]uint64 `json:"counters"`
+}
+
+// quicStats reads a table's QUIC counters (TableStats.QUIC).
+func (d *Director) quicStats(statsID int, own uint8) ([]QUICStats, error) {
+	if d.Maps.QuicStats == nil { // pins of a build without them
+		return nil, nil
+	}
+	var out []QUICStats
+	for i := 0; i <= int(abi.QUICNoID); i++ {
+		var per []abi.QUICStats
+		if err := d.Maps.QuicStats.Lookup(uint32(statsID*abi.QUICStatKeys+i), &per); err != nil {
+			return nil, err
+		}
+		qs := QUICStats{Counters: map[string]uint64{}}
+		for _, p := range per {
+			for c := range p.C {
+				if n := CounterNames(); abi.CQUICRouted+c < len(n) && p.C[c] != 0 {
+					qs.Counters[n[abi.CQUICRouted+c]] += p.C[c]
+				}
+			}
+		}
+		if i < int(abi.QUICNoID) {
+			id := uint8(i)
+			qs.ConfigID = &id
+		}
+		switch {
+		case i == int(own):
+			out = append([]QUICStats{qs}, out...)
+		case len(qs.Counters) > 0:
+			out = append(out, qs)
+		}
+	}
+	return out, nil
 }
 
 // BackendStats is what one backend was sent as primary.
@@ -130,6 +176,11 @@ func (d *Director) Stats() (*Stats, error) {
 			}
 			ts.Backends = append(ts.Backends, bs)
 		}
+		if lt.Table.QUIC.On() {
+			if ts.QUIC, err = d.quicStats(lt.StatsID, lt.Table.QUIC.ConfigID); err != nil {
+				return nil, err
+			}
+		}
 		s.Tables = append(s.Tables, ts)
 	}
 	return s, nil
@@ -137,6 +188,20 @@ func (d *Director) Stats() (*Stats, error) {
 
 func (d *Director) zero(m *ebpf.Map, key uint32) error {
 	return m.Put(key, make([]abi.Traffic, possibleCPUs()))
+}
+
+// zeroQUIC zeroes a table's QUIC counters, for a table new to its stats
+// id.
+func (d *Director) zeroQUIC(statsID int) error {
+	if d.Maps.QuicStats == nil {
+		return nil
+	}
+	for i := 0; i < abi.QUICStatKeys; i++ {
+		if err := d.Maps.QuicStats.Put(uint32(statsID*abi.QUICStatKeys+i), make([]abi.QUICStats, possibleCPUs())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // resetCounters zeroes the counters a table or backend starts using: a new
@@ -147,6 +212,8 @@ func (d *Director) resetCounters(statsID int, old *mapimage.LiveTable, t *table.
 		for i := range old.Table.Backends {
 			had[old.Stat[i]] = true
 		}
+	} else if err := d.zeroQUIC(statsID); err != nil {
+		return err
 	}
 	for i := range t.Backends {
 		if !had[stat[i]] {

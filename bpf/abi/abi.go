@@ -41,6 +41,7 @@ type (
 	HistGhost   = DirHistGhost
 	QUICEntry   = DirQuicEntry
 	QUICTable   = DirQuicTable
+	QUICStats   = DirQuicStats
 	AESKey      = DirAesKey
 	GLBEncap    = GlbEncap
 	Gue6Encap   = DirGue6Encap
@@ -178,6 +179,14 @@ const (
 	QUICMaxCID     = int(DirQuicLimitDIR_QUIC_MAX_CID)
 	QUICUnroutable = uint8(DirQuicLimitDIR_QUIC_UNROUTABLE)
 	QUICRead       = int(DirQuicLimitDIR_QUIC_READ)
+)
+
+// QUIC-LB's counters per table and config (enum dir_quic_stat_limit): the
+// entries a table has in map quic_stats, and the one for packets whose ID
+// was not read.
+const (
+	QUICStatKeys = int(DirQuicStatLimitDIR_QUIC_STAT_KEYS)
+	QUICNoID     = uint8(DirQuicStatLimitDIR_QUIC_NO_ID)
 )
 
 // The multipliers of the server-ID hash (enum dir_quic_limit), as 64-bit

@@ -398,6 +398,19 @@ const (
 	DirQuicLimitDIR_QUIC_K1LO       DirQuicLimit = 668265295
 )
 
+type DirQuicStatLimit uint32
+
+const (
+	DirQuicStatLimitDIR_QUIC_STAT_KEYS     DirQuicStatLimit = 16
+	DirQuicStatLimitDIR_QUIC_NO_ID         DirQuicStatLimit = 8
+	DirQuicStatLimitDIR_QUIC_STAT_COUNTERS DirQuicStatLimit = 8
+)
+
+type DirQuicStats struct {
+	_ structs.HostLayout
+	C [8]uint64
+}
+
 type DirQuicTable struct {
 	_   structs.HostLayout
 	E   [512]DirQuicEntry

@@ -963,6 +963,62 @@ func TestStatsShowsCaps(t *testing.T) {
 	}
 }
 
+// TestStatsShowsQUICByConfig: a QUIC table's counters in stats are kept
+// by the config its packets' IDs carry: one routed by the table's own
+// config, a client's Initial of another config, one too short to read an
+// ID from; the text and the JSON say the same.
+func TestStatsShowsQUICByConfig(t *testing.T) {
+	testenv.Kernel(t)
+	dir := bpffsDir(t)
+	run := func(code int, args ...string) string {
+		return mustRun(t, code, append([]string{"--bpffs", dir}, args...)...)
+	}
+	run(0, "load")
+	run(0, "apply", cfgDir+"quic.json", "--director-config", cfgDir+"director.conf", "--yes")
+	d, err := loader.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	vip := netip.MustParseAddr("10.10.10.10")
+	send := func(payload []byte) {
+		f := pkt.Frame(pkt.IPv4(netip.MustParseAddr("198.18.0.9"), vip, 17, pkt.UDP(40000, 443, payload), pkt.V4Opts{}))
+		if _, _, err := testrun.Run(d.Prog, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// quic.json: config 1, 2-byte server IDs, 6-byte nonces; 5e02 is an
+	// active, healthy backend's.
+	routed := append([]byte{0x40, 1<<5 | 8, 0x5e, 0x02}, make([]byte, 30)...)
+	initial := append([]byte{0xc0, 0, 0, 0, 1, 8, 3 << 5}, make([]byte, 30)...)
+	send(routed)
+	send(routed)
+	send(initial)
+	send([]byte{0x40, 1})
+	var doc loader.Stats
+	if err := json.Unmarshal([]byte(run(0, "stats", "--json")), &doc); err != nil || len(doc.Tables) != 1 {
+		t.Fatalf("stats --json: %v", err)
+	}
+	got := map[string]map[string]uint64{}
+	for _, q := range doc.Tables[0].QUIC {
+		name := "none"
+		if q.ConfigID != nil {
+			name = fmt.Sprint(*q.ConfigID)
+		}
+		got[name] = q.Counters
+	}
+	want := map[string]map[string]uint64{"1": {"quic_routed": 2}, "3": {"quic_fallback_other_config": 1}, "none": {"quic_fallback_short": 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) || doc.Tables[0].QUIC[0].ConfigID == nil || *doc.Tables[0].QUIC[0].ConfigID != 1 {
+		t.Errorf("QUIC counters %v (the table's own config first), want %v", got, want)
+	}
+	out := run(0, "stats")
+	for _, line := range []string{"QUIC config 1:  routed 2\n", "QUIC config 3:  fallback_other_config 1\n", "QUIC no ID read: fallback_short 1\n"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("stats lacks %q:\n%s", line, out)
+		}
+	}
+}
+
 // TestApplyBalanceOnlyChange: a balance factor that moves no row is still
 // applied (the kernel's table records it), and shown as a change.
 func TestApplyBalanceOnlyChange(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/signal"
@@ -146,6 +147,7 @@ func printStats(e *env, s, prev *loader.Stats) {
 			}
 			fmt.Fprintf(w, "  %-15s %-9s %-9s %12d packets %14d bytes%s\n", b.IP, b.State, healthWord(b.Healthy), b.Packets, b.Bytes, weight)
 		}
+		printQUICStats(w, t.QUIC)
 	}
 	var before []loader.InterfaceStats
 	if prev != nil {
@@ -184,5 +186,26 @@ func printInterfaces(e *env, ifs, prev []loader.InterfaceStats, dt time.Duration
 		case was == nil && prev == nil && i.TxDropped > 0:
 			fmt.Fprintf(e.stdout, "  (%d frames dropped on their way out since the interface came up; 'stats --watch' shows whether that goes on)\n", i.TxDropped)
 		}
+	}
+}
+
+// printQUICStats prints a table's QUIC-LB counters, a line per config its
+// packets' connection IDs carried.
+func printQUICStats(w io.Writer, qs []loader.QUICStats) {
+	for _, q := range qs {
+		what := "no ID read"
+		if q.ConfigID != nil {
+			what = fmt.Sprintf("config %d", *q.ConfigID)
+		}
+		var parts []string
+		for _, n := range loader.CounterNames() {
+			if v, ok := q.Counters[n]; ok {
+				parts = append(parts, fmt.Sprintf("%s %d", strings.TrimPrefix(n, "quic_"), v))
+			}
+		}
+		if len(parts) == 0 {
+			parts = []string{"no packets"}
+		}
+		fmt.Fprintf(w, "  QUIC %-10s %s\n", what+":", strings.Join(parts, ", "))
 	}
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -145,6 +146,9 @@ var (
 		"UDP packets of tables with QUIC-LB routing: routed by connection ID, or sent by the row and why (fallback_...).", []string{"result"}, nil)
 	descQUICICMP = prometheus.NewDesc("director_quic_icmp_routed_total",
 		"ICMP errors sent to the server that the connection ID of the QUIC packet they quote names (of director_quic_packets_total{result=\"routed\"}).", nil, nil)
+	descQUICTable = prometheus.NewDesc("director_quic_table_packets_total",
+		"A QUIC-LB table's UDP packets by the config rotation their connection ID carries (none: no ID read), routed or fallback_..., as director_quic_packets_total.",
+		[]string{"table", "config", "result"}, nil)
 	descErrors    = prometheus.NewDesc("director_packet_errors_total", "Packets passed because of a setup or kernel problem, by reason.", []string{"reason"}, nil)
 	descBackendP  = prometheus.NewDesc("director_backend_packets_total", "Packets sent to the backend as primary.", []string{"table", "backend"}, nil)
 	descBackendB  = prometheus.NewDesc("director_backend_bytes_total", "Bytes (of the original IP packets) sent to the backend as primary.", []string{"table", "backend"}, nil)
@@ -155,7 +159,7 @@ var (
 
 func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descProcessed, descMatched, descEncap, descEncapB, descFast, descGroup, descPassed, descErrors, descQUIC,
-		descQUICICMP, descBackendP, descBackendB, descIfPackets, descIfDropped, descIfErrors} {
+		descQUICICMP, descQUICTable, descBackendP, descBackendB, descIfPackets, descIfDropped, descIfErrors} {
 		ch <- d
 	}
 }
@@ -192,6 +196,17 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, b := range t.Backends {
 			counter(descBackendP, b.Packets, t.Name, b.IP)
 			counter(descBackendB, b.Bytes, t.Name, b.IP)
+		}
+		for _, q := range t.QUIC {
+			config := "none"
+			if q.ConfigID != nil {
+				config = fmt.Sprint(*q.ConfigID)
+			}
+			for n, v := range q.Counters {
+				if n != "quic_icmp_routed" { // of routed: the results add up
+					counter(descQUICTable, v, t.Name, config, strings.TrimPrefix(n, "quic_"))
+				}
+			}
 		}
 	}
 	for _, i := range st.Interfaces {

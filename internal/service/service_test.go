@@ -292,7 +292,8 @@ func TestCoalescer(t *testing.T) {
 func TestMetricNamesAndTypes(t *testing.T) {
 	m := newMetrics(func() (*loader.Stats, error) {
 		return &loader.Stats{Global: map[string]uint64{"processed": 10, "pass_no_bind": 2, "error_no_table": 1},
-			Tables:     []loader.TableStats{{Name: "api", Backends: []loader.BackendStats{{IP: "10.1.0.1", Traffic: loader.Traffic{Packets: 3, Bytes: 300}}}}},
+			Tables: []loader.TableStats{{Name: "api", Backends: []loader.BackendStats{{IP: "10.1.0.1", Traffic: loader.Traffic{Packets: 3, Bytes: 300}}},
+				QUIC: []loader.QUICStats{{Counters: map[string]uint64{"quic_fallback_short": 1}}}}},
 			Interfaces: []loader.InterfaceStats{{Interface: "eth0", RxPackets: 5}}}, nil
 	})
 	m.observe(netip.MustParseAddr("10.1.0.1"), []health.Result{{Kind: "http", OK: false, Reason: "refused"}, {Kind: "gue", OK: true}})
@@ -339,7 +340,7 @@ func TestMetricNamesAndTypes(t *testing.T) {
 		"director_packets_processed_total": "counter", "director_packets_matched_total": "counter",
 		"director_packets_encapsulated_total": "counter", "director_encapsulated_bytes_total": "counter",
 		"director_bind_fast_total": "counter", "director_bind_group_total": "counter", "director_packets_passed_total": "counter", "director_packet_errors_total": "counter",
-		"director_quic_packets_total": "counter", "director_quic_icmp_routed_total": "counter",
+		"director_quic_packets_total": "counter", "director_quic_icmp_routed_total": "counter", "director_quic_table_packets_total": "counter",
 		"director_backend_packets_total": "counter", "director_backend_bytes_total": "counter",
 		"director_interface_packets_total": "counter", "director_interface_dropped_total": "counter", "director_interface_errors_total": "counter",
 		"director_bgp_vips_announced": "gauge", "director_bgp_session_established": "gauge", "director_bgp_session_flaps_total": "counter",
@@ -781,9 +782,23 @@ func TestExportBalance(t *testing.T) {
 func TestQUICMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&datapathCollector{stats: func() (*loader.Stats, error) {
+		one, three := uint8(1), uint8(3)
 		return &loader.Stats{Global: map[string]uint64{"quic_routed": 7, "quic_fallback_unknown_id": 3, "quic_fallback_short": 1,
-			"quic_icmp_routed": 2}}, nil
+			"quic_icmp_routed": 2},
+			Tables: []loader.TableStats{{Name: "h3", QUIC: []loader.QUICStats{
+				{ConfigID: &one, Counters: map[string]uint64{"quic_routed": 7, "quic_icmp_routed": 2, "quic_fallback_unknown_id": 2}},
+				{ConfigID: &three, Counters: map[string]uint64{"quic_fallback_unknown_id": 1}},
+				{Counters: map[string]uint64{"quic_fallback_short": 1}}}}}}, nil
 	}})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`# HELP director_quic_table_packets_total A QUIC-LB table's UDP packets by the config rotation their connection ID carries (none: no ID read), routed or fallback_..., as director_quic_packets_total.
+# TYPE director_quic_table_packets_total counter
+director_quic_table_packets_total{config="1",result="fallback_unknown_id",table="h3"} 2
+director_quic_table_packets_total{config="1",result="routed",table="h3"} 7
+director_quic_table_packets_total{config="3",result="fallback_unknown_id",table="h3"} 1
+director_quic_table_packets_total{config="none",result="fallback_short",table="h3"} 1
+`), "director_quic_table_packets_total"); err != nil {
+		t.Error(err)
+	}
 	if n, err := testutil.GatherAndCount(reg, "director_quic_icmp_routed_total"); n != 1 || err != nil {
 		t.Fatalf("%d series of director_quic_icmp_routed_total (%v)", n, err)
 	}

@@ -110,6 +110,10 @@ type Result struct {
 	// that ID chose the primary.
 	QUIC     int
 	QUICICMP bool
+	// QUICConfig is, where QUIC is not 0, the config rotation bits of the
+	// connection ID read (0 to 7), or QUICNoID: the table's QUIC counters
+	// are kept by it.
+	QUICConfig int
 }
 
 // QUICICMPRouted counts, of QUICRouted, the ICMP errors sent by the ID of
@@ -231,14 +235,14 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, bindOf func(*Flow) (in
 	if under6 && ipLen > 0xffff-(gue.Size6(gue.MaxHops)-40) {
 		return passedHere(abi.CPassTooBig, row, altRow, true)
 	}
-	quic := 0
+	quic, quicConfig := 0, 0
 	if t.QUIC.On() && f.Proto == 17 && pk.l4 != 0 {
 		// The backend the connection ID names goes first, the row's
 		// primary second (its secondary where that is the same one).
 		// An ICMP error quotes a packet the server sent: the ID that
 		// names the server is found in it (QUICRouteQuoted).
 		var b int
-		quic, b = quicRoute(t, pk.udpPayload(), pk.icmpErr)
+		quic, b, quicConfig = quicRoute(t, pk.udpPayload(), pk.icmpErr)
 		if b >= 0 {
 			if r := t.Rows[row]; int(r.Primary) != b {
 				hops[1] = hops[0]
@@ -271,7 +275,7 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, bindOf func(*Flow) (in
 			}
 			tooBig = abi.CTooBigEncap
 			if reply := tooBigReply(frame, l2len, v6, icmpErr, ipLen, room); reply != nil {
-				r := Result{Verdict: XDPTX, TooBig: abi.CICMPTooBig, QUIC: quic, QUICICMP: quic != 0 && icmpErr, Parsed: true, Matched: true, Bind: bind, Table: ti,
+				r := Result{Verdict: XDPTX, TooBig: abi.CICMPTooBig, QUIC: quic, QUICICMP: quic != 0 && icmpErr, QUICConfig: quicConfig, Parsed: true, Matched: true, Bind: bind, Table: ti,
 					Hashed: true, Row: row, AltRow: altRow, HopList: hops,
 					NHops: nhops, IPLen: ipLen, Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo}
 				if build {
@@ -297,7 +301,7 @@ func (d *Datapath) steer(pk *packet, f *Flow, build bool, bindOf func(*Flow) (in
 		}
 		out = encapsulate(frame[:l2len], gw, src, hops[:nhops], sport, family, ipLen, frame[l2len:], uint32(h>>32)&gue.FlowMask)
 	}
-	return Result{Verdict: XDPTX, Out: out, QUIC: quic, QUICICMP: quic != 0 && icmpErr, Parsed: true, Matched: true, Bind: bind, Table: ti, Hashed: true,
+	return Result{Verdict: XDPTX, Out: out, QUIC: quic, QUICICMP: quic != 0 && icmpErr, QUICConfig: quicConfig, Parsed: true, Matched: true, Bind: bind, Table: ti, Hashed: true,
 		Row: row, AltRow: altRow, HopList: hops, NHops: nhops, IPLen: ipLen,
 		Client: f.Client, ClientPort: f.ClientPort, VIP: f.VIP, Proto: f.Proto, VIPPort: f.VIPPort, Echo: f.Echo,
 		OuterLen: l2len + esize + ipLen, TooBig: tooBig}

@@ -53,55 +53,70 @@ func (pk *packet) udpPayload() []byte {
 // length octet (byte 5). Its first octet's top three bits are the config
 // rotation, then come the server ID's ServerIDLen bytes. The backend must
 // be serving: active, filling or draining, and healthy.
-func QUICRoute(t *table.Table, p []byte) (counter, backend int) { return quicRoute(t, p, false) }
+func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
+	counter, backend, _ = quicRoute(t, p, false)
+	return counter, backend
+}
 
 // QUICRouteQuoted is QUICRoute of the UDP payload p of a packet an ICMP
 // error quotes: one the server sent, so a long header's own connection ID
 // is its source connection ID (after the destination's), which the server
 // chose; a short header's is its destination connection ID, as for
 // QUICRoute (the client's, which the table decodes where it can).
-func QUICRouteQuoted(t *table.Table, p []byte) (counter, backend int) { return quicRoute(t, p, true) }
+func QUICRouteQuoted(t *table.Table, p []byte) (counter, backend int) {
+	counter, backend, _ = quicRoute(t, p, true)
+	return counter, backend
+}
 
-func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend int) {
+// QUICNoID is the config quicRoute gives where it read no connection ID
+// (the per-table counters' key, dir_quic_stats).
+const QUICNoID = int(abi.QUICNoID)
+
+// quicRoute is QUICRoute or QUICRouteQuoted, and the config rotation bits
+// of the ID it read, or QUICNoID.
+func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend, config int) {
+	counter, backend = QUICShort, -1
+	config = QUICNoID
 	if len(p) < 1+1+quicRead {
-		return QUICShort, -1
+		return
 	}
 	cidLen, base := t.QUIC.CIDLen(), 1
 	if p[0]&0x80 != 0 {
 		if len(p) < 6+1+quicRead {
-			return QUICShort, -1
+			return QUICShort, -1, QUICNoID
 		}
 		cidLen, base = int(p[5]), 6
 		if quoted {
 			// The destination ID, then the source ID's length and the
 			// source ID.
 			if cidLen > table.MaxCIDLen {
-				return QUICCIDLen, -1
+				return QUICCIDLen, -1, QUICNoID
 			}
 			if len(p) < 6+cidLen+1 {
-				return QUICShort, -1
+				return QUICShort, -1, QUICNoID
 			}
 			cidLen, base = int(p[6+cidLen]), 6+cidLen+1
 		}
 		if cidLen > table.MaxCIDLen || cidLen < 1+quicNeed(t.QUIC) {
-			return QUICCIDLen, -1
+			return QUICCIDLen, -1, QUICNoID
 		}
 	}
 	if len(p) < base+max(cidLen, 1+quicRead, 1+quicNeed(t.QUIC)) {
-		return QUICShort, -1
+		return QUICShort, -1, QUICNoID
 	}
 	cid := p[base:]
-	switch rot := cid[0] >> 5; {
+	rot := cid[0] >> 5
+	switch {
 	case rot == abi.QUICUnroutable:
-		return QUICUnroutable, -1
+		return QUICUnroutable, -1, int(rot)
 	case rot != t.QUIC.ConfigID:
-		return QUICOtherConfig, -1
+		return QUICOtherConfig, -1, int(rot)
 	}
 	sid := table.ServerID(cid[1 : 1+t.QUIC.ServerIDLen])
 	if t.QUIC.Encrypted {
 		c, err := cidcipher.New(t.QUIC.Key, int(t.QUIC.ServerIDLen), int(t.QUIC.NonceLen))
 		if err != nil {
-			return QUICCIDLen, -1 // the config's lengths: refused before any table is built
+			return QUICCIDLen, -1, int(rot) // the config's lengths: refused before any table is built
 		}
 		plain := make([]byte, t.QUIC.ServerIDLen)
 		c.ServerID(plain, cid[1:1+c.Len()])
@@ -109,10 +124,10 @@ func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend int) {
 	}
 	for i, b := range t.Backends {
 		if b.ServerID == sid && b.Serving() {
-			return QUICRouted, i
+			return QUICRouted, i, int(rot)
 		}
 	}
-	return QUICUnknownID, -1
+	return QUICUnknownID, -1, int(rot)
 }
 
 // QUICDestID is the destination connection ID of the QUIC packet p (a UDP
