@@ -68,40 +68,6 @@ const enum dir_capture_lease *unused_capture_lease __attribute__((unused));
 #include "encap.h"
 #include "quic.h"
 
-/* quic_hops routes a UDP packet of a table with QUIC-LB routing by its
- * connection ID: the named backend becomes the primary, and the row's
- * primary the second hop (its secondary, where the row's primary is that
- * backend), so that the hop list still holds the backend the table would
- * have chosen. An ICMP error (quoted) goes by the packet it quotes. Returns
- * the QUIC counter it counted (bits 16 and up) above the second hop (bits
- * 8-15) and the primary (bits 0-7), as counter indices: one value, not
- * pointers, so the hops need no stack. */
-static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_counters *c, const struct dir_table *t, __u32 slot,
-				       __u32 l4off, __u32 ip_end, __u32 primary, __u32 second, __u32 quoted)
-{
-	__u32 rot;
-	int s = quic_route(ctx, t, slot, l4off + 8, ip_end, quoted, &rot);
-	__u32 counter = DIR_C_QUIC_ROUTED, icmp = 0;
-	if (s < 0) {
-		counter = -s;
-	} else {
-		second = (__u32)s == primary ? second : primary;
-		primary = s;
-		icmp = quoted;
-	}
-	count(c, counter);
-	__u32 key = t->stats_id * DIR_QUIC_STAT_KEYS + (rot & (DIR_QUIC_STAT_KEYS - 1));
-	struct dir_quic_stats *qs = bpf_map_lookup_elem(&quic_stats, &key);
-	if (qs) {
-		qs->c[(counter - DIR_C_QUIC_ROUTED) & (DIR_QUIC_STAT_COUNTERS - 1)]++;
-		if (icmp)
-			qs->c[DIR_C_QUIC_ICMP_ROUTED - DIR_C_QUIC_ROUTED]++;
-	}
-	if (icmp)
-		count(c, DIR_C_QUIC_ICMP_ROUTED);
-	return counter << 16 | (second & 0xff) << 8 | (primary & 0xff);
-}
-
 /* steered is a packet's way through its table's rows, what both
  * underlays' tails share (steer_hops, steer_fits). */
 struct steered {
@@ -156,10 +122,16 @@ static __always_inline void steer_hops(struct xdp_md *ctx, struct dir_counters *
 	s->primary = row->primary;
 	s->second = row->secondary;
 	if (__builtin_expect(t->quic_sid_len, 0) && f->proto == IPPROTO_UDP) {
-		__u32 q = quic_hops(ctx, c, t, slot, f->l4off, l2len + ip_len, s->primary, s->second, kind == ICMP_KIND_ERROR);
+		__u64 th = (__u64)quic_tq(t) << 32 | (slot & (DIR_MAX_SLOTS - 1)) << 24 |
+			   (__u32)(kind == ICMP_KIND_ERROR) << 16 | (s->second & 0xff) << 8 | (s->primary & 0xff);
+		__u32 q = call_quic_hops(ctx, th, f->l4off, l2len + ip_len);
+		__u32 counter = (q >> 16) & 0xff;
+		count(c, counter);
+		if (q & QUIC_HOPS_ICMP)
+			count(c, DIR_C_QUIC_ICMP_ROUTED);
 		s->primary = q & 0xff;
 		s->second = (q >> 8) & 0xff;
-		s->at |= q >> 16 << 24;
+		s->at |= counter << 24;
 	}
 	s->alt = NULL;
 	if (cfg->alt_hash_fields) {

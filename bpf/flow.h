@@ -32,6 +32,15 @@ struct flow {
 	__u16 l4off;
 };
 
+/* An encrypted connection ID's n bytes after its first octet, as
+ * quic_route read them, for the decryption, which is a call of its own
+ * (quic.h, dir_quic_decrypt_hops): w0 to w2 little-endian; lens is
+ * slot << 16 | n << 8 | sid_len; rot the ID's config rotation bits. */
+struct dir_quic_cid {
+	__u64 w0, w1, w2;
+	__u32 lens, rot;
+};
+
 #ifdef DIR_SINGLE_BUFFER
 /* The single-buffer build's global functions take no pointers (build.h):
  * the flow they work on, and the table's hash key, are passed through
@@ -39,6 +48,7 @@ struct flow {
 struct dir_flow_scratch {
 	struct flow f;
 	__u8 key[16];
+	struct dir_quic_cid quic;
 };
 
 struct {

@@ -6,6 +6,7 @@
 #include "build.h"
 #include "director.h"
 #include "maps.h"
+#include "flow.h"
 #include "cidcrypt.h"
 
 /* The bytes of a QUIC packet the program reads: a long header's first
@@ -45,14 +46,11 @@ static __always_inline int quic_find(__u32 slot, __u32 sid_len, __u64 w0, __u64 
 	return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID;
 }
 
-/* dir_quic_decrypted is quic_find of the server ID that slot's key
- * decrypts from an encrypted connection ID's n bytes after its first
- * octet, (w0, w1, w2) (cidcrypt.h); lens is slot << 16 | n << 8 | sid_len.
- * A global function, verified once on its own: the AES rounds are long,
- * and inline they would be verified again on every path that reaches
- * them. */
-__noinline int dir_quic_decrypted(__u32 lens, __u64 w0, __u64 w1, __u64 w2)
+/* quic_decrypted is quic_find of the server ID that slot's key decrypts
+ * from an encrypted connection ID (cidcrypt.h). */
+static __always_inline int quic_decrypted(const struct dir_quic_cid *id)
 {
+	__u32 lens = id->lens;
 	__u32 slot = (lens >> 16) & (DIR_MAX_SLOTS - 1), n = (lens >> 8) & 0xff, sid_len = lens & 0xff;
 	if (n < 5 || n > 19 || sid_len < 1 || sid_len >= n)
 		return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID; /* the loader writes none such */
@@ -60,22 +58,28 @@ __noinline int dir_quic_decrypted(__u32 lens, __u64 w0, __u64 w1, __u64 w2)
 	if (!k)
 		return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID;
 	__u64 p0, p1;
-	dir_cid_server_id(k, n, sid_len, w0, w1, w2, &p0, &p1);
+	dir_cid_server_id(k, n, sid_len, id->w0, id->w1, id->w2, &p0, &p1);
 	return quic_find(slot, sid_len, p0, p1);
 }
 
-/* quic_route is the counter index of the serving backend of t (in slot)
+/* What quic_route returns for an encrypted ID it has read into its
+ * dir_quic_cid: above every backend's counter index. */
+#define QUIC_DECRYPT 0x100
+
+/* quic_route is the counter index of the serving backend of slot's table
  * that the destination connection ID of the UDP payload at off names, or
- * minus the fallback counter that says why there is none. The IP packet
- * ends at ip_end (both offsets from the frame's start). With encrypted
- * IDs (quic_enc), the server ID is decrypted from the server ID and nonce
- * together, n = the short header's ID length - 1 bytes. When quoted, the
- * payload is that of a packet the server sent, which an ICMP error quotes:
- * a long header's ID that names the server is then its source connection
- * ID, after the destination's (the ICMP error's payload ends at ip_end, so
- * a quotation cut short falls back as short). */
-static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table *t, __u32 slot, __u32 off, __u32 ip_end,
-				      __u32 quoted, __u32 *rot_read)
+ * minus the fallback counter that says why there is none, or for an
+ * encrypted ID, QUIC_DECRYPT with the ID in *id. The table's
+ * QUIC-LB settings come as tq (quic_tq). The IP packet ends at ip_end
+ * (both offsets from the frame's start). With encrypted IDs, the server ID
+ * is decrypted from the server ID and nonce together, n = the short
+ * header's ID length - 1 bytes. When quoted, the payload is that of a
+ * packet the server sent, which an ICMP error quotes: a long header's ID
+ * that names the server is then its source connection ID, after the
+ * destination's (the ICMP error's payload ends at ip_end, so a quotation
+ * cut short falls back as short). */
+static __always_inline int quic_route(struct xdp_md *ctx, __u32 tq, __u32 slot, __u32 off, __u32 ip_end, __u32 quoted,
+				      __u32 *rot_read, struct dir_quic_cid *id)
 {
 	*rot_read = DIR_QUIC_NO_ID;
 	void *data = (void *)(long)ctx->data;
@@ -85,14 +89,19 @@ static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table
 	if (off > 0xfff || ip_end < off)
 		return -DIR_C_QUIC_FALLBACK_SHORT;
 	__u32 plen = ip_end - off;
+	/* The mask again, where the verifier sees it: the compiler knows
+	 * the bound from above and would leave it out, and in a global
+	 * function (dir_quic_hops) the verifier cannot tie that comparison
+	 * to the register the pointer is made from. */
+	asm volatile("" : "+r"(off));
 	__u8 *q = data + (off & 0xfff);
 	if ((void *)q + QUIC_SHORT_BASE + 1 + DIR_QUIC_READ > end || plen < QUIC_SHORT_BASE + 1 + DIR_QUIC_READ)
 		return -DIR_C_QUIC_FALLBACK_SHORT;
-	__u32 sid_len = t->quic_sid_len;
-	__u32 base = QUIC_SHORT_BASE, cid_len = t->quic_cid & 0x1f;
+	__u32 sid_len = tq & 0x1f, table_cid = (tq >> 8) & 0xff;
+	__u32 base = QUIC_SHORT_BASE, cid_len = table_cid & 0x1f;
 	/* What follows the ID's first octet that names the server: the
 	 * server ID, or encrypted, the server ID and nonce. */
-	__u32 n = sid_len, enc = t->quic_enc;
+	__u32 n = sid_len, enc = (tq >> 16) & 1;
 	if (__builtin_expect(enc, 0))
 		n = (cid_len - 1) & 0x1f;
 	if (q[0] & 0x80) {
@@ -129,7 +138,7 @@ static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table
 	*rot_read = rot;
 	if (rot == DIR_QUIC_UNROUTABLE)
 		return -DIR_C_QUIC_FALLBACK_UNROUTABLE;
-	if (rot != (__u32)(t->quic_cid >> 5))
+	if (rot != table_cid >> 5)
 		return -DIR_C_QUIC_FALLBACK_OTHER_CONFIG;
 	__u64 w0 = *(const __u64 *)(cid + 1), w1 = *(const __u64 *)(cid + 9);
 	if (__builtin_expect(enc, 0)) {
@@ -152,11 +161,141 @@ static __always_inline int quic_route(struct xdp_md *ctx, const struct dir_table
 		}
 		/* Bytes past n need no clearing: the decryption masks what it
 		 * reads to n (dir_cid_mask). */
-		int s = dir_quic_decrypted((slot & (DIR_MAX_SLOTS - 1)) << 16 | n << 8 | sid_len, w0, w1, w2);
-		/* A global function's result is any number to the verifier. */
-		return s < 0 ? -DIR_C_QUIC_FALLBACK_UNKNOWN_ID : s & 0xff;
+		id->w0 = w0;
+		id->w1 = w1;
+		id->w2 = w2;
+		id->lens = (slot & (DIR_MAX_SLOTS - 1)) << 16 | n << 8 | sid_len;
+		id->rot = rot;
+		return QUIC_DECRYPT;
 	}
 	return quic_find(slot, sid_len, w0, w1);
 }
+
+
+/* quic_tq is a table's QUIC-LB settings as one scalar: the server ID's
+ * length (bits 0-4), the ID's first octet (bits 8-15), encrypted (bit
+ * 16), the counter block (stats_id, bits 17-22). */
+static __always_inline __u32 quic_tq(const struct dir_table *t)
+{
+	return (t->quic_sid_len & 0x1f) | (__u32)t->quic_cid << 8 | (__u32)(t->quic_enc & 1) << 16 |
+	       (t->stats_id & (DIR_MAX_TABLES - 1)) << 17;
+}
+
+/* What dir_quic_hops and dir_quic_decrypt_hops return above the hops
+ * (bits 0-15): the QUIC counter to count (bits 16-23), an ICMP error
+ * routed by ID (bit 24), or that the ID is still to be decrypted (bit
+ * 25, dir_quic_hops only). */
+#define QUIC_HOPS_ICMP (1u << 24)
+#define QUIC_HOPS_DECRYPT (1u << 25)
+
+/* quic_hops_of makes a packet's hops of the backend s its ID named (or
+ * minus the fallback counter), counts it in its table's quic_stats under
+ * the config rotation rot, and returns them as dir_quic_hops does. th is
+ * the table's quic_tq above the packet's hops: slot << 24 | quoted << 16
+ * | the row's second hop << 8 | its primary (counter indices). The named
+ * backend becomes the primary and the row's primary the second hop (its
+ * secondary, where the row's primary is that backend), so that the hop
+ * list still holds the backend the table would have chosen. */
+static __always_inline __u32 quic_hops_of(int s, __u32 rot, __u64 th)
+{
+	__u32 tq = th >> 32, quoted = (th >> 16) & 1;
+	__u32 primary = th & 0xff, second = (th >> 8) & 0xff;
+	__u32 counter = DIR_C_QUIC_ROUTED, icmp = 0;
+	if (s < 0) {
+		counter = -s;
+	} else {
+		second = (__u32)s == primary ? second : primary;
+		primary = s;
+		icmp = quoted;
+	}
+	__u32 key = ((tq >> 17) & (DIR_MAX_TABLES - 1)) * DIR_QUIC_STAT_KEYS + (rot & (DIR_QUIC_STAT_KEYS - 1));
+	struct dir_quic_stats *qs = bpf_map_lookup_elem(&quic_stats, &key);
+	if (qs) {
+		qs->c[(counter - DIR_C_QUIC_ROUTED) & (DIR_QUIC_STAT_COUNTERS - 1)]++;
+		if (icmp)
+			qs->c[DIR_C_QUIC_ICMP_ROUTED - DIR_C_QUIC_ROUTED]++;
+	}
+	return (icmp ? QUIC_HOPS_ICMP : 0) | (counter & 0xff) << 16 | (second & 0xff) << 8 | (primary & 0xff);
+}
+
+/* quic_hops routes a UDP packet of a QUIC-LB table by its connection ID
+ * (the UDP header at l4off; the IP packet ends at ip_end), an ICMP error
+ * by the packet it quotes; th as quic_hops_of has it. An encrypted ID is
+ * left in *id for dir_quic_decrypt_hops. */
+static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_quic_cid *id, __u64 th, __u32 l4off, __u32 ip_end)
+{
+	__u32 rot, slot = (th >> 24) & (DIR_MAX_SLOTS - 1), quoted = (th >> 16) & 1;
+	int s = quic_route(ctx, th >> 32, slot, l4off + 8, ip_end, quoted, &rot, id);
+	if (s == QUIC_DECRYPT)
+		return QUIC_HOPS_DECRYPT;
+	return quic_hops_of(s, rot, th);
+}
+
+/* quic_decrypt_hops is quic_hops of an encrypted ID it left in *id. */
+static __always_inline __u32 quic_decrypt_hops(const struct dir_quic_cid *id, __u64 th)
+{
+	int s = quic_decrypted(id);
+	/* A global function's argument is anything to the verifier. */
+	return quic_hops_of(s < 0 ? -DIR_C_QUIC_FALLBACK_UNKNOWN_ID : s & 0xff, id->rot, th);
+}
+
+/* dir_quic_hops and dir_quic_decrypt_hops are global functions, each
+ * verified once on its own: inline, the paths of a long, short, quoted
+ * and encrypted header each carried on through the rest of the program,
+ * which took 6.1's verifier to 79% of its million instructions. The
+ * decryption is a call of its own, after the first returns, rather than
+ * one the first makes: the single-buffer program's stack (320 bytes), the
+ * parsing's and the decryption's (AES's rounds a call deeper) would come
+ * to more than the 512 bytes a chain of calls may use. The single-buffer
+ * build hands the ID over in flow_scratch (build.h: its global functions
+ * take no pointers), the multi-buffer one on its caller's stack. */
+#ifdef DIR_SINGLE_BUFFER
+__noinline __u32 dir_quic_hops(struct xdp_md *ctx, __u64 th, __u32 l4off, __u32 ip_end)
+{
+	struct dir_flow_scratch *s = flow_scratch_get();
+	if (!s)
+		return quic_hops_of(-DIR_C_QUIC_FALLBACK_SHORT, DIR_QUIC_NO_ID, th);
+	return quic_hops(ctx, &s->quic, th, l4off, ip_end);
+}
+
+__noinline __u32 dir_quic_decrypt_hops(__u64 th)
+{
+	struct dir_flow_scratch *s = flow_scratch_get();
+	if (!s)
+		return quic_hops_of(-DIR_C_QUIC_FALLBACK_UNKNOWN_ID, DIR_QUIC_NO_ID, th);
+	return quic_decrypt_hops(&s->quic, th);
+}
+
+static __always_inline __u32 call_quic_hops(struct xdp_md *ctx, __u64 th, __u32 l4off, __u32 ip_end)
+{
+	__u32 q = dir_quic_hops(ctx, th, l4off, ip_end);
+	if (q & QUIC_HOPS_DECRYPT)
+		q = dir_quic_decrypt_hops(th);
+	return q;
+}
+#else
+__noinline __u32 dir_quic_hops(struct xdp_md *ctx, struct dir_quic_cid *id, __u64 th, __u32 l4off, __u32 ip_end)
+{
+	if (!id) /* a global function's pointers may be NULL, for the verifier */
+		return quic_hops_of(-DIR_C_QUIC_FALLBACK_SHORT, DIR_QUIC_NO_ID, th);
+	return quic_hops(ctx, id, th, l4off, ip_end);
+}
+
+__noinline __u32 dir_quic_decrypt_hops(const struct dir_quic_cid *id, __u64 th)
+{
+	if (!id)
+		return quic_hops_of(-DIR_C_QUIC_FALLBACK_UNKNOWN_ID, DIR_QUIC_NO_ID, th);
+	return quic_decrypt_hops(id, th);
+}
+
+static __always_inline __u32 call_quic_hops(struct xdp_md *ctx, __u64 th, __u32 l4off, __u32 ip_end)
+{
+	struct dir_quic_cid id = {};
+	__u32 q = dir_quic_hops(ctx, &id, th, l4off, ip_end);
+	if (q & QUIC_HOPS_DECRYPT)
+		q = dir_quic_decrypt_hops(&id, th);
+	return q;
+}
+#endif
 
 #endif
