@@ -82,6 +82,22 @@ func TestLocalPrefixesWhileAddressesChange(t *testing.T) {
 				return err
 			}
 		}
+		// How long a listing takes here, unchurned: changes come at a
+		// few times that apart, so that a listing is often interrupted
+		// (each of 200 would be, without the retries) and a retry often
+		// is not. At a fixed pace, a slow guest's listings (an emulated
+		// arm64) outlasted every gap, and no number of retries could do.
+		var took []time.Duration
+		for range 5 {
+			start := time.Now()
+			if _, err := LocalPrefixes(); err != nil {
+				return err
+			}
+			took = append(took, time.Since(start))
+		}
+		slices.Sort(took)
+		gap := max(3*took[2], 200*time.Microsecond)
+		t.Logf("a listing takes %v; an address changes every %v", took[2], gap)
 		h, err := netlink.NewHandle(unix.NETLINK_ROUTE) // this namespace's, for the churn; routing only: not every kernel has the other families
 		if err != nil {
 			return err
@@ -100,8 +116,7 @@ func TestLocalPrefixesWhileAddressesChange(t *testing.T) {
 				}
 				h.AddrAdd(lo, a)
 				h.AddrDel(lo, a)
-				// Busy, but not so busy that no dump can finish.
-				time.Sleep(200 * time.Microsecond)
+				time.Sleep(gap)
 			}
 		}()
 		for i := 0; i < 200 && failed == nil; i++ {
