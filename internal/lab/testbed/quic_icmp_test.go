@@ -157,6 +157,13 @@ func waitDestUnreachs(t *testing.T, tb *Testbed, before []uint64, n uint64) []ui
 
 func icmpRouted(t *testing.T, tb *Testbed) uint64 {
 	t.Helper()
+	return globalCounters(t, tb)[model.QUICICMPRouted]
+}
+
+// globalCounters are the testbed director's global counters, summed over
+// CPUs.
+func globalCounters(t *testing.T, tb *Testbed) []uint64 {
+	t.Helper()
 	d, err := tb.OpenDirector()
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +173,7 @@ func icmpRouted(t *testing.T, tb *Testbed) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g[model.QUICICMPRouted]
+	return g
 }
 
 // snmpField reads a field of /proc/net/snmp: a header line and a value

@@ -163,15 +163,7 @@ func quicRun(t *testing.T, routing bool) quicResult {
 			t.Errorf("migrated connection %d on %s: %d exchanges before, %d in all", s.ID, s.Backend, before, ok)
 		}
 	}
-	d, err := tb.OpenDirector()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	g, err := d.GlobalCounters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := globalCounters(t, tb)
 	r.routed = g[model.QUICRouted]
 	for _, c := range []int{model.QUICShort, model.QUICCIDLen, model.QUICUnroutable, model.QUICOtherConfig, model.QUICUnknownID} {
 		r.fallback += g[c]
