@@ -121,7 +121,7 @@ static __always_inline void steer_hops(struct xdp_md *ctx, struct dir_counters *
 	const struct dir_row *row = &t->rows[s->h & DIR_ROW_MASK];
 	s->primary = row->primary;
 	s->second = row->secondary;
-	if (__builtin_expect(t->quic_sid_len, 0) && f->proto == IPPROTO_UDP) {
+	if (__builtin_expect(t->quic_configs, 0) && f->proto == IPPROTO_UDP) {
 		__u64 th = (__u64)quic_tq(t) << 32 | (slot & (DIR_MAX_SLOTS - 1)) << 24 |
 			   (__u32)(kind == ICMP_KIND_ERROR) << 16 | (s->second & 0xff) << 8 | (s->primary & 0xff);
 		__u32 q = call_quic_hops(ctx, th, f->l4off, l2len + ip_len);

@@ -121,13 +121,13 @@ struct dir_table {
 	 * or up to DIR_HIST_HOPS, read from the slot's dir_history. */
 	__u8 hist_hops;
 	__u8 hist_off;            /* history_hops false: remembered, not sent (userspace's) */
-	__u8 quic_enc;            /* 1: the server ID and nonce are encrypted together with the slot's key (quic_keys) */
+	/* QUIC-LB routing: bit c set when the table routes IDs of config
+	 * rotation c (0 to 6) by their server ID, whose settings and IDs are
+	 * quic_ids' entry for the slot and c (dir_quic_key); 0 for a table
+	 * without it. */
+	__u8 quic_configs;
 	__u16 balance;            /* table.Table.Balance, the balance factor x1000 (0: none); for userspace, the datapath never reads it */
-	/* QUIC-LB routing (see dir_quic_table): the server ID's length, 0
-	 * for a table without it; and the config rotation bits above the
-	 * short header's connection-ID length (1 + server ID + nonce). */
-	__u8 quic_sid_len;
-	__u8 quic_cid;
+	__u8 pad[2];
 	__u8 name[DIR_NAME_LEN];  /* not NUL-terminated when 64 long */
 	__u32 num_backends;
 	__u32 num_binds;
@@ -391,25 +391,28 @@ struct dir_traffic {
 	__u64 bytes;
 };
 
-/* QUIC-LB routing (draft-ietf-quic-load-balancers, its plaintext
- * connection IDs; docs/wire.md "QUIC-LB"). A table whose config has a
- * "quic" block names each backend's server ID. A UDP packet to it whose
- * destination connection ID carries the table's config rotation bits and
- * the server ID of a backend that is serving (active, filling or draining,
- * and healthy) goes to that backend, whatever its row says; any other
- * follows the row. The IDs of the serving backends are in an
- * open-addressing table, one per table slot (map quic_ids), written with
- * the slot's table: a packet sees the IDs of the table it reads. The key
- * is the server ID as two little-endian words, w0 its first eight bytes and
- * w1 the rest (zero-padded); its home is (w0*K0 + w1*K1) >> 32, masked, and
- * an entry lies at most DIR_QUIC_PROBES - 1 slots past it (placed by
- * loader/quic.go, which a test checks against the program). */
+/* QUIC-LB routing (draft-ietf-quic-load-balancers; docs/wire.md
+ * "QUIC-LB"). A table whose config has a "quic" block names each backend's
+ * server ID in each of its configs. A UDP packet to it whose destination
+ * connection ID carries the config rotation bits of one of the table's
+ * configs and, in that config, the server ID of a backend that is serving
+ * (active, filling or draining, and healthy) goes to that backend, whatever
+ * its row says; any other follows the row. Each config of each table slot
+ * has an entry in map quic_ids (key dir_quic_key): the config's lengths,
+ * and the serving backends' IDs in an open-addressing table, written with
+ * the slot's table: a packet sees the configs of the table it reads. The
+ * key is the server ID as two little-endian words, w0 its first eight
+ * bytes and w1 the rest (zero-padded); its home is (w0*K0 + w1*K1) >> 32,
+ * masked, and an entry lies at most DIR_QUIC_PROBES - 1 slots past it
+ * (placed by loader/mapimage/quic.go, which a test checks against the
+ * program). */
 enum dir_quic_limit {
 	DIR_QUIC_SLOTS = 512,    /* a power of two: 256 backends fill it to one half */
 	DIR_QUIC_PROBES = 8,
 	DIR_QUIC_MAX_SID = 15,
 	DIR_QUIC_MAX_CID = 20,   /* the longest connection ID QUIC v1 allows */
 	DIR_QUIC_UNROUTABLE = 7, /* config rotation 0b111 */
+	DIR_QUIC_CONFIGS = 8,    /* config rotations, 0b111 included: quic_ids' keys per slot */
 	DIR_QUIC_READ = 16,      /* bytes the program reads after the ID's first octet */
 	DIR_QUIC_K0_HI = 0x9e3779b9, DIR_QUIC_K0_LO = 0x7f4a7c15,
 	DIR_QUIC_K1_HI = 0xc2b2ae3d, DIR_QUIC_K1_LO = 0x27d4eb4f,
@@ -439,6 +442,10 @@ struct dir_quic_stats {
 _Static_assert(DIR_C_QUIC_ICMP_ROUTED - DIR_C_QUIC_ROUTED < DIR_QUIC_STAT_COUNTERS, "dir_quic_stats has room for every QUIC counter");
 
 struct dir_quic_table {
+	__u8 sid_len;  /* the server ID's length, 1 to DIR_QUIC_MAX_SID */
+	__u8 cid_len;  /* a short header's connection-ID length: 1 + server ID + nonce */
+	__u8 enc;      /* 1: the server ID and nonce are encrypted together with quic_keys' key of the same dir_quic_key */
+	__u8 pad[13];
 	struct dir_quic_entry e[DIR_QUIC_SLOTS]; /* the serving backends' IDs */
 	/* Every backend's ID by its position in dir_table.backends, for
 	 * userspace: the datapath never reads it. */

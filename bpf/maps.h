@@ -121,23 +121,26 @@ struct {
 	__type(value, struct dir_quic_stats);
 } quic_stats SEC(".maps");
 
-/* Each slot's QUIC-LB server IDs (director.h, struct dir_quic_table),
- * written with the slot's table; read only for a table whose
- * quic_sid_len is not 0. */
+/* Each slot's QUIC-LB configs (director.h, struct dir_quic_table), at
+ * dir_quic_key(slot, config rotation), written with the slot's table;
+ * read only for the configs its quic_configs names. A hash whose entries
+ * are allocated when written: kernel memory for the configs tables have,
+ * not for every slot's seven. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, DIR_MAX_SLOTS);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, DIR_MAX_SLOTS * DIR_QUIC_UNROUTABLE);
 	__type(key, __u32);
 	__type(value, struct dir_quic_table);
 } quic_ids SEC(".maps");
 
-/* Each slot's QUIC-LB key (struct dir_aes_key: its AES-128 round keys),
- * written with the slot's table; read only for a table whose quic_enc is
- * set. A secret: the loader reads it back only to check the table's
- * fingerprint. */
+/* Each slot's QUIC-LB keys (struct dir_aes_key: the AES-128 round keys),
+ * at dir_quic_key as quic_ids, for the configs whose enc is set. A
+ * secret: the loader reads it back only to check the table's fingerprint. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, DIR_MAX_SLOTS);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, DIR_MAX_SLOTS * DIR_QUIC_UNROUTABLE);
 	__type(key, __u32);
 	__type(value, struct dir_aes_key);
 } quic_keys SEC(".maps");

@@ -18,10 +18,17 @@
 #define QUIC_LONG_BASE 6
 #define QUIC_SHORT_BASE 1
 
-/* quic_find is the counter index of the serving backend of slot whose
- * server ID, sid_len bytes, begins (w0, w1) (little-endian words, the rest
- * masked off here), or -DIR_C_QUIC_FALLBACK_UNKNOWN_ID. */
-static __always_inline int quic_find(__u32 slot, __u32 sid_len, __u64 w0, __u64 w1)
+/* dir_quic_key is where quic_ids and quic_keys keep slot's config of
+ * config rotation c. */
+static __always_inline __u32 dir_quic_key(__u32 slot, __u32 c)
+{
+	return (slot & (DIR_MAX_SLOTS - 1)) * DIR_QUIC_CONFIGS + (c & (DIR_QUIC_CONFIGS - 1));
+}
+
+/* quic_find is the counter index of the serving backend of config qt
+ * whose server ID, sid_len bytes, begins (w0, w1) (little-endian words,
+ * the rest masked off here), or -DIR_C_QUIC_FALLBACK_UNKNOWN_ID. */
+static __always_inline int quic_find(const struct dir_quic_table *qt, __u32 sid_len, __u64 w0, __u64 w1)
 {
 	if (sid_len < 8) {
 		w0 &= (1ull << (8 * sid_len)) - 1;
@@ -29,9 +36,6 @@ static __always_inline int quic_find(__u32 slot, __u32 sid_len, __u64 w0, __u64 
 	} else {
 		w1 &= (1ull << (8 * ((sid_len - 8) & 7))) - 1;
 	}
-	const struct dir_quic_table *qt = bpf_map_lookup_elem(&quic_ids, &slot);
-	if (!qt)
-		return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID;
 	__u64 h = w0 * DIR_QUIC_K(0) + w1 * DIR_QUIC_K(1);
 	__u32 home = h >> 32;
 #pragma unroll
@@ -46,20 +50,22 @@ static __always_inline int quic_find(__u32 slot, __u32 sid_len, __u64 w0, __u64 
 	return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID;
 }
 
-/* quic_decrypted is quic_find of the server ID that slot's key decrypts
- * from an encrypted connection ID (cidcrypt.h). */
+/* quic_decrypted is quic_find of the server ID that its config's key
+ * decrypts from an encrypted connection ID (cidcrypt.h). */
 static __always_inline int quic_decrypted(const struct dir_quic_cid *id)
 {
 	__u32 lens = id->lens;
 	__u32 slot = (lens >> 16) & (DIR_MAX_SLOTS - 1), n = (lens >> 8) & 0xff, sid_len = lens & 0xff;
 	if (n < 5 || n > 19 || sid_len < 1 || sid_len >= n)
 		return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID; /* the loader writes none such */
-	const struct dir_aes_key *k = bpf_map_lookup_elem(&quic_keys, &slot);
-	if (!k)
+	__u32 key = dir_quic_key(slot, id->rot);
+	const struct dir_quic_table *qt = bpf_map_lookup_elem(&quic_ids, &key);
+	const struct dir_aes_key *k = bpf_map_lookup_elem(&quic_keys, &key);
+	if (!qt || !k)
 		return -DIR_C_QUIC_FALLBACK_UNKNOWN_ID;
 	__u64 p0, p1;
 	dir_cid_server_id(k, n, sid_len, id->w0, id->w1, id->w2, &p0, &p1);
-	return quic_find(slot, sid_len, p0, p1);
+	return quic_find(qt, sid_len, p0, p1);
 }
 
 /* What quic_route returns for an encrypted ID it has read into its
@@ -69,15 +75,17 @@ static __always_inline int quic_decrypted(const struct dir_quic_cid *id)
 /* quic_route is the counter index of the serving backend of slot's table
  * that the destination connection ID of the UDP payload at off names, or
  * minus the fallback counter that says why there is none, or for an
- * encrypted ID, QUIC_DECRYPT with the ID in *id. The table's
- * QUIC-LB settings come as tq (quic_tq). The IP packet ends at ip_end
- * (both offsets from the frame's start). With encrypted IDs, the server ID
- * is decrypted from the server ID and nonce together, n = the short
- * header's ID length - 1 bytes. When quoted, the payload is that of a
- * packet the server sent, which an ICMP error quotes: a long header's ID
- * that names the server is then its source connection ID, after the
- * destination's (the ICMP error's payload ends at ip_end, so a quotation
- * cut short falls back as short). */
+ * encrypted ID, QUIC_DECRYPT with the ID in *id. The table's QUIC-LB
+ * settings come as tq (quic_tq). The IP packet ends at ip_end (both
+ * offsets from the frame's start). The ID's config rotation bits (its
+ * first octet's top three) are read first: they name the config, which
+ * gives the lengths of the rest. With encrypted IDs, the server ID is
+ * decrypted from the server ID and nonce together, n = the short header's
+ * ID length - 1 bytes. When quoted, the payload is that of a packet the
+ * server sent, which an ICMP error quotes: a long header's ID that names
+ * the server is then its source connection ID, after the destination's
+ * (the ICMP error's payload ends at ip_end, so a quotation cut short falls
+ * back as short). */
 static __always_inline int quic_route(struct xdp_md *ctx, __u32 tq, __u32 slot, __u32 off, __u32 ip_end, __u32 quoted,
 				      __u32 *rot_read, struct dir_quic_cid *id)
 {
@@ -97,14 +105,8 @@ static __always_inline int quic_route(struct xdp_md *ctx, __u32 tq, __u32 slot, 
 	__u8 *q = data + (off & 0xfff);
 	if ((void *)q + QUIC_SHORT_BASE + 1 + DIR_QUIC_READ > end || plen < QUIC_SHORT_BASE + 1 + DIR_QUIC_READ)
 		return -DIR_C_QUIC_FALLBACK_SHORT;
-	__u32 sid_len = tq & 0x1f, table_cid = (tq >> 8) & 0xff;
-	__u32 base = QUIC_SHORT_BASE, cid_len = table_cid & 0x1f;
-	/* What follows the ID's first octet that names the server: the
-	 * server ID, or encrypted, the server ID and nonce. */
-	__u32 n = sid_len, enc = (tq >> 16) & 1;
-	if (__builtin_expect(enc, 0))
-		n = (cid_len - 1) & 0x1f;
-	if (q[0] & 0x80) {
+	__u32 base = QUIC_SHORT_BASE, cid_len = 0, is_long = q[0] & 0x80;
+	if (is_long) {
 		if ((void *)q + QUIC_LONG_BASE + 1 + DIR_QUIC_READ > end || plen < QUIC_LONG_BASE + 1 + DIR_QUIC_READ)
 			return -DIR_C_QUIC_FALLBACK_SHORT;
 		cid_len = q[5];
@@ -121,15 +123,11 @@ static __always_inline int quic_route(struct xdp_md *ctx, __u32 tq, __u32 slot, 
 			cid_len = *scid_len;
 			base = at + 1;
 		}
-		if (cid_len > DIR_QUIC_MAX_CID || cid_len < 1 + n)
+		if (cid_len > DIR_QUIC_MAX_CID || cid_len < 1)
 			return -DIR_C_QUIC_FALLBACK_CID_LEN;
 	}
-	/* The whole ID, and the window the server ID is read from. */
-	__u32 need = cid_len > 1 + DIR_QUIC_READ ? cid_len : 1 + DIR_QUIC_READ;
-	if (need < 1 + n)
-		need = 1 + n;
-	need += base;
-	if (need > plen || (void *)q + need > end)
+	/* The ID's first octet and the window the server ID is read from. */
+	if (base + 1 + DIR_QUIC_READ > plen)
 		return -DIR_C_QUIC_FALLBACK_SHORT;
 	__u8 *cid = q + (base & 0x1f);
 	if ((void *)cid + 1 + DIR_QUIC_READ > end)
@@ -138,8 +136,25 @@ static __always_inline int quic_route(struct xdp_md *ctx, __u32 tq, __u32 slot, 
 	*rot_read = rot;
 	if (rot == DIR_QUIC_UNROUTABLE)
 		return -DIR_C_QUIC_FALLBACK_UNROUTABLE;
-	if (rot != table_cid >> 5)
+	if (!(tq & (1u << rot)))
 		return -DIR_C_QUIC_FALLBACK_OTHER_CONFIG;
+	__u32 key = dir_quic_key(slot, rot);
+	const struct dir_quic_table *qt = bpf_map_lookup_elem(&quic_ids, &key);
+	if (!qt)
+		return -DIR_C_QUIC_FALLBACK_OTHER_CONFIG; /* the loader writes it before the table */
+	/* What follows the ID's first octet that names the server: the
+	 * server ID, or encrypted, the server ID and nonce. */
+	__u32 sid_len = qt->sid_len & 0x1f, n = sid_len, enc = qt->enc;
+	if (!is_long)
+		cid_len = qt->cid_len & 0x1f;
+	if (__builtin_expect(enc, 0))
+		n = (qt->cid_len - 1) & 0x1f;
+	if (is_long && cid_len < 1 + n)
+		return -DIR_C_QUIC_FALLBACK_CID_LEN;
+	/* The whole ID. */
+	__u32 need = base + (cid_len > 1 + n ? cid_len : 1 + n);
+	if (need > plen || (void *)q + need > end)
+		return -DIR_C_QUIC_FALLBACK_SHORT;
 	__u64 w0 = *(const __u64 *)(cid + 1), w1 = *(const __u64 *)(cid + 9);
 	if (__builtin_expect(enc, 0)) {
 		/* Bytes 17 to n of the ID, which need covers. */
@@ -168,17 +183,16 @@ static __always_inline int quic_route(struct xdp_md *ctx, __u32 tq, __u32 slot, 
 		id->rot = rot;
 		return QUIC_DECRYPT;
 	}
-	return quic_find(slot, sid_len, w0, w1);
+	return quic_find(qt, sid_len, w0, w1);
 }
 
 
-/* quic_tq is a table's QUIC-LB settings as one scalar: the server ID's
- * length (bits 0-4), the ID's first octet (bits 8-15), encrypted (bit
- * 16), the counter block (stats_id, bits 17-22). */
+/* quic_tq is a table's QUIC-LB settings as one scalar: its configs
+ * (dir_table.quic_configs, bits 0-7) and its counter block (stats_id,
+ * bits 17-22). */
 static __always_inline __u32 quic_tq(const struct dir_table *t)
 {
-	return (t->quic_sid_len & 0x1f) | (__u32)t->quic_cid << 8 | (__u32)(t->quic_enc & 1) << 16 |
-	       (t->stats_id & (DIR_MAX_TABLES - 1)) << 17;
+	return t->quic_configs | (t->stats_id & (DIR_MAX_TABLES - 1)) << 17;
 }
 
 /* What dir_quic_hops and dir_quic_decrypt_hops return above the hops

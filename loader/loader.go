@@ -109,9 +109,8 @@ func dropCache(dir string) {
 
 type readSlotCache struct {
 	raw    *abi.Table
-	quic   *abi.QUICTable // nil for a table without QUIC-LB routing
-	key    *abi.AESKey    // nil for a table whose IDs are not encrypted
-	hist   *abi.History   // nil for a slot without a history map
+	quic   []mapimage.QUICImage // none for a table without QUIC-LB routing
+	hist   *abi.History         // nil for a slot without a history map
 	digest [32]byte
 	lt     mapimage.LiveTable
 }

@@ -246,24 +246,24 @@ func TestQUICKeyReadsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot := -1
+	slot, config := -1, uint8(0)
 	for i, lt := range live {
 		if lt.Table.QUIC != m.Tables[i].QUIC || table.Fingerprint(lt.Table) != table.Fingerprint(m.Tables[i]) {
 			t.Errorf("tables[%d] read back with QUIC %v, applied %v (or another fingerprint)", i, lt.Table.QUIC, m.Tables[i].QUIC)
 		}
 		if lt.Table.QUIC.Encrypted {
-			slot = lt.Slot
+			slot, config = lt.Slot, lt.Table.QUIC.ConfigID
 		}
 	}
 	if slot < 0 {
 		t.Fatal("no table of encrypted IDs read back")
 	}
 	var k abi.AESKey
-	if err := d.Maps.QuicKeys.Lookup(uint32(slot), &k); err != nil {
+	if err := d.Maps.QuicKeys.Lookup(abi.QUICKey(slot, config), &k); err != nil {
 		t.Fatal(err)
 	}
 	k.Dec[20] ^= 1
-	if err := d.Maps.QuicKeys.Put(uint32(slot), &k); err != nil {
+	if err := d.Maps.QuicKeys.Put(abi.QUICKey(slot, config), &k); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Live(); err == nil || !strings.Contains(err.Error(), "corrupt QUIC key") {

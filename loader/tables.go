@@ -137,19 +137,9 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 	if err := inner.Lookup(uint32(0), dt); err != nil {
 		return nil, err
 	}
-	var qt *abi.QUICTable
-	var qk *abi.AESKey
-	if dt.QuicSidLen != 0 {
-		qt = new(abi.QUICTable)
-		if err := d.Maps.QuicIds.Lookup(uint32(slot), qt); err != nil {
-			return nil, fmt.Errorf("QUIC server IDs: %w", err)
-		}
-	}
-	if dt.QuicSidLen != 0 && dt.QuicEnc != 0 {
-		qk = new(abi.AESKey)
-		if err := d.Maps.QuicKeys.Lookup(uint32(slot), qk); err != nil {
-			return nil, fmt.Errorf("QUIC key: %w", err)
-		}
+	qi, err := d.readQUIC(slot, dt.QuicConfigs)
+	if err != nil {
+		return nil, err
 	}
 	dh, err := d.readHistory(slot)
 	if err != nil {
@@ -166,9 +156,7 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 		d.cache.knownMu.Lock()
 		c, ok := d.cache.read[slot]
 		d.cache.knownMu.Unlock()
-		if ok && c.digest == reg.Digest && bytes.Equal(rawBytes(c.raw), rawBytes(dt)) && (c.quic == nil) == (qt == nil) &&
-			(qt == nil || bytes.Equal(rawBytes(c.quic), rawBytes(qt))) && (c.key == nil) == (qk == nil) &&
-			(qk == nil || bytes.Equal(rawBytes(c.key), rawBytes(qk))) && (c.hist == nil) == (dh == nil) &&
+		if ok && c.digest == reg.Digest && bytes.Equal(rawBytes(c.raw), rawBytes(dt)) && sameQUIC(c.quic, qi) && (c.hist == nil) == (dh == nil) &&
 			(dh == nil || bytes.Equal(rawBytes(c.hist), rawBytes(dh))) {
 			lt := c.lt
 			return &lt, nil
@@ -178,15 +166,8 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 	if err != nil {
 		return nil, err
 	}
-	if qt != nil {
-		if err := mapimage.DecodeQUIC(qt, lt); err != nil {
-			return nil, err
-		}
-	}
-	if qk != nil {
-		if err := mapimage.DecodeQUICKey(qk, lt); err != nil {
-			return nil, err
-		}
+	if err := mapimage.DecodeQUIC(dt.QuicConfigs, qi, lt); err != nil {
+		return nil, err
 	}
 	if lt.History, err = mapimage.DecodeHistory(dh, dt, lt); err != nil {
 		return nil, err
@@ -201,7 +182,7 @@ func (d *Director) readSlotRaw(slot int, cached bool) (*mapimage.LiveTable, erro
 	if d.cache.read == nil {
 		d.cache.read = map[int]readSlotCache{}
 	}
-	d.cache.read[slot] = readSlotCache{raw: dt, quic: qt, key: qk, hist: dh, digest: reg.Digest, lt: *lt}
+	d.cache.read[slot] = readSlotCache{raw: dt, quic: qi, hist: dh, digest: reg.Digest, lt: *lt}
 	d.cache.knownMu.Unlock()
 	return lt, nil
 }
@@ -498,22 +479,10 @@ func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, pla
 		if err := d.writeHistory(p.Slot, tables[i], hists[i], p.Stat, ghosts, dt); err != nil {
 			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
-		// Its QUIC key and server IDs first: the table's settings send
-		// packets to them.
-		if tables[i].QUIC.Encrypted {
-			k := mapimage.EncodeQUICKey(tables[i])
-			if err := d.Maps.QuicKeys.Put(uint32(p.Slot), &k); err != nil {
-				return fmt.Errorf("writing the QUIC key of tables[%d]: %w", i, err)
-			}
-		}
-		if tables[i].QUIC.On() {
-			qt, err := mapimage.EncodeQUIC(tables[i], p.Stat)
-			if err != nil {
-				return fmt.Errorf("tables[%d]: %w", i, err)
-			}
-			if err := d.Maps.QuicIds.Put(uint32(p.Slot), qt); err != nil {
-				return fmt.Errorf("writing the QUIC server IDs of tables[%d]: %w", i, err)
-			}
+		// Its QUIC configs first: the table's quic_configs sends packets
+		// to them.
+		if err := d.writeQUIC(p.Slot, tables[i], p.Stat); err != nil {
+			return fmt.Errorf("tables[%d]: %w", i, err)
 		}
 		inner, err := d.slotMap(p.Slot)
 		if err != nil {

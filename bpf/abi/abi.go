@@ -170,16 +170,24 @@ const (
 )
 
 // QUIC-LB routing (enum dir_quic_limit): the server-ID table's size and
-// probes, the longest IDs, the config rotation that is not routed, and the
-// bytes read after an ID's first octet.
+// probes, the longest IDs, the config rotation that is not routed, the
+// keys each slot has in quic_ids and quic_keys, and the bytes read after an
+// ID's first octet.
 const (
 	QUICSlots      = uint32(DirQuicLimitDIR_QUIC_SLOTS)
 	QUICProbes     = uint32(DirQuicLimitDIR_QUIC_PROBES)
 	QUICMaxSID     = int(DirQuicLimitDIR_QUIC_MAX_SID)
 	QUICMaxCID     = int(DirQuicLimitDIR_QUIC_MAX_CID)
 	QUICUnroutable = uint8(DirQuicLimitDIR_QUIC_UNROUTABLE)
+	QUICConfigs    = uint32(DirQuicLimitDIR_QUIC_CONFIGS)
 	QUICRead       = int(DirQuicLimitDIR_QUIC_READ)
 )
+
+// QUICKey is where quic_ids and quic_keys keep slot's config of config
+// rotation c (bpf/quic.h, dir_quic_key).
+func QUICKey(slot int, c uint8) uint32 {
+	return uint32(slot)*QUICConfigs + uint32(c)
+}
 
 // QUIC-LB's counters per table and config (enum dir_quic_stat_limit): the
 // entries a table has in map quic_stats, and the one for packets whose ID

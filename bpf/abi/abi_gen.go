@@ -391,6 +391,7 @@ const (
 	DirQuicLimitDIR_QUIC_MAX_SID    DirQuicLimit = 15
 	DirQuicLimitDIR_QUIC_MAX_CID    DirQuicLimit = 20
 	DirQuicLimitDIR_QUIC_UNROUTABLE DirQuicLimit = 7
+	DirQuicLimitDIR_QUIC_CONFIGS    DirQuicLimit = 8
 	DirQuicLimitDIR_QUIC_READ       DirQuicLimit = 16
 	DirQuicLimitDIR_QUIC_K0HI       DirQuicLimit = 2654435769
 	DirQuicLimitDIR_QUIC_K0LO       DirQuicLimit = 2135587861
@@ -412,9 +413,13 @@ type DirQuicStats struct {
 }
 
 type DirQuicTable struct {
-	_   structs.HostLayout
-	E   [512]DirQuicEntry
-	Ids [256]DirQuicEntry
+	_      structs.HostLayout
+	SidLen uint8
+	CidLen uint8
+	Enc    uint8
+	Pad    [13]uint8
+	E      [512]DirQuicEntry
+	Ids    [256]DirQuicEntry
 }
 
 type DirRegistry struct {
@@ -438,10 +443,9 @@ type DirTable struct {
 	HopFamily   uint8
 	HistHops    uint8
 	HistOff     uint8
-	QuicEnc     uint8
+	QuicConfigs uint8
 	Balance     uint16
-	QuicSidLen  uint8
-	QuicCid     uint8
+	Pad         [2]uint8
 	Name        [64]uint8
 	NumBackends uint32
 	NumBinds    uint32

@@ -126,12 +126,12 @@ func TestQUICRefusesServerIDsThatCollide(t *testing.T) {
 	for i := range stat {
 		stat[i] = uint8(i)
 	}
-	qt, err := EncodeQUIC(tabs[1], stat)
+	imgs, err := EncodeQUIC(tabs[1], stat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, b := range tabs[1].Backends {
-		if !QUICFinds(qt, []byte(b.ServerID), uint8(i+1)) {
+		if !QUICFinds(imgs[0].IDs, []byte(b.ServerID), uint8(i+1)) {
 			t.Errorf("backend %d's ID %s is not found", i, b.ServerID)
 		}
 	}

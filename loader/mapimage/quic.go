@@ -29,14 +29,39 @@ func QUICHome(sid []byte) uint32 {
 	return uint32((w0*abi.QUICMult[0]+w1*abi.QUICMult[1])>>32) & (abi.QUICSlots - 1)
 }
 
-// EncodeQUIC lays out t's server IDs; stat gives each backend's counter
-// index. Entries are placed Robin Hood style, so none lies far from its
-// home; one that would lie past the program's probes is an error (only
-// IDs chosen to collide come near).
-func EncodeQUIC(t *table.Table, stat []uint8) (*abi.QUICTable, error) {
-	qt := new(abi.QUICTable)
+// QUICImage is one QUIC-LB config of a table as the datapath holds it, at
+// abi.QUICKey(slot, Config) in maps quic_ids and quic_keys.
+type QUICImage struct {
+	Config uint8 // its config rotation bits
+	IDs    *abi.QUICTable
+	Key    *abi.AESKey // its round keys, for encrypted IDs; as secret as the key
+}
+
+// QUICConfigs is the mask of t's QUIC-LB configs (dir_table.quic_configs):
+// bit c for config rotation c.
+func QUICConfigs(t *table.Table) uint8 {
 	if !t.QUIC.On() {
-		return qt, nil
+		return 0
+	}
+	return 1 << t.QUIC.ConfigID
+}
+
+// EncodeQUIC lays out each of t's QUIC-LB configs: its lengths, its key,
+// and the server IDs; stat gives each backend's counter index. Entries are
+// placed Robin Hood style, so none lies far from its home; one that would
+// lie past the program's probes is an error (only IDs chosen to collide
+// come near).
+func EncodeQUIC(t *table.Table, stat []uint8) ([]QUICImage, error) {
+	if !t.QUIC.On() {
+		return nil, nil
+	}
+	q := t.QUIC
+	qt := &abi.QUICTable{SidLen: q.ServerIDLen, CidLen: uint8(q.CIDLen())}
+	img := QUICImage{Config: q.ConfigID, IDs: qt}
+	if q.Encrypted {
+		qt.Enc = 1
+		rk := cidcipher.Schedule(q.Key)
+		img.Key = &abi.AESKey{Enc: rk.Enc, Dec: rk.Dec}
 	}
 	type placed struct {
 		e    abi.QUICEntry
@@ -44,8 +69,8 @@ func EncodeQUIC(t *table.Table, stat []uint8) (*abi.QUICTable, error) {
 	}
 	var slots [abi.QUICSlots]*placed
 	for i, b := range t.Backends {
-		if len(b.ServerID) != int(t.QUIC.ServerIDLen) {
-			return nil, fmt.Errorf("backends[%d] (%s): a server ID of %d bytes; the table's are %d", i, b.IP, len(b.ServerID), t.QUIC.ServerIDLen)
+		if len(b.ServerID) != int(q.ServerIDLen) {
+			return nil, fmt.Errorf("backends[%d] (%s): a server ID of %d bytes; the table's are %d", i, b.IP, len(b.ServerID), q.ServerIDLen)
 		}
 		var e abi.QUICEntry
 		copy(e.Sid[:], b.ServerID)
@@ -78,18 +103,35 @@ func EncodeQUIC(t *table.Table, stat []uint8) (*abi.QUICTable, error) {
 			qt.E[i] = p.e
 		}
 	}
-	return qt, nil
+	return []QUICImage{img}, nil
 }
 
-// DecodeQUIC gives the backends of lt (read from the table in the same
-// slot) the server IDs qt holds, and checks that the index holds exactly
-// the serving ones.
-func DecodeQUIC(qt *abi.QUICTable, lt *LiveTable) error {
-	t := lt.Table
-	if !t.QUIC.On() {
+// DecodeQUIC gives lt's table (read from the table in the same slot, whose
+// quic_configs is configs) its QUIC-LB config and the backends their server
+// IDs from imgs, one for each bit of configs, checking that each index
+// holds exactly the serving backends and each key is a key's schedule.
+func DecodeQUIC(configs uint8, imgs []QUICImage, lt *LiveTable) error {
+	if configs == 0 {
 		return nil
 	}
-	l := int(t.QUIC.ServerIDLen)
+	if len(imgs) != 1 || configs != 1<<imgs[0].Config || imgs[0].Config > table.MaxQUICConfigID {
+		return fmt.Errorf("corrupt table: QUIC configs %#x", configs)
+	}
+	img := imgs[0]
+	qt := img.IDs
+	l, cid := int(qt.SidLen), int(qt.CidLen)
+	if l < 1 || l > table.MaxServerIDLen || cid < 1+l+table.MinNonceLen || cid > table.MaxCIDLen || qt.Enc > 1 || (qt.Enc == 1) != (img.Key != nil) {
+		return fmt.Errorf("corrupt QUIC config %d: lengths %d/%d, encrypted %d", img.Config, l, cid, qt.Enc)
+	}
+	t := lt.Table
+	t.QUIC = table.QUIC{ConfigID: img.Config, ServerIDLen: uint8(l), NonceLen: uint8(cid - 1 - l)}
+	if img.Key != nil {
+		key, err := decodeQUICKey(img.Key)
+		if err != nil {
+			return err
+		}
+		t.QUIC.Encrypted, t.QUIC.Key = true, key
+	}
 	indexed := 0
 	for _, e := range qt.E {
 		if e.StatPlus1 != 0 {
@@ -135,23 +177,15 @@ func QUICFinds(qt *abi.QUICTable, sid []byte, statPlus1 uint8) bool {
 	return false
 }
 
-// EncodeQUICKey is t's QUIC-LB key as the program takes it: its AES-128
-// round keys. As secret as the key.
-func EncodeQUICKey(t *table.Table) abi.AESKey {
-	rk := cidcipher.Schedule(t.QUIC.Key)
-	return abi.AESKey{Enc: rk.Enc, Dec: rk.Dec}
-}
-
-// DecodeQUICKey gives lt's table the key k holds (its first round key is
-// the key itself), checking that the rest is that key's schedule.
-func DecodeQUICKey(k *abi.AESKey, lt *LiveTable) error {
+// decodeQUICKey is the key k holds (its first round key is the key
+// itself), checking that the rest is that key's schedule.
+func decodeQUICKey(k *abi.AESKey) (table.Key, error) {
 	var key table.Key
 	for i := 0; i < 4; i++ {
 		binary.LittleEndian.PutUint32(key[4*i:], k.Enc[i])
 	}
 	if rk := cidcipher.Schedule(key); rk.Enc != k.Enc || rk.Dec != k.Dec {
-		return errors.New("corrupt QUIC key: its round keys are not its schedule")
+		return table.Key{}, errors.New("corrupt QUIC key: its round keys are not its schedule")
 	}
-	lt.Table.QUIC.Encrypted, lt.Table.QUIC.Key = true, key
-	return nil
+	return key, nil
 }

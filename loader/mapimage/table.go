@@ -41,13 +41,7 @@ func EncodeTable(t *table.Table, index, statsID int, stat []uint8, ghosts []Ghos
 	if t.History.NoHops {
 		dt.HistOff = 1
 	}
-	if q := t.QUIC; q.On() {
-		dt.QuicSidLen = q.ServerIDLen
-		dt.QuicCid = q.ConfigID<<5 | uint8(q.CIDLen())
-		if q.Encrypted {
-			dt.QuicEnc = 1
-		}
-	}
+	dt.QuicConfigs = QUICConfigs(t) // the configs' settings are in quic_ids (EncodeQUIC)
 	if len(t.Backends) > abi.MaxBackends || len(t.Binds) > len(dt.Binds) {
 		return nil, errors.New("too many backends or binds")
 	}
@@ -106,13 +100,6 @@ func DecodeTable(dt *abi.Table) (*LiveTable, error) {
 		Backends: make([]table.Backend, 0, dt.NumBackends),
 		History:  table.HistorySettings{Window: time.Duration(dt.HistWindowS) * time.Second, NoHops: dt.HistOff != 0}}
 	t.Name = string(bytes.TrimRight(dt.Name[:], "\x00"))
-	if dt.QuicSidLen != 0 {
-		l, cid := int(dt.QuicSidLen), int(dt.QuicCid&0x1f)
-		if l > table.MaxServerIDLen || cid < 1+l+table.MinNonceLen || cid > table.MaxCIDLen || dt.QuicCid>>5 > table.MaxQUICConfigID {
-			return nil, fmt.Errorf("corrupt table: QUIC settings %d/%#x", dt.QuicSidLen, dt.QuicCid)
-		}
-		t.QUIC = table.QUIC{ConfigID: dt.QuicCid >> 5, ServerIDLen: dt.QuicSidLen, NonceLen: uint8(cid - 1 - l)}
-	}
 	lt := &LiveTable{StatsID: int(dt.StatsId), Index: int(dt.Index), Table: t, Stat: make([]uint8, 0, dt.NumBackends)}
 	// Rows name backends by counter index; map those back to positions.
 	var byStat [abi.MaxBackends]int32

@@ -73,15 +73,14 @@ func QUICRouteQuoted(t *table.Table, p []byte) (counter, backend int) {
 const QUICNoID = int(abi.QUICNoID)
 
 // quicRoute is QUICRoute or QUICRouteQuoted, and the config rotation bits
-// of the ID it read, or QUICNoID.
+// of the ID it read, or QUICNoID. The rotation bits are read first: they
+// name the config, whose lengths say how the rest is read.
 func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend, config int) {
-	counter, backend = QUICShort, -1
-	config = QUICNoID
 	if len(p) < 1+1+quicRead {
-		return
+		return QUICShort, -1, QUICNoID
 	}
-	cidLen, base := t.QUIC.CIDLen(), 1
-	if p[0]&0x80 != 0 {
+	cidLen, base, long := 0, 1, p[0]&0x80 != 0
+	if long {
 		if len(p) < 6+1+quicRead {
 			return QUICShort, -1, QUICNoID
 		}
@@ -97,28 +96,37 @@ func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend, config 
 			}
 			cidLen, base = int(p[6+cidLen]), 6+cidLen+1
 		}
-		if cidLen > table.MaxCIDLen || cidLen < 1+quicNeed(t.QUIC) {
+		if cidLen > table.MaxCIDLen || cidLen < 1 {
 			return QUICCIDLen, -1, QUICNoID
 		}
 	}
-	if len(p) < base+max(cidLen, 1+quicRead, 1+quicNeed(t.QUIC)) {
+	if len(p) < base+1+quicRead {
 		return QUICShort, -1, QUICNoID
 	}
 	cid := p[base:]
 	rot := cid[0] >> 5
-	switch {
-	case rot == abi.QUICUnroutable:
+	if rot == abi.QUICUnroutable {
 		return QUICUnroutable, -1, int(rot)
-	case rot != t.QUIC.ConfigID:
+	}
+	q, ok := quicConfig(t, rot)
+	if !ok {
 		return QUICOtherConfig, -1, int(rot)
 	}
-	sid := table.ServerID(cid[1 : 1+t.QUIC.ServerIDLen])
-	if t.QUIC.Encrypted {
-		c, err := cidcipher.New(t.QUIC.Key, int(t.QUIC.ServerIDLen), int(t.QUIC.NonceLen))
+	if !long {
+		cidLen = q.CIDLen()
+	} else if cidLen < 1+quicNeed(q) {
+		return QUICCIDLen, -1, int(rot)
+	}
+	if len(p) < base+max(cidLen, 1+quicNeed(q)) {
+		return QUICShort, -1, int(rot)
+	}
+	sid := table.ServerID(cid[1 : 1+q.ServerIDLen])
+	if q.Encrypted {
+		c, err := cidcipher.New(q.Key, int(q.ServerIDLen), int(q.NonceLen))
 		if err != nil {
 			return QUICCIDLen, -1, int(rot) // the config's lengths: refused before any table is built
 		}
-		plain := make([]byte, t.QUIC.ServerIDLen)
+		plain := make([]byte, q.ServerIDLen)
 		c.ServerID(plain, cid[1:1+c.Len()])
 		sid = table.ServerID(plain)
 	}
@@ -128,6 +136,14 @@ func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend, config 
 		}
 	}
 	return QUICUnknownID, -1, int(rot)
+}
+
+// quicConfig is t's QUIC-LB config of config rotation rot, if it has one.
+func quicConfig(t *table.Table, rot uint8) (table.QUIC, bool) {
+	if t.QUIC.On() && t.QUIC.ConfigID == rot {
+		return t.QUIC, true
+	}
+	return table.QUIC{}, false
 }
 
 // QUICDestID is the destination connection ID of the QUIC packet p (a UDP
