@@ -29,7 +29,7 @@ type Proposal struct {
 // checks an apply makes of it: a table whose backends' family the director
 // config it would be served with (p's, or the live one) has no outbound
 // source for cannot be served, so no plan says it can.
-func planAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
+func (d *Director) planAgainst(live State, p *Proposal) (*table.Plan, error) {
 	serving := p.Config
 	if serving == nil {
 		serving = live.Config
@@ -37,7 +37,13 @@ func planAgainst(bpffs string, live State, p *Proposal) (*table.Plan, error) {
 	if err := checkSources(p.Tables, serving); err != nil {
 		return nil, err
 	}
-	return table.NewPlan(bpffs, live.base(), live.Config, p.Tables, p.Input, p.Config)
+	if live.QUICUse == nil {
+		var err error
+		if live.QUICUse, err = d.quicUse(live, p); err != nil {
+			return nil, err
+		}
+	}
+	return table.NewPlan(d.Dir, live.base(), live.Config, p.Tables, p.Input, p.Config)
 }
 
 // LiveState reads what is live: the tables and the director config.
@@ -50,7 +56,7 @@ func (d *Director) LiveState() (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	return State{Tables: Tables(live), Config: c, Histories: Histories(live), Now: d.now()}, nil
+	return State{Tables: Tables(live), Config: c, Histories: Histories(live), Now: d.now(), statsIDs: statsIDs(live)}, nil
 }
 
 // Plan judges p against what is live now.
@@ -69,7 +75,7 @@ func (d *Director) PlanOn(live State, p *Proposal) (*table.Plan, error) {
 	if live.Restored == nil {
 		live.Restored = d.restoredFor(live.Tables, p.Tables, live.Now)
 	}
-	return planAgainst(d.Dir, live, p)
+	return d.planAgainst(live, p)
 }
 
 // Commit plans p against what is live, under the apply lock, asks allow
@@ -82,7 +88,7 @@ func (d *Director) Commit(p *Proposal, allow func(live State, plan *table.Plan) 
 	var plan *table.Plan
 	res, err := d.applyChange(change{Tables: p.Tables, Config: p.Config}, func(live State) ([]*table.History, error) {
 		var err error
-		if plan, err = planAgainst(d.Dir, live, p); err != nil {
+		if plan, err = d.planAgainst(live, p); err != nil {
 			return nil, err
 		}
 		if allow != nil {

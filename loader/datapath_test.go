@@ -495,6 +495,7 @@ func datapathMatchesModel(t *testing.T, build xdpbuild.Build, div int) {
 			dc.OutboundMTU = 1400
 		}, 10000, false, quicConfig, 0, false},
 		{"quic-encrypted", func(*table.DirectorConfig) {}, 40000, false, quicEncryptedConfig, 0, false},
+		{"quic-rotation", func(*table.DirectorConfig) {}, 40000, false, quicRotationConfig, 0, false},
 		{"quic-ipv6-underlay-alt-hash", func(dc *table.DirectorConfig) {
 			underlay6(dc)
 			dc.AltHashFields = table.HashSrcAddr | table.HashSrcPort

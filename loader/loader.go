@@ -53,6 +53,10 @@ type Director struct {
 	// Clock is the time changes are made at (a history's entries expire
 	// by it); nil: time.Now.
 	Clock func() time.Time
+	// QUICWindow is how long a plan that removes a QUIC-LB config from a
+	// live table watches what the config carries, to judge whether it is
+	// still in use; DefaultQUICWindow when 0.
+	QUICWindow time.Duration
 	// StateDir is where applies save the tables and their histories for
 	// a restart of the host (histstate.go); "" saves nothing.
 	StateDir string

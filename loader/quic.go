@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -90,4 +91,105 @@ func sameQUIC(a, b []mapimage.QUICImage) bool {
 		}
 	}
 	return true
+}
+
+// DefaultQUICWindow is how long a plan that removes a QUIC-LB config
+// watches the config's counters (Director.QUICWindow) when none is set.
+const DefaultQUICWindow = 5 * time.Second
+
+// quicUse measures what each live config that p removes carries: its
+// packets (every one whose ID has its rotation bits, whatever became of
+// it) counted over d.QUICWindow, which the plan waits for. Nothing is
+// measured, and nothing waited for, where p removes no config.
+func (d *Director) quicUse(live State, p *Proposal) (map[table.QUICUseKey]table.QUICUse, error) {
+	keys := table.QUICRemovals(live.Tables, p.Tables)
+	if len(keys) == 0 || len(live.statsIDs) != len(live.Tables) {
+		return nil, nil
+	}
+	window := d.QUICWindow
+	if window <= 0 {
+		window = DefaultQUICWindow
+	}
+	read := func() ([]uint64, error) {
+		out := make([]uint64, len(keys))
+		for i, k := range keys {
+			n, err := d.quicPackets(live.statsIDs[k.Table], k.Config)
+			if err != nil {
+				return nil, fmt.Errorf("QUIC config %d's counters: %w", k.Config, err)
+			}
+			out[i] = n
+		}
+		return out, nil
+	}
+	before, err := read()
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(window)
+	after, err := read()
+	if err != nil {
+		return nil, err
+	}
+	use := map[table.QUICUseKey]table.QUICUse{}
+	for i, k := range keys {
+		use[k] = table.QUICUse{Packets: after[i] - before[i], Total: after[i], Window: window}
+	}
+	return use, nil
+}
+
+// quicPackets is how many packets of the table with counter block
+// statsID carried IDs of config rotation c: the sum of its QUIC counters,
+// over every CPU (those routed by ICMP are among the routed).
+func (d *Director) quicPackets(statsID int, c uint8) (uint64, error) {
+	if d.Maps.QuicStats == nil {
+		return 0, errors.New("the pinned maps have no QUIC counters")
+	}
+	var per []abi.QUICStats
+	if err := d.Maps.QuicStats.Lookup(uint32(statsID*abi.QUICStatKeys+int(c)), &per); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, p := range per {
+		for i, v := range p.C {
+			if abi.CQUICRouted+i != abi.CQUICICMPRouted {
+				n += v
+			}
+		}
+	}
+	return n, nil
+}
+
+// statsIDs are live's counter blocks, in order.
+func statsIDs(live []mapimage.LiveTable) []int {
+	out := make([]int, len(live))
+	for i, lt := range live {
+		out[i] = lt.StatsID
+	}
+	return out
+}
+
+// sweepQUIC deletes the QUIC configs and keys of every slot not in inUse:
+// left by tables that no generation references any more, so that the maps
+// hold the configs of the tables packets can reach (the live ones and the
+// previous generation's), not of every table ever written.
+func (d *Director) sweepQUIC(inUse map[int]bool) error {
+	for _, m := range []*ebpf.Map{d.Maps.QuicIds, d.Maps.QuicKeys} {
+		var stale []uint32
+		var k uint32
+		var err error
+		for err = m.NextKey(nil, &k); err == nil; err = m.NextKey(k, &k) {
+			if !inUse[int(k/abi.QUICConfigs)] {
+				stale = append(stale, k)
+			}
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("listing the QUIC configs: %w", err)
+		}
+		for _, k := range stale {
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("deleting a QUIC config of a retired table slot: %w", err)
+			}
+		}
+	}
+	return nil
 }

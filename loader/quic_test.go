@@ -1,16 +1,22 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/internal/datapath/model"
 	"github.com/director/director/internal/datapath/pkt"
 	"github.com/director/director/internal/lab/testenv"
+	"github.com/director/director/loader/testrun"
 	"github.com/director/director/table"
 	"github.com/director/director/table/quiclb/cidcipher"
 )
@@ -51,6 +57,30 @@ var quicEncryptedConfig = strings.NewReplacer(
 	`"server_id_len": 8, "nonce_len": 11}`, `"server_id_len": 8, "nonce_len": 8, "key": "00112233445566778899aabbccddeeff"}`,
 ).Replace(quicConfig)
 
+// quicRotationConfig is quicConfig with config rotation: web has three
+// configs (2 as in quicConfig; 4, encrypted, four passes; 6, plaintext,
+// of other lengths), given in another order; dns two (5 as in quicConfig,
+// and 1, encrypted in a single pass), its backends' IDs in config 1 the
+// same as in 5 where the lengths allow: each backend's server_id is an
+// object by config ID.
+var quicRotationConfig = func() string {
+	cfg := strings.NewReplacer(
+		`"quic": {"config_id": 2, "server_id_len": 3, "nonce_len": 6}`,
+		`"quic": [{"config_id": 6, "server_id_len": 1, "nonce_len": 9}, {"config_id": 2, "server_id_len": 3, "nonce_len": 6}, `+
+			`{"config_id": 4, "server_id_len": 5, "nonce_len": 7, "key": "8f95f09245765f80256934e50c66207f"}]`,
+		`"quic": {"config_id": 5, "server_id_len": 15, "nonce_len": 4}`,
+		`"quic": [{"config_id": 5, "server_id_len": 15, "nonce_len": 4}, {"config_id": 1, "server_id_len": 8, "nonce_len": 8, "key": "00112233445566778899aabbccddeeff"}]`,
+	).Replace(quicConfig)
+	for i := 1; i <= 6; i++ {
+		d := string(rune('0' + i))
+		web := strings.Repeat("a"+d, 3)
+		cfg = strings.Replace(cfg, `"server_id": "`+web+`"`, `"server_id": {"2": "`+web+`", "4": "`+strings.Repeat("b"+d, 5)+`", "6": "c`+d+`"}`, 1)
+		dns := strings.Repeat("a"+d, 15)
+		cfg = strings.Replace(cfg, `"server_id": "`+dns+`"`, `"server_id": {"5": "`+dns+`", "1": "`+strings.Repeat("a"+d, 8)+`"}`, 1)
+	}
+	return cfg
+}()
+
 // quicUnderlay6Config is quicConfig with the dns and v6 tables' backends
 // IPv6.
 var quicUnderlay6Config = strings.NewReplacer(
@@ -84,8 +114,10 @@ func (g *gen) quicFrame(tabs []*table.Table) []byte {
 			t = x
 		}
 	}
-	q := t.QUIC
-	sid := []byte(t.Backends[g.rng.IntN(len(t.Backends))].ServerID)
+	cs := t.QUIC.Configs()
+	ci := g.rng.IntN(len(cs))
+	q := cs[ci]
+	sid := []byte(t.Backends[g.rng.IntN(len(t.Backends))].ServerIDIn(ci))
 	rot := q.ConfigID
 	switch g.rng.IntN(12) {
 	case 0:
@@ -268,5 +300,130 @@ func TestQUICKeyReadsBack(t *testing.T) {
 	}
 	if _, err := d.Live(); err == nil || !strings.Contains(err.Error(), "corrupt QUIC key") {
 		t.Errorf("a corrupt key read back: %v", err)
+	}
+}
+
+// TestQUICRotation: a table's configs read back as applied (every
+// config's settings, key and server IDs), each in a quic_ids entry of its
+// own that a change removing the config deletes; and a plan that removes a
+// config watches what it carries: unsafe while packets carry its IDs, safe
+// once they stop.
+func TestQUICRotation(t *testing.T) {
+	testenv.Kernel(t)
+	d, m := setupWith(t, directorConfig(), quicRotationConfig)
+	entries := func(mp *ebpf.Map) int {
+		n := 0
+		var k uint32
+		var err error
+		for err = mp.NextKey(nil, &k); err == nil; err = mp.NextKey(k, &k) {
+			n++
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Fatal(err)
+		}
+		return n
+	}
+	checkLive := func(want []*table.Table, ids, keys int) {
+		t.Helper()
+		live, err := d.Live()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, lt := range live {
+			if lt.Table.QUIC != want[i].QUIC || table.Fingerprint(lt.Table) != table.Fingerprint(want[i]) {
+				t.Errorf("tables[%d] read back with QUIC %v, applied %v (or another fingerprint)", i, lt.Table.QUIC, want[i].QUIC)
+			}
+			for j, b := range lt.Table.Backends {
+				if w := want[i].Backends[j]; b.ServerID != w.ServerID || b.MoreServerIDs != w.MoreServerIDs {
+					t.Errorf("tables[%d].backends[%d] read back with IDs %s, applied %s", i, j, want[i].QUIC.ServerIDsOf(b), want[i].QUIC.ServerIDsOf(w))
+				}
+			}
+		}
+		if n := entries(d.Maps.QuicIds); n != ids {
+			t.Errorf("quic_ids holds %d configs, want %d", n, ids)
+		}
+		if n := entries(d.Maps.QuicKeys); n != keys {
+			t.Errorf("quic_keys holds %d keys, want %d", n, keys)
+		}
+	}
+	// web: 3 configs, 1 encrypted; dns: 2, 1 encrypted; v6: 1.
+	checkLive(m.Tables, 6, 2)
+
+	// A packet with web's config 6 ID of its first backend.
+	web := m.Tables[0]
+	_, ci, _ := web.QUIC.Config(6)
+	cid := append(append([]byte{6<<5 | 10}, web.Backends[0].ServerIDIn(ci)...), make([]byte, 9)...)
+	payload := append(append([]byte{0x41}, cid...), make([]byte, 40)...)
+	ip := pkt.IPv4(netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("10.20.0.9"), 17, pkt.UDP(40000, 1500, payload), pkt.V4Opts{})
+	frame := pkt.Eth(pkt.DirectorMAC, pkt.ClientMAC, 0, 0x0800, ip)
+	if r := m.Process(frame); r.QUIC != model.QUICRouted || r.QUICConfig != 6 || r.HopList[0] != web.Backends[0].IP {
+		t.Fatalf("the model sends config 6's ID to %v (%s, config %d)", r.HopList, CounterNames()[r.QUIC], r.QUICConfig)
+	}
+
+	// Config 6 taken out of web.
+	cfg := strings.Replace(quicRotationConfig, `{"config_id": 6, "server_id_len": 1, "nonce_len": 9}, `, "", 1)
+	cfg = regexp.MustCompile(`, "6": "c\d"`).ReplaceAllString(cfg, "")
+	tabs := testTables(t, cfg)
+	d.QUICWindow = 300 * time.Millisecond
+	stop, sent := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				sent <- n
+				return
+			default:
+			}
+			if _, _, err := testrun.Run(d.Prog, frame); err == nil {
+				n++
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	plan, err := d.Plan(&Proposal{Tables: tabs})
+	close(stop)
+	n := <-sent
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Safe || len(plan.Reasons) != 1 || !strings.Contains(plan.Reasons[0], "table web: QUIC config 6 removed while in use: ") ||
+		!strings.Contains(plan.Reasons[0], "packets carried its IDs in the last 300ms") {
+		t.Errorf("removing config 6 while %d packets carry its IDs: safe %v, reasons %q", n, plan.Safe, plan.Reasons)
+	}
+	plan, err = d.Plan(&Proposal{Tables: tabs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !plan.Safe {
+		t.Errorf("removing config 6 once idle: reasons %q", plan.Reasons)
+	}
+	if qc := plan.Diff.Tables[0].QUICConfigs; len(qc) != 1 || qc[0].ConfigID != 6 || qc[0].Change != "removed" || qc[0].Recent == nil || *qc[0].Recent != 0 {
+		t.Errorf("the diff's config changes: %+v", qc)
+	}
+	if _, _, err := d.Commit(&Proposal{Tables: tabs}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The old web table (3 configs, 1 key) stays in the previous
+	// generation's slot, which packets may still read, beside the new
+	// (2 configs, 1 key); the next change sweeps it.
+	checkLive(tabs, 6+2, 2+1)
+	tabs2 := testTables(t, strings.Replace(cfg, `"nonce_len": 6}, {"config_id": 4`, `"nonce_len": 7}, {"config_id": 4`, 1))
+	if _, _, err := d.Commit(&Proposal{Tables: tabs2}, func(State, *table.Plan) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	checkLive(tabs2, 5+2, 2+1)
+	// Config 6's IDs now follow the row.
+	if r, _, err := testrun.Run(d.Prog, frame); err != nil || r != 3 {
+		t.Fatalf("verdict %d, %v", r, err)
+	}
+	st, err := d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range st.Tables[0].QUIC {
+		if q.ConfigID != nil && *q.ConfigID == 6 && q.Counters["quic_fallback_other_config"] == 0 {
+			t.Errorf("config 6's counters after its removal: %v", q.Counters)
+		}
 	}
 }

@@ -54,12 +54,15 @@ type QUICStats struct {
 	Counters map[string]uint64 `json:"counters"`
 }
 
-// quicStats reads a table's QUIC counters (TableStats.QUIC).
+// quicStats reads a table's QUIC counters (TableStats.QUIC): each of its
+// own configs' (the mask own), in increasing config ID, then those of other
+// config rotations and of packets whose ID was not read, where they count
+// any.
 func (d *Director) quicStats(statsID int, own uint8) ([]QUICStats, error) {
 	if d.Maps.QuicStats == nil { // pins of a build without them
 		return nil, nil
 	}
-	var out []QUICStats
+	var out, others []QUICStats
 	for i := 0; i <= int(abi.QUICNoID); i++ {
 		var per []abi.QUICStats
 		if err := d.Maps.QuicStats.Lookup(uint32(statsID*abi.QUICStatKeys+i), &per); err != nil {
@@ -78,13 +81,13 @@ func (d *Director) quicStats(statsID int, own uint8) ([]QUICStats, error) {
 			qs.ConfigID = &id
 		}
 		switch {
-		case i == int(own):
-			out = append([]QUICStats{qs}, out...)
-		case len(qs.Counters) > 0:
+		case i < int(abi.QUICNoID) && own&(1<<i) != 0:
 			out = append(out, qs)
+		case len(qs.Counters) > 0:
+			others = append(others, qs)
 		}
 	}
-	return out, nil
+	return append(out, others...), nil
 }
 
 // BackendStats is what one backend was sent as primary.
@@ -177,7 +180,7 @@ func (d *Director) Stats() (*Stats, error) {
 			ts.Backends = append(ts.Backends, bs)
 		}
 		if lt.Table.QUIC.On() {
-			if ts.QUIC, err = d.quicStats(lt.StatsID, lt.Table.QUIC.ConfigID); err != nil {
+			if ts.QUIC, err = d.quicStats(lt.StatsID, mapimage.QUICConfigs(lt.Table)); err != nil {
 				return nil, err
 			}
 		}

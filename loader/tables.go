@@ -219,7 +219,7 @@ func sameContent(a, b *table.Table) bool {
 	for i := range a.Backends {
 		x, y := a.Backends[i], b.Backends[i]
 		if x.IP != y.IP || x.State != y.State || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain ||
-			x.ServerID != y.ServerID {
+			x.ServerID != y.ServerID || x.MoreServerIDs != y.MoreServerIDs {
 			return false
 		}
 	}
@@ -251,6 +251,12 @@ type State struct {
 	// Restored are, when no table is live, the tables saved before the
 	// host restarted (StateDir) that a change's tables continue.
 	Restored map[string]table.Restored
+	// QUICUse is what the live tables' QUIC-LB configs that a change
+	// removes carried lately (quicUse), measured when the change is
+	// planned; nil until then.
+	QUICUse map[table.QUICUseKey]table.QUICUse
+
+	statsIDs []int // each live table's counter block, for QUICUse
 }
 
 // base is what a change to tables is judged against.
@@ -259,7 +265,7 @@ func (s State) base() table.Base {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return table.Base{Tables: s.Tables, Histories: s.Histories, Now: now, Restored: s.Restored}
+	return table.Base{Tables: s.Tables, Histories: s.Histories, Now: now, Restored: s.Restored, QUICUse: s.QUICUse}
 }
 
 // Histories returns the histories of a live set.
@@ -361,6 +367,20 @@ func (d *Director) applyChange(ch change, check func(live State) ([]*table.Histo
 	if err != nil {
 		return nil, err
 	}
+	// The QUIC configs of slots neither generation references now (the
+	// one just committed, and the one before it, which packets in flight
+	// may still read): tables no packet can reach any more. Left, they
+	// would only hold memory; the apply is made either way.
+	inUse := map[int]bool{}
+	for _, lt := range live {
+		inUse[lt.Slot] = true
+	}
+	for _, p := range plans {
+		inUse[p.Slot] = true
+	}
+	if err := d.sweepQUIC(inUse); err != nil {
+		d.StateWarnings = append(d.StateWarnings, err.Error())
+	}
 	written := map[int]bool{}
 	for i, p := range plans {
 		written[i] = p.Write
@@ -420,7 +440,7 @@ func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading live tables: %w", err)
 	}
-	st := State{Tables: Tables(live), Histories: Histories(live), Now: d.now()}
+	st := State{Tables: Tables(live), Histories: Histories(live), Now: d.now(), statsIDs: statsIDs(live)}
 	st.Restored = d.restoredFor(st.Tables, tables, st.Now)
 	var hists []*table.History
 	if check != nil {

@@ -1,9 +1,12 @@
 package table
 
 import (
+	"bytes"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,13 +98,24 @@ type TableConfig struct {
 	History HistorySettings
 }
 
-// QUIC is a table's QUIC-LB routing (draft-ietf-quic-load-balancers,
-// plaintext connection IDs; docs/wire.md): its servers write ConfigID in
-// the top three bits of each connection ID they issue, then their
-// ServerIDLen-byte server ID (Backend.ServerID), then NonceLen bytes of
-// their own. The zero QUIC is none. The datapath sends a UDP packet whose
-// destination connection ID names a serving backend to that backend.
+// QUIC is a table's QUIC-LB routing (draft-ietf-quic-load-balancers;
+// docs/wire.md): its configs, the first (the "quic" object, or the
+// list's first) and the others of a "quic" list, for config rotation. The
+// zero QUIC is none. The datapath sends a UDP packet whose destination
+// connection ID carries one of the configs' rotation bits and names a
+// serving backend's server ID in that config to that backend. The first
+// config's fields are QUIC's own (q.ConfigID); Configs lists them all.
 type QUIC struct {
+	QUICConfig
+	// More are the other configs, in the order listed, then zero ones.
+	More [MaxQUICConfigID]QUICConfig
+}
+
+// QUICConfig is one QUIC-LB config: its servers write ConfigID in the top
+// three bits of each connection ID they issue, then their ServerIDLen-byte
+// server ID (Backend.ServerID, or its MoreServerIDs for the table's other
+// configs), then NonceLen bytes of their own. The zero QUICConfig is none.
+type QUICConfig struct {
 	ConfigID    uint8 `json:"config_id"`     // 0 to MaxQUICConfigID
 	ServerIDLen uint8 `json:"server_id_len"` // 1 to MaxServerIDLen
 	NonceLen    uint8 `json:"nonce_len"`     // MinNonceLen and up, with 1 + ServerIDLen + NonceLen <= MaxCIDLen
@@ -114,6 +128,77 @@ type QUIC struct {
 	Key       Key  `json:"-"`
 }
 
+// Configs is every config of q, the first first; none when q is off.
+func (q QUIC) Configs() []QUICConfig {
+	if !q.On() {
+		return nil
+	}
+	out := []QUICConfig{q.QUICConfig}
+	for _, c := range q.More {
+		if c.On() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Config is q's config of config rotation id and its place in Configs.
+func (q QUIC) Config(id uint8) (QUICConfig, int, bool) {
+	for i, c := range q.Configs() {
+		if c.ConfigID == id {
+			return c, i, true
+		}
+	}
+	return QUICConfig{}, -1, false
+}
+
+// SortQUIC puts tc's QUIC-LB configs in increasing config ID, each
+// backend's server IDs with them: the order the kernel reads them back in
+// (it keeps none), so that a table read back equals the one applied. The
+// order decides no packet.
+func (tc *TableConfig) SortQUIC() {
+	cs := tc.QUIC.Configs()
+	if len(cs) < 2 {
+		return
+	}
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return int(cs[a].ConfigID) - int(cs[b].ConfigID) })
+	var q QUIC
+	for i, o := range order {
+		if i == 0 {
+			q.QUICConfig = cs[o]
+		} else {
+			q.More[i-1] = cs[o]
+		}
+	}
+	tc.QUIC = q
+	for k := range tc.Backends {
+		b := &tc.Backends[k]
+		ids := make([]ServerID, len(cs))
+		for i := range cs {
+			ids[i] = b.ServerIDIn(i)
+		}
+		for i, o := range order {
+			b.SetServerIDIn(i, ids[o])
+		}
+	}
+}
+
+// String describes q as the tools print it: its configs, "; " between.
+func (q QUIC) String() string {
+	if !q.On() {
+		return "off"
+	}
+	var parts []string
+	for _, c := range q.Configs() {
+		parts = append(parts, c.String())
+	}
+	return strings.Join(parts, "; ")
+}
+
 // QUIC-LB's limits: config rotation 0b111 marks an ID not to route by;
 // QUIC v1's connection IDs are at most 20 bytes; the draft asks for a
 // nonce of at least 4.
@@ -124,11 +209,12 @@ const (
 	MaxCIDLen       = 20
 )
 
-// On reports whether the table routes QUIC by connection ID.
-func (q QUIC) On() bool { return q.ServerIDLen != 0 }
+// On reports whether the config is one (the table routes QUIC by
+// connection ID when its first is).
+func (q QUICConfig) On() bool { return q.ServerIDLen != 0 }
 
 // String describes q as the tools print it.
-func (q QUIC) String() string {
+func (q QUICConfig) String() string {
 	if !q.On() {
 		return "off"
 	}
@@ -141,7 +227,7 @@ func (q QUIC) String() string {
 
 // CIDLen is the length of the connection IDs its servers issue, which is
 // also what a short header's ID is taken to be.
-func (q QUIC) CIDLen() int { return 1 + int(q.ServerIDLen) + int(q.NonceLen) }
+func (q QUICConfig) CIDLen() int { return 1 + int(q.ServerIDLen) + int(q.NonceLen) }
 
 // ServerID is a backend's QUIC-LB server ID, its raw bytes ("" for none).
 // It prints as hex.
@@ -237,9 +323,88 @@ type Backend struct {
 	// rack, a power feed), "" when none was given. A row's two hops are
 	// kept in different domains where the table has more than one.
 	Domain string
-	// ServerID is its QUIC-LB server ID, in a table with QUIC (every
-	// backend of one has one); "" otherwise.
-	ServerID ServerID
+	// ServerID is its QUIC-LB server ID in the table's first QUIC config
+	// (every backend of a table with QUIC has one); "" otherwise.
+	// MoreServerIDs are its IDs in the table's other configs, by their
+	// place in QUIC.More.
+	ServerID      ServerID
+	MoreServerIDs [MaxQUICConfigID]ServerID
+}
+
+// ServerIDIn is the backend's server ID in its table's config at place i
+// of QUIC.Configs.
+func (b Backend) ServerIDIn(i int) ServerID {
+	if i == 0 {
+		return b.ServerID
+	}
+	return b.MoreServerIDs[i-1]
+}
+
+// MarshalJSON writes q as a config gives it: one config as an object, several
+// as a list. Keys stay out (Key's own MarshalJSON is never reached).
+func (q QUIC) MarshalJSON() ([]byte, error) {
+	cs := q.Configs()
+	if len(cs) == 1 {
+		return json.Marshal(cs[0])
+	}
+	if cs == nil {
+		cs = []QUICConfig{}
+	}
+	return json.Marshal(cs)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (keys are not in it).
+func (q *QUIC) UnmarshalJSON(data []byte) error {
+	var cs []QUICConfig
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+		var c QUICConfig
+		if err := json.Unmarshal(data, &c); err != nil {
+			return err
+		}
+		cs = []QUICConfig{c}
+	} else if err := json.Unmarshal(data, &cs); err != nil {
+		return err
+	}
+	if len(cs) > MaxQUICConfigID+1 {
+		return fmt.Errorf("%d QUIC configs: at most %d", len(cs), MaxQUICConfigID+1)
+	}
+	*q = QUIC{}
+	for i, c := range cs {
+		if i == 0 {
+			q.QUICConfig = c
+		} else {
+			q.More[i-1] = c
+		}
+	}
+	return nil
+}
+
+// ServerIDsOf is b's server IDs in q as the tools print them: hex, and
+// in a table of several configs, each after its config ID
+// ("1:5e01 2:5e01"); "" where q is off.
+func (q QUIC) ServerIDsOf(b Backend) string {
+	cs := q.Configs()
+	if len(cs) < 2 {
+		if len(cs) == 0 {
+			return ""
+		}
+		return b.ServerID.String()
+	}
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprintf("%d:%s", c.ConfigID, b.ServerIDIn(i))
+	}
+	return strings.Join(parts, " ")
+}
+
+// SetServerIDIn sets the backend's server ID in its table's config at
+// place i of QUIC.Configs.
+func (b *Backend) SetServerIDIn(i int, id ServerID) {
+	if i == 0 {
+		b.ServerID = id
+	} else {
+		b.MoreServerIDs[i-1] = id
+	}
 }
 
 // MaxWeight is the largest weight a backend may have.

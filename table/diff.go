@@ -53,9 +53,11 @@ type TableDiff struct {
 	// a side has none; QUICStranded says what of the change strands QUIC
 	// connections that are routed by their connection IDs (the verdict
 	// counts each).
-	OldQUIC      *QUIC    `json:"old_quic,omitempty"`
-	NewQUIC      *QUIC    `json:"new_quic,omitempty"`
-	QUICStranded []string `json:"quic_stranded,omitempty"`
+	// QUICConfigs are the configs added, removed or altered.
+	OldQUIC      *QUIC              `json:"old_quic,omitempty"`
+	NewQUIC      *QUIC              `json:"new_quic,omitempty"`
+	QUICStranded []string           `json:"quic_stranded,omitempty"`
+	QUICConfigs  []QUICConfigChange `json:"quic_configs,omitempty"`
 	// History is what the new table remembers of its rows' earlier
 	// primaries once the change is made (history.go); absent for a
 	// table removed.
@@ -181,6 +183,10 @@ type Base struct {
 	Histories []*History
 	Now       time.Time
 	Restored  map[string]Restored
+	// QUICUse is what each live table's QUIC-LB configs carried lately,
+	// for judging a config's removal; a removed config absent from it is
+	// taken as in use.
+	QUICUse map[QUICUseKey]QUICUse
 }
 
 // Restored is a table as it was live before the host restarted, and its
@@ -189,6 +195,43 @@ type Base struct {
 type Restored struct {
 	Table   *Table
 	History *History
+}
+
+// counterpart is the index in new of old[i]'s table: the one of its name
+// where every table has one (byName), else the one in its place; -1 for
+// none.
+func counterpart(old, new []*Table, i int, byName bool) int {
+	j := -1
+	if byName {
+		for k, n := range new {
+			if n.Name == old[i].Name {
+				j = k
+			}
+		}
+	} else if i < len(new) {
+		j = i
+	}
+	return j
+}
+
+// QUICRemovals are the QUIC-LB configs of old's tables that new removes
+// from a table it keeps (by index in old, and config ID), as CompareAt
+// pairs them: what Base.QUICUse must say for the removals to be judged.
+func QUICRemovals(old, new []*Table) []QUICUseKey {
+	var out []QUICUseKey
+	byName := allNamed(old) && allNamed(new)
+	for i, o := range old {
+		j := counterpart(old, new, i, byName)
+		if j < 0 || !o.QUIC.On() || !new[j].QUIC.On() {
+			continue // a table removed, or its routing turned off, is unsafe whatever it carries
+		}
+		for _, c := range o.QUIC.Configs() {
+			if _, _, ok := new[j].QUIC.Config(c.ConfigID); !ok {
+				out = append(out, QUICUseKey{Table: i, Config: c.ConfigID})
+			}
+		}
+	}
+	return out
 }
 
 // CompareAt diffs base's live tables with new, as a change made at
@@ -207,22 +250,14 @@ func CompareAt(base Base, new []*Table) (*Diff, []*History) {
 	byName := allNamed(old) && allNamed(new)
 	used := make([]bool, len(new))
 	for i, o := range old {
-		j := -1
-		if byName {
-			for k, n := range new {
-				if n.Name == o.Name {
-					j = k
-				}
-			}
-		} else if i < len(new) {
-			j = i
-		}
+		j := counterpart(old, new, i, byName)
 		var n *Table
 		if j >= 0 {
 			used[j] = true
 			n = new[j]
 		}
 		td, h := compareTable(label(o, n, i, j, byName), i, j, o, n, histOf(i), now)
+		judgeQUICRemovals(&td, i, base.QUICUse)
 		d.Tables = append(d.Tables, td)
 		if j >= 0 {
 			out[j] = h
@@ -316,7 +351,7 @@ func sides(t *Table) map[netip.Addr]*BackendSide {
 	prim, sec := counts(t)
 	caps := Caps(t.Backends, t.Balance)
 	for i, b := range t.Backends {
-		s := &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: b.ServerID.String(),
+		s := &BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: t.QUIC.ServerIDsOf(b),
 			PrimaryRows: prim[i], SecondaryRows: sec[i]}
 		if caps != nil && b.Good() {
 			s.Cap, s.AtCap = caps[i], prim[i] >= caps[i]
@@ -428,7 +463,7 @@ func compareGeneral(td TableDiff, o, n *Table) TableDiff {
 			len(td.BindsAdded)+len(td.BindsRemoved) > 0 || o.QUIC != n.QUIC {
 			td.Status = StatusChanged
 		}
-		td.QUICStranded = quicStranded(o, n)
+		td.QUICStranded, td.QUICConfigs = quicStranded(o, n)
 		td.Warnings = append(td.Warnings, td.QUICStranded...)
 		if len(td.BindsRemoved) > 0 {
 			td.Warnings = append(td.Warnings, fmt.Sprintf("%d binds removed: traffic to them stops being steered", len(td.BindsRemoved)))
@@ -474,7 +509,7 @@ func compareBackends(o, n *Table) []BackendChange {
 			bc.Change = ChangeAdded
 		case bc.New == nil:
 			bc.Change = ChangeRemoved
-		case o != n && !sameSide(ob[b.IP], nb[b.IP]):
+		case o != n && !sameSide(o, n, ob[b.IP], nb[b.IP]):
 			bc.Change = ChangeChanged
 		default:
 			bc.Change = ChangeUnchanged
@@ -500,7 +535,7 @@ func diffOfOne(td TableDiff, t *Table) TableDiff {
 	td.Backends = make([]BackendChange, len(t.Backends))
 	sides := make([]BackendSide, 2*len(t.Backends))
 	for i, b := range t.Backends {
-		s := BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: b.ServerID.String(),
+		s := BackendSide{State: b.State.String(), Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: t.QUIC.ServerIDsOf(b),
 			PrimaryRows: prim[i], SecondaryRows: sec[i]}
 		if caps != nil && b.Good() {
 			s.Cap, s.AtCap = caps[i], prim[i] >= caps[i]
@@ -517,9 +552,18 @@ func diffOfOne(td TableDiff, t *Table) TableDiff {
 
 // sameSide reports whether a backend on both sides of a diff is the same:
 // state (draining and inactive alike, as a GLB binary cannot tell them
-// apart), health, weight, domain and server ID.
-func sameSide(a, b Backend) bool {
-	return a.State.SameAs(b.State) && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain && a.ServerID == b.ServerID
+// apart), health, weight, domain and server IDs, in the QUIC-LB configs
+// both tables have (a config added or removed is the table's change).
+func sameSide(o, n *Table, a, b Backend) bool {
+	if !a.State.SameAs(b.State) || a.Healthy != b.Healthy || a.W() != b.W() || a.Domain != b.Domain {
+		return false
+	}
+	for oci, q := range o.QUIC.Configs() {
+		if _, nci, ok := n.QUIC.Config(q.ConfigID); ok && a.ServerIDIn(oci) != b.ServerIDIn(nci) {
+			return false
+		}
+	}
+	return true
 }
 
 // byIP indexes a table's backends by address (nil for no table).

@@ -70,6 +70,17 @@ func InputDigest(tc *TableConfig, rows []Row, fp string) Digest {
 		for _, b := range tc.Backends {
 			str(string(b.ServerID))
 		}
+		for ci, q := range q.Configs()[1:] {
+			str("quicmore")
+			buf = append(buf, q.ConfigID, q.ServerIDLen, q.NonceLen)
+			if q.Encrypted {
+				str("key")
+				buf = append(buf, q.Key[:]...)
+			}
+			for _, b := range tc.Backends {
+				str(string(b.ServerIDIn(ci + 1)))
+			}
+		}
 	}
 	m.Write(buf)
 	hops := make([]byte, 0, 2*len(rows))

@@ -73,6 +73,21 @@ func fingerprint(t *Table) string {
 			buf = append(buf, boolByte(b.Serving()), byte(len(b.ServerID)))
 			buf = append(buf, b.ServerID...)
 		}
+		// The other configs of a table that rotates, only when there
+		// are some: so that a table of one config keeps its fingerprint.
+		for ci, q := range t.QUIC.Configs()[1:] {
+			buf = append(buf, "quicmore"...)
+			buf = append(buf, q.ConfigID, q.ServerIDLen, q.NonceLen)
+			if q.Encrypted {
+				buf = append(buf, "key"...)
+				buf = append(buf, q.Key[:]...)
+			}
+			for _, b := range t.Backends {
+				sid := b.ServerIDIn(ci + 1)
+				buf = append(buf, byte(len(sid)))
+				buf = append(buf, sid...)
+			}
+		}
 		h.Write(buf)
 	}
 	return hex.EncodeToString(h.Sum(nil))

@@ -230,7 +230,7 @@ func (rk *rank) has(i int32) bool { return rk.i0 == i || rk.i1 == i || rk.ig == 
 
 func sameBackend(a, b Backend) bool {
 	return a.IP == b.IP && a.State == b.State && a.Healthy == b.Healthy && a.W() == b.W() && a.Domain == b.Domain &&
-		a.ServerID == b.ServerID
+		a.ServerID == b.ServerID && a.MoreServerIDs == b.MoreServerIDs
 }
 
 // singleChange returns the incremental operation turning old into new, or
@@ -252,7 +252,7 @@ func singleChange(old, new []Backend) func(*Builder) error {
 		be := new[k]
 		return func(b *Builder) error {
 			b.cfg.Backends[k].Healthchecks = be.Healthchecks
-			b.cfg.Backends[k].ServerID = be.ServerID // decides no row
+			b.cfg.Backends[k].ServerID, b.cfg.Backends[k].MoreServerIDs = be.ServerID, be.MoreServerIDs // decide no row
 			if err := b.Set(k, be.State, be.Healthy); err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ var reasonKinds = map[string]*regexp.Regexp{
 	"hash_key":      regexp.MustCompile(`^table \S+: hash_key changed$`),
 	"quic off":      regexp.MustCompile(`^table \S+: QUIC-LB routing turned off: `),
 	"quic settings": regexp.MustCompile(`^table \S+: QUIC-LB settings changed \(`),
+	"quic removed":  regexp.MustCompile(`^table \S+: QUIC config \d removed, and whether its IDs are still in use is not known`),
 	"quic id":       regexp.MustCompile(`^table \S+: (backend \S+'s server ID changed|server ID \S+ moves)`),
 	"no good":       regexp.MustCompile(`^table \S+: \d+ rows have no active healthy backend as primary$`),
 	"moving":        regexp.MustCompile(`^table \S+: \d+ backends draining or filling at once \(GLB's safety rule allows one\)$`),
@@ -70,7 +71,7 @@ func TestVerdictRules(t *testing.T) {
 		return []*Table{tb}
 	}
 	quic := func(tc *TableConfig) {
-		tc.QUIC = QUIC{ConfigID: 1, ServerIDLen: 2, NonceLen: 6}
+		tc.QUIC = QUIC{QUICConfig: QUICConfig{ConfigID: 1, ServerIDLen: 2, NonceLen: 6}}
 		for i := range tc.Backends {
 			tc.Backends[i].ServerID = ServerID([]byte{1, byte(i + 1)})
 		}
@@ -107,7 +108,10 @@ func TestVerdictRules(t *testing.T) {
 		}, want: []string{"no good"}},
 		{name: "QUIC-LB turned on", new: quic},
 		{name: "QUIC-LB turned off", old: quic, want: []string{"quic off"}},
-		{name: "QUIC-LB settings changed", old: quic, new: func(tc *TableConfig) { quic(tc); tc.QUIC.ConfigID = 2 }, want: []string{"quic settings"}},
+		{name: "QUIC-LB settings changed", old: quic, new: func(tc *TableConfig) { quic(tc); tc.QUIC.NonceLen = 7 }, want: []string{"quic settings"}},
+		// A config ID changed is a config removed (and one added): with
+		// no counters to say it is idle, taken as in use.
+		{name: "QUIC-LB config ID changed", old: quic, new: func(tc *TableConfig) { quic(tc); tc.QUIC.ConfigID = 2 }, want: []string{"quic removed"}},
 		{name: "a QUIC server ID changed", old: quic, new: func(tc *TableConfig) {
 			quic(tc)
 			tc.Backends[2].ServerID = tc.Backends[3].ServerID

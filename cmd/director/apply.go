@@ -19,7 +19,7 @@ import (
 
 var applyCmd = &command{
 	uses: usesBPFFS | usesDirectorConfig,
-	name: "apply", args: "PLAN|CONFIG [--yes] [--allow-unsafe] [--director-config FILE]",
+	name: "apply", args: "PLAN|CONFIG [--yes] [--allow-unsafe] [--director-config FILE] [--quic-window D]",
 	summary: "Apply a reviewed plan, or a config with --yes.",
 	help: "Make the tables (and the director config) live. A PLAN (from 'director plan -o') is applied exactly\n" +
 		"as reviewed, and refused if what is live is no longer what it was computed against. A CONFIG needs\n" +
@@ -34,6 +34,7 @@ func runApply(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	yes := fs.Bool("yes", false, "apply a CONFIG without a reviewed plan")
 	unsafe := fs.Bool("allow-unsafe", false, "apply even if the verdict is unsafe")
+	quicWindow := quicWindowFlag(fs)
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -66,6 +67,7 @@ func runApply(e *env, c *command, args []string) error {
 		return err
 	}
 	defer d.Close()
+	d.QUICWindow = *quicWindow
 	verdict, res, err := d.Commit(&loader.Proposal{Tables: tables, Input: src.Data, Config: dc}, applyAllows(plan, *unsafe))
 	for _, w := range d.StateWarnings {
 		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)

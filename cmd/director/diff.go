@@ -107,6 +107,36 @@ func quicString(q *table.QUIC) string {
 	return q.String()
 }
 
+// printQUICConfigs prints the QUIC-LB configs td adds (+), removes (-),
+// with what they carried lately where that was measured, and alters (~).
+func printQUICConfigs(w io.Writer, td table.TableDiff) {
+	for _, c := range td.QUICConfigs {
+		var o, n table.QUICConfig
+		if td.OldQUIC != nil {
+			o, _, _ = td.OldQUIC.Config(c.ConfigID)
+		}
+		if td.NewQUIC != nil {
+			n, _, _ = td.NewQUIC.Config(c.ConfigID)
+		}
+		switch c.Change {
+		case "added":
+			fmt.Fprintf(w, "  + quic %s\n", n)
+		case "removed":
+			use := ""
+			if c.Recent != nil {
+				use = fmt.Sprintf(" (%d packets in the last %s)", *c.Recent, time.Duration(c.WindowS*float64(time.Second)))
+			}
+			fmt.Fprintf(w, "  - quic %s%s\n", o, use)
+		default:
+			if o.String() == n.String() {
+				fmt.Fprintf(w, "  ~ quic %s: key changed (values not shown)\n", o)
+			} else {
+				fmt.Fprintf(w, "  ~ quic %s -> %s\n", o, n)
+			}
+		}
+	}
+}
+
 // factorString is a balance factor as the config gives it, or "none".
 func factorString(f float64) string {
 	if f == 0 {
@@ -152,7 +182,9 @@ func printDiff(w io.Writer, d *table.Diff, none string) {
 		if td.HashKeyChanged {
 			fmt.Fprintf(w, "  hash_key     changed (values not shown)\n")
 		}
-		if o, n := quicString(td.OldQUIC), quicString(td.NewQUIC); o != n && td.Status == table.StatusChanged {
+		if len(td.QUICConfigs) > 0 {
+			printQUICConfigs(w, td)
+		} else if o, n := quicString(td.OldQUIC), quicString(td.NewQUIC); o != n && td.Status == table.StatusChanged {
 			fmt.Fprintf(w, "  quic         %s -> %s\n", o, n)
 		}
 		for _, b := range td.BindsAdded {

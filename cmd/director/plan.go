@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/director/director/internal/change"
 	"github.com/director/director/internal/picture"
@@ -20,7 +22,7 @@ import (
 
 var planCmd = &command{
 	uses: usesBPFFS | usesDirectorConfig,
-	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json] [--all] [--picture F.png|F.svg]",
+	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json] [--all] [--picture F.png|F.svg] [--quic-window D]",
 	summary: "Judge a change against what is live, and write it as a plan.",
 	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
 		"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
@@ -36,6 +38,7 @@ func runPlan(e *env, c *command, args []string) error {
 	asJSON := fs.Bool("json", false, "print the plan as JSON (without the config)")
 	pic := fs.String("picture", "", "draw what the plan moves into `FILE` (.png or .svg)")
 	all := fs.Bool("all", false, "show every table whole, in the output and the plan file, also those unchanged")
+	quicWindow := quicWindowFlag(fs)
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -61,6 +64,7 @@ func runPlan(e *env, c *command, args []string) error {
 		return err
 	}
 	defer d.Close()
+	d.QUICWindow = *quicWindow
 	prop := &loader.Proposal{Tables: src.Tables, Input: src.Data, Config: dc}
 	var p *table.Plan
 	if e.live != nil {
@@ -338,4 +342,12 @@ func (e *env) liveHealth() (func(table, backend int, tc *table.TableConfig) bool
 		h, _ := table.HealthOf(table.Replaced(tables, tc, i), tc.Backends[j].IP)
 		return h
 	}, nil
+}
+
+// quicWindowFlag is plan's and apply's --quic-window: how long a change
+// that removes a QUIC-LB config from a live table watches the config's
+// counters before judging whether it is still in use.
+func quicWindowFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("quic-window", loader.DefaultQUICWindow,
+		"when the change removes a QUIC-LB config from a live table, watch its counters for `DURATION` to judge whether it is still in use")
 }

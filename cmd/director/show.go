@@ -192,7 +192,7 @@ func describe(i int, t *table.Table) showTable {
 	}
 	for j, b := range t.Backends {
 		sb := showBackend{IP: b.IP.String(), State: b.State.String(),
-			Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: b.ServerID.String(), PrimaryRows: prim[j], SecondaryRows: sec[j]}
+			Healthy: b.Healthy, Weight: int(b.W()), Domain: b.Domain, ServerID: t.QUIC.ServerIDsOf(b), PrimaryRows: prim[j], SecondaryRows: sec[j]}
 		if st.Balance != nil && b.Good() {
 			sb.Cap, sb.AtCap = st.Balance.Caps[j], prim[j] >= st.Balance.Caps[j]
 		}
@@ -354,7 +354,10 @@ func printBackends(w io.Writer, t *table.Table, st *showTable) {
 	}
 	sw := 0 // the server ID column's width, in a table with QUIC-LB routing
 	if st.QUIC != nil {
-		sw = max(len("SERVER ID"), 2*int(st.QUIC.ServerIDLen))
+		sw = len("SERVER ID")
+		for _, b := range st.Backends {
+			sw = max(sw, len(b.ServerID))
+		}
 		weightHead += fmt.Sprintf("%-*s ", sw, "SERVER ID")
 	}
 	if st.Balance != nil {

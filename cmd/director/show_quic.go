@@ -60,8 +60,9 @@ func lookupCID(tables []*table.Table, cid []byte, to string) ([]cidLookup, error
 			}
 		}
 		l := cidLookup{Table: table.DisplayName(t.Name, i), Index: i, ConnectionID: hex.EncodeToString(cid)}
-		if n := int(t.QUIC.ServerIDLen); len(cid) >= 1+n {
-			l.ServerID = hex.EncodeToString(cid[1 : 1+n])
+		sid, ci, named := model.QUICServerID(t.QUIC, cid)
+		if named {
+			l.ServerID = sid.String()
 		}
 		c, b := model.QUICRoute(t, pkt)
 		l.Counter = names[c]
@@ -69,7 +70,7 @@ func lookupCID(tables []*table.Table, cid []byte, to string) ([]cidLookup, error
 			l.Backend = t.Backends[b].IP.String()
 		}
 		for _, be := range t.Backends {
-			if c == model.QUICUnknownID && l.ServerID == be.ServerID.String() {
+			if c == model.QUICUnknownID && named && sid == be.ServerIDIn(ci) {
 				l.NotServing = fmt.Sprintf("%s (%s, %s)", be.IP, be.State, healthWord(be.Healthy))
 			}
 		}

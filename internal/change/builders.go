@@ -136,7 +136,7 @@ func sameBackendList(a, b []table.Backend) bool {
 		return false
 	}
 	for k := range a {
-		if a[k].IP != b[k].IP || a[k].Domain != b[k].Domain || a[k].ServerID != b[k].ServerID {
+		if a[k].IP != b[k].IP || a[k].Domain != b[k].Domain || a[k].ServerID != b[k].ServerID || a[k].MoreServerIDs != b[k].MoreServerIDs {
 			return false
 		}
 	}
@@ -152,10 +152,10 @@ func metaSig(tc *table.TableConfig) string {
 	for _, bd := range tc.Binds {
 		b.WriteString(" " + bd.String())
 	}
-	if tc.QUIC.On() {
-		fmt.Fprintf(&b, " quic %d/%d/%d/%t/%x", tc.QUIC.ConfigID, tc.QUIC.ServerIDLen, tc.QUIC.NonceLen, tc.QUIC.Encrypted, tc.QUIC.Key[:])
+	for ci, q := range tc.QUIC.Configs() {
+		fmt.Fprintf(&b, " quic %d/%d/%d/%t/%x", q.ConfigID, q.ServerIDLen, q.NonceLen, q.Encrypted, q.Key[:])
 		for _, be := range tc.Backends {
-			b.WriteString(" " + be.ServerID.String())
+			b.WriteString(" " + be.ServerIDIn(ci).String())
 		}
 	}
 	return b.String()

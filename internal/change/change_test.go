@@ -82,7 +82,7 @@ func TestBuildersSeeWhichBackends(t *testing.T) {
 	// A QUIC-LB key decides no row, but the table carries it.
 	keyed := func(k byte) *table.TableConfig {
 		tc := mk(1, 2, 3, 4, 5)
-		tc.QUIC = table.QUIC{ConfigID: 1, ServerIDLen: 1, NonceLen: 6, Encrypted: true, Key: table.Key{k}}
+		tc.QUIC = table.QUIC{QUICConfig: table.QUICConfig{ConfigID: 1, ServerIDLen: 1, NonceLen: 6, Encrypted: true, Key: table.Key{k}}}
 		for i := range tc.Backends {
 			tc.Backends[i].ServerID = table.ServerID([]byte{byte(i + 1)})
 		}

@@ -114,7 +114,7 @@ func sameSeries(a, b *table.Table) bool {
 	for i, x := range a.Backends {
 		y := b.Backends[i]
 		if x.State != y.State || x.IP != y.IP || x.Healthy != y.Healthy || x.W() != y.W() || x.Domain != y.Domain ||
-			x.ServerID != y.ServerID {
+			x.ServerID != y.ServerID || x.MoreServerIDs != y.MoreServerIDs {
 			return false
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/director/director/bpf/abi"
 	"github.com/director/director/table"
@@ -40,22 +41,36 @@ type QUICImage struct {
 // QUICConfigs is the mask of t's QUIC-LB configs (dir_table.quic_configs):
 // bit c for config rotation c.
 func QUICConfigs(t *table.Table) uint8 {
-	if !t.QUIC.On() {
-		return 0
+	var m uint8
+	for _, c := range t.QUIC.Configs() {
+		m |= 1 << c.ConfigID
 	}
-	return 1 << t.QUIC.ConfigID
+	return m
 }
 
 // EncodeQUIC lays out each of t's QUIC-LB configs: its lengths, its key,
-// and the server IDs; stat gives each backend's counter index. Entries are
-// placed Robin Hood style, so none lies far from its home; one that would
-// lie past the program's probes is an error (only IDs chosen to collide
-// come near).
+// and the backends' server IDs in it; stat gives each backend's counter
+// index.
 func EncodeQUIC(t *table.Table, stat []uint8) ([]QUICImage, error) {
-	if !t.QUIC.On() {
-		return nil, nil
+	var imgs []QUICImage
+	for ci, q := range t.QUIC.Configs() {
+		img, err := encodeQUICConfig(t, ci, q, stat)
+		if err != nil {
+			if len(t.QUIC.Configs()) > 1 {
+				err = fmt.Errorf("QUIC config %d: %w", q.ConfigID, err)
+			}
+			return nil, err
+		}
+		imgs = append(imgs, img)
 	}
-	q := t.QUIC
+	return imgs, nil
+}
+
+// encodeQUICConfig lays out t's config q, at place ci of its configs.
+// Entries are placed Robin Hood style, so none lies far from its home; one
+// that would lie past the program's probes is an error (only IDs chosen to
+// collide come near).
+func encodeQUICConfig(t *table.Table, ci int, q table.QUICConfig, stat []uint8) (QUICImage, error) {
 	qt := &abi.QUICTable{SidLen: q.ServerIDLen, CidLen: uint8(q.CIDLen())}
 	img := QUICImage{Config: q.ConfigID, IDs: qt}
 	if q.Encrypted {
@@ -69,21 +84,22 @@ func EncodeQUIC(t *table.Table, stat []uint8) ([]QUICImage, error) {
 	}
 	var slots [abi.QUICSlots]*placed
 	for i, b := range t.Backends {
-		if len(b.ServerID) != int(q.ServerIDLen) {
-			return nil, fmt.Errorf("backends[%d] (%s): a server ID of %d bytes; the table's are %d", i, b.IP, len(b.ServerID), q.ServerIDLen)
+		sid := b.ServerIDIn(ci)
+		if len(sid) != int(q.ServerIDLen) {
+			return QUICImage{}, fmt.Errorf("backends[%d] (%s): a server ID of %d bytes; the table's are %d", i, b.IP, len(sid), q.ServerIDLen)
 		}
 		var e abi.QUICEntry
-		copy(e.Sid[:], b.ServerID)
+		copy(e.Sid[:], sid)
 		e.StatPlus1 = stat[i] + 1
 		qt.Ids[i] = e
 		if !b.Serving() {
 			continue
 		}
-		p := &placed{e: e, home: QUICHome([]byte(b.ServerID))}
+		p := &placed{e: e, home: QUICHome([]byte(sid))}
 		for d := uint32(0); ; d++ {
 			if d >= abi.QUICProbes {
-				return nil, fmt.Errorf("backends[%d] (%s): its server ID %s and others of the table share too few places "+
-					"for the datapath to find them all; choose other server IDs", i, b.IP, b.ServerID)
+				return QUICImage{}, fmt.Errorf("backends[%d] (%s): its server ID %s and others of the table share too few places "+
+					"for the datapath to find them all; choose other server IDs", i, b.IP, sid)
 			}
 			at := (p.home + d) & (abi.QUICSlots - 1)
 			o := slots[at]
@@ -103,35 +119,62 @@ func EncodeQUIC(t *table.Table, stat []uint8) ([]QUICImage, error) {
 			qt.E[i] = p.e
 		}
 	}
-	return []QUICImage{img}, nil
+	return img, nil
 }
 
 // DecodeQUIC gives lt's table (read from the table in the same slot, whose
-// quic_configs is configs) its QUIC-LB config and the backends their server
-// IDs from imgs, one for each bit of configs, checking that each index
-// holds exactly the serving backends and each key is a key's schedule.
+// quic_configs is configs) its QUIC-LB configs and the backends their
+// server IDs from imgs, one for each bit of configs in increasing order,
+// checking that each index holds exactly the serving backends and each key
+// is a key's schedule. The kernel keeps no order of the configs: they read
+// back in increasing config ID, which is how a config lists them once
+// canonical (table.QUIC's order decides no packet).
 func DecodeQUIC(configs uint8, imgs []QUICImage, lt *LiveTable) error {
 	if configs == 0 {
 		return nil
 	}
-	if len(imgs) != 1 || configs != 1<<imgs[0].Config || imgs[0].Config > table.MaxQUICConfigID {
+	var m uint8
+	for _, img := range imgs {
+		m |= 1 << img.Config
+	}
+	if m != configs || len(imgs) != bits.OnesCount8(configs) || configs>>(table.MaxQUICConfigID+1) != 0 {
 		return fmt.Errorf("corrupt table: QUIC configs %#x", configs)
 	}
-	img := imgs[0]
-	qt := img.IDs
-	l, cid := int(qt.SidLen), int(qt.CidLen)
-	if l < 1 || l > table.MaxServerIDLen || cid < 1+l+table.MinNonceLen || cid > table.MaxCIDLen || qt.Enc > 1 || (qt.Enc == 1) != (img.Key != nil) {
-		return fmt.Errorf("corrupt QUIC config %d: lengths %d/%d, encrypted %d", img.Config, l, cid, qt.Enc)
-	}
 	t := lt.Table
-	t.QUIC = table.QUIC{ConfigID: img.Config, ServerIDLen: uint8(l), NonceLen: uint8(cid - 1 - l)}
-	if img.Key != nil {
-		key, err := decodeQUICKey(img.Key)
-		if err != nil {
+	t.QUIC = table.QUIC{}
+	for ci, img := range imgs {
+		qt := img.IDs
+		l, cid := int(qt.SidLen), int(qt.CidLen)
+		if l < 1 || l > table.MaxServerIDLen || cid < 1+l+table.MinNonceLen || cid > table.MaxCIDLen || qt.Enc > 1 || (qt.Enc == 1) != (img.Key != nil) {
+			return fmt.Errorf("corrupt QUIC config %d: lengths %d/%d, encrypted %d", img.Config, l, cid, qt.Enc)
+		}
+		q := table.QUICConfig{ConfigID: img.Config, ServerIDLen: uint8(l), NonceLen: uint8(cid - 1 - l)}
+		if img.Key != nil {
+			key, err := decodeQUICKey(img.Key)
+			if err != nil {
+				return err
+			}
+			q.Encrypted, q.Key = true, key
+		}
+		if ci == 0 {
+			t.QUIC.QUICConfig = q
+		} else {
+			t.QUIC.More[ci-1] = q
+		}
+		if err := decodeQUICIDs(qt, ci, l, lt); err != nil {
+			if len(imgs) > 1 {
+				err = fmt.Errorf("QUIC config %d: %w", img.Config, err)
+			}
 			return err
 		}
-		t.QUIC.Encrypted, t.QUIC.Key = true, key
 	}
+	return nil
+}
+
+// decodeQUICIDs gives lt's backends their server IDs of l bytes in the
+// config at place ci from qt.
+func decodeQUICIDs(qt *abi.QUICTable, ci, l int, lt *LiveTable) error {
+	t := lt.Table
 	indexed := 0
 	for _, e := range qt.E {
 		if e.StatPlus1 != 0 {
@@ -145,7 +188,7 @@ func DecodeQUIC(configs uint8, imgs []QUICImage, lt *LiveTable) error {
 			return fmt.Errorf("corrupt QUIC IDs: backend %d's entry names counter %d, not %d", i, int(e.StatPlus1)-1, lt.Stat[i])
 		}
 		sid := e.Sid[:l]
-		t.Backends[i].ServerID = table.ServerID(sid)
+		t.Backends[i].SetServerIDIn(ci, table.ServerID(sid))
 		if !t.Backends[i].Serving() {
 			continue
 		}

@@ -288,6 +288,7 @@ func (p *parser) table(path string, v *jsonValue) table.TableConfig {
 		}
 		p.partialDomains(path, t.Backends)
 		p.serverIDs(path, v, bv, &t)
+		t.SortQUIC()
 	}
 	return t
 }

@@ -33,7 +33,7 @@ func TestParseQUIC(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc := c.Tables[0]
-	if tc.QUIC != (table.QUIC{ConfigID: 3, ServerIDLen: 2, NonceLen: 5}) || tc.QUIC.CIDLen() != 8 {
+	if tc.QUIC != (table.QUIC{QUICConfig: table.QUICConfig{ConfigID: 3, ServerIDLen: 2, NonceLen: 5}}) || tc.QUIC.CIDLen() != 8 {
 		t.Errorf("quic = %+v", tc.QUIC)
 	}
 	if tc.Backends[0].ServerID != "\x0a\x0b" || tc.Backends[1].ServerID != "\xab\xcd" || tc.Backends[1].ServerID.String() != "abcd" {
@@ -79,6 +79,20 @@ func TestParseQUICErrors(t *testing.T) {
 		{"ID without quic", qtbl("", `"0a0b"`), "tables[0].backends[0].server_id: the table has no quic block"},
 		{"no UDP bind", strings.Replace(qtbl(good, `"0a0b"`), `"proto": "udp"`, `"proto": "tcp"`, 1),
 			"tables[0].quic: the table has no UDP bind: QUIC-LB routing reads UDP packets only"},
+		// Config rotation: a list of configs.
+		{"empty list", qtbl(`[]`, `"0001"`), "tables[0].quic: an empty list: give at least one config, or leave quic out"},
+		{"same config twice", qtbl(`[`+good+`, {"config_id": 1, "server_id_len": 3, "nonce_len": 6}]`, `"0001"`),
+			"tables[0].quic[1].config_id: 1 is also tables[0].quic[0].config_id"},
+		{"eight configs", qtbl(`[`+strings.Repeat(good+`, `, 7)+good+`]`, `"0001"`), "tables[0].quic: 8 configs: a table has at most 7"},
+		{"bad config in list", qtbl(`[`+good+`, {"config_id": 7, "server_id_len": 2, "nonce_len": 6}]`, `"0001"`),
+			"tables[0].quic[1].config_id: 7 is not a config ID"},
+		{"one string, two lengths", qtbl(`[`+good+`, {"config_id": 2, "server_id_len": 3, "nonce_len": 6}]`, `"0001"`),
+			`tables[0].backends[0].server_id: "0001" is 2 bytes; config 2's server_id_len is 3`},
+		{"config missing from object", qtbl(`[`+good+`, {"config_id": 2, "server_id_len": 3, "nonce_len": 6}]`, `{"1": "0001"}`),
+			"tables[0].backends[0].server_id.2: missing: the backend needs a server ID in each of the table's configs"},
+		{"unknown config in object", qtbl(`[`+good+`]`, `{"1": "0001", "3": "0002"}`), "tables[0].backends[0].server_id.3"},
+		{"duplicate in one config", qtbl(`[`+good+`, {"config_id": 2, "server_id_len": 2, "nonce_len": 6}]`, `{"1": "0001", "2": "0a0b"}`, `{"1": "0002", "2": "0A0B"}`),
+			`tables[0].backends[1].server_id.2: "0A0B" is also tables[0].backends[0]'s server ID in config 2`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse([]byte(c.in))
@@ -89,6 +103,56 @@ func TestParseQUICErrors(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestParseQUICRotation: a list of configs, in any order, reads as the
+// configs in increasing config ID, each backend's IDs with theirs; a
+// string server_id is the backend's ID in every config; the same ID may
+// serve in two configs.
+func TestParseQUICRotation(t *testing.T) {
+	c, err := Parse([]byte(qtbl(`[{"config_id": 4, "server_id_len": 3, "nonce_len": 6, "key": "00112233445566778899aabbccddeeff"},
+	  {"config_id": 1, "server_id_len": 2, "nonce_len": 6}, {"config_id": 0, "server_id_len": 2, "nonce_len": 5}]`,
+		`{"4": "aa0001", "1": "0001", "0": "0001"}`, `{"0": "0002", "1": "0002", "4": "aa0002"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c.Tables[0].QUIC
+	cs := q.Configs()
+	if len(cs) != 3 || cs[0].ConfigID != 0 || cs[1].ConfigID != 1 || cs[2].ConfigID != 4 || !cs[2].Encrypted || cs[0].NonceLen != 5 {
+		t.Fatalf("configs %v", cs)
+	}
+	b := c.Tables[0].Backends[1]
+	if b.ServerIDIn(0) != "\x00\x02" || b.ServerIDIn(1) != "\x00\x02" || b.ServerIDIn(2) != "\xaa\x00\x02" {
+		t.Errorf("backend 1's IDs %q, %q", b.ServerID, b.MoreServerIDs)
+	}
+	if got := q.ServerIDsOf(b); got != "0:0002 1:0002 4:aa0002" {
+		t.Errorf("ServerIDsOf = %q", got)
+	}
+	if s := q.String(); strings.Contains(s, "0011") || !strings.Contains(s, "config 4, 3-byte server IDs, 6-byte nonces, encrypted") {
+		t.Errorf("String = %q", s)
+	}
+	js, err := json.Marshal(q)
+	if err != nil || strings.Contains(string(js), "0011") || !strings.HasPrefix(string(js), `[{"config_id":0,`) {
+		t.Errorf("JSON %s, %v", js, err)
+	}
+	var back table.QUIC
+	if err := json.Unmarshal(js, &back); err != nil || back.String() != q.String() {
+		t.Errorf("read back %v from %s: %v", back, js, err)
+	}
+	// One string for every config of its length.
+	c, err = Parse([]byte(qtbl(`[{"config_id": 2, "server_id_len": 2, "nonce_len": 6}, {"config_id": 1, "server_id_len": 2, "nonce_len": 6}]`, `"0a0b"`, `"0c0d"`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.Tables[0].Backends[0]; b.ServerIDIn(0) != "\x0a\x0b" || b.ServerIDIn(1) != "\x0a\x0b" {
+		t.Errorf("one string: IDs %q, %q", b.ServerID, b.MoreServerIDs)
+	}
+	// The single-object form is one config, and so is a list of one.
+	c1, err1 := Parse([]byte(qtbl(`{"config_id": 1, "server_id_len": 2, "nonce_len": 6}`, `"0a0b"`)))
+	c2, err2 := Parse([]byte(qtbl(`[{"config_id": 1, "server_id_len": 2, "nonce_len": 6}]`, `{"1": "0a0b"}`)))
+	if err1 != nil || err2 != nil || c1.Tables[0].QUIC != c2.Tables[0].QUIC || c1.Tables[0].Backends[0] != c2.Tables[0].Backends[0] {
+		t.Errorf("object and list of one differ: %v %v", err1, err2)
 	}
 }
 

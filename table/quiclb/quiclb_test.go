@@ -257,3 +257,42 @@ func serverTLS(t *testing.T) *tls.Config {
 	}
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, NextProtos: []string{"quiclb-test"}}
 }
+
+// TestRotating: a Rotating issues the IDs of the generator set last, and
+// refuses one of another ID length.
+func TestRotating(t *testing.T) {
+	k1, k2 := [16]byte{1}, [16]byte{2}
+	g1, err := NewConnectionIDGenerator(Config{ConfigID: 1, ServerID: []byte{0x5e, 1}, NonceLen: 6, Key: &k1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := NewConnectionIDGenerator(Config{ConfigID: 2, ServerID: []byte{0x5e, 1}, NonceLen: 6, Key: &k2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRotating(g1)
+	for _, c := range []struct {
+		g   *Generator
+		rot uint8
+		key [16]byte
+	}{{g1, 1, k1}, {g2, 2, k2}} {
+		if err := r.Set(c.g); err != nil {
+			t.Fatal(err)
+		}
+		id, err := r.GenerateConnectionID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid, err := DecodeEncrypted(id.Bytes(), c.rot, 2, 6, c.key)
+		if err != nil || string(sid) != "\x5e\x01" || r.ConnectionIDLen() != id.Len() {
+			t.Errorf("config %d: ID %x decodes to %x, %v", c.rot, id.Bytes(), sid, err)
+		}
+	}
+	long, err := NewConnectionIDGenerator(Config{ConfigID: 3, ServerID: []byte{0x5e, 1, 2}, NonceLen: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Set(long); err == nil {
+		t.Error("a generator of longer IDs was taken")
+	}
+}

@@ -21,7 +21,7 @@ const (
 // quicNeed is how many bytes after a connection ID's first octet the
 // server ID is read from: its own length, or with encrypted IDs the whole
 // of server ID and nonce, which are encrypted together.
-func quicNeed(q table.QUIC) int {
+func quicNeed(q table.QUICConfig) int {
 	if q.Encrypted {
 		return int(q.ServerIDLen) + int(q.NonceLen)
 	}
@@ -48,11 +48,13 @@ func (pk *packet) udpPayload() []byte {
 // UDP payload p to table t: QUICRouted and the index of the backend its
 // destination connection ID names, or the fallback counter and -1.
 //
-// The ID follows the first octet in a short header (bit 7 clear), and is
-// t.QUIC.CIDLen() long; in a long header it follows the version and its
-// length octet (byte 5). Its first octet's top three bits are the config
-// rotation, then come the server ID's ServerIDLen bytes. The backend must
-// be serving: active, filling or draining, and healthy.
+// The ID follows the first octet in a short header (bit 7 clear); in a
+// long header it follows the version and its length octet (byte 5). Its
+// first octet's top three bits are the config rotation, which names one of
+// t's configs; then come that config's ServerIDLen bytes of server ID
+// (encrypted with the nonce, where the config has a key), and a short
+// header's ID is the config's CIDLen() long. The backend must be serving:
+// active, filling or draining, and healthy.
 func QUICRoute(t *table.Table, p []byte) (counter, backend int) {
 	counter, backend, _ = quicRoute(t, p, false)
 	return counter, backend
@@ -108,7 +110,7 @@ func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend, config 
 	if rot == abi.QUICUnroutable {
 		return QUICUnroutable, -1, int(rot)
 	}
-	q, ok := quicConfig(t, rot)
+	q, ci, ok := t.QUIC.Config(rot)
 	if !ok {
 		return QUICOtherConfig, -1, int(rot)
 	}
@@ -131,31 +133,52 @@ func quicRoute(t *table.Table, p []byte, quoted bool) (counter, backend, config 
 		sid = table.ServerID(plain)
 	}
 	for i, b := range t.Backends {
-		if b.ServerID == sid && b.Serving() {
+		if b.ServerIDIn(ci) == sid && b.Serving() {
 			return QUICRouted, i, int(rot)
 		}
 	}
 	return QUICUnknownID, -1, int(rot)
 }
 
-// quicConfig is t's QUIC-LB config of config rotation rot, if it has one.
-func quicConfig(t *table.Table, rot uint8) (table.QUIC, bool) {
-	if t.QUIC.On() && t.QUIC.ConfigID == rot {
-		return t.QUIC, true
-	}
-	return table.QUIC{}, false
-}
-
 // QUICDestID is the destination connection ID of the QUIC packet p (a UDP
 // payload) as far as p holds it: a long header's, of the length it gives,
-// or a short header's, of q's length. nil where p is too short for its
-// first octet (and a long header's length).
+// or a short header's, of the length of q's config its rotation bits name
+// (of 1 + DIR_QUIC_READ bytes where they name none). nil where p is too
+// short for its first octet (and a long header's length).
 func QUICDestID(p []byte, q table.QUIC) []byte {
 	switch {
 	case len(p) > 6 && p[0]&0x80 != 0:
 		return p[6:min(len(p), 6+int(p[5]))]
 	case len(p) > 1 && p[0]&0x80 == 0:
-		return p[1:min(len(p), 1+q.CIDLen())]
+		n := 1 + quicRead
+		if c, _, ok := q.Config(p[1] >> 5); ok {
+			n = c.CIDLen()
+		}
+		return p[1:min(len(p), 1+n)]
 	}
 	return nil
+}
+
+// QUICServerID is the server ID a whole connection ID cid carries in q's
+// config its rotation bits name (decrypted, where that config has a key),
+// and the config's place in q.Configs; ok is false where they name none of
+// q's configs or cid is too short for it.
+func QUICServerID(q table.QUIC, cid []byte) (sid table.ServerID, ci int, ok bool) {
+	if len(cid) == 0 {
+		return "", -1, false
+	}
+	c, ci, ok := q.Config(cid[0] >> 5)
+	if !ok || len(cid) < 1+quicNeed(c) {
+		return "", -1, false
+	}
+	if !c.Encrypted {
+		return table.ServerID(cid[1 : 1+c.ServerIDLen]), ci, true
+	}
+	ciph, err := cidcipher.New(c.Key, int(c.ServerIDLen), int(c.NonceLen))
+	if err != nil {
+		return "", -1, false
+	}
+	plain := make([]byte, c.ServerIDLen)
+	ciph.ServerID(plain, cid[1:1+ciph.Len()])
+	return table.ServerID(plain), ci, true
 }

@@ -25,7 +25,7 @@ func TestQUICRouteEncrypted(t *testing.T) {
 		cid, _ := hex.DecodeString(v.cid)
 		sid, _ := hex.DecodeString(v.sid)
 		rot := cid[0] >> 5
-		tb := &table.Table{QUIC: table.QUIC{ConfigID: rot, ServerIDLen: v.sidLen, NonceLen: v.nl, Encrypted: true, Key: key}}
+		tb := &table.Table{QUIC: table.QUIC{QUICConfig: table.QUICConfig{ConfigID: rot, ServerIDLen: v.sidLen, NonceLen: v.nl, Encrypted: true, Key: key}}}
 		for i, id := range []string{"\x01\x02\x03" + string(sid[3:]), string(sid)} {
 			tb.Backends = append(tb.Backends, table.Backend{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), State: table.StateActive,
 				Healthy: true, ServerID: table.ServerID(id)})

@@ -186,8 +186,15 @@ func (f *genFlow) quic(n int, t *table.TableConfig) {
 	initial := append([]byte{0xc3, 0, 0, 0, 1, 8}, random(8)...)
 	initial = append(append(initial, 8), random(8)...)
 	f.send(17, pkt.UDP(f.cport, f.vport, append(initial, make([]byte, 1200-len(initial))...)))
-	q := t.QUIC
-	cid := append([]byte{q.ConfigID<<5 | byte(q.CIDLen()-1)}, t.Backends[rng.IntN(len(t.Backends))].ServerID...)
+	// An ID of one of the table's configs (all of them, while one
+	// rotates), as its server issued it.
+	cs := t.QUIC.Configs()
+	ci := 0
+	if len(cs) > 1 { // a table of one config draws as it always did
+		ci = rng.IntN(len(cs))
+	}
+	q := cs[ci]
+	cid := append([]byte{q.ConfigID<<5 | byte(q.CIDLen()-1)}, t.Backends[rng.IntN(len(t.Backends))].ServerIDIn(ci)...)
 	cid = append(cid, random(int(q.NonceLen))...)
 	if q.Encrypted { // as the servers issue them
 		if c, err := cidcipher.New(q.Key, int(q.ServerIDLen), int(q.NonceLen)); err == nil {

@@ -40,7 +40,7 @@ const QUICPort = 443
 // two-byte server IDs, six-byte nonces, encrypted (the four-pass
 // construction) as production servers issue them, with the draft's test
 // key.
-var QUICSettings = table.QUIC{ConfigID: 1, ServerIDLen: 2, NonceLen: 6, Encrypted: true,
+var QUICSettings = table.QUICConfig{ConfigID: 1, ServerIDLen: 2, NonceLen: 6, Encrypted: true,
 	Key: table.Key{0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80, 0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f}}
 
 // QUICServerID is backend i's server ID: 0x5e, i.
@@ -57,9 +57,10 @@ func quicConfig() *quic.Config {
 }
 
 type quicServer struct {
-	pc *net.UDPConn // quic-go leaves a Transport's own socket to its owner
-	tr *quic.Transport
-	ln *quic.Listener
+	pc  *net.UDPConn // quic-go leaves a Transport's own socket to its owner
+	tr  *quic.Transport
+	ln  *quic.Listener
+	gen *quiclb.Rotating
 }
 
 var serverTLS = sync.OnceValues(func() (*tls.Config, error) {
@@ -86,14 +87,13 @@ func (tb *Testbed) ServeQUIC(i int) error {
 	if err != nil {
 		return err
 	}
-	key := [16]byte(QUICSettings.Key)
-	gen, err := quiclb.NewConnectionIDGenerator(quiclb.Config{ConfigID: QUICSettings.ConfigID,
-		ServerID: []byte(QUICServerID(i)), NonceLen: int(QUICSettings.NonceLen), Key: &key})
+	g, err := quicGenerator(i, QUICSettings)
 	if err != nil {
 		return err
 	}
+	gen := quiclb.NewRotating(g)
 	h := tb.Backends[i-1]
-	var srv quicServer
+	srv := quicServer{gen: gen}
 	err = h.Do(func() error {
 		pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: VIP.AsSlice(), Port: QUICPort})
 		if err != nil {
@@ -133,6 +133,31 @@ func (tb *Testbed) ServeQUIC(i int) error {
 		}
 	}()
 	return nil
+}
+
+// quicGenerator issues backend i's IDs (QUICServerID(i)) of config c.
+func quicGenerator(i int, c table.QUICConfig) (*quiclb.Generator, error) {
+	cfg := quiclb.Config{ConfigID: c.ConfigID, ServerID: []byte(QUICServerID(i)), NonceLen: int(c.NonceLen)}
+	if c.Encrypted {
+		key := [16]byte(c.Key)
+		cfg.Key = &key
+	}
+	return quiclb.NewConnectionIDGenerator(cfg)
+}
+
+// RotateQUIC moves backend i's QUIC server to config c, as step 2 of a key
+// rotation does (docs/operations.md, "Rotating a QUIC-LB key"): the IDs it
+// issues from now on are c's; its connections keep theirs.
+func (tb *Testbed) RotateQUIC(i int, c table.QUICConfig) error {
+	srv := tb.quic[i]
+	if srv == nil {
+		return fmt.Errorf("backend%d serves no QUIC", i)
+	}
+	g, err := quicGenerator(i, c)
+	if err != nil {
+		return err
+	}
+	return srv.gen.Set(g)
 }
 
 // StopQUIC closes backend i's QUIC server and every connection it holds:
@@ -322,6 +347,26 @@ func QUICConfig(states map[int]string, healthy map[int]bool, n int, routing bool
 	q := QUICSettings
 	cfg = strings.Replace(cfg, `"binds": [`, fmt.Sprintf(`"quic": {"config_id": %d, "server_id_len": %d, "nonce_len": %d, "key": "%x"}, "binds": [`,
 		q.ConfigID, q.ServerIDLen, q.NonceLen, q.Key[:]), 1)
+	for i := 1; i <= n; i++ {
+		cfg = strings.Replace(cfg, fmt.Sprintf(`{"ip": "%s"`, BackendIP(i)),
+			fmt.Sprintf(`{"ip": "%s", "server_id": "%s"`, BackendIP(i), QUICServerID(i)), 1)
+	}
+	return cfg
+}
+
+// QUICRotationConfig is QUICConfig with routing by the list of configs cs
+// (config rotation), every backend i's server ID QUICServerID(i) in each.
+func QUICRotationConfig(n int, cs ...table.QUICConfig) string {
+	cfg := QUICConfig(nil, nil, n, false)
+	var list []string
+	for _, q := range cs {
+		c := fmt.Sprintf(`{"config_id": %d, "server_id_len": %d, "nonce_len": %d`, q.ConfigID, q.ServerIDLen, q.NonceLen)
+		if q.Encrypted {
+			c += fmt.Sprintf(`, "key": "%x"`, q.Key[:])
+		}
+		list = append(list, c+"}")
+	}
+	cfg = strings.Replace(cfg, `"binds": [`, `"quic": [`+strings.Join(list, ", ")+`], "binds": [`, 1)
 	for i := 1; i <= n; i++ {
 		cfg = strings.Replace(cfg, fmt.Sprintf(`{"ip": "%s"`, BackendIP(i)),
 			fmt.Sprintf(`{"ip": "%s", "server_id": "%s"`, BackendIP(i), QUICServerID(i)), 1)
