@@ -215,6 +215,30 @@ func TestQUICKeyIsNeverShown(t *testing.T) {
 			t.Errorf("%v does not say the key changed: %s", args, out)
 		}
 	}
+	// Rotation: both keys in one table's configs, and the old config
+	// removed.
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := filepath.Join(t.TempDir(), "both.json")
+	rotated := strings.Replace(string(raw), `"key": "`+key+`"}`, `"key": "`+key+`"}, {"config_id": 2, "server_id_len": 2, "nonce_len": 6, "key": "`+other+`"}]`, 1)
+	rotated = strings.Replace(rotated, `"quic": {`, `"quic": [{`, 1)
+	if err := os.WriteFile(both, []byte(rotated), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"show", both}, {"show", both, "--json"}, {"diff", path, both}, {"diff", both, path2, "--json"},
+		append(b, "plan", both), append(b, "plan", both, "--json")} {
+		out, errOut, code := runCmd(args...)
+		if code == 1 {
+			t.Errorf("%v: exit 1: %s", args, errOut)
+		}
+		for _, k := range []string{key, other} {
+			if strings.Contains(strings.ToLower(out+errOut), k[:8]) {
+				t.Errorf("%v shows a key: %s%s", args, out, errOut)
+			}
+		}
+	}
 }
 
 // TestReplayEncryptedQUIC: gen-capture writes a table's QUIC connections
