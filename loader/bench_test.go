@@ -495,15 +495,18 @@ func benchAB(b *testing.B, dc table.DirectorConfig, cfg string, frames [][]byte)
 					return nil, err
 				}
 				// Maps this build added, which the other's program never
-				// reads: created all the same, so that it loads. Both
-				// objects as they are embedded (the capture section is
-				// made a map after).
+				// reads: created all the same, so that it loads; and
+				// maps whose type this build changed (QUIC-LB's, arrays
+				// before hashes), as this build's, which this loader
+				// writes: the other's program reads them only for QUIC
+				// tables. Both objects as they are embedded (the capture
+				// section is made a map after).
 				cur, err := bpf.LoadDirector()
 				if err != nil {
 					return nil, err
 				}
 				for name, m := range cur.Maps {
-					if _, ok := spec.Maps[name]; !ok {
+					if o, ok := spec.Maps[name]; !ok || o.Type != m.Type {
 						spec.Maps[name] = m
 					}
 				}

@@ -197,43 +197,6 @@ type Restored struct {
 	History *History
 }
 
-// counterpart is the index in new of old[i]'s table: the one of its name
-// where every table has one (byName), else the one in its place; -1 for
-// none.
-func counterpart(old, new []*Table, i int, byName bool) int {
-	j := -1
-	if byName {
-		for k, n := range new {
-			if n.Name == old[i].Name {
-				j = k
-			}
-		}
-	} else if i < len(new) {
-		j = i
-	}
-	return j
-}
-
-// QUICRemovals are the QUIC-LB configs of old's tables that new removes
-// from a table it keeps (by index in old, and config ID), as CompareAt
-// pairs them: what Base.QUICUse must say for the removals to be judged.
-func QUICRemovals(old, new []*Table) []QUICUseKey {
-	var out []QUICUseKey
-	byName := allNamed(old) && allNamed(new)
-	for i, o := range old {
-		j := counterpart(old, new, i, byName)
-		if j < 0 || !o.QUIC.On() || !new[j].QUIC.On() {
-			continue // a table removed, or its routing turned off, is unsafe whatever it carries
-		}
-		for _, c := range o.QUIC.Configs() {
-			if _, _, ok := new[j].QUIC.Config(c.ConfigID); !ok {
-				out = append(out, QUICUseKey{Table: i, Config: c.ConfigID})
-			}
-		}
-	}
-	return out
-}
-
 // CompareAt diffs base's live tables with new, as a change made at
 // base.Now: rows at risk by the history's rule (Advance), and each new
 // table's history after the change, in new's order (nil for none).
