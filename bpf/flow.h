@@ -35,10 +35,14 @@ struct flow {
 /* An encrypted connection ID's n bytes after its first octet, as
  * quic_route read them, for the decryption, which is a call of its own
  * (quic.h, dir_quic_decrypt_hops): w0 to w2 little-endian; lens is
- * slot << 16 | n << 8 | sid_len; rot the ID's config rotation bits. */
+ * key << 16 | n << 8 | sid_len, key its config's in quic_ids and
+ * quic_keys (dir_quic_key); rot the ID's config rotation bits; th the
+ * hops' scalar (quic.h, quic_hops_of), which the decryption's frame need
+ * not keep across its AES calls. */
 struct dir_quic_cid {
 	__u64 w0, w1, w2;
 	__u32 lens, rot;
+	__u64 th;
 };
 
 #ifdef DIR_SINGLE_BUFFER
