@@ -36,13 +36,16 @@ struct flow {
  * quic_route read them, for the decryption, which is a call of its own
  * (quic.h, dir_quic_decrypt_hops): w0 to w2 little-endian; lens is
  * key << 16 | n << 8 | sid_len, key its config's in quic_ids and
- * quic_keys (dir_quic_key); rot the ID's config rotation bits; th the
- * hops' scalar (quic.h, quic_hops_of), which the decryption's frame need
- * not keep across its AES calls. */
+ * quic_keys (dir_quic_key); rot the ID's config rotation bits. In the
+ * single-buffer build, th is the hops' scalar (quic.h, quic_hops_of),
+ * which the decryption's frame then need not keep across its AES calls:
+ * that frame is what 5.10's limit on a chain of calls has least room for. */
 struct dir_quic_cid {
 	__u64 w0, w1, w2;
 	__u32 lens, rot;
+#ifdef DIR_SINGLE_BUFFER
 	__u64 th;
+#endif
 };
 
 #ifdef DIR_SINGLE_BUFFER

@@ -247,18 +247,23 @@ static __always_inline __u32 quic_hops(struct xdp_md *ctx, struct dir_quic_cid *
 	__u32 rot, slot = (th >> 24) & (DIR_MAX_SLOTS - 1), quoted = (th >> 16) & 1;
 	int s = quic_route(ctx, th >> 32, slot, l4off + 8, ip_end, quoted, &rot, id);
 	if (s == QUIC_DECRYPT) {
+#ifdef DIR_SINGLE_BUFFER
 		id->th = th;
+#endif
 		return QUIC_HOPS_DECRYPT;
 	}
 	return quic_hops_of(s, rot, th);
 }
 
 /* quic_decrypt_hops is quic_hops of an encrypted ID it left in *id. */
-static __always_inline __u32 quic_decrypt_hops(const struct dir_quic_cid *id)
+static __always_inline __u32 quic_decrypt_hops(const struct dir_quic_cid *id, __u64 th)
 {
 	int s = quic_decrypted(id);
+#ifdef DIR_SINGLE_BUFFER
+	th = id->th; /* read after: not kept across the decryption (flow.h) */
+#endif
 	/* What the ID's memory holds is anything to the verifier. */
-	return quic_hops_of(s < 0 ? -DIR_C_QUIC_FALLBACK_UNKNOWN_ID : s & 0xff, id->rot, id->th);
+	return quic_hops_of(s < 0 ? -DIR_C_QUIC_FALLBACK_UNKNOWN_ID : s & 0xff, id->rot, th);
 }
 
 /* dir_quic_hops and dir_quic_decrypt_hops are global functions, each
@@ -285,7 +290,7 @@ __noinline __u32 dir_quic_decrypt_hops(__u64 th)
 	struct dir_flow_scratch *s = flow_scratch_get();
 	if (!s)
 		return quic_hops_of(-DIR_C_QUIC_FALLBACK_UNKNOWN_ID, DIR_QUIC_NO_ID, th);
-	return quic_decrypt_hops(&s->quic);
+	return quic_decrypt_hops(&s->quic, 0);
 }
 
 static __always_inline __u32 call_quic_hops(struct xdp_md *ctx, __u64 th, __u32 l4off, __u32 ip_end)
@@ -307,7 +312,7 @@ __noinline __u32 dir_quic_decrypt_hops(const struct dir_quic_cid *id, __u64 th)
 {
 	if (!id)
 		return quic_hops_of(-DIR_C_QUIC_FALLBACK_UNKNOWN_ID, DIR_QUIC_NO_ID, th);
-	return quic_decrypt_hops(id);
+	return quic_decrypt_hops(id, th);
 }
 
 static __always_inline __u32 call_quic_hops(struct xdp_md *ctx, __u64 th, __u32 l4off, __u32 ip_end)
