@@ -57,14 +57,7 @@ func apply(t *testing.T, tb *Testbed, cfg string) {
 // director and applies it if allow, shown the plan, says so.
 func commit(t *testing.T, tb *Testbed, cfg string, allow func(*table.Plan) error) {
 	t.Helper()
-	c, err := config.Parse([]byte(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tabs, err := table.BuildAll(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tabs := buildConfig(t, cfg)
 	d, err := tb.OpenDirector()
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +67,20 @@ func commit(t *testing.T, tb *Testbed, cfg string, allow func(*table.Plan) error
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// buildConfig is the tables cfg builds.
+func buildConfig(t *testing.T, cfg string) []*table.Table {
+	t.Helper()
+	c, err := config.Parse([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := table.BuildAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tabs
 }
 
 func open(t *testing.T, tb *Testbed, id int) *Session {

@@ -9,7 +9,6 @@ import (
 	"github.com/director/director/internal/lab/testenv"
 	"github.com/director/director/loader"
 	"github.com/director/director/table"
-	"github.com/director/director/table/config"
 )
 
 // rotatedSettings are QUICSettings with config rotation 2 and another
@@ -38,25 +37,8 @@ func TestQUICKeyRotation(t *testing.T) {
 		}
 	}
 	apply(t, tb, QUICConfig(nil, nil, 3, true))
-	open := func(base int) []*Session {
-		var ss []*Session
-		for i := 0; i < 12; i++ {
-			s, err := tb.OpenQUIC(base + i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Start()
-			ss = append(ss, s)
-		}
-		t.Cleanup(func() {
-			for _, s := range ss {
-				s.Stop()
-			}
-		})
-		return ss
-	}
 	wait := func() { time.Sleep(testenv.Scaled(1500 * time.Millisecond)) }
-	olds := open(0)
+	olds := openQUICs(t, tb, 0)
 
 	// 1. The new config beside the old.
 	apply(t, tb, QUICRotationConfig(3, QUICSettings, rotatedSettings))
@@ -66,7 +48,7 @@ func TestQUICKeyRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	news := open(100)
+	news := openQUICs(t, tb, 100)
 	wait()
 	perConfig := func() map[uint8]uint64 {
 		d, err := tb.OpenDirector()
@@ -143,20 +125,7 @@ func TestQUICKeyChangeWithoutRotationBreaks(t *testing.T) {
 		}
 	}
 	apply(t, tb, QUICConfig(nil, nil, 3, true))
-	var olds []*Session
-	t.Cleanup(func() {
-		for _, s := range olds {
-			s.Stop()
-		}
-	})
-	for i := 0; i < 12; i++ {
-		s, err := tb.OpenQUIC(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		olds = append(olds, s)
-	}
+	olds := openQUICs(t, tb, 0)
 	for i := 1; i <= 3; i++ {
 		if err := tb.RotateQUIC(i, rotatedSettings); err != nil {
 			t.Fatal(err)
@@ -176,6 +145,27 @@ func TestQUICKeyChangeWithoutRotationBreaks(t *testing.T) {
 		t.Errorf("changing the key in place lost none of 12 connections on the old key: the rotation test cannot tell")
 	}
 	t.Logf("changing the key in place lost %d of 12 connections", lost)
+}
+
+// openQUICs opens 12 QUIC sessions, IDs from base, exchanging lines until
+// the test ends.
+func openQUICs(t *testing.T, tb *Testbed, base int) []*Session {
+	t.Helper()
+	var ss []*Session
+	t.Cleanup(func() {
+		for _, s := range ss {
+			s.Stop()
+		}
+	})
+	for i := 0; i < 12; i++ {
+		s, err := tb.OpenQUIC(base + i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		ss = append(ss, s)
+	}
+	return ss
 }
 
 // migrate moves each of ss to a new client port away from its backend's
@@ -201,14 +191,7 @@ func migrate(t *testing.T, tb *Testbed, ss []*Session) {
 // removal watched for window.
 func planWindow(t *testing.T, tb *Testbed, cfg string, window time.Duration) *table.Plan {
 	t.Helper()
-	c, err := config.Parse([]byte(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tabs, err := table.BuildAll(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tabs := buildConfig(t, cfg)
 	d, err := tb.OpenDirector()
 	if err != nil {
 		t.Fatal(err)

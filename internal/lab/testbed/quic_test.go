@@ -3,7 +3,6 @@ package testbed
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -114,24 +113,16 @@ func quicRun(t *testing.T, routing bool) quicResult {
 	// move that fails waits out its probe's timeout, and without routing
 	// most fail.
 	migrated := map[*Session]int{} // the exchanges that worked before
-	var moves sync.WaitGroup
+	var moving []*Session
 	for i, s := range kept {
 		if i%2 != 0 {
 			continue
 		}
 		ok, _, _ := s.Result()
 		migrated[s] = ok
-		moves.Go(func() {
-			if err := tb.Migrate(s); err != nil {
-				t.Logf("connection %d on %s: %v", s.ID, s.Backend, err)
-				s.mu.Lock()
-				s.failed++
-				s.lastErr = err
-				s.mu.Unlock()
-			}
-		})
+		moving = append(moving, s)
 	}
-	moves.Wait()
+	migrate(t, tb, moving)
 	wait()
 
 	// 4. backend2 goes down, its service with it, and comes back.
