@@ -71,7 +71,7 @@ const maxOverlaps = 1000
 // CheckBindOverlapsAt is CheckBindOverlaps over each table's binds. Binds are
 // grouped by protocol and prefix, and each group is swept in port order,
 // so a bind is compared only with the binds of its own prefix whose ranges
-// are still open: 256 tables of 256 binds cost a sort, not billions of
+// are still open: 1,024 tables of 256 binds cost a sort, not billions of
 // comparisons.
 // index[t][b], when given, is where bind b of table t stood in its file,
 // for the error paths: binds that did not parse are not in tables.

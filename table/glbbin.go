@@ -37,64 +37,112 @@ func IsGLBBinary(data []byte) bool {
 
 // WriteGLB writes tables in GLB's binary format.
 func WriteGLB(w io.Writer, tables []*Table) error {
-	bw := bufio.NewWriterSize(w, 1<<16)
+	gw := NewGLBWriter(w, len(tables))
+	for _, t := range tables {
+		if err := gw.Write(t); err != nil {
+			return err
+		}
+	}
+	return gw.Close()
+}
+
+// GLBWriter writes a GLB binary a table at a time, so that a writer of
+// many tables needs only the one being written: a file of 1,024 tables
+// is 525 MiB, and their rows as many again.
+type GLBWriter struct {
+	bw   *bufio.Writer
+	n, i int
+	buf  []byte // one table's bytes, reused
+	err  error
+}
+
+// NewGLBWriter starts a GLB binary of n tables on w: its header, then
+// each Write's table. Close says whether all n were written.
+func NewGLBWriter(w io.Writer, n int) *GLBWriter {
+	gw := &GLBWriter{bw: bufio.NewWriterSize(w, 1<<16), n: n, buf: make([]byte, GLBTableSize)}
 	le := binary.LittleEndian
 	var hdr [GLBHeaderSize]byte
 	copy(hdr[:], glbMagic)
 	le.PutUint32(hdr[4:], glbVersion)
-	le.PutUint32(hdr[8:], uint32(len(tables)))
+	le.PutUint32(hdr[8:], uint32(n))
 	le.PutUint32(hdr[12:], Rows)
 	le.PutUint32(hdr[16:], MaxBackends)
 	le.PutUint32(hdr[20:], MaxBinds)
-	bw.Write(hdr[:])
-	for ti, t := range tables {
-		if len(t.Backends) > MaxBackends || len(t.Binds) > MaxBinds || len(t.Rows) != Rows {
-			return fmt.Errorf("tables[%d]: does not fit GLB's format", ti)
+	_, gw.err = gw.bw.Write(hdr[:])
+	return gw
+}
+
+// Write writes the next table.
+func (gw *GLBWriter) Write(t *Table) error {
+	if gw.err != nil {
+		return gw.err
+	}
+	if gw.i >= gw.n {
+		return fmt.Errorf("tables[%d]: the file's header holds %d", gw.i, gw.n)
+	}
+	if len(t.Backends) > MaxBackends || len(t.Binds) > MaxBinds || len(t.Rows) != Rows {
+		return fmt.Errorf("tables[%d]: does not fit GLB's format", gw.i)
+	}
+	clear(gw.buf)
+	encodeGLBTable(gw.buf, t)
+	gw.i++
+	_, gw.err = gw.bw.Write(gw.buf)
+	return gw.err
+}
+
+// Close flushes what was written, and fails if fewer tables were written
+// than the header says.
+func (gw *GLBWriter) Close() error {
+	if gw.err != nil {
+		return gw.err
+	}
+	if gw.i != gw.n {
+		return fmt.Errorf("%d tables written; the file's header says %d", gw.i, gw.n)
+	}
+	return gw.bw.Flush()
+}
+
+// encodeGLBTable puts t in buf (GLBTableSize bytes, zero).
+func encodeGLBTable(buf []byte, t *Table) {
+	le := binary.LittleEndian
+	p := buf
+	le.PutUint32(p, uint32(len(t.Backends)))
+	p = p[4:]
+	for i := 0; i < MaxBackends; i++ {
+		e := p[:glbBackendSize]
+		p = p[glbBackendSize:]
+		if i >= len(t.Backends) {
+			continue
 		}
-		buf := make([]byte, GLBTableSize)
-		p := buf
-		le.PutUint32(p, uint32(len(t.Backends)))
-		p = p[4:]
-		for i := 0; i < MaxBackends; i++ {
-			e := p[:glbBackendSize]
-			p = p[glbBackendSize:]
-			if i >= len(t.Backends) {
-				continue
-			}
-			b := t.Backends[i]
-			putAddr(e, b.IP)
-			le.PutUint16(e[20:], glbState(b.State))
-			if b.Healthy {
-				le.PutUint16(e[22:], 1)
-			}
-		}
-		le.PutUint32(p, uint32(len(t.Binds)))
-		p = p[4:]
-		for i := 0; i < MaxBinds; i++ {
-			e := p[:glbBindSize]
-			p = p[glbBindSize:]
-			if i >= len(t.Binds) {
-				continue
-			}
-			b := t.Binds[i]
-			putAddr(e, b.Prefix.Addr())
-			le.PutUint16(e[20:], uint16(b.Prefix.Bits()))
-			le.PutUint16(e[22:], b.PortStart)
-			le.PutUint16(e[24:], b.PortEnd)
-			e[26] = byte(b.Proto)
-		}
-		copy(p, t.HashKey[:])
-		p = p[16:]
-		for _, r := range t.Rows {
-			le.PutUint32(p, r.Primary)
-			le.PutUint32(p[4:], r.Secondary)
-			p = p[8:]
-		}
-		if _, err := bw.Write(buf); err != nil {
-			return err
+		b := t.Backends[i]
+		putAddr(e, b.IP)
+		le.PutUint16(e[20:], glbState(b.State))
+		if b.Healthy {
+			le.PutUint16(e[22:], 1)
 		}
 	}
-	return bw.Flush()
+	le.PutUint32(p, uint32(len(t.Binds)))
+	p = p[4:]
+	for i := 0; i < MaxBinds; i++ {
+		e := p[:glbBindSize]
+		p = p[glbBindSize:]
+		if i >= len(t.Binds) {
+			continue
+		}
+		b := t.Binds[i]
+		putAddr(e, b.Prefix.Addr())
+		le.PutUint16(e[20:], uint16(b.Prefix.Bits()))
+		le.PutUint16(e[22:], b.PortStart)
+		le.PutUint16(e[24:], b.PortEnd)
+		e[26] = byte(b.Proto)
+	}
+	copy(p, t.HashKey[:])
+	p = p[16:]
+	for _, r := range t.Rows {
+		le.PutUint32(p, r.Primary)
+		le.PutUint32(p[4:], r.Secondary)
+		p = p[8:]
+	}
 }
 
 func putAddr(e []byte, a netip.Addr) {

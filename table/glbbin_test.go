@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -322,5 +323,45 @@ func TestGLBBinaryJudgedAsJSON(t *testing.T) {
 	}
 	if safe, reasons := Verdict(Compare([]*Table{good}, read)); safe || !strings.Contains(strings.Join(reasons, " "), "rows have no active healthy backend as primary") {
 		t.Fatalf("verdict safe %v: %v", safe, reasons)
+	}
+}
+
+// TestGLBWriterHoldsItsHeader: a GLB binary written a table at a time is
+// the one WriteGLB writes, and a writer given fewer or more tables than
+// its header says fails rather than leave a file that says otherwise.
+func TestGLBWriterHoldsItsHeader(t *testing.T) {
+	t.Parallel()
+	c, err := parseConfig([]byte(glbCompatConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, _ := BuildAll(c)
+	var whole, each bytes.Buffer
+	if err := WriteGLB(&whole, tabs); err != nil {
+		t.Fatal(err)
+	}
+	gw := NewGLBWriter(&each, len(tabs))
+	for _, tb := range tabs {
+		if err := gw.Write(tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := gw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(whole.Bytes(), each.Bytes()) || each.Len() != GLBHeaderSize+len(tabs)*GLBTableSize {
+		t.Errorf("a table at a time: %d bytes, WriteGLB's %d, differing", each.Len(), whole.Len())
+	}
+	short := NewGLBWriter(io.Discard, len(tabs)+1)
+	for _, tb := range tabs {
+		short.Write(tb)
+	}
+	if err := short.Close(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d tables written; the file's header says %d", len(tabs), len(tabs)+1)) {
+		t.Errorf("closing a file short of its header: %v", err)
+	}
+	long := NewGLBWriter(io.Discard, 1)
+	long.Write(tabs[0])
+	if err := long.Write(tabs[0]); err == nil || !strings.Contains(err.Error(), "tables[1]: the file's header holds 1") {
+		t.Errorf("a table past the header's count: %v", err)
 	}
 }

@@ -6,8 +6,9 @@ import (
 )
 
 // MaxTables bounds the tables the table tools (show, diff, build) read
-// from one file. The datapath holds fewer (see the loader).
-const MaxTables = 256
+// from one file, GLB binaries included. The datapath holds fewer (see
+// loader/mapimage).
+const MaxTables = 1024
 
 // Limit is how many tables whoever reads a config can hold.
 type Limit struct {
@@ -31,10 +32,21 @@ func (l Limit) Check(n int64) error {
 // read such tables but not serve them.
 func UnservableWarnings(tables []*Table) []string {
 	var w []string
-	for _, e := range Unservable(tables) {
-		w = append(w, e.Error()+", so plan and apply refuse this table")
+	for i, t := range tables {
+		if u := UnservableWarning(i, t); u != "" {
+			w = append(w, u)
+		}
 	}
 	return w
+}
+
+// UnservableWarning is UnservableWarnings of table i alone: "" when it can
+// be served.
+func UnservableWarning(i int, t *Table) string {
+	if e := MixedFamily(i, t); e != nil {
+		return e.Error() + ", so plan and apply refuse this table"
+	}
+	return ""
 }
 
 // Unservable lists what GLB's formats can hold but the tools do not serve:
@@ -50,23 +62,32 @@ func Unservable(tables []*Table) ErrorList { return MixedFamilies(tables) }
 func MixedFamilies(tables []*Table) ErrorList {
 	var errs ErrorList
 	for i, t := range tables {
-		first := -1 // the table's first backend of the other family than backends[0]
-		for j, b := range t.Backends {
-			if b.IP.Is4() != t.Backends[0].IP.Is4() {
-				first = j
-				break
-			}
-		}
-		if first >= 0 {
-			fam := func(a netip.Addr) string {
-				if a.Is4() {
-					return "IPv4"
-				}
-				return "IPv6"
-			}
-			errs = append(errs, &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, first),
-				Msg: fmt.Sprintf("%q is %s, and tables[%d].backends[0] is %s: a table's backends are one family, since its GUE packets carry one family of hops", t.Backends[first].IP, fam(t.Backends[first].IP), i, fam(t.Backends[0].IP))})
+		if e := MixedFamily(i, t); e != nil {
+			errs = append(errs, e)
 		}
 	}
 	return errs
+}
+
+// MixedFamily is MixedFamilies of table i alone: nil when its backends are
+// one family.
+func MixedFamily(i int, t *Table) *FieldError {
+	first := -1 // the table's first backend of the other family than backends[0]
+	for j, b := range t.Backends {
+		if b.IP.Is4() != t.Backends[0].IP.Is4() {
+			first = j
+			break
+		}
+	}
+	if first < 0 {
+		return nil
+	}
+	fam := func(a netip.Addr) string {
+		if a.Is4() {
+			return "IPv4"
+		}
+		return "IPv6"
+	}
+	return &FieldError{Path: fmt.Sprintf("tables[%d].backends[%d].ip", i, first),
+		Msg: fmt.Sprintf("%q is %s, and tables[%d].backends[0] is %s: a table's backends are one family, since its GUE packets carry one family of hops", t.Backends[first].IP, fam(t.Backends[first].IP), i, fam(t.Backends[0].IP))}
 }

@@ -8,11 +8,11 @@ import (
 )
 
 // manyTables is a config of n small tables, each with its own bind.
-// TestBindOverlapCheckIsNotQuadratic: 256 tables of 256 binds on one
-// prefix, with ranges that all overlap, are refused at once.
+// TestBindOverlapCheckIsNotQuadratic: MaxTables tables of 256 binds on
+// one prefix, with ranges that all overlap, are refused at once.
 func TestBindOverlapCheckIsNotQuadratic(t *testing.T) {
 	t.Parallel()
-	tables := make([][]Bind, 256)
+	tables := make([][]Bind, MaxTables)
 	pfx := mustPrefix("10.0.0.0/24")
 	for i := range tables {
 		for j := 0; j < 256; j++ {

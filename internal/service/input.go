@@ -5,6 +5,7 @@ import (
 
 	"github.com/director/director/internal/change"
 	"github.com/director/director/loader"
+	"github.com/director/director/loader/mapimage"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -29,7 +30,7 @@ func (in *input) cfg() *table.Config { return in.src.Config }
 
 // read reads the config files, as at start.
 func (s *service) read() (*input, error) {
-	s.files.cfg = newWatched(s.o.Config, config.MaxConfigBytes, "a JSON config")
+	s.files.cfg = newWatched(s.o.Config, int64(config.MaxJSONBytes(mapimage.Limit)), "a JSON config")
 	if s.o.DirectorConfig != "" {
 		s.files.dc = newWatched(s.o.DirectorConfig, config.MaxDirectorConfigBytes, "a director config")
 	}

@@ -17,13 +17,24 @@ import (
 // that will be refused is refused in milliseconds and costs memory in
 // proportion to what is actually built.
 const (
-	// MaxConfigBytes bounds a JSON config file. The largest config GLB's
-	// format can hold in MaxTables tables of 256 binds and 256 backends,
-	// pretty-printed, is well under it.
+	// MaxConfigBytes bounds a JSON config file of up to 64 tables; a
+	// reader of more tables takes TableJSONBytes a table (MaxJSONBytes).
 	MaxConfigBytes = 16 << 20
+	// TableJSONBytes is a table's share of MaxJSONBytes. A table of 256
+	// binds and 256 backends with every field spelled out, weights,
+	// checks and URIs, indented by four, is 147 KiB.
+	TableJSONBytes = 256 << 10
 	// MaxDirectorConfigBytes bounds a director config file, a few keys.
 	MaxDirectorConfigBytes = 1 << 20
 )
+
+// MaxJSONBytes bounds a JSON config for a reader of lim.Tables tables:
+// MaxConfigBytes, or TableJSONBytes a table when that is more (256 MiB
+// for the table tools' 1,024). The service, which reads for the datapath,
+// keeps the smaller bound: a file dropped in its way costs no more.
+func MaxJSONBytes(lim table.Limit) int {
+	return max(MaxConfigBytes, lim.Tables*TableJSONBytes)
+}
 
 // Source is a set of tables read from a file: a JSON config (built here) or
 // a GLB binary table (read as is).
@@ -148,12 +159,44 @@ func BuildSource(path string, data []byte, c *table.Config, reuse func(i int, tc
 
 // warn adds the tables' warnings, and what the datapath cannot serve.
 func (s *Source) warn() {
+	var unservable []string
 	for i, t := range s.Tables {
-		for _, w := range table.TableWarnings(t) {
-			s.Warnings = append(s.Warnings, fmt.Sprintf("tables[%d]: %s", i, w))
+		s.Warnings, unservable = appendWarnings(s.Warnings, unservable, i, t)
+	}
+	s.Warnings = append(s.Warnings, unservable...)
+}
+
+// appendWarnings appends table i's own warnings to own, and what makes it
+// unservable to unservable.
+func appendWarnings(own, unservable []string, i int, t *table.Table) ([]string, []string) {
+	for _, w := range table.TableWarnings(t) {
+		own = append(own, fmt.Sprintf("tables[%d]: %s", i, w))
+	}
+	if u := table.UnservableWarning(i, t); u != "" {
+		unservable = append(unservable, u)
+	}
+	return own, unservable
+}
+
+// BuildEach builds c's tables (parsed from path by ParseConfigSource) one
+// at a time, in order, and gives each to use, which may keep what it needs
+// of it and let the rest go: a build of 1,024 tables then holds a few
+// tables' rows, not 512 MiB of them. It returns the warnings BuildSource
+// would give, in its order; use's error stops it.
+func BuildEach(path string, c *table.Config, use func(i int, t *table.Table) error) ([]string, error) {
+	warnings := append([]string(nil), c.Warnings...)
+	var unservable []string
+	for i := range c.Tables {
+		t, err := table.Build(&c.Tables[i])
+		if err != nil {
+			return nil, InFile(path, fmt.Errorf("tables[%d]: %w", i, err))
+		}
+		warnings, unservable = appendWarnings(warnings, unservable, i, t)
+		if err := use(i, t); err != nil {
+			return nil, err
 		}
 	}
-	s.Warnings = append(s.Warnings, table.UnservableWarnings(s.Tables)...)
+	return append(warnings, unservable...), nil
 }
 
 // ReadInput reads a config or GLB binary, refusing a file larger than its
@@ -168,7 +211,7 @@ func ReadInput(path string, lim table.Limit) ([]byte, error) {
 	defer f.Close()
 	br := bufio.NewReader(f)
 	head, _ := br.Peek(table.GLBHeaderSize)
-	max := int64(MaxConfigBytes)
+	max := int64(MaxJSONBytes(lim))
 	what := "a JSON config"
 	if table.IsGLBBinary(head) {
 		if len(head) == table.GLBHeaderSize {
@@ -235,7 +278,8 @@ func (e *FileError) Unwrap() error { return e.Err }
 // is held to ReadInput's limits.
 func ReadApplyInput(path string, lim table.Limit) ([]byte, error) {
 	binMax := table.GLBHeaderSize + int64(lim.Tables)*table.GLBTableSize
-	data, err := readFileMax(path, MaxConfigBytes+binMax*4/3+1<<20, "a plan")
+	jsonMax := MaxJSONBytes(lim)
+	data, err := readFileMax(path, int64(jsonMax)+binMax*4/3+1<<20, "a plan")
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +289,8 @@ func ReadApplyInput(path string, lim table.Limit) ([]byte, error) {
 		}
 		return data, nil
 	}
-	if len(data) > MaxConfigBytes && !startsPlan(data) {
-		return nil, InFile(path, fmt.Errorf("%d bytes; a JSON config may be at most %d bytes (%d MiB)", len(data), MaxConfigBytes, MaxConfigBytes>>20))
+	if len(data) > jsonMax && !startsPlan(data) {
+		return nil, InFile(path, fmt.Errorf("%d bytes; a JSON config may be at most %d bytes (%d MiB)", len(data), jsonMax, jsonMax>>20))
 	}
 	return data, nil
 }

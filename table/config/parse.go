@@ -16,7 +16,7 @@ import (
 
 // ParseFile reads and validates a config file of at most MaxTables tables.
 func ParseFile(path string) (*table.Config, error) {
-	data, err := readFileMax(path, MaxConfigBytes, "a JSON config")
+	data, err := readFileMax(path, int64(MaxJSONBytes(table.ToolLimit)), "a JSON config")
 	if err != nil {
 		return nil, err
 	}
@@ -36,8 +36,8 @@ func Parse(data []byte) (*table.Config, error) { return ParseLimit(data, table.T
 // lim.Tables tables: a config with more is refused before any table is
 // read.
 func ParseLimit(data []byte, lim table.Limit) (*table.Config, error) {
-	if len(data) > MaxConfigBytes {
-		return nil, table.ErrorList{{Msg: fmt.Sprintf("%d bytes; a JSON config may be at most %d bytes", len(data), MaxConfigBytes)}}
+	if max := MaxJSONBytes(lim); len(data) > max {
+		return nil, table.ErrorList{{Msg: fmt.Sprintf("%d bytes; a JSON config may be at most %d bytes", len(data), max)}}
 	}
 	root, err := parseJSON(data)
 	if err != nil {
