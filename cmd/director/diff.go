@@ -145,14 +145,40 @@ func factorString(f float64) string {
 	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
+// listQuiet is how many unchanged tables without warnings a diff names,
+// a line each; more are counted in one line, so that a change to one of
+// 1,024 tables reads as that change. An unchanged table with a warning is
+// always named, with it.
+const listQuiet = 8
+
+// quiet is a table a diff may count rather than name: unchanged, and
+// nothing to warn of.
+func quiet(td *table.TableDiff) bool {
+	return td.SameInputs || (td.Brief && len(td.Warnings) == 0)
+}
+
 // printDiff prints d for a person; none is its last line when no table
 // changes.
 func printDiff(w io.Writer, d *table.Diff, none string) {
-	for i, td := range d.Tables {
+	nquiet := 0
+	for i := range d.Tables {
+		if quiet(&d.Tables[i]) {
+			nquiet++
+		}
+	}
+	counted := nquiet > listQuiet
+	printed := 0
+	prevShort := false
+	for _, td := range d.Tables {
+		if counted && quiet(&td) {
+			continue
+		}
 		short := td.SameInputs || td.Brief
-		if i > 0 && !(short && (d.Tables[i-1].SameInputs || d.Tables[i-1].Brief)) {
+		if printed > 0 && !(short && prevShort) {
 			fmt.Fprintln(w)
 		}
+		printed++
+		prevShort = short
 		if td.SameInputs {
 			fmt.Fprintf(w, "table %s: unchanged (the same inputs on both sides: not built; --all shows it whole)\n", td.Name)
 			continue
@@ -232,6 +258,12 @@ func printDiff(w io.Writer, d *table.Diff, none string) {
 		for _, warn := range td.Warnings {
 			fmt.Fprintf(w, "  ! %s\n", warn)
 		}
+	}
+	if counted {
+		if printed > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%d tables unchanged (--all shows them whole)\n", nquiet)
 	}
 	if !d.Changed {
 		fmt.Fprintln(w, "\n"+none)
