@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/director/director/internal/change"
-	"github.com/director/director/internal/picture"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
 
 var diffCmd = &command{
-	name: "diff", args: "OLD NEW [--json] [--all] [--picture F.png|F.svg]",
+	name: "diff", args: "OLD NEW [--json] [--all] [--picture F.png|F.svg [--table NAME]]",
 	summary: "Compare two configs or GLB binaries for review.",
 	help: "Compare two configs or GLB binaries: backend changes, rows moved, connections at risk,\n" +
 		"shares before and after. --picture draws what the change moves (rows that stay dimmed, moved rows\n" +
@@ -28,17 +27,15 @@ func runDiff(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	asJSON := fs.Bool("json", false, "print the diff as a JSON document")
 	all := fs.Bool("all", false, "build and show every table whole, also those whose inputs are the same on both sides")
-	pic := fs.String("picture", "", "draw what the change moves into `FILE` (.png or .svg)")
+	pic := pictureFlags(fs, "draw what the change moves into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	if *pic != "" {
-		if err := picture.CheckPath(*pic); err != nil {
-			return fmt.Errorf("diff: %w", err)
-		}
+	if err := pic.check(); err != nil {
+		return fmt.Errorf("diff: %w", err)
 	}
-	old, new, st, err := change.Diff(pos[0], pos[1], !*all && *pic == "")
+	old, new, st, err := change.Diff(pos[0], pos[1], !*all && *pic.path == "")
 	e.built = st
 	if err != nil {
 		return err
@@ -55,12 +52,16 @@ func runDiff(e *env, c *command, args []string) error {
 		}
 	}
 	d := table.Compare(old.Tables, new.Tables)
-	if *pic != "" {
+	if *pic.path != "" {
 		verdict := "no change"
 		if d.Changed {
 			verdict = "changed ('director plan' judges it against what is live)"
 		}
-		if err := writePicture(e, *pic, changePanels(old.Tables, new.Tables, d, verdict)); err != nil {
+		panels, err := changePanels(pic, old.Tables, new.Tables, d, verdict)
+		if err != nil {
+			return fmt.Errorf("diff: %w", err)
+		}
+		if err := writePicture(e, *pic.path, panels); err != nil {
 			return err
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/director/director/internal/change"
-	"github.com/director/director/internal/picture"
 	"github.com/director/director/internal/shellword"
 	"github.com/director/director/loader"
 	"github.com/director/director/loader/mapimage"
@@ -22,7 +21,7 @@ import (
 
 var planCmd = &command{
 	uses: usesBPFFS | usesDirectorConfig,
-	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json] [--all] [--picture F.png|F.svg] [--quic-window D]",
+	name: "plan", args: "CONFIG [--director-config FILE] [-o PLAN] [--json] [--all] [--picture F.png|F.svg [--table NAME]] [--quic-window D]",
 	summary: "Judge a change against what is live, and write it as a plan.",
 	help: "Show what applying CONFIG (and the director config, when given) would change against what is live\n" +
 		"in the kernel, with a verdict: safe, or unsafe with reasons. -o writes a plan file that 'director\n" +
@@ -36,17 +35,15 @@ func runPlan(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	out := fs.String("o", "", "write the plan to `PLAN` (mode 0600: it holds the config's keys; - for stdout)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON (without the config)")
-	pic := fs.String("picture", "", "draw what the plan moves into `FILE` (.png or .svg)")
+	pic := pictureFlags(fs, "draw what the plan moves into `FILE` (.png or .svg)")
 	all := fs.Bool("all", false, "show every table whole, in the output and the plan file, also those unchanged")
 	quicWindow := quicWindowFlag(fs)
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	if *pic != "" {
-		if err := picture.CheckPath(*pic); err != nil {
-			return fmt.Errorf("plan: %w", err)
-		}
+	if err := pic.check(); err != nil {
+		return fmt.Errorf("plan: %w", err)
 	}
 	if *out == "-" && *asJSON {
 		return errors.New("plan: -o - and --json would both write to stdout; give -o a FILE")
@@ -78,7 +75,7 @@ func runPlan(e *env, c *command, args []string) error {
 	for _, w := range d.StateWarnings {
 		fmt.Fprintf(e.stderr, "director: warning: %s\n", w)
 	}
-	if err := planReview(e, d, src, p, *pic); err != nil {
+	if err := planReview(e, d, src, p, pic); err != nil {
 		return err
 	}
 	if !*all {
@@ -114,8 +111,8 @@ func madeFrom(e *env, cfg string) *table.PlanFiles {
 
 // planReview adds to p what a person reviewing it needs beyond the
 // diff: with --picture, what it moves drawn against what is live.
-func planReview(e *env, d *loader.Director, src *config.Source, p *table.Plan, pic string) error {
-	if pic != "" {
+func planReview(e *env, d *loader.Director, src *config.Source, p *table.Plan, pic pictureOpts) error {
+	if *pic.path != "" {
 		live, err := d.Live()
 		if err != nil {
 			return err
@@ -124,7 +121,11 @@ func planReview(e *env, d *loader.Director, src *config.Source, p *table.Plan, p
 		if !p.Safe {
 			verdict = "UNSAFE: " + strings.Join(p.Reasons, "; ")
 		}
-		if err := writePicture(e, pic, changePanels(loader.Tables(live), src.Tables, p.Diff, verdict)); err != nil {
+		panels, err := changePanels(pic, loader.Tables(live), src.Tables, p.Diff, verdict)
+		if err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
+		if err := writePicture(e, *pic.path, panels); err != nil {
 			return err
 		}
 	}

@@ -29,7 +29,7 @@ var replayGateway = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
 
 var replayCmd = &command{
 	uses: usesDirectorConfig,
-	name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model] [--hot N] [--picture F.png|F.svg]",
+	name: "replay", args: "CAPTURE --config CONFIG [--director-config FILE] [--against NEW] [--json] [--verify] [--model] [--hot N] [--picture F.png|F.svg [--table NAME]]",
 	summary: "Run a capture through the real program, or the model, and report where it goes.",
 	help: "Run every packet of a capture (pcap or pcapng) through the real XDP program with BPF_PROG_RUN, in a\n" +
 		"private instance that never touches the live director, and report where the traffic goes: verdicts,\n" +
@@ -48,15 +48,13 @@ func runReplay(e *env, c *command, args []string) error {
 	verify := fs.Bool("verify", false, "also run every packet through the Go model and require identical verdicts and bytes")
 	modelOnly := fs.Bool("model", false, "use only the Go model (no BPF, no root)")
 	hot := fs.Int("hot", 10, "list the `N` busiest rows")
-	pic := fs.String("picture", "", "draw packets per row, each table a heat map, into `FILE` (.png or .svg)")
+	pic := pictureFlags(fs, "draw packets per row, each table a heat map, into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	if *pic != "" {
-		if err := picture.CheckPath(*pic); err != nil {
-			return fmt.Errorf("replay: %w", err)
-		}
+	if err := pic.check(); err != nil {
+		return fmt.Errorf("replay: %w", err)
 	}
 	if *cfgPath == "" {
 		return errors.New("replay: --config CONFIG is required")
@@ -70,12 +68,21 @@ func runReplay(e *env, c *command, args []string) error {
 	}
 	defer rp.close()
 	rep, rows, runErr := rp.run(e, pos[0], *verify, *hot)
-	if rep != nil && *pic != "" {
+	if rep != nil && *pic.path != "" {
 		tabs := rp.cur.Tables[:min(len(rp.cur.Tables), len(rows))]
-		panels := picture.Panels(len(tabs), func(i int) picture.Panel {
-			return picture.HeatPanel(table.DisplayName(tabs[i].Name, i), tabs[i], rows[i])
+		names := make([]string, len(tabs))
+		for i, t := range tabs {
+			names[i] = table.DisplayName(t.Name, i)
+		}
+		idx, err := pic.pick(names, nil)
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		panels := picture.Panels(len(idx), func(j int) picture.Panel {
+			i := idx[j]
+			return picture.HeatPanel(names[i], tabs[i], rows[i])
 		})
-		if err := writePicture(e, *pic, panels); err != nil {
+		if err := writePicture(e, *pic.path, panels); err != nil {
 			return err
 		}
 	}

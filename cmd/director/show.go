@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/director/director/internal/datapath/model"
-	"github.com/director/director/internal/picture"
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
 )
@@ -81,7 +80,7 @@ type lookupEntry struct {
 
 var showCmd = &command{
 	uses: usesDirectorConfig,
-	name: "show", args: "CONFIG|FILE [--json] [--picture F.png|F.svg] [--lookup CLIENT[:PORT]|CONNECTION-ID [--to VIP[:PORT]] [--proto tcp|udp]]",
+	name: "show", args: "CONFIG|FILE [--json] [--picture F.png|F.svg [--table NAME]] [--lookup CLIENT[:PORT]|CONNECTION-ID [--to VIP[:PORT]] [--proto tcp|udp]]",
 	summary: "Summarise the tables of a config or GLB binary.",
 	help: "Summarise tables from a config or GLB binary: backends, states, shares, fingerprints.\n" +
 		"--lookup prints the row and hops a client's flow maps to, hashed as the datapath hashes it: the\n" +
@@ -101,15 +100,13 @@ func runShow(e *env, c *command, args []string) error {
 	lookup := fs.String("lookup", "", "client `ADDR[:PORT]`, or a QUIC connection ID in hex, to look up in every table (or those --to selects)")
 	to := fs.String("to", "", "only tables with a bind matching `VIP[:PORT]` (with --lookup)")
 	protoName := fs.String("proto", "tcp", "`PROTO` for --to: tcp or udp")
-	pic := fs.String("picture", "", "draw the tables into `FILE` (.png or .svg)")
+	pic := pictureFlags(fs, "draw the tables into `FILE` (.png or .svg)")
 	pos, err := e.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	if *pic != "" {
-		if err := picture.CheckPath(*pic); err != nil {
-			return fmt.Errorf("show: %w", err)
-		}
+	if err := pic.check(); err != nil {
+		return fmt.Errorf("show: %w", err)
 	}
 	proto, err := table.ParseProto(*protoName)
 	if err != nil {
@@ -133,8 +130,12 @@ func runShow(e *env, c *command, args []string) error {
 	} else if *to != "" {
 		return fmt.Errorf("show: --to needs --lookup")
 	}
-	if *pic != "" {
-		if err := writePicture(e, *pic, tablePanels(src.Tables)); err != nil {
+	if *pic.path != "" {
+		panels, err := tablePanels(pic, src.Tables)
+		if err != nil {
+			return fmt.Errorf("show: %w", err)
+		}
+		if err := writePicture(e, *pic.path, panels); err != nil {
 			return err
 		}
 	}
