@@ -191,74 +191,7 @@ func printDiff(w io.Writer, d *table.Diff, none string) {
 			}
 			continue
 		}
-		fmt.Fprintf(w, "table %s: %s\n", td.Name, td.Status)
-		switch td.Status {
-		case table.StatusAdded:
-			fmt.Fprintf(w, "  fingerprint  (none) -> %s\n", table.ShortFingerprint(td.NewFingerprint))
-		case table.StatusRemoved:
-			fmt.Fprintf(w, "  fingerprint  %s -> (none)\n", table.ShortFingerprint(td.OldFingerprint))
-		default:
-			arrow := table.ShortFingerprint(td.OldFingerprint)
-			if td.NewFingerprint != td.OldFingerprint {
-				arrow += " -> " + table.ShortFingerprint(td.NewFingerprint)
-			} else {
-				arrow += " (same)"
-			}
-			fmt.Fprintf(w, "  fingerprint  %s\n", arrow)
-		}
-		if td.HashKeyChanged {
-			fmt.Fprintf(w, "  hash_key     changed (values not shown)\n")
-		}
-		if len(td.QUICConfigs) > 0 {
-			printQUICConfigs(w, td)
-		} else if o, n := quicString(td.OldQUIC), quicString(td.NewQUIC); o != n && td.Status == table.StatusChanged {
-			fmt.Fprintf(w, "  quic         %s -> %s\n", o, n)
-		}
-		for _, b := range td.BindsAdded {
-			fmt.Fprintf(w, "  + bind %s\n", b)
-		}
-		for _, b := range td.BindsRemoved {
-			fmt.Fprintf(w, "  - bind %s\n", b)
-		}
-		iw := 0
-		for _, bc := range td.Backends {
-			iw = max(iw, len(bc.IP))
-		}
-		var changes []string
-		for _, bc := range td.Backends {
-			switch bc.Change {
-			case table.ChangeAdded:
-				changes = append(changes, fmt.Sprintf("  + %-*s %s", iw, bc.IP, sideString(bc.New)))
-			case table.ChangeRemoved:
-				changes = append(changes, fmt.Sprintf("  - %-*s %s", iw, bc.IP, sideString(bc.Old)))
-			case table.ChangeChanged:
-				changes = append(changes, fmt.Sprintf("  ~ %-*s %s -> %s", iw, bc.IP, sideString(bc.Old), sideString(bc.New)))
-			}
-		}
-		if len(changes) > 0 {
-			fmt.Fprintln(w, "  backends:")
-			fmt.Fprintln(w, "  "+strings.Join(changes, "\n  "))
-		}
-		if td.Status == table.StatusChanged || td.Status == table.StatusUnchanged {
-			r := td.Rows
-			minimal := "yes"
-			if !r.Minimal {
-				minimal = "no"
-			}
-			fmt.Fprintf(w, "  rows (of %d):\n", r.Total)
-			fmt.Fprintf(w, "    primary changed    %6d %s   minimal possible %d (minimal: %s)\n", r.PrimaryChanged, pct(r.PrimaryChanged), r.MinimalPrimaryMoves, minimal)
-			fmt.Fprintf(w, "    secondary changed  %6d %s\n", r.SecondaryChanged, pct(r.SecondaryChanged))
-			fmt.Fprintf(w, "    swapped            %6d %s\n", r.Swapped, pct(r.Swapped))
-			fmt.Fprintf(w, "    at risk            %6d %s   (a primary of the last %s, up, in no hop of the new chain)\n", r.AtRisk, pct(r.AtRisk), windowString(td.History))
-			if r.AtRiskDown > 0 {
-				fmt.Fprintf(w, "    earlier primary down %4d %s   (lost with it; not counted by the verdict)\n", r.AtRiskDown, pct(r.AtRiskDown))
-			}
-		}
-		printHistory(w, td.History)
-		printShares(w, td)
-		for _, warn := range td.Warnings {
-			fmt.Fprintf(w, "  ! %s\n", warn)
-		}
+		printTableDiff(w, td)
 	}
 	if counted {
 		if printed > 0 {
@@ -268,6 +201,78 @@ func printDiff(w io.Writer, d *table.Diff, none string) {
 	}
 	if !d.Changed {
 		fmt.Fprintln(w, "\n"+none)
+	}
+}
+
+// printTableDiff prints a table's change whole.
+func printTableDiff(w io.Writer, td table.TableDiff) {
+	fmt.Fprintf(w, "table %s: %s\n", td.Name, td.Status)
+	switch td.Status {
+	case table.StatusAdded:
+		fmt.Fprintf(w, "  fingerprint  (none) -> %s\n", table.ShortFingerprint(td.NewFingerprint))
+	case table.StatusRemoved:
+		fmt.Fprintf(w, "  fingerprint  %s -> (none)\n", table.ShortFingerprint(td.OldFingerprint))
+	default:
+		arrow := table.ShortFingerprint(td.OldFingerprint)
+		if td.NewFingerprint != td.OldFingerprint {
+			arrow += " -> " + table.ShortFingerprint(td.NewFingerprint)
+		} else {
+			arrow += " (same)"
+		}
+		fmt.Fprintf(w, "  fingerprint  %s\n", arrow)
+	}
+	if td.HashKeyChanged {
+		fmt.Fprintf(w, "  hash_key     changed (values not shown)\n")
+	}
+	if len(td.QUICConfigs) > 0 {
+		printQUICConfigs(w, td)
+	} else if o, n := quicString(td.OldQUIC), quicString(td.NewQUIC); o != n && td.Status == table.StatusChanged {
+		fmt.Fprintf(w, "  quic         %s -> %s\n", o, n)
+	}
+	for _, b := range td.BindsAdded {
+		fmt.Fprintf(w, "  + bind %s\n", b)
+	}
+	for _, b := range td.BindsRemoved {
+		fmt.Fprintf(w, "  - bind %s\n", b)
+	}
+	iw := 0
+	for _, bc := range td.Backends {
+		iw = max(iw, len(bc.IP))
+	}
+	var changes []string
+	for _, bc := range td.Backends {
+		switch bc.Change {
+		case table.ChangeAdded:
+			changes = append(changes, fmt.Sprintf("  + %-*s %s", iw, bc.IP, sideString(bc.New)))
+		case table.ChangeRemoved:
+			changes = append(changes, fmt.Sprintf("  - %-*s %s", iw, bc.IP, sideString(bc.Old)))
+		case table.ChangeChanged:
+			changes = append(changes, fmt.Sprintf("  ~ %-*s %s -> %s", iw, bc.IP, sideString(bc.Old), sideString(bc.New)))
+		}
+	}
+	if len(changes) > 0 {
+		fmt.Fprintln(w, "  backends:")
+		fmt.Fprintln(w, "  "+strings.Join(changes, "\n  "))
+	}
+	if td.Status == table.StatusChanged || td.Status == table.StatusUnchanged {
+		r := td.Rows
+		minimal := "yes"
+		if !r.Minimal {
+			minimal = "no"
+		}
+		fmt.Fprintf(w, "  rows (of %d):\n", r.Total)
+		fmt.Fprintf(w, "    primary changed    %6d %s   minimal possible %d (minimal: %s)\n", r.PrimaryChanged, pct(r.PrimaryChanged), r.MinimalPrimaryMoves, minimal)
+		fmt.Fprintf(w, "    secondary changed  %6d %s\n", r.SecondaryChanged, pct(r.SecondaryChanged))
+		fmt.Fprintf(w, "    swapped            %6d %s\n", r.Swapped, pct(r.Swapped))
+		fmt.Fprintf(w, "    at risk            %6d %s   (a primary of the last %s, up, in no hop of the new chain)\n", r.AtRisk, pct(r.AtRisk), windowString(td.History))
+		if r.AtRiskDown > 0 {
+			fmt.Fprintf(w, "    earlier primary down %4d %s   (lost with it; not counted by the verdict)\n", r.AtRiskDown, pct(r.AtRiskDown))
+		}
+	}
+	printHistory(w, td.History)
+	printShares(w, td)
+	for _, warn := range td.Warnings {
+		fmt.Fprintf(w, "  ! %s\n", warn)
 	}
 }
 
