@@ -91,6 +91,14 @@ func TestKernelCommands(t *testing.T) {
 	if doc.Kernel == nil || doc.Kernel.Release != release || doc.Kernel.Missing == nil || len(doc.Kernel.Missing) != 0 {
 		t.Fatalf("status --json kernel: %+v", doc.Kernel)
 	}
+	// The maps' memory: no table's inner map before a table is applied.
+	if doc.Memory.Bytes == 0 || doc.Memory.Of("tables").Inner != 0 {
+		t.Fatalf("status --json memory before any table: %+v", doc.Memory)
+	}
+	if out := run(0, "status"); !strings.Contains(out, "maps         "+sizeString(doc.Memory.Bytes)+" in ") ||
+		!strings.Contains(out, "the tables "+sizeString(doc.Memory.Of("tables").Bytes)+" in 0 inner maps") {
+		t.Fatalf("status's maps line: %s", out)
+	}
 
 	// A reviewed plan, applied exactly, the director config with it.
 	if out := run(2, "plan", cfgDir+"small.json", "--director-config", cfgDir+"director.conf", "-o", plan); !strings.Contains(out, "verdict: safe") ||
@@ -107,6 +115,9 @@ func TestKernelCommands(t *testing.T) {
 	want := []string{"api=" + table.Fingerprint(src.Tables[0])}
 	if got := liveFingerprints(t, dir); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("live %v, want %v", got, want)
+	}
+	if out := run(0, "status"); !strings.Contains(out, " in 1 inner maps (every slot written since load") {
+		t.Fatalf("status's maps line after a table is applied: %s", out)
 	}
 	// The same plan again: it is live already, and nothing is written;
 	// a config with --yes that is live already, likewise.

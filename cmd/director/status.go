@@ -28,6 +28,8 @@ type statusDoc struct {
 	// The attached interfaces' own counters, drops included.
 	Interfaces []loader.InterfaceStats `json:"interfaces"`
 	Tables     []statusTable           `json:"tables"`
+	// Memory is what the maps hold, as the kernel counts it.
+	Memory loader.MapMemory `json:"memory"`
 	// Service is what a 'director run' for these pins publishes (its BGP
 	// sessions); null when none runs.
 	Service *status.Status `json:"service"`
@@ -155,6 +157,9 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 		st.History = historyStatus(lt)
 		doc.Tables = append(doc.Tables, st)
 	}
+	if doc.Memory, err = d.MapMemory(); err != nil {
+		return nil, err
+	}
 	if doc.Service, err = status.Read(status.DefaultLockDir, e.bpffs); err != nil {
 		return nil, err
 	}
@@ -215,7 +220,33 @@ func printStatus(e *env, doc *statusDoc) {
 			fmt.Fprintf(w, "  history    %d rows remember an earlier primary (%s) until %s%s\n", h.Rows, listed, h.Until.Format(time.RFC3339), removed)
 		}
 	}
+	printMemory(w, doc.Memory)
 	printService(w, doc.Service)
+}
+
+// printMemory is the maps' memory in a line: in all, the tables' inner
+// maps, and the largest others.
+func printMemory(w io.Writer, m loader.MapMemory) {
+	tb := m.Of("tables")
+	var largest []string
+	for _, u := range m.Maps {
+		if u.Name != "tables" && len(largest) < 3 {
+			largest = append(largest, fmt.Sprintf("%s %s", u.Name, sizeString(u.Bytes)))
+		}
+	}
+	fmt.Fprintf(w, "maps         %s in %d maps, as the kernel counts them: the tables %s in %d inner maps (every slot written since load: the live tables' and earlier ones'); the largest others %s\n",
+		sizeString(m.Bytes), len(m.Maps), sizeString(tb.Bytes), tb.Inner, strings.Join(largest, ", "))
+}
+
+// sizeString is a byte count for a person: KiB or MiB, one decimal.
+func sizeString(b uint64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", b)
 }
 
 func printService(w io.Writer, st *status.Status) {
