@@ -240,8 +240,8 @@ func (s *service) commit(in *input, tables []*table.Table, trigger string, mode 
 			s.hold.logged = why
 			switch {
 			case in != s.cur:
-				s.tell(slog.LevelWarn, "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
-					"'director apply --allow-unsafe' if it is what you want", "config", s.o.Config, "reasons", he.reasons, "changes", changes,
+				s.tell(slog.LevelWarn, "UNSAFE config edit held: what is live keeps serving, and the edit is tried again every check interval and applied once it is safe; review it with 'director plan' and apply it with "+
+					"'director apply --allow-unsafe' if it is what you want now", "config", s.o.Config, "reasons", he.reasons, "changes", changes,
 					"run", s.heldCommands(false))
 			default:
 				s.tell(slog.LevelWarn, "UNSAFE health change held: applied by the service once it is safe (when the rows' earlier primaries it strands are past the window); "+

@@ -245,8 +245,8 @@ func TestLogLinesFollowTheStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const heldLine = "UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with " +
-		"'director apply --allow-unsafe' if it is what you want"
+	const heldLine = "UNSAFE config edit held: what is live keeps serving, and the edit is tried again every check interval and applied once it is safe; review it with 'director plan' and apply it with " +
+		"'director apply --allow-unsafe' if it is what you want now"
 	edit(func(in *input) { in.cfg().Tables[0].HashKey[0] ^= 0xff })
 	if got, ok := lines[heldLine]; !ok || got.held != 1 || got.gauge != 1 {
 		t.Errorf("when the key edit was logged as held, the status held %d and director_held_changes was %v (logged: %v)", got.held, got.gauge, ok)

@@ -237,8 +237,8 @@ func TestHistoryChurn(t *testing.T) {
 		mark := p.Mark()
 		writeConfig(t, path, body)
 		took := waitFingerprint(t, tb, fingerprintOf(t, body), 5*time.Second, fmt.Sprintf("edit %d (%s)", e+1, what[e]))
-		if n := p.CountSince(mark, Msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
-			"'director apply --allow-unsafe' if it is what you want")); n > 0 {
+		if n := p.CountSince(mark, Msg("UNSAFE config edit held: what is live keeps serving, and the edit is tried again every check interval and applied once it is safe; review it with 'director plan' and apply it with "+
+			"'director apply --allow-unsafe' if it is what you want now")); n > 0 {
 			t.Errorf("edit %d (%s) was held", e+1, what[e])
 		}
 		t.Logf("edit %d (%s): live in %v", e+1, what[e], took.Round(time.Millisecond))

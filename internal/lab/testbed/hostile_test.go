@@ -144,8 +144,8 @@ func TestRunOnAHostileHost(t *testing.T) {
 	t.Run("a key-only edit is held as unsafe", func(t *testing.T) {
 		mark := p.Mark()
 		writeConfig(t, cfg, keyEdit)
-		rec, ok := p.WaitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
-			"'director apply --allow-unsafe' if it is what you want"), testenv.Scaled(3*time.Second))
+		rec, ok := p.WaitLog(mark, msg("UNSAFE config edit held: what is live keeps serving, and the edit is tried again every check interval and applied once it is safe; review it with 'director plan' and apply it with "+
+			"'director apply --allow-unsafe' if it is what you want now"), testenv.Scaled(3*time.Second))
 		if !ok || !strings.Contains(fmt.Sprint(rec["reasons"]), "hash_key changed") {
 			t.Fatalf("the key edit was not held as unsafe: %v", rec)
 		}
@@ -178,8 +178,8 @@ func TestRunOnAHostileHost(t *testing.T) {
 			t.Helper()
 			mark := p.Mark()
 			writeConfig(t, cfg, body)
-			if _, ok := p.WaitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
-				"'director apply --allow-unsafe' if it is what you want"), testenv.Scaled(3*time.Second)); !ok {
+			if _, ok := p.WaitLog(mark, msg("UNSAFE config edit held: what is live keeps serving, and the edit is tried again every check interval and applied once it is safe; review it with 'director plan' and apply it with "+
+				"'director apply --allow-unsafe' if it is what you want now"), testenv.Scaled(3*time.Second)); !ok {
 				t.Fatalf("%s was not held", what)
 			}
 			// director doctor names the held change, and how to release it.

@@ -476,8 +476,8 @@ func TestRun(t *testing.T) {
 		unsafe := strings.Replace(checkedConfig(map[int]string{2: "absent", 3: "draining"}, 3), `"name": "vip", `, `"name": "vip", "history_hops": false, `, 1)
 		mark = p.Mark()
 		writeConfig(t, cfg, unsafe)
-		heldRec, ok := p.WaitLog(mark, msg("UNSAFE config edit held: not applied by the service; review it with 'director plan' and apply it with "+
-			"'director apply --allow-unsafe' if it is what you want"), 3*time.Second)
+		heldRec, ok := p.WaitLog(mark, msg("UNSAFE config edit held: what is live keeps serving, and the edit is tried again every check interval and applied once it is safe; review it with 'director plan' and apply it with "+
+			"'director apply --allow-unsafe' if it is what you want now"), 3*time.Second)
 		if !ok {
 			t.Fatal("the unsafe edit was not held")
 		}
