@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,6 +63,9 @@ type statusTable struct {
 	// History is what the table remembers of its rows' earlier
 	// primaries (not part of its fingerprint): absent for nothing.
 	History *statusHistory `json:"history,omitempty"`
+	// Problems are what a person should look at in it: its backends the
+	// service's checks find down, fail-static, a held change.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // statusHistory is a live table's history, beside its rows.
@@ -77,7 +81,7 @@ type statusHistory struct {
 
 var statusCmd = &command{
 	uses: usesBPFFS,
-	name: "status", args: "[--json]",
+	name: "status", args: "[--json] [--all]",
 	summary: "Show what the kernel holds.",
 	help: "Show what the kernel holds: the pinned program, the kernel's release and anything it lacks of what\n" +
 		"the programs use, attached interfaces, the director config, and the live tables read back from the\n" +
@@ -89,6 +93,7 @@ var statusCmd = &command{
 func runStatus(e *env, c *command, args []string) error {
 	fs := e.flags(c)
 	asJSON := fs.Bool("json", false, "print a JSON document")
+	all := fs.Bool("all", false, "list every table; without it, past 8 tables only those with a problem are listed and the rest counted")
 	if _, err := e.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -104,7 +109,7 @@ func runStatus(e *env, c *command, args []string) error {
 	if *asJSON {
 		return writeJSON(e.stdout, doc)
 	}
-	printStatus(e, doc)
+	printStatus(e, doc, *all)
 	return nil
 }
 
@@ -163,10 +168,49 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 	if doc.Service, err = status.Read(status.DefaultLockDir, e.bpffs); err != nil {
 		return nil, err
 	}
+	for i, lt := range live {
+		doc.Tables[i].Problems = tableProblems(lt.Table, doc.Tables[i].Name, doc.Service)
+	}
 	return doc, nil
 }
 
-func printStatus(e *env, doc *statusDoc) {
+// tableProblems are what a person should look at in t (named name), by
+// what the service publishes: none without a service.
+func tableProblems(t *table.Table, name string, st *status.Status) []string {
+	if st == nil {
+		return nil
+	}
+	var out, down []string
+	up := map[string]bool{}
+	for _, b := range st.Backends {
+		up[b.IP] = b.Up
+	}
+	for _, b := range t.Backends {
+		if isUp, checked := up[b.IP.String()]; checked && !isUp {
+			down = append(down, b.IP.String())
+		}
+	}
+	if len(down) > 0 {
+		out = append(out, fmt.Sprintf("%d backends down by the checks (%s)", len(down), strings.Join(down, ", ")))
+	}
+	if name != "" && slices.Contains(st.FailStatic, name) {
+		out = append(out, "fail-static: its health changes are held")
+	}
+	for _, h := range st.Held {
+		for _, pt := range h.Tables {
+			if pt.Name == name && name != "" {
+				out = append(out, "in a held change")
+			}
+		}
+	}
+	return out
+}
+
+// listTables is how many tables status lists when it is not told --all:
+// past it, the tables with a problem are listed and the rest counted.
+const listTables = 8
+
+func printStatus(e *env, doc *statusDoc, all bool) {
 	w := e.stdout
 	fmt.Fprintf(w, "program      %d (tag %s) pinned at %s\n", doc.Program.ID, doc.Program.Tag, doc.Program.Pin)
 	fmt.Fprintln(w, kernelLine(doc.Kernel))
@@ -205,7 +249,13 @@ func printStatus(e *env, doc *statusDoc) {
 	if len(doc.Tables) == 0 {
 		fmt.Fprintln(w, "tables       (none)")
 	}
+	counted := !all && len(doc.Tables) > listTables
+	quiet := 0
 	for _, t := range doc.Tables {
+		if counted && len(t.Problems) == 0 {
+			quiet++
+			continue
+		}
 		name := table.DisplayName(t.Name, t.Index)
 		fmt.Fprintf(w, "table        %s  fingerprint %s  %d backends  binds %v\n", name, table.ShortFingerprint(t.Fingerprint), t.Backends, t.Binds)
 		if h := t.History; h != nil {
@@ -219,6 +269,12 @@ func printStatus(e *env, doc *statusDoc) {
 			}
 			fmt.Fprintf(w, "  history    %d rows remember an earlier primary (%s) until %s%s\n", h.Rows, listed, h.Until.Format(time.RFC3339), removed)
 		}
+		for _, p := range t.Problems {
+			fmt.Fprintf(w, "  problem    %s\n", p)
+		}
+	}
+	if quiet > 0 {
+		fmt.Fprintf(w, "tables       %d more live, none with a problem (status --all lists them)\n", quiet)
 	}
 	printMemory(w, doc.Memory)
 	printService(w, doc.Service)
