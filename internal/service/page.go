@@ -44,8 +44,16 @@ type pageData struct {
 	Version string
 	Refresh int
 	status.Status
+	// Tables are the tables drawn whole: every table, or past
+	// pageWhole those with a problem; Quiet the rest, named.
 	Tables []pageTable
+	Quiet  []string
 }
+
+// pageWhole is how many tables the page draws whole whatever they hold:
+// past it, only those with a problem are, and the rest are named in a
+// line, so that one table with a backend down is not the 700th picture.
+const pageWhole = 8
 
 type pageTable struct {
 	Index       int
@@ -53,6 +61,7 @@ type pageTable struct {
 	Fingerprint string
 	Binds       []string
 	FailStatic  bool
+	Held        bool // in a change the service holds
 	Backends    []pageBackend
 	// Rows are the backends' table rows, written by backendRows: a
 	// table may have 256, and the template's reflection costs 20 µs a row.
@@ -162,13 +171,22 @@ func buildPage(st status.Status, tables []*table.Table) pageData {
 			checks[b.IP] = b
 		}
 	}
-	failStatic := map[string]bool{}
+	failStatic, held := map[string]bool{}, map[string]bool{}
 	for _, n := range st.FailStatic {
 		failStatic[n] = true
 	}
+	for _, h := range st.Held {
+		for _, pt := range h.Tables {
+			held[pt.Name] = true
+		}
+	}
 	for i, t := range tables {
 		name := table.DisplayName(t.Name, i)
-		pt := pageTable{Index: i, Name: name, Fingerprint: table.Fingerprint(t), FailStatic: failStatic[name]}
+		if len(tables) > pageWhole && !failStatic[name] && !held[name] && !troubled(t, checks) {
+			d.Quiet = append(d.Quiet, name)
+			continue
+		}
+		pt := pageTable{Index: i, Name: name, Fingerprint: table.Fingerprint(t), FailStatic: failStatic[name], Held: held[name]}
 		for _, b := range t.Binds {
 			pt.Binds = append(pt.Binds, b.String())
 		}
@@ -206,6 +224,20 @@ func buildPage(st status.Status, tables []*table.Table) pageData {
 		d.Tables = append(d.Tables, pt)
 	}
 	return d
+}
+
+// troubled reports whether a table has a backend down (not inactive) or
+// failing its checks: a table the page draws whatever the count.
+func troubled(t *table.Table, checks map[string]status.Backend) bool {
+	for _, b := range t.Backends {
+		if b.State == table.StateInactive {
+			continue
+		}
+		if cb, ok := checks[b.IP.String()]; !b.Healthy || (ok && (!cb.Up || !cb.Passing)) {
+			return true
+		}
+	}
+	return false
 }
 
 // backendRows writes the rows of a table's backends, every text escaped.

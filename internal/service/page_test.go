@@ -229,3 +229,34 @@ func TestStatusPageNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusPageSummarises (issue 49): past pageWhole tables, the page
+// draws those with a problem (a backend down or failing its checks,
+// fail-static, in a held change) and names the rest in one line.
+func TestStatusPageSummarises(t *testing.T) {
+	tabs := pageTables(t, 12, 3)
+	for i, tb := range tabs {
+		tb.Backends[0].Healthy = i != 4 // t4: a backend down
+	}
+	st := status.Status{Since: time.Now(), FailStatic: []string{"t6"},
+		Held:     []status.Held{{Tables: []table.PlanTable{{Name: "t8"}}, Reasons: []string{"r"}}},
+		Backends: []status.Backend{{IP: tabs[10].Backends[1].IP.String(), Up: true, Passing: false}}} // t10: failing
+	srv := pageServer(t, st, tabs)
+	_, body := get(t, srv.URL+"/")
+	for i := range tabs {
+		drawn := strings.Contains(body, fmt.Sprintf(`id="table-%d"`, i))
+		if want := i == 4 || i == 6 || i == 8 || i == 10; drawn != want {
+			t.Errorf("t%d drawn whole: %v, want %v", i, drawn, want)
+		}
+	}
+	if !strings.Contains(body, "8 more tables, every backend up, nothing held or fail-static: t0, t1, t2, t3, t5, t7, t9, t11</p>") ||
+		!strings.Contains(body, `<span class="bad">held change</span>`) {
+		t.Errorf("the page does not name the quiet tables, or the held one:\n%s", body)
+	}
+	// A few tables are drawn whatever they hold.
+	srv = pageServer(t, status.Status{Since: time.Now()}, tabs[:pageWhole])
+	_, body = get(t, srv.URL+"/")
+	if n := strings.Count(body, `<section class="table"`); n != pageWhole || strings.Contains(body, `id="quiet"`) {
+		t.Errorf("%d tables: %d drawn whole", pageWhole, n)
+	}
+}
