@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -169,41 +168,9 @@ func readStatus(e *env, d *loader.Director) (*statusDoc, error) {
 		return nil, err
 	}
 	for i, lt := range live {
-		doc.Tables[i].Problems = tableProblems(lt.Table, doc.Tables[i].Name, doc.Service)
+		doc.Tables[i].Problems = doc.Service.Problems(lt.Table, doc.Tables[i].Name)
 	}
 	return doc, nil
-}
-
-// tableProblems are what a person should look at in t (named name), by
-// what the service publishes: none without a service.
-func tableProblems(t *table.Table, name string, st *status.Status) []string {
-	if st == nil {
-		return nil
-	}
-	var out, down []string
-	up := map[string]bool{}
-	for _, b := range st.Backends {
-		up[b.IP] = b.Up
-	}
-	for _, b := range t.Backends {
-		if isUp, checked := up[b.IP.String()]; checked && !isUp {
-			down = append(down, b.IP.String())
-		}
-	}
-	if len(down) > 0 {
-		out = append(out, fmt.Sprintf("%d backends down by the checks (%s)", len(down), strings.Join(down, ", ")))
-	}
-	if name != "" && slices.Contains(st.FailStatic, name) {
-		out = append(out, "fail-static: its health changes are held")
-	}
-	for _, h := range st.Held {
-		for _, pt := range h.Tables {
-			if pt.Name == name && name != "" {
-				out = append(out, "in a held change")
-			}
-		}
-	}
-	return out
 }
 
 // listTables is how many tables status lists when it is not told --all:

@@ -17,19 +17,19 @@ import (
 func TestStatusCountsQuietTables(t *testing.T) {
 	t.Parallel()
 	st := &status.Status{
-		Backends:   []status.Backend{{IP: "192.168.0.1", Up: true}, {IP: "192.168.0.2", Up: false}},
+		Backends:   []status.Backend{{IP: "192.168.0.1", Up: true, Passing: true}, {IP: "192.168.0.2", Up: false}},
 		FailStatic: []string{"svc-07"},
 		Held:       []status.Held{{Tables: []table.PlanTable{{Name: "svc-09"}}}},
 	}
 	doc := func(n int) *statusDoc {
 		d := &statusDoc{Tables: []statusTable{}, Kernel: &loader.KernelSupport{Release: "6.18"}}
 		for i := 0; i < n; i++ {
-			tb := &table.Table{Backends: []table.Backend{{IP: netip.MustParseAddr("192.168.0.1")}}}
+			tb := &table.Table{Backends: []table.Backend{{IP: netip.MustParseAddr("192.168.0.1"), Healthy: true}}}
 			if i == 3 {
-				tb.Backends = append(tb.Backends, table.Backend{IP: netip.MustParseAddr("192.168.0.2")})
+				tb.Backends = append(tb.Backends, table.Backend{IP: netip.MustParseAddr("192.168.0.2"), Healthy: true})
 			}
 			name := fmt.Sprintf("svc-%02d", i)
-			d.Tables = append(d.Tables, statusTable{Index: i, Name: name, Binds: []string{}, Problems: tableProblems(tb, name, st)})
+			d.Tables = append(d.Tables, statusTable{Index: i, Name: name, Binds: []string{}, Problems: st.Problems(tb, name)})
 		}
 		return d
 	}
@@ -62,7 +62,8 @@ func TestStatusCountsQuietTables(t *testing.T) {
 		}
 	}
 	// Without a service, nothing is known to be wrong.
-	if p := tableProblems(&table.Table{Backends: []table.Backend{{IP: netip.MustParseAddr("192.168.0.2")}}}, "svc", nil); p != nil {
+	var none *status.Status
+	if p := none.Problems(&table.Table{Backends: []table.Backend{{IP: netip.MustParseAddr("192.168.0.2")}}}, "svc"); p != nil {
 		t.Errorf("problems without a service: %v", p)
 	}
 }

@@ -182,7 +182,7 @@ func buildPage(st status.Status, tables []*table.Table) pageData {
 	}
 	for i, t := range tables {
 		name := table.DisplayName(t.Name, i)
-		if len(tables) > pageWhole && !failStatic[name] && !held[name] && !troubled(t, checks) {
+		if len(tables) > pageWhole && len(st.Problems(t, name)) == 0 {
 			d.Quiet = append(d.Quiet, name)
 			continue
 		}
@@ -224,20 +224,6 @@ func buildPage(st status.Status, tables []*table.Table) pageData {
 		d.Tables = append(d.Tables, pt)
 	}
 	return d
-}
-
-// troubled reports whether a table has a backend down (not inactive) or
-// failing its checks: a table the page draws whatever the count.
-func troubled(t *table.Table, checks map[string]status.Backend) bool {
-	for _, b := range t.Backends {
-		if b.State == table.StateInactive {
-			continue
-		}
-		if cb, ok := checks[b.IP.String()]; !b.Healthy || (ok && (!cb.Up || !cb.Passing)) {
-			return true
-		}
-	}
-	return false
 }
 
 // backendRows writes the rows of a table's backends, every text escaped.
