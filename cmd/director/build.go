@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/director/director/table"
 	"github.com/director/director/table/config"
@@ -17,6 +18,9 @@ var buildCmd = &command{
 	help:    "Build a config's forwarding tables and write them in GLB's binary format.",
 	run:     runBuild,
 }
+
+// errStopped stops a build whose output failed.
+var errStopped = errors.New("stopped: the output failed")
 
 // buildGCPercent is GOGC during a build.
 const buildGCPercent = 400
@@ -62,6 +66,7 @@ func runBuild(e *env, c *command, args []string) error {
 		// over 2 MB) and written.
 		ch := make(chan *table.Table, 1)
 		var werr error
+		var failed atomic.Bool // werr is set: building more is wasted
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -73,22 +78,28 @@ func runBuild(e *env, c *command, args []string) error {
 				fp.Go(func() { table.Fingerprint(t) })
 				werr = gw.Write(t)
 				fp.Wait()
+				if werr != nil {
+					failed.Store(true)
+				}
 				labels = append(labels, tableLabel(t, len(labels)))
 				fps = append(fps, table.ShortFingerprint(table.Fingerprint(t)))
 			}
 		}()
 		var berr error
 		warnings, berr = config.BuildEach(pos[0], cfg, func(i int, t *table.Table) error {
+			if failed.Load() {
+				return errStopped
+			}
 			ch <- t
 			return nil
 		})
 		close(ch)
 		<-done
-		if berr != nil {
-			return berr
-		}
 		if werr != nil {
 			return werr
+		}
+		if berr != nil {
+			return berr
 		}
 		return gw.Close()
 	})
