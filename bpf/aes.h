@@ -47,11 +47,9 @@ static __always_inline __u32 dir_aes_rotl(__u32 x, int n)
 	((__u32)box[(a) & 0xff] | (__u32)box[((b) >> 8) & 0xff] << 8 |    \
 	 (__u32)box[((c) >> 16) & 0xff] << 16 | (__u32)box[(d) >> 24] << 24)
 
-/* dir_aes_encrypt encrypts s in place with the schedule rk. Not inlined:
- * its rounds need more registers than BPF has, and each copy's spills
- * would add to its caller's stack frame (512 bytes for the whole chain of
- * calls). */
-static __noinline __attribute__((unused)) void dir_aes_encrypt(const __u32 *rk, __u32 s[4])
+/* dir_aes_encrypt_body encrypts s in place with the schedule rk, inlined
+ * where a function of its own is wanted (quic.h's global one). */
+static __always_inline void dir_aes_encrypt_body(const __u32 *rk, __u32 s[4])
 {
 	__u32 s0 = s[0] ^ rk[0], s1 = s[1] ^ rk[1], s2 = s[2] ^ rk[2], s3 = s[3] ^ rk[3];
 	__u32 t0, t1, t2, t3;
@@ -70,6 +68,22 @@ static __noinline __attribute__((unused)) void dir_aes_encrypt(const __u32 *rk, 
 	s[2] = DIR_AES_LAST(dir_aes_sbox, s2, s3, s0, s1) ^ rk[42];
 	s[3] = DIR_AES_LAST(dir_aes_sbox, s3, s0, s1, s2) ^ rk[43];
 }
+
+/* dir_aes_encrypt encrypts s in place with the schedule rk. Not inlined:
+ * its rounds need more registers than BPF has, and each copy's spills
+ * would add to its caller's stack frame (512 bytes for the whole chain of
+ * calls). */
+static __noinline __attribute__((unused)) void dir_aes_encrypt(const __u32 *rk, __u32 s[4])
+{
+	dir_aes_encrypt_body(rk, s);
+}
+
+/* A block and a schedule to encrypt it with, in memory both the caller
+ * and a function that takes no pointers can reach (cidcrypt.h). */
+struct dir_aes_work {
+	__u32 rk[DIR_AES_ROUND_KEYS];
+	__u32 s[4];
+};
 
 /* dir_aes_decrypt decrypts s in place with the equivalent inverse
  * cipher's schedule dk. */

@@ -60,25 +60,38 @@ static __always_inline void dir_cid_mask(struct dir_cid_half *h, __u32 half, int
 		h->hi &= ~(0x0full << (8 * (last & 7)));
 }
 
+/* DIR_CID_AES(w) encrypts w->s in place with w->rk. An includer may
+ * define it first: the director's is a global function (quic.h), which
+ * the verifier walks once instead of once for each path that reaches a
+ * round (the masks' branches made eight, and the rounds were two fifths
+ * of everything it walked). */
+#ifndef DIR_CID_AES
+#define DIR_CID_AES(w) dir_aes_encrypt((w)->rk, (w)->s)
+#endif
+
 /* dir_cid_round is one Feistel round: other XOR the first half bytes of
- * AES(expand(n, pass, in)), masked as other's half is. */
-static __always_inline struct dir_cid_half dir_cid_round(const __u32 *rk, __u32 n, __u32 pass, struct dir_cid_half in,
+ * AES(expand(n, pass, in)), masked as other's half is. w holds the
+ * schedule. */
+static __always_inline struct dir_cid_half dir_cid_round(struct dir_aes_work *w, __u32 n, __u32 pass, struct dir_cid_half in,
 							  struct dir_cid_half other, __u32 half, int odd, int left)
 {
-	__u32 s[4] = {(__u32)in.lo, (__u32)(in.lo >> 32), (__u32)in.hi & 0xffff, (n & 0xff) << 16 | pass << 24};
-
-	dir_aes_encrypt(rk, s);
-	other.lo ^= (__u64)s[0] | (__u64)s[1] << 32;
-	other.hi ^= s[2];
+	w->s[0] = (__u32)in.lo;
+	w->s[1] = (__u32)(in.lo >> 32);
+	w->s[2] = (__u32)in.hi & 0xffff;
+	w->s[3] = (n & 0xff) << 16 | pass << 24;
+	DIR_CID_AES(w);
+	other.lo ^= (__u64)w->s[0] | (__u64)w->s[1] << 32;
+	other.hi ^= w->s[2];
 	dir_cid_mask(&other, half, odd, left);
 	return other;
 }
 
 /* dir_cid_server_id decrypts the server ID (sid_len bytes) of an
  * encrypted connection ID into *p0 and *p1 (the plaintext's bytes 0-7 and
- * 8-15; beyond the server ID, what is left there is not the nonce). */
-static __always_inline void dir_cid_server_id(const struct dir_aes_key *k, __u32 n, __u32 sid_len, __u64 w0, __u64 w1,
-					      __u64 w2, __u64 *p0, __u64 *p1)
+ * 8-15; beyond the server ID, what is left there is not the nonce). The
+ * rounds work in *w. */
+static __always_inline void dir_cid_server_id(const struct dir_aes_key *k, struct dir_aes_work *w, __u32 n, __u32 sid_len,
+					      __u64 w0, __u64 w1, __u64 w2, __u64 *p0, __u64 *p1)
 {
 	if (n == 16) {
 		__u32 s[4] = {(__u32)w0, (__u32)(w0 >> 32), (__u32)w1, (__u32)(w1 >> 32)};
@@ -93,16 +106,17 @@ static __always_inline void dir_cid_server_id(const struct dir_aes_key *k, __u32
 	int odd = n & 1;
 	struct dir_cid_half l = {w0, w1}, r = dir_cid_bytes(w0, w1, w2, o);
 
+	__builtin_memcpy(w->rk, k->enc, sizeof(w->rk));
 	dir_cid_mask(&l, half, odd, 1);
 	dir_cid_mask(&r, half, odd, 0);
-	l = dir_cid_round(k->enc, n, 4, r, l, half, odd, 1);
-	r = dir_cid_round(k->enc, n, 3, l, r, half, odd, 0);
-	l = dir_cid_round(k->enc, n, 2, r, l, half, odd, 1);
+	l = dir_cid_round(w, n, 4, r, l, half, odd, 1);
+	r = dir_cid_round(w, n, 3, l, r, half, odd, 0);
+	l = dir_cid_round(w, n, 2, r, l, half, odd, 1);
 	if (sid_len <= n / 2) {
 		*p0 = l.lo, *p1 = l.hi;
 		return;
 	}
-	r = dir_cid_round(k->enc, n, 1, l, r, half, odd, 0);
+	r = dir_cid_round(w, n, 1, l, r, half, odd, 0);
 	/* The halves joined: the right one starts at byte o, its first
 	 * octet's high nibble the left's last octet's (an odd n). */
 	o &= 15;

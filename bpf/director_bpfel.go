@@ -16,6 +16,7 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	DirectorMapAesWork             = "aes_work"
 	DirectorMapBackendTraffic      = "backend_traffic"
 	DirectorMapBindExact           = "bind_exact"
 	DirectorMapBindGroups          = "bind_groups"
@@ -117,6 +118,7 @@ type DirectorProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorMapSpecs struct {
+	AesWork        *ebpf.MapSpec `ebpf:"aes_work"`
 	BackendTraffic *ebpf.MapSpec `ebpf:"backend_traffic"`
 	BindExact      *ebpf.MapSpec `ebpf:"bind_exact"`
 	BindGroups     *ebpf.MapSpec `ebpf:"bind_groups"`
@@ -194,6 +196,7 @@ func (o *DirectorObjects) Close() error {
 //
 // It can be passed to LoadDirectorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorMaps struct {
+	AesWork        *ebpf.Map `ebpf:"aes_work"`
 	BackendTraffic *ebpf.Map `ebpf:"backend_traffic"`
 	BindExact      *ebpf.Map `ebpf:"bind_exact"`
 	BindGroups     *ebpf.Map `ebpf:"bind_groups"`
@@ -213,6 +216,7 @@ type DirectorMaps struct {
 
 func (m *DirectorMaps) Close() error {
 	return _DirectorClose(
+		m.AesWork,
 		m.BackendTraffic,
 		m.BindExact,
 		m.BindGroups,

@@ -16,6 +16,7 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	DirectorSingleMapAesWork             = "aes_work"
 	DirectorSingleMapBackendTraffic      = "backend_traffic"
 	DirectorSingleMapBindExact           = "bind_exact"
 	DirectorSingleMapBindGroups          = "bind_groups"
@@ -118,6 +119,7 @@ type DirectorSingleProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DirectorSingleMapSpecs struct {
+	AesWork        *ebpf.MapSpec `ebpf:"aes_work"`
 	BackendTraffic *ebpf.MapSpec `ebpf:"backend_traffic"`
 	BindExact      *ebpf.MapSpec `ebpf:"bind_exact"`
 	BindGroups     *ebpf.MapSpec `ebpf:"bind_groups"`
@@ -196,6 +198,7 @@ func (o *DirectorSingleObjects) Close() error {
 //
 // It can be passed to LoadDirectorSingleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DirectorSingleMaps struct {
+	AesWork        *ebpf.Map `ebpf:"aes_work"`
 	BackendTraffic *ebpf.Map `ebpf:"backend_traffic"`
 	BindExact      *ebpf.Map `ebpf:"bind_exact"`
 	BindGroups     *ebpf.Map `ebpf:"bind_groups"`
@@ -216,6 +219,7 @@ type DirectorSingleMaps struct {
 
 func (m *DirectorSingleMaps) Close() error {
 	return _DirectorSingleClose(
+		m.AesWork,
 		m.BackendTraffic,
 		m.BindExact,
 		m.BindGroups,

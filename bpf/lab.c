@@ -166,7 +166,8 @@ int xdp_cid(struct xdp_md *ctx)
 	__u32 n = f->n, sid_len = f->sid_len;
 	if (n < 5 || n > 19 || sid_len < 1 || sid_len >= n)
 		return XDP_ABORTED;
-	dir_cid_server_id(&f->key, n, sid_len, f->w[0], f->w[1], f->w[2], &p0, &p1);
+	struct dir_aes_work w;
+	dir_cid_server_id(&f->key, &w, n, sid_len, f->w[0], f->w[1], f->w[2], &p0, &p1);
 	f->sid[0] = p0;
 	f->sid[1] = p1;
 	return XDP_TX;

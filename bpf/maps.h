@@ -144,6 +144,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct dir_aes_key);
 } quic_keys SEC(".maps");
+/* The block and schedule of an AES encryption that dir_quic_aes (quic.h)
+ * works on, per CPU: a global function that takes no pointers. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dir_aes_work);
+} aes_work SEC(".maps");
+
 /* Each slot's registry entry (struct dir_registry): the loader's, the
  * datapath never reads it. */
 struct {

@@ -206,7 +206,7 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 		restart:  fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
 		spec:     spec,
 		pinned:   pinnedMaps,
-		counters: []string{bpf.DirectorMapCounters, bpf.DirectorMapCaptureCpu, bpf.DirectorMapQuicStats},
+		counters: []string{bpf.DirectorMapCounters, bpf.DirectorMapCaptureCpu, bpf.DirectorMapQuicStats, bpf.DirectorMapAesWork},
 		maps:     &maps,
 		progs:    &progs,
 		prog:     &progs.Director,
@@ -338,10 +338,10 @@ func Open(dir string) (*Director, error) {
 		return nil, err
 	}
 	d := &Director{Dir: dir, Prog: prog, spec: spec, cache: cacheFor(dir)}
-	// Pins from before the group table (or the per-table QUIC counters)
-	// have none until 'load' upgrades them; their program does not use
-	// one either.
-	err = openPinned(dir, &d.Maps, bpf.DirectorMapBindGroups, bpf.DirectorMapQuicStats)
+	// Pins from before the group table (or the per-table QUIC counters,
+	// or the AES work area) have none until 'load' upgrades them; their
+	// program does not use one either.
+	err = openPinned(dir, &d.Maps, bpf.DirectorMapBindGroups, bpf.DirectorMapQuicStats, bpf.DirectorMapAesWork)
 	if err != nil {
 		if bad, cerr := checkPins(dir, prog, pinnedMaps); cerr == nil && len(bad) > 0 {
 			err = pinsError(dir, bad)

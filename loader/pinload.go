@@ -38,9 +38,9 @@ type pinnedLoad struct {
 	progs   io.Closer      // a bpf2go programs struct
 	prog    **ebpf.Program // the program in progs that dir pins
 	setup   func() error   // run on the maps while the program verifies
-	// counters are the pinned maps that hold only counts: one made by a
-	// build with another layout (a counter added) is made again, its
-	// counts from zero, rather than refusing the load.
+	// counters are the pinned maps that hold only counts (or scratch
+	// space): one made by a build with another layout (a counter added)
+	// is made again, its counts from zero, rather than refusing the load.
 	counters []string
 	// retired are pins of maps earlier builds had and this one has not:
 	// removed once this build's program is installed.
