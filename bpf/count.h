@@ -21,11 +21,19 @@ static __always_inline int error_pass(struct xdp_md *ctx, struct dir_counters *c
 	return captured(ctx, XDP_PASS, reason, 0, NULL);
 }
 
-/* traffic adds a packet of bytes bytes to the traffic map's entry key
- * (a backend's packets and bytes). */
-static __always_inline void traffic(void *map, __u32 key, __u64 bytes)
+/* table_traffic adds a packet of bytes bytes to backend idx's entry in
+ * the counters of table stats (backend_traffic's inner map there). One
+ * key for both lookups: a second would take a stack slot of the
+ * director's frame, which 5.10's limit on a chain of calls (512 bytes)
+ * has no room for. */
+static __always_inline void table_traffic(void *outer, __u32 stats, __u32 idx, __u64 bytes)
 {
-	struct dir_traffic *t = bpf_map_lookup_elem(map, &key);
+	__u32 key = stats;
+	void *block = bpf_map_lookup_elem(outer, &key);
+	if (!block)
+		return;
+	key = idx;
+	struct dir_traffic *t = bpf_map_lookup_elem(block, &key);
 	if (t) {
 		t->packets++;
 		t->bytes += bytes;

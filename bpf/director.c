@@ -177,8 +177,7 @@ static __always_inline int steer_fits(struct xdp_md *ctx, struct dir_counters *c
 	}
 	/* Per-backend counters only: a table's traffic is the sum of its
 	 * backends', so counting it again would cost a cache line per packet. */
-	__u32 stats = t->stats_id & (DIR_MAX_TABLES - 1);
-	traffic(&backend_traffic, stats * DIR_MAX_BACKENDS + (s->primary & (DIR_MAX_BACKENDS - 1)), ip_len);
+	table_traffic(&backend_traffic, t->stats_id & (DIR_MAX_TABLES - 1), s->primary & (DIR_MAX_BACKENDS - 1), ip_len);
 	return -1;
 }
 

@@ -110,7 +110,7 @@ struct dir_row {
  * what the kernel holds. */
 struct dir_table {
 	__u8 hash_key[16];
-	__u32 stats_id;           /* counter block in backend_traffic; stable across applies */
+	__u32 stats_id;           /* its counters' inner maps in backend_traffic and quic_stats; stable across applies */
 	__u16 index;              /* position in the applied config */
 	/* The table's history_s: how long a backend that stops being a
 	 * row's primary is remembered (struct dir_history); for userspace. */
@@ -424,9 +424,9 @@ struct dir_quic_entry {
 	__u8 stat_plus1;            /* the backend's counter index + 1; 0: empty */
 };
 
-/* QUIC-LB's counters per table and config (map quic_stats): at stats_id *
- * DIR_QUIC_STAT_KEYS + the config rotation bits of the packet's
- * connection ID (0 to 7), or DIR_QUIC_NO_ID where no ID was read (a payload
+/* QUIC-LB's counters per table and config (map quic_stats): in the
+ * table's inner map (at its stats_id), at the config rotation bits of the
+ * packet's connection ID (0 to 7), or DIR_QUIC_NO_ID where no ID was read (a payload
  * too short, a long header's ID length out of range), the packets counted
  * under each of DIR_C_QUIC_ROUTED to DIR_C_QUIC_ICMP_ROUTED, in that order
  * from c[0]. */

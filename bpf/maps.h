@@ -100,25 +100,42 @@ struct {
 	__type(value, struct dir_counters);
 } counters SEC(".maps");
 
-/* Packets and bytes sent to each backend as primary, per CPU, at
- * stats_id * DIR_MAX_BACKENDS + the backend's counter index: indexed
- * from the row, no lookup by address. A table's traffic is its
- * backends' sum. */
-struct {
+/* Packets and bytes sent to each backend as primary, per CPU: a table's
+ * inner map at its stats_id, indexed by the backend's counter index from
+ * the row, no lookup by address. A table's traffic is its backends' sum.
+ * The loader makes a table's inner map when the table first takes its
+ * stats_id, so the per-CPU arrays grow with the tables live, not with
+ * DIR_MAX_TABLES. */
+struct traffic_block {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DIR_MAX_TABLES * DIR_MAX_BACKENDS);
+	__uint(max_entries, DIR_MAX_BACKENDS);
 	__type(key, __u32);
 	__type(value, struct dir_traffic);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, DIR_MAX_TABLES);
+	__type(key, __u32);
+	__array(values, struct traffic_block);
 } backend_traffic SEC(".maps");
 
 /* QUIC-LB's counters per table and config, per CPU (director.h, struct
  * dir_quic_stats): which config's IDs a table's QUIC packets carry, and
- * how each fared. */
-struct {
+ * how each fared. An inner map at the table's stats_id, by config
+ * rotation, for the tables with QUIC-LB routing only. */
+struct quic_stats_block {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DIR_MAX_TABLES * DIR_QUIC_STAT_KEYS);
+	__uint(max_entries, DIR_QUIC_STAT_KEYS);
 	__type(key, __u32);
 	__type(value, struct dir_quic_stats);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, DIR_MAX_TABLES);
+	__type(key, __u32);
+	__array(values, struct quic_stats_block);
 } quic_stats SEC(".maps");
 
 /* Each slot's QUIC-LB configs (director.h, struct dir_quic_table), at

@@ -246,8 +246,9 @@ static __always_inline __u32 quic_hops_of(int s, __u32 rot, __u64 th)
 		primary = s;
 		icmp = quoted;
 	}
-	__u32 key = ((tq >> 17) & (DIR_MAX_TABLES - 1)) * DIR_QUIC_STAT_KEYS + (rot & (DIR_QUIC_STAT_KEYS - 1));
-	struct dir_quic_stats *qs = bpf_map_lookup_elem(&quic_stats, &key);
+	__u32 stats = (tq >> 17) & (DIR_MAX_TABLES - 1), key = rot & (DIR_QUIC_STAT_KEYS - 1);
+	void *block = bpf_map_lookup_elem(&quic_stats, &stats);
+	struct dir_quic_stats *qs = block ? bpf_map_lookup_elem(block, &key) : NULL;
 	if (qs) {
 		qs->c[(counter - DIR_C_QUIC_ROUTED) & (DIR_QUIC_STAT_COUNTERS - 1)]++;
 		if (icmp)

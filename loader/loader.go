@@ -200,16 +200,17 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 	var progs bpf.DirectorPrograms
 	d := &Director{Dir: dir, spec: spec, cache: cacheFor(dir)}
 	l := &pinnedLoad{
-		kind:     KindDirector,
-		dir:      dir,
-		what:     "the XDP program",
-		restart:  fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
-		spec:     spec,
-		pinned:   pinnedMaps,
-		counters: []string{bpf.DirectorMapCounters, bpf.DirectorMapCaptureCpu, bpf.DirectorMapQuicStats, bpf.DirectorMapAesWork},
-		maps:     &maps,
-		progs:    &progs,
-		prog:     &progs.Director,
+		kind:    KindDirector,
+		dir:     dir,
+		what:    "the XDP program",
+		restart: fmt.Sprintf("run 'director unload --bpffs %s', which stops steering, then load, apply and attach again", dir),
+		spec:    spec,
+		pinned:  pinnedMaps,
+		counters: []string{bpf.DirectorMapCounters, bpf.DirectorMapCaptureCpu, bpf.DirectorMapBackendTraffic, bpf.DirectorMapQuicStats,
+			bpf.DirectorMapAesWork},
+		maps:  &maps,
+		progs: &progs,
+		prog:  &progs.Director,
 		setup: func() error {
 			d.Maps = maps
 			if err := d.createBindMaps(); err != nil {
@@ -217,6 +218,9 @@ func load(dir string, serve func(d *Director) error) (*Director, error) {
 			}
 			if err := d.refreshConfig(); err != nil {
 				return fmt.Errorf("updating the config entry: %w", err)
+			}
+			if err := d.adoptCounters(); err != nil {
+				return err
 			}
 			if serve != nil {
 				return serve(d)

@@ -144,8 +144,13 @@ func (d *Director) quicPackets(statsID int, c uint8) (uint64, error) {
 	if d.Maps.QuicStats == nil {
 		return 0, errors.New("the pinned maps have no QUIC counters")
 	}
+	block, err := counterBlock(d.Maps.QuicStats, statsID)
+	if err != nil || block == nil {
+		return 0, err
+	}
+	defer block.Close()
 	var per []abi.QUICStats
-	if err := d.Maps.QuicStats.Lookup(uint32(statsID*abi.QUICStatKeys+int(c)), &per); err != nil {
+	if err := block.Lookup(uint32(c), &per); err != nil {
 		return 0, err
 	}
 	var n uint64

@@ -62,10 +62,15 @@ func (d *Director) quicStats(statsID int, own uint8) ([]QUICStats, error) {
 	if d.Maps.QuicStats == nil { // pins of a build without them
 		return nil, nil
 	}
+	block, err := counterBlock(d.Maps.QuicStats, statsID)
+	if err != nil || block == nil {
+		return nil, err
+	}
+	defer block.Close()
 	var out, others []QUICStats
 	for i := 0; i <= int(abi.QUICNoID); i++ {
 		var per []abi.QUICStats
-		if err := d.Maps.QuicStats.Lookup(uint32(statsID*abi.QUICStatKeys+i), &per); err != nil {
+		if err := block.Lookup(uint32(i), &per); err != nil {
 			return nil, err
 		}
 		qs := QUICStats{Counters: map[string]uint64{}}
@@ -165,10 +170,17 @@ func (d *Director) Stats() (*Stats, error) {
 			prim[r.Primary]++
 		}
 		caps := table.Caps(lt.Table.Backends, lt.Table.Balance)
+		block, err := counterBlock(d.Maps.BackendTraffic, lt.StatsID)
+		if err != nil {
+			return nil, err
+		}
 		for j, b := range lt.Table.Backends {
-			tr, err := d.traffic(d.Maps.BackendTraffic, uint32(lt.StatsID*abi.MaxBackends+int(lt.Stat[j])))
-			if err != nil {
-				return nil, err
+			var tr Traffic
+			if block != nil { // none: the counters an upgrade left behind, until the next apply
+				if tr, err = d.traffic(block, uint32(lt.Stat[j])); err != nil {
+					block.Close()
+					return nil, err
+				}
 			}
 			// The datapath counts backends only; a table is their sum.
 			ts.Traffic.Packets += tr.Packets
@@ -179,6 +191,9 @@ func (d *Director) Stats() (*Stats, error) {
 			}
 			ts.Backends = append(ts.Backends, bs)
 		}
+		if block != nil {
+			block.Close()
+		}
 		if lt.Table.QUIC.On() {
 			if ts.QUIC, err = d.quicStats(lt.StatsID, mapimage.QUICConfigs(lt.Table)); err != nil {
 				return nil, err
@@ -187,43 +202,4 @@ func (d *Director) Stats() (*Stats, error) {
 		s.Tables = append(s.Tables, ts)
 	}
 	return s, nil
-}
-
-func (d *Director) zero(m *ebpf.Map, key uint32) error {
-	return m.Put(key, make([]abi.Traffic, possibleCPUs()))
-}
-
-// zeroQUIC zeroes a table's QUIC counters, for a table new to its stats
-// id.
-func (d *Director) zeroQUIC(statsID int) error {
-	if d.Maps.QuicStats == nil {
-		return nil
-	}
-	for i := 0; i < abi.QUICStatKeys; i++ {
-		if err := d.Maps.QuicStats.Put(uint32(statsID*abi.QUICStatKeys+i), make([]abi.QUICStats, possibleCPUs())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// resetCounters zeroes the counters a table or backend starts using: a new
-// table's, and those of backends new to a table.
-func (d *Director) resetCounters(statsID int, old *mapimage.LiveTable, t *table.Table, stat []uint8) error {
-	had := map[uint8]bool{}
-	if old != nil {
-		for i := range old.Table.Backends {
-			had[old.Stat[i]] = true
-		}
-	} else if err := d.zeroQUIC(statsID); err != nil {
-		return err
-	}
-	for i := range t.Backends {
-		if !had[stat[i]] {
-			if err := d.zero(d.Maps.BackendTraffic, uint32(statsID*abi.MaxBackends+int(stat[i]))); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

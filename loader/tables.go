@@ -458,25 +458,24 @@ func (d *Director) checkedLive(tables []*table.Table, check func(live State) ([]
 }
 
 // writeSlots writes the tables that plans put in new slots, which neither
-// bind generation references, and zeroes the counters of tables and
-// backends new to their place.
+// bind generation references, and gives the tables and backends new to
+// their place zeroed counters.
 func (d *Director) writeSlots(tables []*table.Table, hists []*table.History, plans []mapimage.Placement) error {
-	for i, p := range plans {
-		if err := d.resetCounters(p.StatsID, p.Old, tables[i], p.Stat); err != nil {
-			return err
-		}
-	}
-	// A slot used for the first time gets its map, and installing it
-	// waits for an RCU grace period: new slots are installed at once, so
-	// that they wait together.
+	// A slot used for the first time gets its map, and a table new to its
+	// stats id its counters' (resetCounters); installing each waits for
+	// an RCU grace period, so they are installed at once, to wait
+	// together.
 	var fresh []int
 	for _, p := range plans {
 		if p.Write {
 			fresh = append(fresh, p.Slot)
 		}
 	}
-	if err := concurrently(len(fresh), func(i int) error {
-		m, err := d.slotMap(fresh[i])
+	if err := concurrently(len(plans)+len(fresh), func(i int) error {
+		if i < len(plans) {
+			return d.resetCounters(plans[i].StatsID, plans[i].Old, tables[i], plans[i].Stat)
+		}
+		m, err := d.slotMap(fresh[i-len(plans)])
 		if err == nil {
 			m.Close()
 		}

@@ -302,3 +302,75 @@ func TestLoadRetiresExactAddressMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoadGivesLiveTablesCounters: pins left by a build that kept every
+// table's backend traffic in one per-CPU array (before the per-table
+// inner maps, issue 49) are upgraded with tables live: the load remakes
+// backend_traffic and gives each live table its counters at once, so that
+// the next packet counts without waiting for an apply.
+func TestLoadGivesLiveTablesCounters(t *testing.T) {
+	testenv.Kernel(t)
+	dir := testDir(t)
+	d, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := directorConfig()
+	if _, err := d.applyChange(change{Tables: testTables(nil, testConfig), Config: &dc}, nil); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	// The earlier build's program stands in as one that reads no maps.
+	old, err := testrun.PassAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	traffic := filepath.Join(dir, bpf.DirectorMapBackendTraffic)
+	for _, p := range []string{filepath.Join(dir, pinProgram), traffic} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Pin(filepath.Join(dir, pinProgram)); err != nil {
+		t.Fatal(err)
+	}
+	flat, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 64 * 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flat.Close()
+	if err := flat.Pin(traffic); err != nil {
+		t.Fatal(err)
+	}
+	d, err = Load(dir)
+	if err != nil {
+		t.Fatalf("load over a flat backend_traffic: %v", err)
+	}
+	defer d.Close()
+	if !slices.ContainsFunc(d.Repaired, func(s string) bool { return strings.Contains(s, "backend_traffic: the counters") }) {
+		t.Errorf("repaired: %q", d.Repaired)
+	}
+	g := &gen{rng: rngFor(5)}
+	sent := 0
+	for range 20 {
+		v, _, err := testrun.Run(d.Prog, pkt.Frame(g.steeredIP()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == 3 { // XDP_TX
+			sent++
+		}
+	}
+	st, err := d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted uint64
+	for _, ts := range st.Tables {
+		counted += ts.Traffic.Packets
+	}
+	if sent == 0 || counted != uint64(sent) {
+		t.Errorf("%d packets steered, %d counted by the live tables' backends", sent, counted)
+	}
+}
