@@ -208,28 +208,8 @@ func TestLoadRemakesCountersOfAnotherLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
-	old, err := testrun.PassAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
 	stats := filepath.Join(dir, bpf.BackendMapBeStats)
-	for _, p := range []string{filepath.Join(dir, pinProgram), stats} {
-		if err := os.Remove(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := old.Pin(filepath.Join(dir, pinProgram)); err != nil {
-		t.Fatal(err)
-	}
-	fewer, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 * 11, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fewer.Close()
-	if err := fewer.Pin(stats); err != nil {
-		t.Fatal(err)
-	}
+	pinEarlierBuild(t, dir, stats, &ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 * 11, MaxEntries: 1})
 	b, err = LoadBackend(dir)
 	if err != nil {
 		t.Fatalf("load over counters of another layout: %v", err)
@@ -320,29 +300,8 @@ func TestLoadGivesLiveTablesCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	// The earlier build's program stands in as one that reads no maps.
-	old, err := testrun.PassAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	traffic := filepath.Join(dir, bpf.DirectorMapBackendTraffic)
-	for _, p := range []string{filepath.Join(dir, pinProgram), traffic} {
-		if err := os.Remove(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := old.Pin(filepath.Join(dir, pinProgram)); err != nil {
-		t.Fatal(err)
-	}
-	flat, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 64 * 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer flat.Close()
-	if err := flat.Pin(traffic); err != nil {
-		t.Fatal(err)
-	}
+	pinEarlierBuild(t, dir, filepath.Join(dir, bpf.DirectorMapBackendTraffic),
+		&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 64 * 256})
 	d, err = Load(dir)
 	if err != nil {
 		t.Fatalf("load over a flat backend_traffic: %v", err)
@@ -372,5 +331,34 @@ func TestLoadGivesLiveTablesCounters(t *testing.T) {
 	}
 	if sent == 0 || counted != uint64(sent) {
 		t.Errorf("%d packets steered, %d counted by the live tables' backends", sent, counted)
+	}
+}
+
+// pinEarlierBuild makes dir's pins an earlier build's: its program (one
+// that passes everything and reads no maps stands in for it) and, at
+// path, a map as that build laid it out (spec). Both stay pinned; the
+// test's directory goes with them.
+func pinEarlierBuild(t *testing.T, dir, path string, spec *ebpf.MapSpec) {
+	t.Helper()
+	old, err := testrun.PassAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	for _, p := range []string{filepath.Join(dir, pinProgram), path} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Pin(filepath.Join(dir, pinProgram)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(path); err != nil {
+		t.Fatal(err)
 	}
 }
