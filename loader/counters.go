@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 
@@ -51,61 +52,78 @@ func (d *Director) newCounterBlock(name string, outer *ebpf.Map, statsID int) er
 	return nil
 }
 
-// resetCounters gives a table the counters it is to count in, before it
-// goes live: fresh ones for a table new to its stats id (or one whose
-// counters an upgrade of the maps left behind), and, for one that keeps
-// its stats id, zeroed entries for its backends new to it.
-func (d *Director) resetCounters(statsID int, old *mapimage.LiveTable, t *table.Table, stat []uint8) error {
-	tr, err := counterBlock(d.Maps.BackendTraffic, statsID)
-	if err != nil {
-		return err
+// ensureCounterBlock opens the inner map outer (the map name) holds at
+// statsID, installing fresh counters there first where it holds none.
+func (d *Director) ensureCounterBlock(name string, outer *ebpf.Map, statsID int) (*ebpf.Map, error) {
+	m, err := counterBlock(outer, statsID)
+	if m != nil || err != nil {
+		return m, err
 	}
-	if old == nil || tr == nil {
-		if tr != nil {
-			tr.Close()
-		}
+	if err := d.newCounterBlock(name, outer, statsID); err != nil {
+		return nil, err
+	}
+	return counterBlock(outer, statsID)
+}
+
+// resetCounters gives a table the counters it is to count in, before it
+// goes live: fresh ones for a table new to its stats id, and, for one that
+// keeps it, zeroed entries for its backends new to it and QUIC counters if
+// it turns QUIC-LB routing on. A table that keeps its stats id, its
+// backends and its routing costs no system call: every apply (a health
+// flip in 'director run') passes here for every table.
+func (d *Director) resetCounters(statsID int, old *mapimage.LiveTable, t *table.Table, stat []uint8) error {
+	if old == nil {
 		if err := d.newCounterBlock(bpf.DirectorMapBackendTraffic, d.Maps.BackendTraffic, statsID); err != nil {
 			return err
 		}
-	} else {
-		defer tr.Close()
-		had := map[uint8]bool{}
-		for i := range old.Table.Backends {
-			had[old.Stat[i]] = true
+		return d.freshQUICCounters(statsID, t)
+	}
+	// New to its index: a backend the old table did not count there
+	// (a removed backend's index goes to the next one added).
+	had := map[uint8]netip.Addr{}
+	for i, b := range old.Table.Backends {
+		had[old.Stat[i]] = b.IP
+	}
+	var added []uint8
+	for i, b := range t.Backends {
+		if ip, ok := had[stat[i]]; !ok || ip != b.IP {
+			added = append(added, stat[i])
 		}
-		for i := range t.Backends {
-			if !had[stat[i]] {
-				if err := tr.Put(uint32(stat[i]), make([]abi.Traffic, possibleCPUs())); err != nil {
-					return fmt.Errorf("zeroing the counters of stats id %d: %w", statsID, err)
-				}
+	}
+	if len(added) > 0 {
+		tr, err := d.ensureCounterBlock(bpf.DirectorMapBackendTraffic, d.Maps.BackendTraffic, statsID)
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		for _, s := range added {
+			if err := tr.Put(uint32(s), make([]abi.Traffic, possibleCPUs())); err != nil {
+				return fmt.Errorf("zeroing the counters of stats id %d: %w", statsID, err)
 			}
 		}
 	}
-	return d.resetQUICCounters(statsID, old, t)
-}
-
-// resetQUICCounters gives a table with QUIC-LB routing its QUIC counters
-// as resetCounters does, and takes a table new to its stats id without
-// routing away from the counters an earlier table left there (it would
-// count them again if it turned routing on).
-func (d *Director) resetQUICCounters(statsID int, old *mapimage.LiveTable, t *table.Table) error {
-	if d.Maps.QuicStats == nil {
-		return nil
-	}
-	q, err := counterBlock(d.Maps.QuicStats, statsID)
-	if err != nil {
-		return err
-	}
-	if q != nil {
+	if t.QUIC.On() && !old.Table.QUIC.On() && d.Maps.QuicStats != nil {
+		q, err := d.ensureCounterBlock(bpf.DirectorMapQuicStats, d.Maps.QuicStats, statsID)
+		if err != nil {
+			return err
+		}
 		q.Close()
 	}
+	return nil
+}
+
+// freshQUICCounters gives a table new to its stats id fresh QUIC counters
+// if it routes by QUIC-LB, and otherwise takes away those an earlier table
+// left there (it would count on from them if it turned routing on).
+func (d *Director) freshQUICCounters(statsID int, t *table.Table) error {
 	switch {
-	case t.QUIC.On() && (old == nil || q == nil):
+	case d.Maps.QuicStats == nil:
+		return nil
+	case t.QUIC.On():
 		return d.newCounterBlock(bpf.DirectorMapQuicStats, d.Maps.QuicStats, statsID)
-	case !t.QUIC.On() && old == nil && q != nil:
-		if err := d.Maps.QuicStats.Delete(uint32(statsID)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing the QUIC counters of stats id %d: %w", statsID, err)
-		}
+	}
+	if err := d.Maps.QuicStats.Delete(uint32(statsID)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("removing the QUIC counters of stats id %d: %w", statsID, err)
 	}
 	return nil
 }
@@ -120,6 +138,19 @@ func (d *Director) adoptCounters() error {
 	}
 	return concurrently(len(live), func(i int) error {
 		lt := live[i]
-		return d.resetCounters(lt.StatsID, &lt, lt.Table, lt.Stat)
+		tr, err := d.ensureCounterBlock(bpf.DirectorMapBackendTraffic, d.Maps.BackendTraffic, lt.StatsID)
+		if err != nil {
+			return err
+		}
+		tr.Close()
+		if !lt.Table.QUIC.On() || d.Maps.QuicStats == nil {
+			return nil
+		}
+		q, err := d.ensureCounterBlock(bpf.DirectorMapQuicStats, d.Maps.QuicStats, lt.StatsID)
+		if err != nil {
+			return err
+		}
+		q.Close()
+		return nil
 	})
 }
